@@ -1,0 +1,23 @@
+"""shardsmith: prepare training data offline, read it back fast.
+
+Public API: ``open`` (any dataset by its manifest), ``TokenDataset`` (packed token windows),
+and the errors a user can catch.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from shardsmith.errors import DataError, DatasetError, ShardsmithError, UsageError  # noqa: E402
+from shardsmith.loader import TokenDataset, TokenDocuments, open  # noqa: E402
+
+__all__ = [
+    "DataError",
+    "DatasetError",
+    "ShardsmithError",
+    "TokenDataset",
+    "TokenDocuments",
+    "UsageError",
+    "__version__",
+    "open",
+]

@@ -1,0 +1,170 @@
+"""The ``shardsmith`` command line (click). Each command imports its module only when it runs."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shardsmith import __version__
+from shardsmith.errors import ShardsmithError
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"shardsmith: error: {message}", err=True)
+    sys.exit(code)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn the user's mistakes (bad data, options, full disks) into one line and an exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except ShardsmithError as exc:
+            _fail(str(exc), exc.exit_code)
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror or exc}", 1)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+
+    return wrapper
+
+
+def _size(option: str) -> Callable[[click.Context, click.Parameter, Any], int | None]:
+    def convert(ctx: click.Context, param: click.Parameter, value: Any) -> int | None:
+        from shardsmith.sizes import parse_size
+
+        if value is None:
+            return None
+        try:
+            return parse_size(value, option=option)
+        except ShardsmithError as exc:
+            raise click.BadParameter(str(exc)) from None
+
+    return convert
+
+
+def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[str, float], ...]:
+    from shardsmith.splits import parse_splits
+
+    try:
+        return tuple(parse_splits(value).items())
+    except ShardsmithError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by every converting command (DESIGN.md)."""
+    options = [
+        click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path), help="Output folder."),
+        click.option("--seed", default=0, show_default=True, type=int, help="Shuffle seed."),
+        click.option("--no-shuffle", is_flag=True, help="Keep input order."),
+        click.option("--workers", type=click.IntRange(min=1), default=None,
+                     help="Worker processes [default: all cores]; never changes the output bytes."),
+        click.option("--memory", default="1GB", show_default=True, callback=_size("--memory"),
+                     help="Memory budget of the shuffle; beyond it, samples spill to disk."),
+        click.option("--split", "splits", default=None, callback=_splits,
+                     help="Named fractions, e.g. train=0.98,val=0.02 (by a hash of each record's identity)."),
+        click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
+                     help="Stop at the first bad record, or skip it and list it in the manifest."),
+        click.option("--limit", type=click.IntRange(min=1), default=None, help="Read only the first N records."),
+        click.option("--overwrite", is_flag=True, help="Replace a previous dataset in the output folder."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="shardsmith")
+def main() -> None:
+    """Prepare training data offline: exact global shuffle, shards with a manifest, a fast loader."""
+
+
+@main.command("pack-tokens")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--tokenizer", type=click.Path(), default=None, help="A HuggingFace tokenizer.json.")
+@click.option("--train-tokenizer", type=click.IntRange(min=258), default=None, metavar="VOCAB_SIZE",
+              help="Train a byte-level BPE of this size on the inputs (saved as OUT/tokenizer.json).")
+@click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of the text.")
+@click.option("--eos-token", default=None, help="Token appended to every document [default: found].")
+@click.option("--no-eos", is_flag=True, help="Append no end-of-document token.")
+@click.option("--bos-token", default=None, help="Token prepended to every document.")
+@click.option("--engine", type=click.Choice(["auto", "hf", "gigatoken"]), default="auto", show_default=True,
+              help="auto uses gigatoken where it matches tokenizers' ids on a sample of the input.")
+@click.option("--seq-len", type=click.IntRange(min=1), default=None,
+              help="Default window length recorded for TokenDataset.")
+@click.option("--shard-tokens", default="1G", show_default=True, callback=_size("--shard-tokens"),
+              help="Roll over to a new .bin/.idx shard after this many tokens.")
+@click.option("--nanogpt", is_flag=True, help="Also write flat {split}.bin (uint16) as nanoGPT reads them.")
+@converting_options
+@user_errors
+def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
+    """Tokenize JSONL/Parquet text into exactly shuffled Megatron indexed datasets."""
+    from shardsmith.commands.pack_tokens import PackTokensOptions, run
+    from shardsmith.pipeline import default_workers
+
+    opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle,
+                             workers=workers or default_workers(), **kw)
+    manifest = run(opts)
+    src = manifest["source"]
+    parts = ", ".join(f"{name}: {s['samples']} documents, {s['tokens']} tokens in {len(s['shards'])} shards"
+                      for name, s in manifest["splits"].items())
+    click.echo(f"{out}: {parts}; {src['records']} records read, {src['skipped']['count']} skipped; "
+               f"engine {manifest['tokenizer']['engine']}")
+
+
+@main.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--samples", default=1, show_default=True, type=click.IntRange(min=0), help="Samples to show.")
+@user_errors
+def inspect(out: Path, as_json: bool, samples: int) -> None:
+    """Summary of a dataset's manifest and a few samples."""
+    from shardsmith.commands.inspect import run
+
+    run(out, as_json=as_json, samples=samples)
+
+
+@main.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--split", default="train", show_default=True)
+@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Window length [default: manifest or 1024].")
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--seconds", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
+@click.option("--target-tokens-per-s", type=float, default=None,
+              help="Exit 1 unless the loader reaches this many tokens/s.")
+@user_errors
+def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: float,
+          target_tokens_per_s: float | None) -> None:
+    """Loader throughput of a dataset: tokens/s and batches/s for tokens."""
+    from shardsmith.commands.bench import run
+
+    ok = run(out, split=split, seq_len=seq_len, batch_size=batch_size, seconds=seconds,
+             target=target_tokens_per_s)
+    if not ok:
+        sys.exit(1)
+
+
+@main.command()
+@user_errors
+def plugins() -> None:
+    """Installed readers, transforms and writers."""
+    from shardsmith.registry import plugins as all_plugins
+
+    for p in all_plugins():
+        missing = p.missing()
+        state = "ok" if not missing else f"missing {', '.join(missing)}"
+        click.echo(f"{p.kind:<10} {p.name:<12} {p.target:<48} {p.origin:<12} {state}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""``shardsmith inspect``: what a dataset holds, from its manifest, plus a few decoded samples."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from shardsmith import manifest as manifest_mod
+from shardsmith.sizes import format_size
+
+
+def summary(out: Path, *, samples: int) -> dict[str, Any]:
+    m = manifest_mod.load(out)
+    info: dict[str, Any] = {
+        "path": str(out), "format": m["format"], "created": m["created"], "tool_version": m["tool_version"],
+        "seed": m["seed"], "shuffle": m["shuffle"],
+        "source": {k: v for k, v in m["source"].items() if k != "skipped"},
+        "skipped": m["source"].get("skipped", {}).get("count", 0),
+        "splits": {name: {"samples": s["samples"], "shards": len(s["shards"]),
+                          "bytes": sum(x["bytes"] for x in s["shards"]),
+                          **({"tokens": s["tokens"]} if "tokens" in s else {})}
+                   for name, s in m["splits"].items()},
+        "schema": m["schema"],
+    }
+    info["source"]["inputs"] = len(m["source"].get("inputs", []))
+    if m["format"] == "tokens":
+        info["tokenizer"] = m["tokenizer"]
+        info["samples"] = _token_samples(out, m, samples)
+    return info
+
+
+def _token_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    from tokenizers import Tokenizer
+
+    from shardsmith.loader.tokens import TokenDocuments
+
+    split = next((s for s, v in m["splits"].items() if v["samples"]), None)
+    if split is None or n == 0:
+        return []
+    docs = TokenDocuments(out, split=split)
+    tok_path = manifest_mod.resolve_inside(out, m["tokenizer"]["path"])
+    tok = Tokenizer.from_file(str(tok_path)) if tok_path.is_file() else None
+    shown = []
+    for i in range(min(n, len(docs))):
+        ids = docs[i]
+        text = tok.decode(ids.tolist(), skip_special_tokens=False) if tok else None
+        shown.append({"split": split, "index": i, "tokens": len(ids), "ids": ids[:16].tolist(),
+                      "text": text[:300] if text else text})
+    return shown
+
+
+def run(out: Path, *, as_json: bool, samples: int) -> None:
+    info = summary(out, samples=samples)
+    if as_json:
+        sys.stdout.write(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    echo = click.echo
+    echo(f"{out}: {info['format']} dataset, shardsmith {info['tool_version']}, created {info['created']}")
+    src = info["source"]
+    echo(f"  source: {src.get('reader')} reader, {src['inputs']} input files, {src.get('records')} records, "
+         f"{info['skipped']} skipped")
+    echo(f"  shuffle: {'exact, seed ' + str(info['seed']) if info['shuffle'] else 'off (input order)'}")
+    for name, s in info["splits"].items():
+        tokens = f", {s['tokens']:,} tokens" if "tokens" in s else ""
+        echo(f"  split {name}: {s['samples']:,} samples{tokens} in {s['shards']} shards, {format_size(s['bytes'])}")
+    if "tokenizer" in info:
+        t = info["tokenizer"]
+        echo(f"  tokenizer: vocab {t['vocab_size']}, eos {t['eos_token']!r} ({t['eos_id']}), dtype {t['dtype']}, "
+             f"engine {t['engine']}, sha256 {t['sha256'][:12]}…")
+    for s in info.get("samples", []):
+        echo(f"  sample {s['split']}[{s['index']}]: {s['tokens']} tokens {s['ids']}…")
+        if s["text"] is not None:
+            echo(f"    {s['text']!r}")

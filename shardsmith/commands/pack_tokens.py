@@ -1,0 +1,211 @@
+"""``shardsmith pack-tokens``: text → tokenized, exactly shuffled, Megatron-compatible packed tokens."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith import manifest as manifest_mod
+from shardsmith.errors import DataError, UsageError
+from shardsmith.fsutil import atomic_write_bytes
+from shardsmith.inputs import discover
+from shardsmith.outdir import prepare_output
+from shardsmith.pipeline import Processed, ScatterJob, plan_buckets, run_gather, run_scatter, work_folder
+from shardsmith.progress import Progress
+from shardsmith.readers.base import BadRecord, MultiReader, Task
+from shardsmith.readers.jsonl import JsonlReader
+from shardsmith.readers.parquet import ParquetReader
+from shardsmith.transforms import tokenize as tk
+from shardsmith.writers.tokens import TokensWriter
+
+SAMPLE_DOCS = 1000
+SAMPLE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class PackTokensOptions:
+    inputs: tuple[str, ...]
+    out: Path
+    tokenizer: str | None = None
+    train_tokenizer: int | None = None
+    text_field: str = "text"
+    eos_token: str | None = None
+    no_eos: bool = False
+    bos_token: str | None = None
+    engine: str = "auto"
+    seq_len: int | None = None
+    shard_tokens: int = 1_000_000_000
+    nanogpt: bool = False
+    seed: int = 0
+    shuffle: bool = True
+    workers: int = 1
+    memory: int = 1_000_000_000
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    on_error: str = "fail"
+    limit: int | None = None
+    quiet: bool = False
+    overwrite: bool = False
+
+
+class TokenProcessor:
+    """Picks the text field of each record and encodes a batch; the encoder is built in each worker."""
+
+    def __init__(self, *, spec: tk.TokenizerSpec, text_field: str) -> None:
+        self.spec = spec
+        self.text_field = text_field
+        self._encoder: tk.Encoder | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "text_field": self.text_field, "_encoder": None}
+
+    def process(self, batch: list[tuple[int, Any]]) -> Processed:
+        texts, records, bad = [], [], []
+        for record, value in batch:
+            text = value.get(self.text_field) if isinstance(value, dict) else None
+            if isinstance(text, str):
+                texts.append(text)
+                records.append(record)
+            else:
+                bad.append((record, _why_no_text(value, self.text_field)))
+        if self._encoder is None:
+            self._encoder = tk.Encoder(self.spec)
+        flat, lengths = self._encoder.encode(texts) if texts else (np.zeros(0, self.spec.dtype), np.zeros(0, np.int64))
+        return Processed(records=np.asarray(records, dtype=np.int64), lengths=lengths, payload=flat, bad=bad)
+
+
+def _why_no_text(value: Any, field: str) -> str:
+    if not isinstance(value, dict):
+        return f"expected a JSON object with a {field!r} field, got {type(value).__name__}"
+    if field not in value:
+        return f"no {field!r} field (fields: {', '.join(list(value)[:8])})"
+    if value[field] is None:
+        return f"{field!r} is null"
+    return f"{field!r} is a {type(value[field]).__name__}, not a string"
+
+
+def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str) -> Iterator[str]:
+    """The text of every good record in input order (for training and sampling)."""
+    for task in tasks:
+        for record, value in reader.read(task):
+            text = value.get(field) if isinstance(value, dict) else None
+            if isinstance(text, str):
+                yield text
+            elif on_error == "fail":
+                reason = value.reason if isinstance(value, BadRecord) else _why_no_text(value, field)
+                raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file))
+
+
+def run(opts: PackTokensOptions) -> dict[str, Any]:
+    """The whole command; returns the manifest it wrote."""
+    if (opts.tokenizer is None) == (opts.train_tokenizer is None):
+        raise UsageError("give exactly one of --tokenizer FILE and --train-tokenizer VOCAB_SIZE")
+    if opts.no_eos and opts.eos_token:
+        raise UsageError("--no-eos and --eos-token contradict each other")
+    reader = MultiReader(readers=[JsonlReader(), ParquetReader(columns=[opts.text_field])])
+    files = discover(list(opts.inputs), suffixes=reader.suffixes)
+    chunk = max(1 << 20, min(64 << 20, opts.memory // 8))
+    tasks = reader.plan(files, chunk_bytes=chunk)
+    prepare_output(opts.out, overwrite=opts.overwrite)
+    progress = Progress(quiet=opts.quiet)
+
+    if opts.train_tokenizer is not None:
+        progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
+        texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error)
+        atomic_write_bytes(opts.out / "tokenizer.json", tk.train_bpe(texts, vocab_size=opts.train_tokenizer).encode())
+        tok_path = opts.out / "tokenizer.json"
+    else:
+        tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
+    hf, json_text, tok_sha = tk.load_hf(tok_path)
+    if tok_path != opts.out / "tokenizer.json":
+        atomic_write_bytes(opts.out / "tokenizer.json", tok_path.read_bytes())
+
+    eos = None if opts.no_eos else (opts.eos_token or tk.default_eos(hf))
+    if eos is None and not opts.no_eos:
+        raise UsageError(f"--tokenizer {tok_path}: no end-of-text token among its special tokens; "
+                         f"name one with --eos-token or pass --no-eos")
+    eos_id = tk.special_id(hf, eos, "--eos-token") if eos else None
+    bos_id = tk.special_id(hf, opts.bos_token, "--bos-token") if opts.bos_token else None
+    vocab_size = hf.get_vocab_size(with_added_tokens=True)
+    if opts.nanogpt and vocab_size > 65536:
+        raise UsageError(f"--nanogpt: nanoGPT reads uint16 tokens, but the vocabulary has {vocab_size} entries")
+
+    sample = _sample(reader, tasks, opts.text_field)
+    engine, why = tk.choose_engine(opts.engine, hf, json_text, sample)
+    progress.note(f"engine: {engine} ({why})")
+    spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
+
+    budget = max(1 << 20, opts.memory // 3)
+    total_bytes = sum(f.size for f in files)
+    with work_folder(opts.out) as work:
+        job = ScatterJob(
+            reader=reader, processor=TokenProcessor(spec=spec, text_field=opts.text_field), seed=opts.seed,
+            shuffle=opts.shuffle, splits=opts.splits, on_error=opts.on_error,
+            n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes, budget=budget),
+            work_dir=str(work),
+        )
+        with progress.bar(total=sum(t.nbytes for t in tasks), desc="tokenize", unit="B") as bar:
+            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
+        writers = run_gather(job, results, budget=budget, make_writer=lambda split: TokensWriter(
+            out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt))
+
+    records = sum(r.records for r in results)
+    skipped = [s for r in results for s in r.skipped]
+    written = sum(sum(s.samples for s in w.shards) for w in writers.values())
+    if written == 0:
+        raise DataError(file=", ".join(f.rel for f in files[:3]), reason="no documents to write "
+                        f"({records} records read, {len(skipped)} skipped)")
+    assert records == written + sum(1 for s in skipped if s["record"] is not None), "records lost"
+
+    splits: dict[str, Any] = {}
+    for name, w in writers.items():
+        splits[name] = {"samples": sum(s.samples for s in w.shards),
+                        "tokens": sum(s.extra["tokens"] for s in w.shards),
+                        "shards": [s.to_json() for s in w.shards]}
+    extras: dict[str, Any] = {
+        "tokenizer": {"path": "tokenizer.json", "sha256": tok_sha, "vocab_size": vocab_size,
+                      "eos_token": eos, "eos_id": eos_id, "bos_token": opts.bos_token, "bos_id": bos_id,
+                      "dtype": spec.dtype.name, "engine": engine, "engine_reason": why,
+                      "trained": opts.train_tokenizer is not None},
+        "seq_len": opts.seq_len,
+    }
+    if opts.nanogpt:
+        extras["nanogpt"] = {name: w.flat_record for name, w in writers.items()}
+    manifest = manifest_mod.new_manifest(
+        fmt="tokens", seed=opts.seed, shuffle=opts.shuffle,
+        source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,
+                "inputs": [f.rel for f in files], "input_bytes": total_bytes,
+                "inputs_sha256": _inputs_digest(files), "records": records,
+                "skipped": {"count": len(skipped), "records": skipped}, "limit": opts.limit},
+        schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
+        splits=splits, **extras,
+    )
+    manifest_mod.save(opts.out, manifest)
+    return manifest
+
+
+def _sample(reader: MultiReader, tasks: list[Task], field: str) -> list[str]:
+    """The first documents of the input, to check that an engine matches the reference."""
+    out: list[str] = []
+    size = 0
+    try:
+        for text in _texts(reader, tasks, field, on_error="skip"):
+            out.append(text)
+            size += len(text)
+            if len(out) >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
+                break
+    except DataError:
+        pass  # the real pass reports it with the user's --on-error
+    return out
+
+
+def _inputs_digest(files: list[Any]) -> str:
+    """A cheap fingerprint of the inputs: names and sizes (not contents)."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.rel}\0{f.size}\n".encode())
+    return h.hexdigest()

@@ -1,0 +1,31 @@
+"""Errors a user can act on: each carries a one-line message, printed by the CLI without a traceback."""
+
+from __future__ import annotations
+
+
+class ShardsmithError(Exception):
+    """Base class: a problem with the user's data, options or dataset, not a bug."""
+
+    exit_code = 1
+
+
+class UsageError(ShardsmithError):
+    """Bad options: sizes, splits, missing files named on the command line."""
+
+    exit_code = 2
+
+
+class DataError(ShardsmithError):
+    """A bad input record, named by file and record (line for text, row for tables)."""
+
+    def __init__(self, *, file: str, reason: str, record: int | None = None, unit: str = "record") -> None:
+        self.file = file
+        self.record = record
+        self.reason = reason
+        self.unit = unit
+        where = f"{file}" if record is None else f"{file}: {unit} {record + 1}"
+        super().__init__(f"{where}: {reason}")
+
+
+class DatasetError(ShardsmithError):
+    """A dataset folder that is incomplete, corrupt or unsafe to read."""

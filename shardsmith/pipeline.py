@@ -1,0 +1,253 @@
+"""Wires reader → transform → keyed shuffle → writer, across worker processes.
+
+Scatter runs task by task (in workers when ``--workers`` > 1): read records, transform a batch at
+a time, compute each sample's key and split, and write the task's part file. Gather runs in this
+process: split by split, the parts' buckets in key order, into the writer. Output bytes depend on
+the inputs, seed and options only; workers change nothing but speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from itertools import islice
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from shardsmith import keys as keymod
+from shardsmith.errors import DataError
+from shardsmith.ragged import starts_of, take_ragged
+from shardsmith.readers.base import BadRecord, Reader, Task
+from shardsmith.shuffle import (
+    PartWriter,
+    bucket_count,
+    bucket_of,
+    read_part_footer,
+    segments_by_split,
+    sorted_batches,
+)
+from shardsmith.splits import assign_splits
+from shardsmith.writers.base import Writer
+
+
+@dataclass(slots=True)
+class Processed:
+    """A transformed batch: the good records' numbers, their payloads back to back, and the bad ones."""
+
+    records: np.ndarray
+    lengths: np.ndarray
+    payload: np.ndarray
+    bad: list[tuple[int, str]] = field(default_factory=list)
+
+
+class Processor(Protocol):
+    """Turns a batch of ``(record number, value)`` into payloads; built lazily in each worker."""
+
+    def process(self, batch: list[tuple[int, Any]]) -> Processed: ...
+
+
+@dataclass(frozen=True)
+class ScatterJob:
+    """What every worker needs, sent once per worker."""
+
+    reader: Reader
+    processor: Processor
+    seed: int
+    shuffle: bool
+    splits: tuple[tuple[str, float], ...]
+    on_error: str
+    n_buckets: int
+    work_dir: str
+    batch_records: int = 2048
+
+
+@dataclass(slots=True)
+class TaskResult:
+    task: int
+    records: int = 0
+    samples: list[int] = field(default_factory=list)
+    payload_bytes: list[int] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+
+def _split_table(job: ScatterJob) -> dict[str, float]:
+    return dict(job.splits)
+
+
+def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
+    """Read, transform, key and bucket one task's records into its part file."""
+    n_splits = len(job.splits)
+    result = TaskResult(task=task.index, samples=[0] * n_splits, payload_bytes=[0] * n_splits)
+    part = PartWriter()
+    rel, unit = task.file.rel, job.reader.unit_for(task.file)
+    records = job.reader.read(task)
+    if max_records is not None:
+        records = islice(records, max_records)
+    try:
+        for batch in _batched(records, job.batch_records):
+            result.records += len(batch)
+            good = [(r, v) for r, v in batch if not isinstance(v, BadRecord)]
+            bad = [(r, v.reason) for r, v in batch if isinstance(v, BadRecord)]
+            out = job.processor.process(good) if good else None
+            if out is not None:
+                bad += out.bad
+            if bad:
+                bad.sort()
+                if job.on_error == "fail":
+                    record, reason = bad[0]
+                    result.error = {"file": rel, "record": record, "reason": reason, "unit": unit}
+                    return result
+                result.skipped += [{"file": rel, "record": r, unit: r + 1, "reason": why} for r, why in bad]
+            if out is not None and len(out.records):
+                _scatter_batch(job, task, out, part, result)
+    except DataError as exc:
+        if job.on_error == "fail":
+            result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
+            return result
+        result.skipped.append({"file": rel, "record": None, "reason": f"{exc.reason} (after {result.records} "
+                                                                      f"records; the rest of the file is unread)"})
+    part.write(part_path(job.work_dir, task.index), {"task": task.index})
+    return result
+
+
+def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter, result: TaskResult) -> None:
+    recs = out.records
+    rel = task.file.rel
+    split = assign_splits(keymod.split_draws(rel, recs), _split_table(job))
+    order = keymod.input_order(task.file.index, recs)
+    if job.shuffle:
+        keys = keymod.shuffle_keys(job.seed, rel, recs)
+        bucket = bucket_of(keys, job.n_buckets)
+    else:
+        keys = order
+        bucket = np.full(len(recs), task.index, dtype=np.int64)
+    group = split.astype(np.int64) * (1 << 32) + bucket
+    byte_lengths = out.lengths.astype(np.int64) * out.payload.dtype.itemsize
+    flat = out.payload.view(np.uint8)
+    if np.all(group == group[0]):
+        perm, bounds = np.arange(len(recs)), [0, len(recs)]
+    else:
+        perm = np.argsort(group, kind="stable")
+        sorted_groups = group[perm]
+        bounds = [0, *np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1, len(recs)]
+    payload = take_ragged(flat, byte_lengths, perm)
+    pstarts = starts_of(byte_lengths[perm])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        idx = perm[a:b]
+        g = int(group[idx[0]])
+        s = g >> 32
+        chunk = payload[pstarts[a]:pstarts[b]]
+        part.add(split=s, bucket=g & 0xFFFFFFFF, keys=keys[idx], order=order[idx], lengths=byte_lengths[idx],
+                 payload=memoryview(chunk))
+        result.samples[s] += len(idx)
+        result.payload_bytes[s] += len(chunk)
+
+
+def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    while batch := list(islice(it, n)):
+        yield batch
+
+
+def part_path(work_dir: str, index: int) -> Path:
+    return Path(work_dir) / f"part-{index:06d}.bin"
+
+
+_JOB: ScatterJob | None = None
+
+
+def _init_worker(job: ScatterJob) -> None:
+    global _JOB
+    _JOB = job
+
+
+def _run_in_worker(task: Task) -> TaskResult:
+    assert _JOB is not None
+    return scatter_task(_JOB, task)
+
+
+def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int | None = None,
+                progress: Callable[[int], None] | None = None) -> list[TaskResult]:
+    """All tasks, in workers or in this process; the first failure in input order stops the run."""
+    results: list[TaskResult] = []
+    if limit is not None or workers <= 1 or len(tasks) <= 1:
+        remaining = limit
+        for task in tasks:
+            if remaining is not None and remaining <= 0:
+                break
+            res = scatter_task(job, task, max_records=remaining)
+            _check(res)
+            results.append(res)
+            if remaining is not None:
+                remaining -= res.records
+            if progress:
+                progress(task.nbytes)
+        return results
+    ctx = get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                             initargs=(job,)) as pool:
+        try:
+            for task, res in zip(tasks, pool.map(_run_in_worker, tasks)):
+                _check(res)
+                results.append(res)
+                if progress:
+                    progress(task.nbytes)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return results
+
+
+def _check(res: TaskResult) -> None:
+    if res.error:
+        raise DataError(**res.error)
+
+
+def run_gather(job: ScatterJob, results: list[TaskResult], *, budget: int,
+               make_writer: Callable[[str], Writer]) -> dict[str, Writer]:
+    """Every split's samples in shuffle order into its writer; returns the closed writers."""
+    parts = [(part_path(job.work_dir, r.task), read_part_footer(part_path(job.work_dir, r.task)))
+             for r in results]
+    table = segments_by_split(parts, len(job.splits))
+    writers: dict[str, Writer] = {}
+    for s, (name, _) in enumerate(job.splits):
+        writer = make_writer(name)
+        try:
+            for batch in sorted_batches(table[s], budget=budget):
+                writer.write_batch(batch.lengths, batch.payload)
+            writer.close()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                writer.abort()  # type: ignore[attr-defined]
+            raise
+        writers[name] = writer
+    return writers
+
+
+def plan_buckets(*, shuffle: bool, estimated_bytes: int, budget: int) -> int:
+    return bucket_count(estimated_bytes, budget) if shuffle else 1
+
+
+@contextlib.contextmanager
+def work_folder(out_dir: Path) -> Iterator[Path]:
+    """The spill folder beside the output, removed when the run ends (successfully or not)."""
+    work = out_dir.parent / f".{out_dir.name}.shardsmith-work"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def default_workers() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+

@@ -1,0 +1,33 @@
+"""Progress on stderr (tqdm), silent with --quiet."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+
+class Progress:
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            print(message, file=sys.stderr)
+
+    @contextmanager
+    def bar(self, *, total: int, desc: str, unit: str = "it") -> Iterator[Any]:
+        if self.quiet:
+            yield _Silent()
+            return
+        from tqdm import tqdm
+
+        with tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
+                  dynamic_ncols=True) as bar:
+            yield bar

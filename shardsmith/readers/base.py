@@ -1,0 +1,95 @@
+"""The reader contract: split inputs into tasks, then read a task's records in order.
+
+A subclass writes ``plan_file`` (how one file splits into tasks) and ``read`` (the records of
+one task). Records come out as ``(record_number, value)``; a bad record comes out as a
+``BadRecord`` instead of raising, so the caller decides between failing and skipping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from shardsmith.inputs import InputFile
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A contiguous run of records of one file: the unit of work a worker takes."""
+
+    index: int
+    file: InputFile
+    start: int = 0
+    stop: int = -1
+    first_record: int = 0
+    nbytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class BadRecord:
+    """A record that could not be read, and why."""
+
+    reason: str
+
+
+class Reader:
+    """Base class of readers."""
+
+    name: ClassVar[str] = ""
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    unit: ClassVar[str] = "record"
+    byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
+
+    def plan(self, files: list[InputFile], *, chunk_bytes: int) -> list[Task]:
+        """Tasks in input order; record numbers are per file, so identities never depend on the plan."""
+        tasks: list[Task] = []
+        for f in files:
+            cuts = self.plan_file(f, chunk_bytes=chunk_bytes)
+            for start, stop, first in cuts:
+                nbytes = (stop - start) if self.byte_ranges and stop >= 0 else f.size // len(cuts)
+                tasks.append(Task(index=len(tasks), file=f, start=start, stop=stop, first_record=first,
+                                  nbytes=nbytes))
+        return tasks
+
+    def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
+        """``(start, stop, first_record)`` of each task of one file; one task by default."""
+        return [(0, -1, 0)]
+
+    def unit_for(self, file: InputFile) -> str:
+        """How a record of this file is named in messages: ``line``, ``row``, ``entry``…"""
+        return self.unit
+
+    def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
+        raise NotImplementedError
+
+
+class MultiReader(Reader):
+    """Several input kinds in one dataset: each file goes to the reader whose suffix it has."""
+
+    name = "multi"
+
+    def __init__(self, *, readers: list[Reader]) -> None:
+        self.readers = readers
+        self.suffixes = tuple(s for r in readers for s in r.suffixes)  # type: ignore[misc]
+
+    def reader_for(self, file: InputFile) -> Reader:
+        lower = file.path.lower()
+        return next(r for r in self.readers if lower.endswith(r.suffixes))
+
+    def kinds(self, files: list[InputFile]) -> list[str]:
+        return sorted({self.reader_for(f).name for f in files})
+
+    def plan(self, files: list[InputFile], *, chunk_bytes: int) -> list[Task]:
+        tasks: list[Task] = []
+        for f in files:
+            for t in self.reader_for(f).plan([f], chunk_bytes=chunk_bytes):
+                tasks.append(Task(index=len(tasks), file=f, start=t.start, stop=t.stop,
+                                  first_record=t.first_record, nbytes=t.nbytes))
+        return tasks
+
+    def unit_for(self, file: InputFile) -> str:
+        return self.reader_for(file).unit
+
+    def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
+        return self.reader_for(task.file).read(task)

@@ -1,0 +1,116 @@
+"""JSON Lines, plain or compressed (.gz, .zst): one record per line, numbered from 0.
+
+Plain files are cut into byte ranges at line boundaries so that several workers share one big
+file; the line count before each cut is counted once while planning.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import mmap
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from shardsmith.errors import DataError
+from shardsmith.inputs import InputFile
+from shardsmith.readers.base import BadRecord, Reader, Task
+
+_BLOCK = 4 << 20
+
+
+class JsonlReader(Reader):
+    name = "jsonl"
+    suffixes = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson")
+    unit = "line"
+    byte_ranges = True
+
+    def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
+        if _compression(file.path) or file.size <= chunk_bytes:
+            return [(0, -1, 0)]
+        cuts: list[tuple[int, int, int]] = []
+        with open(file.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            start, line = 0, 0
+            while start < file.size:
+                nl = mm.find(b"\n", min(start + chunk_bytes, file.size) - 1)
+                stop = file.size if nl < 0 else nl + 1
+                cuts.append((start, stop, line))
+                line += _count_lines(mm, start, stop)
+                start = stop
+        return cuts
+
+    def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
+        record = task.first_record
+        for line in _lines(task):
+            stripped = line.strip()
+            if stripped:
+                try:
+                    value: Any = orjson.loads(stripped)
+                except orjson.JSONDecodeError as exc:
+                    value = BadRecord(_json_reason(exc, stripped))
+                yield record, value
+            record += 1
+
+
+def _count_lines(mm: mmap.mmap, start: int, stop: int) -> int:
+    count, pos = 0, start
+    while pos < stop:
+        end = min(pos + (64 << 20), stop)
+        count += mm[pos:end].count(b"\n")
+        pos = end
+    return count
+
+
+def _compression(path: str) -> str:
+    lower = path.lower()
+    return "gz" if lower.endswith(".gz") else "zst" if lower.endswith(".zst") else ""
+
+
+def _open(path: str) -> io.BufferedIOBase:
+    kind = _compression(path)
+    if kind == "gz":
+        return gzip.open(path, "rb")  # type: ignore[return-value]
+    if kind == "zst":
+        import zstandard
+
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
+    return open(path, "rb")
+
+
+def _lines(task: Task) -> Iterator[bytes]:
+    """The lines of a task's byte range (or the whole stream), read in blocks."""
+    path = task.file.path
+    try:
+        with _open(path) as fh:
+            if task.start:
+                fh.seek(task.start)
+            remaining = -1 if task.stop < 0 else task.stop - task.start
+            tail = b""
+            while remaining:
+                block = fh.read(_BLOCK if remaining < 0 else min(_BLOCK, remaining))
+                if not block:
+                    break
+                if remaining > 0:
+                    remaining -= len(block)
+                lines = (tail + block).split(b"\n")
+                tail = lines.pop()
+                yield from lines
+            if tail:
+                yield tail
+    except (OSError, EOFError) as exc:
+        # Compressed streams fail here when truncated or corrupt; plain files when unreadable.
+        raise DataError(file=task.file.rel, reason=f"cannot read: {exc}") from None
+    except Exception as exc:  # zstandard raises its own ZstdError
+        if type(exc).__name__ == "ZstdError":
+            raise DataError(file=task.file.rel, reason=f"cannot decompress: {exc}") from None
+        raise
+
+
+def _json_reason(exc: orjson.JSONDecodeError, line: bytes) -> str:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"invalid UTF-8 at byte {bad.start}"
+    return f"malformed JSON: {exc.msg} at column {exc.colno}"

@@ -1,0 +1,178 @@
+"""The keyed external shuffle: scatter samples into key-range buckets on disk, then sort bucket by bucket.
+
+Scatter: every task writes one *part file* holding, per (split, bucket), the samples' keys,
+tie-breakers (input order), payload lengths and payloads. A bucket is a range of the top bits of
+the key, so bucket b's samples all sort before bucket b+1's. Gather: for each split, read the
+buckets in order (several small ones at a time, up to the memory budget), sort by (key, input
+order) and hand the payloads on in that order. The bytes depend only on the samples' identities
+and the seed, never on how many workers or machines wrote the parts: the parts are plain files,
+so scatter and gather can run on different machines over a shared folder.
+
+Without shuffling the key is the input order itself and each task is its own bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from shardsmith.errors import DatasetError
+from shardsmith.fsutil import atomic_write_stream
+from shardsmith.ragged import take_ragged
+
+PART_MAGIC = b"SSPART01"
+_TRAILER = struct.Struct("<Q8s")
+
+
+@dataclass(slots=True)
+class Segment:
+    """Where one (split, bucket) run of samples lies in a part file."""
+
+    path: str
+    offset: int
+    count: int
+    payload_bytes: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.payload_bytes + 24 * self.count
+
+
+@dataclass(slots=True)
+class SortedBatch:
+    """Samples of one bucket range in output order: payload lengths and payloads back to back."""
+
+    lengths: np.ndarray
+    payload: memoryview
+    keys: np.ndarray
+
+
+@dataclass(slots=True)
+class _Run:
+    keys: list[np.ndarray] = field(default_factory=list)
+    order: list[np.ndarray] = field(default_factory=list)
+    lengths: list[np.ndarray] = field(default_factory=list)
+    payload: list[bytes | memoryview] = field(default_factory=list)
+    nbytes: int = 0
+
+
+def bucket_count(estimated_bytes: int, memory: int) -> int:
+    """Enough key-range buckets that one bucket is a small fraction of the memory budget."""
+    want = max(1, -(-4 * estimated_bytes // max(memory, 1)))
+    return min(1 << 16, 1 << (want - 1).bit_length())
+
+
+def bucket_of(keys: np.ndarray, n_buckets: int) -> np.ndarray:
+    """The bucket of each key: its top log2(n_buckets) bits."""
+    bits = n_buckets.bit_length() - 1
+    if bits == 0:
+        return np.zeros(len(keys), dtype=np.int64)
+    return (keys >> np.uint64(64 - bits)).astype(np.int64)
+
+
+class PartWriter:
+    """Collects one task's samples by (split, bucket) and writes them as one part file."""
+
+    def __init__(self) -> None:
+        self._runs: dict[tuple[int, int], _Run] = {}
+
+    def add(
+        self, *, split: int, bucket: int, keys: np.ndarray, order: np.ndarray, lengths: np.ndarray,
+        payload: bytes | memoryview,
+    ) -> None:
+        run = self._runs.setdefault((split, bucket), _Run())
+        run.keys.append(keys.astype(np.uint64, copy=False))
+        run.order.append(order.astype(np.uint64, copy=False))
+        run.lengths.append(lengths.astype(np.uint64, copy=False))
+        run.payload.append(payload)
+        run.nbytes += len(payload)
+
+    def write(self, path: Path, meta: dict) -> None:
+        """Write the part atomically: segments, then a JSON footer that names them, then a trailer."""
+        segments = []
+
+        def chunks() -> Iterator[bytes | memoryview]:
+            offset = 0
+            for (split, bucket), run in sorted(self._runs.items()):
+                arrays = [np.concatenate(a) for a in (run.keys, run.order, run.lengths)]
+                count = len(arrays[0])
+                segments.append([split, bucket, offset, count, run.nbytes])
+                for a in arrays:
+                    yield a.tobytes()
+                yield from run.payload
+                offset += 24 * count + run.nbytes
+            footer = orjson.dumps({"meta": meta, "segments": segments})
+            yield footer
+            yield _TRAILER.pack(len(footer), PART_MAGIC)
+
+        atomic_write_stream(path, chunks())
+
+
+def read_part_footer(path: Path) -> dict:
+    """The footer of a finished part file; a part without a valid trailer is not finished."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        if size < _TRAILER.size:
+            raise DatasetError(f"{path}: truncated part file")
+        fh.seek(size - _TRAILER.size)
+        length, magic = _TRAILER.unpack(fh.read(_TRAILER.size))
+        if magic != PART_MAGIC or length > size - _TRAILER.size:
+            raise DatasetError(f"{path}: not a shardsmith part file")
+        fh.seek(size - _TRAILER.size - length)
+        return orjson.loads(fh.read(length))
+
+
+def segments_by_split(parts: list[tuple[Path, dict]], n_splits: int) -> list[dict[int, list[Segment]]]:
+    """Per split, bucket → its segments in part order."""
+    table: list[dict[int, list[Segment]]] = [{} for _ in range(n_splits)]
+    for path, footer in parts:
+        for split, bucket, offset, count, payload_bytes in footer["segments"]:
+            table[split].setdefault(bucket, []).append(Segment(str(path), offset, count, payload_bytes))
+    return table
+
+
+def _group(buckets: dict[int, list[Segment]], budget: int) -> Iterator[list[Segment]]:
+    """Consecutive buckets merged until a group reaches the budget (they stay in key order)."""
+    group: list[Segment] = []
+    size = 0
+    for bucket in sorted(buckets):
+        segs = buckets[bucket]
+        seg_bytes = sum(s.nbytes for s in segs)
+        if group and size + seg_bytes > budget:
+            yield group
+            group, size = [], 0
+        group.extend(segs)
+        size += seg_bytes
+    if group:
+        yield group
+
+
+def _load(seg: Segment) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes]:
+    with open(seg.path, "rb") as fh:
+        fh.seek(seg.offset)
+        head = fh.read(24 * seg.count)
+        payload = fh.read(seg.payload_bytes)
+    if len(head) != 24 * seg.count or len(payload) != seg.payload_bytes:
+        raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+    arr = np.frombuffer(head, dtype=np.uint64).reshape(3, seg.count)
+    return arr[0], arr[1], arr[2], payload
+
+
+def sorted_batches(buckets: dict[int, list[Segment]], *, budget: int) -> Iterator[SortedBatch]:
+    """The samples of one split in (key, input order) order, a bucket group at a time."""
+    for group in _group(buckets, budget):
+        loaded = [_load(s) for s in group]
+        keys = np.concatenate([x[0] for x in loaded])
+        order = np.concatenate([x[1] for x in loaded])
+        lengths = np.concatenate([x[2] for x in loaded]).astype(np.int64)
+        payload = np.frombuffer(b"".join(x[3] for x in loaded), dtype=np.uint8)
+        del loaded
+        perm = np.lexsort((order, keys))
+        ordered = take_ragged(payload, lengths, perm)
+        yield SortedBatch(lengths=lengths[perm], payload=memoryview(ordered), keys=keys[perm])

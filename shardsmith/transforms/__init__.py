@@ -1,0 +1,1 @@
+"""Transforms: work done once, offline, on each sample (tokenizing, augmenting)."""

@@ -1,0 +1,1 @@
+"""Writers: one output format each; they roll shards over, write atomically and hash while writing."""
