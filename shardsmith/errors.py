@@ -26,6 +26,14 @@ class DataError(ShardsmithError):
         where = f"{file}" if record is None else f"{file}: {unit} {record + 1}"
         super().__init__(f"{where}: {reason}")
 
+    def __reduce__(self) -> tuple:
+        # keyword-only fields: rebuild through a helper so the error crosses process boundaries
+        return (_data_error, (self.file, self.reason, self.record, self.unit))
+
+
+def _data_error(file: str, reason: str, record: int | None, unit: str) -> DataError:
+    return DataError(file=file, reason=reason, record=record, unit=unit)
+
 
 class DatasetError(ShardsmithError):
     """A dataset folder that is incomplete, corrupt or unsafe to read."""

@@ -24,7 +24,7 @@ import numpy as np
 from shardsmith import keys as keymod
 from shardsmith.errors import DataError
 from shardsmith.ragged import starts_of, take_ragged
-from shardsmith.readers.base import BadRecord, Reader, Task
+from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
 from shardsmith.shuffle import (
     PartWriter,
     bucket_count,
@@ -92,30 +92,46 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
     if max_records is not None:
         records = islice(records, max_records)
     try:
-        for batch in _batched(records, job.batch_records):
-            result.records += len(batch)
-            good = [(r, v) for r, v in batch if not isinstance(v, BadRecord)]
-            bad = [(r, v.reason) for r, v in batch if isinstance(v, BadRecord)]
-            out = job.processor.process(good) if good else None
-            if out is not None:
-                bad += out.bad
-            if bad:
-                bad.sort()
-                if job.on_error == "fail":
-                    record, reason = bad[0]
-                    result.error = {"file": rel, "record": record, "reason": reason, "unit": unit}
-                    return result
-                result.skipped += [{"file": rel, "record": r, unit: r + 1, "reason": why} for r, why in bad]
-            if out is not None and len(out.records):
-                _scatter_batch(job, task, out, part, result)
-    except DataError as exc:
+        _scatter_records(job, task, records, part, result, unit)
+    except DataError as exc:  # a file-level problem raised by a reader (a missing column, a corrupt page)
         if job.on_error == "fail":
             result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
             return result
-        result.skipped.append({"file": rel, "record": None, "reason": f"{exc.reason} (after {result.records} "
-                                                                      f"records; the rest of the file is unread)"})
-    part.write(part_path(job.work_dir, task.index), {"task": task.index})
+        result.skipped.append({"file": rel, "record": None, "reason": f"{exc.reason} (the rest of this task "
+                               f"is unread)"})
+    if result.error is None:
+        part.write(part_path(job.work_dir, task.index), {"task": task.index})
     return result
+
+
+def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
+                     result: TaskResult, unit: str) -> None:
+    rel = task.file.rel
+    for batch in _batched(records, job.batch_records):
+        broken = batch[-1][1] if isinstance(batch[-1][1], StreamError) else None
+        if broken is not None:
+            batch = batch[:-1]
+        result.records += len(batch)
+        good = [(r, v) for r, v in batch if not isinstance(v, BadRecord)]
+        bad = [(r, v.reason) for r, v in batch if isinstance(v, BadRecord)]
+        out = job.processor.process(good) if good else None
+        if out is not None:
+            bad += out.bad
+        if bad:
+            bad.sort()
+            if job.on_error == "fail":
+                record, reason = bad[0]
+                result.error = {"file": rel, "record": record, "reason": reason, "unit": unit}
+                return
+            result.skipped += [{"file": rel, "record": r, unit: r + 1, "reason": why} for r, why in bad]
+        if out is not None and len(out.records):
+            _scatter_batch(job, task, out, part, result)
+        if broken is not None:
+            if job.on_error == "fail":
+                result.error = {"file": rel, "record": None, "reason": broken.reason, "unit": unit}
+                return
+            result.skipped.append({"file": rel, "record": None, "reason": f"{broken.reason} (after "
+                                   f"{result.records} records of this task; the rest of the file is unread)"})
 
 
 def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter, result: TaskResult) -> None:

@@ -86,7 +86,7 @@ class Encoder:
         return ids, lens, len(json_line)
 
 
-def preprocess(input_path: str, output_prefix: str, tokenizer_dir: str, workers: int, log_interval: int = 10000) -> int:
+def preprocess(input_path: str, output_prefix: str, tokenizer_dir: str, workers: int, log_interval: int = 1000) -> int:
     """Tokenize `input_path` into a Megatron indexed dataset; return the number of documents."""
     args = tokenizer_args(tokenizer_dir)
     encoder = Encoder(args)

@@ -108,7 +108,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         raise UsageError("--no-eos and --eos-token contradict each other")
     reader = MultiReader(readers=[JsonlReader(), ParquetReader(columns=[opts.text_field])])
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
-    chunk = max(1 << 20, min(64 << 20, opts.memory // 8))
+    chunk = max(64 << 10, min(64 << 20, opts.memory // 8))
     tasks = reader.plan(files, chunk_bytes=chunk)
     prepare_output(opts.out, overwrite=opts.overwrite)
     progress = Progress(quiet=opts.quiet)
@@ -139,7 +139,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     progress.note(f"engine: {engine} ({why})")
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
 
-    budget = max(1 << 20, opts.memory // 3)
+    budget = max(16 << 10, opts.memory // 3)
     total_bytes = sum(f.size for f in files)
     with work_folder(opts.out) as work:
         job = ScatterJob(

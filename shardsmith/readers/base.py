@@ -33,6 +33,11 @@ class BadRecord:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class StreamError(BadRecord):
+    """The file cannot be read past this point (truncated, corrupt, unreadable): not a record."""
+
+
 class Reader:
     """Base class of readers."""
 

@@ -14,9 +14,8 @@ from typing import Any
 
 import orjson
 
-from shardsmith.errors import DataError
 from shardsmith.inputs import InputFile
-from shardsmith.readers.base import BadRecord, Reader, Task
+from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
 
 _BLOCK = 4 << 20
 
@@ -44,6 +43,9 @@ class JsonlReader(Reader):
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         record = task.first_record
         for line in _lines(task):
+            if isinstance(line, StreamError):
+                yield record, line
+                return
             stripped = line.strip()
             if stripped:
                 try:
@@ -79,9 +81,11 @@ def _open(path: str) -> io.BufferedIOBase:
     return open(path, "rb")
 
 
-def _lines(task: Task) -> Iterator[bytes]:
-    """The lines of a task's byte range (or the whole stream), read in blocks."""
+def _lines(task: Task) -> Iterator[bytes | StreamError]:
+    """The lines of a task's byte range (or the whole stream), read in blocks; a StreamError last if
+    the file breaks off (small blocks for compressed streams, so little is lost before the break)."""
     path = task.file.path
+    block_size = _BLOCK if not _compression(path) else 64 << 10
     try:
         with _open(path) as fh:
             if task.start:
@@ -89,7 +93,7 @@ def _lines(task: Task) -> Iterator[bytes]:
             remaining = -1 if task.stop < 0 else task.stop - task.start
             tail = b""
             while remaining:
-                block = fh.read(_BLOCK if remaining < 0 else min(_BLOCK, remaining))
+                block = fh.read(block_size if remaining < 0 else min(block_size, remaining))
                 if not block:
                     break
                 if remaining > 0:
@@ -101,11 +105,11 @@ def _lines(task: Task) -> Iterator[bytes]:
                 yield tail
     except (OSError, EOFError) as exc:
         # Compressed streams fail here when truncated or corrupt; plain files when unreadable.
-        raise DataError(file=task.file.rel, reason=f"cannot read: {exc}") from None
+        yield StreamError(f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else f"cannot read: {exc}")
     except Exception as exc:  # zstandard raises its own ZstdError
-        if type(exc).__name__ == "ZstdError":
-            raise DataError(file=task.file.rel, reason=f"cannot decompress: {exc}") from None
-        raise
+        if type(exc).__name__ != "ZstdError":
+            raise
+        yield StreamError(f"cannot decompress: {exc}")
 
 
 def _json_reason(exc: orjson.JSONDecodeError, line: bytes) -> str:

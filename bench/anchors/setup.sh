@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create bench/.venv-anchors: a venv of its own (never the project's .venv) with the anchor tools
+# that bench/bench_pack_tokens.py compares pack-tokens against:
+#   - datatrove (JsonlReader -> DocumentTokenizer -> DocumentTokenizerMerger; needs only `tokenizers`
+#     beyond its core dependencies), run by anchors/datatrove_tokenize.py;
+#   - megatron-core + transformers (+ torch, which megatron.core.datasets imports), for
+#     anchors/megatron_preprocess.py: Megatron-LM's tools/preprocess_data.py is in no PyPI wheel, so
+#     that script re-creates it on megatron-core's public API (see its docstring).
+# Both run offline: tokenizers come from local tokenizer.json files, HF_HUB_OFFLINE=1.
+#
+# torch==2.13.0 is the CPU build that lies in /opt/wheels on these machines (pip's find-links); elsewhere
+# pip would fetch a multi-GB CUDA build. `tokenizers` is pinned to the project venv's version, so that
+# every tool in the benchmark encodes with the same library.
+#
+# Usage: bash bench/anchors/setup.sh          (idempotent; about 1 GB on disk)
+set -euo pipefail
+
+bench="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="$bench/.venv-anchors"
+python="${PYTHON:-python3}"
+
+tok_version="$("$bench/../.venv/bin/python" -c 'import tokenizers; print(tokenizers.__version__)' 2>/dev/null || echo 0.23.3)"
+
+[ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
+"$venv/bin/pip" install --quiet \
+    "torch==2.13.0" \
+    "datatrove==0.10.1" \
+    "megatron-core==0.16.1" \
+    "transformers==5.23.0" \
+    "tokenizers==$tok_version" \
+    orjson
+
+# Smoke test, offline: the imports the anchor scripts make.
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore "$venv/bin/python" - <<'EOF'
+from datatrove.executor import LocalPipelineExecutor
+from datatrove.pipeline.readers import JsonlReader
+from datatrove.pipeline.tokens import DocumentTokenizer, DocumentTokenizerMerger
+from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+from megatron.core.tokenizers.text.utils.build_tokenizer import build_tokenizer
+from importlib.metadata import version
+print("anchors ready:", ", ".join(f"{p} {version(p)}" for p in ("datatrove", "megatron-core", "transformers", "tokenizers", "torch")))
+EOF

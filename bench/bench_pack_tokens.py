@@ -1,0 +1,393 @@
+"""Side-by-side benchmark of `shardsmith pack-tokens` (issue 2), measured in one run.
+
+    python bench/bench_pack_tokens.py [--mb 100] [--workdir /tmp/shardsmith-bench] [--skip-anchors] [--big]
+
+On one synthetic corpus (bench/corpus.py) and one tokenizer (bench/make_tokenizers.py), warm page cache:
+  * byte-level BPE: shardsmith vs the bare read, gigatoken's raw encode (the physical limit), bare HF
+    tokenizers, datatrove's tokenizer + merger and Megatron's preprocess_data (both from
+    bench/.venv-anchors, made by bench/anchors/setup.sh);
+  * WordPiece (HF only): shardsmith vs a bare read + HF `encode_batch` script on the same cores;
+  * `TokenDataset.get_batch` vs nanoGPT's `get_batch` on the BPE run's train.bin;
+  * with --big: peak memory of pack-tokens --memory 256MB on a 1 GB corpus.
+Every tool runs as a child process; its wall time includes start-up. MB are 10**6 bytes of JSONL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ANCHOR_PY = HERE / ".venv-anchors" / "bin" / "python"
+WORKERS = 2
+BATCH_DOCS = 1000
+
+
+# ---------------------------------------------------------------- child baselines (run in a fresh process)
+
+def _texts(corpus: str):
+    """Batches of `text` fields, read and parsed with orjson."""
+    import orjson
+
+    batch: list[str] = []
+    with open(corpus, "rb") as f:
+        for line in f:
+            batch.append(orjson.loads(line)["text"])
+            if len(batch) == BATCH_DOCS:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def child(name: str, corpus: str, tokenizer: str) -> dict[str, int]:
+    """One bare baseline; returns counts that the parent checks against the tools' outputs."""
+    if name == "read":
+        n = 0
+        with open(corpus, "rb") as f:
+            while block := f.read(1 << 24):
+                n += len(block)
+        return {"bytes": n}
+    if name == "gigatoken-batch":
+        import gigatoken
+
+        tok = gigatoken.Tokenizer(tokenizer)
+        docs = tokens = 0
+        for texts in _texts(corpus):
+            encoded = tok.encode_batch(texts)
+            docs += len(texts)
+            tokens += _count(encoded)
+        return {"docs": docs, "tokens": tokens}
+    if name == "gigatoken-files":
+        import gigatoken
+
+        encoded = gigatoken.Tokenizer(tokenizer).encode_files(gigatoken.JsonlFileSource([corpus], field="text"))
+        return {"docs": len(encoded), "tokens": int(_count(encoded))}
+    if name == "hf-batch":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(tokenizer)
+        tok.no_truncation()
+        tok.no_padding()
+        docs = tokens = 0
+        for texts in _texts(corpus):
+            encoded = tok.encode_batch(texts, add_special_tokens=False)
+            docs += len(texts)
+            tokens += sum(len(e.ids) for e in encoded)
+        return {"docs": docs, "tokens": tokens}
+    raise SystemExit(f"unknown baseline {name}")
+
+
+def _count(encoded) -> int:
+    """Total number of ids in an awkward array of ragged rows."""
+    import awkward as ak
+
+    return int(ak.sum(ak.num(encoded, axis=1)))
+
+
+# ---------------------------------------------------------------- running and measuring children
+
+@dataclass
+class Result:
+    wall: float
+    maxrss_mb: float  # ru_maxrss of the child (its largest process, reaped descendants included)
+    tree_rss_mb: float = 0.0  # peak of the summed RSS of the child's process tree, sampled every 50 ms
+    out: str = ""
+
+
+def _tree_rss(pid: int) -> int:
+    """Summed VmRSS (kB) of `pid` and its descendants, from /proc."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            for line in open(f"/proc/{p}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+            for task in os.listdir(f"/proc/{p}/task"):
+                stack += [int(c) for c in open(f"/proc/{p}/task/{task}/children").read().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            pass
+    return total
+
+
+def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Result:
+    """Run `cmd` to completion; stdout is kept, stderr goes to `log`; raise on failure."""
+    with open(log, "wb") as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **(env or {})})
+        peak = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.05):
+                peak[0] = max(peak[0], _tree_rss(proc.pid))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        out = proc.stdout.read().decode()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        done.set()
+        sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}; stderr tail:\n{tail}")
+    return Result(wall, usage.ru_maxrss / 1024, peak[0] / 1024, out)
+
+
+@dataclass
+class Row:
+    name: str
+    walls: list[float] = field(default_factory=list)
+    tokens: int | None = None
+    note: str = ""
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(self.walls)
+
+
+class Bench:
+    def __init__(self, workdir: Path, repeat: int):
+        self.work = workdir
+        self.repeat = repeat
+        self.logs = workdir / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def baseline(self, row: Row, name: str, corpus: Path, tokenizer: Path, python: str = sys.executable) -> Row:
+        res = run([python, str(HERE / "bench_pack_tokens.py"), "--child", name, str(corpus), str(tokenizer)],
+                  self.logs / f"{name}.log")
+        row.walls.append(res.wall)
+        counts = json.loads(res.out)
+        if "tokens" in counts:
+            row.tokens = counts["tokens"] + counts["docs"]  # + one eos per document, as the tools write
+        return row
+
+    def shardsmith(self, row: Row, corpus: Path, tokenizer: Path, out: Path, *extra: str) -> Result:
+        shutil.rmtree(out, ignore_errors=True)
+        res = run([sys.executable, "-m", "shardsmith", "pack-tokens", str(corpus), "-o", str(out),
+                   "--tokenizer", str(tokenizer), "--workers", str(WORKERS), "--quiet", *extra],
+                  self.logs / f"shardsmith-{out.name}.log")
+        row.walls.append(res.wall)
+        manifest = json.loads((out / "manifest.json").read_text())
+        row.tokens = sum(s["tokens"] for s in manifest["splits"].values())
+        row.note = f"engine {manifest.get('engine') or manifest.get('tokenizer', {}).get('engine', '?')}"
+        return res
+
+
+def megatron_tokens(prefix: Path) -> int:
+    """Total tokens in a Megatron .idx (MMIDIDX header, then int32 sequence lengths)."""
+    import numpy as np
+
+    raw = prefix.with_name(prefix.name + "_text_document.idx").read_bytes()
+    assert raw[:9] == b"MMIDIDX\x00\x00"
+    n = int(np.frombuffer(raw, np.uint64, 1, 18)[0])
+    return int(np.frombuffer(raw, np.int32, n, 34).sum())
+
+
+def split_corpus(corpus: Path, parts: int) -> Path:
+    """The corpus cut into `parts` JSONL files at line boundaries (datatrove splits work by file)."""
+    folder = corpus.with_name(corpus.stem + f"-split{parts}")
+    if not folder.exists():
+        tmp = folder.with_name(folder.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        data = corpus.read_bytes()
+        cuts = [0] + [data.index(b"\n", len(data) * i // parts) + 1 for i in range(1, parts)] + [len(data)]
+        for i in range(parts):
+            (tmp / f"part-{i:05d}.jsonl").write_bytes(data[cuts[i]:cuts[i + 1]])
+        tmp.rename(folder)
+    return folder
+
+
+def ensure_corpus(work: Path, mb: float) -> Path:
+    sys.path.insert(0, str(HERE))
+    from corpus import write_corpus
+
+    path = work / f"corpus-{mb:g}mb.jsonl"
+    if not path.exists():
+        write_corpus(path.with_suffix(".tmp"), mb)
+        path.with_suffix(".tmp").rename(path)
+    return path
+
+
+# ---------------------------------------------------------------- the sections
+
+def table(title: str, rows: list[Row], size: int, ref: Row) -> None:
+    print(f"\n{title}")
+    print(f"  {'':52s} {'wall s':>8s} {'MB/s':>8s} {'x shardsmith':>13s} {'tokens':>12s}  runs")
+    for r in rows:
+        if not r.walls:
+            print(f"  {r.name:52s} {'-':>8s} {'-':>8s} {'-':>13s} {'-':>12s}  {r.note}")
+            continue
+        ratio = f"{r.wall / ref.wall:.2f}x" if ref.walls else "-"
+        tokens = f"{r.tokens:,}" if r.tokens is not None else ""
+        print(f"  {r.name:52s} {r.wall:8.2f} {size / 1e6 / r.wall:8.1f} {ratio:>13s} {tokens:>12s}  {len(r.walls)}  {r.note}")
+
+
+def verdict(label: str, ok: bool, detail: str) -> None:
+    print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
+
+
+def bpe_section(b: Bench, corpus: Path, tok: Path, anchors: bool) -> Path:
+    size = corpus.stat().st_size
+    read, giga, giga_files, hf = Row("bare read of the file"), Row("gigatoken encode_batch (read+orjson+encode)"), \
+        Row("gigatoken encode_files (Rust JSONL reader)"), Row("HF tokenizers encode_batch (bare script)")
+    ss = Row(f"shardsmith pack-tokens --workers {WORKERS} --nanogpt")
+    dt, meg = Row("datatrove tokenizer + merger (2 tasks)"), Row("Megatron preprocess_data (2 workers) [re-creation]")
+    out = b.work / "out-bpe"
+    for _ in range(b.repeat):
+        b.baseline(read, "read", corpus, tok)
+        b.baseline(giga, "gigatoken-batch", corpus, tok)
+        b.baseline(giga_files, "gigatoken-files", corpus, tok)
+        try:
+            b.shardsmith(ss, corpus, tok, out, "--nanogpt")
+        except (RuntimeError, FileNotFoundError) as e:
+            ss.note = f"failed: {str(e).splitlines()[0][:80]}"
+    b.baseline(hf, "hf-batch", corpus, tok)
+    if anchors:
+        env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
+        split = split_corpus(corpus, WORKERS)
+        res = run([str(ANCHOR_PY), str(HERE / "anchors" / "datatrove_tokenize.py"), str(split), "-o",
+                   str(b.work / "datatrove"), "--tokenizer", str(tok), "--tasks", str(WORKERS)], b.logs / "datatrove.log", env)
+        dt.walls.append(res.wall)
+        dt.tokens = sum(p.stat().st_size for p in (b.work / "datatrove" / "merged").glob("*.ds")) // 2
+        dt.note = f"(input pre-split into {WORKERS} files, not timed)"
+        prefix = b.work / "megatron" / "corpus"
+        shutil.rmtree(prefix.parent, ignore_errors=True)
+        prefix.parent.mkdir(parents=True)
+        res = run([str(ANCHOR_PY), str(HERE / "anchors" / "megatron_preprocess.py"), "--input", str(corpus),
+                   "--output-prefix", str(prefix), "--tokenizer", str(tok), "--workers", str(WORKERS)], b.logs / "megatron.log", env)
+        meg.walls.append(res.wall)
+        meg.tokens = megatron_tokens(prefix)
+    else:
+        dt.note = meg.note = "skipped (--skip-anchors or no bench/.venv-anchors)"
+    table(f"pack-tokens, byte-level BPE ({tok.name}), {size / 1e6:.1f} MB JSONL, {WORKERS} cores  "
+          "[tokens include one eos per document]", [read, giga, giga_files, ss, hf, dt, meg], size, ss)
+    if ss.walls:
+        verdict("issue 2: >= 50 MB/s end to end", size / 1e6 / ss.wall >= 50, f"{size / 1e6 / ss.wall:.1f} MB/s")
+        for r in (dt, meg):
+            if r.walls:
+                verdict(f"issue 2: >= 20x faster than {r.name.split(' (')[0]}", r.wall / ss.wall >= 20, f"{r.wall / ss.wall:.1f}x")
+    return out
+
+
+def wordpiece_section(b: Bench, corpus: Path, tok: Path) -> None:
+    size = corpus.stat().st_size
+    ss, bare = Row(f"shardsmith pack-tokens --workers {WORKERS}"), Row("bare read + HF encode_batch (same cores)")
+    for _ in range(b.repeat):  # interleaved, so that drift hits both alike
+        b.baseline(bare, "hf-batch", corpus, tok)
+        try:
+            b.shardsmith(ss, corpus, tok, b.work / "out-wordpiece")
+        except (RuntimeError, FileNotFoundError) as e:
+            ss.note = f"failed: {str(e).splitlines()[0][:80]}"
+            break
+    table(f"pack-tokens, WordPiece ({tok.name}, HF tokenizers only), {size / 1e6:.1f} MB JSONL", [bare, ss], size, ss)
+    if ss.walls:
+        verdict("issue 2: within 1.1x of the bare HF script", ss.wall <= 1.1 * bare.wall, f"{ss.wall / bare.wall:.2f}x")
+
+
+def memory_section(b: Bench, tok: Path) -> None:
+    corpus = ensure_corpus(b.work, 1000)
+    row = Row("shardsmith pack-tokens --memory 256MB")
+    res = b.shardsmith(row, corpus, tok, b.work / "out-big", "--memory", "256MB")
+    size = corpus.stat().st_size
+    print(f"\npeak memory, {size / 1e6:.0f} MB corpus, --memory 256MB, --workers {WORKERS}: wall {res.wall:.1f} s "
+          f"({size / 1e6 / res.wall:.1f} MB/s)")
+    print(f"  ru_maxrss (largest single process): {res.maxrss_mb:.0f} MB; peak summed RSS of the process tree: {res.tree_rss_mb:.0f} MB")
+    verdict("issue 2: peak memory under 1 GB", max(res.maxrss_mb, res.tree_rss_mb) < 1024,
+            f"{max(res.maxrss_mb, res.tree_rss_mb):.0f} MB (the larger of the two)")
+
+
+def get_batch_section(out: Path, batch: int = 32, block: int = 256, seconds: float = 1.0) -> None:
+    import numpy as np
+    import torch
+
+    import shardsmith
+
+    train_bin = out / "train.bin"
+    ds = shardsmith.TokenDataset(str(out), seq_len=block, split="train")
+    rng = np.random.default_rng(0)
+
+    def ours() -> None:
+        x, y = ds.get_batch(rng.integers(0, len(ds), batch))
+        torch.from_numpy(x), torch.from_numpy(y)
+
+    def nanogpt() -> None:  # nanoGPT train.py: the memmap is re-created for every batch
+        data = np.memmap(train_bin, dtype=np.uint16, mode="r")
+        ix = torch.randint(len(data) - block, (batch,))
+        torch.stack([torch.from_numpy((data[i:i + block]).astype(np.int64)) for i in ix])
+        torch.stack([torch.from_numpy((data[i + 1:i + 1 + block]).astype(np.int64)) for i in ix])
+
+    data_once = np.memmap(train_bin, dtype=np.uint16, mode="r")
+
+    def nanogpt_open_once() -> None:
+        ix = torch.randint(len(data_once) - block, (batch,))
+        torch.stack([torch.from_numpy((data_once[i:i + block]).astype(np.int64)) for i in ix])
+        torch.stack([torch.from_numpy((data_once[i + 1:i + 1 + block]).astype(np.int64)) for i in ix])
+
+    def rate(fn) -> float:
+        rates = []
+        for _ in range(3):
+            n, t0 = 0, time.perf_counter()
+            while (dt := time.perf_counter() - t0) < seconds:
+                fn()
+                n += 1
+            rates.append(n / dt)
+        return statistics.median(rates)
+
+    r_ours, r_nano, r_once = rate(ours), rate(nanogpt), rate(nanogpt_open_once)
+    print(f"\nget_batch, B={batch}, L={block}, {train_bin} ({data_once.size:,} tokens), batches/s (median of 3 x {seconds:g} s)")
+    print(f"  shardsmith TokenDataset.get_batch (+ torch.from_numpy)   {r_ours:10.0f}")
+    print(f"  nanoGPT get_batch (memmap re-opened per batch, as in it) {r_nano:10.0f}   ratio {r_ours / r_nano:.1f}x")
+    print(f"  nanoGPT get_batch with the memmap opened once           {r_once:10.0f}   ratio {r_ours / r_once:.1f}x")
+    verdict("issue 2: >= 3x nanoGPT's get_batch", r_ours / r_nano >= 3, f"{r_ours / r_nano:.1f}x")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=float, default=100, help="corpus size in MB (10**6 bytes); default 100")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/shardsmith-bench"))
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the cheap rows (medians); anchors run once")
+    ap.add_argument("--skip-anchors", action="store_true", help="skip datatrove and Megatron")
+    ap.add_argument("--big", action="store_true", help="also the peak-memory run on a 1 GB corpus")
+    ap.add_argument("--child", nargs=3, metavar=("NAME", "CORPUS", "TOKENIZER"), help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(*args.child)))
+        return
+
+    sys.path.insert(0, str(HERE))
+    from make_tokenizers import make_tokenizers
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    corpus = ensure_corpus(args.workdir, args.mb)
+    toks = make_tokenizers(corpus, args.workdir / "tokenizers")
+    child("read", str(corpus), "")  # warm the page cache: every row reads from memory
+    anchors = not args.skip_anchors and ANCHOR_PY.exists()
+    if not args.skip_anchors and not anchors:
+        print(f"note: {ANCHOR_PY} missing; run bench/anchors/setup.sh for the datatrove and Megatron rows", file=sys.stderr)
+    print(f"shardsmith pack-tokens benchmark: {corpus} ({corpus.stat().st_size / 1e6:.1f} MB), {os.cpu_count()} cores, "
+          f"workdir {args.workdir}")
+    b = Bench(args.workdir, args.repeat)
+    out = bpe_section(b, corpus, toks["bpe"], anchors)
+    wordpiece_section(b, corpus, toks["wordpiece"])
+    if (out / "train.bin").exists():
+        get_batch_section(out)
+    if args.big:
+        memory_section(b, toks["bpe"])
+
+
+if __name__ == "__main__":
+    main()

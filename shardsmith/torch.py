@@ -1,0 +1,84 @@
+"""torch adapters over the numpy loaders: map-style windows with batched fetch, and an iterable that
+splits one epoch's order across DDP ranks and DataLoader workers without duplicates.
+
+Import cost stays out of ``import shardsmith``: only this module imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from shardsmith.loader.order import epoch_order
+from shardsmith.loader.tokens import TokenDataset
+
+
+def _distributed() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class TokenWindows(Dataset):
+    """Map-style windows for ``DataLoader(..., batch_size=B)``: the batch is fetched by one gather."""
+
+    def __init__(self, dataset: TokenDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.dataset[i]
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        x, y = self.dataset.get_batch(np.asarray(indices))
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        return [(xt[k], yt[k]) for k in range(len(indices))]
+
+
+class TokenBatches(IterableDataset):
+    """Batches of windows for one epoch, split over ranks × DataLoader workers (use ``batch_size=None``).
+
+    Every (rank, worker) pair takes a strided slice of the same epoch permutation, so the union
+    over all of them is one pass with no duplicates; call ``set_epoch`` between epochs.
+    """
+
+    def __init__(self, dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None) -> None:
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = epoch
+        self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else _distributed()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _slice(self) -> np.ndarray:
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        # Equal shares per rank first (drop the remainder), then deal each rank's share to its workers.
+        mine = epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                           rank=self.rank, world_size=self.world_size)
+        return mine[worker::workers]
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = self._slice()
+        for start in range(0, len(order), self.batch_size):
+            x, y = self.dataset.get_batch(order[start:start + self.batch_size])
+            yield torch.from_numpy(x), torch.from_numpy(y)
+
+
+def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+           num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
+    """A DataLoader over ``TokenBatches`` for this process's DDP rank."""
+    return torch.utils.data.DataLoader(
+        TokenBatches(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch),
+        batch_size=None, num_workers=num_workers, **kwargs)

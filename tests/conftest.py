@@ -1,0 +1,99 @@
+"""Fixtures: small corpora and tokenizers built in code, and a CLI runner that runs as a user would."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from shardsmith.cli import main
+from shardsmith.transforms.tokenize import train_bpe
+
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "über", "café", "naïve", "東京", "🙂", "data", "shard", "token", "shuffle", "seed", "record"]
+
+
+def make_docs(n: int, *, seed: int = 0, max_words: int = 60) -> list[str]:
+    rng = random.Random(seed)
+    docs = []
+    for i in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(0, max_words))]
+        punct = rng.choice(["", ".", "!", "?\n", ",  "])
+        docs.append(f"doc {i}: " + " ".join(words) + punct)
+    return docs
+
+
+def write_jsonl(path: Path, docs: list[str], *, field: str = "text") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        for i, d in enumerate(docs):
+            fh.write(json.dumps({"id": i, field: d}, ensure_ascii=False) + "\n")
+    return path
+
+
+def tree_digest(folder: Path, *, skip: tuple[str, ...] = ("manifest.json",)) -> dict[str, str]:
+    """sha256 of every file in a folder, for byte-identity checks."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.iterdir()) if p.is_file() and p.name not in skip}
+
+
+@dataclass
+class Result:
+    exit_code: int
+    output: str
+    stderr: str
+
+
+def run_cli(*args: str | Path) -> Result:
+    """Run the CLI in-process, as click would from a shell."""
+    res = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    return Result(res.exit_code, res.stdout, res.stderr)
+
+
+def run_subprocess(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "shardsmith", *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small GPT-2-style byte-level BPE with <|endoftext|>, trained on the test vocabulary."""
+    path = tmp_path_factory.mktemp("tok") / "bpe.json"
+    path.write_text(train_bpe(make_docs(400, seed=99), vocab_size=400))
+    return path
+
+
+@pytest.fixture(scope="session")
+def wordpiece_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BERT-like WordPiece that, like sentence-transformers files, truncates at 16 and pads."""
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]"],
+                                        show_progress=False)
+    tok.train_from_iterator(make_docs(300, seed=7), trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    tok.enable_truncation(16)
+    tok.enable_padding(length=16, pad_id=0, pad_token="[PAD]")
+    path = tmp_path_factory.mktemp("tok") / "wordpiece.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A folder of two JSONL files (300 documents) and the documents in input order."""
+    docs = make_docs(300)
+    root = tmp_path / "corpus"
+    write_jsonl(root / "a.jsonl", docs[:170])
+    write_jsonl(root / "sub" / "b.jsonl", docs[170:])
+    return root, docs

@@ -1,0 +1,142 @@
+"""Bad input: one line naming the file and line, a non-zero exit, no traceback, no complete-looking output."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import make_docs, run_cli, run_subprocess, write_jsonl
+
+
+def bad_corpus(tmp_path: Path, bad_line: bytes, *, at: int = 3) -> Path:
+    docs = make_docs(10)
+    lines = [json.dumps({"text": d}).encode() for d in docs]
+    lines.insert(at, bad_line)
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "data.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    return root
+
+
+CASES = {
+    "malformed JSON": (b'{"text": "unterminated', "malformed JSON"),
+    "invalid UTF-8": (b'{"text": "caf\xe9"}', "invalid UTF-8"),
+    "missing field": (b'{"body": "no text here"}', "no 'text' field"),
+    "null text": (b'{"text": null}', "'text' is null"),
+    "not an object": (b'["text"]', "expected a JSON object"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_record_fails_with_file_and_line(tmp_path, bpe_tokenizer, case):
+    line, reason = CASES[case]
+    root = bad_corpus(tmp_path, line)
+    out = tmp_path / "out"
+    res = run_subprocess("pack-tokens", root, "-o", out, "--tokenizer", bpe_tokenizer, "--quiet", "--workers", "2")
+    assert res.returncode == 1
+    assert res.stderr.strip().count("\n") == 0, res.stderr  # one line
+    assert "Traceback" not in res.stderr
+    assert "data.jsonl: line 4:" in res.stderr and reason in res.stderr
+    assert not (out / "manifest.json").exists()
+    assert not list(out.glob("*.bin"))  # no shard that looks whole
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_skip_counts_and_lists_bad_records(tmp_path, bpe_tokenizer, case):
+    line, reason = CASES[case]
+    root = bad_corpus(tmp_path, line, at=5)
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "--quiet",
+                  "--on-error", "skip")
+    assert res.exit_code == 0, res.stderr
+    m = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    src = m["source"]
+    assert src["records"] == 11
+    assert src["skipped"]["count"] == 1
+    (entry,) = src["skipped"]["records"]
+    assert entry["file"] == "data.jsonl" and entry["line"] == 6 and reason in entry["reason"]
+    assert src["records"] == m["splits"]["train"]["samples"] + src["skipped"]["count"]
+
+
+def test_blank_lines_are_not_records_but_keep_line_numbers(tmp_path, bpe_tokenizer):
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "d.jsonl").write_text('{"text": "a"}\n\n   \n{"text": "b"}\n{"oops": 1}\n')
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "--quiet")
+    assert res.exit_code == 1 and "d.jsonl: line 5:" in res.stderr
+
+
+def test_truncated_gzip_is_a_clear_error(tmp_path, bpe_tokenizer):
+    import gzip
+
+    root = tmp_path / "in"
+    root.mkdir()
+    data = gzip.compress(b"".join(json.dumps({"text": d}).encode() + b"\n" for d in make_docs(2000)))
+    (root / "t.jsonl.gz").write_bytes(data[: len(data) // 2])
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "--quiet")
+    assert res.exit_code == 1 and "t.jsonl.gz" in res.stderr and "Traceback" not in res.stderr
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "skip", "--tokenizer", bpe_tokenizer, "--quiet",
+                  "--on-error", "skip")
+    assert res.exit_code == 0, res.stderr
+    m = json.loads((tmp_path / "skip" / "manifest.json").read_text())
+    (entry,) = m["source"]["skipped"]["records"]
+    assert entry["record"] is None and "the rest of the file is unread" in entry["reason"]
+
+
+def test_missing_or_broken_tokenizer(tmp_path, corpus):
+    root, _ = corpus
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "o1", "--tokenizer", tmp_path / "nope.json")
+    assert res.exit_code == 2 and "nope.json: no such file" in res.stderr
+    (tmp_path / "bad.json").write_text("{not json")
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "o2", "--tokenizer", tmp_path / "bad.json")
+    assert res.exit_code == 2 and "bad.json: not a HuggingFace tokenizer.json" in res.stderr
+
+
+def test_tokenizer_without_eos_needs_an_option(tmp_path, corpus):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "t.json"))
+    root, _ = corpus
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "o", "--tokenizer", tmp_path / "t.json")
+    assert res.exit_code == 2 and "--eos-token" in res.stderr
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "o2", "--tokenizer", tmp_path / "t.json", "--eos-token", "</s>")
+    assert res.exit_code == 2 and "'</s>' is not in the tokenizer's vocabulary" in res.stderr
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "o3", "--tokenizer", tmp_path / "t.json", "--no-eos", "-q")
+    assert res.exit_code == 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--memory", "0"], "--memory: must be positive"),
+    (["--memory", "lots"], "cannot read 'lots' as a size"),
+    (["--shard-tokens", "0"], "--shard-tokens: must be positive"),
+    (["--split", "train=0.9,val=0.2"], "fractions sum to 1.1"),
+    (["--split", "train"], "expected name=fraction"),
+    (["--workers", "0"], "--workers"),
+])
+def test_bad_options_are_usage_errors(tmp_path, corpus, bpe_tokenizer, args, message):
+    root, _ = corpus
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer, *args)
+    assert res.exit_code == 2 and message in res.stderr, res.stderr
+
+
+def test_missing_input_and_empty_folder(tmp_path, bpe_tokenizer):
+    res = run_cli("pack-tokens", tmp_path / "missing.jsonl", "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer)
+    assert res.exit_code == 2 and "missing.jsonl: no such file or folder" in res.stderr
+    (tmp_path / "empty").mkdir()
+    res = run_cli("pack-tokens", tmp_path / "empty", "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer)
+    assert res.exit_code == 2 and "no input files" in res.stderr
+    write_jsonl(tmp_path / "x" / "a.jsonl", [])
+    res = run_cli("pack-tokens", tmp_path / "x", "-o", tmp_path / "o3", "--tokenizer", bpe_tokenizer, "-q")
+    assert res.exit_code == 1 and "no documents to write" in res.stderr
+
+
+def test_missing_parquet_column(tmp_path, bpe_tokenizer):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"body": ["a", "b"]}), tmp_path / "in" / "p.parquet")
+    res = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer, "-q")
+    assert res.exit_code == 1 and "p.parquet: no column 'text' (columns: body)" in res.stderr
