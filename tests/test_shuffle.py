@@ -113,3 +113,11 @@ def test_bucket_count_grows_with_data():
     assert bucket_count(10, 10**9) == 1
     assert bucket_count(10**9, 256 * 10**6) == 16
     assert math.log2(bucket_count(10**12, 10**6)) == 16
+
+
+def test_sample_keys_hold_no_dots_or_slashes():
+    from shardsmith.sample import Identity, Sample
+
+    s = Sample(Identity("train/n01440764/img.0001.JPEG", 12), {"jpg": b"..."})
+    assert s.key == "train_n01440764_img_0001_JPEG_000000012"
+    assert "." not in s.identity.key(copy=2) and "/" not in s.identity.key(copy=2)
