@@ -10,7 +10,6 @@ and DIR/wordpiece.json (BERT-like WordPiece, vocab 30522, [PAD] [UNK] [CLS] [SEP
 from __future__ import annotations
 
 import argparse
-import itertools
 import sys
 import time
 from collections.abc import Iterator

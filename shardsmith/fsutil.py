@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -27,8 +29,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     atomic_write_stream(path, [data])
 
 
-def atomic_write_stream(path: Path, chunks: Iterable[bytes | memoryview]) -> None:
-    """Write chunks to ``path`` so that a crash never leaves a partial file under that name."""
+def atomic_write_stream(path: Path, chunks: Iterable[bytes | memoryview], *, durable: bool = True) -> None:
+    """Write chunks to ``path`` so that a crash never leaves a partial file under that name.
+
+    ``durable=False`` skips the fsyncs: for scratch files that a killed process may lose but
+    never sees half-written (the rename still makes them appear whole or not at all).
+    """
     path = Path(path)
     tmp = _tmp(path)
     try:
@@ -36,17 +42,23 @@ def atomic_write_stream(path: Path, chunks: Iterable[bytes | memoryview]) -> Non
             for chunk in chunks:
                 fh.write(chunk)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
 class HashingFile:
-    """A file written under a temporary name, hashed as it is written, renamed into place on commit."""
+    """A file written under a temporary name, hashed as it is written, renamed into place on commit.
+
+    Writing and hashing run on a background thread (both release the GIL), so they overlap with
+    the caller preparing the next buffer. Buffers handed to ``write`` must not change afterwards.
+    """
 
     def __init__(self, path: Path, *, buffer_bytes: int = 8 << 20) -> None:
         self.path = Path(path)
@@ -54,21 +66,52 @@ class HashingFile:
         self._fh = open(self._tmp, "wb", buffering=buffer_bytes)  # noqa: SIM115 (closed by commit/abort)
         self._sha = hashlib.sha256()
         self.bytes = 0
+        # one buffer queued while one is written: overlap without holding many buffers alive
+        self._queue: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._drain, name=f"write {self.path.name}", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        while (data := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._fh.write(data)
+                    self._sha.update(data)
+                except BaseException as exc:  # surfaced to the caller on the next write or commit
+                    self._error = exc
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
 
     def write(self, data: bytes | memoryview) -> None:
-        self._fh.write(data)
-        self._sha.update(data)
-        self.bytes += len(data)
+        self._raise()
+        if len(data):
+            self._queue.put(data)
+            self.bytes += len(data)
+
+    def _finish(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
     def commit(self) -> str:
         """Flush, fsync and rename; returns the sha256 hex digest."""
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
+        self._finish()
+        try:
+            self._raise()
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except BaseException:
+            self.abort()
+            raise
         self._fh.close()
         os.replace(self._tmp, self.path)
         return self._sha.hexdigest()
 
     def abort(self) -> None:
+        self._finish()
         self._fh.close()
         with contextlib.suppress(OSError):
             self._tmp.unlink()

@@ -12,10 +12,9 @@ import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -206,18 +205,15 @@ def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int 
             if progress:
                 progress(task.nbytes)
         return results
-    ctx = get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(job,)) as pool:
-        try:
-            for task, res in zip(tasks, pool.map(_run_in_worker, tasks)):
-                _check(res)
-                results.append(res)
-                if progress:
-                    progress(task.nbytes)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    # fork where there is one: workers start in milliseconds and share the parent's imports. The pool
+    # is made before any progress bar exists, so no other thread runs while it forks.
+    ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
+    with ctx.Pool(processes=min(workers, len(tasks)), initializer=_init_worker, initargs=(job,)) as pool:
+        for task, res in zip(tasks, pool.imap(_run_in_worker, tasks)):
+            _check(res)
+            results.append(res)
+            if progress:
+                progress(task.nbytes)
     return results
 
 

@@ -28,9 +28,8 @@ def take_ragged(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray) -> np.
         out_starts = starts_of(picked)[:-1]
         index = np.arange(total, dtype=np.int64) + np.repeat(starts[order] - out_starts, picked)
         return flat[index]
-    out = np.empty(total, dtype=flat.dtype)
-    pos = 0
-    for s, n in zip(starts[order].tolist(), picked.tolist()):
-        out[pos:pos + n] = flat[s:s + n]
-        pos += n
-    return out
+    view = memoryview(np.ascontiguousarray(flat)).cast("B")
+    size = flat.dtype.itemsize
+    lo, hi = (starts[order] * size).tolist(), (starts[order + 1] * size).tolist()
+    joined = b"".join([view[a:b] for a, b in zip(lo, hi)])
+    return np.frombuffer(joined, dtype=flat.dtype)

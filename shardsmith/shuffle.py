@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -104,14 +105,14 @@ class PartWriter:
                 count = len(arrays[0])
                 segments.append([split, bucket, offset, count, run.nbytes])
                 for a in arrays:
-                    yield a.tobytes()
+                    yield memoryview(a).cast("B")
                 yield from run.payload
                 offset += 24 * count + run.nbytes
             footer = orjson.dumps({"meta": meta, "segments": segments})
             yield footer
             yield _TRAILER.pack(len(footer), PART_MAGIC)
 
-        atomic_write_stream(path, chunks())
+        atomic_write_stream(path, chunks(), durable=False)  # scratch: rebuilt if lost
 
 
 def read_part_footer(path: Path) -> dict:
@@ -153,26 +154,33 @@ def _group(buckets: dict[int, list[Segment]], budget: int) -> Iterator[list[Segm
         yield group
 
 
-def _load(seg: Segment) -> tuple[np.ndarray, np.ndarray, np.ndarray, bytes]:
-    with open(seg.path, "rb") as fh:
-        fh.seek(seg.offset)
-        head = fh.read(24 * seg.count)
-        payload = fh.read(seg.payload_bytes)
-    if len(head) != 24 * seg.count or len(payload) != seg.payload_bytes:
-        raise DatasetError(f"{seg.path}: part file shorter than its footer says")
-    arr = np.frombuffer(head, dtype=np.uint64).reshape(3, seg.count)
-    return arr[0], arr[1], arr[2], payload
+def _load_group(group: list[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Keys, input order, lengths and payloads of a group, read straight into one payload buffer."""
+    heads = np.empty((3, sum(s.count for s in group)), dtype=np.uint64)
+    payload = np.empty(sum(s.payload_bytes for s in group), dtype=np.uint8)
+    row = pos = 0
+    handles: dict[str, Any] = {}
+    try:
+        for seg in group:
+            fh = handles.get(seg.path) or handles.setdefault(seg.path, open(seg.path, "rb"))  # noqa: SIM115
+            fh.seek(seg.offset)
+            head = np.empty((3, seg.count), dtype=np.uint64)
+            got = fh.readinto(memoryview(head).cast("B")) + fh.readinto(payload[pos:pos + seg.payload_bytes])
+            if got != 24 * seg.count + seg.payload_bytes:
+                raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+            heads[:, row:row + seg.count] = head
+            row += seg.count
+            pos += seg.payload_bytes
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return heads[0], heads[1], heads[2].astype(np.int64), payload
 
 
 def sorted_batches(buckets: dict[int, list[Segment]], *, budget: int) -> Iterator[SortedBatch]:
     """The samples of one split in (key, input order) order, a bucket group at a time."""
     for group in _group(buckets, budget):
-        loaded = [_load(s) for s in group]
-        keys = np.concatenate([x[0] for x in loaded])
-        order = np.concatenate([x[1] for x in loaded])
-        lengths = np.concatenate([x[2] for x in loaded]).astype(np.int64)
-        payload = np.frombuffer(b"".join(x[3] for x in loaded), dtype=np.uint8)
-        del loaded
+        keys, order, lengths, payload = _load_group(group)
         perm = np.lexsort((order, keys))
         ordered = take_ragged(payload, lengths, perm)
         yield SortedBatch(lengths=lengths[perm], payload=memoryview(ordered), keys=keys[perm])

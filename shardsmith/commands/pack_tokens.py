@@ -14,6 +14,7 @@ from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DataError, UsageError
 from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.inputs import discover
+from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import prepare_output
 from shardsmith.pipeline import Processed, ScatterJob, plan_buckets, run_gather, run_scatter, work_folder
 from shardsmith.progress import Progress
@@ -23,8 +24,8 @@ from shardsmith.readers.parquet import ParquetReader
 from shardsmith.transforms import tokenize as tk
 from shardsmith.writers.tokens import TokensWriter
 
-SAMPLE_DOCS = 1000
-SAMPLE_BYTES = 1 << 20
+SAMPLE_DOCS = 500
+SAMPLE_BYTES = 256 << 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,13 +103,16 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str)
 
 def run(opts: PackTokensOptions) -> dict[str, Any]:
     """The whole command; returns the manifest it wrote."""
+    keep_freed_memory()
     if (opts.tokenizer is None) == (opts.train_tokenizer is None):
         raise UsageError("give exactly one of --tokenizer FILE and --train-tokenizer VOCAB_SIZE")
     if opts.no_eos and opts.eos_token:
         raise UsageError("--no-eos and --eos-token contradict each other")
     reader = MultiReader(readers=[JsonlReader(), ParquetReader(columns=[opts.text_field])])
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
-    chunk = max(64 << 10, min(64 << 20, opts.memory // 8))
+    total_bytes = sum(f.size for f in files)
+    # ~16 tasks for balance across workers; never more than 1/8 of the budget in one task
+    chunk = max(64 << 10, min(64 << 20, opts.memory // 8, max(1 << 20, total_bytes // 16)))
     tasks = reader.plan(files, chunk_bytes=chunk)
     prepare_output(opts.out, overwrite=opts.overwrite)
     progress = Progress(quiet=opts.quiet)
@@ -139,8 +143,10 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     progress.note(f"engine: {engine} ({why})")
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
 
-    budget = max(16 << 10, opts.memory // 3)
-    total_bytes = sum(f.size for f in files)
+    # gather one group of buckets at a time; about four groups are alive at once (read, reordered, being
+    # written, queued), and groups stay small so the same buffers are reused (fresh pages cost more
+    # than copies here)
+    budget = max(16 << 10, min(opts.memory // 6, 64 << 20))
     with work_folder(opts.out) as work:
         job = ScatterJob(
             reader=reader, processor=TokenProcessor(spec=spec, text_field=opts.text_field), seed=opts.seed,

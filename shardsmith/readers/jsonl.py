@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import mmap
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,16 +28,7 @@ class JsonlReader(Reader):
     def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
         if _compression(file.path) or file.size <= chunk_bytes:
             return [(0, -1, 0)]
-        cuts: list[tuple[int, int, int]] = []
-        with open(file.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            start, line = 0, 0
-            while start < file.size:
-                nl = mm.find(b"\n", min(start + chunk_bytes, file.size) - 1)
-                stop = file.size if nl < 0 else nl + 1
-                cuts.append((start, stop, line))
-                line += _count_lines(mm, start, stop)
-                start = stop
-        return cuts
+        return _cut_at_lines(file.path, chunk_bytes)
 
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         record = task.first_record
@@ -56,13 +46,33 @@ class JsonlReader(Reader):
             record += 1
 
 
-def _count_lines(mm: mmap.mmap, start: int, stop: int) -> int:
-    count, pos = 0, start
-    while pos < stop:
-        end = min(pos + (64 << 20), stop)
-        count += mm[pos:end].count(b"\n")
-        pos = end
-    return count
+def _cut_at_lines(path: str, chunk_bytes: int, *, block: int = 8 << 20) -> list[tuple[int, int, int]]:
+    """Byte ranges of about ``chunk_bytes`` that end after a newline, with the line number each starts at.
+
+    One sequential pass through a reused buffer (no mmap, so the file's pages are not charged to
+    this process).
+    """
+    cuts: list[tuple[int, int, int]] = []
+    start = first_line = lines = pos = 0
+    target = chunk_bytes
+    buf = bytearray(block)
+    with open(path, "rb") as fh:
+        while n := fh.readinto(buf):
+            p = 0  # newlines before p in this block are counted in `lines`
+            while target - 1 < pos + n:
+                i = buf.find(b"\n", max(target - 1 - pos, p), n)
+                if i < 0:
+                    break  # the cut falls in a later block
+                lines += buf.count(b"\n", p, i + 1)
+                p = i + 1
+                cuts.append((start, pos + p, first_line))
+                start, first_line = pos + p, lines
+                target = start + chunk_bytes
+            lines += buf.count(b"\n", p, n)
+            pos += n
+    if start < pos:
+        cuts.append((start, pos, first_line))
+    return cuts
 
 
 def _compression(path: str) -> str:

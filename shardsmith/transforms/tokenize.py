@@ -89,8 +89,10 @@ def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -
             raise UsageError(f"--engine gigatoken: gigatoken cannot load this tokenizer ({exc})") from None
         return "hf", f"gigatoken does not support this tokenizer ({str(exc)[:120]})"
     texts = _PROBES + sample
-    expected = [e.ids for e in tok.encode_batch_fast(texts, add_special_tokens=False)]
-    got = giga.encode_batch_list(texts)
+    # one document at a time on both sides: batch encodes would start thread pools in this process,
+    # and tokenizers then refuses parallelism in forked workers
+    expected = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+    got = giga.encode_batch_list(texts, parallel=False)
     for text, want, have in zip(texts, expected, got):
         if list(have) != want:
             reason = f"gigatoken gave different ids than tokenizers for {text[:60]!r}"
