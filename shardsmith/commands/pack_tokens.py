@@ -25,7 +25,7 @@ from shardsmith.transforms import tokenize as tk
 from shardsmith.writers.tokens import TokensWriter
 
 SAMPLE_DOCS = 500
-SAMPLE_BYTES = 256 << 10
+SAMPLE_BYTES = 128 << 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,10 +56,11 @@ class PackTokensOptions:
 class TokenProcessor:
     """Picks the text field of each record and encodes a batch; the encoder is built in each worker."""
 
-    def __init__(self, *, spec: tk.TokenizerSpec, text_field: str) -> None:
+    def __init__(self, *, spec: tk.TokenizerSpec, text_field: str, encoder: tk.Encoder | None = None) -> None:
+        """``encoder``: built in the parent, so forked workers inherit it (spawned ones build their own)."""
         self.spec = spec
         self.text_field = text_field
-        self._encoder: tk.Encoder | None = None
+        self._encoder = encoder
 
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "text_field": self.text_field, "_encoder": None}
@@ -139,7 +140,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         raise UsageError(f"--nanogpt: nanoGPT reads uint16 tokens, but the vocabulary has {vocab_size} entries")
 
     sample = _sample(reader, tasks, opts.text_field)
-    engine, why = tk.choose_engine(opts.engine, hf, json_text, sample)
+    engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample)
     progress.note(f"engine: {engine} ({why})")
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
 
@@ -149,7 +150,8 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     budget = max(16 << 10, min(opts.memory // 6, 64 << 20))
     with work_folder(opts.out) as work:
         job = ScatterJob(
-            reader=reader, processor=TokenProcessor(spec=spec, text_field=opts.text_field), seed=opts.seed,
+            reader=reader, seed=opts.seed,
+            processor=TokenProcessor(spec=spec, text_field=opts.text_field, encoder=tk.Encoder(spec, loaded=loaded)),
             shuffle=opts.shuffle, splits=opts.splits, on_error=opts.on_error,
             n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes, budget=budget),
             work_dir=str(work),

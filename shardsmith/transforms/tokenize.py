@@ -76,10 +76,11 @@ def default_eos(tok: Any) -> str | None:
     return next((c for c in EOS_CANDIDATES if c in specials), None)
 
 
-def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -> tuple[str, str]:
-    """(engine, reason): gigatoken when it loads and matches tokenizers on the sample, else hf."""
+def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -> tuple[str, str, Any]:
+    """(engine, reason, loaded gigatoken tokenizer or None): gigatoken when it loads and matches
+    tokenizers on the sample, else hf."""
     if requested == "hf":
-        return "hf", "requested"
+        return "hf", "requested", None
     try:
         import gigatoken
 
@@ -87,7 +88,7 @@ def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -
     except Exception as exc:
         if requested == "gigatoken":
             raise UsageError(f"--engine gigatoken: gigatoken cannot load this tokenizer ({exc})") from None
-        return "hf", f"gigatoken does not support this tokenizer ({str(exc)[:120]})"
+        return "hf", f"gigatoken does not support this tokenizer ({str(exc)[:120]})", None
     texts = _PROBES + sample
     # one document at a time on both sides: batch encodes would start thread pools in this process,
     # and tokenizers then refuses parallelism in forked workers
@@ -98,19 +99,20 @@ def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -
             reason = f"gigatoken gave different ids than tokenizers for {text[:60]!r}"
             if requested == "gigatoken":
                 raise UsageError(f"--engine gigatoken: {reason}")
-            return "hf", reason
-    return "gigatoken", f"matched tokenizers on {len(texts)} documents"
+            return "hf", reason, None
+    return "gigatoken", f"matched tokenizers on {len(texts)} documents", giga
 
 
 class Encoder:
     """Encodes batches of documents into one flat token array plus per-document lengths."""
 
-    def __init__(self, spec: TokenizerSpec) -> None:
+    def __init__(self, spec: TokenizerSpec, *, loaded: Any = None) -> None:
+        """``loaded``: the gigatoken tokenizer already built (and warmed) by ``choose_engine``."""
         self.spec = spec
         if spec.engine == "gigatoken":
             import gigatoken
 
-            self._giga = gigatoken.Tokenizer.from_json(spec.json)
+            self._giga = loaded if loaded is not None else gigatoken.Tokenizer.from_json(spec.json)
         else:
             from tokenizers import Tokenizer
 
