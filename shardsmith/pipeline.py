@@ -250,6 +250,7 @@ def plan_buckets(*, shuffle: bool, estimated_bytes: int, budget: int) -> int:
 @contextlib.contextmanager
 def work_folder(out_dir: Path) -> Iterator[Path]:
     """The spill folder beside the output, removed when the run ends (successfully or not)."""
+    out_dir = out_dir.resolve()
     work = out_dir.parent / f".{out_dir.name}.shardsmith-work"
     if work.exists():
         shutil.rmtree(work)
