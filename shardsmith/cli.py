@@ -123,6 +123,38 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 
 
 @main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--to", "to", type=click.Choice(["webdataset", "hdf5"]), required=True, help="Output format.")
+@click.option("--from", "source", type=click.Choice(["imagefolder", "jsonl", "parquet"]), default=None,
+              help="Input kind [default: inferred from the inputs].")
+@click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
+@click.option("--check-images", type=click.Choice(["header", "full", "none"]), default="header", show_default=True,
+              help="header: magic number, dimensions and JPEG EOI without decoding; full: decode every image.")
+@click.option("--augment", default=None, metavar="SPEC",
+              help='Offline augmentation, e.g. "random-resized-crop=224,hflip" or "resize=256,center-crop=224".')
+@click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Augmented variants per image, each under its own key.")
+@click.option("--quality", default=90, show_default=True, type=click.IntRange(1, 100), help="JPEG quality of re-encoded images.")
+@click.option("--shard-samples", type=click.IntRange(min=1), default=None, help="Roll over after this many samples.")
+@click.option("--shard-bytes", default="256MB", show_default=True, callback=_size("--shard-bytes"),
+              help="Roll over before a shard grows past this size.")
+@click.option("--wids-md5", is_flag=True, help="Also record each shard's md5 in the wids index (costs a pass).")
+@converting_options
+@user_errors
+def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
+    """Convert image folders, JSONL or Parquet into exactly shuffled shards (webdataset tar)."""
+    from shardsmith.commands.convert import ConvertOptions, run
+    from shardsmith.pipeline import default_workers
+
+    opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(), **kw)
+    manifest = run(opts)
+    src = manifest["source"]
+    parts = ", ".join(f"{name}: {s['samples']} samples in {len(s['shards'])} shards"
+                      for name, s in manifest["splits"].items())
+    click.echo(f"{out}: {parts}; {src['records']} records read, {src['skipped']['count']} skipped")
+
+
+@main.command()
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--samples", default=1, show_default=True, type=click.IntRange(min=0), help="Samples to show.")

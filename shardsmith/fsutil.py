@@ -60,11 +60,12 @@ class HashingFile:
     the caller preparing the next buffer. Buffers handed to ``write`` must not change afterwards.
     """
 
-    def __init__(self, path: Path, *, buffer_bytes: int = 8 << 20) -> None:
+    def __init__(self, path: Path, *, buffer_bytes: int = 8 << 20, md5: bool = False) -> None:
         self.path = Path(path)
         self._tmp = _tmp(self.path)
         self._fh = open(self._tmp, "wb", buffering=buffer_bytes)  # noqa: SIM115 (closed by commit/abort)
         self._sha = hashlib.sha256()
+        self._md5 = hashlib.md5(usedforsecurity=False) if md5 else None
         self.bytes = 0
         # one buffer queued while one is written: overlap without holding many buffers alive
         self._queue: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=1)
@@ -78,6 +79,8 @@ class HashingFile:
                 try:
                     self._fh.write(data)
                     self._sha.update(data)
+                    if self._md5 is not None:
+                        self._md5.update(data)
                 except BaseException as exc:  # surfaced to the caller on the next write or commit
                     self._error = exc
 
@@ -109,6 +112,11 @@ class HashingFile:
         self._fh.close()
         os.replace(self._tmp, self.path)
         return self._sha.hexdigest()
+
+    @property
+    def md5(self) -> str | None:
+        """md5 hex digest (only when asked for), valid after commit."""
+        return None if self._md5 is None else self._md5.hexdigest()
 
     def abort(self) -> None:
         self._finish()

@@ -17,6 +17,7 @@ class InputFile:
     rel: str
     index: int
     size: int
+    group: str = ""  # first folder below the input argument it was found in (an image folder's class)
 
 
 def _walk(folder: Path) -> list[Path]:
@@ -36,6 +37,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
     if not paths:
         raise UsageError("no inputs given")
     files: list[Path] = []
+    groups: dict[str, str] = {}
     roots: list[str] = []
     for raw in paths:
         p = Path(raw)
@@ -45,6 +47,9 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
                 raise UsageError(f"{raw}: no input files ({', '.join(suffixes)}) in this folder")
             files.extend(matched)
             roots.append(os.path.abspath(p))
+            for f in matched:
+                parts = Path(os.path.relpath(f, p)).parts
+                groups[os.path.abspath(f)] = parts[0] if len(parts) > 1 else ""
         elif p.is_file():
             if not p.name.lower().endswith(suffixes):
                 raise UsageError(f"{raw}: not a supported input (expected {', '.join(suffixes)})")
@@ -60,6 +65,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
         absolute = os.path.abspath(f)
         by_rel.setdefault(Path(os.path.relpath(absolute, root)).as_posix(), absolute)
     return [
-        InputFile(path=by_rel[rel], rel=rel, index=i, size=os.path.getsize(by_rel[rel]))
+        InputFile(path=by_rel[rel], rel=rel, index=i, size=os.path.getsize(by_rel[rel]),
+                  group=groups.get(by_rel[rel], ""))
         for i, rel in enumerate(sorted(by_rel))
     ]

@@ -56,3 +56,18 @@ def split_draws(path: str, records: np.ndarray) -> np.ndarray:
 def input_order(file_index: int, records: np.ndarray) -> np.ndarray:
     """Input order as a uint64: file index in the high bits, record number in the low 40."""
     return (np.uint64(file_index) << np.uint64(ORDER_RECORD_BITS)) | np.asarray(records, dtype=np.uint64)
+
+
+def keys_for(salt: str, rels: list[str], records: np.ndarray) -> np.ndarray:
+    """``record_keys`` for records that may come from different files (one path per record, or one for all)."""
+    if len(rels) == 1:
+        return record_keys(salt, rels[0], records)
+    base = np.fromiter((path_hash(salt, r) for r in rels), dtype=np.uint64, count=len(rels))
+    with np.errstate(over="ignore"):
+        return mix64(base ^ mix64(np.asarray(records, dtype=np.uint64) * _GOLDEN + _GOLDEN))
+
+
+def orders_for(file_index: np.ndarray, records: np.ndarray) -> np.ndarray:
+    """``input_order`` for records of several files."""
+    return (np.asarray(file_index, dtype=np.uint64) << np.uint64(ORDER_RECORD_BITS)) | np.asarray(
+        records, dtype=np.uint64)

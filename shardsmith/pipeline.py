@@ -44,12 +44,13 @@ class Processed:
     lengths: np.ndarray
     payload: np.ndarray
     bad: list[tuple[int, str]] = field(default_factory=list)
+    copies: int = 1  # with K copies per record, sample numbers are record * K + copy
 
 
 class Processor(Protocol):
     """Turns a batch of ``(record number, value)`` into payloads; built lazily in each worker."""
 
-    def process(self, batch: list[tuple[int, Any]]) -> Processed: ...
+    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed: ...
 
 
 @dataclass(frozen=True)
@@ -96,8 +97,8 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
         if job.on_error == "fail":
             result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
             return result
-        result.skipped.append({"file": rel, "record": None, "reason": f"{exc.reason} (the rest of this task "
-                               f"is unread)"})
+        result.skipped.append({"file": rel, "record": None, "unread_tail": True,
+                               "reason": f"{exc.reason} (the rest of this task is unread)"})
     if result.error is None:
         part.write(part_path(job.work_dir, task.index), {"task": task.index})
     return result
@@ -113,33 +114,42 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
         result.records += len(batch)
         good = [(r, v) for r, v in batch if not isinstance(v, BadRecord)]
         bad = [(r, v.reason) for r, v in batch if isinstance(v, BadRecord)]
-        out = job.processor.process(good) if good else None
+        out = job.processor.process(task, good) if good else None
         if out is not None:
             bad += out.bad
         if bad:
             bad.sort()
             if job.on_error == "fail":
                 record, reason = bad[0]
-                result.error = {"file": rel, "record": record, "reason": reason, "unit": unit}
+                where, number = job.reader.describe(task, record)
+                result.error = {"file": where, "record": number, "reason": reason, "unit": unit}
                 return
-            result.skipped += [{"file": rel, "record": r, unit: r + 1, "reason": why} for r, why in bad]
+            for r, why in bad:
+                where, number = job.reader.describe(task, r)
+                entry = {"file": where, "record": number, "reason": why}
+                if number is not None:
+                    entry[unit] = number + 1
+                result.skipped.append(entry)
         if out is not None and len(out.records):
             _scatter_batch(job, task, out, part, result)
         if broken is not None:
             if job.on_error == "fail":
                 result.error = {"file": rel, "record": None, "reason": broken.reason, "unit": unit}
                 return
-            result.skipped.append({"file": rel, "record": None, "reason": f"{broken.reason} (after "
-                                   f"{result.records} records of this task; the rest of the file is unread)"})
+            result.skipped.append({"file": rel, "record": None, "unread_tail": True, "reason": f"{broken.reason} "
+                                   f"(after {result.records} records of this task; the rest of the file is unread)"})
 
 
 def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter, result: TaskResult) -> None:
-    recs = out.records
-    rel = task.file.rel
-    split = assign_splits(keymod.split_draws(rel, recs), _split_table(job))
-    order = keymod.input_order(task.file.index, recs)
+    copies = out.copies
+    rels, src, file_index = job.reader.identities(task, out.records // copies)
+    recs = src * copies + out.records % copies
+    # the split follows the source record, so every copy of a record lands in the same split
+    draws = (keymod.keys_for("split", rels, src) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    split = assign_splits(draws, _split_table(job))
+    order = keymod.orders_for(file_index, recs)
     if job.shuffle:
-        keys = keymod.shuffle_keys(job.seed, rel, recs)
+        keys = keymod.keys_for(f"shuffle:{job.seed}", rels, recs)
         bucket = bucket_of(keys, job.n_buckets)
     else:
         keys = order

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,10 +18,16 @@ class Identity:
     record: int
 
     def key(self, copy: int | None = None) -> str:
-        """A sample name with no dots or slashes (webdataset splits keys at the first dot)."""
-        stem = _KEY_UNSAFE.sub("_", self.path).strip("_") or "input"
-        name = f"{stem}_{self.record:09d}"
-        return name if copy is None else f"{name}_{copy:03d}"
+        """A short sample name with no dots or slashes (webdataset splits keys at the first dot).
+
+        The readable part is the tail of the path; the hash of the full identity keeps names
+        unique where cleaning the path made two of them alike.
+        """
+        stem = _KEY_UNSAFE.sub("_", self.path).strip("_")[-48:] or "input"
+        ident = f"{self.path}\0{self.record}\0{copy}".encode()
+        digest = hashlib.blake2b(ident, digest_size=4).hexdigest()
+        name = f"{stem}-r{self.record}" + ("" if copy is None else f"-c{copy}")
+        return f"{name}-{digest}"
 
 
 @dataclass(slots=True)

@@ -119,5 +119,6 @@ def test_sample_keys_hold_no_dots_or_slashes():
     from shardsmith.sample import Identity, Sample
 
     s = Sample(Identity("train/n01440764/img.0001.JPEG", 12), {"jpg": b"..."})
-    assert s.key == "train_n01440764_img_0001_JPEG_000000012"
+    assert s.key.startswith("train_n01440764_img_0001_JPEG-r12-") and len(s.key) < 80
     assert "." not in s.identity.key(copy=2) and "/" not in s.identity.key(copy=2)
+    assert Identity("a.b", 0).key() != Identity("a_b", 0).key()  # cleaned alike, still distinct

@@ -65,7 +65,7 @@ class TokenProcessor:
     def __getstate__(self) -> dict[str, Any]:
         return {"spec": self.spec, "text_field": self.text_field, "_encoder": None}
 
-    def process(self, batch: list[tuple[int, Any]]) -> Processed:
+    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
         texts, records, bad = [], [], []
         for record, value in batch:
             text = value.get(self.text_field) if isinstance(value, dict) else None
@@ -167,7 +167,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     if written == 0:
         raise DataError(file=", ".join(f.rel for f in files[:3]), reason="no documents to write "
                         f"({records} records read, {len(skipped)} skipped)")
-    assert records == written + sum(1 for s in skipped if s["record"] is not None), "records lost"
+    assert records == written + sum(1 for s in skipped if not s.get("unread_tail")), "records lost"
 
     splits: dict[str, Any] = {}
     for name, w in writers.items():

@@ -11,6 +11,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from shardsmith.inputs import InputFile
 
 
@@ -24,6 +26,7 @@ class Task:
     stop: int = -1
     first_record: int = 0
     nbytes: int = 0
+    files: tuple[InputFile, ...] = ()  # for readers whose records are whole files (one image each)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,18 @@ class Reader:
         """How a record of this file is named in messages: ``line``, ``row``, ``entry``…"""
         return self.unit
 
+    def describe(self, task: Task, record: int) -> tuple[str, int | None]:
+        """(file, record number) to name a record in messages and in the manifest's skip list."""
+        return task.file.rel, record
+
+    def identities(self, task: Task, records: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(relative path of each record — one entry if all share it —, record numbers, file indexes).
+
+        Records of one file by default; a reader whose records are whole files (``task.files``)
+        numbers them by position in the task and overrides this.
+        """
+        return [task.file.rel], records, np.full(len(records), task.file.index, dtype=np.int64)
+
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         raise NotImplementedError
 
@@ -95,6 +110,12 @@ class MultiReader(Reader):
 
     def unit_for(self, file: InputFile) -> str:
         return self.reader_for(file).unit
+
+    def describe(self, task: Task, record: int) -> tuple[str, int | None]:
+        return self.reader_for(task.file).describe(task, record)
+
+    def identities(self, task: Task, records: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        return self.reader_for(task.file).identities(task, records)
 
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         return self.reader_for(task.file).read(task)

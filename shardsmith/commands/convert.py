@@ -1,0 +1,251 @@
+"""``shardsmith convert --to webdataset``: image folders, JSONL and Parquet into exactly shuffled tar shards."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from shardsmith import manifest as manifest_mod
+from shardsmith.errors import DataError, UsageError
+from shardsmith.inputs import InputFile, discover
+from shardsmith.memory import keep_freed_memory
+from shardsmith.outdir import prepare_output
+from shardsmith.pipeline import Processed, ScatterJob, plan_buckets, run_gather, run_scatter, work_folder
+from shardsmith.progress import Progress
+from shardsmith.readers.base import Reader, Task
+from shardsmith.readers.imagefolder import ImageFolderReader
+from shardsmith.readers.jsonl import JsonlReader
+from shardsmith.readers.parquet import ParquetReader
+from shardsmith.sample import Identity
+from shardsmith.tarfmt import sample_members
+from shardsmith.writers.webdataset import TarWriter
+
+_EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertOptions:
+    inputs: tuple[str, ...]
+    out: Path
+    to: str = "webdataset"
+    source: str | None = None
+    text_field: str | None = None
+    check_images: str = "header"
+    augment: str | None = None
+    copies: int = 1
+    quality: int = 90
+    shard_samples: int | None = None
+    shard_bytes: int = 256_000_000
+    wids_md5: bool = False
+    seed: int = 0
+    shuffle: bool = True
+    workers: int = 1
+    memory: int = 1_000_000_000
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    on_error: str = "fail"
+    limit: int | None = None
+    quiet: bool = False
+    overwrite: bool = False
+
+
+READERS = {"imagefolder": ImageFolderReader, "jsonl": JsonlReader, "parquet": ParquetReader}
+
+
+def infer_source(paths: tuple[str, ...]) -> str:
+    """The input kind from the inputs' suffixes: images, JSONL or Parquet (one kind per conversion)."""
+    files = discover(list(paths), suffixes=tuple(s for c in READERS.values() for s in c.suffixes))
+    kinds = {kind for f in files for kind, cls in READERS.items() if f.path.lower().endswith(cls.suffixes)}
+    if len(kinds) > 1:
+        raise UsageError(f"the inputs hold several kinds ({', '.join(sorted(kinds))}); choose one with --from")
+    return kinds.pop()
+
+
+class SampleProcessor:
+    """Builds each sample's tar members in the worker, so the gather only appends bytes."""
+
+    def __init__(self, *, kind: str, classes: list[str] | None, text_field: str | None, check_images: str,
+                 augment: str | None, copies: int, quality: int, seed: int) -> None:
+        self.kind = kind
+        self.classes = {name: i for i, name in enumerate(classes or [])}
+        self.text_field = text_field
+        self.check_images = check_images
+        self.augment = augment
+        self.copies = copies
+        self.quality = quality
+        self.seed = seed
+        self._augmenter: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_augmenter": None}
+
+    @property
+    def augmenter(self) -> Any:
+        if self._augmenter is None and self.augment:
+            from shardsmith.transforms.augment import Augmenter, parse_augment
+
+            self._augmenter = Augmenter(ops=parse_augment(self.augment), quality=self.quality, seed=self.seed)
+        return self._augmenter
+
+    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
+        pieces: list[bytes | memoryview] = []
+        lengths: list[int] = []
+        records: list[int] = []
+        bad: list[tuple[int, str]] = []
+        for record, value in batch:
+            try:
+                samples = self._samples(task, record, value)
+            except _Bad as exc:
+                bad.append((record, str(exc)))
+                continue
+            for copy, (key, fields) in enumerate(samples):
+                members = sample_members(key, fields)
+                pieces.extend(members)
+                lengths.append(sum(len(m) for m in members))
+                records.append(record * self.copies + copy)
+        payload = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+        return Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, dtype=np.int64),
+                         payload=payload, bad=bad, copies=self.copies)
+
+    def _samples(self, task: Task, record: int, value: Any) -> list[tuple[str, list[tuple[str, bytes]]]]:
+        if self.kind == "imagefolder":
+            file, data = value
+            return self._image(file, data)
+        ident = Identity(task.file.rel, record)
+        if self.kind == "jsonl":
+            return [(ident.key(), self._jsonl(value))]
+        return [(ident.key(), self._row(value))]
+
+    def _image(self, file: InputFile, data: bytes) -> list[tuple[str, list[tuple[str, bytes]]]]:
+        from shardsmith.images import ImageError, canonical_ext, check_image
+
+        try:
+            info = check_image(data, level=self.check_images)
+        except ImageError as exc:
+            raise _Bad(str(exc)) from None
+        label = str(self.classes[file.group]).encode()
+        ident = Identity(file.rel, 0)
+        if self.augmenter is None:
+            ext = canonical_ext(info.format) if info else _suffix_ext(file.path)
+            return [(ident.key(), [(ext, data), ("cls", label)])]
+        out = []
+        for copy in range(self.copies):
+            try:
+                jpeg = self.augmenter.apply(data, identity=file.rel, copy=copy)
+            except ImageError as exc:
+                raise _Bad(str(exc)) from None
+            out.append((ident.key(copy if self.copies > 1 else None), [("jpg", jpeg), ("cls", label)]))
+        return out
+
+    def _jsonl(self, value: Any) -> list[tuple[str, bytes]]:
+        if not isinstance(value, dict):
+            raise _Bad(f"expected a JSON object, got {type(value).__name__}")
+        fields = [("json", orjson.dumps(value))]
+        if self.text_field:
+            text = value.get(self.text_field)
+            if not isinstance(text, str):
+                raise _Bad(f"no string {self.text_field!r} field")
+            fields.append(("txt", text.encode("utf-8")))
+        return fields
+
+    def _row(self, row: dict[str, Any]) -> list[tuple[str, bytes]]:
+        binary = [(k, v) for k, v in row.items() if isinstance(v, bytes | bytearray)]
+        rest = {k: v for k, v in row.items() if not isinstance(v, bytes | bytearray)}
+        fields = [(k if _EXT_OK.match(k) else re.sub(r"[^A-Za-z0-9_-]", "_", k), bytes(v)) for k, v in binary]
+        if rest:
+            fields.append(("json", orjson.dumps(rest, default=str, option=orjson.OPT_SERIALIZE_NUMPY)))
+        if self.text_field:
+            text = row.get(self.text_field)
+            if not isinstance(text, str):
+                raise _Bad(f"no string {self.text_field!r} column value")
+            fields.append(("txt", text.encode("utf-8")))
+        return fields
+
+
+class _Bad(Exception):
+    """A record that cannot become a sample (the reason is the message)."""
+
+
+def _suffix_ext(path: str) -> str:
+    ext = Path(path).suffix.lower().lstrip(".")
+    return "jpg" if ext == "jpeg" else ext
+
+
+def run(opts: ConvertOptions) -> dict[str, Any]:
+    """The whole command; returns the manifest it wrote."""
+    keep_freed_memory()
+    if opts.to != "webdataset":
+        raise UsageError(f"--to {opts.to}: not built yet in this version (webdataset is)")
+    kind = opts.source or infer_source(opts.inputs)
+    if opts.augment and kind != "imagefolder":
+        raise UsageError("--augment applies to image folders")
+    if opts.copies > 1 and not opts.augment:
+        raise UsageError("--copies needs --augment (identical copies would only repeat samples)")
+    if opts.augment:
+        from shardsmith.transforms.augment import parse_augment
+
+        parse_augment(opts.augment)  # a usage error now, not in a worker
+    reader: Reader = READERS[kind]() if kind != "parquet" else ParquetReader()
+    files = discover(list(opts.inputs), suffixes=reader.suffixes)
+    classes = reader.classes(files) if isinstance(reader, ImageFolderReader) else None
+    total_bytes = sum(f.size for f in files)
+    chunk = max(64 << 10, min(64 << 20, opts.memory // 8, max(1 << 20, total_bytes // 16)))
+    tasks = reader.plan(files, chunk_bytes=chunk)
+    prepare_output(opts.out, overwrite=opts.overwrite)
+    progress = Progress(quiet=opts.quiet)
+    budget = max(16 << 10, min(opts.memory // 6, 64 << 20))
+    processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
+                                check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
+                                quality=opts.quality, seed=opts.seed)
+    with work_folder(opts.out) as work:
+        job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
+                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
+                         n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes * opts.copies,
+                                                budget=budget))
+        with progress.bar(total=sum(t.nbytes for t in tasks), desc="convert", unit="B") as bar:
+            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
+        writers = run_gather(job, results, budget=budget, make_writer=lambda split: TarWriter(
+            out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
+            wids_md5=opts.wids_md5))
+
+    records = sum(r.records for r in results)
+    skipped = [s for r in results for s in r.skipped]
+    written = sum(sum(s.samples for s in w.shards) for w in writers.values())
+    bad_records = sum(1 for s in skipped if not s.get("unread_tail"))
+    if written == 0:
+        raise DataError(file=", ".join(f.rel for f in files[:3]), reason="no samples to write "
+                        f"({records} records read, {len(skipped)} skipped)")
+    assert written == (records - bad_records) * opts.copies, "records lost"
+    splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
+                     "wids": f"{name}.wids.json"} for name, w in writers.items()}
+    extras: dict[str, Any] = {"copies": opts.copies}
+    if classes is not None:
+        extras["classes"] = classes
+    if opts.augment:
+        extras["augment"] = {"spec": opts.augment, "copies": opts.copies, "quality": opts.quality,
+                             "engine": processor.augmenter.engine}
+    manifest = manifest_mod.new_manifest(
+        fmt="webdataset", seed=opts.seed, shuffle=opts.shuffle,
+        source={"reader": kind, "inputs": [f.rel for f in files] if len(files) <= 1000 else len(files),
+                "input_bytes": total_bytes, "records": records,
+                "skipped": {"count": len(skipped), "records": skipped}, "limit": opts.limit,
+                "check_images": opts.check_images if kind == "imagefolder" else None},
+        schema=_schema(kind, opts), splits=splits, **extras)
+    manifest_mod.save(opts.out, manifest)
+    return manifest
+
+
+def _schema(kind: str, opts: ConvertOptions) -> dict[str, Any]:
+    if kind == "imagefolder":
+        return {"image": {"kind": "image", "ext": "jpg" if opts.augment else "as stored"},
+                "cls": {"kind": "int", "dtype": "int64"}}
+    schema: dict[str, Any] = {"json": {"kind": "json"}}
+    if kind == "parquet":
+        schema["binary columns"] = {"kind": "bytes", "ext": "column name"}
+    if opts.text_field:
+        schema["txt"] = {"kind": "text", "from": opts.text_field}
+    return schema
