@@ -19,6 +19,11 @@ from shardsmith.tarfmt import end_of_archive
 from shardsmith.writers.base import ShardRecord, Writer
 
 
+def _closed_size(size: int) -> int:
+    """A shard's size once closed: two zero blocks, padded to whole 10240-byte records."""
+    return -(-(size + 1024) // 10240) * 10240
+
+
 class TarWriter(Writer):
     """Rolls tar shards over at ``shard_samples`` samples or ``shard_bytes`` bytes, whichever comes first."""
 
@@ -41,8 +46,8 @@ class TarWriter(Writer):
         run_start = 0
         for n in np.asarray(lengths, dtype=np.int64).tolist():
             if self._tar is not None and self._starts and (
-                    len(self._starts) >= self.shard_samples or self._tar.bytes + (pos - run_start) + n
-                    + 1024 > self.shard_bytes):
+                    len(self._starts) >= self.shard_samples
+                    or _closed_size(self._tar.bytes + (pos - run_start) + n) > self.shard_bytes):
                 self._tar.write(payload[run_start:pos])
                 run_start = pos
                 self._roll()
