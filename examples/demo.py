@@ -48,6 +48,24 @@ def main() -> None:
 
     # 3. loader throughput on this machine
     shardsmith("bench", str(tokens), "--seq-len", "256", "--seconds", "1")
+
+    # 4. an image folder → exactly shuffled webdataset tar shards, bytes unchanged, then augmented copies
+    images = args.out / "images"
+    shardsmith("convert", str(HERE / "images"), "-o", str(images), "--to", "webdataset", "--shard-samples", "10",
+               "--split", "train=0.8,val=0.2", "--quiet")
+    ds = ss.open(images, split="train")
+    first = ds[0]
+    print(f"webdataset: {len(ds)} train samples; ds[0] = key {first['__key__']}, "
+          f"{len(first['jpg'])} JPEG bytes, class {ds.classes[first['cls']]!r}")
+    import webdataset as wds
+
+    n = sum(1 for _ in wds.WebDataset([str(p) for p in ds.shard_paths], shardshuffle=False))
+    print(f"webdataset.WebDataset reads the same shards: {n} samples")
+    augmented = args.out / "images-augmented"
+    shardsmith("convert", str(HERE / "images"), "-o", str(augmented), "--to", "webdataset",
+               "--augment", "random-resized-crop=64,hflip", "--copies", "2", "--quiet")
+    aug = ss.open(augmented, decode="numpy")
+    print(f"augmented: {len(aug)} samples (2 copies of each image), first image {aug[0]['jpg'].shape}")
     print(f"demo finished in {time.perf_counter() - t0:.1f} s")
 
 

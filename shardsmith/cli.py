@@ -195,7 +195,7 @@ def plugins() -> None:
     for p in all_plugins():
         missing = p.missing()
         state = "ok" if not missing else f"missing {', '.join(missing)}"
-        click.echo(f"{p.kind:<10} {p.name:<12} {p.target:<48} {p.origin:<12} {state}")
+        click.echo(f"{p.kind:<10} {p.name:<12} {p.target:<52} {p.origin:<12} {state}")
 
 
 if __name__ == "__main__":

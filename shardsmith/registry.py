@@ -37,10 +37,13 @@ class Plugin:
 
 
 _BUILTIN = [
+    Plugin("reader", "imagefolder", "shardsmith.readers.imagefolder:ImageFolderReader"),
     Plugin("reader", "jsonl", "shardsmith.readers.jsonl:JsonlReader", ("orjson",)),
     Plugin("reader", "parquet", "shardsmith.readers.parquet:ParquetReader", ("pyarrow",)),
+    Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), hint="'shardsmith[images]'"),
     Plugin("transform", "tokenize", "shardsmith.transforms.tokenize:Encoder", ("tokenizers", "gigatoken")),
     Plugin("writer", "tokens", "shardsmith.writers.tokens:TokensWriter", ("numpy",)),
+    Plugin("writer", "webdataset", "shardsmith.writers.webdataset:TarWriter"),
 ]
 
 
