@@ -186,9 +186,12 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     if opts.copies > 1 and not opts.augment:
         raise UsageError("--copies needs --augment (identical copies would only repeat samples)")
     if opts.augment:
-        from shardsmith.transforms.augment import parse_augment
+        from shardsmith.transforms.augment import Augmenter, parse_augment
 
-        parse_augment(opts.augment)  # a usage error now, not in a worker
+        # a usage error now, not in a worker
+        if opts.copies > 1 and not Augmenter(ops=parse_augment(opts.augment), quality=opts.quality).random:
+            raise UsageError(f"--copies {opts.copies}: {opts.augment!r} has no random op, so every copy would be "
+                             f"the same image")
     reader: Reader = READERS[kind]() if kind != "parquet" else ParquetReader()
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
     classes = reader.classes(files) if isinstance(reader, ImageFolderReader) else None
@@ -226,8 +229,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     if classes is not None:
         extras["classes"] = classes
     if opts.augment:
-        extras["augment"] = {"spec": opts.augment, "copies": opts.copies, "quality": opts.quality,
-                             "engine": processor.augmenter.engine}
+        extras["augment"] = {**processor.augmenter.describe(), "copies": opts.copies}
     manifest = manifest_mod.new_manifest(
         fmt="webdataset", seed=opts.seed, shuffle=opts.shuffle,
         source={"reader": kind, "inputs": [f.rel for f in files] if len(files) <= 1000 else len(files),

@@ -1,0 +1,220 @@
+"""Image validation without decoding: magic number, dimensions and end marker, read from the headers.
+
+Zero-copy conversion writes image bytes into shards unchanged, so a truncated or non-image file
+must be caught here, cheaply. The default "header" level parses each format's header in pure
+Python (microseconds, Pillow is never imported); "full" decodes the whole image. EXIF orientation
+is ignored, as torchvision's loader ignores it.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+EXTENSIONS = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
+LEVELS = ("none", "header", "full")
+_CANONICAL_EXT = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "gif": "gif"}
+
+_PNG_SIG = b"\x89PNG\r\n\x1a\n"
+_PNG_IEND = b"\x00\x00\x00\x00IEND\xaeB`\x82"
+# SOFn markers carry the frame size; C4 (DHT), C8 (JPG) and CC (DAC) share the range but do not
+_JPEG_SOF = frozenset({0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF})
+_JPEG_STANDALONE = frozenset({0x01, *range(0xD0, 0xD8)})
+
+
+class ImageError(Exception):
+    """Bad image data, with a one-line reason; the caller adds the file name."""
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    format: str  # "jpeg" | "png" | "webp" | "bmp" | "gif"
+    width: int
+    height: int
+
+
+def canonical_ext(format: str) -> str:
+    """The member extension used in tar shards for an image format ("jpeg" -> "jpg")."""
+    try:
+        return _CANONICAL_EXT[format]
+    except KeyError:
+        raise ValueError(f"unknown image format {format!r}") from None
+
+
+def sniff(data: bytes | memoryview) -> str | None:
+    """The format named by the magic number, or None."""
+    head = bytes(data[:12])
+    if head[:3] == b"\xff\xd8\xff":
+        return "jpeg"
+    if head[:8] == _PNG_SIG:
+        return "png"
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "webp"
+    if head[:2] == b"BM":
+        return "bmp"
+    if head[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    return None
+
+
+def check_image(data: bytes | memoryview, *, level: str = "header") -> ImageInfo | None:
+    """Check that ``data`` is a whole image of a known format; raise ImageError with the reason.
+
+    "none" skips the check (None); "header" reads the size from the headers and checks the end
+    marker (JPEG EOI, PNG IEND, WebP RIFF size, BMP pixel array); "full" also decodes every pixel.
+    """
+    if level == "none":
+        return None
+    if level not in LEVELS:
+        raise ValueError(f"unknown image check level {level!r}; expected one of {', '.join(LEVELS)}")
+    if len(data) == 0:
+        raise ImageError("empty file")
+    fmt = sniff(data)
+    if fmt is None:
+        raise ImageError(f"not an image (unknown magic bytes {bytes(data[:4]).hex()})")
+    width, height = _PARSERS[fmt](data)
+    if width <= 0 or height <= 0:
+        raise ImageError(f"bad {fmt.upper()} dimensions {width}x{height}")
+    info = ImageInfo(fmt, width, height)
+    if level == "full":
+        _decode_fully(data, info)
+    return info
+
+
+def _u16be(data: bytes | memoryview, i: int) -> int:
+    return (data[i] << 8) | data[i + 1]
+
+
+def _jpeg(data: bytes | memoryview) -> tuple[int, int]:
+    n = len(data)
+    i = 2
+    size: tuple[int, int] | None = None
+    while size is None:
+        while i < n and data[i] == 0xFF:  # markers may be preceded by any number of fill bytes
+            i += 1
+        if i >= n:
+            raise ImageError("truncated JPEG: header ends before the frame size")
+        if data[i - 1] != 0xFF:
+            raise ImageError(f"corrupt JPEG header: expected a marker at byte {i - 1}")
+        marker = data[i]
+        i += 1
+        if marker in _JPEG_STANDALONE:
+            continue
+        if marker in (0xD9, 0xDA):
+            raise ImageError("cannot read dimensions: JPEG has no frame header before its image data")
+        if i + 2 > n:
+            raise ImageError("truncated JPEG: header ends before the frame size")
+        length = _u16be(data, i)
+        if length < 2:
+            raise ImageError(f"corrupt JPEG header: segment length {length} at byte {i}")
+        if marker in _JPEG_SOF:
+            if length < 7 or i + 7 > n:
+                raise ImageError("cannot read dimensions: JPEG frame header is cut short")
+            size = (_u16be(data, i + 5), _u16be(data, i + 3))
+        i += length
+    # real files may end in padding (zeros, whitespace) or a vendor trailer after EOI; a truncated
+    # scan has no EOI after the frame header at all, and EOI cannot occur inside entropy-coded data
+    if bytes(data[-2:]) != b"\xff\xd9" and bytes(data).rfind(b"\xff\xd9", i) < 0:
+        raise ImageError("truncated JPEG: no EOI marker")
+    return size
+
+
+def _png(data: bytes | memoryview) -> tuple[int, int]:
+    if len(data) < 24 or bytes(data[12:16]) != b"IHDR":
+        raise ImageError("cannot read dimensions: PNG has no IHDR chunk")
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if bytes(data[-12:]) != _PNG_IEND and not _png_has_iend(data):
+        raise ImageError("PNG without IEND (truncated)")
+    return width, height
+
+
+def _png_has_iend(data: bytes | memoryview) -> bool:
+    """Walk the chunks: IEND may be followed by trailing bytes, which readers ignore."""
+    i, n = 8, len(data)
+    while i + 8 <= n:
+        length = int.from_bytes(data[i:i + 4], "big")
+        if bytes(data[i + 4:i + 8]) == b"IEND":
+            return True
+        i += 12 + length
+    return False
+
+
+def _webp(data: bytes | memoryview) -> tuple[int, int]:
+    if len(data) < 30:
+        raise ImageError("cannot read dimensions: WebP is cut short")
+    riff_size = int.from_bytes(data[4:8], "little")
+    chunk = bytes(data[12:16])
+    if chunk == b"VP8 ":
+        if bytes(data[23:26]) != b"\x9d\x01\x2a":
+            raise ImageError("cannot read dimensions: bad VP8 frame start code")
+        size = (int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF)
+    elif chunk == b"VP8L":
+        if data[20] != 0x2F:
+            raise ImageError("cannot read dimensions: bad VP8L signature")
+        bits = int.from_bytes(data[21:25], "little")
+        size = ((bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1)
+    elif chunk == b"VP8X":
+        size = (int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1)
+    else:
+        raise ImageError(f"cannot read dimensions: unknown WebP chunk {chunk!r}")
+    if riff_size + 8 > len(data):
+        raise ImageError(f"truncated WebP: {len(data)} bytes of {riff_size + 8}")
+    return size
+
+
+def _bmp(data: bytes | memoryview) -> tuple[int, int]:
+    if len(data) < 26:
+        raise ImageError("cannot read dimensions: BMP header is cut short")
+    header = int.from_bytes(data[14:18], "little")
+    if header == 12:  # OS/2 BITMAPCOREHEADER
+        return int.from_bytes(data[18:20], "little"), int.from_bytes(data[20:22], "little")
+    if header < 40 or len(data) < 34:
+        raise ImageError(f"cannot read dimensions: unknown BMP header size {header}")
+    width = int.from_bytes(data[18:22], "little", signed=True)
+    height = abs(int.from_bytes(data[22:26], "little", signed=True))  # negative: rows top-down
+    bits, compression = int.from_bytes(data[28:30], "little"), int.from_bytes(data[30:34], "little")
+    if compression in (0, 3) and width > 0:  # uncompressed: the pixel array size is known
+        end = int.from_bytes(data[10:14], "little") + ((bits * width + 31) // 32) * 4 * height
+        if end > len(data):
+            raise ImageError(f"truncated BMP: {len(data)} bytes of {end}")
+    return width, height
+
+
+def _gif(data: bytes | memoryview) -> tuple[int, int]:
+    if len(data) < 10:
+        raise ImageError("cannot read dimensions: GIF header is cut short")
+    return int.from_bytes(data[6:8], "little"), int.from_bytes(data[8:10], "little")
+
+
+_PARSERS = {"jpeg": _jpeg, "png": _png, "webp": _webp, "bmp": _bmp, "gif": _gif}
+
+
+def _decode_fully(data: bytes | memoryview, info: ImageInfo) -> None:
+    """Decode every pixel. JPEG goes through simplejpeg in strict mode when installed, since
+    Pillow silently fills corrupt entropy-coded data with gray."""
+    if info.format == "jpeg":
+        try:
+            import simplejpeg
+        except ImportError:
+            pass
+        else:
+            _simplejpeg_strict(simplejpeg, data)
+            return
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise ImportError("--check-images full needs Pillow: pip install 'shardsmith[images]'") from None
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+    except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ...
+        raise ImageError(f"cannot decode {info.format.upper()}: {e}") from None
+
+
+def _simplejpeg_strict(simplejpeg, data: bytes | memoryview) -> None:
+    try:
+        colorspace = simplejpeg.decode_jpeg_header(data)[2]
+        target = "CMYK" if colorspace in ("CMYK", "YCCK") else "GRAY" if colorspace == "Gray" else "RGB"
+        simplejpeg.decode_jpeg(data, colorspace=target, strict=True)  # any libjpeg warning is an error
+    except ValueError as e:
+        raise ImageError(f"cannot decode JPEG: {e}") from None

@@ -1,0 +1,180 @@
+"""Image checks: sizes from every format's header, and a clear reason for each kind of bad file."""
+
+from __future__ import annotations
+
+import io
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from shardsmith.images import EXTENSIONS, ImageError, ImageInfo, canonical_ext, check_image
+
+W, H = 67, 45  # odd and non-square: catches swapped or off-by-one fields
+
+
+def encode(fmt: str, *, mode: str = "RGB", size: tuple[int, int] = (W, H), **kw) -> bytes:
+    rng = np.random.default_rng(0)
+    arr = rng.integers(0, 256, (size[1], size[0], 4), dtype=np.uint8)
+    im = Image.fromarray(arr, "RGBA").convert(mode)
+    buf = io.BytesIO()
+    im.save(buf, fmt, **kw)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def jpeg() -> bytes:
+    return encode("JPEG", quality=90)
+
+
+@pytest.fixture(scope="module")
+def png() -> bytes:
+    return encode("PNG")
+
+
+SAMPLES = {
+    "jpeg": ("jpeg", lambda: encode("JPEG")),
+    "jpeg-progressive": ("jpeg", lambda: encode("JPEG", progressive=True)),
+    "jpeg-gray": ("jpeg", lambda: encode("JPEG", mode="L")),
+    "jpeg-cmyk": ("jpeg", lambda: encode("JPEG", mode="CMYK")),
+    "png": ("png", lambda: encode("PNG")),
+    "png-rgba": ("png", lambda: encode("PNG", mode="RGBA")),
+    "png-palette": ("png", lambda: encode("PNG", mode="P")),
+    "webp-lossy": ("webp", lambda: encode("WEBP")),
+    "webp-lossless": ("webp", lambda: encode("WEBP", lossless=True)),
+    "webp-alpha": ("webp", lambda: encode("WEBP", mode="RGBA")),
+    "bmp": ("bmp", lambda: encode("BMP")),
+    "bmp-gray": ("bmp", lambda: encode("BMP", mode="L")),
+    "gif": ("gif", lambda: encode("GIF", mode="P")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLES))
+def test_header_gives_format_and_size(name: str) -> None:
+    fmt, make = SAMPLES[name]
+    data = make()
+    assert check_image(data) == ImageInfo(fmt, W, H)
+    assert check_image(memoryview(data)) == ImageInfo(fmt, W, H)
+    assert check_image(data, level="full") == ImageInfo(fmt, W, H)
+
+
+def test_jpeg_with_padding_or_trailer_after_eoi_is_whole(jpeg: bytes) -> None:
+    for tail in (b"\x00" * 37, b"\n", b" \r\n", b"vendor trailer after EOI"):
+        assert check_image(jpeg + tail) == ImageInfo("jpeg", W, H)
+
+
+def test_bmp_top_down_rows() -> None:
+    data = bytearray(encode("BMP"))
+    data[22:26] = (-H).to_bytes(4, "little", signed=True)
+    assert check_image(bytes(data)) == ImageInfo("bmp", W, H)
+
+
+def test_level_none_never_looks() -> None:
+    assert check_image(b"", level="none") is None
+    assert check_image(b"garbage", level="none") is None
+    with pytest.raises(ValueError, match="header"):
+        check_image(b"x", level="paranoid")
+
+
+def reason(data: bytes | memoryview, level: str = "header") -> str:
+    with pytest.raises(ImageError) as e:
+        check_image(data, level=level)
+    return str(e.value)
+
+
+def test_bad_files_have_clear_reasons(jpeg: bytes, png: bytes) -> None:
+    assert reason(b"") == "empty file"
+    assert reason(memoryview(b"")) == "empty file"
+    assert reason(b"<!DOCTYPE html><html>not found</html>") == "not an image (unknown magic bytes 3c21444f)"
+    assert reason(bytes(range(7, 107))) == "not an image (unknown magic bytes 0708090a)"
+    assert reason(b"\x00" * 100) == "not an image (unknown magic bytes 00000000)"
+    assert reason(b"\xff") == "not an image (unknown magic bytes ff)"
+    assert reason(jpeg[: len(jpeg) * 2 // 3]) == "truncated JPEG: no EOI marker"
+    assert reason(jpeg[:-2]) == "truncated JPEG: no EOI marker"
+    assert reason(jpeg[:20]).startswith("truncated JPEG: header ends")
+    assert reason(png[: len(png) // 2]) == "PNG without IEND (truncated)"
+    assert reason(png[:20]).startswith("cannot read dimensions")
+    webp = encode("WEBP")
+    assert reason(webp[:-10]).startswith("truncated WebP")
+    bmp = encode("BMP")
+    assert reason(bmp[:-10]).startswith("truncated BMP")
+    assert reason(b"GIF89a\x01").startswith("cannot read dimensions")
+
+
+def test_zero_width_is_rejected(jpeg: bytes) -> None:
+    sof = jpeg.index(b"\xff\xc0")
+    bad = jpeg[: sof + 7] + b"\x00\x00" + jpeg[sof + 9:]  # width field of the frame header
+    assert reason(bad) == f"bad JPEG dimensions 0x{H}"
+
+
+def test_truncated_jpeg_with_exif_thumbnail_is_caught(jpeg: bytes) -> None:
+    # an APP1 segment holding a whole embedded JPEG (an EXIF thumbnail) carries its own FFD9
+    thumb = encode("JPEG", size=(8, 8))
+    payload = b"Exif\x00\x00" + thumb
+    app1 = b"\xff\xe1" + (len(payload) + 2).to_bytes(2, "big") + payload
+    camera = jpeg[:2] + app1 + jpeg[2:]
+    assert check_image(camera) == ImageInfo("jpeg", W, H)
+    assert reason(camera[: len(camera) - 200]) == "truncated JPEG: no EOI marker"
+
+
+def test_corrupt_middle_passes_header_but_not_full(jpeg: bytes) -> None:
+    mid = len(jpeg) // 2
+    corrupt = jpeg[:mid] + b"\xff" * 300 + jpeg[mid + 300:]
+    assert check_image(corrupt) == ImageInfo("jpeg", W, H)
+    assert reason(corrupt, "full").startswith("cannot decode JPEG")
+
+
+def test_full_is_strict_about_corrupt_entropy_data(jpeg: bytes) -> None:
+    pytest.importorskip("simplejpeg")
+    mid = len(jpeg) // 2
+    garbage = np.random.default_rng(1).integers(0, 255, 300, dtype=np.uint8).tobytes().replace(b"\xff", b"\x00")
+    corrupt = jpeg[:mid] + garbage + jpeg[mid + 300:]  # Pillow fills this with gray, silently
+    assert check_image(corrupt) == ImageInfo("jpeg", W, H)
+    assert reason(corrupt, "full").startswith("cannot decode JPEG: Corrupt JPEG data")
+
+
+def test_corrupt_png_data_fails_full(png: bytes) -> None:
+    idat = png.index(b"IDAT") + 8
+    corrupt = png[:idat] + bytes(b ^ 0x5A for b in png[idat:idat + 200]) + png[idat + 200:]
+    assert check_image(corrupt) == ImageInfo("png", W, H)
+    assert reason(corrupt, "full").startswith("cannot decode PNG")
+
+
+def test_image_error_crosses_processes() -> None:
+    e = pickle.loads(pickle.dumps(ImageError("truncated JPEG: no EOI marker")))
+    assert isinstance(e, ImageError) and str(e) == "truncated JPEG: no EOI marker"
+
+
+def test_extensions() -> None:
+    assert EXTENSIONS == {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
+    assert [canonical_ext(f) for f in ("jpeg", "png", "webp", "bmp", "gif")] == ["jpg", "png", "webp", "bmp", "gif"]
+    with pytest.raises(ValueError):
+        canonical_ext("tiff")
+
+
+def test_header_check_is_fast_and_never_imports_pillow(tmp_path) -> None:
+    path = tmp_path / "a.jpg"
+    path.write_bytes(encode("JPEG", size=(500, 375)))
+    code = (
+        "import sys, time, pathlib\n"
+        "from shardsmith.images import check_image\n"
+        f"data = pathlib.Path({str(path)!r}).read_bytes()\n"
+        "t = time.perf_counter()\n"
+        "for _ in range(2000): check_image(data)\n"
+        "print((time.perf_counter() - t) / 2000)\n"
+        "assert not any(m.startswith(('PIL', 'simplejpeg')) for m in sys.modules), 'decoder imported'\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(out.stdout) < 100e-6  # microseconds in practice; generous for a shared machine
+
+
+def test_header_check_does_not_scale_with_file_size() -> None:
+    big = encode("JPEG", size=(1600, 1200))
+    t = time.perf_counter()
+    for _ in range(200):
+        check_image(big)
+    assert (time.perf_counter() - t) / 200 < 100e-6
