@@ -15,6 +15,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from shardsmith.loader.order import epoch_order
 from shardsmith.loader.tokens import TokenDataset
+from shardsmith.loader.webdataset import TarDataset
 
 
 def _distributed() -> tuple[int, int]:
@@ -82,3 +83,58 @@ def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed
     return torch.utils.data.DataLoader(
         TokenBatches(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch),
         batch_size=None, num_workers=num_workers, **kwargs)
+
+
+class TarSamples(Dataset):
+    """Map-style samples (dicts) of a ``TarDataset``; ``__getitems__`` fetches a DataLoader batch at once.
+
+    Samples hold bytes, so pass a ``collate_fn`` that decodes (or ``collate_fn=list``).
+    """
+
+    def __init__(self, dataset: TarDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return self.dataset[i]
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        return self.dataset.get_batch(indices)
+
+
+class TarIterable(IterableDataset):
+    """One epoch of samples (or lists of ``batch_size``), split over DDP ranks × DataLoader workers.
+
+    Mirrors ``TokenBatches``: every (rank, worker) pair takes a strided slice of the same epoch
+    permutation, so together they make one pass without duplicates; call ``set_epoch`` per epoch.
+    """
+
+    def __init__(self, dataset: TarDataset, *, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None) -> None:
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = epoch
+        self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else _distributed()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _slice(self) -> np.ndarray:
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        mine = epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                           rank=self.rank, world_size=self.world_size)
+        return mine[worker::workers]
+
+    def __iter__(self) -> Iterator[Any]:
+        order = self._slice()
+        if self.batch_size is None:
+            for i in order:
+                yield self.dataset[int(i)]
+            return
+        for start in range(0, len(order), self.batch_size):
+            yield self.dataset.get_batch(order[start:start + self.batch_size])

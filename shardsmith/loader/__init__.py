@@ -8,13 +8,16 @@ from typing import Any
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 from shardsmith.loader.tokens import TokenDataset, TokenDocuments
+from shardsmith.loader.webdataset import TarDataset
 
-__all__ = ["TokenDataset", "TokenDocuments", "open"]
+__all__ = ["TarDataset", "TokenDataset", "TokenDocuments", "open"]
 
 
-def open(out_dir: str | os.PathLike[str], *, split: str = "train") -> Any:  # noqa: A001
-    """A random-access dataset of one split, of the kind its manifest names."""
+def open(out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None) -> Any:  # noqa: A001
+    """A random-access dataset of one split, of the kind its manifest names (``decode``: for images)."""
     fmt = manifest_mod.load(out_dir)["format"]
     if fmt == "tokens":
         return TokenDocuments(out_dir, split=split)
+    if fmt == "webdataset":
+        return TarDataset(out_dir, split=split, decode=decode)
     raise DatasetError(f"{out_dir}: this shardsmith cannot read {fmt!r} datasets yet")

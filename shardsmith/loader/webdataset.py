@@ -1,0 +1,309 @@
+"""Random access to webdataset tar shards through their offset index: ``ds[i]`` parses one sample's
+headers over an mmap, with no scan of the shard and nothing trusted (paths, sizes, offsets, headers).
+
+Fields come back as bytes except for kinds that are safe to decode (int, json, text, npy without
+pickles); images decode only when asked. Pickle-like members (``.pyd``, ``.pth``, …) stay bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import mmap
+import operator
+import os
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from shardsmith import manifest as manifest_mod
+from shardsmith.errors import DatasetError
+from shardsmith.loader.order import ResumableIterator
+from shardsmith.tarfmt import BLOCK, parse_members
+
+KINDS = ("image", "int", "json", "text", "bytes", "npy")
+DECODES = (None, "pil", "numpy")
+# Kinds by the last component of an extension, as webdataset names them; anything else is bytes.
+_EXT_KINDS = {
+    **dict.fromkeys(("cls", "cls2", "class", "count", "index", "inx", "id"), "int"),
+    **dict.fromkeys(("json", "jsn"), "json"),
+    **dict.fromkeys(("txt", "text", "transcript"), "text"),
+    "npy": "npy",
+    **dict.fromkeys(("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "gif", "tif", "tiff"),
+                    "image"),
+}
+_NPY_HEADER_MAX = 10000  # numpy's own default limit on .npy header sizes
+
+
+def load_npy(data: bytes, *, where: str) -> np.ndarray:
+    """A .npy payload without pickles, whose header is checked against its size before numpy allocates."""
+    fp = io.BytesIO(data)
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fp)
+        if version == (1, 0):
+            shape, _fortran, dtype = fmt.read_array_header_1_0(fp, max_header_size=_NPY_HEADER_MAX)
+        elif version == (2, 0):
+            shape, _fortran, dtype = fmt.read_array_header_2_0(fp, max_header_size=_NPY_HEADER_MAX)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+        if dtype.hasobject:
+            raise ValueError("object arrays need pickles, which shardsmith never loads")
+        if len(data) - fp.tell() != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"{len(data) - fp.tell()} data bytes for shape {shape} of {dtype}")
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:  # numpy's header parser raises many types (ValueError, TokenError, …) on junk
+        raise DatasetError(f"{where}: not a valid .npy array ({type(exc).__name__}: {exc})") from None
+
+
+def _int(data: bytes) -> int:
+    return int(data)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def _image_decoder(mode: str) -> Callable[[bytes], Any]:
+    from PIL import Image  # optional dependency (shardsmith[images])
+
+    def decode(data: bytes) -> Any:
+        img = Image.open(io.BytesIO(data))
+        img.load()  # decode now, so a corrupt image fails here and not in the user's transform
+        return img if mode == "pil" else np.asarray(img.convert("RGB"))
+
+    return decode
+
+
+def _decoder(kind: str, decode: str | None) -> Callable[[bytes], Any] | None:
+    """The function that turns a member's bytes into a value, or None to keep the bytes."""
+    if kind == "int":
+        return _int
+    if kind == "json":
+        return orjson.loads
+    if kind == "text":
+        return _text
+    if kind == "image" and decode is not None:
+        return _image_decoder(decode)
+    return None
+
+
+class TarDataset:
+    """One split of a webdataset-format dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``iter``."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None) -> None:
+        if decode not in DECODES:
+            raise ValueError(f"decode={decode!r}: choose one of {DECODES}")
+        if decode is not None:
+            try:
+                import PIL.Image  # noqa: F401
+            except ImportError:
+                raise ImportError(f"decode={decode!r} needs Pillow: pip install 'shardsmith[images]'") from None
+        self.out_dir = Path(out_dir)
+        self.manifest = manifest_mod.load(out_dir)
+        if self.manifest["format"] != "webdataset":
+            raise DatasetError(f"{out_dir}: a {self.manifest['format']} dataset, not webdataset tar shards")
+        splits = self.manifest["splits"]
+        if split not in splits:
+            raise DatasetError(f"{out_dir}: no split {split!r} (splits: {', '.join(splits)})")
+        self.split = split
+        self.decode = decode
+        self._classes = _check_classes(self.manifest.get("classes"), out_dir)
+        self._kinds = _schema_kinds(self.manifest.get("schema"))
+        entries = splits[split]["shards"]
+        self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
+        self._sizes = [e["bytes"] for e in entries]
+        self._offsets = [_load_offsets(out_dir, e, path) for e, path in zip(entries, self._paths)]
+        self._where = [str(p) for p in self._paths]
+        self._starts = [0]
+        for e in entries:
+            self._starts.append(self._starts[-1] + e["samples"])
+        self._n = self._starts[-1]
+        self._decoders: dict[str, Callable[[bytes], Any] | None] = {}
+        self._maps: list[mmap.mmap | None] = []
+        self._pid = -1
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def classes(self) -> list[str] | None:
+        """Class names from the manifest (index = label), or None when it records none."""
+        return self._classes
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        """Absolute paths of this split's shards, in order."""
+        return list(self._paths)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # mmaps (and image decoders, closures) do not pickle; a spawned DataLoader worker makes its own.
+        return {**self.__dict__, "_maps": [], "_pid": -1, "_decoders": {}}
+
+    # -- access ---------------------------------------------------------------------------------
+
+    def _map(self, s: int) -> mmap.mmap:
+        """Shard s, memory-mapped on first use in this process (a forked worker maps its own)."""
+        if self._pid != os.getpid():
+            self._maps = [None] * len(self._paths)
+            self._pid = os.getpid()
+        mm = self._maps[s]
+        if mm is None:
+            try:
+                with open(self._paths[s], "rb") as fh:
+                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise DatasetError(f"{self._where[s]}: cannot map the shard ({exc})") from None
+            if len(mm) != self._sizes[s]:  # changed since the dataset was opened
+                size = len(mm)
+                mm.close()
+                raise DatasetError(f"{self._where[s]}: {size} bytes, the manifest says {self._sizes[s]}")
+            self._maps[s] = mm
+        return mm
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        i = operator.index(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(f"sample index out of range for {self._n} samples")
+        s = bisect_right(self._starts, i) - 1
+        j = i - self._starts[s]
+        offsets = self._offsets[s]
+        return self._sample(s, offsets[j], offsets[j + 1], offsets[-1])
+
+    def _sample(self, s: int, start: int, stop: int, end: int) -> dict[str, Any]:
+        mm = self._map(s)
+        where = self._where[s]
+        sample: dict[str, Any] = {}
+        key = None
+        for name, data, size in parse_members(mm, start, stop, where=where):
+            k, _, ext = name.partition(".")
+            if key is None:
+                key = k
+                sample["__key__"] = k
+            if not k or not ext or k != key or ext in sample:
+                raise DatasetError(f"{where}: member {name!r} at byte {data - BLOCK} does not belong to sample "
+                                   f"{key!r} (empty key or extension, another key, or a repeated extension)")
+            raw = mm[data:data + size]
+            decoder = self._decoders.get(ext, _missing)
+            if decoder is _missing:
+                decoder = self._decoders[ext] = self._decoder_for(ext)
+            if decoder is None:
+                sample[ext] = raw
+            else:
+                sample[ext] = self._run(decoder, ext, raw, where, data)
+        # An index that cuts a sample in two would pass the checks above: the next member must not
+        # carry this key (a name compare, not a parse; the cut before ``start`` shows on sample i-1).
+        if stop < end and mm[stop:stop + len(key) + 1] == f"{key}.".encode():
+            raise DatasetError(f"{where}: the offset index ends sample {key!r} at byte {stop}, inside the sample")
+        return sample
+
+    def _decoder_for(self, ext: str) -> Callable[[bytes], Any] | None:
+        kind = self._kinds.get(ext) or _EXT_KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
+        if kind == "npy":
+            return load_npy
+        return _decoder(kind, self.decode)
+
+    @staticmethod
+    def _run(decoder: Callable[..., Any], ext: str, raw: bytes, where: str, offset: int) -> Any:
+        if decoder is load_npy:
+            return load_npy(raw, where=f"{where}: member .{ext} at byte {offset}")
+        try:
+            return decoder(raw)
+        except Exception as exc:  # any decoder failure on stored bytes is a corrupt dataset, not a bug
+            raise DatasetError(f"{where}: member .{ext} at byte {offset} does not decode "
+                               f"({type(exc).__name__}: {exc})") from None
+
+    def get_batch(self, indices: Any) -> list[dict[str, Any]]:
+        """The samples at ``indices``, in that order."""
+        return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        return self.get_batch(indices)
+
+    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
+             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
+        """Walk this rank's slice of the epoch's permutation; yields samples or lists of them."""
+        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch,
+                                 shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
+                                 batch_size=batch_size, drop_last=drop_last)
+
+    def webdataset(self, *, decode: str | None = None, **kwargs: Any) -> Any:
+        """A ``webdataset.WebDataset`` over the shards in order, for users who prefer that API.
+
+        ``decode`` (e.g. ``"pil"``, ``"rgb8"``) adds webdataset's image decoder plus shardsmith's
+        safe field decoders, never webdataset's default ones, which unpickle ``.pyd``.
+        """
+        import webdataset as wds
+
+        kwargs.setdefault("shardshuffle", False)
+        pipeline = wds.WebDataset([str(p) for p in self._paths], **kwargs)
+        if decode is not None:
+            pipeline = pipeline.decode(decode, pre=[], post=[_safe_field_handler])
+        return pipeline
+
+
+_missing: Any = object()
+
+
+def _safe_field_handler(key: str, data: bytes) -> Any:
+    """A webdataset decoding handler for int/json/text/npy members; None leaves the rest as bytes."""
+    ext = key.rsplit(".", 1)[-1].lower()
+    kind = _EXT_KINDS.get(ext)
+    if kind == "npy":
+        return load_npy(data, where=key)
+    decoder = _decoder(kind, None) if kind else None
+    return None if decoder is None else decoder(data)
+
+
+def _check_classes(classes: Any, out_dir: Any) -> list[str] | None:
+    if classes is None:
+        return None
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise DatasetError(f"{out_dir}: manifest 'classes' is not a list of names")
+    return classes
+
+
+def _schema_kinds(schema: Any) -> dict[str, str]:
+    """ext → kind from the manifest's schema; entries that are not one of KINDS are ignored."""
+    kinds: dict[str, str] = {}
+    if isinstance(schema, dict):
+        for ext, spec in schema.items():
+            kind = spec.get("kind") if isinstance(spec, dict) else spec
+            if isinstance(ext, str) and kind in KINDS:
+                kinds[ext] = kind
+    return kinds
+
+
+def _load_offsets(out_dir: Any, entry: dict[str, Any], tar: Path) -> array:
+    """A shard's validated sample offsets (n + 1 of them) as a compact array of Python ints."""
+    size, n = entry["bytes"], entry["samples"]
+    if not tar.is_file() or tar.stat().st_size != size:
+        raise DatasetError(f"{tar}: missing or not {size} bytes as the manifest says")
+    if size < 2 * BLOCK or size % BLOCK:
+        raise DatasetError(f"{tar}: {size} bytes is not a whole tar archive of 512-byte blocks")
+    if not isinstance(entry.get("index"), dict):
+        raise DatasetError(f"{tar}: the manifest names no offset index for this shard")
+    path = manifest_mod.resolve_inside(out_dir, entry["index"]["path"])
+    if not path.is_file() or path.stat().st_size != entry["index"]["bytes"]:
+        raise DatasetError(f"{path}: missing or not {entry['index']['bytes']} bytes as the manifest says")
+    if entry["index"]["bytes"] > 8 * (n + 1) + 2 * _NPY_HEADER_MAX:
+        raise DatasetError(f"{path}: {entry['index']['bytes']} bytes is too large for {n + 1} int64 offsets")
+    offsets = load_npy(path.read_bytes(), where=str(path))
+    if offsets.dtype.kind != "i" or offsets.dtype.itemsize != 8 or offsets.shape != (n + 1,):
+        raise DatasetError(f"{path}: offsets must be int64 of shape ({n + 1},), found {offsets.dtype} "
+                           f"{offsets.shape}")
+    offsets = offsets.astype(np.int64)
+    steps = np.diff(offsets)
+    if offsets[0] != 0 or (steps < BLOCK).any() or (offsets % BLOCK).any() or offsets[-1] + 2 * BLOCK > size:
+        raise DatasetError(f"{path}: offsets must start at 0, grow by whole 512-byte blocks and end at least "
+                           f"two blocks before the end of the {size}-byte shard")
+    return array("q", offsets.tobytes())

@@ -1,0 +1,392 @@
+"""TarDataset: exact fields by random access, the same bytes through webdataset, wids and tarfile,
+rank splits, exact resume, decoders that never unpickle, and a loader that trusts no file."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import pickle
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shardsmith
+from shardsmith import manifest
+from shardsmith.errors import DatasetError
+from shardsmith.loader import TarDataset
+from shardsmith.loader.order import epoch_order
+from shardsmith.tarfmt import BLOCK, end_of_archive, parse_members, sample_members
+
+Fields = list[tuple[str, bytes]]
+
+
+class Boom:
+    """Unpickling a .pyd member that holds this would raise: the loader must hand back its bytes."""
+
+    def __reduce__(self) -> tuple:
+        return (exec, ("raise SystemExit('unpickled!')",))
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def jpeg(i: int) -> bytes:
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (8, 6), (i * 10 % 256, 100, 200)).save(buf, format="JPEG", quality=95)
+    return buf.getvalue()
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def make_samples(n: int, prefix: str) -> list[tuple[str, Fields]]:
+    return [(f"{prefix}{i:05d}", [("jpg", jpeg(i)), ("cls", b"%d" % (i % 3)), ("json", orjson.dumps({"i": i, "s": "ü"})),
+                                  ("txt", f"sample {i} 東京".encode()), ("npy", npy_bytes(np.arange(i, dtype=np.float32))),
+                                  ("pyd", pickle.dumps(Boom()))])
+            for i in range(n)]
+
+
+def write_split(out: Path, split: str, samples: list[tuple[str, Fields]], per_shard: int) -> dict[str, Any]:
+    """Shards and offset indexes as the webdataset writer lays them out; returns the manifest's split entry."""
+    entries = []
+    for s, first in enumerate(range(0, len(samples), per_shard)):
+        chunks, offsets, pos = [], [], 0
+        for key, fields in samples[first:first + per_shard]:
+            offsets.append(pos)
+            for c in sample_members(key, fields):
+                chunks.append(bytes(c))
+                pos += len(c)
+        offsets.append(pos)
+        chunks.append(end_of_archive(pos))
+        tar, idx = out / f"{split}-{s:06d}.tar", out / f"{split}-{s:06d}.offsets.npy"
+        tar.write_bytes(b"".join(chunks))
+        np.save(idx, np.array(offsets, dtype=np.int64))
+        entries.append({"path": tar.name, "samples": len(offsets) - 1, "bytes": tar.stat().st_size,
+                        "sha256": sha256(tar),
+                        "index": {"path": idx.name, "bytes": idx.stat().st_size, "sha256": sha256(idx)}})
+    return {"samples": len(samples), "shards": entries}
+
+
+def write_dataset(out: Path, splits: dict[str, list[tuple[str, Fields]]], *, per_shard: int = 10) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    schema = {"jpg": {"kind": "image"}, "cls": {"kind": "int"}, "json": {"kind": "json"}, "txt": {"kind": "text"},
+              "npy": {"kind": "npy"}, "pyd": {"kind": "bytes"}}
+    m = manifest.new_manifest(fmt="webdataset", seed=0, shuffle=True, source={"reader": "test", "inputs": []},
+                              schema=schema, classes=["a", "b", "c"],
+                              splits={name: write_split(out, name, s, per_shard) for name, s in splits.items()})
+    manifest.save(out, m)
+    return out
+
+
+TRAIN = make_samples(25, "t")
+VAL = make_samples(4, "v")
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    return write_dataset(tmp_path_factory.mktemp("tar") / "out", {"train": TRAIN, "val": VAL})
+
+
+def check_sample(got: dict[str, Any], key: str, fields: Fields) -> None:
+    raw = dict(fields)
+    assert got["__key__"] == key and set(got) == {"__key__", *raw}
+    assert got["jpg"] == raw["jpg"] and got["pyd"] == raw["pyd"] and isinstance(got["pyd"], bytes)
+    assert got["cls"] == int(raw["cls"]) and got["json"] == orjson.loads(raw["json"])
+    assert got["txt"] == raw["txt"].decode()
+    assert np.array_equal(got["npy"], np.load(io.BytesIO(raw["npy"]))) and got["npy"].dtype == np.float32
+
+
+def test_random_access_returns_exact_fields(dataset):
+    ds = shardsmith.open(dataset)
+    assert isinstance(ds, TarDataset) and len(ds) == 25 and ds.classes == ["a", "b", "c"]
+    assert [p.name for p in ds.shard_paths] == ["train-000000.tar", "train-000001.tar", "train-000002.tar"]
+    assert all(p.is_absolute() for p in ds.shard_paths)
+    for i in np.random.default_rng(0).permutation(25):
+        check_sample(ds[int(i)], *TRAIN[i])
+    check_sample(ds[-1], *TRAIN[-1])
+    check_sample(shardsmith.open(dataset, split="val")[3], *VAL[3])
+    for bad in (25, -26):
+        with pytest.raises(IndexError):
+            ds[bad]
+
+
+def test_iteration_equals_random_access(dataset):
+    ds = TarDataset(dataset)
+    assert [s["__key__"] for s in ds.iter(shuffle=False)] == [k for k, _ in TRAIN]
+    shuffled = [s["__key__"] for s in ds.iter(shuffle=True, seed=5, epoch=1)]
+    order = epoch_order(25, shuffle=True, seed=5, epoch=1)
+    assert shuffled == [TRAIN[i][0] for i in order] and sorted(shuffled) == [k for k, _ in TRAIN]
+    batches = list(ds.iter(shuffle=True, seed=5, epoch=1, batch_size=4))
+    assert [len(b) for b in batches] == [4] * 6 + [1]
+    assert [s["__key__"] for b in batches for s in b] == shuffled
+    got = ds.get_batch([3, 0, 3])
+    assert [s["__key__"] for s in got] == [TRAIN[3][0], TRAIN[0][0], TRAIN[3][0]]
+
+
+def test_rank_split_and_exact_resume(dataset):
+    ds = TarDataset(dataset)
+    per_rank = [[s["__key__"] for s in ds.iter(seed=2, epoch=3, rank=r, world_size=3)] for r in range(3)]
+    keys = [k for part in per_rank for k in part]
+    assert [len(p) for p in per_rank] == [8, 8, 8] and len(set(keys)) == 24
+    full = [[s["__key__"] for s in b] for b in ds.iter(seed=1, epoch=2, rank=1, world_size=2, batch_size=3)]
+    it = ds.iter(seed=1, epoch=2, rank=1, world_size=2, batch_size=3)
+    head = [[s["__key__"] for s in next(it)] for _ in range(2)]
+    state = json.loads(json.dumps(it.state_dict()))
+    again = ds.iter(seed=1, epoch=2, rank=1, world_size=2, batch_size=3)
+    again.load_state_dict(state)
+    assert head + [[s["__key__"] for s in b] for b in again] == full
+    with pytest.raises(ValueError):
+        ds.iter(seed=9, epoch=2, rank=1, world_size=2, batch_size=3).load_state_dict(state)
+
+
+def test_decode_modes(dataset):
+    img = TarDataset(dataset, decode="pil")[2]["jpg"]
+    assert img.size == (8, 6) and img.mode == "RGB"
+    arr = TarDataset(dataset, decode="numpy")[2]["jpg"]
+    assert arr.shape == (6, 8, 3) and arr.dtype == np.uint8 and abs(int(arr[3, 4, 2]) - 200) < 8
+    assert isinstance(TarDataset(dataset)[2]["jpg"], bytes)
+    with pytest.raises(ValueError):
+        TarDataset(dataset, decode="cv2")
+
+
+def test_webdataset_reads_every_sample(dataset):
+    ds = TarDataset(dataset)
+    got = list(ds.webdataset())
+    assert len(got) == 25
+    for sample, (key, fields) in zip(got, TRAIN):
+        assert sample["__key__"] == key and {k: sample[k] for k, _ in fields} == dict(fields)
+    decoded = next(iter(ds.webdataset(decode="pil")))
+    assert decoded["cls"] == 0 and decoded["json"] == {"i": 0, "s": "ü"} and decoded["jpg"].size == (8, 6)
+    assert decoded["pyd"] == dict(TRAIN[0][1])["pyd"]  # webdataset's own decoders would unpickle this
+
+
+def test_wids_reads_every_sample(dataset, tmp_path):
+    wids = pytest.importorskip("wids")
+    ds = TarDataset(dataset)
+    entries = ds.manifest["splits"]["train"]["shards"]
+    spec = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": "train",
+            "shardlist": [{"url": e["path"], "nsamples": e["samples"], "filesize": e["bytes"]} for e in entries]}
+    (dataset / "train.wids.json").write_text(json.dumps(spec))
+    wd = wids.ShardListDataset(str(dataset / "train.wids.json"), cache_dir=str(tmp_path / "cache"), transformations=[])
+    assert len(wd) == 25
+    for i, (key, fields) in enumerate(TRAIN):
+        sample = wd[i]
+        assert sample["__key__"] == key and {k: sample["." + k].getvalue() for k, _ in fields} == dict(fields)
+    wd.close()
+
+
+def test_tarfile_reads_every_member(dataset):
+    members = []
+    for path in TarDataset(dataset).shard_paths:
+        with tarfile.open(path) as tf:
+            members += [(m.name, tf.extractfile(m).read()) for m in tf.getmembers()]
+    assert members == [(f"{k}.{e}", d) for k, fields in TRAIN for e, d in fields]
+
+
+def test_torch_adapters_split_without_duplicates(dataset):
+    torch = pytest.importorskip("torch")
+    from shardsmith.torch import TarIterable, TarSamples
+
+    ds = TarDataset(dataset)
+    batches = list(torch.utils.data.DataLoader(TarSamples(ds), batch_size=4, collate_fn=list))
+    assert [s["__key__"] for b in batches for s in b] == [k for k, _ in TRAIN]
+    seen = []
+    for rank in range(2):
+        it = TarIterable(pickle.loads(pickle.dumps(ds)), seed=3, rank=rank, world_size=2)
+        it.set_epoch(4)
+        dl = torch.utils.data.DataLoader(it, batch_size=None, num_workers=2 if rank == 0 else 0)
+        seen += [s["__key__"] for s in dl]
+    order = epoch_order(25, shuffle=True, seed=3, epoch=4, world_size=1)
+    assert len(seen) == len(set(seen)) == 24 and set(seen) <= {TRAIN[i][0] for i in order}
+    batched = list(TarIterable(ds, batch_size=5, rank=0, world_size=1))
+    assert [len(b) for b in batched] == [5] * 5
+
+
+# -- safety: paths, pickles, corrupt files ------------------------------------------------------
+
+
+def copy_dataset(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+def rewrite_manifest(out: Path, edit) -> None:
+    """Change manifest.json in place, bypassing ``save``'s validation (as an attacker would)."""
+    m = json.loads((out / "manifest.json").read_text())
+    edit(m)
+    (out / "manifest.json").write_text(json.dumps(m))  # json: writes ints beyond 64 bits too
+
+
+@pytest.mark.parametrize("path", ["../outside.tar", "/etc/passwd", "sub/../../x.tar", "", "a\\b.tar"])
+def test_paths_leading_outside_are_refused(dataset, tmp_path, path):
+    out = copy_dataset(dataset, tmp_path / "ds")
+    rewrite_manifest(out, lambda m: m["splits"]["train"]["shards"][0].update(path=path))
+    with pytest.raises(DatasetError, match="refusing path|not a plain relative path"):
+        TarDataset(out)
+    out2 = copy_dataset(dataset, tmp_path / "ds2")
+    rewrite_manifest(out2, lambda m: m["splits"]["train"]["shards"][1]["index"].update(path=path))
+    with pytest.raises(DatasetError):
+        TarDataset(out2)
+
+
+@pytest.mark.parametrize("name", ["train-000001.tar", "train-000001.offsets.npy"])
+def test_symlinks_leading_outside_are_refused(dataset, tmp_path, name):
+    out = copy_dataset(dataset, tmp_path / "ds")
+    outside = tmp_path / name
+    shutil.move(out / name, outside)
+    (out / name).symlink_to(outside)
+    with pytest.raises(DatasetError, match="leads outside"):
+        TarDataset(out)
+
+
+def test_unsafe_or_incomplete_datasets_are_refused(dataset, tmp_path):
+    out = copy_dataset(dataset, tmp_path / "ds")
+    with pytest.raises(DatasetError, match="no split"):
+        TarDataset(out, split="test")
+    rewrite_manifest(out, lambda m: m["splits"]["train"]["shards"][0].pop("index"))
+    with pytest.raises(DatasetError, match="no offset index"):
+        TarDataset(out)
+    (out / "manifest.json").unlink()
+    with pytest.raises(DatasetError, match="no manifest.json"):
+        TarDataset(out)
+
+
+def test_pickled_offsets_are_never_loaded(dataset, tmp_path):
+    out = copy_dataset(dataset, tmp_path / "ds")
+    idx = out / "train-000000.offsets.npy"
+    np.save(idx, np.array([Boom()] * 11, dtype=object), allow_pickle=True)
+    rewrite_manifest(out, lambda m: m["splits"]["train"]["shards"][0]["index"].update(bytes=idx.stat().st_size))
+    with pytest.raises(DatasetError, match="pickles"):
+        TarDataset(out)
+
+
+def test_an_index_that_cuts_a_sample_is_caught(dataset, tmp_path):
+    out = copy_dataset(dataset, tmp_path / "ds")
+    idx = out / "train-000000.offsets.npy"
+    offsets = np.load(idx)
+    offsets[1] = parse_members((out / "train-000000.tar").read_bytes(), 0, int(offsets[1]))[1][1] - BLOCK
+    np.save(idx, offsets)  # sample 0 ends after its first member; sample 1 starts inside sample 0
+    ds = TarDataset(out)
+    with pytest.raises(DatasetError, match="inside the sample"):
+        ds[0]
+    with pytest.raises(DatasetError, match="does not belong"):
+        ds[1]
+    check_sample(ds[2], *TRAIN[2])
+
+
+def test_datasets_pickle_for_spawned_workers(dataset):
+    ds = TarDataset(dataset, decode="pil")
+    first = ds[0]["jpg"]
+    again = pickle.loads(pickle.dumps(ds))
+    assert again[0]["jpg"].tobytes() == first.tobytes() and len(again) == 25
+
+
+def check_everything_or_dataset_error(out: Path, decode: str | None = None) -> None:
+    """Open and read every sample: each step may raise DatasetError, and nothing else."""
+    try:
+        ds = TarDataset(out, decode=decode)
+    except DatasetError:
+        return
+    for i in range(len(ds)):
+        try:
+            sample = ds[i]
+        except DatasetError:
+            continue
+        assert isinstance(sample, dict) and "__key__" in sample
+
+
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                       HealthCheck.too_slow])
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_offsets(dataset, data):
+    base = np.load(dataset / "train-000001.offsets.npy")
+    choice = data.draw(st.sampled_from(["perturb", "random", "bytes"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        out = copy_dataset(dataset, Path(tmp) / "ds")
+        idx = out / "train-000001.offsets.npy"
+        if choice == "perturb":
+            arr = base.copy()
+            for _ in range(data.draw(st.integers(1, 3))):
+                arr[data.draw(st.integers(0, len(arr) - 1))] += data.draw(st.integers(-5000, 5000))
+            np.save(idx, arr)
+        elif choice == "random":
+            values = data.draw(st.lists(st.integers(-2**63, 2**63 - 1), min_size=0, max_size=14))
+            np.save(idx, np.array(values, dtype=np.int64))
+        else:
+            raw = bytearray(idx.read_bytes())
+            for _ in range(data.draw(st.integers(1, 4))):
+                raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
+            idx.write_bytes(bytes(raw))
+        rewrite_manifest(out, lambda m: m["splits"]["train"]["shards"][1]["index"].update(bytes=idx.stat().st_size))
+        check_everything_or_dataset_error(out)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_tar_bytes(dataset, data):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = copy_dataset(dataset, Path(tmp) / "ds")
+        tar = out / "train-000000.tar"
+        raw = bytearray(tar.read_bytes())
+        offsets = np.load(out / "train-000000.offsets.npy")
+        members = parse_members(bytes(raw), 0, int(offsets[-1]))  # mutate headers and small fields often
+        for _ in range(data.draw(st.integers(1, 8))):
+            _name, start, size = data.draw(st.sampled_from(members))
+            pos = data.draw(st.integers(start - BLOCK, start + max(size, 1) - 1) | st.integers(0, len(raw) - 1))
+            raw[pos] = data.draw(st.integers(0, 255))
+        tar.write_bytes(bytes(raw))
+        check_everything_or_dataset_error(out, decode=data.draw(st.sampled_from([None, "numpy"])))
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.text(max_size=12),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=6)
+
+
+def paths_in(value: Any, prefix: tuple = ()) -> list[tuple]:
+    out = [prefix]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += paths_in(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += paths_in(v, (*prefix, i))
+    return out
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_manifest(dataset, data):
+    m = json.loads((dataset / "manifest.json").read_text())
+    where = data.draw(st.sampled_from(paths_in(m)[1:]))
+    value = data.draw(JSON | st.sampled_from(["../x", "/etc/passwd", "train-000002.tar", "val-000000.offsets.npy"])
+                      | st.integers(0, 200000))
+
+    def edit(doc: dict) -> None:
+        node = doc
+        for part in where[:-1]:
+            node = node[part]
+        node[where[-1]] = value
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = copy_dataset(dataset, Path(tmp) / "ds")
+        rewrite_manifest(out, edit)
+        check_everything_or_dataset_error(out, decode="pil")
