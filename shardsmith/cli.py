@@ -172,16 +172,15 @@ def inspect(out: Path, as_json: bool, samples: int) -> None:
 @click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Window length [default: manifest or 1024].")
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--seconds", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
-@click.option("--target-tokens-per-s", type=float, default=None,
-              help="Exit 1 unless the loader reaches this many tokens/s.")
+@click.option("--target-tokens-per-s", "--target-samples-per-s", "target", type=float, default=None,
+              help="Exit 1 unless the loader reaches this many tokens/s (samples/s for sample datasets).")
 @user_errors
 def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: float,
-          target_tokens_per_s: float | None) -> None:
-    """Loader throughput of a dataset: tokens/s and batches/s for tokens."""
+          target: float | None) -> None:
+    """Loader throughput: tokens/s and batches/s for tokens, samples/s and MB/s for tar shards."""
     from shardsmith.commands.bench import run
 
-    ok = run(out, split=split, seq_len=seq_len, batch_size=batch_size, seconds=seconds,
-             target=target_tokens_per_s)
+    ok = run(out, split=split, seq_len=seq_len, batch_size=batch_size, seconds=seconds, target=target)
     if not ok:
         sys.exit(1)
 

@@ -168,3 +168,23 @@ def test_folder_problems_are_usage_errors(tmp_path):
     assert res.exit_code == 2 and "class subfolders" in res.stderr
     res = run_cli("convert", tmp_path / "loose", "-o", tmp_path / "o3", "--to", "webdataset", "--copies", "2")
     assert res.exit_code == 2 and "--copies needs --augment" in res.stderr
+
+
+def test_loader_inspect_and_bench_on_converted_images(image_folder, tmp_path):
+    import shardsmith
+
+    root, expected = image_folder
+    convert(root, "-o", tmp_path / "out", "--shard-samples", "7")
+    ds = shardsmith.open(tmp_path / "out")
+    by_key = {s["__key__"]: s for s in read_webdataset(tmp_path / "out")}
+    assert len(ds) == len(by_key) == len(expected)
+    for i in range(len(ds)):
+        s = ds[i]
+        ref = by_key[s["__key__"]]
+        assert s.get("jpg", s.get("png")) == ref.get("jpg", ref.get("png")) and s["cls"] == int(ref["cls"])
+    img = shardsmith.open(tmp_path / "out", decode="numpy")[0]
+    assert img.get("jpg", img.get("png")).ndim == 3
+    info = json.loads(run_cli("inspect", tmp_path / "out", "--json").output)
+    assert info["classes"] == ["ant", "bee", "cat"] and info["samples"][0]["members"]["cls"] in (0, 1, 2)
+    res = run_cli("bench", tmp_path / "out", "--seconds", "0.2")
+    assert res.exit_code == 0 and "samples/s" in res.output

@@ -15,8 +15,10 @@ from shardsmith.errors import DatasetError
 def run(out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float,
         target: float | None) -> bool:
     m = manifest_mod.load(out)
+    if m["format"] == "webdataset":
+        return _samples(out, split=split, seconds=seconds, target=target)
     if m["format"] != "tokens":
-        raise DatasetError(f"{out}: bench measures token datasets so far, not {m['format']!r}")
+        raise DatasetError(f"{out}: bench does not measure {m['format']!r} datasets yet")
     from shardsmith.loader.tokens import TokenDataset
 
     ds = TokenDataset(out, seq_len=seq_len or m.get("seq_len") or 1024, split=split)
@@ -43,4 +45,34 @@ def run(out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds:
     verdict = "keeps up with" if ok else "does NOT keep up with"
     click.echo(f"the loader {verdict} the target of {target / 1e6:,.2f} M tokens/s "
                f"({tokens_per_s / target:.1f}× the target)")
+    return ok
+
+
+def _samples(out: Path, *, split: str, seconds: float, target: float | None) -> bool:
+    """Shuffled random access over a sample dataset: samples/s and MB/s of member bytes, no decoding."""
+    from shardsmith.loader import open as open_dataset
+
+    ds = open_dataset(out, split=split)
+    if len(ds) == 0:
+        raise DatasetError(f"{out}: split {split!r} is empty")
+    samples = nbytes = epoch = 0
+    it = ds.iter(shuffle=True, seed=0, epoch=epoch)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for sample in it:
+            samples += 1
+            nbytes += sum(len(v) for k, v in sample.items() if isinstance(v, bytes))
+            if samples % 256 == 0 and time.perf_counter() - t0 >= seconds:
+                break
+        else:
+            epoch += 1
+            it = ds.iter(shuffle=True, seed=0, epoch=epoch)
+    elapsed = time.perf_counter() - t0
+    rate = samples / elapsed
+    click.echo(f"{out} [{split}]: {rate:,.0f} samples/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
+               f"(exact shuffled order, random access, no decoding, one process)")
+    if target is None:
+        return True
+    ok = rate >= target
+    click.echo(f"the loader {'keeps up with' if ok else 'does NOT keep up with'} the target of {target:,.0f} samples/s")
     return ok

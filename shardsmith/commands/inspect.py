@@ -30,7 +30,26 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
     if m["format"] == "tokens":
         info["tokenizer"] = m["tokenizer"]
         info["samples"] = _token_samples(out, m, samples)
+    elif m["format"] == "webdataset":
+        info["classes"] = m.get("classes")
+        info["augment"] = m.get("augment")
+        info["samples"] = _tar_samples(out, m, samples)
     return info
+
+
+def _tar_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    from shardsmith.loader.webdataset import TarDataset
+
+    split = next((s for s, v in m["splits"].items() if v["samples"]), None)
+    if split is None or n == 0:
+        return []
+    ds = TarDataset(out, split=split)
+    shown = []
+    for i in range(min(n, len(ds))):
+        sample = ds[i]
+        members = {k: (len(v) if isinstance(v, bytes | str) else v) for k, v in sample.items() if k != "__key__"}
+        shown.append({"split": split, "index": i, "key": sample["__key__"], "members": members})
+    return shown
 
 
 def _token_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
@@ -71,7 +90,14 @@ def run(out: Path, *, as_json: bool, samples: int) -> None:
         t = info["tokenizer"]
         echo(f"  tokenizer: vocab {t['vocab_size']}, eos {t['eos_token']!r} ({t['eos_id']}), dtype {t['dtype']}, "
              f"engine {t['engine']}, sha256 {t['sha256'][:12]}…")
+    if info.get("classes"):
+        echo(f"  classes: {len(info['classes'])} ({', '.join(info['classes'][:8])}{', …' if len(info['classes']) > 8 else ''})")
+    if info.get("augment"):
+        echo(f"  augment: {info['augment']}")
     for s in info.get("samples", []):
-        echo(f"  sample {s['split']}[{s['index']}]: {s['tokens']} tokens {s['ids']}…")
-        if s["text"] is not None:
-            echo(f"    {s['text']!r}")
+        if "tokens" in s:
+            echo(f"  sample {s['split']}[{s['index']}]: {s['tokens']} tokens {s['ids']}…")
+            if s["text"] is not None:
+                echo(f"    {s['text']!r}")
+        else:
+            echo(f"  sample {s['split']}[{s['index']}]: key {s['key']}, members {s['members']}")
