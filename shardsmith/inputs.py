@@ -20,11 +20,29 @@ class InputFile:
     group: str = ""  # first folder below the input argument it was found in (an image folder's class)
 
 
-def _walk(folder: Path) -> list[Path]:
-    found = []
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        found.extend(Path(dirpath, f) for f in sorted(filenames) if not f.startswith("."))
+def _walk(folder: str) -> list[tuple[str, str, int]]:
+    """(absolute path, path relative to ``folder`` in POSIX form, size) of every non-hidden file below it.
+
+    One ``scandir`` pass with the sizes it already has: a folder of a million images is listed in
+    seconds, not minutes.
+    """
+    found: list[tuple[str, str, int]] = []
+    stack = [(folder, "")]
+    seen = {(os.stat(folder).st_dev, os.stat(folder).st_ino)}  # symlinked folders are followed once
+    while stack:
+        path, rel = stack.pop()
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue
+                sub = f"{rel}{entry.name}"
+                if entry.is_dir(follow_symlinks=True):
+                    st = entry.stat(follow_symlinks=True)
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        stack.append((entry.path, sub + "/"))
+                elif entry.is_file(follow_symlinks=True):
+                    found.append((entry.path, sub, entry.stat(follow_symlinks=True).st_size))
     return found
 
 
@@ -36,36 +54,32 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
     """
     if not paths:
         raise UsageError("no inputs given")
-    files: list[Path] = []
-    groups: dict[str, str] = {}
+    found: list[tuple[str, str, int, str]] = []  # absolute path, relative to its argument, size, group
     roots: list[str] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            matched = [f for f in _walk(p) if f.name.lower().endswith(suffixes)]
+            base = os.path.abspath(p)
+            matched = [(a, r, n) for a, r, n in _walk(base) if r.lower().endswith(suffixes)]
             if not matched:
                 raise UsageError(f"{raw}: no input files ({', '.join(suffixes)}) in this folder")
-            files.extend(matched)
-            roots.append(os.path.abspath(p))
-            for f in matched:
-                parts = Path(os.path.relpath(f, p)).parts
-                groups[os.path.abspath(f)] = parts[0] if len(parts) > 1 else ""
+            roots.append(base)
+            found.extend((a, r, n, r.split("/", 1)[0] if "/" in r else "") for a, r, n in matched)
         elif p.is_file():
             if not p.name.lower().endswith(suffixes):
                 raise UsageError(f"{raw}: not a supported input (expected {', '.join(suffixes)})")
-            files.append(p)
-            roots.append(os.path.dirname(os.path.abspath(p)))
+            absolute = os.path.abspath(p)
+            roots.append(os.path.dirname(absolute))
+            found.append((absolute, p.name, p.stat().st_size, ""))
         elif p.exists():
             raise UsageError(f"{raw}: not a regular file or folder")
         else:
             raise UsageError(f"{raw}: no such file or folder")
     root = os.path.commonpath(roots)
-    by_rel: dict[str, str] = {}
-    for f in files:
-        absolute = os.path.abspath(f)
-        by_rel.setdefault(Path(os.path.relpath(absolute, root)).as_posix(), absolute)
-    return [
-        InputFile(path=by_rel[rel], rel=rel, index=i, size=os.path.getsize(by_rel[rel]),
-                  group=groups.get(by_rel[rel], ""))
-        for i, rel in enumerate(sorted(by_rel))
-    ]
+    by_rel: dict[str, tuple[str, int, str]] = {}
+    for absolute, _, size, group in found:
+        rel = absolute[len(root):].lstrip(os.sep).replace(os.sep, "/") if absolute.startswith(root) else \
+            Path(os.path.relpath(absolute, root)).as_posix()
+        by_rel.setdefault(rel, (absolute, size, group))
+    return [InputFile(path=by_rel[rel][0], rel=rel, index=i, size=by_rel[rel][1], group=by_rel[rel][2])
+            for i, rel in enumerate(sorted(by_rel))]

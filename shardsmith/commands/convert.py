@@ -56,9 +56,8 @@ class ConvertOptions:
 READERS = {"imagefolder": ImageFolderReader, "jsonl": JsonlReader, "parquet": ParquetReader}
 
 
-def infer_source(paths: tuple[str, ...]) -> str:
+def infer_source(files: list[InputFile]) -> str:
     """The input kind from the inputs' suffixes: images, JSONL or Parquet (one kind per conversion)."""
-    files = discover(list(paths), suffixes=tuple(s for c in READERS.values() for s in c.suffixes))
     kinds = {kind for f in files for kind, cls in READERS.items() if f.path.lower().endswith(cls.suffixes)}
     if len(kinds) > 1:
         raise UsageError(f"the inputs hold several kinds ({', '.join(sorted(kinds))}); choose one with --from")
@@ -180,7 +179,12 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     keep_freed_memory()
     if opts.to != "webdataset":
         raise UsageError(f"--to {opts.to}: not built yet in this version (webdataset is)")
-    kind = opts.source or infer_source(opts.inputs)
+    files: list[InputFile] | None = None
+    if opts.source is None:
+        files = discover(list(opts.inputs), suffixes=tuple(s for c in READERS.values() for s in c.suffixes))
+        kind = infer_source(files)  # one kind only, so these are exactly that reader's files
+    else:
+        kind = opts.source
     if opts.augment and kind != "imagefolder":
         raise UsageError("--augment applies to image folders")
     if opts.copies > 1 and not opts.augment:
@@ -192,8 +196,9 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         if opts.copies > 1 and not Augmenter(ops=parse_augment(opts.augment), quality=opts.quality).random:
             raise UsageError(f"--copies {opts.copies}: {opts.augment!r} has no random op, so every copy would be "
                              f"the same image")
-    reader: Reader = READERS[kind]() if kind != "parquet" else ParquetReader()
-    files = discover(list(opts.inputs), suffixes=reader.suffixes)
+    reader: Reader = READERS[kind]()
+    if files is None:
+        files = discover(list(opts.inputs), suffixes=reader.suffixes)
     classes = reader.classes(files) if isinstance(reader, ImageFolderReader) else None
     total_bytes = sum(f.size for f in files)
     chunk = max(64 << 10, min(64 << 20, opts.memory // 8, max(1 << 20, total_bytes // 16)))
