@@ -7,7 +7,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -56,8 +56,9 @@ def atomic_write_stream(path: Path, chunks: Iterable[bytes | memoryview], *, dur
 class HashingFile:
     """A file written under a temporary name, hashed as it is written, renamed into place on commit.
 
-    Writing and hashing run on a background thread (both release the GIL), so they overlap with
-    the caller preparing the next buffer. Buffers handed to ``write`` must not change afterwards.
+    Writing and hashing run on two background threads (both release the GIL), so they overlap
+    with each other and with the caller preparing the next buffer. Buffers handed to ``write``
+    must not change afterwards.
     """
 
     def __init__(self, path: Path, *, buffer_bytes: int = 8 << 20, md5: bool = False) -> None:
@@ -67,20 +68,29 @@ class HashingFile:
         self._sha = hashlib.sha256()
         self._md5 = hashlib.md5(usedforsecurity=False) if md5 else None
         self.bytes = 0
-        # one buffer queued while one is written: overlap without holding many buffers alive
-        self._queue: queue.Queue[bytes | memoryview | None] = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._drain, name=f"write {self.path.name}", daemon=True)
-        self._thread.start()
+        # two buffers queued per thread at most: overlap without holding many buffers alive
+        self._queues: list[queue.Queue[bytes | memoryview | None]] = [queue.Queue(maxsize=2), queue.Queue(maxsize=2)]
+        self._threads = [
+            threading.Thread(target=self._drain, args=(self._queues[0], self._write_one), daemon=True),
+            threading.Thread(target=self._drain, args=(self._queues[1], self._hash_one), daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
 
-    def _drain(self) -> None:
-        while (data := self._queue.get()) is not None:
+    def _write_one(self, data: bytes | memoryview) -> None:
+        self._fh.write(data)
+
+    def _hash_one(self, data: bytes | memoryview) -> None:
+        self._sha.update(data)
+        if self._md5 is not None:
+            self._md5.update(data)
+
+    def _drain(self, q: queue.Queue[bytes | memoryview | None], work: Callable[[bytes | memoryview], None]) -> None:
+        while (data := q.get()) is not None:
             if self._error is None:
                 try:
-                    self._fh.write(data)
-                    self._sha.update(data)
-                    if self._md5 is not None:
-                        self._md5.update(data)
+                    work(data)
                 except BaseException as exc:  # surfaced to the caller on the next write or commit
                     self._error = exc
 
@@ -91,13 +101,15 @@ class HashingFile:
     def write(self, data: bytes | memoryview) -> None:
         self._raise()
         if len(data):
-            self._queue.put(data)
+            for q in self._queues:
+                q.put(data)
             self.bytes += len(data)
 
     def _finish(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
+        for q, t in zip(self._queues, self._threads):
+            if t.is_alive():
+                q.put(None)
+                t.join()
 
     def commit(self) -> str:
         """Flush, fsync and rename; returns the sha256 hex digest."""

@@ -188,3 +188,12 @@ def test_loader_inspect_and_bench_on_converted_images(image_folder, tmp_path):
     assert info["classes"] == ["ant", "bee", "cat"] and info["samples"][0]["members"]["cls"] in (0, 1, 2)
     res = run_cli("bench", tmp_path / "out", "--seconds", "0.2")
     assert res.exit_code == 0 and "samples/s" in res.output
+
+
+def test_jsonl_shards_respect_shard_bytes(tmp_path):
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text("".join(json.dumps({"text": "x" * (i % 700)}) + "\n" for i in range(300)))
+    m = convert(tmp_path / "in", "-o", tmp_path / "out", "--shard-bytes", "30KB")
+    sizes = [s["bytes"] for s in m["splits"]["train"]["shards"]]
+    assert len(sizes) > 5 and max(sizes) <= 30_000 and sum(s["samples"] for s in m["splits"]["train"]["shards"]) == 300
+    assert min(sizes[:-1]) > 30_000 - 2 * 10240  # full shards, not half-empty ones

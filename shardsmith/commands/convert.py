@@ -22,8 +22,8 @@ from shardsmith.readers.imagefolder import ImageFolderReader
 from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
 from shardsmith.sample import Identity
-from shardsmith.tarfmt import sample_members
-from shardsmith.writers.webdataset import TarWriter
+from shardsmith.tarfmt import member_header, sample_members
+from shardsmith.writers.webdataset import SourceRef, TarWriter
 
 _EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -102,7 +102,11 @@ class SampleProcessor:
                 bad.append((record, str(exc)))
                 continue
             for copy, (key, fields) in enumerate(samples):
-                members = sample_members(key, fields)
+                if fields and isinstance(fields[0][1], SourceRef):
+                    ext, ref = fields[0]
+                    members = [member_header(f"{key}.{ext}", ref.size), ref.pack(), *sample_members(key, fields[1:])]
+                else:
+                    members = sample_members(key, fields)
                 pieces.extend(members)
                 lengths.append(sum(len(m) for m in members))
                 records.append(record * self.copies + copy)
@@ -129,8 +133,9 @@ class SampleProcessor:
         label = str(self.classes[file.group]).encode()
         ident = Identity(file.rel, 0)
         if self.augmenter is None:
+            # zero copy: the tar writer copies the bytes straight from the input file
             ext = canonical_ext(info.format) if info else _suffix_ext(file.path)
-            return [(ident.key(), [(ext, data), ("cls", label)])]
+            return [(ident.key(), [(ext, SourceRef(index=file.index, size=len(data))), ("cls", label)])]
         out = []
         for copy in range(self.copies):
             try:
@@ -209,6 +214,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
                                 quality=opts.quality, seed=opts.seed)
+    # image bytes that pass through unchanged are referenced by the workers and copied by the writer
+    sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
     with work_folder(opts.out) as work:
         job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
                          splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
@@ -218,7 +225,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
             results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
         writers = run_gather(job, results, budget=budget, make_writer=lambda split: TarWriter(
             out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
-            wids_md5=opts.wids_md5))
+            wids_md5=opts.wids_md5, sources=sources))
 
     records = sum(r.records for r in results)
     skipped = [s for r in results for s in r.skipped]
