@@ -225,7 +225,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
             results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
         writers = run_gather(job, results, budget=budget, make_writer=lambda split: TarWriter(
             out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
-            wids_md5=opts.wids_md5, sources=sources))
+            wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))
 
     records = sum(r.records for r in results)
     skipped = [s for r in results for s in r.skipped]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,15 @@ class SourceRef:
         return _REF.pack(REF_MAGIC, self.index, self.size)
 
 
+@dataclass(slots=True)
+class _ShardPlan:
+    """One shard's samples in order: (first header, source file, data size, the other members)."""
+
+    index: int
+    samples: list[tuple[bytes, int, int, bytes]] = field(default_factory=list)
+    bytes: int = 0
+
+
 def _closed_size(size: int) -> int:
     """A shard's size once closed: two zero blocks, padded to whole 10240-byte records."""
     return -(-(size + 1024) // 10240) * 10240
@@ -52,8 +62,9 @@ class TarWriter(Writer):
     suffix = ".tar"
 
     def __init__(self, *, out_dir: Path, split: str, shard_samples: int | None, shard_bytes: int,
-                 wids_md5: bool = False, sources: list[str] | None = None) -> None:
-        """``sources``: input paths by file index, when samples carry ``SourceRef``s to expand."""
+                 wids_md5: bool = False, sources: list[str] | None = None, threads: int = 2) -> None:
+        """``sources``: input paths by file index, when samples carry ``SourceRef``s to expand;
+        ``threads``: shards written at once in that case."""
         super().__init__(out_dir=out_dir, split=split)
         self.sources = sources
         self.shard_samples = shard_samples or (1 << 62)
@@ -62,6 +73,10 @@ class TarWriter(Writer):
         self._tar: HashingFile | None = None
         self._starts: list[int] = []
         self._md5s: list[str | None] = []
+        self.threads = threads
+        self._plan: _ShardPlan | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: list[Future[tuple[ShardRecord, str | None]]] = []
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         """Append whole samples; a shard never splits a sample."""
@@ -81,42 +96,60 @@ class TarWriter(Writer):
             self._tar.write(payload[run_start:pos])
 
     def _write_referenced(self, lengths: np.ndarray, payload: memoryview) -> None:
-        """Samples whose first member's data is a SourceRef: copy that data from the input file.
+        """Samples whose first member's data is a SourceRef: plan shards here, write them on threads.
 
-        Pieces are gathered into blocks of a few MB before they go to the writing thread: one
-        hand-over per block, not three per sample.
+        The plan (headers and small members, ~1 KB a sample) is made in order, so shard boundaries
+        are exactly those of a sequential write; reading the images, hashing and writing happen
+        for several shards at once (file reads, hashing and writes release the GIL).
         """
-        assert self.sources is not None
         pos = 0
-        pieces: list[bytes | memoryview] = []
-        pending = 0
         for n in np.asarray(lengths, dtype=np.int64).tolist():
             magic, index, size = _REF.unpack_from(payload, pos + BLOCK)
             if magic != REF_MAGIC:
                 raise AssertionError("sample without the SourceRef the writer expects")
             true_size = n - _REF.size + size + len(padding(size))
-            if self._full(pending + true_size):
-                self._flush(pieces)
-                pending = 0
-                self._roll()
-            self._begin_sample(-pending, 0)
-            path = self.sources[index]
-            with open(path, "rb") as fh:
-                data = fh.read(size + 1)
-            if len(data) != size:
-                raise DataError(file=path, reason=f"changed while converting: {len(data)} bytes, was {size}")
-            pieces += [payload[pos:pos + BLOCK], data, padding(size), payload[pos + BLOCK + _REF.size:pos + n]]
-            pending += true_size
+            plan = self._plan
+            if plan is not None and (len(plan.samples) >= self.shard_samples
+                                     or _closed_size(plan.bytes + true_size) > self.shard_bytes):
+                self._submit()
+            if self._plan is None:
+                self._plan = _ShardPlan(index=len(self._futures))
+            self._plan.samples.append((bytes(payload[pos:pos + BLOCK]), index, size,
+                                       bytes(payload[pos + BLOCK + _REF.size:pos + n])))
+            self._plan.bytes += true_size
             pos += n
-            if pending >= 4 << 20:
-                self._flush(pieces)
-                pending = 0
-        self._flush(pieces)
 
-    def _flush(self, pieces: list[bytes | memoryview]) -> None:
-        if pieces:
-            self._tar.write(b"".join(pieces))  # type: ignore[union-attr]
-            pieces.clear()
+    def _submit(self) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=f"tar {self.split}")
+        self._futures.append(self._pool.submit(self._write_plan, self._plan))
+        self._plan = None
+
+    def _write_plan(self, plan: _ShardPlan) -> tuple[ShardRecord, str | None]:
+        assert self.sources is not None
+        tar = HashingFile(self.out_dir / self.shard_name(plan.index), md5=self.wids_md5)
+        try:
+            starts: list[int] = []
+            pieces: list[bytes] = []
+            pending = 0
+            for header, index, size, rest in plan.samples:
+                starts.append(tar.bytes + pending)
+                path = self.sources[index]
+                with open(path, "rb") as fh:
+                    data = fh.read(size + 1)
+                if len(data) != size:
+                    raise DataError(file=path, reason=f"changed while converting: {len(data)} bytes, was {size}")
+                pieces += [header, data, padding(size), rest]
+                pending += BLOCK + size + len(padding(size)) + len(rest)
+                if pending >= 4 << 20:
+                    tar.write(b"".join(pieces))
+                    pieces, pending = [], 0
+            if pieces:
+                tar.write(b"".join(pieces))
+            return self._finish_shard(tar, starts, plan.index)
+        except BaseException:
+            tar.abort()
+            raise
 
     def _full(self, next_sample: int) -> bool:
         """Whether ``next_sample`` more bytes (beyond those already written) must start a new shard."""
@@ -132,24 +165,38 @@ class TarWriter(Writer):
     def _roll(self) -> None:
         tar = self._tar
         assert tar is not None
+        record, md5 = self._finish_shard(tar, self._starts, len(self.shards))
+        self.shards.append(record)
+        self._md5s.append(md5)
+        self._tar, self._starts = None, []
+
+    def _finish_shard(self, tar: HashingFile, starts: list[int], index: int) -> tuple[ShardRecord, str | None]:
+        """End the archive, commit it, and write its offset index."""
         end = tar.bytes
         tar.write(end_of_archive(end))
         sha = tar.commit()
-        offsets = np.asarray([*self._starts, end], dtype=np.int64)
         buf = io.BytesIO()
-        np.save(buf, offsets, allow_pickle=False)
-        idx = HashingFile(self.out_dir / self.shard_name(len(self.shards), ".offsets.npy"))
+        np.save(buf, np.asarray([*starts, end], dtype=np.int64), allow_pickle=False)
+        idx = HashingFile(self.out_dir / self.shard_name(index, ".offsets.npy"))
         idx.write(buf.getvalue())
         idx_sha = idx.commit()
-        self.shards.append(ShardRecord(
-            path=tar.path.name, samples=len(self._starts), bytes=tar.bytes, sha256=sha,
-            extra={"index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}}))
-        self._md5s.append(tar.md5)
-        self._tar, self._starts = None, []
+        record = ShardRecord(path=tar.path.name, samples=len(starts), bytes=tar.bytes, sha256=sha,
+                             extra={"index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}})
+        return record, tar.md5
 
     def close(self) -> list[ShardRecord]:
         if self._tar is not None:
             self._roll()
+        if self._plan is not None:
+            self._submit()
+        try:
+            for future in self._futures:
+                record, md5 = future.result()
+                self.shards.append(record)
+                self._md5s.append(md5)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
         self._write_wids()
         return self.shards
 
@@ -167,3 +214,5 @@ class TarWriter(Writer):
     def abort(self) -> None:
         if self._tar is not None:
             self._tar.abort()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
