@@ -36,6 +36,21 @@ from shardsmith.splits import assign_splits
 from shardsmith.writers.base import Writer
 
 
+@dataclass(frozen=True, kw_only=True)
+class ConvertingOptions:
+    """The options every converting command shares (DESIGN.md)."""
+
+    seed: int = 0
+    shuffle: bool = True
+    workers: int = 1
+    memory: int = 1_000_000_000
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    on_error: str = "fail"
+    limit: int | None = None
+    quiet: bool = False
+    overwrite: bool = False
+
+
 @dataclass(slots=True)
 class Processed:
     """A transformed batch: the good records' numbers, their payloads back to back, and the bad ones."""

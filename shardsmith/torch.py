@@ -43,14 +43,15 @@ class TokenWindows(Dataset):
         return [(xt[k], yt[k]) for k in range(len(indices))]
 
 
-class TokenBatches(IterableDataset):
-    """Batches of windows for one epoch, split over ranks × DataLoader workers (use ``batch_size=None``).
+class _EpochSlices(IterableDataset):
+    """One epoch's permutation split over DDP ranks × DataLoader workers.
 
-    Every (rank, worker) pair takes a strided slice of the same epoch permutation, so the union
-    over all of them is one pass with no duplicates; call ``set_epoch`` between epochs.
+    Every (rank, worker) pair takes a strided slice of the same permutation: equal shares per
+    rank first (the remainder dropped), then each rank's share dealt to its workers, so together
+    they make one pass without duplicates. Call ``set_epoch`` between epochs.
     """
 
-    def __init__(self, dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0,
+    def __init__(self, dataset: Any, *, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None) -> None:
         self.dataset = dataset
         self.batch_size = batch_size
@@ -65,10 +66,16 @@ class TokenBatches(IterableDataset):
     def _slice(self) -> np.ndarray:
         info = get_worker_info()
         workers, worker = (info.num_workers, info.id) if info else (1, 0)
-        # Equal shares per rank first (drop the remainder), then deal each rank's share to its workers.
         mine = epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
                            rank=self.rank, world_size=self.world_size)
         return mine[worker::workers]
+
+
+class TokenBatches(_EpochSlices):
+    """Batches of windows (x, y) for one epoch of a TokenDataset (use the DataLoader's ``batch_size=None``)."""
+
+    def __init__(self, dataset: TokenDataset, *, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(dataset, batch_size=batch_size, **kwargs)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = self._slice()
@@ -104,31 +111,8 @@ class TarSamples(Dataset):
         return self.dataset.get_batch(indices)
 
 
-class TarIterable(IterableDataset):
-    """One epoch of samples (or lists of ``batch_size``), split over DDP ranks × DataLoader workers.
-
-    Mirrors ``TokenBatches``: every (rank, worker) pair takes a strided slice of the same epoch
-    permutation, so together they make one pass without duplicates; call ``set_epoch`` per epoch.
-    """
-
-    def __init__(self, dataset: TarDataset, *, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
-                 epoch: int = 0, rank: int | None = None, world_size: int | None = None) -> None:
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = epoch
-        self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else _distributed()
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def _slice(self) -> np.ndarray:
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info else (1, 0)
-        mine = epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                           rank=self.rank, world_size=self.world_size)
-        return mine[worker::workers]
+class TarIterable(_EpochSlices):
+    """Samples (or lists of them, with ``batch_size``) for one epoch of a TarDataset."""
 
     def __iter__(self) -> Iterator[Any]:
         order = self._slice()

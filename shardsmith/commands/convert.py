@@ -15,7 +15,15 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import prepare_output
-from shardsmith.pipeline import Processed, ScatterJob, plan_buckets, run_gather, run_scatter, work_folder
+from shardsmith.pipeline import (
+    ConvertingOptions,
+    Processed,
+    ScatterJob,
+    plan_buckets,
+    run_gather,
+    run_scatter,
+    work_folder,
+)
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.readers.imagefolder import ImageFolderReader
@@ -29,7 +37,7 @@ _EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConvertOptions:
+class ConvertOptions(ConvertingOptions):
     inputs: tuple[str, ...]
     out: Path
     to: str = "webdataset"
@@ -42,15 +50,6 @@ class ConvertOptions:
     shard_samples: int | None = None
     shard_bytes: int = 256_000_000
     wids_md5: bool = False
-    seed: int = 0
-    shuffle: bool = True
-    workers: int = 1
-    memory: int = 1_000_000_000
-    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
-    on_error: str = "fail"
-    limit: int | None = None
-    quiet: bool = False
-    overwrite: bool = False
 
 
 READERS = {"imagefolder": ImageFolderReader, "jsonl": JsonlReader, "parquet": ParquetReader}

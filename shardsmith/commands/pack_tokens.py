@@ -16,7 +16,15 @@ from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.inputs import discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import prepare_output
-from shardsmith.pipeline import Processed, ScatterJob, plan_buckets, run_gather, run_scatter, work_folder
+from shardsmith.pipeline import (
+    ConvertingOptions,
+    Processed,
+    ScatterJob,
+    plan_buckets,
+    run_gather,
+    run_scatter,
+    work_folder,
+)
 from shardsmith.progress import Progress
 from shardsmith.readers.base import BadRecord, MultiReader, Task
 from shardsmith.readers.jsonl import JsonlReader
@@ -29,7 +37,7 @@ SAMPLE_BYTES = 128 << 10
 
 
 @dataclass(frozen=True, kw_only=True)
-class PackTokensOptions:
+class PackTokensOptions(ConvertingOptions):
     inputs: tuple[str, ...]
     out: Path
     tokenizer: str | None = None
@@ -42,15 +50,6 @@ class PackTokensOptions:
     seq_len: int | None = None
     shard_tokens: int = 1_000_000_000
     nanogpt: bool = False
-    seed: int = 0
-    shuffle: bool = True
-    workers: int = 1
-    memory: int = 1_000_000_000
-    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
-    on_error: str = "fail"
-    limit: int | None = None
-    quiet: bool = False
-    overwrite: bool = False
 
 
 class TokenProcessor:
