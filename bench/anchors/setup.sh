@@ -28,7 +28,13 @@ tok_version="$("$bench/../.venv/bin/python" -c 'import tokenizers; print(tokeniz
     "megatron-core==0.16.1" \
     "transformers==5.23.0" \
     "tokenizers==$tok_version" \
-    orjson
+    orjson \
+    "litdata==0.2.76" \
+    "Brotli>=1.0.9" "python-snappy>=0.6.1,<1" "zstd>=1.5.2.5,<2" "xxhash>=3,<4" "catalogue>=2,<3"
+# mosaicml-streaming 0.13.0 pins transformers<5 and numpy<2.2 (against megatron's transformers 5 above): it goes in
+# without its dependencies, whose ones that MDSWriter / StreamingDataset import are on the line above (its cloud
+# SDKs are not needed for local files); bench/anchors/convert_mds.py says how it avoids torchvision.
+"$venv/bin/pip" install --quiet --no-deps "mosaicml-streaming==0.13.0"
 
 # Smoke test, offline: the imports the anchor scripts make.
 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONWARNINGS=ignore "$venv/bin/python" - <<'EOF'

@@ -1,0 +1,43 @@
+"""Shared by the convert anchors (bench/anchors/convert_*.py): the image folder's samples, in one order.
+
+Every anchor writes the same samples in the same order: classes sorted by name (label = position,
+the torchvision convention), files sorted by name within a class; the key is the file's stem.
+No shardsmith import: the anchors run from bench/.venv-anchors.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+
+
+def list_images(folder: str) -> list[tuple[str, str, int]]:
+    """``(path, key, label)`` of every image, in class order then file-name order."""
+    classes = sorted(e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith("."))
+    out = []
+    for label, name in enumerate(classes):
+        d = os.path.join(folder, name)
+        for f in sorted(os.listdir(d)):
+            if f.lower().endswith(IMAGE_SUFFIXES) and not f.startswith("."):
+                out.append((os.path.join(d, f), os.path.splitext(f)[0], label))
+    return out
+
+
+def touch(sample: dict) -> int:
+    """Bytes in a sample's bytes-like fields (accessing them, without decoding)."""
+    return sum(len(v) for v in sample.values() if isinstance(v, bytes | bytearray | memoryview))
+
+
+class Clock:
+    """Seconds since construction; ``report`` prints one JSON line for the benchmark to parse."""
+
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def report(self, **fields: object) -> None:
+        print(json.dumps({"seconds": time.perf_counter() - self.t0, **fields}))
+        sys.stdout.flush()

@@ -1,0 +1,82 @@
+"""MosaicML Streaming's MDSWriter and StreamingDataset, as a user scripts them, for the convert benchmark.
+
+    python convert_mds.py write FOLDER -o OUT      # MDSWriter(columns {"jpg": "bytes", "cls": "int"})
+    python convert_mds.py iterate OUT              # StreamingDataset(local=OUT), in order, no decoding
+
+write: one process, every image (bench/anchors/convert_common.py order) as ``{"jpg": bytes, "cls":
+label}``, shards of 256 MB (``size_limit``, as the other writers), no compression, no hashes;
+MDSWriter does not shuffle. iterate: ``StreamingDataset(local=OUT, shuffle=False, batch_size=1)``,
+every sample's fields accessed; stale shared memory from an earlier run is cleaned first.
+
+Runs from bench/.venv-anchors. mosaicml-streaming 0.13 pins transformers<5 and numpy<2.2 while the
+venv holds megatron's transformers 5, so it is installed with --no-deps plus the dependencies its
+writer and dataset import (see setup.sh); its package ``__init__`` eagerly imports
+``streaming.vision`` and so torchvision, whose PyPI build is CUDA-linked and cannot load against the
+CPU torch of these machines. MDSWriter and StreamingDataset live in ``streaming.base`` and need
+neither: the package is entered without running its ``__init__`` (``_import_streaming_base``).
+Prints one JSON line: seconds (after imports), samples, bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import shutil
+import sys
+import types
+
+from convert_common import Clock, list_images, touch
+
+
+def _import_streaming_base():
+    spec = importlib.util.find_spec("streaming")
+    if spec is None:
+        raise SystemExit("mosaicml-streaming is not installed: bash bench/anchors/setup.sh")
+    pkg = types.ModuleType("streaming")
+    pkg.__path__ = list(spec.submodule_search_locations)
+    sys.modules.setdefault("streaming", pkg)
+    import streaming.base as base
+
+    return base
+
+
+def write(folder: str, out: str) -> None:
+    base = _import_streaming_base()
+    clock = Clock()
+    shutil.rmtree(out, ignore_errors=True)
+    n = size = 0
+    with base.MDSWriter(out=out, columns={"jpg": "bytes", "cls": "int"}, size_limit=256_000_000) as sink:
+        for path, _key, label in list_images(folder):
+            with open(path, "rb") as f:
+                data = f.read()
+            sink.write({"jpg": data, "cls": label})
+            n += 1
+            size += len(data)
+    clock.report(samples=n, bytes=size)
+
+
+def iterate(out: str) -> None:
+    base = _import_streaming_base()
+    from streaming.base.util import clean_stale_shared_memory
+
+    clean_stale_shared_memory()
+    clock = Clock()
+    ds = base.StreamingDataset(local=out, shuffle=False, batch_size=1)
+    n = size = 0
+    for sample in ds:
+        n += 1
+        size += touch(sample)
+    clock.report(samples=n, bytes=size, len=len(ds))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("action", choices=["write", "iterate"])
+    ap.add_argument("path")
+    ap.add_argument("-o", "--out")
+    args = ap.parse_args()
+    write(args.path, args.out) if args.action == "write" else iterate(args.path)
+
+
+if __name__ == "__main__":
+    main()
