@@ -15,6 +15,7 @@ import os
 from array import array
 from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,18 @@ def _decoder(kind: str, decode: str | None) -> Callable[[bytes], Any] | None:
     return None
 
 
+@dataclass(slots=True)
+class _MemberTable:
+    """One shard's samples as compact arrays: members of sample j are ``first[j]:first[j+1]``."""
+
+    keys: list[str] = field(default_factory=list)
+    first: array = field(default_factory=lambda: array("q", [0]))
+    data: array = field(default_factory=lambda: array("q"))
+    size: array = field(default_factory=lambda: array("q"))
+    ext: array = field(default_factory=lambda: array("H"))
+    exts: list[str] = field(default_factory=list)
+
+
 class TarDataset:
     """One split of a webdataset-format dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``iter``."""
 
@@ -126,6 +139,7 @@ class TarDataset:
         self._n = self._starts[-1]
         self._decoders: dict[str, Callable[[bytes], Any] | None] = {}
         self._maps: list[mmap.mmap | None] = []
+        self._tables: list[_MemberTable | None] = [None] * len(self._paths)
         self._pid = -1
 
     # -- metadata -------------------------------------------------------------------------------
@@ -145,7 +159,7 @@ class TarDataset:
 
     def __getstate__(self) -> dict[str, Any]:
         # mmaps (and image decoders, closures) do not pickle; a spawned DataLoader worker makes its own.
-        return {**self.__dict__, "_maps": [], "_pid": -1, "_decoders": {}}
+        return {**self.__dict__, "_maps": [], "_pid": -1, "_decoders": {}, "_tables": [None] * len(self._paths)}
 
     # -- access ---------------------------------------------------------------------------------
 
@@ -175,36 +189,63 @@ class TarDataset:
         if not 0 <= i < self._n:
             raise IndexError(f"sample index out of range for {self._n} samples")
         s = bisect_right(self._starts, i) - 1
-        j = i - self._starts[s]
-        offsets = self._offsets[s]
-        return self._sample(s, offsets[j], offsets[j + 1], offsets[-1])
-
-    def _sample(self, s: int, start: int, stop: int, end: int) -> dict[str, Any]:
+        table = self._tables[s] if self._tables[s] is not None else self._table(s)
         mm = self._map(s)
+        j = i - self._starts[s]
+        first, data, size, ext_id = table.first, table.data, table.size, table.ext
+        a = first[j]
+        sample: dict[str, Any] = {"__key__": table.keys[j]}
+        for k in range(a, first[j + 1]):
+            ext = table.exts[ext_id[k]]
+            start = data[k]
+            raw = mm[start:start + size[k]]
+            decoder = self._decoders.get(ext, _missing)
+            if decoder is _missing:
+                decoder = self._decoders[ext] = self._decoder_for(ext)
+            sample[ext] = raw if decoder is None else self._run(decoder, ext, raw, self._where[s], start)
+        return sample
+
+    def _table(self, s: int) -> _MemberTable:
+        """Every member of shard s, parsed and validated once (then ``ds[i]`` only slices)."""
+        mm = self._map(s)
+        offsets = self._offsets[s]
+        table = _MemberTable()
+        ext_ids: dict[str, int] = {}
+        for j in range(len(offsets) - 1):
+            key, members = self._sample_members(mm, s, offsets[j], offsets[j + 1], offsets[-1])
+            table.keys.append(key)
+            for ext, data, size in members:
+                if ext not in ext_ids:
+                    ext_ids[ext] = len(table.exts)
+                    table.exts.append(ext)
+                table.ext.append(ext_ids[ext])
+                table.data.append(data)
+                table.size.append(size)
+            table.first.append(len(table.data))
+        self._tables[s] = table
+        return table
+
+    def _sample_members(self, mm: mmap.mmap, s: int, start: int, stop: int, end: int
+                        ) -> tuple[str, list[tuple[str, int, int]]]:
         where = self._where[s]
-        sample: dict[str, Any] = {}
         key = None
+        members: list[tuple[str, int, int]] = []
+        seen: set[str] = set()
         for name, data, size in parse_members(mm, start, stop, where=where):
             k, _, ext = name.partition(".")
             if key is None:
                 key = k
-                sample["__key__"] = k
-            if not k or not ext or k != key or ext in sample:
+            if not k or not ext or k != key or ext in seen:
                 raise DatasetError(f"{where}: member {name!r} at byte {data - BLOCK} does not belong to sample "
                                    f"{key!r} (empty key or extension, another key, or a repeated extension)")
-            raw = mm[data:data + size]
-            decoder = self._decoders.get(ext, _missing)
-            if decoder is _missing:
-                decoder = self._decoders[ext] = self._decoder_for(ext)
-            if decoder is None:
-                sample[ext] = raw
-            else:
-                sample[ext] = self._run(decoder, ext, raw, where, data)
+            seen.add(ext)
+            members.append((ext, data, size))
+        assert key is not None  # parse_members returns at least one member for a non-empty range
         # An index that cuts a sample in two would pass the checks above: the next member must not
         # carry this key (a name compare, not a parse; the cut before ``start`` shows on sample i-1).
         if stop < end and mm[stop:stop + len(key) + 1] == f"{key}.".encode():
             raise DatasetError(f"{where}: the offset index ends sample {key!r} at byte {stop}, inside the sample")
-        return sample
+        return key, members
 
     def _decoder_for(self, ext: str) -> Callable[[bytes], Any] | None:
         kind = self._kinds.get(ext) or _EXT_KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
