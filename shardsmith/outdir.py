@@ -21,6 +21,9 @@ def prepare_output(out: Path, *, overwrite: bool) -> None:
     present = sorted(p for p in out.iterdir())
     if not present:
         return
+    own = all(p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
+    if own and not (out / MANIFEST).exists():
+        overwrite = True  # what a failed or killed run left: no dataset to protect
     if not overwrite:
         raise UsageError(f"-o {out}: folder is not empty ({len(present)} entries); pass --overwrite to replace "
                          f"a previous dataset there")

@@ -79,8 +79,35 @@ def test_truncated_gzip_is_a_clear_error(tmp_path, bpe_tokenizer):
                   "--on-error", "skip")
     assert res.exit_code == 0, res.stderr
     m = json.loads((tmp_path / "skip" / "manifest.json").read_text())
-    (entry,) = m["source"]["skipped"]["records"]
+    assert m["source"]["skipped"]["count"] == 0
+    (entry,) = m["source"]["unread"]
     assert entry["record"] is None and "the rest of the file is unread" in entry["reason"]
+    assert m["source"]["records"] == m["splits"]["train"]["samples"] > 0
+
+
+def test_truncated_zstd_is_a_clear_error_not_a_short_file(tmp_path, bpe_tokenizer):
+    import zstandard
+
+    root = tmp_path / "in"
+    root.mkdir()
+    data = zstandard.ZstdCompressor().compress(
+        b"".join(json.dumps({"text": d}).encode() + b"\n" for d in make_docs(3000)))
+    (root / "t.jsonl.zst").write_bytes(data[: len(data) // 2])
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "--quiet")
+    assert res.exit_code == 1 and "t.jsonl.zst" in res.stderr and "truncated" in res.stderr, res.stderr
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "skip", "--tokenizer", bpe_tokenizer, "--quiet",
+                  "--on-error", "skip")
+    m = json.loads((tmp_path / "skip" / "manifest.json").read_text())
+    assert "truncated" in m["source"]["unread"][0]["reason"]
+
+
+def test_a_failed_run_does_not_block_the_rerun(tmp_path, bpe_tokenizer):
+    root = bad_corpus(tmp_path, b"{oops")
+    assert run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "-q").exit_code == 1
+    assert (tmp_path / "out" / "tokenizer.json").exists()  # left behind by the failed run
+    res = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "-q",
+                  "--on-error", "skip")
+    assert res.exit_code == 0, res.stderr
 
 
 def test_missing_or_broken_tokenizer(tmp_path, corpus):

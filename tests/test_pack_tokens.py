@@ -215,3 +215,23 @@ def test_output_folder_is_not_clobbered(corpus, bpe_tokenizer, tmp_path):
     assert r.exit_code == 2 and "--overwrite" in r.stderr
     pack(root, tmp_path / "out", bpe_tokenizer, "--overwrite", "--seed", "3")
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["seed"] == 3
+
+
+def test_empty_documents_and_nanogpt_for_a_vocab_just_under_uint16(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"w{i}": i for i in range(65510)}
+    vocab["[UNK]"] = 65510
+    vocab["</s>"] = 65511
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["</s>"])
+    tok.save(str(tmp_path / "wl.json"))
+    write_jsonl(tmp_path / "in" / "a.jsonl", ["w1 w65509", "", "w65000"])
+    m = pack(tmp_path / "in", tmp_path / "out", tmp_path / "wl.json", "--no-shuffle", "--nanogpt")
+    assert m["tokenizer"]["dtype"] == "int32" and m["nanogpt"]["train"]["dtype"] == "uint16"
+    flat = np.fromfile(tmp_path / "out" / "train.bin", dtype=np.uint16)
+    assert flat.tolist() == [1, 65509, 65511, 65511, 65000, 65511]
+    pack(tmp_path / "in", tmp_path / "none", tmp_path / "wl.json", "--no-shuffle", "--no-eos")
+    docs = shardsmith.open(tmp_path / "none")
+    assert [docs[i].tolist() for i in range(3)] == [[1, 65509], [], [65000]]

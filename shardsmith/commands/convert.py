@@ -245,7 +245,9 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         fmt="webdataset", seed=opts.seed, shuffle=opts.shuffle,
         source={"reader": kind, "inputs": [f.rel for f in files] if len(files) <= 1000 else len(files),
                 "input_bytes": total_bytes, "records": records,
-                "skipped": {"count": len(skipped), "records": skipped}, "limit": opts.limit,
+                "skipped": {"count": sum(1 for s in skipped if not s.get("unread_tail")),
+                            "records": [s for s in skipped if not s.get("unread_tail")]},
+                "unread": [s for s in skipped if s.get("unread_tail")], "limit": opts.limit,
                 "check_images": opts.check_images if kind == "imagefolder" else None},
         schema=_schema(kind, opts), splits=splits, **extras)
     manifest_mod.save(opts.out, manifest)

@@ -187,7 +187,9 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,
                 "inputs": [f.rel for f in files], "input_bytes": total_bytes,
                 "inputs_sha256": _inputs_digest(files), "records": records,
-                "skipped": {"count": len(skipped), "records": skipped}, "limit": opts.limit},
+                "skipped": {"count": sum(1 for s in skipped if not s.get("unread_tail")),
+                            "records": [s for s in skipped if not s.get("unread_tail")]},
+                "unread": [s for s in skipped if s.get("unread_tail")], "limit": opts.limit},
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
         splits=splits, **extras,
     )

@@ -89,6 +89,8 @@ class _TokenShards:
         return out
 
     def _span(self, start: int, width: int) -> np.ndarray:
+        if width == 0:
+            return np.zeros(0, dtype=self.dtype)
         pieces, pos, end = [], start, start + width
         while pos < end:
             s = int(np.searchsorted(self.starts, pos, side="right") - 1)

@@ -85,10 +85,54 @@ def _open(path: str) -> io.BufferedIOBase:
     if kind == "gz":
         return gzip.open(path, "rb")  # type: ignore[return-value]
     if kind == "zst":
+        return io.BufferedReader(_ZstdStream(path))
+    return open(path, "rb")
+
+
+class _ZstdStream(io.RawIOBase):
+    """A .zst file decompressed frame after frame, that raises EOFError when the file ends inside a
+    frame (zstandard's own stream reader reports a truncated file as a clean end)."""
+
+    def __init__(self, path: str) -> None:
         import zstandard
 
-        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(open(path, "rb"), closefd=True))
-    return open(path, "rb")
+        self._zstd = zstandard
+        self._fh = open(path, "rb")  # noqa: SIM115 (closed in close())
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._in_frame = False
+        self._out = b""
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf: Any) -> int:
+        while not self._out:
+            chunk = self._fh.read(256 << 10)
+            if not chunk:
+                if self._in_frame:
+                    raise EOFError("the file ends inside a zstd frame (truncated)")
+                return 0
+            pieces = []
+            while chunk:
+                self._in_frame = True
+                pieces.append(self._dobj.decompress(chunk))
+                if not self._dobj.eof:
+                    break
+                chunk = self._dobj.unused_data  # the next frame starts here
+                self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+                self._in_frame = False
+            self._out = b"".join(pieces)
+        n = min(len(buf), len(self._out) - self._pos)
+        buf[:n] = self._out[self._pos:self._pos + n]
+        self._pos += n
+        if self._pos == len(self._out):
+            self._out, self._pos = b"", 0
+        return n
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
 
 
 def _lines(task: Task) -> Iterator[bytes | StreamError]:

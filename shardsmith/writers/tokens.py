@@ -60,8 +60,9 @@ class TokensWriter(Writer):
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         """Append documents (lengths in bytes, payload back to back), rolling over at ``shard_tokens``."""
         counts = np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
-        if self._flat is not None:
-            self._flat.write(payload)
+        if self._flat is not None:  # nanoGPT reads uint16, whatever the shards' dtype
+            flat = np.frombuffer(payload, dtype=self.dtype)
+            self._flat.write(payload if self.dtype == np.uint16 else flat.astype(np.uint16).tobytes())
         ends = np.cumsum(counts)
         done_docs, done_tokens = 0, 0
         while done_docs < len(counts):
@@ -102,7 +103,7 @@ class TokensWriter(Writer):
         if self._flat is not None:
             sha = self._flat.commit()
             self.flat_record = {"path": self._flat.path.name, "bytes": self._flat.bytes, "sha256": sha,
-                                "dtype": self.dtype.name}
+                                "dtype": "uint16"}
         return self.shards
 
     def abort(self) -> None:

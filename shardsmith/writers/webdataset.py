@@ -124,6 +124,9 @@ class TarWriter(Writer):
             self._pool = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=f"tar {self.split}")
         self._futures.append(self._pool.submit(self._write_plan, self._plan))
         self._plan = None
+        waiting = [f for f in self._futures if not f.done()]
+        if len(waiting) > 2 * self.threads:  # planning outruns the writers: hold few plans in memory
+            waiting[0].result()
 
     def _write_plan(self, plan: _ShardPlan) -> tuple[ShardRecord, str | None]:
         assert self.sources is not None
