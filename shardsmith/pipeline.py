@@ -12,6 +12,8 @@ import contextlib
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from itertools import islice
 from multiprocessing import get_all_start_methods, get_context
@@ -21,7 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shardsmith import keys as keymod
-from shardsmith.errors import DataError
+from shardsmith.errors import DataError, ShardsmithError
 from shardsmith.ragged import starts_of, take_ragged
 from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
 from shardsmith.shuffle import (
@@ -230,15 +232,23 @@ def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int 
             if progress:
                 progress(task.nbytes)
         return results
-    # fork where there is one: workers start in milliseconds and share the parent's imports. The pool
-    # is made before any progress bar exists, so no other thread runs while it forks.
+    # fork where there is one: workers start in milliseconds and inherit the parent's imports and
+    # its warmed tokenizer (the job is not pickled). A worker the system kills breaks the pool,
+    # which ends the run with a message instead of a hang.
     ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
-    with ctx.Pool(processes=min(workers, len(tasks)), initializer=_init_worker, initargs=(job,)) as pool:
-        for task, res in zip(tasks, pool.imap(_run_in_worker, tasks)):
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker,
+                               initargs=(job,))
+    try:
+        for task, res in zip(tasks, pool.map(_run_in_worker, tasks)):
             _check(res)
             results.append(res)
             if progress:
                 progress(task.nbytes)
+    except BrokenProcessPool:
+        raise ShardsmithError("a worker process died (killed by the system: out of memory?); "
+                              "nothing was written; try fewer --workers or a smaller --memory") from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     return results
 
 

@@ -167,3 +167,25 @@ def test_missing_parquet_column(tmp_path, bpe_tokenizer):
     pq.write_table(pa.table({"body": ["a", "b"]}), tmp_path / "in" / "p.parquet")
     res = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer, "-q")
     assert res.exit_code == 1 and "p.parquet: no column 'text' (columns: body)" in res.stderr
+
+
+def test_a_killed_worker_ends_the_run_with_a_message(tmp_path, bpe_tokenizer, monkeypatch):
+    import os
+    import signal
+
+    import shardsmith.pipeline as pipeline
+
+    for i in range(4):
+        write_jsonl(tmp_path / "in" / f"{i}.jsonl", make_docs(20, seed=i))
+    real = pipeline.scatter_task
+
+    def dying(job, task, **kw):
+        if task.index == 2:
+            os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would
+        return real(job, task, **kw)
+
+    monkeypatch.setattr(pipeline, "scatter_task", dying)
+    res = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "-q",
+                  "--workers", "2")
+    assert res.exit_code == 1 and "a worker process died" in res.stderr
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -197,3 +197,29 @@ def test_jsonl_shards_respect_shard_bytes(tmp_path):
     sizes = [s["bytes"] for s in m["splits"]["train"]["shards"]]
     assert len(sizes) > 5 and max(sizes) <= 30_000 and sum(s["samples"] for s in m["splits"]["train"]["shards"]) == 300
     assert min(sizes[:-1]) > 30_000 - 2 * 10240  # full shards, not half-empty ones
+
+
+@pytest.mark.parametrize("columns, message", [
+    ({"json": [b"a"], "label": [1]}, "binary column 'json' would be the member .json"),
+    ({"a.b": [b"a"], "a_b": [b"b"]}, "binary column 'a_b' would be the member .a_b"),
+    ({"x" * 40: [b"a"]}, "longer than tar allows"),
+])
+def test_parquet_columns_that_make_bad_member_names_are_usage_errors(tmp_path, columns, message):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table(columns), tmp_path / "in" / "t.parquet")
+    res = run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "-q")
+    assert res.exit_code == 2 and message in res.stderr, res.stderr
+
+
+def test_parquet_files_whose_schemas_disagree(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"a": [1], "b": ["x"]}), tmp_path / "in" / "one.parquet")
+    pq.write_table(pa.table({"a": [1], "c": [2.0]}), tmp_path / "in" / "two.parquet")
+    res = run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "-q")
+    assert res.exit_code == 2 and "two.parquet: its columns (a, c) differ from those of one.parquet" in res.stderr

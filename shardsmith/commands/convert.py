@@ -100,18 +100,27 @@ class SampleProcessor:
             except _Bad as exc:
                 bad.append((record, str(exc)))
                 continue
-            for copy, (key, fields) in enumerate(samples):
-                if fields and isinstance(fields[0][1], SourceRef):
-                    ext, ref = fields[0]
-                    members = [member_header(f"{key}.{ext}", ref.size), ref.pack(), *sample_members(key, fields[1:])]
-                else:
-                    members = sample_members(key, fields)
-                pieces.extend(members)
-                lengths.append(sum(len(m) for m in members))
-                records.append(record * self.copies + copy)
+            try:
+                self._members(samples, pieces, lengths, records, record)
+            except ValueError as exc:  # a member name tar cannot hold
+                bad.append((record, str(exc)))
         payload = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         return Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, dtype=np.int64),
                          payload=payload, bad=bad, copies=self.copies)
+
+    def _members(self, samples: list[tuple[str, list[tuple[str, Any]]]], pieces: list[bytes | memoryview],
+                 lengths: list[int], records: list[int], record: int) -> None:
+        built = []
+        for key, fields in samples:
+            if fields and isinstance(fields[0][1], SourceRef):
+                ext, ref = fields[0]
+                built.append([member_header(f"{key}.{ext}", ref.size), ref.pack(), *sample_members(key, fields[1:])])
+            else:
+                built.append(sample_members(key, fields))
+        for copy, members in enumerate(built):  # all of a record's samples, or none of them
+            pieces.extend(members)
+            lengths.append(sum(len(m) for m in members))
+            records.append(record * self.copies + copy)
 
     def _samples(self, task: Task, record: int, value: Any) -> list[tuple[str, list[tuple[str, bytes]]]]:
         if self.kind == "imagefolder":
@@ -158,7 +167,7 @@ class SampleProcessor:
     def _row(self, row: dict[str, Any]) -> list[tuple[str, bytes]]:
         binary = [(k, v) for k, v in row.items() if isinstance(v, bytes | bytearray)]
         rest = {k: v for k, v in row.items() if not isinstance(v, bytes | bytearray)}
-        fields = [(k if _EXT_OK.match(k) else re.sub(r"[^A-Za-z0-9_-]", "_", k), bytes(v)) for k, v in binary]
+        fields = [(member_ext(k), bytes(v)) for k, v in binary]
         if rest:
             fields.append(("json", orjson.dumps(rest, default=str, option=orjson.OPT_SERIALIZE_NUMPY)))
         if self.text_field:
@@ -167,6 +176,45 @@ class SampleProcessor:
                 raise _Bad(f"no string {self.text_field!r} column value")
             fields.append(("txt", text.encode("utf-8")))
         return fields
+
+
+def member_ext(column: str) -> str:
+    """The tar member extension of a binary Parquet column: its name, cleaned of dots and slashes."""
+    return column if _EXT_OK.match(column) else re.sub(r"[^A-Za-z0-9_-]", "_", column)
+
+
+def check_parquet_columns(files: list[InputFile], text_field: str | None) -> None:
+    """Every Parquet file has the same columns, and they make distinct, short member names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first: tuple[str, Any] | None = None
+    for f in files:
+        try:
+            schema = pq.read_schema(f.path)
+        except Exception as exc:  # pyarrow's errors for a file that is not Parquet
+            raise DataError(file=f.rel, reason=f"not a readable Parquet file: {exc}") from None
+        if first is None:
+            first = (f.rel, schema)
+        elif not schema.equals(first[1]):
+            raise UsageError(f"{f.rel}: its columns ({', '.join(schema.names)}) differ from those of {first[0]} "
+                             f"({', '.join(first[1].names)}); convert files of one schema at a time")
+    assert first is not None
+    schema = first[1]
+    binary = [n for n in schema.names if pa.types.is_binary(schema.field(n).type)
+              or pa.types.is_large_binary(schema.field(n).type)]
+    taken = {"json": "the other columns"} if len(binary) < len(schema.names) else {}
+    if text_field:
+        taken["txt"] = f"--text-field {text_field}"
+    for name in binary:
+        ext = member_ext(name)
+        if ext in taken:
+            raise UsageError(f"{first[0]}: binary column {name!r} would be the member .{ext}, as {taken[ext]} is; "
+                             f"rename it")
+        if len(ext.encode()) > 30:
+            raise UsageError(f"{first[0]}: binary column {name!r} makes a member name longer than tar allows "
+                             f"(30 bytes for the extension); rename it")
+        taken[ext] = f"column {name!r}"
 
 
 class _Bad(Exception):
@@ -204,6 +252,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     if files is None:
         files = discover(list(opts.inputs), suffixes=reader.suffixes)
     classes = reader.classes(files) if isinstance(reader, ImageFolderReader) else None
+    if kind == "parquet":
+        check_parquet_columns(files, opts.text_field)
     total_bytes = sum(f.size for f in files)
     chunk = max(64 << 10, min(64 << 20, opts.memory // 8, max(1 << 20, total_bytes // 16)))
     tasks = reader.plan(files, chunk_bytes=chunk)
