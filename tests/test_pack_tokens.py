@@ -170,16 +170,22 @@ def test_train_tokenizer_is_saved_and_deterministic(corpus, tmp_path):
     assert Counter(map(tuple, documents(tmp_path / "a"))) == Counter(map(tuple, reference_ids(tok, docs)))
 
 
-def test_large_vocab_uses_int32(tmp_path):
+def word_level_tokenizer(path: Path, words: int) -> Path:
+    """Words w0..w{words-1} as ids 0..words-1, then [UNK] and </s>: ids placed exactly where a test wants."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    vocab = {f"w{i}": i for i in range(70000)}
-    vocab["[UNK]"] = 70000
-    vocab["</s>"] = 70001
+    vocab = {f"w{i}": i for i in range(words)}
+    vocab["[UNK]"] = words
+    vocab["</s>"] = words + 1
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.add_special_tokens(["</s>"])
-    tok.save(str(tmp_path / "wl.json"))
+    tok.save(str(path))
+    return path
+
+
+def test_large_vocab_uses_int32(tmp_path):
+    word_level_tokenizer(tmp_path / "wl.json", 70000)
     write_jsonl(tmp_path / "in" / "a.jsonl", ["w1 w69999 zzz", "w65535 w65536"])
     m = pack(tmp_path / "in", tmp_path / "out", tmp_path / "wl.json", "--no-shuffle")
     assert m["tokenizer"]["dtype"] == "int32"
@@ -218,15 +224,7 @@ def test_output_folder_is_not_clobbered(corpus, bpe_tokenizer, tmp_path):
 
 
 def test_empty_documents_and_nanogpt_for_a_vocab_just_under_uint16(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {f"w{i}": i for i in range(65510)}
-    vocab["[UNK]"] = 65510
-    vocab["</s>"] = 65511
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens(["</s>"])
-    tok.save(str(tmp_path / "wl.json"))
+    word_level_tokenizer(tmp_path / "wl.json", 65510)
     write_jsonl(tmp_path / "in" / "a.jsonl", ["w1 w65509", "", "w65000"])
     m = pack(tmp_path / "in", tmp_path / "out", tmp_path / "wl.json", "--no-shuffle", "--nanogpt")
     assert m["tokenizer"]["dtype"] == "int32" and m["nanogpt"]["train"]["dtype"] == "uint16"
