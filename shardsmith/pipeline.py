@@ -83,6 +83,7 @@ class ScatterJob:
     n_buckets: int
     work_dir: str
     batch_records: int = 2048
+    flush_bytes: int = 64 << 20  # a task's buffered output beyond which it goes to its part file
 
 
 @dataclass(slots=True)
@@ -103,7 +104,7 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
     """Read, transform, key and bucket one task's records into its part file."""
     n_splits = len(job.splits)
     result = TaskResult(task=task.index, samples=[0] * n_splits, payload_bytes=[0] * n_splits)
-    part = PartWriter()
+    part = PartWriter(part_path(job.work_dir, task.index), flush_bytes=job.flush_bytes)
     rel, unit = task.file.rel, job.reader.unit_for(task.file)
     records = job.reader.read(task)
     if max_records is not None:
@@ -113,11 +114,14 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
     except DataError as exc:  # a file-level problem raised by a reader (a missing column, a corrupt page)
         if job.on_error == "fail":
             result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
+            part.abort()
             return result
         result.skipped.append({"file": rel, "record": None, "unread_tail": True,
                                "reason": f"{exc.reason} (the rest of this task is unread)"})
     if result.error is None:
-        part.write(part_path(job.work_dir, task.index), {"task": task.index})
+        part.write({"task": task.index})
+    else:
+        part.abort()
     return result
 
 

@@ -13,6 +13,7 @@ Without shuffling the key is the input order itself and each task is its own buc
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections.abc import Iterator
@@ -24,7 +25,6 @@ import numpy as np
 import orjson
 
 from shardsmith.errors import DatasetError
-from shardsmith.fsutil import atomic_write_stream
 from shardsmith.ragged import take_ragged
 
 PART_MAGIC = b"SSPART01"
@@ -78,10 +78,23 @@ def bucket_of(keys: np.ndarray, n_buckets: int) -> np.ndarray:
 
 
 class PartWriter:
-    """Collects one task's samples by (split, bucket) and writes them as one part file."""
+    """Collects one task's samples by (split, bucket) and writes them as one part file.
 
-    def __init__(self) -> None:
+    Beyond ``flush_bytes`` of buffered payload, the runs so far go to the (temporary) part file
+    as segments and memory is freed: a task as large as a whole 20 GB .jsonl.zst never holds more
+    than that. A (split, bucket) may then have several segments in one part; the gather sorts them
+    together anyway.
+    """
+
+    def __init__(self, path: Path, *, flush_bytes: int = 64 << 20) -> None:
+        self.path = Path(path)
+        self.flush_bytes = flush_bytes
         self._runs: dict[tuple[int, int], _Run] = {}
+        self._buffered = 0
+        self._segments: list[list[int]] = []
+        self._offset = 0
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._fh: Any = None
 
     def add(
         self, *, split: int, bucket: int, keys: np.ndarray, order: np.ndarray, lengths: np.ndarray,
@@ -93,26 +106,45 @@ class PartWriter:
         run.lengths.append(lengths.astype(np.uint64, copy=False))
         run.payload.append(payload)
         run.nbytes += len(payload)
+        self._buffered += len(payload) + 24 * len(keys)
+        if self._buffered >= self.flush_bytes:
+            self._flush()
 
-    def write(self, path: Path, meta: dict) -> None:
-        """Write the part atomically: segments, then a JSON footer that names them, then a trailer."""
-        segments = []
+    def _flush(self) -> None:
+        """Write the buffered runs as segments and forget them."""
+        if self._fh is None:
+            self._fh = open(self._tmp, "wb")  # noqa: SIM115 (closed in write/abort)
+        for (split, bucket), run in sorted(self._runs.items()):
+            arrays = [np.concatenate(a) for a in (run.keys, run.order, run.lengths)]
+            count = len(arrays[0])
+            self._segments.append([split, bucket, self._offset, count, run.nbytes])
+            for a in arrays:
+                self._fh.write(memoryview(a).cast("B"))
+            for piece in run.payload:
+                self._fh.write(piece)
+            self._offset += 24 * count + run.nbytes
+        self._runs.clear()
+        self._buffered = 0
 
-        def chunks() -> Iterator[bytes | memoryview]:
-            offset = 0
-            for (split, bucket), run in sorted(self._runs.items()):
-                arrays = [np.concatenate(a) for a in (run.keys, run.order, run.lengths)]
-                count = len(arrays[0])
-                segments.append([split, bucket, offset, count, run.nbytes])
-                for a in arrays:
-                    yield memoryview(a).cast("B")
-                yield from run.payload
-                offset += 24 * count + run.nbytes
-            footer = orjson.dumps({"meta": meta, "segments": segments})
-            yield footer
-            yield _TRAILER.pack(len(footer), PART_MAGIC)
+    def write(self, meta: dict) -> None:
+        """Finish the part: the last segments, a JSON footer that names them all, a trailer; then
+        rename it into place (scratch: not fsynced, rebuilt if lost)."""
+        try:
+            self._flush()
+            footer = orjson.dumps({"meta": meta, "segments": self._segments})
+            self._fh.write(footer)
+            self._fh.write(_TRAILER.pack(len(footer), PART_MAGIC))
+            self._fh.close()
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
 
-        atomic_write_stream(path, chunks(), durable=False)  # scratch: rebuilt if lost
+    def abort(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+        with contextlib.suppress(OSError):
+            self._tmp.unlink()
 
 
 def read_part_footer(path: Path) -> dict:

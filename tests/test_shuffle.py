@@ -22,7 +22,8 @@ from shardsmith.shuffle import (
 from shardsmith.splits import assign_splits, parse_splits
 
 
-def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, budget: int, cut: int) -> list[bytes]:
+def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, budget: int, cut: int,
+                      flush: int = 1 << 30) -> list[bytes]:
     """Run samples (file f has files[f] records, payload = its identity) through parts and gather."""
     parts = []
     task = 0
@@ -34,15 +35,15 @@ def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, bu
                 continue
             keys = shuffle_keys(seed, f"f{f}", sel)
             payloads = [f"f{f}:{r};".encode() for r in sel]
-            w = PartWriter()
+            path = tmp / f"part-{task}.bin"
+            w = PartWriter(path, flush_bytes=flush)
             buckets = bucket_of(keys, n_buckets)
             for b in np.unique(buckets):
                 m = buckets == b
                 chosen = [p for p, ok in zip(payloads, m) if ok]
                 w.add(split=0, bucket=int(b), keys=keys[m], order=input_order(f, sel[m]),
                       lengths=np.array([len(p) for p in chosen]), payload=b"".join(chosen))
-            path = tmp / f"part-{task}.bin"
-            w.write(path, {"task": task})
+            w.write({"task": task})
             parts.append((path, read_part_footer(path)))
             task += 1
     table = segments_by_split(parts, 1)
@@ -58,11 +59,12 @@ def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, bu
 
 @settings(max_examples=40, deadline=None)
 @given(files=st.lists(st.integers(0, 40), min_size=1, max_size=4), seed=st.integers(0, 2**32),
-       n_buckets=st.sampled_from([1, 2, 8, 64]), budget=st.integers(1, 4000), cut=st.integers(1, 50))
+       n_buckets=st.sampled_from([1, 2, 8, 64]), budget=st.integers(1, 4000), cut=st.integers(1, 50),
+       flush=st.integers(1, 600))
 def test_shuffle_is_a_permutation_independent_of_buckets_budget_and_tasks(tmp_path_factory, files, seed, n_buckets,
-                                                                          budget, cut):
+                                                                          budget, cut, flush):
     tmp = tmp_path_factory.mktemp("parts")
-    got = shuffle_via_parts(tmp, files, seed, n_buckets, budget, cut)
+    got = shuffle_via_parts(tmp, files, seed, n_buckets, budget, cut, flush)
     every = [f"f{f}:{r};".encode() for f, n in enumerate(files) for r in range(n)]
     assert sorted(got) == sorted(every)  # a permutation: nothing lost, nothing doubled
     ref = shuffle_via_parts(tmp_path_factory.mktemp("ref"), files, seed, 1, 10**9, 10**9)

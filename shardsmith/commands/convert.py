@@ -267,7 +267,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
     with work_folder(opts.out) as work:
         job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
-                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
+                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work), flush_bytes=max(16 << 10, opts.memory // (4 * opts.workers)),
                          n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes * opts.copies,
                                                 budget=budget))
         with progress.bar(total=sum(t.nbytes for t in tasks), desc="convert", unit="B") as bar:

@@ -153,7 +153,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
             processor=TokenProcessor(spec=spec, text_field=opts.text_field, encoder=tk.Encoder(spec, loaded=loaded)),
             shuffle=opts.shuffle, splits=opts.splits, on_error=opts.on_error,
             n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes, budget=budget),
-            work_dir=str(work),
+            work_dir=str(work), flush_bytes=max(16 << 10, opts.memory // (4 * opts.workers)),
         )
         with progress.bar(total=sum(t.nbytes for t in tasks), desc="tokenize", unit="B") as bar:
             results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
