@@ -186,6 +186,19 @@ def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: 
 
 
 @main.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option("--deep", is_flag=True, help="Also open every sample: tar headers and offsets, token ids, images.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Files hashed at once [default: all cores].")
+@user_errors
+def verify(out: Path, deep: bool, workers: int | None) -> None:
+    """Check every file of a dataset against its manifest (size, sha256); exit 1 on any mismatch."""
+    from shardsmith.commands.verify import default_threads, run
+
+    if not run(out, deep=deep, workers=workers or default_threads()):
+        sys.exit(1)
+
+
+@main.command()
 @user_errors
 def plugins() -> None:
     """Installed readers, transforms and writers."""
