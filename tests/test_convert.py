@@ -223,26 +223,3 @@ def test_parquet_files_whose_schemas_disagree(tmp_path):
     pq.write_table(pa.table({"a": [1], "c": [2.0]}), tmp_path / "in" / "two.parquet")
     res = run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "-q")
     assert res.exit_code == 2 and "two.parquet: its columns (a, c) differ from those of one.parquet" in res.stderr
-
-
-@pytest.mark.parametrize("extra", [{}, {"shuffle": False}, {"limit": 20, "shard_samples": 6},
-                                   {"splits": (("train", 0.6), ("val", 0.4)), "shard_bytes": 30_000}])
-def test_the_one_pass_image_path_writes_the_bytes_of_the_general_path(image_folder, tmp_path, extra):
-    from shardsmith.commands.convert import ConvertOptions, run
-
-    root, _ = image_folder
-    for name, fast in (("fast", True), ("general", False)):
-        run(ConvertOptions(inputs=(str(root),), out=tmp_path / name, quiet=True, workers=2, fast_images=fast, **extra))
-    assert tree_digest(tmp_path / "fast") == tree_digest(tmp_path / "general")
-    fast = json.loads((tmp_path / "fast" / "manifest.json").read_text())
-    general = json.loads((tmp_path / "general" / "manifest.json").read_text())
-    assert fast["splits"] == general["splits"] and fast["source"]["records"] == general["source"]["records"]
-
-
-def test_an_image_whose_suffix_lies_takes_the_general_path(image_folder, tmp_path):
-    root, expected = image_folder
-    (root / "cat" / "really_png.jpg").write_bytes((root / "bee" / "z.png").read_bytes())
-    m = convert(root, "-o", tmp_path / "out")
-    assert m["splits"]["train"]["samples"] == len(expected) + 1
-    names = [s["__key__"] for s in read_webdataset(tmp_path / "out") if "png" in s]
-    assert len(names) == 2  # stored under its real format, as the general path does

@@ -19,7 +19,6 @@ from shardsmith.pipeline import (
     ConvertingOptions,
     Processed,
     ScatterJob,
-    TaskResult,
     plan_buckets,
     run_gather,
     run_scatter,
@@ -51,7 +50,6 @@ class ConvertOptions(ConvertingOptions):
     shard_samples: int | None = None
     shard_bytes: int = 256_000_000
     wids_md5: bool = False
-    fast_images: bool = True  # the one-pass path for unchanged images (tests turn it off to compare)
 
 
 READERS = {"imagefolder": ImageFolderReader, "jsonl": JsonlReader, "parquet": ParquetReader}
@@ -265,26 +263,20 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
                                 quality=opts.quality, seed=opts.seed)
-    writers: dict[str, TarWriter] | None = None
-    if kind == "imagefolder" and not opts.augment and opts.on_error == "fail" and opts.fast_images:
-        from shardsmith.commands.convert_images import Replan, write_image_folder
-
-        chosen = files[:opts.limit] if opts.limit else files
-        try:
-            writers = write_image_folder(
-                chosen, classes or [], out=opts.out, seed=opts.seed, shuffle=opts.shuffle, splits=opts.splits,
-                check_images=opts.check_images, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
-                wids_md5=opts.wids_md5, threads=max(2, opts.workers))
-            results = [TaskResult(task=0, records=len(chosen))]
-        except Replan as why:
-            progress.note(f"taking the two-pass path: {why}")
-            prepare_output(opts.out, overwrite=True)
-            writers = None
-    if writers is None:
-        writers, results = _two_pass(opts, kind, reader, files, tasks, processor, budget, total_bytes, progress)
+    # image bytes that pass through unchanged are referenced by the workers and copied by the writer
+    sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
+    with work_folder(opts.out) as work:
+        job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
+                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work), flush_bytes=max(16 << 10, opts.memory // (4 * opts.workers)),
+                         n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes * opts.copies,
+                                                budget=budget))
+        with progress.bar(total=sum(t.nbytes for t in tasks), desc="convert", unit="B") as bar:
+            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
+        writers = run_gather(job, results, budget=budget, make_writer=lambda split: TarWriter(
+            out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
+            wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))
 
     records = sum(r.records for r in results)
-
     skipped = [s for r in results for s in r.skipped]
     written = sum(sum(s.samples for s in w.shards) for w in writers.values())
     bad_records = sum(1 for s in skipped if not s.get("unread_tail"))
@@ -310,25 +302,6 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         schema=_schema(kind, opts), splits=splits, **extras)
     manifest_mod.save(opts.out, manifest)
     return manifest
-
-
-def _two_pass(opts: ConvertOptions, kind: str, reader: Reader, files: list[InputFile], tasks: list[Task],
-              processor: SampleProcessor, budget: int, total_bytes: int, progress: Progress
-              ) -> tuple[dict[str, TarWriter], list[TaskResult]]:
-    """The general path: workers read, check and transform into part files; the gather writes shards."""
-    # image bytes that pass through unchanged are referenced by the workers and copied by the writer
-    sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
-    with work_folder(opts.out) as work:
-        job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
-                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work), flush_bytes=max(16 << 10, opts.memory // (4 * opts.workers)),
-                         n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes * opts.copies,
-                                                budget=budget))
-        with progress.bar(total=sum(t.nbytes for t in tasks), desc="convert", unit="B") as bar:
-            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
-        writers = run_gather(job, results, budget=budget, make_writer=lambda split: TarWriter(
-            out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
-            wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))
-    return writers, results  # type: ignore[return-value]
 
 
 def _schema(kind: str, opts: ConvertOptions) -> dict[str, Any]:

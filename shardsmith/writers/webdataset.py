@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import struct
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,14 +62,11 @@ class TarWriter(Writer):
     suffix = ".tar"
 
     def __init__(self, *, out_dir: Path, split: str, shard_samples: int | None, shard_bytes: int,
-                 wids_md5: bool = False, sources: list[str] | None = None, threads: int = 2,
-                 check: Callable[[int, bytes], None] | None = None) -> None:
+                 wids_md5: bool = False, sources: list[str] | None = None, threads: int = 2) -> None:
         """``sources``: input paths by file index, when samples carry ``SourceRef``s to expand;
-        ``threads``: shards written at once in that case; ``check(index, data)``: called on each
-        source's bytes as they are read (it raises to stop the run)."""
+        ``threads``: shards written at once in that case."""
         super().__init__(out_dir=out_dir, split=split)
         self.sources = sources
-        self.check = check
         self.shard_samples = shard_samples or (1 << 62)
         self.shard_bytes = shard_bytes
         self.wids_md5 = wids_md5
@@ -146,8 +142,6 @@ class TarWriter(Writer):
                     data = fh.read(size + 1)
                 if len(data) != size:
                     raise DataError(file=path, reason=f"changed while converting: {len(data)} bytes, was {size}")
-                if self.check is not None:
-                    self.check(index, data)
                 pieces += [header, data, padding(size), rest]
                 pending += BLOCK + size + len(padding(size)) + len(rest)
                 if pending >= 4 << 20:
