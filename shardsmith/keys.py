@@ -36,38 +36,27 @@ def path_hash(salt: str, path: str) -> np.uint64:
     return np.uint64(int.from_bytes(digest, "little"))
 
 
-def record_keys(salt: str, path: str, records: np.ndarray) -> np.ndarray:
-    """Keys of the given record numbers of one file under a salt (e.g. ``'seed:0'``)."""
-    base = path_hash(salt, path)
+def record_keys(salt: str, paths: str | list[str], records: np.ndarray) -> np.ndarray:
+    """Keys of records under a salt; ``paths`` is one path for all records or one per record."""
+    if isinstance(paths, str) or len(paths) == 1:
+        base: np.uint64 | np.ndarray = path_hash(salt, paths if isinstance(paths, str) else paths[0])
+    else:
+        base = np.fromiter((path_hash(salt, p) for p in paths), dtype=np.uint64, count=len(paths))
     with np.errstate(over="ignore"):
         return mix64(base ^ mix64(np.asarray(records, dtype=np.uint64) * _GOLDEN + _GOLDEN))
 
 
-def shuffle_keys(seed: int, path: str, records: np.ndarray) -> np.ndarray:
+def shuffle_keys(seed: int, paths: str | list[str], records: np.ndarray) -> np.ndarray:
     """The exact-shuffle key of each record: output order is the samples sorted by it."""
-    return record_keys(f"shuffle:{seed}", path, records)
+    return record_keys(f"shuffle:{seed}", paths, records)
 
 
-def split_draws(path: str, records: np.ndarray) -> np.ndarray:
+def split_draws(paths: str | list[str], records: np.ndarray) -> np.ndarray:
     """A uniform draw in [0, 1) per record that ignores the seed, so splits never move when it does."""
-    return (record_keys("split", path, records) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return (record_keys("split", paths, records) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def input_order(file_index: int, records: np.ndarray) -> np.ndarray:
+def input_order(file_index: int | np.ndarray, records: np.ndarray) -> np.ndarray:
     """Input order as a uint64: file index in the high bits, record number in the low 40."""
-    return (np.uint64(file_index) << np.uint64(ORDER_RECORD_BITS)) | np.asarray(records, dtype=np.uint64)
-
-
-def keys_for(salt: str, rels: list[str], records: np.ndarray) -> np.ndarray:
-    """``record_keys`` for records that may come from different files (one path per record, or one for all)."""
-    if len(rels) == 1:
-        return record_keys(salt, rels[0], records)
-    base = np.fromiter((path_hash(salt, r) for r in rels), dtype=np.uint64, count=len(rels))
-    with np.errstate(over="ignore"):
-        return mix64(base ^ mix64(np.asarray(records, dtype=np.uint64) * _GOLDEN + _GOLDEN))
-
-
-def orders_for(file_index: np.ndarray, records: np.ndarray) -> np.ndarray:
-    """``input_order`` for records of several files."""
     return (np.asarray(file_index, dtype=np.uint64) << np.uint64(ORDER_RECORD_BITS)) | np.asarray(
         records, dtype=np.uint64)

@@ -96,10 +96,6 @@ class TaskResult:
     error: dict[str, Any] | None = None
 
 
-def _split_table(job: ScatterJob) -> dict[str, float]:
-    return dict(job.splits)
-
-
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
     """Read, transform, key and bucket one task's records into its part file."""
     n_splits = len(job.splits)
@@ -166,11 +162,10 @@ def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter
     rels, src, file_index = job.reader.identities(task, out.records // copies)
     recs = src * copies + out.records % copies
     # the split follows the source record, so every copy of a record lands in the same split
-    draws = (keymod.keys_for("split", rels, src) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    split = assign_splits(draws, _split_table(job))
-    order = keymod.orders_for(file_index, recs)
+    split = assign_splits(keymod.split_draws(rels, src), dict(job.splits))
+    order = keymod.input_order(file_index, recs)
     if job.shuffle:
-        keys = keymod.keys_for(f"shuffle:{job.seed}", rels, recs)
+        keys = keymod.shuffle_keys(job.seed, rels, recs)
         bucket = bucket_of(keys, job.n_buckets)
     else:
         keys = order
