@@ -192,9 +192,10 @@ def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: 
 @user_errors
 def verify(out: Path, deep: bool, workers: int | None) -> None:
     """Check every file of a dataset against its manifest (size, sha256); exit 1 on any mismatch."""
-    from shardsmith.commands.verify import default_threads, run
+    from shardsmith.commands.verify import run
+    from shardsmith.pipeline import default_workers
 
-    if not run(out, deep=deep, workers=workers or default_threads()):
+    if not run(out, deep=deep, workers=workers or default_workers()):
         sys.exit(1)
 
 

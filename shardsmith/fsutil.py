@@ -7,7 +7,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -26,31 +26,20 @@ def fsync_dir(folder: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    atomic_write_stream(path, [data])
-
-
-def atomic_write_stream(path: Path, chunks: Iterable[bytes | memoryview], *, durable: bool = True) -> None:
-    """Write chunks to ``path`` so that a crash never leaves a partial file under that name.
-
-    ``durable=False`` skips the fsyncs: for scratch files that a killed process may lose but
-    never sees half-written (the rename still makes them appear whole or not at all).
-    """
+    """Write ``data`` to ``path`` so that a crash never leaves a partial file under that name."""
     path = Path(path)
     tmp = _tmp(path)
     try:
         with open(tmp, "wb") as fh:
-            for chunk in chunks:
-                fh.write(chunk)
+            fh.write(data)
             fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    if durable:
-        fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 class HashingFile:

@@ -90,16 +90,13 @@ class ScatterJob:
 class TaskResult:
     task: int
     records: int = 0
-    samples: list[int] = field(default_factory=list)
-    payload_bytes: list[int] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
 
 
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
     """Read, transform, key and bucket one task's records into its part file."""
-    n_splits = len(job.splits)
-    result = TaskResult(task=task.index, samples=[0] * n_splits, payload_bytes=[0] * n_splits)
+    result = TaskResult(task=task.index)
     part = PartWriter(part_path(job.work_dir, task.index), flush_bytes=job.flush_bytes)
     rel, unit = task.file.rel, job.reader.unit_for(task.file)
     records = job.reader.read(task)
@@ -148,7 +145,7 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
                     entry[unit] = number + 1
                 result.skipped.append(entry)
         if out is not None and len(out.records):
-            _scatter_batch(job, task, out, part, result)
+            _scatter_batch(job, task, out, part)
         if broken is not None:
             if job.on_error == "fail":
                 result.error = {"file": rel, "record": None, "reason": broken.reason, "unit": unit}
@@ -157,7 +154,7 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
                                    f"(after {result.records} records of this task; the rest of the file is unread)"})
 
 
-def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter, result: TaskResult) -> None:
+def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter) -> None:
     copies = out.copies
     rels, src, file_index = job.reader.identities(task, out.records // copies)
     recs = src * copies + out.records % copies
@@ -188,8 +185,6 @@ def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter
         chunk = payload[pstarts[a]:pstarts[b]]
         part.add(split=s, bucket=g & 0xFFFFFFFF, keys=keys[idx], order=order[idx], lengths=byte_lengths[idx],
                  payload=memoryview(chunk))
-        result.samples[s] += len(idx)
-        result.payload_bytes[s] += len(chunk)
 
 
 def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:

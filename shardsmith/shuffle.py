@@ -51,7 +51,6 @@ class SortedBatch:
 
     lengths: np.ndarray
     payload: memoryview
-    keys: np.ndarray
 
 
 @dataclass(slots=True)
@@ -215,4 +214,4 @@ def sorted_batches(buckets: dict[int, list[Segment]], *, budget: int) -> Iterato
         keys, order, lengths, payload = _load_group(group)
         perm = np.lexsort((order, keys))
         ordered = take_ragged(payload, lengths, perm)
-        yield SortedBatch(lengths=lengths[perm], payload=memoryview(ordered), keys=keys[perm])
+        yield SortedBatch(lengths=lengths[perm], payload=memoryview(ordered))

@@ -7,7 +7,6 @@ Problems are collected, not raised: the user gets the whole list and a non-zero 
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -130,6 +129,3 @@ def run(out: Path, *, deep: bool, workers: int) -> bool:
                f"{' (deep)' if deep else ''} in {elapsed:.2f} s ({size / max(elapsed, 1e-9) / 1e6:,.0f} MB/s)")
     return not problems
 
-
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
