@@ -272,8 +272,68 @@ def run_gather(job: ScatterJob, results: list[TaskResult], *, budget: int,
     return writers
 
 
-def plan_buckets(*, shuffle: bool, estimated_bytes: int, budget: int) -> int:
-    return bucket_count(estimated_bytes, budget) if shuffle else 1
+@dataclass(frozen=True)
+class Sizing:
+    """How a memory budget is shared out: task size, gather group size, a task's buffer before it spills."""
+
+    chunk_bytes: int
+    group_bytes: int
+    flush_bytes: int
+
+    @classmethod
+    def of(cls, *, memory: int, workers: int, input_bytes: int) -> Sizing:
+        return cls(
+            # ~16 tasks for balance across workers; never more than 1/8 of the budget in one task
+            chunk_bytes=max(64 << 10, min(64 << 20, memory // 8, max(1 << 20, input_bytes // 16))),
+            # about four gather groups are alive at once (read, reordered, being written, queued), and
+            # groups stay small so the same buffers are reused (fresh pages cost more than copies here)
+            group_bytes=max(16 << 10, min(memory // 6, 64 << 20)),
+            flush_bytes=max(16 << 10, memory // (4 * workers)),
+        )
+
+
+def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor, tasks: list[Task],
+                sizing: Sizing, estimated_bytes: int, make_writer: Callable[[str], Writer], desc: str,
+                progress: Any) -> tuple[dict[str, Writer], list[TaskResult]]:
+    """Scatter every task in workers, then gather every split into its writer, in a scratch folder."""
+    with work_folder(out) as work:
+        job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
+                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
+                         flush_bytes=sizing.flush_bytes,
+                         n_buckets=bucket_count(estimated_bytes, sizing.group_bytes) if opts.shuffle else 1)
+        with progress.bar(total=sum(t.nbytes for t in tasks), desc=desc, unit="B") as bar:
+            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
+        writers = run_gather(job, results, budget=sizing.group_bytes, make_writer=make_writer)
+    return writers, results
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Records read, written and skipped, checked against each other: nothing is lost silently."""
+
+    records: int
+    written: int
+    skipped: list[dict[str, Any]]  # bad records
+    unread: list[dict[str, Any]]  # files that broke off: their tails were never read
+
+    @classmethod
+    def of(cls, results: list[TaskResult], writers: dict[str, Writer], *, copies: int = 1,
+           inputs: list[Any]) -> Tally:
+        every = [s for r in results for s in r.skipped]
+        tally = cls(records=sum(r.records for r in results),
+                    written=sum(s.samples for w in writers.values() for s in w.shards),
+                    skipped=[s for s in every if not s.get("unread_tail")],
+                    unread=[s for s in every if s.get("unread_tail")])
+        if tally.written == 0:
+            raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
+                            f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
+        assert tally.written == (tally.records - len(tally.skipped)) * copies, "records lost"
+        return tally
+
+    def source(self) -> dict[str, Any]:
+        """The manifest's accounting fields."""
+        return {"records": self.records, "skipped": {"count": len(self.skipped), "records": self.skipped},
+                "unread": self.unread}
 
 
 @contextlib.contextmanager

@@ -156,7 +156,7 @@ def test_missing_input_and_empty_folder(tmp_path, bpe_tokenizer):
     assert res.exit_code == 2 and "no input files" in res.stderr
     write_jsonl(tmp_path / "x" / "a.jsonl", [])
     res = run_cli("pack-tokens", tmp_path / "x", "-o", tmp_path / "o3", "--tokenizer", bpe_tokenizer, "-q")
-    assert res.exit_code == 1 and "no documents to write" in res.stderr
+    assert res.exit_code == 1 and "nothing to write" in res.stderr
 
 
 def test_missing_parquet_column(tmp_path, bpe_tokenizer):

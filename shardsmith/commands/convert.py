@@ -15,15 +15,7 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import prepare_output
-from shardsmith.pipeline import (
-    ConvertingOptions,
-    Processed,
-    ScatterJob,
-    plan_buckets,
-    run_gather,
-    run_scatter,
-    work_folder,
-)
+from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.readers.imagefolder import ImageFolderReader
@@ -255,35 +247,22 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     if kind == "parquet":
         check_parquet_columns(files, opts.text_field)
     total_bytes = sum(f.size for f in files)
-    chunk = max(64 << 10, min(64 << 20, opts.memory // 8, max(1 << 20, total_bytes // 16)))
-    tasks = reader.plan(files, chunk_bytes=chunk)
+    sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
+    tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     prepare_output(opts.out, overwrite=opts.overwrite)
     progress = Progress(quiet=opts.quiet)
-    budget = max(16 << 10, min(opts.memory // 6, 64 << 20))
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
                                 quality=opts.quality, seed=opts.seed)
     # image bytes that pass through unchanged are referenced by the workers and copied by the writer
     sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
-    with work_folder(opts.out) as work:
-        job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
-                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work), flush_bytes=max(16 << 10, opts.memory // (4 * opts.workers)),
-                         n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes * opts.copies,
-                                                budget=budget))
-        with progress.bar(total=sum(t.nbytes for t in tasks), desc="convert", unit="B") as bar:
-            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
-        writers = run_gather(job, results, budget=budget, make_writer=lambda split: TarWriter(
+    writers, results = convert_all(
+        opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
+        estimated_bytes=total_bytes * opts.copies, desc="convert", progress=progress,
+        make_writer=lambda split: TarWriter(
             out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
             wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))
-
-    records = sum(r.records for r in results)
-    skipped = [s for r in results for s in r.skipped]
-    written = sum(sum(s.samples for s in w.shards) for w in writers.values())
-    bad_records = sum(1 for s in skipped if not s.get("unread_tail"))
-    if written == 0:
-        raise DataError(file=", ".join(f.rel for f in files[:3]), reason="no samples to write "
-                        f"({records} records read, {len(skipped)} skipped)")
-    assert written == (records - bad_records) * opts.copies, "records lost"
+    tally = Tally.of(results, writers, copies=opts.copies, inputs=files)
     splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
                      "wids": f"{name}.wids.json"} for name, w in writers.items()}
     extras: dict[str, Any] = {"copies": opts.copies}
@@ -294,10 +273,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     manifest = manifest_mod.new_manifest(
         fmt="webdataset", seed=opts.seed, shuffle=opts.shuffle,
         source={"reader": kind, "inputs": [f.rel for f in files] if len(files) <= 1000 else len(files),
-                "input_bytes": total_bytes, "records": records,
-                "skipped": {"count": sum(1 for s in skipped if not s.get("unread_tail")),
-                            "records": [s for s in skipped if not s.get("unread_tail")]},
-                "unread": [s for s in skipped if s.get("unread_tail")], "limit": opts.limit,
+                "input_bytes": total_bytes, **tally.source(), "limit": opts.limit,
                 "check_images": opts.check_images if kind == "imagefolder" else None},
         schema=_schema(kind, opts), splits=splits, **extras)
     manifest_mod.save(opts.out, manifest)

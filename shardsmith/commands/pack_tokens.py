@@ -16,15 +16,7 @@ from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.inputs import discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import prepare_output
-from shardsmith.pipeline import (
-    ConvertingOptions,
-    Processed,
-    ScatterJob,
-    plan_buckets,
-    run_gather,
-    run_scatter,
-    work_folder,
-)
+from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import BadRecord, MultiReader, Task
 from shardsmith.readers.jsonl import JsonlReader
@@ -111,9 +103,8 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     reader = MultiReader(readers=[JsonlReader(), ParquetReader(columns=[opts.text_field])])
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
-    # ~16 tasks for balance across workers; never more than 1/8 of the budget in one task
-    chunk = max(64 << 10, min(64 << 20, opts.memory // 8, max(1 << 20, total_bytes // 16)))
-    tasks = reader.plan(files, chunk_bytes=chunk)
+    sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
+    tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     prepare_output(opts.out, overwrite=opts.overwrite)
     progress = Progress(quiet=opts.quiet)
 
@@ -143,30 +134,12 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     progress.note(f"engine: {engine} ({why})")
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
 
-    # gather one group of buckets at a time; about four groups are alive at once (read, reordered, being
-    # written, queued), and groups stay small so the same buffers are reused (fresh pages cost more
-    # than copies here)
-    budget = max(16 << 10, min(opts.memory // 6, 64 << 20))
-    with work_folder(opts.out) as work:
-        job = ScatterJob(
-            reader=reader, seed=opts.seed,
-            processor=TokenProcessor(spec=spec, text_field=opts.text_field, encoder=tk.Encoder(spec, loaded=loaded)),
-            shuffle=opts.shuffle, splits=opts.splits, on_error=opts.on_error,
-            n_buckets=plan_buckets(shuffle=opts.shuffle, estimated_bytes=total_bytes, budget=budget),
-            work_dir=str(work), flush_bytes=max(16 << 10, opts.memory // (4 * opts.workers)),
-        )
-        with progress.bar(total=sum(t.nbytes for t in tasks), desc="tokenize", unit="B") as bar:
-            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
-        writers = run_gather(job, results, budget=budget, make_writer=lambda split: TokensWriter(
+    processor = TokenProcessor(spec=spec, text_field=opts.text_field, encoder=tk.Encoder(spec, loaded=loaded))
+    writers, results = convert_all(
+        opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
+        estimated_bytes=total_bytes, desc="tokenize", progress=progress, make_writer=lambda split: TokensWriter(
             out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt))
-
-    records = sum(r.records for r in results)
-    skipped = [s for r in results for s in r.skipped]
-    written = sum(sum(s.samples for s in w.shards) for w in writers.values())
-    if written == 0:
-        raise DataError(file=", ".join(f.rel for f in files[:3]), reason="no documents to write "
-                        f"({records} records read, {len(skipped)} skipped)")
-    assert records == written + sum(1 for s in skipped if not s.get("unread_tail")), "records lost"
+    tally = Tally.of(results, writers, inputs=files)
 
     splits: dict[str, Any] = {}
     for name, w in writers.items():
@@ -186,10 +159,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         fmt="tokens", seed=opts.seed, shuffle=opts.shuffle,
         source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,
                 "inputs": [f.rel for f in files], "input_bytes": total_bytes,
-                "inputs_sha256": _inputs_digest(files), "records": records,
-                "skipped": {"count": sum(1 for s in skipped if not s.get("unread_tail")),
-                            "records": [s for s in skipped if not s.get("unread_tail")]},
-                "unread": [s for s in skipped if s.get("unread_tail")], "limit": opts.limit},
+                "inputs_sha256": _inputs_digest(files), **tally.source(), "limit": opts.limit},
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
         splits=splits, **extras,
     )
