@@ -64,6 +64,17 @@ def load(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
+def load_split(out_dir: str | os.PathLike[str], *, fmt: str, split: str) -> tuple[dict[str, Any], list[dict]]:
+    """(manifest, shard entries of ``split``) of a dataset that must be of format ``fmt``."""
+    manifest = load(out_dir)
+    if manifest["format"] != fmt:
+        raise DatasetError(f"{out_dir}: a {manifest['format']} dataset, not {fmt}")
+    splits = manifest["splits"]
+    if split not in splits:
+        raise DatasetError(f"{out_dir}: no split {split!r} (splits: {', '.join(splits)})")
+    return manifest, splits[split]["shards"]
+
+
 def validate(manifest: Any, *, where: Path) -> None:
     """Structure and path checks; raises DatasetError naming what is wrong."""
     def bad(msg: str) -> DatasetError:

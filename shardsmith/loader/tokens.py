@@ -23,15 +23,9 @@ class _TokenShards:
 
     def __init__(self, out_dir: str | os.PathLike[str], split: str) -> None:
         self.out_dir = Path(out_dir)
-        self.manifest = manifest_mod.load(out_dir)
-        if self.manifest["format"] != "tokens":
-            raise DatasetError(f"{out_dir}: a {self.manifest['format']} dataset, not packed tokens")
-        splits = self.manifest["splits"]
-        if split not in splits:
-            raise DatasetError(f"{out_dir}: no split {split!r} (splits: {', '.join(splits)})")
+        self.manifest, self.entries = manifest_mod.load_split(out_dir, fmt="tokens", split=split)
         self.split = split
         self.dtype = np.dtype(self.manifest["tokenizer"]["dtype"])
-        self.entries = splits[split]["shards"]
         self.paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in self.entries]
         for path, e in zip(self.paths, self.entries):
             if not path.is_file() or path.stat().st_size != e["bytes"]:

@@ -118,17 +118,11 @@ class TarDataset:
             except ImportError:
                 raise ImportError(f"decode={decode!r} needs Pillow: pip install 'shardsmith[images]'") from None
         self.out_dir = Path(out_dir)
-        self.manifest = manifest_mod.load(out_dir)
-        if self.manifest["format"] != "webdataset":
-            raise DatasetError(f"{out_dir}: a {self.manifest['format']} dataset, not webdataset tar shards")
-        splits = self.manifest["splits"]
-        if split not in splits:
-            raise DatasetError(f"{out_dir}: no split {split!r} (splits: {', '.join(splits)})")
+        self.manifest, entries = manifest_mod.load_split(out_dir, fmt="webdataset", split=split)
         self.split = split
         self.decode = decode
         self._classes = _check_classes(self.manifest.get("classes"), out_dir)
         self._kinds = _schema_kinds(self.manifest.get("schema"))
-        entries = splits[split]["shards"]
         self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
         self._sizes = [e["bytes"] for e in entries]
         self._offsets = [_load_offsets(out_dir, e, path) for e, path in zip(entries, self._paths)]
