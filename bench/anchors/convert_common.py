@@ -7,10 +7,12 @@ No shardsmith import: the anchors run from bench/.venv-anchors.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
@@ -41,3 +43,29 @@ class Clock:
     def report(self, **fields: object) -> None:
         print(json.dumps({"seconds": time.perf_counter() - self.t0, **fields}))
         sys.stdout.flush()
+
+
+def drain(samples: Iterable[dict], clock: Clock, **fields: object) -> None:
+    """Iterate to the end, touching every sample's bytes, and report the time since ``clock`` started."""
+    n = size = 0
+    for sample in samples:
+        n += 1
+        size += touch(sample)
+    clock.report(samples=n, bytes=size, **fields)
+
+
+def cli(doc: str | None, write: Callable[..., None], iterate: Callable[[str], None], *, workers: bool = False) -> None:
+    """``ANCHOR write FOLDER -o OUT [--workers N]`` or ``ANCHOR iterate OUT``."""
+    ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    ap.add_argument("action", choices=["write", "iterate"])
+    ap.add_argument("path")
+    ap.add_argument("-o", "--out")
+    if workers:
+        ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    if args.action == "iterate":
+        iterate(args.path)
+    elif workers:
+        write(args.path, args.out, args.workers)
+    else:
+        write(args.path, args.out)

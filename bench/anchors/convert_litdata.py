@@ -13,11 +13,10 @@ decoding (the bytes serializer). Runs from bench/.venv-anchors. Prints one JSON 
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 
-from convert_common import Clock, list_images, touch
+from convert_common import Clock, cli, drain, list_images
 
 LABELS: dict[str, int] = {}
 
@@ -46,22 +45,8 @@ def iterate(out: str) -> None:
 
     clock = Clock()
     ds = StreamingDataset(out)
-    n = size = 0
-    for sample in ds:
-        n += 1
-        size += touch(sample)
-    clock.report(samples=n, bytes=size, len=len(ds))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["write", "iterate"])
-    ap.add_argument("path")
-    ap.add_argument("-o", "--out")
-    ap.add_argument("--workers", type=int, default=2)
-    args = ap.parse_args()
-    write(args.path, args.out, args.workers) if args.action == "write" else iterate(args.path)
+    drain(ds, clock, len=len(ds))
 
 
 if __name__ == "__main__":
-    main()
+    cli(__doc__, write, iterate, workers=True)

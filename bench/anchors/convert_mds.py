@@ -19,13 +19,12 @@ Prints one JSON line: seconds (after imports), samples, bytes.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import shutil
 import sys
 import types
 
-from convert_common import Clock, list_images, touch
+from convert_common import Clock, cli, drain, list_images
 
 
 def _import_streaming_base():
@@ -62,21 +61,8 @@ def iterate(out: str) -> None:
     clean_stale_shared_memory()
     clock = Clock()
     ds = base.StreamingDataset(local=out, shuffle=False, batch_size=1)
-    n = size = 0
-    for sample in ds:
-        n += 1
-        size += touch(sample)
-    clock.report(samples=n, bytes=size, len=len(ds))
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["write", "iterate"])
-    ap.add_argument("path")
-    ap.add_argument("-o", "--out")
-    args = ap.parse_args()
-    write(args.path, args.out) if args.action == "write" else iterate(args.path)
+    drain(ds, clock, len=len(ds))
 
 
 if __name__ == "__main__":
-    main()
+    cli(__doc__, write, iterate)

@@ -12,11 +12,10 @@ is a shardsmith dependency). Prints one JSON line: seconds (after imports), samp
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 
-from convert_common import Clock, list_images, touch
+from convert_common import Clock, cli, drain, list_images
 
 
 def write(folder: str, out: str) -> None:
@@ -40,21 +39,8 @@ def iterate(shard_dir: str) -> None:
 
     clock = Clock()
     urls = sorted(glob.glob(os.path.join(shard_dir, "*.tar")))
-    n = size = 0
-    for sample in wds.WebDataset(urls, shardshuffle=False, empty_check=False):
-        n += 1
-        size += touch(sample)
-    clock.report(samples=n, bytes=size)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["write", "iterate"])
-    ap.add_argument("path")
-    ap.add_argument("-o", "--out")
-    args = ap.parse_args()
-    write(args.path, args.out) if args.action == "write" else iterate(args.path)
+    drain(wds.WebDataset(urls, shardshuffle=False, empty_check=False), clock)
 
 
 if __name__ == "__main__":
-    main()
+    cli(__doc__, write, iterate)
