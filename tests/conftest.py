@@ -97,3 +97,18 @@ def corpus(tmp_path: Path) -> tuple[Path, list[str]]:
     write_jsonl(root / "a.jsonl", docs[:170])
     write_jsonl(root / "sub" / "b.jsonl", docs[170:])
     return root, docs
+
+
+def tar_archive(samples: list[tuple[str, list[tuple[str, bytes]]]]) -> tuple[bytes, list[int]]:
+    """A whole tar shard and its sample offsets (n + 1), laid out as the webdataset writer does."""
+    from shardsmith.tarfmt import end_of_archive, sample_members
+
+    chunks, offsets, pos = [], [], 0
+    for key, fields in samples:
+        offsets.append(pos)
+        for c in sample_members(key, fields):
+            chunks.append(bytes(c))
+            pos += len(c)
+    offsets.append(pos)
+    chunks.append(end_of_archive(pos))
+    return b"".join(chunks), offsets

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from conftest import tar_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,7 +25,7 @@ from shardsmith import manifest
 from shardsmith.errors import DatasetError
 from shardsmith.loader import TarDataset
 from shardsmith.loader.order import epoch_order
-from shardsmith.tarfmt import BLOCK, end_of_archive, parse_members, sample_members
+from shardsmith.tarfmt import BLOCK, parse_members
 
 Fields = list[tuple[str, bytes]]
 
@@ -65,16 +66,9 @@ def write_split(out: Path, split: str, samples: list[tuple[str, Fields]], per_sh
     """Shards and offset indexes as the webdataset writer lays them out; returns the manifest's split entry."""
     entries = []
     for s, first in enumerate(range(0, len(samples), per_shard)):
-        chunks, offsets, pos = [], [], 0
-        for key, fields in samples[first:first + per_shard]:
-            offsets.append(pos)
-            for c in sample_members(key, fields):
-                chunks.append(bytes(c))
-                pos += len(c)
-        offsets.append(pos)
-        chunks.append(end_of_archive(pos))
+        archive, offsets = tar_archive(samples[first:first + per_shard])
         tar, idx = out / f"{split}-{s:06d}.tar", out / f"{split}-{s:06d}.offsets.npy"
-        tar.write_bytes(b"".join(chunks))
+        tar.write_bytes(archive)
         np.save(idx, np.array(offsets, dtype=np.int64))
         entries.append({"path": tar.name, "samples": len(offsets) - 1, "bytes": tar.stat().st_size,
                         "sha256": sha256(tar),

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from conftest import tar_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -24,16 +25,7 @@ SAMPLES = [
 
 
 def build(samples=SAMPLES) -> tuple[bytes, list[int]]:
-    """A whole archive and its sample offsets (n + 1), exactly as the writer lays them out."""
-    chunks, offsets, pos = [], [], 0
-    for key, fields in samples:
-        offsets.append(pos)
-        for c in sample_members(key, fields):
-            chunks.append(bytes(c))
-            pos += len(c)
-    offsets.append(pos)
-    chunks.append(end_of_archive(pos))
-    return b"".join(chunks), offsets
+    return tar_archive(samples)
 
 
 def expected_members(samples=SAMPLES) -> list[tuple[str, bytes]]:
