@@ -148,13 +148,16 @@ class SampleProcessor:
     def _jsonl(self, value: Any) -> list[tuple[str, bytes]]:
         if not isinstance(value, dict):
             raise _Bad(f"expected a JSON object, got {type(value).__name__}")
-        fields = [("json", orjson.dumps(value))]
-        if self.text_field:
-            text = value.get(self.text_field)
-            if not isinstance(text, str):
-                raise _Bad(f"no string {self.text_field!r} field")
-            fields.append(("txt", text.encode("utf-8")))
-        return fields
+        return [("json", orjson.dumps(value)), *self._text(value)]
+
+    def _text(self, record: dict[str, Any]) -> list[tuple[str, bytes]]:
+        """The ``txt`` member from ``--text-field``, if asked for."""
+        if not self.text_field:
+            return []
+        text = record.get(self.text_field)
+        if not isinstance(text, str):
+            raise _Bad(f"no string {self.text_field!r} field")
+        return [("txt", text.encode("utf-8"))]
 
     def _row(self, row: dict[str, Any]) -> list[tuple[str, bytes]]:
         binary = [(k, v) for k, v in row.items() if isinstance(v, bytes | bytearray)]
@@ -162,12 +165,7 @@ class SampleProcessor:
         fields = [(member_ext(k), bytes(v)) for k, v in binary]
         if rest:
             fields.append(("json", orjson.dumps(rest, default=str, option=orjson.OPT_SERIALIZE_NUMPY)))
-        if self.text_field:
-            text = row.get(self.text_field)
-            if not isinstance(text, str):
-                raise _Bad(f"no string {self.text_field!r} column value")
-            fields.append(("txt", text.encode("utf-8")))
-        return fields
+        return fields + self._text(row)
 
 
 def member_ext(column: str) -> str:
