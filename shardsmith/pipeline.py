@@ -100,10 +100,13 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
     part = PartWriter(part_path(job.work_dir, task.index), flush_bytes=job.flush_bytes)
     rel, unit = task.file.rel, job.reader.unit_for(task.file)
     records = job.reader.read(task)
-    if max_records is not None:
+    if max_records is not None and not job.reader.columnar:
         records = islice(records, max_records)
     try:
-        _scatter_records(job, task, records, part, result, unit)
+        if job.reader.columnar:
+            _scatter_chunks(job, task, records, part, result, unit, max_records)
+        else:
+            _scatter_records(job, task, records, part, result, unit)
     except DataError as exc:  # a file-level problem raised by a reader (a missing column, a corrupt page)
         if job.on_error == "fail":
             result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
@@ -152,6 +155,40 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
                 return
             result.skipped.append({"file": rel, "record": None, "unread_tail": True, "reason": f"{broken.reason} "
                                    f"(after {result.records} records of this task; the rest of the file is unread)"})
+
+
+def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: PartWriter, result: TaskResult,
+                    unit: str, max_records: int | None) -> None:
+    """A columnar reader's chunks (many records each, e.g. physics events) through the processor."""
+    for chunk in chunks:
+        if isinstance(chunk, StreamError):
+            if job.on_error == "fail":
+                result.error = {"file": task.file.rel, "record": None, "reason": chunk.reason, "unit": unit}
+                return
+            result.skipped.append({"file": task.file.rel, "record": None, "unread_tail": True,
+                                   "reason": f"{chunk.reason} (after {result.records} {unit}s of this task; "
+                                             f"the rest of it is unread)"})
+            return
+        if max_records is not None:
+            room = max_records - result.records
+            if room <= 0:
+                return
+            if chunk.n > room:
+                chunk = job.processor.head(chunk, room)  # type: ignore[attr-defined]
+        result.records += chunk.n
+        out = job.processor.process_chunk(task, chunk)  # type: ignore[attr-defined]
+        if out.bad:
+            bad = sorted(out.bad)
+            if job.on_error == "fail":
+                record, reason = bad[0]
+                where, number = job.reader.describe(task, record)
+                result.error = {"file": where, "record": number, "reason": reason, "unit": unit}
+                return
+            for r, why in bad:
+                where, number = job.reader.describe(task, r)
+                result.skipped.append({"file": where, "record": number, "reason": why, unit: number + 1})
+        if len(out.records):
+            _scatter_batch(job, task, out, part)
 
 
 def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter) -> None:

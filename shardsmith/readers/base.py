@@ -48,6 +48,7 @@ class Reader:
     suffixes: ClassVar[tuple[str, ...]] = ()
     unit: ClassVar[str] = "record"
     byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
+    columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
 
     def plan(self, files: list[InputFile], *, chunk_bytes: int) -> list[Task]:
         """Tasks in input order; record numbers are per file, so identities never depend on the plan."""

@@ -1,0 +1,266 @@
+"""Physics events: a schema of fixed and ragged numeric fields, columnar chunks, and their payload.
+
+Readers of event files (ROOT, Parquet) yield ``EventChunk``s: columns for many events at once,
+never a Python object per event. The shuffle moves one payload per event, so a chunk is encoded
+into per-event records and a sorted batch decoded back into columns, both without a loop per
+event. A record is 8-byte aligned throughout::
+
+    [fixed fields, each padded to 8 bytes][one int64 count per ragged group][each ragged field's
+    values, padded to 8 bytes]
+
+Ragged fields that share a counter (``NJet`` for ``Jet_pt`` and ``Jet_eta``) form one group and
+share one offsets array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardsmith.ragged import starts_of
+
+_UNITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _pad8(n: Any) -> Any:
+    return (n + 7) // 8 * 8
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Field:
+    """One output field: a numeric dtype, a fixed inner shape, and its counter group if ragged."""
+
+    name: str
+    dtype: str  # numpy dtype string, e.g. "<f4"
+    shape: tuple[int, ...] = ()
+    counter: str | None = None  # ragged: the group sharing one offsets array; None: one value per event
+
+    @property
+    def ragged(self) -> bool:
+        return self.counter is not None
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    @property
+    def item_bytes(self) -> int:
+        """Bytes of one element (one value, or one fixed-shape row of values)."""
+        return self.np_dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape), "ragged": self.ragged}
+        if self.counter is not None:
+            out["counter"] = self.counter
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, d: dict[str, Any]) -> Field:
+        return cls(name=name, dtype=d["dtype"], shape=tuple(d.get("shape", ())), counter=d.get("counter"))
+
+
+@dataclass(frozen=True, slots=True)
+class EventSchema:
+    """The fields of every event, in a fixed order (the order of the record layout)."""
+
+    fields: tuple[Field, ...]
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate field names in {names}")
+        for f in self.fields:
+            if f.np_dtype.kind not in "biufc" or f.np_dtype.itemsize not in _UNITS:
+                raise ValueError(f"field {f.name!r}: {f.dtype} is not a numeric dtype")
+
+    @property
+    def fixed(self) -> tuple[Field, ...]:
+        return tuple(f for f in self.fields if not f.ragged)
+
+    @property
+    def ragged(self) -> tuple[Field, ...]:
+        return tuple(f for f in self.fields if f.ragged)
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """Ragged groups in order of first appearance."""
+        return tuple(dict.fromkeys(f.counter for f in self.ragged))  # type: ignore[misc]
+
+    def members(self, counter: str) -> tuple[Field, ...]:
+        return tuple(f for f in self.ragged if f.counter == counter)
+
+    def __getitem__(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: f.to_json() for f in self.fields}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EventSchema:
+        return cls(tuple(Field.from_json(name, v) for name, v in d.items()))
+
+
+@dataclass(slots=True)
+class EventChunk:
+    """Consecutive events of one file, as columns.
+
+    ``columns[name]`` is ``(n, *shape)`` for a fixed field and the flat ``(total, *shape)`` values
+    for a ragged one; ``offsets[counter]`` is int64 ``(n + 1,)`` starting at 0. ``first`` is the
+    record number (entry) of the first event in its file.
+    """
+
+    first: int
+    n: int
+    columns: dict[str, np.ndarray]
+    offsets: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def counts(self, counter: str) -> np.ndarray:
+        return np.diff(self.offsets[counter])
+
+    def take(self, index: np.ndarray, schema: EventSchema) -> EventChunk:
+        """The events ``index`` (in that order) as a new chunk."""
+        index = np.asarray(index, dtype=np.int64)
+        columns: dict[str, np.ndarray] = {f.name: self.columns[f.name][index] for f in schema.fixed}
+        offsets: dict[str, np.ndarray] = {}
+        for c in schema.counters:
+            off = self.offsets[c]
+            counts = (off[1:] - off[:-1])[index]
+            offsets[c] = starts_of(counts)
+            if len(index) == 0:
+                src = np.zeros(0, dtype=np.int64)
+            else:
+                src = np.repeat(off[:-1][index] - offsets[c][:-1], counts) + np.arange(offsets[c][-1])
+            for f in schema.members(c):
+                columns[f.name] = self.columns[f.name][src]
+        return EventChunk(first=self.first, n=len(index), columns=columns, offsets=offsets)
+
+
+def check_chunk(chunk: EventChunk, schema: EventSchema) -> None:
+    """The chunk holds every field with its dtype and shape, and offsets that match the values."""
+    for c in schema.counters:
+        off = chunk.offsets.get(c)
+        if off is None or off.shape != (chunk.n + 1,) or (chunk.n >= 0 and len(off) and off[0] != 0):
+            raise ValueError(f"counter {c!r}: offsets must be {chunk.n + 1} int64 starting at 0")
+    for f in schema.fields:
+        col = chunk.columns.get(f.name)
+        if col is None:
+            raise ValueError(f"field {f.name!r} missing from the chunk")
+        rows = int(chunk.offsets[f.counter][-1]) if f.ragged else chunk.n
+        if col.shape != (rows, *f.shape):
+            raise ValueError(f"field {f.name!r}: shape {col.shape}, expected {(rows, *f.shape)}")
+
+
+def record_lengths(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
+    """Bytes of each event's record."""
+    fixed = sum(_pad8(f.item_bytes) for f in schema.fixed) + 8 * len(schema.counters)
+    lengths = np.full(chunk.n, fixed, dtype=np.int64)
+    for f in schema.ragged:
+        lengths += _pad8(chunk.counts(f.counter) * f.item_bytes)
+    return lengths
+
+
+def encode(chunk: EventChunk, schema: EventSchema) -> tuple[np.ndarray, np.ndarray]:
+    """Per-event records back to back: ``(lengths, payload)``, payload uint8 (8-byte aligned)."""
+    lengths = record_lengths(chunk, schema)
+    starts = starts_of(lengths)
+    words = np.zeros(int(starts[-1]) // 8, dtype=np.uint64)  # zeros: padding bytes are deterministic
+    payload = words.view(np.uint8)
+    w0 = starts[:-1] // 8
+    head = _fixed_block(chunk, schema)
+    if head.shape[1]:
+        words[w0[:, None] + np.arange(head.shape[1])] = head
+    pos = starts[:-1] + 8 * head.shape[1]  # byte position of the next part of each record
+    for c in schema.counters:
+        words[pos // 8] = chunk.counts(c).astype(np.uint64)
+        pos = pos + 8
+    for f in schema.ragged:
+        counts = chunk.counts(f.counter)
+        _scatter_units(payload, pos, counts, chunk.columns[f.name], f)
+        pos = pos + _pad8(counts * f.item_bytes)
+    return lengths, payload
+
+
+def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema,
+           *, first: int = 0) -> EventChunk:
+    """The inverse of ``encode`` for records back to back (any order): columns of a batch."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    raw = np.frombuffer(payload, dtype=np.uint8)
+    if raw.ctypes.data % 8:
+        raw = raw.copy()
+    starts = starts_of(lengths)
+    if int(starts[-1]) != len(raw):
+        raise ValueError(f"payload holds {len(raw)} bytes, lengths say {int(starts[-1])}")
+    words = raw[: len(raw) // 8 * 8].view(np.uint64)
+    w0 = starts[:-1] // 8
+    head_words = sum(_pad8(f.item_bytes) for f in schema.fixed) // 8
+    columns: dict[str, np.ndarray] = {}
+    if head_words:
+        head = words[w0[:, None] + np.arange(head_words)].view(np.uint8).reshape(n, 8 * head_words)
+        at = 0
+        for f in schema.fixed:
+            b = f.item_bytes
+            columns[f.name] = np.ascontiguousarray(head[:, at:at + b]).view(f.np_dtype).reshape(n, *f.shape)
+            at += _pad8(b)
+    pos = starts[:-1] + 8 * head_words
+    offsets: dict[str, np.ndarray] = {}
+    for c in schema.counters:
+        offsets[c] = starts_of(words[pos // 8].astype(np.int64))
+        pos = pos + 8
+    for f in schema.ragged:
+        counts = np.diff(offsets[f.counter])
+        columns[f.name] = _gather_units(raw, pos, counts, f)
+        pos = pos + _pad8(counts * f.item_bytes)
+    return EventChunk(first=first, n=n, columns=columns, offsets=offsets)
+
+
+def _fixed_block(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
+    """The fixed fields of every event side by side, each padded to 8 bytes: ``(n, words)`` uint64."""
+    width = sum(_pad8(f.item_bytes) for f in schema.fixed)
+    block = np.zeros((chunk.n, width), dtype=np.uint8)
+    at = 0
+    for f in schema.fixed:
+        b = f.item_bytes
+        col = np.ascontiguousarray(chunk.columns[f.name], dtype=f.np_dtype)
+        block[:, at:at + b] = col.reshape(chunk.n, -1).view(np.uint8).reshape(chunk.n, b)
+        at += _pad8(b)
+    return block.view(np.uint64)
+
+
+def _unit_view(f: Field) -> tuple[np.dtype, int]:
+    """The integer dtype moved per value and how many make one element."""
+    size = f.np_dtype.itemsize
+    return np.dtype(_UNITS[size]), int(np.prod(f.shape, dtype=np.int64))
+
+
+def _scatter_units(payload: np.ndarray, pos: np.ndarray, counts: np.ndarray, values: np.ndarray, f: Field) -> None:
+    unit, per = _unit_view(f)
+    src = np.ascontiguousarray(values, dtype=f.np_dtype).reshape(-1).view(unit)
+    units = counts * per
+    total = int(units.sum())
+    if total == 0:
+        return
+    dst = payload.view(unit)
+    size = unit.itemsize
+    out_starts = starts_of(units)[:-1]
+    index = np.repeat(pos // size - out_starts, units) + np.arange(total, dtype=np.int64)
+    dst[index] = src
+
+
+def _gather_units(raw: np.ndarray, pos: np.ndarray, counts: np.ndarray, f: Field) -> np.ndarray:
+    unit, per = _unit_view(f)
+    units = counts * per
+    total = int(units.sum())
+    out = np.empty(total, dtype=unit)
+    if total:
+        size = unit.itemsize
+        src = raw[: len(raw) // size * size].view(unit)
+        out_starts = starts_of(units)[:-1]
+        index = np.repeat(pos // size - out_starts, units) + np.arange(total, dtype=np.int64)
+        np.take(src, index, out=out)
+    return out.view(f.np_dtype).reshape(-1, *f.shape)
