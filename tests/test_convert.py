@@ -152,10 +152,28 @@ def test_bad_images_fail_or_are_skipped_and_listed(image_folder, tmp_path, bad, 
     res = run_cli("convert", root, "-o", tmp_path / "out", "--to", "webdataset", "-q")
     assert res.exit_code == 1 and "bee/broken.jpg" in res.stderr and reason in res.stderr, res.stderr
     assert "Traceback" not in res.stderr and not (tmp_path / "out" / "manifest.json").exists()
+    assert not list((tmp_path / "out").glob("*.tar")), "a failed run leaves no shard behind"
     m = convert(root, "-o", tmp_path / "skip", "--on-error", "skip")
     (entry,) = m["source"]["skipped"]["records"]
     assert entry["file"] == "bee/broken.jpg" and reason in entry["reason"]
     assert m["source"]["records"] == len(expected) + 1 == m["splits"]["train"]["samples"] + 1
+
+
+@pytest.mark.parametrize("options", [
+    (),
+    ("--no-shuffle",),
+    ("--split", "train=0.6,val=0.4", "--shard-samples", "5", "--seed", "3"),
+    ("--shard-bytes", "60KB", "--workers", "1"),
+])
+def test_images_planned_from_the_listing_match_the_shuffle_path(image_folder, tmp_path, options):
+    """Unchanged images skip the scatter pass (shards planned from the listing, written by workers);
+    ``--on-error skip`` takes the general keyed-shuffle path. Both must give the same bytes."""
+    root, _ = image_folder
+    direct = convert(root, "-o", tmp_path / "direct", *options)
+    general = convert(root, "-o", tmp_path / "general", "--on-error", "skip", *options)
+    assert direct["splits"] == general["splits"]
+    assert tree_digest(tmp_path / "direct") == tree_digest(tmp_path / "general")
+    assert sum(len(s["shards"]) for s in direct["splits"].values()) > (1 if "--shard-samples" in options else 0)
 
 
 def test_folder_problems_are_usage_errors(tmp_path):

@@ -15,7 +15,7 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import prepare_output
-from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all
+from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, TaskResult, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.readers.imagefolder import ImageFolderReader
@@ -23,6 +23,7 @@ from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
 from shardsmith.sample import Identity
 from shardsmith.tarfmt import member_header, sample_members
+from shardsmith.writers.image_tar import plan_shards, write_all
 from shardsmith.writers.webdataset import SourceRef, TarWriter
 
 _EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -99,6 +100,14 @@ class SampleProcessor:
         payload = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         return Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, dtype=np.int64),
                          payload=payload, bad=bad, copies=self.copies)
+
+    def image_sample(self, file: InputFile, data: bytes) -> tuple[str, str, bytes]:
+        """(key, image extension, label) of an image that goes into the tar unchanged; a bad one raises."""
+        try:
+            ((key, fields),) = self._image(file, data)
+        except _Bad as exc:
+            raise DataError(file=file.rel, reason=str(exc), unit="image") from None
+        return key, fields[0][0], fields[1][1]
 
     def _members(self, samples: list[tuple[str, list[tuple[str, Any]]]], pieces: list[bytes | memoryview],
                  lengths: list[int], records: list[int], record: int) -> None:
@@ -252,14 +261,10 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
                                 quality=opts.quality, seed=opts.seed)
-    # image bytes that pass through unchanged are referenced by the workers and copied by the writer
-    sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
-    writers, results = convert_all(
-        opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
-        estimated_bytes=total_bytes * opts.copies, desc="convert", progress=progress,
-        make_writer=lambda split: TarWriter(
-            out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
-            wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))
+    if kind == "imagefolder" and not opts.augment and opts.on_error == "fail" and opts.limit is None:
+        writers, results = _direct_images(opts, files, processor, progress)
+    else:
+        writers, results = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress)
     tally = Tally.of(results, writers, copies=opts.copies, inputs=files)
     splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
                      "wids": f"{name}.wids.json"} for name, w in writers.items()}
@@ -276,6 +281,38 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         schema=_schema(kind, opts), splits=splits, **extras)
     manifest_mod.save(opts.out, manifest)
     return manifest
+
+
+@dataclass
+class _Written:
+    """A split's finished shards, as ``Tally`` reads them from a writer."""
+
+    shards: list[Any]
+
+
+def _direct_images(opts: ConvertOptions, files: list[InputFile], processor: SampleProcessor,
+                   progress: Progress) -> tuple[dict[str, Any], list[TaskResult]]:
+    """Images unchanged: shards planned from the listing and written by workers (no shuffle pass)."""
+    plans = plan_shards(files, seed=opts.seed, shuffle=opts.shuffle, splits=opts.splits,
+                        shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes, out_dir=opts.out,
+                        wids_md5=opts.wids_md5)
+    with progress.bar(total=sum(f.size for f in files), desc="convert", unit="B") as bar:
+        shards = write_all(plans, sample=processor.image_sample, workers=opts.workers, progress=bar.update)
+    return {name: _Written(shards=s) for name, s in shards.items()}, [TaskResult(task=0, records=len(files))]
+
+
+def _shuffled(opts: ConvertOptions, kind: str, files: list[InputFile], reader: Reader, processor: SampleProcessor,
+              tasks: list[Task], sizing: Sizing, progress: Progress) -> tuple[dict[str, Any], list[TaskResult]]:
+    """The general path: scatter into the keyed shuffle, gather into tar writers."""
+    total_bytes = sum(f.size for f in files)
+    # image bytes that pass through unchanged are referenced by the workers and copied by the writer
+    sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
+    return convert_all(
+        opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
+        estimated_bytes=total_bytes * opts.copies, desc="convert", progress=progress,
+        make_writer=lambda split: TarWriter(
+            out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
+            wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))
 
 
 def _schema(kind: str, opts: ConvertOptions) -> dict[str, Any]:

@@ -50,7 +50,34 @@ class _ShardPlan:
     bytes: int = 0
 
 
-def _closed_size(size: int) -> int:
+def finish_shard(tar: HashingFile, starts: list[int], index_path: Path) -> tuple[ShardRecord, str | None]:
+    """End the archive, commit it, and write its offset index (sample starts, then the end of the data)."""
+    end = tar.bytes
+    tar.write(end_of_archive(end))
+    sha = tar.commit()
+    buf = io.BytesIO()
+    np.save(buf, np.asarray([*starts, end], dtype=np.int64), allow_pickle=False)
+    idx = HashingFile(index_path)
+    idx.write(buf.getvalue())
+    idx_sha = idx.commit()
+    record = ShardRecord(path=tar.path.name, samples=len(starts), bytes=tar.bytes, sha256=sha,
+                         extra={"index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}})
+    return record, tar.md5
+
+
+def write_wids(out_dir: Path, split: str, shards: list[ShardRecord], md5s: list[str | None]) -> None:
+    """``{split}.wids.json``: the shard list wids' ShardListDataset reads (urls relative to it)."""
+    shardlist = []
+    for shard, md5 in zip(shards, md5s):
+        entry: dict = {"url": shard.path, "nsamples": shard.samples, "filesize": shard.bytes}
+        if md5:
+            entry["md5sum"] = md5
+        shardlist.append(entry)
+    index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": split, "shardlist": shardlist}
+    atomic_write_bytes(out_dir / f"{split}.wids.json", orjson.dumps(index, option=orjson.OPT_INDENT_2))
+
+
+def closed_size(size: int) -> int:
     """A shard's size once closed: two zero blocks, padded to whole 10240-byte records."""
     return -(-(size + 1024) // 10240) * 10240
 
@@ -110,7 +137,7 @@ class TarWriter(Writer):
             true_size = n - _REF.size + size + len(padding(size))
             plan = self._plan
             if plan is not None and (len(plan.samples) >= self.shard_samples
-                                     or _closed_size(plan.bytes + true_size) > self.shard_bytes):
+                                     or closed_size(plan.bytes + true_size) > self.shard_bytes):
                 self._submit()
             if self._plan is None:
                 self._plan = _ShardPlan(index=len(self._futures))
@@ -158,7 +185,7 @@ class TarWriter(Writer):
         """Whether ``next_sample`` more bytes (beyond those already written) must start a new shard."""
         if self._tar is None or not self._starts:
             return False
-        return len(self._starts) >= self.shard_samples or _closed_size(self._tar.bytes + next_sample) > self.shard_bytes
+        return len(self._starts) >= self.shard_samples or closed_size(self._tar.bytes + next_sample) > self.shard_bytes
 
     def _begin_sample(self, run_start: int, pos: int) -> None:
         if self._tar is None:
@@ -174,18 +201,7 @@ class TarWriter(Writer):
         self._tar, self._starts = None, []
 
     def _finish_shard(self, tar: HashingFile, starts: list[int], index: int) -> tuple[ShardRecord, str | None]:
-        """End the archive, commit it, and write its offset index."""
-        end = tar.bytes
-        tar.write(end_of_archive(end))
-        sha = tar.commit()
-        buf = io.BytesIO()
-        np.save(buf, np.asarray([*starts, end], dtype=np.int64), allow_pickle=False)
-        idx = HashingFile(self.out_dir / self.shard_name(index, ".offsets.npy"))
-        idx.write(buf.getvalue())
-        idx_sha = idx.commit()
-        record = ShardRecord(path=tar.path.name, samples=len(starts), bytes=tar.bytes, sha256=sha,
-                             extra={"index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}})
-        return record, tar.md5
+        return finish_shard(tar, starts, self.out_dir / self.shard_name(index, ".offsets.npy"))
 
     def close(self) -> list[ShardRecord]:
         if self._tar is not None:
@@ -204,15 +220,7 @@ class TarWriter(Writer):
         return self.shards
 
     def _write_wids(self) -> None:
-        """``{split}.wids.json``: the shard list wids' ShardListDataset reads (urls relative to it)."""
-        shardlist = []
-        for shard, md5 in zip(self.shards, self._md5s):
-            entry: dict = {"url": shard.path, "nsamples": shard.samples, "filesize": shard.bytes}
-            if md5:
-                entry["md5sum"] = md5
-            shardlist.append(entry)
-        index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": self.split, "shardlist": shardlist}
-        atomic_write_bytes(self.out_dir / f"{self.split}.wids.json", orjson.dumps(index, option=orjson.OPT_INDENT_2))
+        write_wids(self.out_dir, self.split, self.shards, self._md5s)
 
     def abort(self) -> None:
         if self._tar is not None:
