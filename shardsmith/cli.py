@@ -125,7 +125,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--to", "to", type=click.Choice(["webdataset", "hdf5"]), required=True, help="Output format.")
-@click.option("--from", "source", type=click.Choice(["imagefolder", "jsonl", "parquet"]), default=None,
+@click.option("--from", "source", type=click.Choice(["imagefolder", "jsonl", "parquet", "root"]), default=None,
               help="Input kind [default: inferred from the inputs].")
 @click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
 @click.option("--check-images", type=click.Choice(["header", "full", "none"]), default="header", show_default=True,
@@ -139,17 +139,34 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 @click.option("--shard-bytes", default="256MB", show_default=True, callback=_size("--shard-bytes"),
               help="Roll over before a shard grows past this size.")
 @click.option("--wids-md5", is_flag=True, help="Also record each shard's md5 in the wids index (costs a pass).")
+@click.option("--tree", default=None, help="Events: the ROOT TTree or RNTuple [default: the only one].")
+@click.option("--branches", "--columns", "branches", default=None, metavar="GLOBS",
+              help='Events: comma-separated globs of branches/columns, e.g. "Jet_*,nJet" [default: every numeric one].')
+@click.option("--step-size", default="64MB", show_default=True, callback=_size("--step-size"),
+              help="Events: read at most this much (uncompressed) at a time, so memory stays flat.")
+@click.option("--group-by", default=None, metavar="COLUMN",
+              help="Parquet events in long format: consecutive rows with the same COLUMN value are one event.")
+@click.option("--events-table", default=None, type=click.Path(),
+              help="Parquet events: a per-event table joined on --group-by (e.g. train_meta.parquet).")
+@click.option("--compression", type=click.Choice(["none", "lzf", "gzip", "blosc"]), default="none",
+              show_default=True, help="HDF5 compression of the event arrays (gzip is the portable choice).")
+@click.option("--events-per-sample", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Events into tar: pack windows of N events into one sample.")
 @converting_options
 @user_errors
-def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
-    """Convert image folders, JSONL or Parquet into exactly shuffled shards (webdataset tar)."""
+def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,
+            **kw: Any) -> None:
+    """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar or HDF5)."""
     from shardsmith.commands.convert import ConvertOptions, run
     from shardsmith.pipeline import default_workers
 
-    opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(), **kw)
+    globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
+    opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(),
+                          branches=globs, **kw)
     manifest = run(opts)
     src = manifest["source"]
-    parts = ", ".join(f"{name}: {s['samples']} samples in {len(s['shards'])} shards"
+    parts = ", ".join(f"{name}: {s.get('events', s['samples'])} {'events' if 'events' in s else 'samples'} in "
+                      f"{len(s['shards'])} shards"
                       for name, s in manifest["splits"].items())
     click.echo(f"{out}: {parts}; {src['records']} records read, {src['skipped']['count']} skipped")
 

@@ -355,10 +355,11 @@ class Tally:
 
     @classmethod
     def of(cls, results: list[TaskResult], writers: dict[str, Writer], *, copies: int = 1,
-           inputs: list[Any]) -> Tally:
+           inputs: list[Any], written: int | None = None) -> Tally:
+        """``written``: records written, where a sample holds several (events packed into one tar sample)."""
         every = [s for r in results for s in r.skipped]
         tally = cls(records=sum(r.records for r in results),
-                    written=sum(s.samples for w in writers.values() for s in w.shards),
+                    written=sum(s.samples for w in writers.values() for s in w.shards) if written is None else written,
                     skipped=[s for s in every if not s.get("unread_tail")],
                     unread=[s for s in every if s.get("unread_tail")])
         if tally.written == 0:

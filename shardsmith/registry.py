@@ -40,10 +40,14 @@ _BUILTIN = [
     Plugin("reader", "imagefolder", "shardsmith.readers.imagefolder:ImageFolderReader"),
     Plugin("reader", "jsonl", "shardsmith.readers.jsonl:JsonlReader", ("orjson",)),
     Plugin("reader", "parquet", "shardsmith.readers.parquet:ParquetReader", ("pyarrow",)),
+    Plugin("reader", "parquet-events", "shardsmith.readers.parquet_events:ParquetEventReader", ("pyarrow",)),
+    Plugin("reader", "root", "shardsmith.readers.root:RootReader", ("uproot", "awkward"), hint="'shardsmith[root]'"),
     Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), hint="'shardsmith[images]'"),
     Plugin("transform", "tokenize", "shardsmith.transforms.tokenize:Encoder", ("tokenizers", "gigatoken")),
     Plugin("writer", "tokens", "shardsmith.writers.tokens:TokensWriter", ("numpy",)),
     Plugin("writer", "webdataset", "shardsmith.writers.webdataset:TarWriter"),
+    Plugin("writer", "hdf5", "shardsmith.writers.hdf5:HDF5Writer", ("h5py",)),
+    Plugin("writer", "event-tar", "shardsmith.writers.event_tar:EventTarWriter"),
 ]
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import orjson
 
 from shardsmith import manifest as manifest_mod
+from shardsmith.commands.convert_events import EVENT_KINDS, run_events
 from shardsmith.errors import DataError, UsageError
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
@@ -43,14 +44,24 @@ class ConvertOptions(ConvertingOptions):
     shard_samples: int | None = None
     shard_bytes: int = 256_000_000
     wids_md5: bool = False
+    # events (ROOT, Parquet)
+    tree: str | None = None
+    branches: tuple[str, ...] | None = None
+    step_size: int = 64 << 20
+    group_by: str | None = None
+    events_table: str | None = None
+    compression: str = "none"
+    events_per_sample: int = 1
 
 
 READERS = {"imagefolder": ImageFolderReader, "jsonl": JsonlReader, "parquet": ParquetReader}
+EVENT_SUFFIXES = {"root": (".root",)}
 
 
 def infer_source(files: list[InputFile]) -> str:
     """The input kind from the inputs' suffixes: images, JSONL or Parquet (one kind per conversion)."""
-    kinds = {kind for f in files for kind, cls in READERS.items() if f.path.lower().endswith(cls.suffixes)}
+    suffixes = {**{kind: cls.suffixes for kind, cls in READERS.items()}, **EVENT_SUFFIXES}
+    kinds = {kind for f in files for kind, sfx in suffixes.items() if f.path.lower().endswith(sfx)}
     if len(kinds) > 1:
         raise UsageError(f"the inputs hold several kinds ({', '.join(sorted(kinds))}); choose one with --from")
     return kinds.pop()
@@ -228,14 +239,22 @@ def _suffix_ext(path: str) -> str:
 def run(opts: ConvertOptions) -> dict[str, Any]:
     """The whole command; returns the manifest it wrote."""
     keep_freed_memory()
-    if opts.to != "webdataset":
-        raise UsageError(f"--to {opts.to}: not built yet in this version (webdataset is)")
     files: list[InputFile] | None = None
     if opts.source is None:
-        files = discover(list(opts.inputs), suffixes=tuple(s for c in READERS.values() for s in c.suffixes))
+        files = discover(list(opts.inputs), suffixes=(*(s for c in READERS.values() for s in c.suffixes),
+                                                      *(s for v in EVENT_SUFFIXES.values() for s in v)))
         kind = infer_source(files)  # one kind only, so these are exactly that reader's files
     else:
         kind = opts.source
+    if kind == "parquet" and (opts.to == "hdf5" or opts.group_by or opts.events_table):
+        kind = "parquet-events"
+    if kind in EVENT_KINDS:
+        if files is None:
+            files = discover(list(opts.inputs), suffixes=(".parquet", ".pq") if kind != "root" else (".root",))
+        return run_events(opts, kind, files, Progress(quiet=opts.quiet))
+    if opts.to != "webdataset":
+        raise UsageError(f"--to {opts.to} holds physics events (ROOT or Parquet inputs); {kind} inputs go "
+                         f"--to webdataset")
     if opts.augment and kind != "imagefolder":
         raise UsageError("--augment applies to image folders")
     if opts.copies > 1 and not opts.augment:

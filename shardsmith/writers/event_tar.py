@@ -1,0 +1,112 @@
+"""Physics events in webdataset tar shards: one ``.npy`` member per field (never pickled).
+
+A sample is one event, or with ``events_per_sample`` N a window of N consecutive events (in the
+shuffled order): fixed fields become ``(N, *shape)`` arrays, ragged fields their values back to
+back plus ``{counter}.offsets.npy`` (int64, N+1). Samples are named by their position in the split,
+``e0000000000`` for events 0…N-1 and so on, because the shuffle moves columns, not names.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import numpy as np
+
+from shardsmith.events import EventChunk, EventSchema, decode
+from shardsmith.tarfmt import sample_members
+from shardsmith.writers.base import ShardRecord, Writer
+from shardsmith.writers.webdataset import TarWriter
+
+_NPY_MAGIC = b"\x93NUMPY\x01\x00"
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """``array`` in the .npy format (version 1.0, C order), as ``np.save`` writes it, without a file object."""
+    array = np.asarray(array)  # not ascontiguousarray: it makes 0-d arrays 1-d
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")
+    header = f"{{'descr': {array.dtype.str!r}, 'fortran_order': False, 'shape': {array.shape!r}, }}"
+    pad = -(len(_NPY_MAGIC) + 2 + len(header) + 1) % 64
+    header = header + " " * pad + "\n"
+    return _NPY_MAGIC + struct.pack("<H", len(header)) + header.encode("latin1") + array.tobytes()
+
+
+def member_names(schema: EventSchema, events_per_sample: int) -> list[str]:
+    """The member extensions of every sample, in order."""
+    names = [f"{f.name}.npy" for f in schema.fields]
+    if events_per_sample > 1:
+        names += [f"{c}.offsets.npy" for c in schema.counters]
+    return names
+
+
+class EventTarWriter(Writer):
+    """Decodes the shuffled event records and writes them as tar samples through a ``TarWriter``."""
+
+    name = "webdataset"
+    suffix = ".tar"
+
+    def __init__(self, *, out_dir: Path, split: str, schema: EventSchema, events_per_sample: int = 1,
+                 shard_samples: int | None, shard_bytes: int) -> None:
+        super().__init__(out_dir=out_dir, split=split)
+        self.schema = schema
+        self.per_sample = events_per_sample
+        self.tar = TarWriter(out_dir=out_dir, split=split, shard_samples=shard_samples, shard_bytes=shard_bytes)
+        self.events = 0
+        self._held: EventChunk | None = None  # events short of a full window, waiting for the next batch
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        chunk = decode(lengths, payload, self.schema)
+        if self._held is not None:
+            chunk = _concat(self._held, chunk, self.schema)
+            self._held = None
+        full = chunk.n - chunk.n % self.per_sample
+        if full < chunk.n:
+            self._held = chunk.take(np.arange(full, chunk.n), self.schema)
+        self._write(chunk, full)
+
+    def _write(self, chunk: EventChunk, n: int) -> None:
+        pieces: list[bytes | memoryview] = []
+        sizes: list[int] = []
+        per = self.per_sample
+        for a in range(0, n, per):
+            fields = self._sample(chunk, a, min(a + per, n))
+            members = sample_members(f"e{self.events:010d}", fields)
+            pieces += members
+            sizes.append(sum(len(m) for m in members))
+            self.events += min(per, n - a)
+        if sizes:
+            self.tar.write_batch(np.asarray(sizes, dtype=np.int64), memoryview(b"".join(pieces)))
+
+    def _sample(self, chunk: EventChunk, a: int, b: int) -> list[tuple[str, bytes]]:
+        out = []
+        one = self.per_sample == 1
+        for f in self.schema.fields:
+            col = chunk.columns[f.name]
+            if f.ragged:
+                off = chunk.offsets[f.counter]
+                value = col[off[a]:off[b]]
+            else:
+                value = col[a] if one else col[a:b]
+            out.append((f"{f.name}.npy", npy_bytes(value)))
+        if not one:
+            for c in self.schema.counters:
+                off = chunk.offsets[c]
+                out.append((f"{c}.offsets.npy", npy_bytes(off[a:b + 1] - off[a])))
+        return out
+
+    def close(self) -> list[ShardRecord]:
+        if self._held is not None and self._held.n:
+            self._write(self._held, self._held.n)  # the last window may be short
+            self._held = None
+        self.shards = self.tar.close()
+        return self.shards
+
+    def abort(self) -> None:
+        self.tar.abort()
+
+
+def _concat(a: EventChunk, b: EventChunk, schema: EventSchema) -> EventChunk:
+    columns = {f.name: np.concatenate([a.columns[f.name], b.columns[f.name]]) for f in schema.fields}
+    offsets = {c: np.concatenate([a.offsets[c], b.offsets[c][1:] + a.offsets[c][-1]]) for c in schema.counters}
+    return EventChunk(first=a.first, n=a.n + b.n, columns=columns, offsets=offsets)
