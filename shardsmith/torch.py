@@ -6,13 +6,15 @@ Import cost stays out of ``import shardsmith``: only this module imports torch.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from shardsmith.events import EventSchema
+from shardsmith.loader.events import EventBatch, EventDataset, event_order
 from shardsmith.loader.order import epoch_order
 from shardsmith.loader.tokens import TokenDataset
 from shardsmith.loader.webdataset import TarDataset
@@ -122,3 +124,82 @@ class TarIterable(_EpochSlices):
             return
         for start in range(0, len(order), self.batch_size):
             yield self.dataset.get_batch(order[start:start + self.batch_size])
+
+
+# -- events (HDF5 event shards) -------------------------------------------------------------------
+
+def _to_torch(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        if not value.dtype.isnative:  # e.g. big-endian ROOT floats: torch takes native order only
+            value = value.astype(value.dtype.newbyteorder("="))
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, dict):
+        return {k: _to_torch(v) for k, v in value.items()}
+    return value
+
+
+def event_collate(*, ragged: str = "pad", max_len: int | None = None, truncate: str = "tail", pad_value: Any = 0,
+                  schema: EventSchema | None = None) -> Callable[[Any], dict[str, Any]]:
+    """A DataLoader ``collate_fn``: an ``EventBatch`` (or a list of events, given ``schema``) into
+    tensors, ragged fields padded with a mask or flat with ``cu_seqlens`` (see ``collate_events``)."""
+    from shardsmith.loader.collate import RAGGED, TRUNCATE, collate_events
+
+    if ragged not in RAGGED or truncate not in TRUNCATE:
+        raise ValueError(f"ragged={ragged!r}, truncate={truncate!r}: choose from {RAGGED} and {TRUNCATE}")
+
+    def collate(batch: Any) -> dict[str, Any]:
+        return _to_torch(collate_events(batch, ragged=ragged, max_len=max_len, truncate=truncate,
+                                        pad_value=pad_value, schema=schema))
+
+    return collate
+
+
+class EventSamples(Dataset):
+    """Map-style events of an ``EventDataset``; a DataLoader batch is fetched by one ``get_batch``.
+
+    ``__getitems__`` returns an ``EventBatch``, so pass ``collate_fn=event_collate(...)``. Each
+    DataLoader worker opens its own files (the dataset reopens them after a fork).
+    """
+
+    def __init__(self, dataset: EventDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        return self.dataset[i]
+
+    def __getitems__(self, indices: list[int]) -> EventBatch:
+        return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
+
+
+class EventBatches(_EpochSlices):
+    """Batches of one epoch of an EventDataset, split over DDP ranks and DataLoader workers.
+
+    The order is ``event_order`` (contiguous blocks in shuffled order by default, ``exact=True``
+    for a per-event permutation); the rank's share is cut into batches and batch k goes to
+    worker ``k % num_workers``, so together the workers yield every event of the share once, in
+    the single-process order. ``collate`` (e.g. ``event_collate()``) runs in the workers; without
+    it an ``EventBatch`` is yielded. Use the DataLoader's ``batch_size=None``.
+    """
+
+    def __init__(self, dataset: EventDataset, *, batch_size: int, block: int = 256, exact: bool = False,
+                 drop_last: bool = False, collate: Callable[[EventBatch], Any] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(dataset, batch_size=batch_size, **kwargs)
+        self.block = block
+        self.exact = exact
+        self.drop_last = drop_last
+        self.collate = collate
+
+    def __iter__(self) -> Iterator[Any]:
+        info = get_worker_info()
+        workers, worker = (info.num_workers, info.id) if info else (1, 0)
+        order = event_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
+                            rank=self.rank, world_size=self.world_size, block=self.block, exact=self.exact)
+        bs = self.batch_size
+        stop = len(order) - len(order) % bs if self.drop_last else len(order)
+        for start in range(worker * bs, stop, workers * bs):
+            batch = self.dataset.get_batch(order[start:start + bs])
+            yield self.collate(batch) if self.collate is not None else batch

@@ -7,17 +7,25 @@ from typing import Any
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
+from shardsmith.loader.events import EventDataset
 from shardsmith.loader.tokens import TokenDataset, TokenDocuments
 from shardsmith.loader.webdataset import TarDataset
 
-__all__ = ["TarDataset", "TokenDataset", "TokenDocuments", "open"]
+__all__ = ["EventDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"]
 
 
 def open(out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None) -> Any:  # noqa: A001
     """A random-access dataset of one split, of the kind its manifest names (``decode``: for images)."""
-    fmt = manifest_mod.load(out_dir)["format"]
+    manifest = manifest_mod.load(out_dir)
+    fmt = manifest["format"]
     if fmt == "tokens":
         return TokenDocuments(out_dir, split=split)
+    if fmt == "webdataset" and "events" in manifest:
+        from shardsmith.loader.event_tar import EventTarDataset
+
+        return EventTarDataset(out_dir, split=split)
     if fmt == "webdataset":
         return TarDataset(out_dir, split=split, decode=decode)
+    if fmt == "hdf5":
+        return EventDataset(out_dir, split=split)
     raise DatasetError(f"{out_dir}: this shardsmith cannot read {fmt!r} datasets yet")
