@@ -180,3 +180,23 @@ def test_root_to_tar_and_bad_root_files(tmp_path):
     assert res.exit_code != 0 and "nope" in res.stderr and "events" in res.stderr
     res = run_cli("convert", path, "-o", tmp_path / "o3", "--to", "hdf5", "--branches", "Nothing*")
     assert res.exit_code != 0 and "Nothing*" in res.stderr
+
+
+def test_verify_inspect_and_bench_on_events(icecube, tmp_path):
+    import h5py
+
+    batches, meta, truth = icecube
+    out = tmp_path / "h5"
+    convert(*icecube_args(batches, meta), "-o", out, "--to", "hdf5", "--compression", "gzip")
+    res = run_cli("verify", out, "--deep")
+    assert res.exit_code == 0 and "OK" in res.output, res.output
+    res = run_cli("inspect", out)
+    assert res.exit_code == 0 and "counters n_rows" in res.output and "event train[0]" in res.output, res.output
+    res = run_cli("bench", out, "--seconds", "0.2")
+    assert res.exit_code == 0 and "events/s" in res.output, res.output
+    shard = next(out.glob("train-*.h5"))
+    with h5py.File(shard, "r+") as h5:  # a decreasing offset: the deep check must name the file
+        off = h5["_counters/n_rows"]
+        off[5] = off[4] - 1
+    res = run_cli("verify", out)
+    assert res.exit_code == 1 and "FAIL" in res.output and shard.name in res.output

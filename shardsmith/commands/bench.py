@@ -17,6 +17,8 @@ def run(out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds:
     m = manifest_mod.load(out)
     if m["format"] == "webdataset":
         return _samples(out, split=split, seconds=seconds, target=target)
+    if m["format"] == "hdf5":
+        return _events(out, split=split, batch_size=batch_size, seconds=seconds, target=target)
     if m["format"] != "tokens":
         raise DatasetError(f"{out}: bench does not measure {m['format']!r} datasets yet")
     from shardsmith.loader.tokens import TokenDataset
@@ -75,4 +77,33 @@ def _samples(out: Path, *, split: str, seconds: float, target: float | None) -> 
         return True
     ok = rate >= target
     click.echo(f"the loader {'keeps up with' if ok else 'does NOT keep up with'} the target of {target:,.0f} samples/s")
+    return ok
+
+
+def _events(out: Path, *, split: str, batch_size: int, seconds: float, target: float | None) -> bool:
+    """Block-shuffled batches of events (the loader's default): events/s and MB/s of decoded arrays."""
+    from shardsmith.loader.events import EventDataset
+
+    ds = EventDataset(out, split=split)
+    if len(ds) == 0:
+        raise DatasetError(f"{out}: split {split!r} is empty")
+    events = nbytes = epoch = 0
+    it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        batch = next(it, None)
+        if batch is None:
+            epoch += 1
+            it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
+            continue
+        events += batch.n
+        nbytes += sum(a.nbytes for a in batch.fixed.values()) + sum(r.values.nbytes for r in batch.ragged.values())
+    elapsed = time.perf_counter() - t0
+    rate = events / elapsed
+    click.echo(f"{out} [{split}]: {rate:,.0f} events/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
+               f"(batches of {batch_size}, block shuffle, one process)")
+    if target is None:
+        return True
+    ok = rate >= target
+    click.echo(f"the loader {'keeps up with' if ok else 'does NOT keep up with'} the target of {target:,.0f} events/s")
     return ok

@@ -22,7 +22,8 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
         "skipped": m["source"].get("skipped", {}).get("count", 0),
         "splits": {name: {"samples": s["samples"], "shards": len(s["shards"]),
                           "bytes": sum(x["bytes"] for x in s["shards"]),
-                          **({"tokens": s["tokens"]} if "tokens" in s else {})}
+                          **({"tokens": s["tokens"]} if "tokens" in s else {}),
+                          **({"events": s["events"]} if "events" in s else {})}
                    for name, s in m["splits"].items()},
         "schema": m["schema"],
     }
@@ -34,7 +35,28 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
         info["classes"] = m.get("classes")
         info["augment"] = m.get("augment")
         info["samples"] = _tar_samples(out, m, samples)
+    if "events" in m:
+        info["events"] = {k: v for k, v in m["events"].items() if k != "skipped_fields"}
+        info["events"]["fields"] = len(m["schema"])
+    if m["format"] == "hdf5":
+        info["samples"] = _event_samples(out, m, samples)
     return info
+
+
+def _event_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """A few events: each field's shape and first values."""
+    from shardsmith.loader.events import EventDataset
+
+    split = next((s for s, v in m["splits"].items() if v["samples"]), None)
+    if split is None or n == 0:
+        return []
+    ds = EventDataset(out, split=split)
+    shown = []
+    for i in range(min(n, len(ds))):
+        event = ds[i]
+        shown.append({"split": split, "index": i, "fields": {
+            k: {"shape": list(v.shape), "first": v.reshape(-1)[:3].tolist()} for k, v in list(event.items())[:12]}})
+    return shown
 
 
 def _tar_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
@@ -85,13 +107,19 @@ def run(out: Path, *, as_json: bool, samples: int) -> None:
     echo(f"  shuffle: {'exact, seed ' + str(info['seed']) if info['shuffle'] else 'off (input order)'}")
     for name, s in info["splits"].items():
         tokens = f", {s['tokens']:,} tokens" if "tokens" in s else ""
-        echo(f"  split {name}: {s['samples']:,} samples{tokens} in {s['shards']} shards, {format_size(s['bytes'])}")
+        events = f" ({s['events']:,} events)" if "events" in s and s["events"] != s["samples"] else ""
+        echo(f"  split {name}: {s['samples']:,} samples{tokens}{events} in {s['shards']} shards, "
+             f"{format_size(s['bytes'])}")
     if "tokenizer" in info:
         t = info["tokenizer"]
         echo(f"  tokenizer: vocab {t['vocab_size']}, eos {t['eos_token']!r} ({t['eos_id']}), dtype {t['dtype']}, "
              f"engine {t['engine']}, sha256 {t['sha256'][:12]}…")
     if info.get("classes"):
         echo(f"  classes: {len(info['classes'])} ({', '.join(info['classes'][:8])}{', …' if len(info['classes']) > 8 else ''})")
+    if info.get("events"):
+        e = info["events"]
+        echo(f"  events: {e['fields']} fields, counters {', '.join(e['counters'])}"
+             + (f", {e['events_per_sample']} per sample" if "events_per_sample" in e else ""))
     if info.get("augment"):
         echo(f"  augment: {info['augment']}")
     for s in info.get("samples", []):
@@ -99,5 +127,9 @@ def run(out: Path, *, as_json: bool, samples: int) -> None:
             echo(f"  sample {s['split']}[{s['index']}]: {s['tokens']} tokens {s['ids']}…")
             if s["text"] is not None:
                 echo(f"    {s['text']!r}")
+        elif "fields" in s:
+            echo(f"  event {s['split']}[{s['index']}]:")
+            for name, f in s["fields"].items():
+                echo(f"    {name}: shape {tuple(f['shape'])} {f['first']}")
         else:
             echo(f"  sample {s['split']}[{s['index']}]: key {s['key']}, members {s['members']}")
