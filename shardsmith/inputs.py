@@ -18,15 +18,16 @@ class InputFile:
     index: int
     size: int
     group: str = ""  # first folder below the input argument it was found in (an image folder's class)
+    mtime_ns: int = 0  # when it was last changed: a resumed run reuses work only on unchanged inputs
 
 
-def _walk(folder: str) -> list[tuple[str, str, int]]:
-    """(absolute path, path relative to ``folder`` in POSIX form, size) of every non-hidden file below it.
+def _walk(folder: str) -> list[tuple[str, str, int, int]]:
+    """(absolute path, path relative to ``folder`` in POSIX form, size, mtime) of every non-hidden file below it.
 
     One ``scandir`` pass with the sizes it already has: a folder of a million images is listed in
     seconds, not minutes.
     """
-    found: list[tuple[str, str, int]] = []
+    found: list[tuple[str, str, int, int]] = []
     stack = [(folder, "")]
     seen = {(os.stat(folder).st_dev, os.stat(folder).st_ino)}  # symlinked folders are followed once
     while stack:
@@ -42,7 +43,8 @@ def _walk(folder: str) -> list[tuple[str, str, int]]:
                         seen.add((st.st_dev, st.st_ino))
                         stack.append((entry.path, sub + "/"))
                 elif entry.is_file(follow_symlinks=True):
-                    found.append((entry.path, sub, entry.stat(follow_symlinks=True).st_size))
+                    st = entry.stat(follow_symlinks=True)
+                    found.append((entry.path, sub, st.st_size, st.st_mtime_ns))
     return found
 
 
@@ -54,32 +56,33 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
     """
     if not paths:
         raise UsageError("no inputs given")
-    found: list[tuple[str, str, int, str]] = []  # absolute path, relative to its argument, size, group
+    found: list[tuple[str, str, int, int, str]] = []  # absolute path, relative to its argument, size, mtime, group
     roots: list[str] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             base = os.path.abspath(p)
-            matched = [(a, r, n) for a, r, n in _walk(base) if r.lower().endswith(suffixes)]
+            matched = [(a, r, n, t) for a, r, n, t in _walk(base) if r.lower().endswith(suffixes)]
             if not matched:
                 raise UsageError(f"{raw}: no input files ({', '.join(suffixes)}) in this folder")
             roots.append(base)
-            found.extend((a, r, n, r.split("/", 1)[0] if "/" in r else "") for a, r, n in matched)
+            found.extend((a, r, n, t, r.split("/", 1)[0] if "/" in r else "") for a, r, n, t in matched)
         elif p.is_file():
             if not p.name.lower().endswith(suffixes):
                 raise UsageError(f"{raw}: not a supported input (expected {', '.join(suffixes)})")
             absolute = os.path.abspath(p)
             roots.append(os.path.dirname(absolute))
-            found.append((absolute, p.name, p.stat().st_size, ""))
+            st = p.stat()
+            found.append((absolute, p.name, st.st_size, st.st_mtime_ns, ""))
         elif p.exists():
             raise UsageError(f"{raw}: not a regular file or folder")
         else:
             raise UsageError(f"{raw}: no such file or folder")
     root = os.path.commonpath(roots)
-    by_rel: dict[str, tuple[str, int, str]] = {}
-    for absolute, _, size, group in found:
+    by_rel: dict[str, tuple[str, int, str, int]] = {}
+    for absolute, _, size, mtime, group in found:
         rel = absolute[len(root):].lstrip(os.sep).replace(os.sep, "/") if absolute.startswith(root) else \
             Path(os.path.relpath(absolute, root)).as_posix()
-        by_rel.setdefault(rel, (absolute, size, group))
-    return [InputFile(path=by_rel[rel][0], rel=rel, index=i, size=by_rel[rel][1], group=by_rel[rel][2])
-            for i, rel in enumerate(sorted(by_rel))]
+        by_rel.setdefault(rel, (absolute, size, group, mtime))
+    return [InputFile(path=by_rel[rel][0], rel=rel, index=i, size=by_rel[rel][1], group=by_rel[rel][2],
+                      mtime_ns=by_rel[rel][3]) for i, rel in enumerate(sorted(by_rel))]

@@ -21,11 +21,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 
 from shardsmith import keys as keymod
 from shardsmith.errors import DataError, ShardsmithError
+from shardsmith.outdir import finish_output, work_path
 from shardsmith.ragged import starts_of, take_ragged
 from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
+from shardsmith.resume import crash_point, die_with_parent
 from shardsmith.shuffle import (
     PartWriter,
     bucket_count,
@@ -115,10 +118,31 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
         result.skipped.append({"file": rel, "record": None, "unread_tail": True,
                                "reason": f"{exc.reason} (the rest of this task is unread)"})
     if result.error is None:
-        part.write({"task": task.index})
+        part.write({"task": task.index, "plan": _task_id(task), "records": result.records,
+                    "skipped": result.skipped})
+        crash_point(f"scatter:{task.index}")
     else:
         part.abort()
     return result
+
+
+def _task_id(task: Task) -> list[Any]:
+    """What a part file must have been made from to be reused: the task's file and range."""
+    return [task.file.rel, task.start, task.stop, task.first_record, len(task.files)]
+
+
+def finished_task(work_dir: str, task: Task) -> TaskResult | None:
+    """The result of a task whose part file a previous (killed) run of the same command finished."""
+    path = part_path(work_dir, task.index)
+    if not path.is_file():
+        return None
+    try:
+        meta = read_part_footer(path)["meta"]
+    except Exception:  # a torn or foreign file: redo the task
+        return None
+    if meta.get("task") != task.index or meta.get("plan") != _task_id(task) or "records" not in meta:
+        return None
+    return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])))
 
 
 def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
@@ -238,6 +262,7 @@ _JOB: ScatterJob | None = None
 
 def _init_worker(job: ScatterJob) -> None:
     global _JOB
+    die_with_parent()
     _JOB = job
 
 
@@ -248,7 +273,18 @@ def _run_in_worker(task: Task) -> TaskResult:
 
 def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int | None = None,
                 progress: Callable[[int], None] | None = None) -> list[TaskResult]:
-    """All tasks, in workers or in this process; the first failure in input order stops the run."""
+    """All tasks, in workers or in this process; the first failure in input order stops the run.
+
+    Tasks whose part files a killed run of the same command finished are not read again.
+    """
+    done = {t.index: r for t in tasks if (r := finished_task(job.work_dir, t)) is not None}
+    if done and progress:
+        progress(sum(t.nbytes for t in tasks if t.index in done))
+    if done and (limit is None or len(done) == len(tasks)):
+        todo = [t for t in tasks if t.index not in done]
+        fresh = run_scatter(job, todo, workers=workers, limit=None, progress=progress) if todo else []
+        by_task = {**done, **{r.task: r for r in fresh}}
+        return [by_task[t.index] for t in tasks]
     results: list[TaskResult] = []
     if limit is not None or workers <= 1 or len(tasks) <= 1:
         remaining = limit
@@ -298,8 +334,9 @@ def run_gather(job: ScatterJob, results: list[TaskResult], *, budget: int,
     for s, (name, _) in enumerate(job.splits):
         writer = make_writer(name)
         try:
-            for batch in sorted_batches(table[s], budget=budget):
+            for i, batch in enumerate(sorted_batches(table[s], budget=budget)):
                 writer.write_batch(batch.lengths, batch.payload)
+                crash_point(f"gather:{name}:{i}")
             writer.close()
         except BaseException:
             with contextlib.suppress(Exception):
@@ -331,9 +368,10 @@ class Sizing:
 
 def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor, tasks: list[Task],
                 sizing: Sizing, estimated_bytes: int, make_writer: Callable[[str], Writer], desc: str,
-                progress: Any) -> tuple[dict[str, Writer], list[TaskResult]]:
-    """Scatter every task in workers, then gather every split into its writer, in a scratch folder."""
-    with work_folder(out) as work:
+                progress: Any, run: dict[str, str] | None = None) -> tuple[dict[str, Writer], list[TaskResult]]:
+    """Scatter every task in workers, then gather every split into its writer, in a scratch folder
+    (resumed from the finished tasks of a killed run with the same ``run`` fingerprint)."""
+    with work_folder(out, run=run) as work:
         job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
                          splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
                          flush_bytes=sizing.flush_bytes,
@@ -375,17 +413,35 @@ class Tally:
 
 
 @contextlib.contextmanager
-def work_folder(out_dir: Path) -> Iterator[Path]:
-    """The spill folder beside the output, removed when the run ends (successfully or not)."""
-    out_dir = out_dir.resolve()
-    work = out_dir.parent / f".{out_dir.name}.shardsmith-work"
-    if work.exists():
+def work_folder(out_dir: Path, *, run: dict[str, str] | None = None) -> Iterator[Path]:
+    """The spill folder beside the output (``outdir.work_path``), removed when the run ends with an
+    error or writes its manifest.
+
+    It is kept when the run is killed or interrupted; the next run of the same command (same
+    ``run`` fingerprint: options and unchanged inputs) resumes from its finished part files, any
+    other run starts afresh.
+    """
+    work = work_path(out_dir)
+    stamp = work / "run.json"
+    same = False
+    if run is not None and stamp.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            same = orjson.loads(stamp.read_bytes()) == run
+    if work.exists() and not same:
         shutil.rmtree(work)
-    work.mkdir(parents=True)
+    work.mkdir(parents=True, exist_ok=True)
+    if run is not None and not same:
+        stamp.write_bytes(orjson.dumps(run))
     try:
         yield work
-    finally:
+    except KeyboardInterrupt:
+        raise  # keep the finished parts: the same command resumes from them
+    except BaseException:
         shutil.rmtree(work, ignore_errors=True)
+        finish_output(out_dir)  # a failed run blocks no other command
+        raise
+    # on success the parts stay until the manifest is written (``outdir.finish_output``): a run
+    # killed in between still resumes without reading its inputs again
 
 
 def default_workers() -> int:

@@ -15,13 +15,14 @@ from shardsmith.commands.convert_events import EVENT_KINDS, run_events
 from shardsmith.errors import DataError, UsageError
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
-from shardsmith.outdir import prepare_output
+from shardsmith.outdir import finish_output, prepare_output
 from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, TaskResult, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.readers.imagefolder import ImageFolderReader
 from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
+from shardsmith.resume import crash_point, run_identity
 from shardsmith.sample import Identity
 from shardsmith.tarfmt import member_header, sample_members
 from shardsmith.writers.image_tar import plan_shards, write_all
@@ -275,7 +276,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
-    prepare_output(opts.out, overwrite=opts.overwrite)
+    run_id = run_identity("convert", opts, files)
+    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id)
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
@@ -283,7 +285,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     if kind == "imagefolder" and not opts.augment and opts.on_error == "fail" and opts.limit is None:
         writers, results = _direct_images(opts, files, processor, progress)
     else:
-        writers, results = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress)
+        writers, results = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress, run_id)
     tally = Tally.of(results, writers, copies=opts.copies, inputs=files)
     splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
                      "wids": f"{name}.wids.json"} for name, w in writers.items()}
@@ -298,7 +300,9 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
                 "input_bytes": total_bytes, **tally.source(), "limit": opts.limit,
                 "check_images": opts.check_images if kind == "imagefolder" else None},
         schema=_schema(kind, opts), splits=splits, **extras)
+    crash_point("manifest")
     manifest_mod.save(opts.out, manifest)
+    finish_output(opts.out)
     return manifest
 
 
@@ -321,14 +325,15 @@ def _direct_images(opts: ConvertOptions, files: list[InputFile], processor: Samp
 
 
 def _shuffled(opts: ConvertOptions, kind: str, files: list[InputFile], reader: Reader, processor: SampleProcessor,
-              tasks: list[Task], sizing: Sizing, progress: Progress) -> tuple[dict[str, Any], list[TaskResult]]:
+              tasks: list[Task], sizing: Sizing, progress: Progress, run_id: dict[str, str]
+              ) -> tuple[dict[str, Any], list[TaskResult]]:
     """The general path: scatter into the keyed shuffle, gather into tar writers."""
     total_bytes = sum(f.size for f in files)
     # image bytes that pass through unchanged are referenced by the workers and copied by the writer
     sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
     return convert_all(
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
-        estimated_bytes=total_bytes * opts.copies, desc="convert", progress=progress,
+        estimated_bytes=total_bytes * opts.copies, desc="convert", progress=progress, run=run_id,
         make_writer=lambda split: TarWriter(
             out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
             wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))

@@ -18,6 +18,7 @@ from shardsmith.inputs import InputFile
 from shardsmith.pipeline import Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
+from shardsmith.resume import crash_point, run_identity
 
 if TYPE_CHECKING:
     from shardsmith.commands.convert import ConvertOptions
@@ -65,7 +66,7 @@ def make_reader(kind: str, opts: ConvertOptions) -> Reader:
 
 def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress: Progress) -> dict[str, Any]:
     """Read, shuffle and write events; returns the manifest it wrote."""
-    from shardsmith.outdir import prepare_output
+    from shardsmith.outdir import finish_output, prepare_output
 
     if opts.augment or opts.copies > 1 or opts.text_field:
         raise UsageError("--augment, --copies and --text-field do not apply to events")
@@ -88,11 +89,12 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
-    prepare_output(opts.out, overwrite=opts.overwrite)
+    run_id = run_identity("convert", opts, files, extra_paths=(opts.events_table,))
+    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id)
     writers, results = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema), tasks=tasks, sizing=sizing,
         # compressed inputs grow when decoded: size the shuffle's buckets for a few times the input
-        estimated_bytes=4 * total_bytes, desc="convert", progress=progress,
+        estimated_bytes=4 * total_bytes, desc="convert", progress=progress, run=run_id,
         make_writer=lambda split: _writer(opts, split, schema))
     events = {name: getattr(w, "events", None) or sum(s.samples for s in w.shards) for name, w in writers.items()}
     tally = Tally.of(results, writers, inputs=files, written=sum(events.values()))
@@ -115,7 +117,9 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
         source["group_by"] = opts.group_by
     manifest = manifest_mod.new_manifest(fmt=opts.to, seed=opts.seed, shuffle=opts.shuffle, source=source,
                                          schema=schema.to_json(), splits=splits, **extras)
+    crash_point("manifest")
     manifest_mod.save(opts.out, manifest)
+    finish_output(opts.out)
     return manifest
 
 

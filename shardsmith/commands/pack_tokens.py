@@ -15,12 +15,13 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.inputs import discover
 from shardsmith.memory import keep_freed_memory
-from shardsmith.outdir import prepare_output
+from shardsmith.outdir import finish_output, prepare_output
 from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import BadRecord, MultiReader, Task
 from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
+from shardsmith.resume import crash_point, run_identity
 from shardsmith.transforms import tokenize as tk
 from shardsmith.writers.tokens import TokensWriter
 
@@ -105,7 +106,8 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
-    prepare_output(opts.out, overwrite=opts.overwrite)
+    run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
+    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id)
     progress = Progress(quiet=opts.quiet)
 
     if opts.train_tokenizer is not None:
@@ -137,7 +139,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     processor = TokenProcessor(spec=spec, text_field=opts.text_field, encoder=tk.Encoder(spec, loaded=loaded))
     writers, results = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
-        estimated_bytes=total_bytes, desc="tokenize", progress=progress, make_writer=lambda split: TokensWriter(
+        estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id, make_writer=lambda split: TokensWriter(
             out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt))
     tally = Tally.of(results, writers, inputs=files)
 
@@ -163,7 +165,9 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
         splits=splits, **extras,
     )
+    crash_point("manifest")
     manifest_mod.save(opts.out, manifest)
+    finish_output(opts.out)
     return manifest
 
 

@@ -27,6 +27,8 @@ from shardsmith import keys as keymod
 from shardsmith.errors import DataError, ShardsmithError
 from shardsmith.fsutil import HashingFile
 from shardsmith.inputs import InputFile
+from shardsmith.outdir import finish_output
+from shardsmith.resume import crash_point, die_with_parent
 from shardsmith.splits import assign_splits
 from shardsmith.tarfmt import BLOCK, member_header, padding, sample_members
 from shardsmith.writers.base import ShardRecord
@@ -93,7 +95,9 @@ class _Shared:
     sample: Callable[[InputFile, bytes], tuple[str, str, bytes]] | None = None
 
 
-def _init(sample: Callable[[InputFile, bytes], tuple[str, str, bytes]]) -> None:
+def _init(sample: Callable[[InputFile, bytes], tuple[str, str, bytes]], worker: bool = False) -> None:
+    if worker:
+        die_with_parent()
     _Shared.sample = sample
 
 
@@ -120,7 +124,9 @@ def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
                 pieces, pending = [], 0
         if pieces:
             tar.write(b"".join(pieces))
-        return finish_shard(tar, starts, out / job.name.replace(".tar", ".offsets.npy"))
+        done = finish_shard(tar, starts, out / job.name.replace(".tar", ".offsets.npy"))
+        crash_point(f"shard:{job.split}:{job.index}")
+        return done
     except BaseException:
         tar.abort()
         raise
@@ -156,8 +162,12 @@ def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, 
                 progress(job.nbytes)
         else:
             _run_pool(jobs, sample=sample, workers=workers, done=done, progress=progress)
+    except KeyboardInterrupt:
+        raise
     except BaseException:
         _remove(plans)
+        if jobs:
+            finish_output(Path(jobs[0].out_dir))  # a failed run blocks no other command
         raise
     out: dict[str, list[ShardRecord]] = {}
     for name, split_jobs in plans.items():
@@ -173,7 +183,7 @@ def _run_pool(jobs: list[ShardJob], *, sample: Any, workers: int,
               done: dict[tuple[str, int], tuple[ShardRecord, str | None]], progress: Callable[[int], None]) -> None:
     ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_init,
-                               initargs=(sample,))
+                               initargs=(sample, True))
     try:
         # the biggest shards first, so the last one to finish is a small one
         futures = {pool.submit(write_shard, job): job for job in sorted(jobs, key=lambda j: -j.nbytes)}

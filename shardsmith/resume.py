@@ -1,0 +1,74 @@
+"""What makes a rerun the *same* run: a fingerprint of the command, its options and its inputs.
+
+A killed conversion leaves its finished part files in the work folder beside the output. Running
+the same command again (same options, same unchanged inputs) reuses them; anything else starts
+over. The output folder remembers which command is filling it (``.shardsmith-run.json``), so a
+different command is refused there unless ``--overwrite``. Workers, progress and ``--overwrite``
+never change the bytes, so they are not part of the identity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shardsmith.inputs import InputFile
+
+RUN_FILE = ".shardsmith-run.json"
+_VOLATILE = {"workers", "quiet", "overwrite"}
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:32]
+
+
+def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths: tuple[str | None, ...] = ()
+                 ) -> dict[str, str]:
+    """``{"command", "options", "inputs"}``: who is filling the folder, and with what exactly."""
+    options = {k: v for k, v in dataclasses.asdict(opts).items() if k not in _VOLATILE}
+    stats: list[Any] = [(f.rel, f.size, f.mtime_ns) for f in files]
+    for p in extra_paths:  # files named by options: a tokenizer, an events table
+        if p and os.path.isfile(p):
+            st = os.stat(p)
+            stats.append((os.path.abspath(p), st.st_size, st.st_mtime_ns))
+    return {"command": command, "options": _digest({"command": command, "options": options}),
+            "inputs": _digest(stats)}
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the crash tests: ``SHARDSMITH_CRASH_AT=name`` kills this process here
+    with SIGKILL, as the out-of-memory killer or a preempted node would (no cleanup runs)."""
+    if os.environ.get("SHARDSMITH_CRASH_AT") == name:
+        if os.environ.get("SHARDSMITH_CRASH_PARENT") and os.getppid() > 1:
+            os.kill(os.getppid(), signal.SIGKILL)  # a worker takes the whole run down
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_parent() -> None:
+    """In a worker: be killed when the parent dies (Linux), so a run killed by the out-of-memory
+    killer or a preempted job leaves no orphan workers holding memory and open files."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+
+
+def read_run_file(out: Path) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads((out / RUN_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,117 @@
+"""kill -9 at several points of a conversion, then the same command again: it resumes from the finished
+work and ends with the bytes of an uninterrupted run. A different command into the folder is refused."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
+
+from shardsmith.icecube_like import make_icecube_kaggle_like
+
+
+@pytest.fixture(scope="module")
+def big_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 400 KB of JSONL in two files: several tasks at --memory 512KB."""
+    root = tmp_path_factory.mktemp("crash-corpus")
+    docs = make_docs(3000, seed=3, max_words=50)
+    write_jsonl(root / "a.jsonl", docs[:1700])
+    write_jsonl(root / "b.jsonl", docs[1700:])
+    return root
+
+
+def _crash(args: list[str | Path], point: str, *, parent: bool = False) -> None:
+    env = {**os.environ, "SHARDSMITH_CRASH_AT": point}
+    if parent:
+        env["SHARDSMITH_CRASH_PARENT"] = "1"
+    res = run_subprocess(*args, env=env)
+    assert res.returncode == -signal.SIGKILL, (point, res.returncode, res.stderr)
+
+
+def _ok(args: list[str | Path], **env: str) -> None:
+    res = run_subprocess(*args, env={**os.environ, **env})
+    assert res.returncode == 0, res.stderr
+
+
+def _pack(corpus: Path, out: Path, tokenizer: Path, workers: int) -> list[str | Path]:
+    return ["pack-tokens", corpus, "-o", out, "--tokenizer", tokenizer, "--memory", "512KB", "--workers",
+            str(workers), "--split", "train=0.9,val=0.1", "--shard-tokens", "20K", "-q"]
+
+
+@pytest.mark.parametrize("point, workers", [
+    ("scatter:1", 1),        # while reading: task 0 finished, task 1 written, the rest not started
+    ("scatter:2", 2),        # a worker dies and takes the run down with it
+    ("gather:train:0", 1),   # while writing shards
+    ("manifest", 1),         # every shard written, no manifest yet
+])
+def test_pack_tokens_resumes_after_kill_9(big_corpus, bpe_tokenizer, tmp_path, point, workers):
+    reference = tmp_path / "ref"
+    _ok(_pack(big_corpus, reference, bpe_tokenizer, 1))
+    out = tmp_path / "out"
+    _crash(_pack(big_corpus, out, bpe_tokenizer, workers), point, parent=workers > 1)
+    assert not (out / "manifest.json").exists(), "a killed run never looks like a dataset"
+    work = tmp_path / ".out.shardsmith-work"
+    assert work.is_dir() and (work / "part-000000.bin").is_file(), "finished parts survive the kill"
+    # the rerun must not redo task 0: were it read again, this crash point would kill the rerun too
+    _ok(_pack(big_corpus, out, bpe_tokenizer, 2), SHARDSMITH_CRASH_AT="scatter:0")
+    assert tree_digest(out) == tree_digest(reference)
+    assert not work.exists() and not (out / ".shardsmith-run.json").exists()
+
+
+def test_a_changed_input_is_read_again(big_corpus, bpe_tokenizer, tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for p in big_corpus.iterdir():
+        (corpus / p.name).write_bytes(p.read_bytes())
+    out = tmp_path / "out"
+    _crash(_pack(corpus, out, bpe_tokenizer, 1), "scatter:1")
+    with open(corpus / "a.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"text": "one more document"}\n')
+    _ok(_pack(corpus, out, bpe_tokenizer, 1))
+    reference = tmp_path / "ref"
+    _ok(_pack(corpus, reference, bpe_tokenizer, 1))
+    assert tree_digest(out) == tree_digest(reference)
+
+
+def test_images_resume_after_a_kill_while_writing_shards(tmp_path):
+    from test_convert import jpeg
+
+    root = tmp_path / "imgs"
+    for c in range(3):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(8):
+            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg(c * 10 + i))
+    args = ["convert", root, "--to", "webdataset", "--shard-samples", "5", "--workers", "1", "-q"]
+    _ok([*args, "-o", tmp_path / "ref"])
+    _crash([*args, "-o", tmp_path / "out"], "shard:train:1")
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    _ok([*args, "-o", tmp_path / "out"])
+    assert tree_digest(tmp_path / "out") == tree_digest(tmp_path / "ref")
+
+
+def test_events_resume_after_kill_9(tmp_path):
+    batches, meta = make_icecube_kaggle_like(tmp_path / "ic", batches=2, events_per_batch=200, mean_pulses=30,
+                                             seed=1, row_group_rows=2000)
+    args = ["convert", *batches, "--group-by", "event_id", "--events-table", meta, "--to", "hdf5",
+            "--memory", "256KB", "--workers", "1", "--shard-samples", "150", "-q"]
+    _ok([*args, "-o", tmp_path / "ref"])
+    _crash([*args, "-o", tmp_path / "out"], "scatter:1")
+    _crash([*args, "-o", tmp_path / "out"], "gather:train:0")
+    _ok([*args, "-o", tmp_path / "out"])
+    assert tree_digest(tmp_path / "out") == tree_digest(tmp_path / "ref")
+
+
+def test_a_different_command_is_refused_unless_overwrite(big_corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "out"
+    _crash(_pack(big_corpus, out, bpe_tokenizer, 1), "gather:train:0")
+    other = ["pack-tokens", big_corpus, "-o", out, "--tokenizer", bpe_tokenizer, "-q", "--seed", "7"]
+    res = run_cli(*other)
+    assert res.exit_code == 2 and "different command" in res.stderr and "--overwrite" in res.stderr, res.stderr
+    res = run_cli(*other, "--overwrite")
+    assert res.exit_code == 0, res.stderr
+    # a finished dataset: even the same command needs --overwrite to replace it
+    res = run_cli(*other)
+    assert res.exit_code == 2 and "--overwrite" in res.stderr
