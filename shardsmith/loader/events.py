@@ -25,6 +25,7 @@ import numpy as np
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 from shardsmith.events import EventChunk, EventSchema
+from shardsmith.keys import path_hash
 from shardsmith.loader.order import ResumableIterator, epoch_order
 from shardsmith.ragged import starts_of, take_ragged
 
@@ -118,10 +119,15 @@ def event_order(n: int, *, shuffle: bool, seed: int, epoch: int, rank: int = 0, 
     if exact and shuffle:
         return epoch_order(n, shuffle=True, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
     if shuffle and n > block:
-        blocks = epoch_order(-(-n // block), shuffle=True, seed=seed, epoch=epoch)
-        first = blocks * block
-        sizes = np.minimum(block, n - first)
-        order = np.repeat(first - starts_of(sizes)[:-1], sizes) + np.arange(n, dtype=np.int64)
+        # Rotate by a per-epoch offset, then permute the whole blocks and keep the one short block
+        # last: batches of ``block`` events stay one contiguous read each (one wraps around the end),
+        # and the remainder dropped for the ranks is a different stretch each epoch.
+        rotate = int(path_hash(f"blocks:{seed}", str(epoch)) % np.uint64(n))
+        full = n // block
+        blocks = epoch_order(full, shuffle=True, seed=seed, epoch=epoch)
+        order = (np.repeat(blocks * block, block) + np.tile(np.arange(block, dtype=np.int64), full))
+        order = np.concatenate([order, np.arange(full * block, n, dtype=np.int64)])
+        order = (order + rotate) % n
     else:
         order = np.arange(n, dtype=np.int64)
     share = n // world_size
