@@ -11,7 +11,6 @@ so memory stays flat for files larger than RAM.
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
@@ -464,18 +463,15 @@ def _rntuple_clusters(ntuple: Any, leaves: list[_Leaf]) -> tuple[list[int], list
 
 
 def _cut(bounds: list[int], sizes: list[float], chunk_bytes: int) -> list[tuple[int, int]]:
-    """Entry ranges of about ``chunk_bytes``: whole clusters joined, big clusters split evenly."""
+    """Entry ranges of about ``chunk_bytes``: whole clusters, joined while they fit.
+
+    A cluster is never split between tasks: every task that touched it would decompress all of
+    its baskets (measured: 4x the decompression of uproot's own iterate on 10k-entry baskets).
+    A task's memory stays bounded anyway: it is read in steps of ``step_bytes``.
+    """
     ranges: list[tuple[int, int]] = []
     start, acc = bounds[0], 0.0
-    for a, b, size in zip(bounds[:-1], bounds[1:], sizes):
-        if size > chunk_bytes:
-            if start < a:
-                ranges.append((start, a))
-            parts = min(b - a, math.ceil(size / chunk_bytes))
-            cuts = [a + (b - a) * i // parts for i in range(parts + 1)]
-            ranges.extend(zip(cuts[:-1], cuts[1:]))
-            start, acc = b, 0.0
-            continue
+    for a, _b, size in zip(bounds[:-1], bounds[1:], sizes):
         if acc and acc + size > chunk_bytes:
             ranges.append((start, a))
             start, acc = a, 0.0
