@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test bench lint install-dev clean
+.PHONY: demo test bench lint install-dev clean data
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(VENV)/.core
 
 test: $(VENV)/.dev
 	$(PY) -m pytest
+
+# make data RECIPE=recipes/NAME.toml: run a data-preparation recipe on this machine
+data: $(VENV)/.dev
+	@test -n "$(RECIPE)" || { echo "usage: make data RECIPE=recipes/NAME.toml"; exit 2; }
+	$(PY) -m shardsmith run $(RECIPE)
 
 bench: $(VENV)/.dev
 	$(PY) bench/bench_pack_tokens.py

@@ -216,6 +216,25 @@ def verify(out: Path, deep: bool, workers: int | None) -> None:
         sys.exit(1)
 
 
+@main.command("run")
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override an option of the recipe.")
+@click.option("--dry-run", is_flag=True, help="Print the command line the recipe stands for, and stop.")
+@user_errors
+def run_recipe(recipe: Path, overrides: tuple[str, ...], dry_run: bool) -> None:
+    """Run a recipe: a TOML file holding one command's inputs, output and options."""
+    import shlex
+
+    from shardsmith.commands.run_recipe import argv, load
+
+    args = argv(load(recipe), overrides)
+    if dry_run:
+        click.echo("shardsmith " + shlex.join(args))
+        return
+    click.echo("$ shardsmith " + shlex.join(args), err=True)
+    main.main(args=args, prog_name="shardsmith", standalone_mode=True)
+
+
 @main.command()
 @user_errors
 def plugins() -> None:

@@ -1,0 +1,89 @@
+"""``shardsmith run RECIPE.toml``: one command's saved options, replayed as its command line.
+
+A recipe is a TOML file::
+
+    command = "convert"                       # convert | pack-tokens
+    inputs = ["data/train"]                   # paths, relative to the working directory
+    out = "shards/train"
+    [options]                                 # the command's long options, without the dashes
+    to = "webdataset"
+    augment = "random-resized-crop=224,hflip"
+    no-shuffle = false                        # flags: true / false
+    split = { train = 0.98, val = 0.02 }      # tables become name=value,name=value
+
+It runs exactly what the same command line would (same checks, same errors), so a recipe and a
+shell history entry never drift apart. ``--set key=value`` overrides an option for one run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from shardsmith.errors import UsageError
+
+COMMANDS = ("convert", "pack-tokens")
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+def load(path: Path) -> dict[str, Any]:
+    """The recipe's table, checked: a known command, inputs, an output, options as a table."""
+    try:
+        recipe = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such recipe") from None
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: not a readable TOML recipe ({exc})") from None
+    command = recipe.get("command")
+    if command not in COMMANDS:
+        raise UsageError(f"{path}: 'command' must be one of {', '.join(COMMANDS)}, got {command!r}")
+    inputs = recipe.get("inputs")
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if not isinstance(inputs, list) or not inputs or not all(isinstance(i, str) for i in inputs):
+        raise UsageError(f"{path}: 'inputs' must be a path or a list of paths")
+    if not isinstance(recipe.get("out"), str):
+        raise UsageError(f"{path}: 'out' must be the output folder")
+    options = recipe.get("options", {})
+    if not isinstance(options, dict):
+        raise UsageError(f"{path}: [options] must be a table")
+    unknown = set(recipe) - {"command", "inputs", "out", "options", "description"}
+    if unknown:
+        raise UsageError(f"{path}: unknown keys {sorted(unknown)} (options go in the [options] table)")
+    return {"command": command, "inputs": inputs, "out": recipe["out"], "options": dict(options)}
+
+
+def argv(recipe: dict[str, Any], overrides: tuple[str, ...] = ()) -> list[str]:
+    """The command line the recipe stands for."""
+    options = dict(recipe["options"])
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {item!r}: expected key=value")
+        options[key.strip()] = _parse_value(value)
+    args = [recipe["command"], *recipe["inputs"], "-o", recipe["out"]]
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, dict):
+            args += [flag, ",".join(f"{k}={v}" for k, v in value.items())]
+        elif isinstance(value, list):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def _parse_value(text: str) -> Any:
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    return text
