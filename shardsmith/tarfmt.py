@@ -1,14 +1,17 @@
 """The bytes of a webdataset tar shard: deterministic POSIX ustar headers out, strict parsing in.
 
 Written without the ``tarfile`` module: the writer needs headers without per-member objects, and
-the loader parses one sample's headers per random access (about 1 µs each), trusting nothing.
+the loader validates every header of a shard once, trusting nothing: ``check_headers`` does it for
+thousands of shardsmith's own headers at once in numpy, ``parse_members`` for anything else.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from shardsmith.errors import DatasetError
 
@@ -174,3 +177,348 @@ def parse_members(buf: Any, start: int, stop: int, *, where: str = "tar") -> lis
                                f"end at byte {stop}")
         out.append((name, data, size))
     return out
+
+
+def parse_sample(buf: Any, start: int, stop: int, end: int, *, where: str = "tar"
+                 ) -> tuple[str, list[tuple[str, int, int]]]:
+    """(key, [(ext, data offset, size)]) of the webdataset sample that exactly fills ``buf[start:stop]``.
+
+    Members are ``{key}.{ext}``: one key (no dot), extensions that are non-empty and not repeated.
+    ``end`` is where the shard's samples end: a member after ``stop`` that carries this key means
+    the offset index cut the sample in two.
+    """
+    key = None
+    members: list[tuple[str, int, int]] = []
+    seen: set[str] = set()
+    for name, data, size in parse_members(buf, start, stop, where=where):
+        k, _, ext = name.partition(".")
+        if key is None:
+            key = k
+        if not k or not ext or k != key or ext in seen:
+            raise DatasetError(f"{where}: member {name!r} at byte {data - BLOCK} does not belong to sample "
+                               f"{key!r} (empty key or extension, another key, or a repeated extension)")
+        seen.add(ext)
+        members.append((ext, data, size))
+    assert key is not None  # parse_members returns at least one member for a non-empty range
+    # An index that cuts a sample in two would pass the checks above: the next member must not
+    # carry this key (a name compare, not a parse; the cut before ``start`` shows on sample i-1).
+    prefix = f"{key}.".encode()
+    if stop < end and buf[stop:stop + len(prefix)] == prefix:
+        raise DatasetError(f"{where}: the offset index ends sample {key!r} at byte {stop}, inside the sample")
+    return key, members
+
+
+# -- many headers at once -------------------------------------------------------------------------
+# A header ``member_header`` writes differs from its template only in the name (bytes 0:100), the
+# eleven size digits (124:135) and the six checksum digits (148:154); every other byte is constant.
+_VARIES = np.r_[0:MAX_NAME, 124:135, 148:154]
+_ROWS = 1024  # headers checked at a time: numpy's passes over them stay in the CPU cache
+_T64 = np.tile(np.frombuffer(member_header("k", 0), np.uint8), (_ROWS, 1))  # tiled: no per-row loops
+_T64[:, _VARIES] = 0
+_T64 = _T64.view(np.uint64)
+_K64 = np.full((_ROWS, BLOCK), 0xFF, np.uint8)  # which bytes are constant
+_K64[:, _VARIES] = 0
+_K64 = _K64.view(np.uint64)
+_POW11 = 8 ** np.arange(10, -1, -1, dtype=np.int64)
+_POW6 = _POW11[5:]
+_SUM_BASE = _CONST_SUM - sum(_HEAD)  # a header's sum, less the sum of its bytes 0:136
+_ZERO, _DOT, _SLASH = np.uint8(0), np.uint8(ord(".")), np.uint8(ord("/"))
+
+
+class Headers(NamedTuple):
+    """check_headers' answer, one row per header."""
+
+    ok: np.ndarray  # bool: a header member_header writes, with a name _parse accepts if it is UTF-8
+    size: np.ndarray  # int64: the member's size (for ok rows)
+    names: np.ndarray  # (m, 100) uint8: the raw name fields
+    length: np.ndarray  # int64: bytes before the name's first NUL (100 if none)
+    dot: np.ndarray  # int64: where the name's first dot is (0 if none)
+
+
+def check_headers(blocks: np.ndarray, index: np.ndarray) -> Headers:
+    """``parse_header`` for many headers at once: the 512-byte ``blocks[index]``.
+
+    ``blocks`` is an (n, 512) uint8 view of a shard. ``ok`` marks the headers ``member_header``
+    writes (every constant byte, eleven size digits, a correct six-digit checksum) whose name
+    ``_parse`` accepts once it is UTF-8: NULs only trailing, at least one byte, no '/' or '..'. The
+    caller decodes the names. Any other header, valid or not, is not ok: its sample belongs to
+    ``parse_members``, which accepts it or names the fault.
+    """
+    return _check_headers(blocks, index, _scratch())
+
+
+def _scratch() -> np.ndarray:
+    """Room for a chunk of header rows and their differences from the template, used over and over."""
+    return np.empty((2, _ROWS, BLOCK), np.uint8)
+
+
+def _check_headers(blocks: np.ndarray, index: np.ndarray, scratch: np.ndarray) -> Headers:
+    """check_headers in chunks of _ROWS headers, gathered into ``scratch`` (see _scratch)."""
+    m = len(index)
+    if m and (index.min() < 0 or index.max() >= len(blocks)):
+        raise ValueError(f"header blocks {index.min()}..{index.max()} are not all among the {len(blocks)}")
+    out = Headers(np.empty(m, bool), np.empty(m, np.int64), np.empty((m, MAX_NAME), np.uint8),
+                  np.empty(m, np.int64), np.empty(m, np.int64))
+    rows, diff = scratch[0], scratch[1].view(np.uint64)
+    for a in range(0, m, _ROWS):
+        b = min(a + _ROWS, m)
+        chunk = rows[:b - a]
+        np.take(blocks, index[a:b], axis=0, out=chunk, mode="clip")  # (in range: checked above)
+        out.names[a:b] = chunk[:, :MAX_NAME]
+        _check_rows(chunk, diff[:b - a], Headers(*(x[a:b] for x in out)))
+    return out
+
+
+def _check_rows(rows: np.ndarray, diff: np.ndarray, out: Headers) -> None:
+    """check_headers on up to _ROWS rows (in the CPU cache): whole-chunk tests, row by row if one fails."""
+    m, names = len(rows), out.names
+    np.bitwise_xor(rows.view(np.uint64), _T64[:m], out=diff)
+    diff &= _K64[:m]
+    size_digits = rows[:, 124:135] - np.uint8(ord("0"))  # 0..7 when octal (uint8 wraps below '0')
+    sum_digits = rows[:, 148:154] - np.uint8(ord("0"))
+    np.matmul(size_digits, _POW11, out=out.size)
+    ok = out.ok
+    np.equal(sum_digits @ _POW6, np.add.reduce(rows[:, :136], axis=1, dtype=np.uint16) + _SUM_BASE, out=ok)
+    flat = names.reshape(-1)
+    nul = flat == _ZERO
+    dot = flat == _DOT
+    out.dot[:] = dot.reshape(m, MAX_NAME).argmax(axis=1)
+    first_nul = nul.reshape(m, MAX_NAME).argmax(axis=1)
+    out.length[:] = np.where(nul[first_nul + np.arange(0, m * MAX_NAME, MAX_NAME)], first_nul, MAX_NAME)
+    bad = np.empty((m, MAX_NAME), bool)  # bad[i, j]: name i is bad at byte j
+    run = bad.reshape(-1)[:-1]
+    np.logical_and(nul[:-1], ~nul[1:], out=run)  # a NUL before the name's end
+    run |= dot[:-1] & dot[1:]  # '..'
+    bad[:, -1] = False  # those pairs were byte 99 and the next name's byte 0
+    bad |= names == _SLASH
+    bad[:, 0] |= nul[::MAX_NAME]  # an empty name
+    if diff.max() or size_digits.max() > 7 or sum_digits.max() > 7 or bad.any():
+        ok &= ~diff.any(axis=1)
+        ok &= size_digits.max(axis=1) <= 7
+        ok &= sum_digits.max(axis=1) <= 7
+        ok &= ~bad.any(axis=1)
+
+
+# -- every sample of a shard at once --------------------------------------------------------------
+
+
+class ShardMembers(NamedTuple):
+    """A shard's samples as arrays: the members of sample j are ``first[j]:first[j + 1]``."""
+
+    keys: list[str]
+    first: np.ndarray  # int64, n + 1
+    data: np.ndarray  # int64: where each member's bytes start
+    size: np.ndarray  # int64
+    ext: np.ndarray  # int64: index into exts
+    exts: list[str]  # in order of first use
+
+
+_SAMPLES = 1 << 15  # samples scanned together: bounds the (samples, 100) name arrays
+_FREE_LEVELS = 8  # member levels always done in numpy; past them a handful of long samples…
+_FEW = 64  # …go to parse_sample, so that a few huge samples do not cost a numpy round per member
+
+
+def scan_samples(buf: Any, offsets: Any, *, where: str = "tar") -> ShardMembers:
+    """``parse_sample`` of every sample ``offsets`` (n + 1 byte positions) delimit, in numpy.
+
+    Samples are walked one member level at a time: the headers of every sample's k-th member are
+    checked together (``check_headers``), names split at their first dot, keys compared, ranges
+    filled. A sample with any header that is not ``member_header``'s own, any doubt about a name,
+    or any fault goes through ``parse_sample``, so foreign headers parse and faults raise exactly
+    as there (the first faulty sample in order raises).
+    """
+    bounds = np.asarray(offsets, dtype=np.int64).reshape(-1)
+    n = max(len(bounds) - 1, 0)
+    scan = _Scan(buf, bounds, where)
+    for a in range(0, n, _SAMPLES):
+        scan.block(a, min(a + _SAMPLES, n))
+    return scan.finish()
+
+
+class _Scan:
+    """scan_samples' state: members found so far, block by block, and which samples are slow."""
+
+    def __init__(self, buf: Any, bounds: np.ndarray, where: str) -> None:
+        self.buf, self.bounds, self.where = buf, bounds, where
+        self.n = n = max(len(bounds) - 1, 0)
+        count = len(buf) // BLOCK
+        self.blocks = (np.frombuffer(buf, np.uint8, count=count * BLOCK) if count else np.zeros(0, np.uint8)
+                       ).reshape(count, BLOCK)
+        starts, stops = bounds[:-1], bounds[1:]
+        self.end = int(bounds[-1]) if n else 0
+        # parse_members' range test: samples that fail it raise there
+        self.fast = (starts >= 0) & (starts < stops) & (stops <= len(buf)) & (starts % BLOCK == 0) \
+            & (stops % BLOCK == 0)
+        self.keys: list[str] = [""] * n
+        self.exts: list[str] = []
+        self.ext_ids: dict[bytes, int] = {}
+        self.parts: list[tuple[np.ndarray, ...]] = []  # (sample, data, size, ext) of fast samples
+        self.scratch = _scratch()
+
+    def block(self, a: int, b: int) -> None:
+        """Samples a..b-1, one member level at a time."""
+        bounds, fast = self.bounds, self.fast
+        stops = bounds[1:]
+        live = np.flatnonzero(fast[a:b]) + a
+        # level 0 also reads the header where sample b starts: sample b-1's cut check compares it
+        read = np.concatenate([live, [b]]) if b < self.n and fast[b] else live
+        ok, size, names, length, dot = _check_headers(self.blocks, bounds[read] // BLOCK, self.scratch)
+        names0 = np.zeros((b - a + 1, MAX_NAME), np.uint8)  # the raw name bytes where each sample starts
+        names0[read - a] = names
+        read0 = np.zeros(b - a + 1, bool)
+        read0[read - a] = True
+        dot0 = np.zeros(b - a + 1, np.int64)
+        members: list[tuple[np.ndarray, ...]] = []
+        level_exts: set[int] | None = set()  # one extension per level, all different: none repeats
+        pos = bounds[live]
+        level = 0
+        while live.size:
+            if level == 0:
+                ok, size, names, length, dot = (x[:len(live)] for x in (ok, size, names, length, dot))
+            elif level >= _FREE_LEVELS and live.size < _FEW:
+                fast[live] = False
+                break
+            else:
+                ok, size, names, length, dot = _check_headers(self.blocks, pos // BLOCK, self.scratch)
+            ok &= (dot > 0) & (dot + 1 < length)  # a key and an extension
+            if level == 0:
+                dot0[live - a] = dot
+            else:  # the same key: equal bytes up to and including the dot
+                width = int(dot.max()) + 1
+                key0 = names0[:len(live), :width] if len(live) == b - a else names0[live - a, :width]
+                ok &= _first_difference(names[:, :width], key0) > dot
+            nxt = pos + BLOCK + size + (-size % BLOCK)
+            ok &= nxt <= stops[live]
+            if ok.all():  # (the usual case: no copies)
+                ext = self._ext_ids(names, dot, length)
+            else:
+                ext = np.full(len(live), -1)
+                ext[ok] = self._ext_ids(names[ok], dot[ok], length[ok])
+            ok &= ext >= 0
+            if not ok.all():
+                fast[live[~ok]] = False
+                live, pos, size, ext, nxt = live[ok], pos[ok], size[ok], ext[ok], nxt[ok]
+            members.append((live, pos + BLOCK, size, ext))
+            if level_exts is not None and len(ext):
+                first = int(ext[0])
+                level_exts = None if first in level_exts or (ext != first).any() else level_exts | {first}
+            more = nxt < stops[live]
+            live, pos = live[more], nxt[more]
+            level += 1
+        self._finish_block(a, b, members, names0, read0, dot0, level_exts is None)
+
+    def _ext_ids(self, names: np.ndarray, dot: np.ndarray, length: np.ndarray) -> np.ndarray:
+        """Extension ids of names (ok so far): each ``names[i, dot[i]+1:length[i]]``; -1 if not UTF-8."""
+        m = len(names)
+        if not m:
+            return np.zeros(0, np.int64)
+        width = int((length - dot).max()) - 1
+        cols = dot[:, None] + 1 + np.arange(width)
+        ext = np.take_along_axis(names, np.minimum(cols, MAX_NAME - 1), axis=1)
+        ext[cols >= length[:, None]] = 0
+        if (ext == ext[0]).all():
+            uniq, inverse = ext[:1], np.zeros(m, np.int64)
+        else:
+            uniq, inverse = np.unique(ext, axis=0, return_inverse=True)
+        ids = np.empty(len(uniq), np.int64)
+        for u, row in enumerate(uniq):
+            raw = row.tobytes().rstrip(b"\x00")
+            if raw not in self.ext_ids:
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    ids[u] = -1
+                    continue
+                self.ext_ids[raw] = len(self.exts)
+                self.exts.append(text)
+            ids[u] = self.ext_ids[raw]
+        return ids[inverse.reshape(-1)]
+
+    def _finish_block(self, a: int, b: int, members: list[tuple[np.ndarray, ...]], names0: np.ndarray,
+                      read0: np.ndarray, dot0: np.ndarray, repeats: bool) -> None:
+        fast = self.fast
+        if not members:
+            return
+        sample, data, size, ext = (np.concatenate(x) for x in zip(*members))
+        if repeats:  # an extension may repeat: look for two members of one sample with the same id
+            codes = sample * (len(self.exts) + 1) + ext
+            codes.sort()
+            fast[codes[1:][codes[1:] == codes[:-1]] // (len(self.exts) + 1)] = False
+        # the cut check: the bytes at sample j's end must not start with its key and a dot
+        ahead = np.flatnonzero(fast[a:b])
+        ahead = ahead[self.bounds[ahead + a + 1] < self.end]
+        width = int(dot0.max()) + 1
+        if len(ahead) and ahead[-1] == len(ahead) - 1:  # 0, 1, 2, …: a view is cheaper than a copy
+            cut = _first_difference(names0[1:len(ahead) + 1, :width], names0[:len(ahead), :width]) \
+                > dot0[:len(ahead)]
+        else:
+            cut = _first_difference(names0[ahead + 1, :width], names0[ahead, :width]) > dot0[ahead]
+        cut |= ~read0[ahead + 1]  # not read (the next range is not whole blocks): parse_sample looks
+        fast[ahead[cut] + a] = False
+        # keys: UTF-8 up to the first dot
+        ready = np.flatnonzero(fast[a:b])
+        every = len(ready) == b - a
+        names0, dot0 = (names0[:b - a], dot0[:b - a]) if every else (names0[ready], dot0[ready])
+        if len(dot0) and dot0.min() == dot0.max():  # keys of one length: cut the names there
+            width, step = int(dot0[0]), 1
+            raw = np.ascontiguousarray(names0[:, :width]).view(f"S{width}").reshape(-1).tolist()
+        else:  # a NUL for each name's first dot: b"key\0ext", two strings once split at NULs
+            names0[np.arange(len(names0)), dot0] = 0
+            raw = names0.view(f"S{MAX_NAME}").reshape(-1).tolist()
+            step = 2
+        try:
+            texts = b"\x00".join(raw).decode("utf-8").split("\x00")[::step]
+        except UnicodeDecodeError:  # UTF-8 is self-synchronising: only the bad keys fail alone
+            raw = [k.partition(b"\x00")[0] for k in raw]
+            texts = [k.decode("utf-8", "replace") for k in raw]
+            for i, k in zip(ready.tolist(), raw):
+                try:
+                    k.decode("utf-8")
+                except UnicodeDecodeError:
+                    fast[i + a] = False
+        if every:
+            self.keys[a:b] = texts
+        else:
+            for i, text in zip(ready.tolist(), texts):
+                self.keys[i + a] = text
+        keep = fast[sample]
+        order = np.argsort(sample[keep], kind="stable")  # sample order, levels in order within one
+        self.parts.append(tuple(x[keep][order] for x in (sample, data, size, ext)))
+
+    def finish(self) -> ShardMembers:
+        parts = self.parts
+        slow = np.flatnonzero(~self.fast)
+        if len(slow):
+            rows: list[tuple[int, int, int, int]] = []
+            ids = {ext: i for i, ext in enumerate(self.exts)}
+            for j in slow.tolist():
+                start, stop = int(self.bounds[j]), int(self.bounds[j + 1])
+                key, found = parse_sample(self.buf, start, stop, self.end, where=self.where)
+                self.keys[j] = key
+                for ext, data, size in found:
+                    if ext not in ids:
+                        ids[ext] = len(self.exts)
+                        self.exts.append(ext)
+                    rows.append((j, data, size, ids[ext]))
+            extra = np.array(rows, np.int64).reshape(-1, 4).T
+            parts = [*parts, tuple(extra)]
+        sample, data, size, ext = (np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, np.int64)
+                                   for i in range(4))
+        if len(slow):
+            order = np.argsort(sample, kind="stable")
+            sample, data, size, ext = sample[order], data[order], size[order], ext[order]
+        first = np.zeros(self.n + 1, np.int64)
+        np.cumsum(np.bincount(sample, minlength=self.n), out=first[1:])
+        # number extensions by first use, as a member-by-member parse would
+        used, at = np.unique(ext, return_index=True)
+        used = used[np.argsort(at)]
+        renumber = np.zeros(len(self.exts), np.int64)
+        renumber[used] = np.arange(len(used))
+        return ShardMembers(self.keys, first, data, size, renumber[ext], [self.exts[u] for u in used.tolist()])
+
+
+def _first_difference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per row, the first column where x and y differ (their width when they are equal)."""
+    diff = x != y
+    first = diff.argmax(axis=1)
+    return np.where(diff[np.arange(len(x)), first], first, x.shape[1])

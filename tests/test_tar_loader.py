@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import pickle
 import shutil
 import tarfile
@@ -25,7 +26,7 @@ from shardsmith import manifest
 from shardsmith.errors import DatasetError
 from shardsmith.loader import TarDataset
 from shardsmith.loader.order import epoch_order
-from shardsmith.tarfmt import BLOCK, parse_members
+from shardsmith.tarfmt import BLOCK, parse_members, parse_sample
 
 Fields = list[tuple[str, bytes]]
 
@@ -383,3 +384,136 @@ def test_fuzz_manifest(dataset, data):
         out = copy_dataset(dataset, Path(tmp) / "ds")
         rewrite_manifest(out, edit)
         check_everything_or_dataset_error(out, decode="pil")
+
+
+# -- the member table: built in numpy, exactly what a sample-by-sample parse builds ---------------
+
+
+def python_table(tar: Path, offsets: np.ndarray) -> tuple:
+    """The loader's table as it was built before scan_samples: parse_sample, sample by sample."""
+    buf = tar.read_bytes()
+    keys, first, data, size, ext, exts = [], [0], [], [], [], []
+    for start, stop in zip(offsets, offsets[1:]):
+        key, members = parse_sample(buf, int(start), int(stop), int(offsets[-1]), where=str(tar))
+        keys.append(key)
+        for e, d, n in members:
+            if e not in exts:
+                exts.append(e)
+            ext.append(exts.index(e))
+            data.append(d)
+            size.append(n)
+        first.append(len(data))
+    return keys, first, data, size, ext, exts
+
+
+def loader_table(ds: TarDataset, s: int) -> tuple:
+    t = ds._table(s)
+    return t.keys, list(t.first), list(t.data), list(t.size), list(t.ext), t.exts
+
+
+def test_tables_equal_the_sample_by_sample_parse(dataset):
+    ds = TarDataset(dataset)
+    for s, tar in enumerate(ds.shard_paths):
+        want = python_table(tar, np.load(tar.with_name(tar.name.replace(".tar", ".offsets.npy"))))
+        assert loader_table(ds, s) == want
+        assert want[5] == ["jpg", "cls", "json", "txt", "npy", "pyd"] and len(want[2]) == 6 * len(want[0])
+
+
+def tarfile_shard(tar: Path, samples: list[tuple[str, Fields]]) -> list[int]:
+    """A shard as Python's tarfile writes it (its own modes, owners, mtimes): valid ustar, not shardsmith's bytes."""
+    offsets = []
+    with tarfile.open(tar, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for i, (key, fields) in enumerate(samples):
+            offsets.append(tf.offset)
+            for ext, data in fields:
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size, info.mtime, info.mode, info.uid, info.uname = len(data), 1700000000 + i, 0o600, 1000, "u"
+                tf.addfile(info, io.BytesIO(data))
+        offsets.append(tf.offset)
+    return offsets
+
+
+def test_shards_that_tarfile_wrote_are_read(dataset, tmp_path):
+    out = copy_dataset(dataset, tmp_path / "ds")
+    tar = out / "train-000001.tar"
+    offsets = tarfile_shard(tar, TRAIN[10:20])
+    idx = out / "train-000001.offsets.npy"
+    np.save(idx, np.array(offsets, np.int64))
+
+    def edit(m):
+        shard = m["splits"]["train"]["shards"][1]
+        shard.update(bytes=tar.stat().st_size)
+        shard["index"].update(bytes=idx.stat().st_size)
+
+    rewrite_manifest(out, edit)
+    ds = TarDataset(out)
+    for i in range(25):
+        check_sample(ds[i], *TRAIN[i])
+    assert loader_table(ds, 1) == python_table(tar, np.array(offsets))
+
+
+def member_offsets(tar: Path, offsets: np.ndarray, j: int) -> list[int]:
+    """Header offsets of sample j's members."""
+    return [d - BLOCK for _, d, _ in parse_members(tar.read_bytes(), int(offsets[j]), int(offsets[j + 1]))]
+
+
+def set_header(raw: bytearray, at: int, start: int, value: bytes) -> None:
+    raw[at + start:at + start + len(value)] = value
+    raw[at + 148:at + 156] = b" " * 8
+    raw[at + 148:at + 156] = b"%06o\x00 " % sum(raw[at:at + BLOCK])
+
+
+CORRUPTIONS = {
+    "bad checksum": lambda raw, offs, hs: raw.__setitem__(hs[2] + 153, ord("0") + (raw[hs[2] + 153] - 47) % 8),
+    "bad size digit": lambda raw, offs, hs: set_header(raw, hs[1], 134, b"9"),
+    "name with a slash": lambda raw, offs, hs: set_header(raw, hs[3], 0, b"t00014.a/b\x00"),
+    "member runs past the sample end": lambda raw, offs, hs: set_header(
+        raw, hs[5], 124, b"%011o" % (int(offs[5]) - hs[5])),
+    "repeated extension": lambda raw, offs, hs: set_header(raw, hs[4], 0, b"t00014.cls\x00"),
+    "index cuts a sample": lambda raw, offs, hs: offs.__setitem__(5, hs[3]),
+}
+
+
+@pytest.mark.parametrize("name", list(CORRUPTIONS))
+def test_corrupt_shards_raise_naming_shard_and_byte(dataset, tmp_path, name):
+    out = copy_dataset(dataset, tmp_path / "ds")
+    tar, idx = out / "train-000001.tar", out / "train-000001.offsets.npy"
+    offsets = np.load(idx)
+    raw = bytearray(tar.read_bytes())
+    CORRUPTIONS[name](raw, offsets, member_offsets(tar, offsets, 4))  # sample 4 of the shard (t00014)
+    tar.write_bytes(bytes(raw))
+    np.save(idx, offsets)
+    with pytest.raises(DatasetError) as want:
+        python_table(tar, offsets)
+    assert str(want.value).startswith(f"{tar}: ") and "byte" in str(want.value)
+    ds = TarDataset(out)
+    for i in (10, 14, 19):
+        with pytest.raises(DatasetError) as got:
+            ds[i]
+        assert str(got.value) == str(want.value)
+    check_sample(ds[0], *TRAIN[0])
+    check_sample(ds[24], *TRAIN[24])
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_maps_shards_of_its_own(dataset):
+    ds = TarDataset(dataset)
+    check_sample(ds[3], *TRAIN[3])
+    parent_map = ds._maps[0]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report whether it read through a map of its own, then leave at once
+        ok = False
+        try:
+            sample = ds[4]
+            ok = sample["__key__"] == TRAIN[4][0] and sample["jpg"] == dict(TRAIN[4][1])["jpg"] \
+                and ds._maps[0] is not parent_map and ds._pid == os.getpid()
+        finally:
+            os.write(write, b"1" if ok else b"0")
+            os._exit(0)
+    os.close(write)
+    assert os.read(read, 1) == b"1"
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert ds._maps[0] is parent_map
+    check_sample(ds[4], *TRAIN[4])

@@ -55,6 +55,12 @@ class ResumableIterator(Generic[T]):
         return self
 
     def __next__(self) -> T:
+        if not self._config["batch_size"]:  # one item: no slice, no numpy scalar
+            pos = self.position
+            if pos >= len(self._order):
+                raise StopIteration
+            self.position = pos + 1
+            return self._get_item(self._order.item(pos))
         bs = self._config["batch_size"] or 1
         if self.position >= len(self._order):
             raise StopIteration

@@ -1,5 +1,6 @@
-"""Random access to webdataset tar shards through their offset index: ``ds[i]`` parses one sample's
-headers over an mmap, with no scan of the shard and nothing trusted (paths, sizes, offsets, headers).
+"""Random access to webdataset tar shards through their offset index: a shard's headers are read
+once, where its offset index points, and checked in numpy (``tarfmt.scan_samples``), trusting nothing
+(paths, sizes, offsets, headers); then ``ds[i]`` only slices an mmap.
 
 Fields come back as bytes except for kinds that are safe to decode (int, json, text, npy without
 pickles); images decode only when asked. Pickle-like members (``.pyd``, ``.pth``, …) stay bytes.
@@ -25,7 +26,7 @@ import orjson
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 from shardsmith.loader.order import ResumableIterator
-from shardsmith.tarfmt import BLOCK, parse_members
+from shardsmith.tarfmt import BLOCK, scan_samples
 
 KINDS = ("image", "int", "json", "text", "bytes", "npy")
 DECODES = (None, "pil", "numpy")
@@ -106,6 +107,23 @@ class _MemberTable:
     exts: list[str] = field(default_factory=list)
 
 
+# ds[i] of an open shard reads only this: (mmap, keys, first, data, size, ext, exts, decoder by ext id, where)
+_Open = tuple[mmap.mmap, list[str], array, array, array, array, list[str], list[Any], str]
+
+# A process forked after shards were mapped maps its own: os.fork's hook counts forks, so ds[i]
+# need not ask for its pid (a system call) every time.
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 class TarDataset:
     """One split of a webdataset-format dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``iter``."""
 
@@ -134,7 +152,9 @@ class TarDataset:
         self._decoders: dict[str, Callable[[bytes], Any] | None] = {}
         self._maps: list[mmap.mmap | None] = []
         self._tables: list[_MemberTable | None] = [None] * len(self._paths)
+        self._open: list[_Open | None] = [None] * len(self._paths)
         self._pid = -1
+        self._fork = -1
 
     # -- metadata -------------------------------------------------------------------------------
 
@@ -153,7 +173,8 @@ class TarDataset:
 
     def __getstate__(self) -> dict[str, Any]:
         # mmaps (and image decoders, closures) do not pickle; a spawned DataLoader worker makes its own.
-        return {**self.__dict__, "_maps": [], "_pid": -1, "_decoders": {}, "_tables": [None] * len(self._paths)}
+        return {**self.__dict__, "_maps": [], "_pid": -1, "_fork": -1, "_decoders": {},
+                "_tables": [None] * len(self._paths), "_open": [None] * len(self._paths)}
 
     # -- access ---------------------------------------------------------------------------------
 
@@ -161,6 +182,7 @@ class TarDataset:
         """Shard s, memory-mapped on first use in this process (a forked worker maps its own)."""
         if self._pid != os.getpid():
             self._maps = [None] * len(self._paths)
+            self._open = [None] * len(self._paths)
             self._pid = os.getpid()
         mm = self._maps[s]
         if mm is None:
@@ -183,79 +205,57 @@ class TarDataset:
         if not 0 <= i < self._n:
             raise IndexError(f"sample index out of range for {self._n} samples")
         s = bisect_right(self._starts, i) - 1
-        table = self._tables[s] if self._tables[s] is not None else self._table(s)
-        mm = self._map(s)
+        shard = self._open[s] if self._fork == _forks else None
+        if shard is None:
+            shard = self._shard(s)
+        mm, keys, first, data, size, ext, exts, decoders, where = shard
         j = i - self._starts[s]
-        first, data, size, ext_id = table.first, table.data, table.size, table.ext
-        a = first[j]
-        sample: dict[str, Any] = {"__key__": table.keys[j]}
-        for k in range(a, first[j + 1]):
-            ext = table.exts[ext_id[k]]
+        sample: dict[str, Any] = {"__key__": keys[j]}
+        for k in range(first[j], first[j + 1]):
             start = data[k]
             raw = mm[start:start + size[k]]
-            decoder = self._decoders.get(ext, _missing)
-            if decoder is _missing:
-                decoder = self._decoders[ext] = self._decoder_for(ext)
-            sample[ext] = raw if decoder is None else self._run(decoder, ext, raw, self._where[s], start)
+            e = ext[k]
+            decoder = decoders[e]
+            if decoder is None:
+                sample[exts[e]] = raw
+            elif decoder is load_npy:
+                sample[exts[e]] = load_npy(raw, where=f"{where}: member .{exts[e]} at byte {start}")
+            else:
+                try:
+                    sample[exts[e]] = decoder(raw)
+                except Exception as exc:  # any decoder failure on stored bytes is a corrupt dataset, not a bug
+                    raise DatasetError(f"{where}: member .{exts[e]} at byte {start} does not decode "
+                                       f"({type(exc).__name__}: {exc})") from None
         return sample
+
+    def _shard(self, s: int) -> _Open:
+        """Shard s ready for ds[i] in this process: mapped, its table built, a decoder per extension."""
+        if self._fork != _forks:
+            self._map(s)  # a new process (or the first call): forget the parent's maps
+            self._fork = _forks
+        table = self._tables[s] if self._tables[s] is not None else self._table(s)
+        for ext in table.exts:
+            if ext not in self._decoders:
+                self._decoders[ext] = self._decoder_for(ext)
+        shard = (self._map(s), table.keys, table.first, table.data, table.size, table.ext, table.exts,
+                 [self._decoders[ext] for ext in table.exts], self._where[s])
+        self._open[s] = shard
+        return shard
 
     def _table(self, s: int) -> _MemberTable:
         """Every member of shard s, parsed and validated once (then ``ds[i]`` only slices)."""
-        mm = self._map(s)
-        offsets = self._offsets[s]
-        table = _MemberTable()
-        ext_ids: dict[str, int] = {}
-        for j in range(len(offsets) - 1):
-            key, members = self._sample_members(mm, s, offsets[j], offsets[j + 1], offsets[-1])
-            table.keys.append(key)
-            for ext, data, size in members:
-                if ext not in ext_ids:
-                    ext_ids[ext] = len(table.exts)
-                    table.exts.append(ext)
-                table.ext.append(ext_ids[ext])
-                table.data.append(data)
-                table.size.append(size)
-            table.first.append(len(table.data))
+        found = scan_samples(self._map(s), np.frombuffer(self._offsets[s], np.int64), where=self._where[s])
+        table = _MemberTable(keys=found.keys, first=_compact(found.first, "q"), data=_compact(found.data, "q"),
+                             size=_compact(found.size, "q"), exts=found.exts,
+                             ext=_compact(found.ext, "H" if len(found.exts) <= 1 << 16 else "q"))
         self._tables[s] = table
         return table
-
-    def _sample_members(self, mm: mmap.mmap, s: int, start: int, stop: int, end: int
-                        ) -> tuple[str, list[tuple[str, int, int]]]:
-        where = self._where[s]
-        key = None
-        members: list[tuple[str, int, int]] = []
-        seen: set[str] = set()
-        for name, data, size in parse_members(mm, start, stop, where=where):
-            k, _, ext = name.partition(".")
-            if key is None:
-                key = k
-            if not k or not ext or k != key or ext in seen:
-                raise DatasetError(f"{where}: member {name!r} at byte {data - BLOCK} does not belong to sample "
-                                   f"{key!r} (empty key or extension, another key, or a repeated extension)")
-            seen.add(ext)
-            members.append((ext, data, size))
-        assert key is not None  # parse_members returns at least one member for a non-empty range
-        # An index that cuts a sample in two would pass the checks above: the next member must not
-        # carry this key (a name compare, not a parse; the cut before ``start`` shows on sample i-1).
-        if stop < end and mm[stop:stop + len(key) + 1] == f"{key}.".encode():
-            raise DatasetError(f"{where}: the offset index ends sample {key!r} at byte {stop}, inside the sample")
-        return key, members
 
     def _decoder_for(self, ext: str) -> Callable[[bytes], Any] | None:
         kind = self._kinds.get(ext) or _EXT_KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
         if kind == "npy":
             return load_npy
         return _decoder(kind, self.decode)
-
-    @staticmethod
-    def _run(decoder: Callable[..., Any], ext: str, raw: bytes, where: str, offset: int) -> Any:
-        if decoder is load_npy:
-            return load_npy(raw, where=f"{where}: member .{ext} at byte {offset}")
-        try:
-            return decoder(raw)
-        except Exception as exc:  # any decoder failure on stored bytes is a corrupt dataset, not a bug
-            raise DatasetError(f"{where}: member .{ext} at byte {offset} does not decode "
-                               f"({type(exc).__name__}: {exc})") from None
 
     def get_batch(self, indices: Any) -> list[dict[str, Any]]:
         """The samples at ``indices``, in that order."""
@@ -286,7 +286,9 @@ class TarDataset:
         return pipeline
 
 
-_missing: Any = object()
+def _compact(values: np.ndarray, code: str) -> array:
+    """An int array as a compact ``array``, whose items index as Python ints faster than numpy's."""
+    return array(code, values.astype(np.dtype(code), copy=False).tobytes())
 
 
 def _safe_field_handler(key: str, data: bytes) -> Any:
