@@ -227,7 +227,7 @@ def _fixed_block(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
     for f in schema.fixed:
         b = f.item_bytes
         col = np.ascontiguousarray(chunk.columns[f.name], dtype=f.np_dtype)
-        block[:, at:at + b] = col.reshape(chunk.n, -1).view(np.uint8).reshape(chunk.n, b)
+        block[:, at:at + b] = col.reshape(-1).view(np.uint8).reshape(chunk.n, b)
         at += _pad8(b)
     return block.view(np.uint64)
 

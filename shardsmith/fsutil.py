@@ -7,12 +7,34 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 
 def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def with_path(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` when it names no file: a write on a full disk says only "No space
+    left on device", and the user needs to know which file (so which disk) it was."""
+    if exc.filename is not None:
+        return exc
+    named = OSError(exc.errno, exc.strerror or str(exc), str(path))  # the errno picks the subclass
+    named.__cause__ = exc
+    return named
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Re-raise an OSError of the block with ``path`` as its file name, if it has none."""
+    try:
+        yield
+    except OSError as exc:
+        named = with_path(exc, path)
+        if named is exc:
+            raise
+        raise named from exc
 
 
 def fsync_dir(folder: Path) -> None:
@@ -30,7 +52,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     tmp = _tmp(path)
     try:
-        with open(tmp, "wb") as fh:
+        with naming(path), open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
@@ -81,7 +103,7 @@ class HashingFile:
                 try:
                     work(data)
                 except BaseException as exc:  # surfaced to the caller on the next write or commit
-                    self._error = exc
+                    self._error = with_path(exc, self.path) if isinstance(exc, OSError) else exc
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -105,8 +127,9 @@ class HashingFile:
         self._finish()
         try:
             self._raise()
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
+            with naming(self.path):
+                self._fh.flush()
+                os.fsync(self._fh.fileno())
         except BaseException:
             self.abort()
             raise
@@ -121,6 +144,7 @@ class HashingFile:
 
     def abort(self) -> None:
         self._finish()
-        self._fh.close()
+        with contextlib.suppress(OSError):  # closing flushes the buffer: on a full disk that fails again
+            self._fh.close()
         with contextlib.suppress(OSError):
             self._tmp.unlink()

@@ -393,14 +393,19 @@ class Tally:
 
     @classmethod
     def of(cls, results: list[TaskResult], writers: dict[str, Writer], *, copies: int = 1,
-           inputs: list[Any], written: int | None = None) -> Tally:
-        """``written``: records written, where a sample holds several (events packed into one tar sample)."""
+           inputs: list[Any], written: int | None = None, out: Path | None = None) -> Tally:
+        """``written``: records written, where a sample holds several (events packed into one tar sample).
+
+        When nothing was written the run ends with an error, and ``out`` is released (no run in
+        progress there), so the next command into it is not refused."""
         every = [s for r in results for s in r.skipped]
         tally = cls(records=sum(r.records for r in results),
                     written=sum(s.samples for w in writers.values() for s in w.shards) if written is None else written,
                     skipped=[s for s in every if not s.get("unread_tail")],
                     unread=[s for s in every if s.get("unread_tail")])
         if tally.written == 0:
+            if out is not None:
+                finish_output(out)
             raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
                             f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
         assert tally.written == (tally.records - len(tally.skipped)) * copies, "records lost"

@@ -25,6 +25,7 @@ import numpy as np
 import orjson
 
 from shardsmith.errors import DatasetError
+from shardsmith.fsutil import naming
 from shardsmith.ragged import take_ragged
 
 PART_MAGIC = b"SSPART01"
@@ -111,6 +112,10 @@ class PartWriter:
 
     def _flush(self) -> None:
         """Write the buffered runs as segments and forget them."""
+        with naming(self.path):
+            self._write_runs()
+
+    def _write_runs(self) -> None:
         if self._fh is None:
             self._fh = open(self._tmp, "wb")  # noqa: SIM115 (closed in write/abort)
         for (split, bucket), run in sorted(self._runs.items()):
@@ -131,9 +136,10 @@ class PartWriter:
         try:
             self._flush()
             footer = orjson.dumps({"meta": meta, "segments": self._segments})
-            self._fh.write(footer)
-            self._fh.write(_TRAILER.pack(len(footer), PART_MAGIC))
-            self._fh.close()
+            with naming(self.path):
+                self._fh.write(footer)
+                self._fh.write(_TRAILER.pack(len(footer), PART_MAGIC))
+                self._fh.close()
             os.replace(self._tmp, self.path)
         except BaseException:
             self.abort()
@@ -141,7 +147,8 @@ class PartWriter:
 
     def abort(self) -> None:
         if self._fh is not None:
-            self._fh.close()
+            with contextlib.suppress(OSError):  # closing flushes: on a full disk that fails again
+                self._fh.close()
         with contextlib.suppress(OSError):
             self._tmp.unlink()
 

@@ -37,6 +37,17 @@ def write_jsonl(path: Path, docs: list[str], *, field: str = "text") -> Path:
     return path
 
 
+def root_data() -> Path:
+    """The real ROOT files of ../shared/data/root (or $SHARDSMITH_ROOT_DATA); skips without them."""
+    import os
+
+    env = os.environ.get("SHARDSMITH_ROOT_DATA")
+    folder = Path(env) if env else Path(__file__).resolve().parents[2] / "shared/data/root"
+    if not (folder / "uproot-HZZ.root").is_file():
+        pytest.skip(f"real ROOT test files not found in {folder} (set SHARDSMITH_ROOT_DATA)")
+    return folder
+
+
 def tree_digest(folder: Path, *, skip: tuple[str, ...] = ("manifest.json",)) -> dict[str, str]:
     """sha256 of every file in a folder, for byte-identity checks."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import run_cli, tree_digest
+from conftest import root_data, run_cli, tree_digest
 
 from shardsmith.icecube_like import make_icecube_kaggle_like
 
@@ -108,16 +108,6 @@ def test_event_usage_errors(icecube, tmp_path):
     assert res.exit_code != 0 and "nope" in res.stderr and "Traceback" not in res.stderr
 
 
-def _root_data() -> Path:
-    import os
-
-    env = os.environ.get("SHARDSMITH_ROOT_DATA")
-    folder = Path(env) if env else Path(__file__).resolve().parents[2] / "shared/data/root"
-    if not (folder / "uproot-HZZ.root").is_file():
-        pytest.skip(f"the real ROOT files are not at {folder} (set SHARDSMITH_ROOT_DATA)")
-    return folder
-
-
 @pytest.mark.parametrize("name, tree", [
     ("uproot-HZZ.root", "events"),
     ("Run2012BC_DoubleMuParked_Muons_1000evts_rntuple_v1-0-0-0.root", None),
@@ -130,7 +120,7 @@ def test_real_root_files_round_trip_through_hdf5(tmp_path, name, tree, shuffle):
 
     import shardsmith
 
-    path = _root_data() / name
+    path = root_data() / name
     out = tmp_path / "h5"
     m = convert(path, "-o", out, "--to", "hdf5", "--shard-samples", "700", *([] if shuffle else ["--no-shuffle"]))
     with uproot.open(path) as f:
@@ -165,7 +155,7 @@ def test_real_root_files_round_trip_through_hdf5(tmp_path, name, tree, shuffle):
 def test_root_to_tar_and_bad_root_files(tmp_path):
     import shardsmith
 
-    path = _root_data() / "uproot-HZZ.root"
+    path = root_data() / "uproot-HZZ.root"
     m = convert(path, "-o", tmp_path / "tar", "--to", "webdataset", "--branches", "Jet_*,NJet,Muon_Px")
     assert set(m["schema"]) == {"NJet", "Jet_Px", "Jet_Py", "Jet_Pz", "Jet_E", "Jet_btag", "Jet_ID", "Muon_Px"}
     ds = shardsmith.open(tmp_path / "tar")

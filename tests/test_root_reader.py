@@ -11,6 +11,7 @@ import awkward as ak
 import numpy as np
 import pytest
 import uproot
+from conftest import root_data
 
 from shardsmith.demo_data import make_icecube_like
 from shardsmith.errors import DataError
@@ -18,15 +19,6 @@ from shardsmith.events import EventChunk, EventSchema, Field, check_chunk
 from shardsmith.inputs import InputFile
 from shardsmith.readers.base import StreamError
 from shardsmith.readers.root import RootReader, _Leaf, _open, _to_chunk
-
-
-def _data_dir() -> Path:
-    env = os.environ.get("SHARDSMITH_ROOT_DATA")
-    folder = Path(env) if env else Path(__file__).resolve().parents[2] / "shared/data/root"
-    if not (folder / "uproot-HZZ.root").is_file():
-        pytest.skip(f"real ROOT test files not found in {folder} (set SHARDSMITH_ROOT_DATA)")
-    return folder
-
 
 HZZ = "uproot-HZZ.root"
 ZMUMU = "uproot-Zmumu.root"
@@ -44,7 +36,7 @@ def _input(path: Path, index: int = 0) -> InputFile:
 
 
 def _real(name: str) -> InputFile:
-    return _input(_data_dir() / name)
+    return _input(root_data() / name)
 
 
 def _collect(reader: RootReader, file: InputFile, schema: EventSchema, *, chunk_bytes: int
@@ -237,7 +229,7 @@ def test_tree_choice(tmp_path: Path) -> None:
 
 def test_files_with_other_fields_are_named() -> None:
     with pytest.raises(DataError) as err:
-        RootReader().schema([_real(HZZ), _input(_data_dir() / ZMUMU, 1)])
+        RootReader().schema([_real(HZZ), _input(root_data() / ZMUMU, 1)])
     assert str(err.value).startswith(f"{ZMUMU}: its fields differ from {HZZ}")
 
 

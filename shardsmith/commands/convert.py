@@ -286,7 +286,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         writers, results = _direct_images(opts, files, processor, progress)
     else:
         writers, results = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress, run_id)
-    tally = Tally.of(results, writers, copies=opts.copies, inputs=files)
+    tally = Tally.of(results, writers, copies=opts.copies, inputs=files, out=opts.out)
     splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
                      "wids": f"{name}.wids.json"} for name, w in writers.items()}
     extras: dict[str, Any] = {"copies": opts.copies}

@@ -97,7 +97,7 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
         estimated_bytes=4 * total_bytes, desc="convert", progress=progress, run=run_id,
         make_writer=lambda split: _writer(opts, split, schema))
     events = {name: getattr(w, "events", None) or sum(s.samples for s in w.shards) for name, w in writers.items()}
-    tally = Tally.of(results, writers, inputs=files, written=sum(events.values()))
+    tally = Tally.of(results, writers, inputs=files, written=sum(events.values()), out=opts.out)
     splits: dict[str, Any] = {}
     for name, w in writers.items():
         splits[name] = {"samples": sum(s.samples for s in w.shards), "events": events[name],

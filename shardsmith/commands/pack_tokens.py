@@ -141,7 +141,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
         estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id, make_writer=lambda split: TokensWriter(
             out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt))
-    tally = Tally.of(results, writers, inputs=files)
+    tally = Tally.of(results, writers, inputs=files, out=opts.out)
 
     splits: dict[str, Any] = {}
     for name, w in writers.items():

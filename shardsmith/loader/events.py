@@ -154,6 +154,25 @@ def _bad(path: Path, msg: str) -> DatasetError:
     return DatasetError(f"{path}: {msg}")
 
 
+def _check_schema(schema: EventSchema) -> None:
+    """What ``EventSchema.from_json`` takes on trust: names and counters are strings, shapes are
+    tuples of small non-negative ints (ValueError otherwise)."""
+    for f in schema.fields:
+        if not isinstance(f.dtype, str) or not (f.counter is None or (isinstance(f.counter, str) and f.counter)):
+            raise ValueError(f"field {f.name!r}: dtype {f.dtype!r} or counter {f.counter!r} is not a name")
+        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31 for d in f.shape):
+            raise ValueError(f"field {f.name!r}: shape {list(f.shape)!r} is not a list of sizes")
+
+
+def _equals(value: Any, expected: str | int) -> bool:
+    """An HDF5 attribute equals a scalar: an array, or a value of another type, never does."""
+    if isinstance(value, np.ndarray) and value.ndim:
+        return False
+    if isinstance(expected, str):
+        return isinstance(value, str) and value == expected
+    return isinstance(value, int | np.integer) and not isinstance(value, bool) and int(value) == expected
+
+
 def _dataset(f: Any, name: str, path: Path) -> Any:
     """A dataset reached by hard links only, with its data inside this file."""
     import h5py
@@ -161,6 +180,8 @@ def _dataset(f: Any, name: str, path: Path) -> Any:
     node = f
     parts = name.split("/")
     for depth, part in enumerate(parts):
+        if not isinstance(node, h5py.Group):  # e.g. a fixed field where the schema says ragged
+            raise _bad(path, f"{'/'.join(parts[:depth])!r} is not a group (written by another tool, or damaged?)")
         link = node.get(part, getlink=True)
         if link is None:
             raise _bad(path, f"no {'/'.join(parts[:depth + 1])!r} (written by another tool, or damaged?)")
@@ -293,7 +314,7 @@ class _OpenShard:
 
     def _check_attrs(self, samples: int, schema_json: dict[str, Any]) -> None:
         attrs = self.file.attrs
-        if attrs.get("format") != FORMAT or attrs.get("format_version") != FORMAT_VERSION:
+        if not _equals(attrs.get("format"), FORMAT) or not _equals(attrs.get("format_version"), FORMAT_VERSION):
             raise _bad(self.path, f"not a shardsmith event shard of format version {FORMAT_VERSION}")
         try:
             file_schema = json.loads(attrs["schema"])
@@ -301,8 +322,9 @@ class _OpenShard:
             raise _bad(self.path, "no readable 'schema' attribute") from None
         if file_schema != schema_json:
             raise _bad(self.path, "its schema attribute differs from the manifest's schema")
-        if attrs.get("samples") != samples:
-            raise _bad(self.path, f"holds {attrs.get('samples')} events, the manifest says {samples}")
+        if not _equals(attrs.get("samples"), samples):
+            shown = " ".join(str(attrs.get("samples")).split())[:40]  # one line, whatever was stored
+            raise _bad(self.path, f"holds {shown} events, the manifest says {samples}")
 
     def _column(self, name: str, shape: tuple[int, ...], dtype: np.dtype) -> _Column:
         ds = _dataset(self.file, name, self.path)
@@ -371,6 +393,7 @@ class EventDataset:
         self._schema_json = self.manifest["schema"]
         try:
             self.schema = EventSchema.from_json(self._schema_json)
+            _check_schema(self.schema)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"{out_dir}: the manifest's schema is not an event schema ({exc})") from None
         self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]

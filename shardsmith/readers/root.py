@@ -208,6 +208,8 @@ def _open_file(file: InputFile) -> Any:
 
     try:
         return uproot.open(file.path, object_cache=None, array_cache=None)
+    except PermissionError as exc:  # not a damaged file: say what is wrong
+        raise DataError(file=file.rel, reason=f"cannot open: {exc.strerror}") from None
     except Exception as exc:
         raise DataError(file=file.rel, reason=f"not a readable ROOT file (truncated or corrupt?): "
                         f"{_one_line(exc)}") from None

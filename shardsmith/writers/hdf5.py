@@ -37,7 +37,7 @@ import numpy as np
 from shardsmith import __version__
 from shardsmith.errors import UsageError
 from shardsmith.events import EventChunk, EventSchema, decode
-from shardsmith.fsutil import _tmp, fsync_dir
+from shardsmith.fsutil import _tmp, fsync_dir, naming
 from shardsmith.writers.base import ShardRecord, Writer
 
 FORMAT = "shardsmith-events"
@@ -170,7 +170,8 @@ class HDF5Writer(Writer):
         path = self.out_dir / self.shard_name(len(self.shards) + len(self._futures))
         tmp = _tmp(path)
         try:
-            self._build(tmp)
+            with naming(path):  # h5py's errors for a full disk name no file
+                self._build(tmp)
         except BaseException:
             with contextlib.suppress(OSError):
                 tmp.unlink()
@@ -229,7 +230,7 @@ class HDF5Writer(Writer):
 def _commit(tmp: Path, path: Path, samples: int, compression: str) -> ShardRecord:
     """fsync, hash (from the page cache: the pages were just written) and rename a built shard."""
     try:
-        with open(tmp, "rb") as fh:
+        with naming(path), open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
             size = os.fstat(fh.fileno()).st_size
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
