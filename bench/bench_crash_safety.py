@@ -5,7 +5,7 @@
 Crash safety is: every shard, index, part file and manifest fsynced before it is renamed into place
 (plus the folder fsync that makes the rename durable), the run record and the resume check. The
 renames and records cost microseconds; the fsyncs are the cost. Each conversion runs in a child
-process twice per repeat, once as shipped and once with ``os.fsync`` replaced by a no-op (the same
+process twice per repeat, once as shipped and once with ``os.fsync``/``fdatasync`` no-ops (the same
 code otherwise), interleaved, page cache warm; the ratio of medians is the cost. Inputs (made by the
 other benchmarks, reused when present): the 100 MB JSONL corpus + BPE tokenizer (bench_pack_tokens),
 the 20,000-JPEG folder (bench/images.py), and a 100k-event IceCube-like ROOT file (made here).
@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 CHILD = r"""
 import os, sys, time
 if sys.argv[1] == "nofsync":
-    os.fsync = lambda fd: None
+    os.fsync = os.fdatasync = lambda fd: None
 from shardsmith.cli import main
 t = time.perf_counter()
 try:
