@@ -77,10 +77,53 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--limit", type=click.IntRange(min=1), default=None, help="Read only the first N records."),
         click.option("--overwrite", is_flag=True, help="Replace a previous dataset in the output folder."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
+        click.option("--stage", type=click.Choice(["scatter", "gather"]), default=None,
+                     help="Clusters: run one stage (scatter on every rank, then gather) [default: all, here]."),
+        click.option("--rank", type=click.IntRange(min=0), default=None,
+                     help="This rank [default: $SLURM_ARRAY_TASK_ID, else $RANK, else 0]."),
+        click.option("--world-size", type=click.IntRange(min=1), default=None,
+                     help="Ranks in all [default: $SLURM_ARRAY_TASK_COUNT, else $WORLD_SIZE, else 1]."),
     ]
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def cluster_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """(rank, world size) from the options, else SLURM array variables, else torchrun-style ones."""
+    import os
+
+    def env(*names: str) -> int | None:
+        for name in names:
+            value = os.environ.get(name, "").strip()
+            if value:
+                try:
+                    return int(value)
+                except ValueError:
+                    raise click.BadParameter(f"${name}={value!r} is not a number") from None
+        return None
+
+    if rank is None:
+        rank = env("SLURM_ARRAY_TASK_ID", "RANK")
+    if world_size is None:
+        world_size = env("SLURM_ARRAY_TASK_COUNT", "WORLD_SIZE")
+    rank, world_size = rank or 0, world_size or 1
+    if not 0 <= rank < world_size:
+        raise click.BadParameter(f"rank {rank} is not below the world size {world_size}", param_hint="--rank")
+    return rank, world_size
+
+
+def _report(out: Path, result: dict[str, Any]) -> bool:
+    """One line for a stage that wrote no manifest; False when ``result`` is a manifest."""
+    if "stage" not in result:
+        return False
+    if result.get("idle"):
+        click.echo(f"{out}: {result['stage']} rank {result['rank']} of {result['world_size']}: nothing to do "
+                   f"(rank 0 writes every shard in this version)")
+    else:
+        click.echo(f"{out}: scatter rank {result['rank']} of {result['world_size']}: {result['tasks']} tasks, "
+                   f"{result['records']} records read, {result['skipped']} skipped")
+    return True
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -112,9 +155,12 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
     from shardsmith.commands.pack_tokens import PackTokensOptions, run
     from shardsmith.pipeline import default_workers
 
+    kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
     opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle,
                              workers=workers or default_workers(), **kw)
     manifest = run(opts)
+    if _report(out, manifest):
+        return
     src = manifest["source"]
     parts = ", ".join(f"{name}: {s['samples']} documents, {s['tokens']} tokens in {len(s['shards'])} shards"
                       for name, s in manifest["splits"].items())
@@ -161,9 +207,12 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     from shardsmith.pipeline import default_workers
 
     globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
+    kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
     opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(),
                           branches=globs, **kw)
     manifest = run(opts)
+    if _report(out, manifest):
+        return
     src = manifest["source"]
     parts = ", ".join(f"{name}: {s.get('events', s['samples'])} {'events' if 'events' in s else 'samples'} in "
                       f"{len(s['shards'])} shards"

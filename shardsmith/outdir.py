@@ -23,7 +23,7 @@ OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*"
                 "*.wids.json", ".*.tmp-*", RUN_FILE)
 
 
-def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None) -> None:
+def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> None:
     """Create ``out``; an existing non-empty folder needs ``--overwrite``, which removes the old dataset's files.
 
     ``run`` (see ``shardsmith.resume.run_identity``) is recorded in the folder until the manifest
@@ -32,6 +32,8 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
+    if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
+        return
     present = sorted(p for p in out.iterdir())
     if present:
         _clear(out, present, overwrite=overwrite, run=run)

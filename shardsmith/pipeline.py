@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from shardsmith import keys as keymod
-from shardsmith.errors import DataError, ShardsmithError
+from shardsmith.errors import DataError, ShardsmithError, UsageError
 from shardsmith.outdir import finish_output, work_path
 from shardsmith.ragged import starts_of, take_ragged
 from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
@@ -54,6 +54,14 @@ class ConvertingOptions:
     limit: int | None = None
     quiet: bool = False
     overwrite: bool = False
+    # clusters: one stage of the run on rank ``rank`` of ``world_size`` (None: every stage, here)
+    stage: str | None = None
+    rank: int = 0
+    world_size: int = 1
+
+    def idle_rank(self) -> bool:
+        """Whether this rank has nothing to do in its stage (the gather runs on rank 0 in this version)."""
+        return self.stage == "gather" and self.rank != 0
 
 
 @dataclass(slots=True)
@@ -371,15 +379,49 @@ def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor
                 progress: Any, run: dict[str, str] | None = None) -> tuple[dict[str, Writer], list[TaskResult]]:
     """Scatter every task in workers, then gather every split into its writer, in a scratch folder
     (resumed from the finished tasks of a killed run with the same ``run`` fingerprint)."""
-    with work_folder(out, run=run) as work:
+    if opts.stage is not None and opts.limit is not None:
+        raise UsageError("--limit reads input in order in one process; it does not combine with --stage")
+    with work_folder(out, run=run, shared=opts.stage is not None) as work:
         job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
                          splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
                          flush_bytes=sizing.flush_bytes,
                          n_buckets=bucket_count(estimated_bytes, sizing.group_bytes) if opts.shuffle else 1)
-        with progress.bar(total=sum(t.nbytes for t in tasks), desc=desc, unit="B") as bar:
-            results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
+        if opts.stage == "scatter":
+            mine = [t for t in tasks if t.index % opts.world_size == opts.rank]
+            with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {opts.rank}", unit="B") as bar:
+                results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
+            return None, results
+        if opts.stage == "gather":
+            results = _scattered(job, tasks)
+        else:
+            with progress.bar(total=sum(t.nbytes for t in tasks), desc=desc, unit="B") as bar:
+                results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
         writers = run_gather(job, results, budget=sizing.group_bytes, make_writer=make_writer)
     return writers, results
+
+
+def scatter_summary(opts: ConvertingOptions, results: list[TaskResult] | None) -> dict[str, Any]:
+    """What a command returns for a stage that writes no manifest."""
+    if results is None:
+        return {"stage": opts.stage, "rank": opts.rank, "world_size": opts.world_size, "idle": True}
+    return {"stage": opts.stage, "rank": opts.rank, "world_size": opts.world_size, "tasks": len(results),
+            "records": sum(r.records for r in results), "skipped": sum(len(r.skipped) for r in results)}
+
+
+def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:
+    """Every task's result from the parts the scatter ranks wrote; a missing one names its task."""
+    results, missing = [], []
+    for t in tasks:
+        res = finished_task(job.work_dir, t)
+        if res is None:
+            missing.append(t.index)
+        else:
+            results.append(res)
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (" …" if len(missing) > 10 else "")
+        raise UsageError(f"{len(missing)} of {len(tasks)} scatter tasks are not finished (tasks {shown}; task i "
+                         f"belongs to scatter rank i mod W): run those --stage scatter ranks first")
+    return results
 
 
 @dataclass(frozen=True)
@@ -418,7 +460,7 @@ class Tally:
 
 
 @contextlib.contextmanager
-def work_folder(out_dir: Path, *, run: dict[str, str] | None = None) -> Iterator[Path]:
+def work_folder(out_dir: Path, *, run: dict[str, str] | None = None, shared: bool = False) -> Iterator[Path]:
     """The spill folder beside the output (``outdir.work_path``), removed when the run ends with an
     error or writes its manifest.
 
@@ -428,6 +470,10 @@ def work_folder(out_dir: Path, *, run: dict[str, str] | None = None) -> Iterator
     """
     work = work_path(out_dir)
     stamp = work / "run.json"
+    if shared:  # cluster stages: ranks share the folder, so it is never removed from under another rank
+        _claim_shared(work, stamp, run)
+        yield work
+        return
     same = False
     if run is not None and stamp.is_file():
         with contextlib.suppress(OSError, ValueError):
@@ -447,6 +493,27 @@ def work_folder(out_dir: Path, *, run: dict[str, str] | None = None) -> Iterator
         raise
     # on success the parts stay until the manifest is written (``outdir.finish_output``): a run
     # killed in between still resumes without reading its inputs again
+
+
+def _claim_shared(work: Path, stamp: Path, run: dict[str, str] | None) -> None:
+    """Join (or create) the scratch folder of a staged run; refuse one that holds another run's parts.
+
+    The stamp is created atomically (a hard link fails if it exists), so ranks starting at the same
+    moment agree on it without locks, which cluster filesystems may not have.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    body = orjson.dumps(run or {})
+    tmp = work / f".run.json.tmp-{os.getpid()}-{os.uname().nodename}"
+    tmp.write_bytes(body)
+    try:
+        os.link(tmp, stamp)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    if stamp.read_bytes() != body:
+        raise UsageError(f"{work}: holds the parts of a different run (other options or changed inputs); "
+                         f"remove that folder to start over")
 
 
 def default_workers() -> int:

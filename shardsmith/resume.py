@@ -21,7 +21,7 @@ import orjson
 from shardsmith.inputs import InputFile
 
 RUN_FILE = ".shardsmith-run.json"
-_VOLATILE = {"workers", "quiet", "overwrite"}
+_VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size"}
 
 
 def _digest(value: Any) -> str:

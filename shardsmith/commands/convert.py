@@ -16,7 +16,15 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import finish_output, prepare_output
-from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, TaskResult, convert_all
+from shardsmith.pipeline import (
+    ConvertingOptions,
+    Processed,
+    Sizing,
+    Tally,
+    TaskResult,
+    convert_all,
+    scatter_summary,
+)
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.readers.imagefolder import ImageFolderReader
@@ -240,6 +248,8 @@ def _suffix_ext(path: str) -> str:
 def run(opts: ConvertOptions) -> dict[str, Any]:
     """The whole command; returns the manifest it wrote."""
     keep_freed_memory()
+    if opts.idle_rank():
+        return scatter_summary(opts, None)
     files: list[InputFile] | None = None
     if opts.source is None:
         files = discover(list(opts.inputs), suffixes=(*(s for c in READERS.values() for s in c.suffixes),
@@ -277,15 +287,18 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     run_id = run_identity("convert", opts, files)
-    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id)
+    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
                                 quality=opts.quality, seed=opts.seed)
-    if kind == "imagefolder" and not opts.augment and opts.on_error == "fail" and opts.limit is None:
+    direct = opts.stage is None and opts.limit is None and opts.on_error == "fail"
+    if kind == "imagefolder" and not opts.augment and direct:
         writers, results = _direct_images(opts, files, processor, progress)
     else:
         writers, results = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress, run_id)
+        if writers is None:
+            return scatter_summary(opts, results)
     tally = Tally.of(results, writers, copies=opts.copies, inputs=files, out=opts.out)
     splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
                      "wids": f"{name}.wids.json"} for name, w in writers.items()}
@@ -326,8 +339,9 @@ def _direct_images(opts: ConvertOptions, files: list[InputFile], processor: Samp
 
 def _shuffled(opts: ConvertOptions, kind: str, files: list[InputFile], reader: Reader, processor: SampleProcessor,
               tasks: list[Task], sizing: Sizing, progress: Progress, run_id: dict[str, str]
-              ) -> tuple[dict[str, Any], list[TaskResult]]:
-    """The general path: scatter into the keyed shuffle, gather into tar writers."""
+              ) -> tuple[dict[str, Any] | None, list[TaskResult]]:
+    """The general path: scatter into the keyed shuffle, gather into tar writers (no writers: a
+    scatter stage)."""
     total_bytes = sum(f.size for f in files)
     # image bytes that pass through unchanged are referenced by the workers and copied by the writer
     sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None

@@ -15,7 +15,7 @@ from shardsmith import manifest as manifest_mod
 from shardsmith.errors import UsageError
 from shardsmith.events import EventChunk, EventSchema, encode
 from shardsmith.inputs import InputFile
-from shardsmith.pipeline import Processed, Sizing, Tally, convert_all
+from shardsmith.pipeline import Processed, Sizing, Tally, convert_all, scatter_summary
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.resume import crash_point, run_identity
@@ -90,12 +90,14 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     run_id = run_identity("convert", opts, files, extra_paths=(opts.events_table,))
-    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id)
+    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     writers, results = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema), tasks=tasks, sizing=sizing,
         # compressed inputs grow when decoded: size the shuffle's buckets for a few times the input
         estimated_bytes=4 * total_bytes, desc="convert", progress=progress, run=run_id,
         make_writer=lambda split: _writer(opts, split, schema))
+    if writers is None:
+        return scatter_summary(opts, results)
     events = {name: getattr(w, "events", None) or sum(s.samples for s in w.shards) for name, w in writers.items()}
     tally = Tally.of(results, writers, inputs=files, written=sum(events.values()), out=opts.out)
     splits: dict[str, Any] = {}

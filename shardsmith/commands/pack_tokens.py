@@ -16,7 +16,7 @@ from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.inputs import discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import finish_output, prepare_output
-from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all
+from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all, scatter_summary
 from shardsmith.progress import Progress
 from shardsmith.readers.base import BadRecord, MultiReader, Task
 from shardsmith.readers.jsonl import JsonlReader
@@ -97,6 +97,8 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str)
 def run(opts: PackTokensOptions) -> dict[str, Any]:
     """The whole command; returns the manifest it wrote."""
     keep_freed_memory()
+    if opts.idle_rank():
+        return scatter_summary(opts, None)
     if (opts.tokenizer is None) == (opts.train_tokenizer is None):
         raise UsageError("give exactly one of --tokenizer FILE and --train-tokenizer VOCAB_SIZE")
     if opts.no_eos and opts.eos_token:
@@ -107,7 +109,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
-    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id)
+    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     progress = Progress(quiet=opts.quiet)
 
     if opts.train_tokenizer is not None:
@@ -141,6 +143,8 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
         estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id, make_writer=lambda split: TokensWriter(
             out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt))
+    if writers is None:
+        return scatter_summary(opts, results)
     tally = Tally.of(results, writers, inputs=files, out=opts.out)
 
     splits: dict[str, Any] = {}

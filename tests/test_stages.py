@@ -1,0 +1,98 @@
+"""Cluster stages: scatter on W ranks, then gather; the shards are those of a one-process run for any W."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import make_docs, run_cli, tree_digest, write_jsonl
+
+from shardsmith.icecube_like import make_icecube_kaggle_like
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("stage-corpus")
+    docs = make_docs(2500, seed=11, max_words=40)
+    write_jsonl(root / "a.jsonl", docs[:1200])
+    write_jsonl(root / "b.jsonl", docs[1200:])
+    return root
+
+
+def staged(args: list[str | Path], out: Path, world_size: int) -> None:
+    """Every scatter rank (one of them twice: a rank rerun is harmless), then the gather on every rank."""
+    for rank in [*range(world_size), world_size - 1]:
+        res = run_cli(*args, "-o", out, "--stage", "scatter", "--rank", str(rank), "--world-size", str(world_size))
+        assert res.exit_code == 0, res.stderr
+        assert f"scatter rank {rank} of {world_size}" in res.output
+    for rank in reversed(range(world_size)):  # ranks other than 0 have nothing to do, and say so
+        res = run_cli(*args, "-o", out, "--stage", "gather", "--rank", str(rank), "--world-size", str(world_size))
+        assert res.exit_code == 0, res.stderr
+    assert (out / "manifest.json").is_file()
+    assert not (out.parent / f".{out.name}.shardsmith-work").exists()
+
+
+def one_process(args: list[str | Path], out: Path) -> None:
+    res = run_cli(*args, "-o", out)
+    assert res.exit_code == 0, res.stderr
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_tokens_are_identical_for_any_world_size(texts, bpe_tokenizer, tmp_path, world_size):
+    args = ["pack-tokens", texts, "--tokenizer", bpe_tokenizer, "--memory", "256KB", "--split",
+            "train=0.9,val=0.1", "--shard-tokens", "15K", "--nanogpt", "-q"]
+    one_process(args, tmp_path / "one")
+    staged(args, tmp_path / "staged", world_size)
+    assert tree_digest(tmp_path / "staged") == tree_digest(tmp_path / "one")
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_tar_and_hdf5_are_identical_for_any_world_size(texts, tmp_path, world_size):
+    args = ["convert", texts, "--to", "webdataset", "--text-field", "text", "--memory", "256KB",
+            "--shard-samples", "400", "-q"]
+    one_process(args, tmp_path / "tar-one")
+    staged(args, tmp_path / "tar-staged", world_size)
+    assert tree_digest(tmp_path / "tar-staged") == tree_digest(tmp_path / "tar-one")
+
+    batches, meta = make_icecube_kaggle_like(tmp_path / "ic", batches=2, events_per_batch=150, mean_pulses=20,
+                                             seed=2, row_group_rows=1500)
+    args = ["convert", *batches, "--group-by", "event_id", "--events-table", meta, "--to", "hdf5",
+            "--memory", "128KB", "--shard-samples", "100", "-q"]
+    one_process(args, tmp_path / "h5-one")
+    staged(args, tmp_path / "h5-staged", world_size)
+    assert tree_digest(tmp_path / "h5-staged") == tree_digest(tmp_path / "h5-one")
+
+
+def test_images_staged_match_the_one_process_run(tmp_path):
+    from test_convert import jpeg
+
+    root = tmp_path / "imgs"
+    for c in range(2):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(9):
+            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg(c * 10 + i))
+    args = ["convert", root, "--to", "webdataset", "--shard-samples", "4", "--memory", "64KB", "-q"]
+    one_process(args, tmp_path / "one")  # planned from the listing, no scatter
+    staged(args, tmp_path / "staged", 2)  # the keyed shuffle across ranks
+    assert tree_digest(tmp_path / "staged") == tree_digest(tmp_path / "one")
+
+
+def test_gather_waits_for_every_rank_and_parts_of_another_run_are_refused(texts, bpe_tokenizer, tmp_path):
+    args = ["pack-tokens", texts, "--tokenizer", bpe_tokenizer, "--memory", "256KB", "-q"]
+    out = tmp_path / "out"
+    res = run_cli(*args, "-o", out, "--stage", "scatter", "--rank", "0", "--world-size", "3")
+    assert res.exit_code == 0, res.stderr
+    res = run_cli(*args, "-o", out, "--stage", "gather", "--world-size", "3")
+    assert res.exit_code == 2 and "not finished" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert not (out / "manifest.json").exists()
+    res = run_cli(*args, "-o", out, "--stage", "scatter", "--seed", "9", "--rank", "1", "--world-size", "3")
+    assert res.exit_code == 2 and "different run" in res.stderr, res.stderr
+    res = run_cli(*args, "-o", out, "--stage", "scatter", "--rank", "3", "--world-size", "3")
+    assert res.exit_code == 2 and "world size" in res.stderr
+
+
+def test_rank_and_world_size_come_from_slurm(texts, bpe_tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "1")
+    monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
+    res = run_cli("pack-tokens", texts, "--tokenizer", bpe_tokenizer, "-o", tmp_path / "o", "--stage", "scatter", "-q")
+    assert res.exit_code == 0 and "scatter rank 1 of 2" in res.output, res.output
