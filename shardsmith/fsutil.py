@@ -12,7 +12,8 @@ from pathlib import Path
 
 
 def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """A temporary name beside ``path``, unique per host and process (ranks share cluster filesystems)."""
+    return path.with_name(f".{path.name}.tmp-{os.uname().nodename}-{os.getpid()}")
 
 
 def with_path(exc: OSError, path: Path) -> OSError:

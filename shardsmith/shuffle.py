@@ -93,7 +93,7 @@ class PartWriter:
         self._buffered = 0
         self._segments: list[list[int]] = []
         self._offset = 0
-        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.uname().nodename}-{os.getpid()}")
         self._fh: Any = None
 
     def add(

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Submit a shardsmith recipe to SLURM as two dependent jobs:
+#   scatter: an array job of TASKS tasks (rank = array index), then
+#   gather:  one task that starts only when every scatter task succeeded (afterok).
+#
+#   recipes/slurm/submit.sh RECIPE TASKS [extra sbatch args...]    e.g. --partition=cpu --account=ml
+#
+# Run it from the folder the recipe's relative paths start at (the jobs run there). The interpreter
+# is $PYTHON (default python3), which must have shardsmith installed and be visible on every node.
+# Prints the two job ids on stdout ("scatter=ID gather=ID"), hints on stderr.
+set -euo pipefail
+
+usage() { echo "usage: $0 RECIPE TASKS [extra sbatch args...]" >&2; exit 2; }
+[ $# -ge 2 ] || usage
+RECIPE=$1 TASKS=$2
+shift 2
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+command -v sbatch >/dev/null || {
+    echo "submit.sh: sbatch not found: run this on a SLURM login node (or 'make data RECIPE=$RECIPE' to run it here)" >&2
+    exit 127
+}
+[ -f "$RECIPE" ] || { echo "submit.sh: $RECIPE: no such recipe" >&2; exit 2; }
+case $TASKS in
+    '' | *[!0-9]* | 0*) echo "submit.sh: TASKS must be a whole number >= 1, got '$TASKS'" >&2; exit 2 ;;
+esac
+PYTHON=${PYTHON:-python3}
+# Check the recipe here, where a mistake costs nothing, rather than in TASKS queued jobs.
+"$PYTHON" -m shardsmith run "$RECIPE" --dry-run >/dev/null || {
+    echo "submit.sh: '$PYTHON -m shardsmith run $RECIPE --dry-run' failed (set PYTHON to an interpreter with shardsmith)" >&2
+    exit 1
+}
+RECIPE=$(cd "$(dirname "$RECIPE")" && pwd)/$(basename "$RECIPE")
+export RECIPE PYTHON SHARDSMITH_WORLD_SIZE=$TASKS
+
+# sbatch does not create the folders of --output/--error (a job writing into a missing one fails
+# without a log): make them, for the templates' #SBATCH lines and any given here.
+for spec in $(sed -n 's/^#SBATCH *--\(output\|error\)[= ]\(.*\)$/\2/p' "$HERE/scatter.sbatch" "$HERE/gather.sbatch") \
+            $(printf '%s\n' "$@" | sed -n 's/^--\(output\|error\)=\(.*\)$/\2/p; s/^-[oe]\(..*\)$/\1/p'); do
+    case $spec in */*) dir=${spec%/*}; case $dir in *%*) ;; *) mkdir -p "$dir" ;; esac ;; esac
+done
+
+scatter=$(sbatch --parsable --export=ALL --array="0-$((TASKS - 1))" "$@" "$HERE/scatter.sbatch")
+scatter=${scatter%%;*}  # "ID;cluster" on federated setups
+gather=$(sbatch --parsable --export=ALL --dependency="afterok:$scatter" "$@" "$HERE/gather.sbatch") || {
+    echo "submit.sh: submitting gather failed; cancelling scatter job $scatter" >&2
+    scancel "$scatter" 2>/dev/null || true
+    exit 1
+}
+gather=${gather%%;*}
+echo "scatter=$scatter gather=$gather"
+again="$(printf 'PYTHON=%q RECIPE=%q SHARDSMITH_WORLD_SIZE=%q sbatch --export=ALL' "$PYTHON" "$RECIPE" "$TASKS")"
+[ $# -eq 0 ] || again="$again$(printf ' %q' "$@")"
+cat >&2 <<HINT
+submit.sh: $RECIPE: scatter job $scatter (array 0-$((TASKS - 1))), then gather job $gather.
+  watch:         squeue -j $scatter,$gather     (logs: the templates' --output, slurm-logs/ by default)
+  a rank failed: gather will not start (scancel $gather); rerun that rank R alone, then the gather:
+                 $again --array=R $HERE/scatter.sbatch
+                 $again --dependency=afterok:<that job id> $HERE/gather.sbatch
+HINT
