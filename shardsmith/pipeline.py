@@ -166,19 +166,8 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
         out = job.processor.process(task, good) if good else None
         if out is not None:
             bad += out.bad
-        if bad:
-            bad.sort()
-            if job.on_error == "fail":
-                record, reason = bad[0]
-                where, number = job.reader.describe(task, record)
-                result.error = {"file": where, "record": number, "reason": reason, "unit": unit}
-                return
-            for r, why in bad:
-                where, number = job.reader.describe(task, r)
-                entry = {"file": where, "record": number, "reason": why}
-                if number is not None:
-                    entry[unit] = number + 1
-                result.skipped.append(entry)
+        if bad and not _bad_records(job, task, bad, result, unit):
+            return
         if out is not None and len(out.records):
             _scatter_batch(job, task, out, part)
         if broken is not None:
@@ -187,6 +176,24 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
                 return
             result.skipped.append({"file": rel, "record": None, "unread_tail": True, "reason": f"{broken.reason} "
                                    f"(after {result.records} records of this task; the rest of the file is unread)"})
+
+
+def _bad_records(job: ScatterJob, task: Task, bad: list[tuple[int, str]], result: TaskResult, unit: str) -> bool:
+    """The first bad record becomes the task's error (``--on-error fail``: returns False), or
+    every one is listed as skipped, named by file and record."""
+    bad = sorted(bad)
+    if job.on_error == "fail":
+        record, reason = bad[0]
+        where, number = job.reader.describe(task, record)
+        result.error = {"file": where, "record": number, "reason": reason, "unit": unit}
+        return False
+    for r, why in bad:
+        where, number = job.reader.describe(task, r)
+        entry = {"file": where, "record": number, "reason": why}
+        if number is not None:
+            entry[unit] = number + 1
+        result.skipped.append(entry)
+    return True
 
 
 def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: PartWriter, result: TaskResult,
@@ -209,16 +216,8 @@ def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: Pa
                 chunk = job.processor.head(chunk, room)  # type: ignore[attr-defined]
         result.records += chunk.n
         out = job.processor.process_chunk(task, chunk)  # type: ignore[attr-defined]
-        if out.bad:
-            bad = sorted(out.bad)
-            if job.on_error == "fail":
-                record, reason = bad[0]
-                where, number = job.reader.describe(task, record)
-                result.error = {"file": where, "record": number, "reason": reason, "unit": unit}
-                return
-            for r, why in bad:
-                where, number = job.reader.describe(task, r)
-                result.skipped.append({"file": where, "record": number, "reason": why, unit: number + 1})
+        if out.bad and not _bad_records(job, task, out.bad, result, unit):
+            return
         if len(out.records):
             _scatter_batch(job, task, out, part)
 

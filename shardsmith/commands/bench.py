@@ -73,10 +73,15 @@ def _samples(out: Path, *, split: str, seconds: float, target: float | None) -> 
     rate = samples / elapsed
     click.echo(f"{out} [{split}]: {rate:,.0f} samples/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
                f"(exact shuffled order, random access, no decoding, one process)")
+    return _meets(rate, target, "samples/s")
+
+
+def _meets(rate: float, target: float | None, unit: str) -> bool:
+    """Whether the loader reached ``target`` (always, without one), said in one line."""
     if target is None:
         return True
     ok = rate >= target
-    click.echo(f"the loader {'keeps up with' if ok else 'does NOT keep up with'} the target of {target:,.0f} samples/s")
+    click.echo(f"the loader {'keeps up with' if ok else 'does NOT keep up with'} the target of {target:,.0f} {unit}")
     return ok
 
 
@@ -102,8 +107,4 @@ def _events(out: Path, *, split: str, batch_size: int, seconds: float, target: f
     rate = events / elapsed
     click.echo(f"{out} [{split}]: {rate:,.0f} events/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
                f"(batches of {batch_size}, block shuffle, one process)")
-    if target is None:
-        return True
-    ok = rate >= target
-    click.echo(f"the loader {'keeps up with' if ok else 'does NOT keep up with'} the target of {target:,.0f} events/s")
-    return ok
+    return _meets(rate, target, "events/s")
