@@ -306,24 +306,31 @@ def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int 
             if progress:
                 progress(task.nbytes)
         return results
-    # fork where there is one: workers start in milliseconds and inherit the parent's imports and
-    # its warmed tokenizer (the job is not pickled). A worker the system kills breaks the pool,
-    # which ends the run with a message instead of a hang.
-    ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=ctx, initializer=_init_worker,
-                               initargs=(job,))
-    try:
+    with worker_pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,),
+                     advice="try fewer --workers or a smaller --memory") as pool:
         for task, res in zip(tasks, pool.map(_run_in_worker, tasks)):
             _check(res)
             results.append(res)
             if progress:
                 progress(task.nbytes)
+    return results
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int, *, initializer: Callable[..., None], initargs: tuple[Any, ...],
+                advice: str) -> Iterator[ProcessPoolExecutor]:
+    """Worker processes, forked where there is fork: they start in milliseconds and inherit the
+    parent's imports and warmed state (a tokenizer; nothing is pickled). A worker the system kills
+    breaks the pool, which ends the run with a message instead of a hang."""
+    ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=initializer, initargs=initargs)
+    try:
+        yield pool
     except BrokenProcessPool:
-        raise ShardsmithError("a worker process died (killed by the system: out of memory?); "
-                              "nothing was written; try fewer --workers or a smaller --memory") from None
+        raise ShardsmithError(f"a worker process died (killed by the system: out of memory?); nothing was "
+                              f"written; {advice}") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-    return results
 
 
 def _check(res: TaskResult) -> None:

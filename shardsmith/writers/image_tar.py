@@ -14,20 +14,18 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_all_start_methods, get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardsmith import keys as keymod
-from shardsmith.errors import DataError, ShardsmithError
+from shardsmith.errors import DataError
 from shardsmith.fsutil import HashingFile
 from shardsmith.inputs import InputFile
 from shardsmith.outdir import finish_output
+from shardsmith.pipeline import worker_pool
 from shardsmith.resume import crash_point, die_with_parent
 from shardsmith.splits import assign_splits
 from shardsmith.tarfmt import BLOCK, member_header, padding, sample_members
@@ -181,20 +179,13 @@ def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, 
 
 def _run_pool(jobs: list[ShardJob], *, sample: Any, workers: int,
               done: dict[tuple[str, int], tuple[ShardRecord, str | None]], progress: Callable[[int], None]) -> None:
-    ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx, initializer=_init,
-                               initargs=(sample, True))
-    try:
+    with worker_pool(min(workers, len(jobs)), initializer=_init, initargs=(sample, True),
+                     advice="try fewer --workers") as pool:
         # the biggest shards first, so the last one to finish is a small one
         futures = {pool.submit(write_shard, job): job for job in sorted(jobs, key=lambda j: -j.nbytes)}
         for future, job in futures.items():
             done[(job.split, job.index)] = future.result()
             progress(job.nbytes)
-    except BrokenProcessPool:
-        raise ShardsmithError("a worker process died (killed by the system: out of memory?); "
-                              "nothing was written; try fewer --workers") from None
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _remove(plans: dict[str, list[ShardJob]]) -> None:
