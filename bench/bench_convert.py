@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from harness import code_version, verdict, warm  # noqa: E402
+
 ANCHORS = HERE / "anchors"
 ANCHOR_PY = HERE / ".venv-anchors" / "bin" / "python"
 WORKERS = 2
@@ -50,19 +53,6 @@ def _images(folder: str, limit: int | None = None) -> list[tuple[str, str, int]]
 
     images = list_images(folder)
     return images[:limit] if limit else images
-
-
-def _warm(paths: list[str]) -> dict:
-    """Read every file under `paths` (folders walked) once; returns the byte count."""
-    n = size = 0
-    for p in paths:
-        files = [p] if os.path.isfile(p) else [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
-        for f in files:
-            with open(f, "rb") as fh:
-                while block := fh.read(1 << 22):
-                    size += len(block)
-            n += 1
-    return {"files": n, "bytes": size}
 
 
 def _read(folder: str) -> dict:
@@ -196,7 +186,7 @@ def _bare_augment(folder: str, limit: int, reduced: bool) -> dict:
 
 def child(name: str, args: list[str]) -> dict:
     if name == "warm":
-        return _warm(args)
+        return warm(args)
     if name == "read":
         return _read(args[0])
     if name == "ss-iter":
@@ -305,25 +295,6 @@ class Bench:
                 "--workers", str(workers), "--quiet", *extra]
 
 
-def code_version() -> str:
-    """The commit of the shardsmith under test, plus a digest of shardsmith/*.py as they are on disk
-    (other work may edit the tree while the benchmark runs)."""
-    import hashlib
-
-    repo = HERE.parent
-    digest = hashlib.sha256()
-    for path in sorted((repo / "shardsmith").rglob("*.py")):
-        digest.update(path.read_bytes())
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "shardsmith"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        head, dirty = "?", ""
-    return f"commit {head}{' (+ uncommitted changes)' if dirty else ''}, sources {digest.hexdigest()[:12]}"
-
-
 def samples_of(out: Path) -> int | None:
     try:
         return json.loads((out / "manifest.json").read_text())["splits"]["train"]["samples"]
@@ -347,10 +318,6 @@ def table(title: str, rows: list[Row], ref: Row, size: int, unit: str = "s") -> 
         loop = f"  (after imports: {statistics.median(r.loops):.2f} s)" if r.loops and loops else ""
         print(f"  {r.name:50s} {r.t:8.2f} {cpu:>7s} {size / 1e6 / r.t:7.0f} {rate} "
               f"{ratio:>12s}  {len(r.times)}{loop}  {r.note}")
-
-
-def verdict(label: str, ok: bool, detail: str) -> None:
-    print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
 
 
 def write_section(b: Bench, anchors: bool) -> dict[str, Row]:

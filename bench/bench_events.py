@@ -39,6 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from harness import code_version, verdict, warm  # noqa: E402
+
 WORKERS = 2
 MEAN_PULSES = 240
 SEED = 0
@@ -50,19 +53,6 @@ SCALAR_BYTES, PULSE_BYTES = 8 + 4 + 4, 4 * len(PULSES)
 
 
 # ---------------------------------------------------------------- child baselines (run in a fresh process)
-
-def _warm(paths: list[str]) -> dict:
-    """Read every file under `paths` (folders walked) once; returns the byte count."""
-    n = size = 0
-    for p in paths:
-        files = [p] if os.path.isfile(p) else [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
-        for f in files:
-            with open(f, "rb") as fh:
-                while block := fh.read(1 << 22):
-                    size += len(block)
-            n += 1
-    return {"files": n, "bytes": size}
-
 
 def _uproot_read(path: str, start: int, stop: int) -> dict:
     """What a user's script does before any conversion: uproot reads the branches in bounded steps."""
@@ -301,7 +291,7 @@ def _collate(out: str, seconds: float) -> dict:
 
 def child(name: str, args: list[str]) -> dict:
     if name == "warm":
-        return _warm(args)
+        return warm(args)
     if name == "uproot-read":
         return _uproot_read(args[0], int(args[1]), int(args[2]))
     if name in ("ss-batches", "h5py-batches", "bare-batches"):
@@ -418,25 +408,6 @@ class Bench:
                 "--branches", ",".join((*SCALARS, *PULSES)), "--workers", str(workers), "--quiet", *extra]
 
 
-def code_version() -> str:
-    """The commit of the shardsmith under test, plus a digest of shardsmith/*.py as they are on disk
-    (other work may edit the tree while the benchmark runs)."""
-    import hashlib
-
-    repo = HERE.parent
-    digest = hashlib.sha256()
-    for path in sorted((repo / "shardsmith").rglob("*.py")):
-        digest.update(path.read_bytes())
-    try:
-        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "shardsmith"],
-                               capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        head, dirty = "?", ""
-    return f"commit {head}{' (+ uncommitted changes)' if dirty else ''}, sources {digest.hexdigest()[:12]}"
-
-
 def ensure_root(work: Path, events: int) -> tuple[Path, float | None]:
     """The cached ROOT file for `events` (written under a temporary name first); seconds spent making it."""
     from shardsmith.demo_data import make_icecube_like
@@ -463,10 +434,6 @@ def tree_bytes(path: Path) -> int:
 
 
 # ---------------------------------------------------------------- the sections
-
-def verdict(label: str, ok: bool, detail: str) -> None:
-    print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
-
 
 def convert_section(b: Bench, events: int) -> None:
     half = events // 2

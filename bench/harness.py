@@ -1,0 +1,46 @@
+"""What every side-by-side benchmark here shares: warming the page cache, naming the code under
+test, and printing verdicts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def warm(paths: list[str]) -> dict:
+    """Read every file under `paths` (folders walked) once; returns the byte count."""
+    n = size = 0
+    for p in paths:
+        files = [p] if os.path.isfile(p) else [os.path.join(d, f) for d, _, fs in os.walk(p) for f in fs]
+        for f in files:
+            with open(f, "rb") as fh:
+                while block := fh.read(1 << 22):
+                    size += len(block)
+            n += 1
+    return {"files": n, "bytes": size}
+
+
+def code_version() -> str:
+    """The commit of the shardsmith under test, plus a digest of shardsmith/*.py as they are on disk
+    (other work may edit the tree while the benchmark runs)."""
+    import hashlib
+
+    repo = HERE.parent
+    digest = hashlib.sha256()
+    for path in sorted((repo / "shardsmith").rglob("*.py")):
+        digest.update(path.read_bytes())
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "shardsmith"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        head, dirty = "?", ""
+    return f"commit {head}{' (+ uncommitted changes)' if dirty else ''}, sources {digest.hexdigest()[:12]}"
+
+
+def verdict(label: str, ok: bool, detail: str) -> None:
+    print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
