@@ -290,10 +290,13 @@ def plugins() -> None:
     """Installed readers, transforms and writers."""
     from shardsmith.registry import plugins as all_plugins
 
-    for p in all_plugins():
+    found = all_plugins()
+    name_w = max((len(p.name) for p in found), default=12)
+    target_w = max((len(p.target) for p in found), default=52)
+    for p in found:
         missing = p.missing()
         state = "ok" if not missing else f"missing {', '.join(missing)}"
-        click.echo(f"{p.kind:<10} {p.name:<12} {p.target:<52} {p.origin:<12} {state}")
+        click.echo(f"{p.kind:<10} {p.name:<{name_w}} {p.target:<{target_w}} {p.origin:<12} {state}")
 
 
 if __name__ == "__main__":
