@@ -28,6 +28,11 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except ShardsmithError as exc:
             _fail(str(exc), exc.exit_code)
+        except BrokenPipeError:  # the reader of our output went away (`| head`): not an error of ours
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""
             _fail(f"{where}{exc.strerror or exc}", 1)
