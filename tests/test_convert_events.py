@@ -91,6 +91,9 @@ def test_events_in_tar_windows_read_by_webdataset(icecube, tmp_path):
     assert ids.tolist() == sorted(truth)  # --no-shuffle keeps input order
     ds = shardsmith.open(tmp_path / "tar")
     first = ds[0]
+    walked = list(ds.iter(shuffle=True, seed=1))  # iteration yields the same event dicts as ds[i]
+    assert len(walked) == len(ds) and sorted(int(w["event_id"][0]) for w in walked) == sorted(
+        int(ds[i]["event_id"][0]) for i in range(len(ds)))
     off = first["n_rows.offsets"]
     assert off[0] == 0 and len(off) == 9
     for j, eid in enumerate(first["event_id"].tolist()):
