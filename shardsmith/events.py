@@ -122,6 +122,18 @@ class EventChunk:
     def counts(self, counter: str) -> np.ndarray:
         return np.diff(self.offsets[counter])
 
+    def event(self, i: int, schema: EventSchema) -> dict[str, np.ndarray]:
+        """Event ``i``: each fixed field's row, each ragged field's values."""
+        out = {}
+        for f in schema.fields:
+            col = self.columns[f.name]
+            if f.ragged:
+                off = self.offsets[f.counter]
+                out[f.name] = col[off[i]:off[i + 1]]
+            else:
+                out[f.name] = col[i]
+        return out
+
     def take(self, index: np.ndarray, schema: EventSchema) -> EventChunk:
         """The events ``index`` (in that order) as a new chunk."""
         index = np.asarray(index, dtype=np.int64)

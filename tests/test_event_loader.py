@@ -43,11 +43,11 @@ def test_open_returns_event_dataset_and_every_event_round_trips(dataset, events)
     ds = shardsmith.open(dataset)
     assert isinstance(ds, EventDataset) and len(ds) == N and len(ds.shard_paths) == 6
     for i in range(N):
-        same_event(ds[i], hw.expected_event(events["train"], i))
-    same_event(ds[-1], hw.expected_event(events["train"], N - 1))
+        same_event(ds[i], events["train"].event(i, hw.SCHEMA))
+    same_event(ds[-1], events["train"].event(N - 1, hw.SCHEMA))
     val = shardsmith.open(dataset, split="val")
     assert len(val) == 37
-    same_event(val[36], hw.expected_event(events["val"], 36))
+    same_event(val[36], events["val"].event(36, hw.SCHEMA))
     with pytest.raises(IndexError):
         ds[N]
 
@@ -62,7 +62,7 @@ def test_get_batch_in_any_order_with_repeats(dataset, events):
         assert batch.fixed["pos"].shape == (len(idx), 3)
         assert batch.ragged["hit_t"].offsets is batch.ragged["hit_xyz"].offsets  # one per counter
         for k, i in enumerate(idx):
-            same_event(batch.event(k), hw.expected_event(events["train"], int(i) % N))
+            same_event(batch.event(k), events["train"].event(int(i) % N, hw.SCHEMA))
         assert np.array_equal(batch.lengths("nhit"), np.diff(events["train"].offsets["nhit"])[idx % N])
     with pytest.raises(IndexError):
         ds.get_batch([0, N])
@@ -128,7 +128,7 @@ def test_iter_visits_the_order_and_resumes_exactly(dataset, events):
     singles = list(ds.iter(shuffle=True, exact=True, rank=1, world_size=3))
     assert len(singles) == N // 3
     want = event_order(N, shuffle=True, seed=0, epoch=0, rank=1, world_size=3, exact=True)
-    same_event(singles[7], hw.expected_event(events["train"], int(want[7])))
+    same_event(singles[7], events["train"].event(int(want[7]), hw.SCHEMA))
 
 
 def test_collate_pad_and_flat_with_truncation(dataset):

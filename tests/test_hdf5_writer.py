@@ -50,17 +50,6 @@ def make_events(n: int, *, seed: int = 0, max_hits: int = 40) -> EventChunk:
     return EventChunk(first=0, n=n, columns=columns, offsets={"nhit": off_h, "njet": off_j})
 
 
-def expected_event(chunk: EventChunk, i: int, schema: EventSchema = SCHEMA) -> dict[str, np.ndarray]:
-    out = {}
-    for f in schema.fields:
-        if f.ragged:
-            off = chunk.offsets[f.counter]
-            out[f.name] = chunk.columns[f.name][off[i]:off[i + 1]]
-        else:
-            out[f.name] = chunk.columns[f.name][i]
-    return out
-
-
 def write_split(out: Path, split: str, chunk: EventChunk, *, schema: EventSchema = SCHEMA,
                 shard_samples: int | None = None, shard_bytes: int = 1 << 30, compression: str = "none",
                 batch_sizes: list[int] | None = None, seed: int = 0) -> list[dict]:
@@ -127,7 +116,7 @@ def test_h5py_alone_reads_every_value(tmp_path):
         schema, data, offsets = read_with_h5py_only(path)
         assert schema == SCHEMA.to_json()
         for k in range(s["samples"]):
-            want = expected_event(chunk, first + k)
+            want = chunk.event(first + k, SCHEMA)
             for name, spec in schema.items():
                 got = data[name][offsets[name][k]:offsets[name][k + 1]] if spec["ragged"] else data[name][k]
                 assert got.dtype == want[name].dtype and np.array_equal(got, want[name]), (name, first + k)

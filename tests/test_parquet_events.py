@@ -34,15 +34,7 @@ def _events(chunks: list[EventChunk], schema: EventSchema) -> list[dict[str, np.
     events: list[dict[str, np.ndarray]] = []
     for c in chunks:
         assert c.first == len(events)
-        for i in range(c.n):
-            ev = {}
-            for f in schema.fields:
-                if f.ragged:
-                    off = c.offsets[f.counter]
-                    ev[f.name] = c.columns[f.name][off[i]:off[i + 1]]
-                else:
-                    ev[f.name] = c.columns[f.name][i]
-            events.append(ev)
+        events += [c.event(i, schema) for i in range(c.n)]
     return events
 
 
