@@ -9,11 +9,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from shardsmith.cli import main
+from shardsmith.tarfmt import parse_sample as _parse_sample  # bound now: tests count calls of the patched one
 from shardsmith.transforms.tokenize import train_bpe
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "über", "café", "naïve", "東京", "🙂", "data", "shard", "token", "shuffle", "seed", "record"]
@@ -35,6 +37,44 @@ def write_jsonl(path: Path, docs: list[str], *, field: str = "text") -> Path:
         for i, d in enumerate(docs):
             fh.write(json.dumps({"id": i, field: d}, ensure_ascii=False) + "\n")
     return path
+
+
+def jpeg(seed: int, size: tuple[int, int] = (48, 40)) -> bytes:
+    """A small random-noise JPEG, different for every seed."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    buf = io.BytesIO()
+    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(buf, format="JPEG", quality=85)
+    return buf.getvalue()
+
+
+def jpeg_folder(root: Path, *, classes: int, per_class: int) -> Path:
+    """An image folder ``root/c{k}/{i}.jpg`` of distinct JPEGs."""
+    for c in range(classes):
+        (root / f"c{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg(c * 10 + i))
+    return root
+
+
+def member_table(buf: bytes, offsets: Any, *, where: str = "s.tar") -> tuple:
+    """A tar shard's member table parsed sample by sample (what the loader's numpy scan must equal)."""
+    keys, first, data, size, ext, exts = [], [0], [], [], [], []
+    for start, stop in zip(offsets, offsets[1:]):
+        key, members = _parse_sample(buf, int(start), int(stop), int(offsets[-1]), where=where)
+        keys.append(key)
+        for e, d, n in members:
+            if e not in exts:
+                exts.append(e)
+            ext.append(exts.index(e))
+            data.append(d)
+            size.append(n)
+        first.append(len(data))
+    return keys, first, data, size, ext, exts
 
 
 def root_data() -> Path:

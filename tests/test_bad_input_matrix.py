@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Result, make_docs, root_data, run_cli, write_jsonl
-from test_convert import jpeg
+from conftest import Result, jpeg, make_docs, root_data, run_cli, write_jsonl
 
 from shardsmith.icecube_like import make_icecube_kaggle_like
 

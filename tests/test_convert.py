@@ -7,17 +7,9 @@ import json
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import run_cli, tree_digest, write_jsonl
+from conftest import jpeg, run_cli, tree_digest, write_jsonl
 from PIL import Image
-
-
-def jpeg(seed: int, size: tuple[int, int] = (48, 40)) -> bytes:
-    rng = np.random.default_rng(seed)
-    buf = io.BytesIO()
-    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(buf, format="JPEG", quality=85)
-    return buf.getvalue()
 
 
 @pytest.fixture

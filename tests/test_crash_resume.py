@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
+from conftest import jpeg_folder, make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
 
 from shardsmith.icecube_like import make_icecube_kaggle_like
 
@@ -79,13 +79,7 @@ def test_a_changed_input_is_read_again(big_corpus, bpe_tokenizer, tmp_path):
 
 
 def test_images_resume_after_a_kill_while_writing_shards(tmp_path):
-    from test_convert import jpeg
-
-    root = tmp_path / "imgs"
-    for c in range(3):
-        (root / f"c{c}").mkdir(parents=True)
-        for i in range(8):
-            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg(c * 10 + i))
+    root = jpeg_folder(tmp_path / "imgs", classes=3, per_class=8)
     args = ["convert", root, "--to", "webdataset", "--shard-samples", "5", "--workers", "1", "-q"]
     _ok([*args, "-o", tmp_path / "ref"])
     _crash([*args, "-o", tmp_path / "out"], "shard:train:1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import make_docs, run_cli, tree_digest, write_jsonl
+from conftest import jpeg_folder, make_docs, run_cli, tree_digest, write_jsonl
 
 from shardsmith.icecube_like import make_icecube_kaggle_like
 
@@ -64,13 +64,7 @@ def test_tar_and_hdf5_are_identical_for_any_world_size(texts, tmp_path, world_si
 
 
 def test_images_staged_match_the_one_process_run(tmp_path):
-    from test_convert import jpeg
-
-    root = tmp_path / "imgs"
-    for c in range(2):
-        (root / f"c{c}").mkdir(parents=True)
-        for i in range(9):
-            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg(c * 10 + i))
+    root = jpeg_folder(tmp_path / "imgs", classes=2, per_class=9)
     args = ["convert", root, "--to", "webdataset", "--shard-samples", "4", "--memory", "64KB", "-q"]
     one_process(args, tmp_path / "one")  # planned from the listing, no scatter
     staged(args, tmp_path / "staged", 2)  # the keyed shuffle across ranks

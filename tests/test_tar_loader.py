@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from conftest import tar_archive
+from conftest import member_table, tar_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,7 +26,7 @@ from shardsmith import manifest
 from shardsmith.errors import DatasetError
 from shardsmith.loader import TarDataset
 from shardsmith.loader.order import epoch_order
-from shardsmith.tarfmt import BLOCK, parse_members, parse_sample
+from shardsmith.tarfmt import BLOCK, parse_members
 
 Fields = list[tuple[str, bytes]]
 
@@ -391,19 +391,7 @@ def test_fuzz_manifest(dataset, data):
 
 def python_table(tar: Path, offsets: np.ndarray) -> tuple:
     """The loader's table as it was built before scan_samples: parse_sample, sample by sample."""
-    buf = tar.read_bytes()
-    keys, first, data, size, ext, exts = [], [0], [], [], [], []
-    for start, stop in zip(offsets, offsets[1:]):
-        key, members = parse_sample(buf, int(start), int(stop), int(offsets[-1]), where=str(tar))
-        keys.append(key)
-        for e, d, n in members:
-            if e not in exts:
-                exts.append(e)
-            ext.append(exts.index(e))
-            data.append(d)
-            size.append(n)
-        first.append(len(data))
-    return keys, first, data, size, ext, exts
+    return member_table(tar.read_bytes(), offsets, where=str(tar))
 
 
 def loader_table(ds: TarDataset, s: int) -> tuple:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import tar_archive
+from conftest import member_table, tar_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -194,22 +194,6 @@ def test_parse_members_on_random_bytes_raises_only_dataset_error(buf, start, sto
 # -- scan_samples: every sample of a shard at once, exactly as parse_sample one by one ------------
 
 
-def reference(buf, offsets, where="s.tar") -> tuple:
-    """The member table a sample-by-sample parse builds (the loader's table before scan_samples)."""
-    keys, first, data, size, ext, exts = [], [0], [], [], [], []
-    for start, stop in zip(offsets, offsets[1:]):
-        key, members = parse_sample(buf, int(start), int(stop), int(offsets[-1]), where=where)
-        keys.append(key)
-        for e, d, n in members:
-            if e not in exts:
-                exts.append(e)
-            ext.append(exts.index(e))
-            data.append(d)
-            size.append(n)
-        first.append(len(data))
-    return keys, first, data, size, ext, exts
-
-
 def scanned(buf, offsets, where="s.tar") -> tuple:
     got = scan_samples(buf, np.array(offsets, np.int64), where=where)
     assert all(a.dtype == np.int64 for a in (got.first, got.data, got.size, got.ext))
@@ -272,7 +256,7 @@ def count_slow(monkeypatch):
 def test_scan_equals_sample_by_sample_parse(count_slow):
     for samples in (SAMPLES, many_samples(), many_samples(300, seed=1)):
         archive, offsets = build(samples)
-        want = reference(archive, offsets)
+        want = member_table(archive, offsets)
         count_slow.clear()
         assert scanned(archive, offsets) == want
         assert count_slow == []  # all in numpy
@@ -285,7 +269,7 @@ def test_scan_many_levels_and_blocks(monkeypatch, count_slow):
     counts = [1 + (i % 3) * 6 + (i == 5) * 40 for i in range(210)]  # 70 samples of 13 members, one of 53
     samples = [(f"s{i:03d}", [(f"e{j}", b"%d" % j) for j in range(c)]) for i, c in enumerate(counts)]
     archive, offsets = build(samples)
-    want = reference(archive, offsets)
+    want = member_table(archive, offsets)
     assert scanned(archive, offsets) == want
     assert count_slow == [offsets[5]]  # alone past level 13
     monkeypatch.setattr(tarfmt, "_SAMPLES", 16)
@@ -300,7 +284,7 @@ def test_scan_reads_foreign_headers_through_parse_members(count_slow):
     with tarfile.open(fileobj=io.BytesIO(archive)) as tf:  # it is a tar as tarfile writes them
         assert [m.name for m in tf.getmembers()] == [f"{k}.{e}" for k, f in samples for e, _ in f]
         assert tf.getmembers()[0].uname == "u"
-    assert scanned(archive, offsets) == reference(archive, offsets)
+    assert scanned(archive, offsets) == member_table(archive, offsets)
     assert count_slow == offsets[:-1:3]  # the foreign samples, and only those
 
 
@@ -375,7 +359,7 @@ def corrupt_cases():
 def test_scan_raises_what_parse_sample_raises(name):
     cases, head, _ = corrupt_cases()
     buf, offsets = cases[name]
-    want = outcome(reference, buf, offsets)
+    want = outcome(member_table, buf, offsets)
     assert want[0] == "error" and want[1].startswith("s.tar: ") and "byte" in want[1], want
     assert outcome(scanned, buf, offsets) == want
 
@@ -408,7 +392,7 @@ def test_a_digit_that_is_not_octal_goes_to_the_parser(header):
     want = outcome(parse_header, header, where="s.tar", offset=0)
     assert want[0] == "error" and ("octal" in want[1] or "checksum" in want[1])
     assert check_headers(np.frombuffer(buf, np.uint8).reshape(2, BLOCK), np.array([0]))[0].tolist() == [False]
-    assert outcome(scanned, buf, [0, 2 * BLOCK]) == outcome(reference, buf, [0, 2 * BLOCK])
+    assert outcome(scanned, buf, [0, 2 * BLOCK]) == outcome(member_table, buf, [0, 2 * BLOCK])
 
 
 def test_a_cut_index_is_caught_for_keys_that_are_not_ascii():
@@ -417,7 +401,7 @@ def test_a_cut_index_is_caught_for_keys_that_are_not_ascii():
     cut = [0, BLOCK * 2, offsets[-1]]  # sample 0 ends after its first member
     with pytest.raises(DatasetError, match="inside the sample"):
         parse_sample(archive, 0, cut[1], cut[-1])
-    for fn in (reference, scanned):
+    for fn in (member_table, scanned):
         with pytest.raises(DatasetError, match="inside the sample"):
             fn(archive, cut)
 
@@ -446,7 +430,7 @@ def test_scan_on_mutated_shards_matches_sample_by_sample_parse(data):
             buf[at + 148:at + 156] = b" " * 8
             buf[at + 148:at + 156] = b"%06o\x00 " % sum(buf[at:at + BLOCK])
     buf = bytes(buf)
-    assert outcome(scanned, buf, offsets) == outcome(reference, buf, offsets)
+    assert outcome(scanned, buf, offsets) == outcome(member_table, buf, offsets)
 
 
 def test_check_headers_marks_only_shardsmith_headers():

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import numpy as np
-from conftest import make_docs, run_cli, write_jsonl
-from test_convert import convert, jpeg
+from conftest import jpeg, make_docs, run_cli, write_jsonl
+from test_convert import convert
 
 
 def packed(tmp_path: Path, tokenizer: Path) -> Path:
