@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import code_version, verdict, warm  # noqa: E402
+from harness import clear, code_version, verdict, warm  # noqa: E402
 
 ANCHORS = HERE / "anchors"
 ANCHOR_PY = HERE / ".venv-anchors" / "bin" / "python"
@@ -268,11 +267,7 @@ class Bench:
     def measure(self, row: Row, cmd: list[str], *, warm: list[Path], log: str, inner: bool = False,
                 before: list[Path] = ()) -> Result | None:
         """One timed run of `cmd` into `row`; a failure becomes the row's note instead of stopping the run."""
-        for p in before:
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink(missing_ok=True)
+        clear(before)
         self.warm(*warm)
         try:
             res = run(cmd, self.logs / f"{log}.log")

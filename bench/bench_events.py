@@ -40,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import code_version, verdict, warm  # noqa: E402
+from harness import clear, code_version, verdict, warm  # noqa: E402
 
 WORKERS = 2
 MEAN_PULSES = 240
@@ -379,11 +379,7 @@ class Bench:
     def measure(self, row: Row, cmds: list[list[str]], *, warm: list[Path], log: str,
                 before: list[Path] = ()) -> Result | None:
         """One timed run of `cmds` (side by side) into `row`; a failure becomes the row's note."""
-        for p in before:
-            if p.is_dir():
-                shutil.rmtree(p)
-            else:
-                p.unlink(missing_ok=True)
+        clear(before)
         self.warm(*warm)
         try:
             res = run(cmds, self.logs / f"{log}.log")

@@ -4,10 +4,20 @@ test, and printing verdicts."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+def clear(paths: list[Path] | tuple[Path, ...]) -> None:
+    """Remove a previous run's output (folders or files) before a timed run."""
+    for p in paths:
+        if p.is_dir():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def warm(paths: list[str]) -> dict:
