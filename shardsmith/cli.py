@@ -82,8 +82,9 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--limit", type=click.IntRange(min=1), default=None, help="Read only the first N records."),
         click.option("--overwrite", is_flag=True, help="Replace a previous dataset in the output folder."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
-        click.option("--stage", type=click.Choice(["scatter", "gather"]), default=None,
-                     help="Clusters: run one stage (scatter on every rank, then gather) [default: all, here]."),
+        click.option("--stage", type=click.Choice(["scatter", "gather", "finalize"]), default=None,
+                     help="Clusters: run one stage (scatter and gather on every rank, then finalize once) "
+                          "[default: all three, here]."),
         click.option("--rank", type=click.IntRange(min=0), default=None,
                      help="This rank [default: $SLURM_ARRAY_TASK_ID, else $RANK, else 0]."),
         click.option("--world-size", type=click.IntRange(min=1), default=None,
@@ -122,12 +123,15 @@ def _report(out: Path, result: dict[str, Any]) -> bool:
     """One line for a stage that wrote no manifest; False when ``result`` is a manifest."""
     if "stage" not in result:
         return False
+    who = f"{out}: {result['stage']} rank {result['rank']} of {result['world_size']}"
     if result.get("idle"):
-        click.echo(f"{out}: {result['stage']} rank {result['rank']} of {result['world_size']}: nothing to do "
-                   f"(rank 0 writes every shard in this version)")
+        click.echo(f"{who}: nothing to do (finalize runs on rank 0)")
+    elif result["stage"] == "gather":
+        wrote = [f"{split} shards {a}..{b - 1}" if b >= 0 else f"{split} (every shard)"
+                 for split, (a, b) in result["shards"].items()]
+        click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards)'}")
     else:
-        click.echo(f"{out}: scatter rank {result['rank']} of {result['world_size']}: {result['tasks']} tasks, "
-                   f"{result['records']} records read, {result['skipped']} skipped")
+        click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped")
     return True
 
 

@@ -159,3 +159,14 @@ class HashingFile:
             self._fh.close()
         with contextlib.suppress(OSError):
             self._tmp.unlink()
+
+
+def file_sha256(fd: int, size: int) -> str:
+    """sha256 of the first ``size`` bytes of an open file, read through a memory map (the page
+    cache, when the file was just written)."""
+    import mmap
+
+    if size == 0:
+        return hashlib.sha256().hexdigest()
+    with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+        return hashlib.sha256(mm).hexdigest()

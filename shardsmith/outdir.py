@@ -35,6 +35,9 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
         return
     present = sorted(p for p in out.iterdir())
+    if stage is not None:  # gather ranks share the folder: never remove what another rank wrote
+        _join(out, present, run=run)
+        return
     if present:
         _clear(out, present, overwrite=overwrite, run=run)
     if run is not None:
@@ -55,6 +58,20 @@ def finish_output(out: Path) -> None:
     """
     shutil.rmtree(work_path(out), ignore_errors=True)
     (out / RUN_FILE).unlink(missing_ok=True)
+
+
+def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None:
+    """A gather or finalize rank joins the output folder of its run: empty, or holding only this
+    run's files (its record says so)."""
+    if present:
+        own = all(p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
+        previous = read_run_file(out)
+        other = previous is not None and run is not None and previous.get("options") != run["options"]
+        if not own or (out / MANIFEST).exists() or other:
+            raise UsageError(f"-o {out}: holds other files than this run's (a finished dataset, or another "
+                             f"command's output); cluster stages never remove files: empty the folder first")
+    if run is not None:
+        atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
 
 
 def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, str] | None) -> None:

@@ -25,20 +25,13 @@ import orjson
 
 from shardsmith import keys as keymod
 from shardsmith.errors import DataError, ShardsmithError, UsageError
+from shardsmith.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
 from shardsmith.outdir import finish_output, work_path
 from shardsmith.ragged import starts_of, take_ragged
 from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
 from shardsmith.resume import crash_point, die_with_parent
-from shardsmith.shuffle import (
-    PartWriter,
-    bucket_count,
-    bucket_of,
-    read_part_footer,
-    segments_by_split,
-    sorted_batches,
-)
+from shardsmith.shuffle import PartWriter, bucket_count, bucket_of, read_part_footer, segments_by_split
 from shardsmith.splits import assign_splits
-from shardsmith.writers.base import Writer
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +53,8 @@ class ConvertingOptions:
     world_size: int = 1
 
     def idle_rank(self) -> bool:
-        """Whether this rank has nothing to do in its stage (the gather runs on rank 0 in this version)."""
-        return self.stage == "gather" and self.rank != 0
+        """Whether this rank has nothing to do in its stage (finalize is one process: rank 0)."""
+        return self.stage == "finalize" and self.rank != 0
 
 
 @dataclass(slots=True)
@@ -338,26 +331,12 @@ def _check(res: TaskResult) -> None:
         raise DataError(**res.error)
 
 
-def run_gather(job: ScatterJob, results: list[TaskResult], *, budget: int,
-               make_writer: Callable[[str], Writer]) -> dict[str, Writer]:
-    """Every split's samples in shuffle order into its writer; returns the closed writers."""
+def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int) -> list[SplitGather]:
+    """Every split's bucket groups, from the footers of the tasks' part files."""
     parts = [(part_path(job.work_dir, r.task), read_part_footer(part_path(job.work_dir, r.task)))
              for r in results]
     table = segments_by_split(parts, len(job.splits))
-    writers: dict[str, Writer] = {}
-    for s, (name, _) in enumerate(job.splits):
-        writer = make_writer(name)
-        try:
-            for i, batch in enumerate(sorted_batches(table[s], budget=budget)):
-                writer.write_batch(batch.lengths, batch.payload)
-                crash_point(f"gather:{name}:{i}")
-            writer.close()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                writer.abort()  # type: ignore[attr-defined]
-            raise
-        writers[name] = writer
-    return writers
+    return [SplitGather.of(name, table[s], budget=budget) for s, (name, _) in enumerate(job.splits)]
 
 
 @dataclass(frozen=True)
@@ -381,10 +360,12 @@ class Sizing:
 
 
 def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor, tasks: list[Task],
-                sizing: Sizing, estimated_bytes: int, make_writer: Callable[[str], Writer], desc: str,
-                progress: Any, run: dict[str, str] | None = None) -> tuple[dict[str, Writer], list[TaskResult]]:
-    """Scatter every task in workers, then gather every split into its writer, in a scratch folder
-    (resumed from the finished tasks of a killed run with the same ``run`` fingerprint)."""
+                sizing: Sizing, estimated_bytes: int, make_writer: MakeWriter, desc: str,
+                progress: Any, run: dict[str, str] | None = None) -> Converted:
+    """Scatter every task in workers, gather every split into shards (in workers too, each a range
+    of shards), and finish the splits, in a scratch folder (resumed from the finished tasks and
+    shard ranges of a killed run with the same ``run`` fingerprint). A cluster stage runs its part
+    only and returns no splits."""
     if opts.stage is not None and opts.limit is not None:
         raise UsageError("--limit reads input in order in one process; it does not combine with --stage")
     with work_folder(out, run=run, shared=opts.stage is not None) as work:
@@ -396,22 +377,43 @@ def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor
             mine = [t for t in tasks if t.index % opts.world_size == opts.rank]
             with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {opts.rank}", unit="B") as bar:
                 results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
-            return None, results
-        if opts.stage == "gather":
+            return Converted(results=results, summary=scatter_summary(opts, results))
+        if opts.stage is not None:
             results = _scattered(job, tasks)
         else:
             with progress.bar(total=sum(t.nbytes for t in tasks), desc=desc, unit="B") as bar:
                 results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
-        writers = run_gather(job, results, budget=sizing.group_bytes, make_writer=make_writer)
-    return writers, results
+        workers = max(1, opts.workers)
+        # gather workers each hold a group at a time: share the budget between them
+        splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // workers))
+        if opts.stage != "finalize":
+            ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
+                            rank=opts.rank if opts.stage else 0, world_size=opts.world_size if opts.stage else 1)
+        if opts.stage == "gather":
+            return Converted(results=results, summary={**_stage(opts), "shards": ranges})
+        outputs = finish(splits, make_writer=make_writer, work_dir=work, out_dir=out)
+    return Converted(results=results, outputs=outputs)
+
+
+@dataclass(frozen=True)
+class Converted:
+    """What ``convert_all`` did: every split's shards, or (a cluster stage) a summary of its part."""
+
+    results: list[TaskResult]
+    outputs: dict[str, SplitOutput] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+
+
+def _stage(opts: ConvertingOptions) -> dict[str, Any]:
+    return {"stage": opts.stage, "rank": opts.rank, "world_size": opts.world_size}
 
 
 def scatter_summary(opts: ConvertingOptions, results: list[TaskResult] | None) -> dict[str, Any]:
     """What a command returns for a stage that writes no manifest."""
     if results is None:
-        return {"stage": opts.stage, "rank": opts.rank, "world_size": opts.world_size, "idle": True}
-    return {"stage": opts.stage, "rank": opts.rank, "world_size": opts.world_size, "tasks": len(results),
-            "records": sum(r.records for r in results), "skipped": sum(len(r.skipped) for r in results)}
+        return {**_stage(opts), "idle": True}
+    return {**_stage(opts), "tasks": len(results), "records": sum(r.records for r in results),
+            "skipped": sum(len(r.skipped) for r in results)}
 
 
 def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:
@@ -440,7 +442,7 @@ class Tally:
     unread: list[dict[str, Any]]  # files that broke off: their tails were never read
 
     @classmethod
-    def of(cls, results: list[TaskResult], writers: dict[str, Writer], *, copies: int = 1,
+    def of(cls, results: list[TaskResult], writers: dict[str, Any], *, copies: int = 1,
            inputs: list[Any], written: int | None = None, out: Path | None = None) -> Tally:
         """``written``: records written, where a sample holds several (events packed into one tar sample).
 

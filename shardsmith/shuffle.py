@@ -219,10 +219,40 @@ def _load_group(group: list[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return heads[0], heads[1], heads[2].astype(np.int64), payload
 
 
+def groups(buckets: dict[int, list[Segment]], *, budget: int) -> list[list[Segment]]:
+    """A split's bucket groups in key order: read, sorted and handed on one at a time."""
+    return list(_group(buckets, budget))
+
+
+def sort_group(group: list[Segment]) -> SortedBatch:
+    """A group's samples in (key, input order) order."""
+    keys, order, lengths, payload = _load_group(group)
+    perm = np.lexsort((order, keys))
+    ordered = take_ragged(payload, lengths, perm)
+    return SortedBatch(lengths=lengths[perm], payload=memoryview(ordered))
+
+
+def sorted_lengths(group: list[Segment]) -> np.ndarray:
+    """A group's payload lengths in output order, from the segments' heads alone (no payload read)."""
+    heads = np.empty((3, sum(s.count for s in group)), dtype=np.uint64)
+    row = 0
+    handles: dict[str, Any] = {}
+    try:
+        for seg in group:
+            fh = handles.get(seg.path) or handles.setdefault(seg.path, open(seg.path, "rb"))  # noqa: SIM115
+            fh.seek(seg.offset)
+            head = np.empty((3, seg.count), dtype=np.uint64)
+            if fh.readinto(memoryview(head).cast("B")) != 24 * seg.count:
+                raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+            heads[:, row:row + seg.count] = head
+            row += seg.count
+    finally:
+        for fh in handles.values():
+            fh.close()
+    return heads[2, np.lexsort((heads[1], heads[0]))].astype(np.int64)
+
+
 def sorted_batches(buckets: dict[int, list[Segment]], *, budget: int) -> Iterator[SortedBatch]:
     """The samples of one split in (key, input order) order, a bucket group at a time."""
     for group in _group(buckets, budget):
-        keys, order, lengths, payload = _load_group(group)
-        perm = np.lexsort((order, keys))
-        ordered = take_ragged(payload, lengths, perm)
-        yield SortedBatch(lengths=lengths[perm], payload=memoryview(ordered))
+        yield sort_group(group)

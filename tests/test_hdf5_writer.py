@@ -142,8 +142,7 @@ def test_bytes_do_not_depend_on_batching(tmp_path):
 
 def test_rollover_by_bytes_and_an_event_larger_than_a_shard(tmp_path):
     chunk = make_events(200, seed=3)
-    writer_bytes = HDF5Writer(out_dir=tmp_path, split="x", schema=SCHEMA, shard_samples=None, shard_bytes=1,
-                              compression="none").event_bytes(chunk)
+    writer_bytes, _ = encode(chunk, SCHEMA)  # shards hold at most shard_bytes of event records
     limit = 6000
     shards = write_split(tmp_path, "train", chunk, shard_bytes=limit)
     at = 0

@@ -20,14 +20,18 @@ def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def staged(args: list[str | Path], out: Path, world_size: int) -> None:
-    """Every scatter rank (one of them twice: a rank rerun is harmless), then the gather on every rank."""
+    """Every scatter rank (one of them twice: a rank rerun is harmless), the gather on every rank, then finalize."""
     for rank in [*range(world_size), world_size - 1]:
         res = run_cli(*args, "-o", out, "--stage", "scatter", "--rank", str(rank), "--world-size", str(world_size))
         assert res.exit_code == 0, res.stderr
         assert f"scatter rank {rank} of {world_size}" in res.output
-    for rank in reversed(range(world_size)):  # ranks other than 0 have nothing to do, and say so
+    for rank in reversed(range(world_size)):  # each rank writes its range of the shards
         res = run_cli(*args, "-o", out, "--stage", "gather", "--rank", str(rank), "--world-size", str(world_size))
         assert res.exit_code == 0, res.stderr
+        assert f"gather rank {rank} of {world_size}: wrote" in res.output
+        assert not (out / "manifest.json").exists()
+    res = run_cli(*args, "-o", out, "--stage", "finalize", "--world-size", str(world_size))
+    assert res.exit_code == 0, res.stderr
     assert (out / "manifest.json").is_file()
     assert not (out.parent / f".{out.name}.shardsmith-work").exists()
 
@@ -90,3 +94,17 @@ def test_rank_and_world_size_come_from_slurm(texts, bpe_tokenizer, tmp_path, mon
     monkeypatch.setenv("SLURM_ARRAY_TASK_COUNT", "2")
     res = run_cli("pack-tokens", texts, "--tokenizer", bpe_tokenizer, "-o", tmp_path / "o", "--stage", "scatter", "-q")
     assert res.exit_code == 0 and "scatter rank 1 of 2" in res.output, res.output
+
+
+def test_a_trained_tokenizer_is_trained_once_for_every_stage(texts, tmp_path):
+    args = ["pack-tokens", texts, "--train-tokenizer", "300", "--memory", "256KB", "--shard-tokens", "10K"]
+    one_process([*args, "-q"], tmp_path / "one")
+    out = tmp_path / "staged"
+    said = ""
+    for stage, ranks in (("scatter", 2), ("gather", 2), ("finalize", 1)):
+        for rank in range(ranks):
+            res = run_cli(*args, "-o", out, "--stage", stage, "--rank", str(rank), "--world-size", "2")
+            assert res.exit_code == 0, res.stderr
+            said += res.stderr
+    assert said.count("training a byte-level BPE") == 1, said
+    assert tree_digest(out) == tree_digest(tmp_path / "one")

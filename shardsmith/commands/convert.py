@@ -17,6 +17,7 @@ from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import finish_output, prepare_output
 from shardsmith.pipeline import (
+    Converted,
     ConvertingOptions,
     Processed,
     Sizing,
@@ -296,9 +297,10 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     if kind == "imagefolder" and not opts.augment and direct:
         writers, results = _direct_images(opts, files, processor, progress)
     else:
-        writers, results = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress, run_id)
-        if writers is None:
-            return scatter_summary(opts, results)
+        done = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress, run_id)
+        if done.summary is not None:
+            return done.summary
+        writers, results = done.outputs, done.results
     tally = Tally.of(results, writers, copies=opts.copies, inputs=files, out=opts.out)
     splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
                      "wids": f"{name}.wids.json"} for name, w in writers.items()}
@@ -338,19 +340,17 @@ def _direct_images(opts: ConvertOptions, files: list[InputFile], processor: Samp
 
 
 def _shuffled(opts: ConvertOptions, kind: str, files: list[InputFile], reader: Reader, processor: SampleProcessor,
-              tasks: list[Task], sizing: Sizing, progress: Progress, run_id: dict[str, str]
-              ) -> tuple[dict[str, Any] | None, list[TaskResult]]:
-    """The general path: scatter into the keyed shuffle, gather into tar writers (no writers: a
-    scatter stage)."""
+              tasks: list[Task], sizing: Sizing, progress: Progress, run_id: dict[str, str]) -> Converted:
+    """The general path: scatter into the keyed shuffle, gather into tar writers."""
     total_bytes = sum(f.size for f in files)
     # image bytes that pass through unchanged are referenced by the workers and copied by the writer
     sources = [f.path for f in files] if kind == "imagefolder" and not opts.augment else None
     return convert_all(
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
         estimated_bytes=total_bytes * opts.copies, desc="convert", progress=progress, run=run_id,
-        make_writer=lambda split: TarWriter(
+        make_writer=lambda split, part: TarWriter(
             out_dir=opts.out, split=split, shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes,
-            wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers)))
+            wids_md5=opts.wids_md5, sources=sources, threads=max(2, opts.workers), part=part))
 
 
 def _schema(kind: str, opts: ConvertOptions) -> dict[str, Any]:

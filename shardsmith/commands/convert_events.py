@@ -15,10 +15,11 @@ from shardsmith import manifest as manifest_mod
 from shardsmith.errors import UsageError
 from shardsmith.events import EventChunk, EventSchema, encode
 from shardsmith.inputs import InputFile
-from shardsmith.pipeline import Processed, Sizing, Tally, convert_all, scatter_summary
+from shardsmith.pipeline import Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.resume import crash_point, run_identity
+from shardsmith.writers.base import ShardRange
 
 if TYPE_CHECKING:
     from shardsmith.commands.convert import ConvertOptions
@@ -91,13 +92,14 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
     tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     run_id = run_identity("convert", opts, files, extra_paths=(opts.events_table,))
     prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
-    writers, results = convert_all(
+    done = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema), tasks=tasks, sizing=sizing,
         # compressed inputs grow when decoded: size the shuffle's buckets for a few times the input
         estimated_bytes=4 * total_bytes, desc="convert", progress=progress, run=run_id,
-        make_writer=lambda split: _writer(opts, split, schema))
-    if writers is None:
-        return scatter_summary(opts, results)
+        make_writer=lambda split, part: _writer(opts, split, schema, part))
+    if done.summary is not None:
+        return done.summary
+    writers, results = done.outputs, done.results
     events = {name: getattr(w, "events", None) or sum(s.samples for s in w.shards) for name, w in writers.items()}
     tally = Tally.of(results, writers, inputs=files, written=sum(events.values()), out=opts.out)
     splits: dict[str, Any] = {}
@@ -125,13 +127,13 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
     return manifest
 
 
-def _writer(opts: ConvertOptions, split: str, schema: EventSchema) -> Any:
+def _writer(opts: ConvertOptions, split: str, schema: EventSchema, part: ShardRange) -> Any:
     if opts.to == "hdf5":
         from shardsmith.writers.hdf5 import HDF5Writer
 
         return HDF5Writer(out_dir=opts.out, split=split, schema=schema, shard_samples=opts.shard_samples,
-                          shard_bytes=opts.shard_bytes, compression=opts.compression)
+                          shard_bytes=opts.shard_bytes, compression=opts.compression, part=part)
     from shardsmith.writers.event_tar import EventTarWriter
 
     return EventTarWriter(out_dir=opts.out, split=split, schema=schema, events_per_sample=opts.events_per_sample,
-                          shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes)
+                          shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes, part=part)

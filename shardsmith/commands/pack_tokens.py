@@ -15,7 +15,7 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.inputs import discover
 from shardsmith.memory import keep_freed_memory
-from shardsmith.outdir import finish_output, prepare_output
+from shardsmith.outdir import finish_output, prepare_output, work_path
 from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all, scatter_summary
 from shardsmith.progress import Progress
 from shardsmith.readers.base import BadRecord, MultiReader, Task
@@ -113,9 +113,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     progress = Progress(quiet=opts.quiet)
 
     if opts.train_tokenizer is not None:
-        progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
-        texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error)
-        atomic_write_bytes(opts.out / "tokenizer.json", tk.train_bpe(texts, vocab_size=opts.train_tokenizer).encode())
+        atomic_write_bytes(opts.out / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id))
         tok_path = opts.out / "tokenizer.json"
     else:
         tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
@@ -139,12 +137,14 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
 
     processor = TokenProcessor(spec=spec, text_field=opts.text_field, encoder=tk.Encoder(spec, loaded=loaded))
-    writers, results = convert_all(
+    done = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
-        estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id, make_writer=lambda split: TokensWriter(
-            out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt))
-    if writers is None:
-        return scatter_summary(opts, results)
+        estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id, make_writer=lambda split, part: TokensWriter(
+            out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt,
+            part=part))
+    if done.summary is not None:
+        return done.summary
+    writers, results = done.outputs, done.results
     tally = Tally.of(results, writers, inputs=files, out=opts.out)
 
     splits: dict[str, Any] = {}
@@ -173,6 +173,23 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     manifest_mod.save(opts.out, manifest)
     finish_output(opts.out)
     return manifest
+
+
+def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], progress: Progress,
+             run_id: dict[str, str]) -> bytes:
+    """A byte-level BPE trained on the inputs; in a cluster stage, trained once by the first rank
+    to get there and kept in the scratch folder for the others (training is deterministic, so two
+    ranks racing write the same bytes)."""
+    cached = work_path(opts.out) / f"tokenizer-{run_id['options'][:12]}-{run_id['inputs'][:12]}.json"
+    if opts.stage is not None and cached.is_file():
+        return cached.read_bytes()
+    progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
+    texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error)
+    trained = tk.train_bpe(texts, vocab_size=opts.train_tokenizer).encode()
+    if opts.stage is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(cached, trained)
+    return trained
 
 
 def _sample(reader: MultiReader, tasks: list[Task], field: str) -> list[str]:

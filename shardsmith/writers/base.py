@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from shardsmith.writers.rollover import Rollover
+
 
 @dataclass(slots=True)
 class ShardRecord:
@@ -23,6 +25,22 @@ class ShardRecord:
         return {"path": self.path, "samples": self.samples, "bytes": self.bytes, "sha256": self.sha256,
                 **self.extra}
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ShardRecord:
+        rest = {k: v for k, v in d.items() if k not in ("path", "samples", "bytes", "sha256")}
+        return cls(path=d["path"], samples=int(d["samples"]), bytes=int(d["bytes"]), sha256=d["sha256"], extra=rest)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardRange:
+    """Which shards of a split one writer makes: from ``first_shard`` on, after ``weight_before``
+    (in the writer's rollover units) of the split; ``whole``: the writer makes every shard."""
+
+    first_shard: int = 0
+    weight_before: int = 0
+    whole: bool = True
+    work_dir: Path | None = None  # scratch shared by the writers of one split (a flat file written in pieces)
+
 
 class Writer:
     """Base class: receives one split's samples in output order and cuts them into shards.
@@ -33,15 +51,42 @@ class Writer:
 
     name: ClassVar[str] = ""
     suffix: ClassVar[str] = ""
+    #: whether ``weights`` reads the payload, not only the lengths (the gather's plan then reads it too)
+    weigh_payload: ClassVar[bool] = False
+    #: whether several writers may each make a range of one split's shards
+    rangeable: ClassVar[bool] = True
 
-    def __init__(self, *, out_dir: Path, split: str) -> None:
+    def __init__(self, *, out_dir: Path, split: str, part: ShardRange | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.split = split
+        self.part = part or ShardRange()
         self.shards: list[ShardRecord] = []
-        self._open = False
+        self.md5s: list[str | None] = []
 
     def shard_name(self, index: int, suffix: str | None = None) -> str:
         return f"{self.split}-{index:06d}{self.suffix if suffix is None else suffix}"
+
+    def next_index(self) -> int:
+        """The split-wide number of the next shard this writer starts."""
+        return self.part.first_shard + len(self.shards)
+
+    def rollover(self) -> Rollover:
+        """A fresh rollover rule with this writer's limits."""
+        raise NotImplementedError
+
+    def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
+        """Each sample's weight in the rollover's units (``payload`` only if ``weigh_payload``)."""
+        return np.asarray(lengths, dtype=np.int64)
+
+    def piece(self) -> dict[str, Any]:
+        """What this writer made, for the split's finishing step (JSON)."""
+        return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],
+                "md5s": self.md5s}
+
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        """Split-wide files made once every shard of the split is written, from the ``piece()`` of
+        every writer that made some (on a writer made for this, which wrote nothing)."""
+        return {}
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         raise NotImplementedError

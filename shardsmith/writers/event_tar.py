@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from shardsmith.events import EventChunk, EventSchema, decode
 from shardsmith.tarfmt import sample_members
-from shardsmith.writers.base import ShardRecord, Writer
+from shardsmith.writers.base import ShardRange, ShardRecord, Writer
 from shardsmith.writers.webdataset import TarWriter
 
 _NPY_MAGIC = b"\x93NUMPY\x01\x00"
@@ -45,13 +46,16 @@ class EventTarWriter(Writer):
 
     name = "webdataset"
     suffix = ".tar"
+    # samples are named by their position in the split and windows of events: one writer makes them all
+    rangeable = False
 
     def __init__(self, *, out_dir: Path, split: str, schema: EventSchema, events_per_sample: int = 1,
-                 shard_samples: int | None, shard_bytes: int) -> None:
-        super().__init__(out_dir=out_dir, split=split)
+                 shard_samples: int | None, shard_bytes: int, part: ShardRange | None = None) -> None:
+        super().__init__(out_dir=out_dir, split=split, part=part)
         self.schema = schema
         self.per_sample = events_per_sample
-        self.tar = TarWriter(out_dir=out_dir, split=split, shard_samples=shard_samples, shard_bytes=shard_bytes)
+        self.tar = TarWriter(out_dir=out_dir, split=split, shard_samples=shard_samples, shard_bytes=shard_bytes,
+                             part=part)
         self.events = 0
         self._held: EventChunk | None = None  # events short of a full window, waiting for the next batch
 
@@ -100,7 +104,15 @@ class EventTarWriter(Writer):
             self._write(self._held, self._held.n)  # the last window may be short
             self._held = None
         self.shards = self.tar.close()
+        self.md5s = self.tar.md5s
         return self.shards
+
+    def piece(self) -> dict[str, Any]:
+        return {**super().piece(), "events": self.events}
+
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        self.tar.finish_split(pieces)
+        return {"events": sum(int(p["events"]) for p in pieces)}
 
     def abort(self) -> None:
         self.tar.abort()

@@ -38,7 +38,8 @@ from shardsmith import __version__
 from shardsmith.errors import UsageError
 from shardsmith.events import EventChunk, EventSchema, decode
 from shardsmith.fsutil import _tmp, fsync_dir, naming
-from shardsmith.writers.base import ShardRecord, Writer
+from shardsmith.writers.base import ShardRange, ShardRecord, Writer
+from shardsmith.writers.rollover import Rollover, runs
 
 FORMAT = "shardsmith-events"
 FORMAT_VERSION = 1
@@ -97,51 +98,37 @@ class HDF5Writer(Writer):
     suffix = ".h5"
 
     def __init__(self, *, out_dir: Path, split: str, schema: EventSchema, shard_samples: int | None,
-                 shard_bytes: int, compression: str = "none") -> None:
-        super().__init__(out_dir=out_dir, split=split)
+                 shard_bytes: int, compression: str = "none", part: ShardRange | None = None) -> None:
+        super().__init__(out_dir=out_dir, split=split, part=part)
         self.schema = schema
-        self.shard_samples = shard_samples or (1 << 62)
+        self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self.compression = compression
         self._filters = check_compression(compression)
         check_names(schema)
-        self._fixed_event_bytes = sum(f.item_bytes for f in schema.fixed) + 8 * len(schema.counters)
+        self._roller = self.rollover()
         self._pending: list[EventChunk] = []
         self._n = 0
-        self._bytes = 0
         self._pool: ThreadPoolExecutor | None = None
         self._futures: list[Future[ShardRecord]] = []
 
     # -- rollover -------------------------------------------------------------------------------
 
-    def event_bytes(self, chunk: EventChunk) -> np.ndarray:
-        """Uncompressed bytes of each event in the shard (values, fixed rows and offsets)."""
-        out = np.full(chunk.n, self._fixed_event_bytes, dtype=np.int64)
-        for f in self.schema.ragged:
-            out += chunk.counts(f.counter) * f.item_bytes
-        return out
+    def rollover(self) -> Rollover:
+        """Shards hold at most ``shard_bytes`` of event records (values, counts, 8-byte alignment:
+        about the uncompressed size) and ``shard_samples`` events."""
+        return Rollover(max_weight=self.shard_bytes, max_samples=self.shard_samples)
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         """Append encoded events (``shardsmith.events.encode`` records) in output order."""
         if len(lengths) == 0:
             return
         chunk = decode(lengths, payload, self.schema)
-        ends = np.cumsum(self.event_bytes(chunk))
-        done = 0
-        while done < chunk.n:
-            room = self.shard_bytes - self._bytes
-            base = int(ends[done - 1]) if done else 0
-            fit = int(np.searchsorted(ends[done:] - base, room, side="right"))
-            fit = min(fit, self.shard_samples - self._n, chunk.n - done)
-            if fit == 0 and self._n == 0:
-                fit = 1  # an event larger than a shard gets a shard of its own
-            if fit:
-                self._pending.append(_slice(chunk, done, done + fit, self.schema))
-                self._n += fit
-                self._bytes += int(ends[done + fit - 1]) - base
-                done += fit
-            if done < chunk.n:
+        for a, b, new in runs(self._roller.cut(self.weights(lengths, None)), chunk.n):
+            if new:
                 self._roll()
+            self._pending.append(_slice(chunk, a, b, self.schema))
+            self._n += b - a
 
     def close(self) -> list[ShardRecord]:
         if self._n:
@@ -154,11 +141,11 @@ class HDF5Writer(Writer):
 
     def abort(self) -> None:
         """Drop the shard being built and every temporary file."""
-        self._pending, self._n, self._bytes = [], 0, 0
+        self._pending, self._n = [], 0
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-        for index in range(len(self.shards), len(self.shards) + len(self._futures) + 1):
+        for index in range(self.next_index(), self.next_index() + len(self._futures) + 1):
             with contextlib.suppress(OSError):
                 _tmp(self.out_dir / self.shard_name(index)).unlink()
         self._futures = []
@@ -167,7 +154,7 @@ class HDF5Writer(Writer):
 
     def _roll(self) -> None:
         """Write the pending events as one shard; fsync, hash and rename it on a thread."""
-        path = self.out_dir / self.shard_name(len(self.shards) + len(self._futures))
+        path = self.out_dir / self.shard_name(self.next_index() + len(self._futures))
         tmp = _tmp(path)
         try:
             with naming(path):  # h5py's errors for a full disk name no file
@@ -180,7 +167,7 @@ class HDF5Writer(Writer):
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"hdf5 {self.split}")
         self._drain(1)  # one shard finishing at a time: bounded work in flight
         self._futures.append(self._pool.submit(_commit, tmp, path, self._n, self.compression))
-        self._pending, self._n, self._bytes = [], 0, 0
+        self._pending, self._n = [], 0
 
     def _drain(self, keep: int) -> None:
         """Wait for finishing shards until at most ``keep`` are in flight; records stay in order."""

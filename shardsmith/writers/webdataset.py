@@ -13,14 +13,17 @@ import struct
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
 
 from shardsmith.errors import DataError
 from shardsmith.fsutil import HashingFile, atomic_write_bytes
+from shardsmith.ragged import starts_of
 from shardsmith.tarfmt import BLOCK, end_of_archive, padding
-from shardsmith.writers.base import ShardRecord, Writer
+from shardsmith.writers.base import ShardRange, ShardRecord, Writer
+from shardsmith.writers.rollover import Rollover, runs
 
 _REF = struct.Struct("<8sQQ")
 REF_MAGIC = b"SSREF\x00\x00\x01"
@@ -82,6 +85,12 @@ def closed_size(size: int) -> int:
     return -(-(size + 1024) // 10240) * 10240
 
 
+def max_tar_weight(shard_bytes: int) -> int:
+    """The most sample bytes a shard may hold so that, closed, it stays within ``shard_bytes``
+    (``closed_size(x) > shard_bytes`` exactly when ``x`` exceeds this)."""
+    return shard_bytes // 10240 * 10240 - 1024
+
+
 class TarWriter(Writer):
     """Rolls tar shards over at ``shard_samples`` samples or ``shard_bytes`` bytes, whichever comes first."""
 
@@ -89,38 +98,58 @@ class TarWriter(Writer):
     suffix = ".tar"
 
     def __init__(self, *, out_dir: Path, split: str, shard_samples: int | None, shard_bytes: int,
-                 wids_md5: bool = False, sources: list[str] | None = None, threads: int = 2) -> None:
+                 wids_md5: bool = False, sources: list[str] | None = None, threads: int = 2,
+                 part: ShardRange | None = None) -> None:
         """``sources``: input paths by file index, when samples carry ``SourceRef``s to expand;
         ``threads``: shards written at once in that case."""
-        super().__init__(out_dir=out_dir, split=split)
+        super().__init__(out_dir=out_dir, split=split, part=part)
         self.sources = sources
-        self.shard_samples = shard_samples or (1 << 62)
+        self.weigh_payload = sources is not None  # type: ignore[misc]
+        self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self.wids_md5 = wids_md5
+        self._roller = self.rollover()
         self._tar: HashingFile | None = None
         self._starts: list[int] = []
-        self._md5s: list[str | None] = []
         self.threads = threads
         self._plan: _ShardPlan | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._futures: list[Future[tuple[ShardRecord, str | None]]] = []
 
+    def rollover(self) -> Rollover:
+        return Rollover(max_weight=max_tar_weight(self.shard_bytes), max_samples=self.shard_samples)
+
+    def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
+        """Sample bytes in the tar: a SourceRef counts as the data it stands for."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self.sources is None:
+            return lengths
+        assert payload is not None
+        out = lengths.copy()
+        pos = 0
+        for i, n in enumerate(lengths.tolist()):
+            magic, _, size = _REF.unpack_from(payload, pos + BLOCK)
+            if magic != REF_MAGIC:
+                raise AssertionError("sample without the SourceRef the writer expects")
+            out[i] = n - _REF.size + size + len(padding(size))
+            pos += n
+        return out
+
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         """Append whole samples; a shard never splits a sample."""
+        lengths = np.asarray(lengths, dtype=np.int64)
         if self.sources is not None:
             self._write_referenced(lengths, payload)
             return
-        pos = 0
-        run_start = 0
-        for n in np.asarray(lengths, dtype=np.int64).tolist():
-            if self._full(pos - run_start + n):
-                self._tar.write(payload[run_start:pos])  # type: ignore[union-attr]
-                run_start = pos
+        starts = starts_of(lengths)
+        for a, b, new in runs(self._roller.cut(lengths), len(lengths)):
+            if new:
                 self._roll()
-            self._begin_sample(run_start, pos)
-            pos += n
-        if self._tar is not None and pos > run_start:
-            self._tar.write(payload[run_start:pos])
+            if self._tar is None:
+                self._tar = HashingFile(self.out_dir / self.shard_name(self.next_index()), md5=self.wids_md5)
+            base = self._tar.bytes - int(starts[a])
+            self._starts += (starts[a:b] + base).tolist()
+            self._tar.write(payload[int(starts[a]):int(starts[b])])
 
     def _write_referenced(self, lengths: np.ndarray, payload: memoryview) -> None:
         """Samples whose first member's data is a SourceRef: plan shards here, write them on threads.
@@ -129,21 +158,18 @@ class TarWriter(Writer):
         are exactly those of a sequential write; reading the images, hashing and writing happen
         for several shards at once (file reads, hashing and writes release the GIL).
         """
+        weights = self.weights(lengths, payload)
+        cuts = set(self._roller.cut(weights))
         pos = 0
-        for n in np.asarray(lengths, dtype=np.int64).tolist():
-            magic, index, size = _REF.unpack_from(payload, pos + BLOCK)
-            if magic != REF_MAGIC:
-                raise AssertionError("sample without the SourceRef the writer expects")
-            true_size = n - _REF.size + size + len(padding(size))
-            plan = self._plan
-            if plan is not None and (len(plan.samples) >= self.shard_samples
-                                     or closed_size(plan.bytes + true_size) > self.shard_bytes):
+        for i, n in enumerate(lengths.tolist()):
+            _, index, size = _REF.unpack_from(payload, pos + BLOCK)
+            if i in cuts:
                 self._submit()
             if self._plan is None:
-                self._plan = _ShardPlan(index=len(self._futures))
+                self._plan = _ShardPlan(index=self.next_index() + len(self._futures))
             self._plan.samples.append((bytes(payload[pos:pos + BLOCK]), index, size,
                                        bytes(payload[pos + BLOCK + _REF.size:pos + n])))
-            self._plan.bytes += true_size
+            self._plan.bytes += int(weights[i])
             pos += n
 
     def _submit(self) -> None:
@@ -181,23 +207,12 @@ class TarWriter(Writer):
             tar.abort()
             raise
 
-    def _full(self, next_sample: int) -> bool:
-        """Whether ``next_sample`` more bytes (beyond those already written) must start a new shard."""
-        if self._tar is None or not self._starts:
-            return False
-        return len(self._starts) >= self.shard_samples or closed_size(self._tar.bytes + next_sample) > self.shard_bytes
-
-    def _begin_sample(self, run_start: int, pos: int) -> None:
-        if self._tar is None:
-            self._tar = HashingFile(self.out_dir / self.shard_name(len(self.shards)), md5=self.wids_md5)
-        self._starts.append(self._tar.bytes + (pos - run_start))
-
     def _roll(self) -> None:
         tar = self._tar
         assert tar is not None
-        record, md5 = self._finish_shard(tar, self._starts, len(self.shards))
+        record, md5 = self._finish_shard(tar, self._starts, self.next_index())
         self.shards.append(record)
-        self._md5s.append(md5)
+        self.md5s.append(md5)
         self._tar, self._starts = None, []
 
     def _finish_shard(self, tar: HashingFile, starts: list[int], index: int) -> tuple[ShardRecord, str | None]:
@@ -212,15 +227,17 @@ class TarWriter(Writer):
             for future in self._futures:
                 record, md5 = future.result()
                 self.shards.append(record)
-                self._md5s.append(md5)
+                self.md5s.append(md5)
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
-        self._write_wids()
         return self.shards
 
-    def _write_wids(self) -> None:
-        write_wids(self.out_dir, self.split, self.shards, self._md5s)
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        """The split's wids index, over every writer's shards."""
+        shards = [ShardRecord.from_json(s) for p in pieces for s in p["shards"]]
+        write_wids(self.out_dir, self.split, shards, [m for p in pieces for m in p["md5s"]])
+        return {}
 
     def abort(self) -> None:
         if self._tar is not None:

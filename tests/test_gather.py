@@ -1,0 +1,155 @@
+"""The gather in ranges: one rollover rule for writers and plans, and ranks that each write a range of shards."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardsmith.writers.rollover import Rollover, runs, shard_bounds
+
+# -- the rule -----------------------------------------------------------------------------------------
+
+
+def reference_bounds(weights: list[int], max_weight: int, max_samples: int | None) -> list[int]:
+    """The rule written the obvious way, one sample at a time."""
+    bounds, count, total = [0], 0, 0
+    for i, w in enumerate(weights):
+        full = max_samples is not None and count >= max_samples
+        if count and (full or total + w > max_weight):
+            bounds.append(i)
+            count, total = 0, 0
+        count += 1
+        total += w
+    if weights:
+        bounds.append(len(weights))
+    return bounds
+
+
+weights_st = st.lists(st.integers(min_value=0, max_value=50), max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(weights=weights_st, max_weight=st.integers(min_value=-5, max_value=200),
+       max_samples=st.one_of(st.none(), st.integers(min_value=1, max_value=20)), cuts=st.lists(st.integers(0, 300)))
+def test_rollover_matches_the_rule_for_any_batching(weights, max_weight, max_samples, cuts):
+    want = reference_bounds(weights, max_weight, max_samples)
+    assert shard_bounds(np.asarray(weights, dtype=np.int64), max_weight=max_weight,
+                        max_samples=max_samples).tolist() == want
+    roller = Rollover(max_weight=max_weight, max_samples=max_samples)
+    edges = sorted({0, len(weights), *(c for c in cuts if c <= len(weights))})
+    got = [0]
+    for a, b in zip(edges[:-1], edges[1:]):
+        got += [a + c for c in roller.cut(np.asarray(weights[a:b], dtype=np.int64))]
+    if weights:
+        got.append(len(weights))
+    assert got == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(weights=weights_st, max_weight=st.integers(min_value=1, max_value=200),
+       max_samples=st.one_of(st.none(), st.integers(min_value=1, max_value=20)), pick=st.integers(0, 1000))
+def test_a_writer_starting_at_a_planned_boundary_cuts_the_same_shards(weights, max_weight, max_samples, pick):
+    """What lets ranks write ranges: from any boundary on, the rule finds the same boundaries."""
+    bounds = reference_bounds(weights, max_weight, max_samples)
+    start = bounds[pick % len(bounds)]
+    rest = shard_bounds(np.asarray(weights[start:], dtype=np.int64), max_weight=max_weight, max_samples=max_samples)
+    assert [start + b for b in rest.tolist()][:-1] == [b for b in bounds if b >= start][:-1] or start == len(weights)
+
+
+def test_runs_mark_the_shard_starts():
+    assert runs([], 5) == [(0, 5, False)]
+    assert runs([0, 3], 5) == [(0, 3, True), (3, 5, True)]
+    assert runs([2], 2) == [(0, 2, False)]
+    assert runs([2], 4) == [(0, 2, False), (2, 4, True)]
+
+
+# -- ranks, as a user runs them --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gather-corpus")
+    docs = make_docs(1500, seed=21, max_words=40)
+    write_jsonl(root / "a.jsonl", docs[:700])
+    write_jsonl(root / "b.jsonl", docs[700:])
+    return root
+
+
+def _args(corpus: Path, tokenizer: Path, out: Path, shard_tokens: str = "8K") -> list[str | Path]:
+    return ["pack-tokens", corpus, "--tokenizer", tokenizer, "--memory", "256KB", "--shard-tokens", shard_tokens,
+            "--nanogpt", "--workers", "1", "-q", "-o", out]
+
+
+def _stage(args: list[str | Path], stage: str, rank: int, world: int, **env: str):
+    return run_subprocess(*args, "--stage", stage, "--rank", str(rank), "--world-size", str(world),
+                          env={**os.environ, **env} if env else None)
+
+
+def test_a_gather_rank_killed_is_rerun_alone(corpus, bpe_tokenizer, tmp_path):
+    one = tmp_path / "one"
+    assert run_cli(*_args(corpus, bpe_tokenizer, one)).exit_code == 0
+    out = tmp_path / "staged"
+    args = _args(corpus, bpe_tokenizer, out)
+    for rank in range(3):
+        assert _stage(args, "scatter", rank, 3).returncode == 0
+    assert _stage(args, "gather", 0, 3).returncode == 0
+    killed = _stage(args, "gather", 1, 3, SHARDSMITH_CRASH_AT="gather:train:0")
+    assert killed.returncode == -9
+    assert _stage(args, "gather", 2, 3).returncode == 0
+    early = _stage(args, "finalize", 0, 3)
+    assert early.returncode == 2 and "are not written" in early.stderr and "Traceback" not in early.stderr
+    assert not (out / "manifest.json").exists()
+
+    before = {p.name: p.stat().st_mtime_ns for p in out.glob("train-*")}
+    again = _stage(args, "gather", 0, 3)  # a finished rank rerun finds its piece and does nothing
+    assert again.returncode == 0, again.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in out.glob("train-*")} == before
+    assert _stage(args, "gather", 1, 3).returncode == 0
+    done = _stage(args, "finalize", 0, 3)
+    assert done.returncode == 0, done.stderr
+    assert tree_digest(out) == tree_digest(one)  # the killed rank's temporary files are gone too
+    assert not list(out.glob(".*"))
+
+
+def test_finalize_checks_the_shards_and_a_rank_rerun_repairs_them(corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "staged"
+    args = _args(corpus, bpe_tokenizer, out)
+    for stage in ("scatter", "gather"):
+        for rank in range(2):
+            res = run_cli(*args, "--stage", stage, "--rank", str(rank), "--world-size", "2")
+            assert res.exit_code == 0, res.stderr
+    shards = sorted(out.glob("train-*.bin"))
+    assert len(shards) >= 4
+    shards[-1].unlink()
+    res = run_cli(*args, "--stage", "finalize", "--world-size", "2")
+    assert res.exit_code == 1 and "missing or changed" in res.stderr, res.stderr
+    res = run_cli(*args, "--stage", "gather", "--rank", "1", "--world-size", "2")
+    assert res.exit_code == 0, res.stderr
+    res = run_cli(*args, "--stage", "finalize", "--world-size", "2")
+    assert res.exit_code == 0, res.stderr
+    one = tmp_path / "one"
+    assert run_cli(*_args(corpus, bpe_tokenizer, one)).exit_code == 0
+    assert tree_digest(out) == tree_digest(one)
+
+
+def test_more_ranks_than_shards(corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "staged"
+    args = _args(corpus, bpe_tokenizer, out, shard_tokens="1M")
+    for rank in range(3):
+        assert run_cli(*args, "--stage", "scatter", "--rank", str(rank), "--world-size", "3").exit_code == 0
+    said = []
+    for rank in range(3):
+        res = run_cli(*args, "--stage", "gather", "--rank", str(rank), "--world-size", "3")
+        assert res.exit_code == 0, res.stderr
+        said.append(res.output)
+    assert "wrote train" in said[0] and "no shard" in said[2], said
+    res = run_cli(*args, "--stage", "finalize", "--rank", "1", "--world-size", "3")
+    assert res.exit_code == 0 and "nothing to do" in res.output
+    assert run_cli(*args, "--stage", "finalize", "--world-size", "3").exit_code == 0
+    assert len(list(out.glob("train-*.bin"))) == 1
