@@ -43,13 +43,14 @@ clean:
 .PHONY: slurm test-slurm
 
 # make slurm RECIPE=recipes/NAME.toml TASKS=N [SBATCH_ARGS="--partition=cpu --account=me"]: submit a recipe
-# to SLURM as a scatter array job of N tasks and a dependent gather job (recipes/slurm/); run it where
-# sbatch works, from a folder every node sees.
+# to SLURM as scatter and gather array jobs of N tasks and a finalize job, each after the one before
+# (recipes/slurm/); run it where sbatch works, from a folder every node sees.
 slurm: $(VENV)/.core
 	@test -n "$(RECIPE)" -a -n "$(TASKS)" || { echo "usage: make slurm RECIPE=recipes/NAME.toml TASKS=N [SBATCH_ARGS=...]"; exit 2; }
 	PYTHON=$(abspath $(PY)) recipes/slurm/submit.sh $(RECIPE) $(TASKS) $(SBATCH_ARGS)
 
 # make test-slurm: starts a real one-node SLURM cluster here (root; apt-get installs it when missing),
-# runs recipes through recipes/slurm/ with 3 and 2 tasks, compares with local runs, stops the cluster.
+# runs recipes through recipes/slurm/ with 3 and 2 tasks (and failed ranks rerun alone), compares with
+# local runs, stops the cluster.
 test-slurm: $(VENV)/.dev
 	SHARDSMITH_SLURM_TEST=1 $(PY) -m pytest -rs -p no:cacheprovider tests/slurm/test_slurm.py

@@ -171,13 +171,8 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
         for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):
             if ge <= a or gs >= b:
                 continue
-            batch = sort_group(group)
-            lo, hi = max(a, gs) - gs, min(b, ge) - gs
-            if lo == 0 and hi == ge - gs:
-                writer.write_batch(batch.lengths, batch.payload)
-            else:
-                at = starts_of(batch.lengths)
-                writer.write_batch(batch.lengths[lo:hi], batch.payload[int(at[lo]):int(at[hi])])
+            batch = sort_group(group, max(a, gs) - gs, min(b, ge) - gs)
+            writer.write_batch(batch.lengths, batch.payload)
             crash_point(f"gather:{split.name}:{batches}")
             batches += 1
         writer.close()

@@ -224,10 +224,11 @@ def groups(buckets: dict[int, list[Segment]], *, budget: int) -> list[list[Segme
     return list(_group(buckets, budget))
 
 
-def sort_group(group: list[Segment]) -> SortedBatch:
-    """A group's samples in (key, input order) order."""
+def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None) -> SortedBatch:
+    """A group's samples in (key, input order) order; only those at sorted positions ``[lo, hi)``
+    are copied out (a gather range that starts or ends inside the group)."""
     keys, order, lengths, payload = _load_group(group)
-    perm = np.lexsort((order, keys))
+    perm = np.lexsort((order, keys))[lo:hi]
     ordered = take_ragged(payload, lengths, perm)
     return SortedBatch(lengths=lengths[perm], payload=memoryview(ordered))
 

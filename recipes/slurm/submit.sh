@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Submit a shardsmith recipe to SLURM as two dependent jobs:
-#   scatter: an array job of TASKS tasks (rank = array index), then
-#   gather:  one task that starts only when every scatter task succeeded (afterok).
+# Submit a shardsmith recipe to SLURM as three dependent jobs:
+#   scatter:  an array job of TASKS tasks (rank = array index) reading the inputs, then
+#   gather:   an array job of TASKS tasks, each writing its range of the shards, started only when
+#             every scatter task succeeded (afterok), then
+#   finalize: one task writing the manifest, started only when every gather task succeeded.
 #
 #   recipes/slurm/submit.sh RECIPE TASKS [extra sbatch args...]    e.g. --partition=cpu --account=ml
 #
 # Run it from the folder the recipe's relative paths start at (the jobs run there). The interpreter
 # is $PYTHON (default python3), which must have shardsmith installed and be visible on every node.
-# Prints the two job ids on stdout ("scatter=ID gather=ID"), hints on stderr.
+# Prints the three job ids on stdout ("scatter=ID gather=ID finalize=ID"), hints on stderr.
 set -euo pipefail
 
 usage() { echo "usage: $0 RECIPE TASKS [extra sbatch args...]" >&2; exit 2; }
@@ -32,29 +34,45 @@ PYTHON=${PYTHON:-python3}
 }
 RECIPE=$(cd "$(dirname "$RECIPE")" && pwd)/$(basename "$RECIPE")
 export RECIPE PYTHON SHARDSMITH_WORLD_SIZE=$TASKS
+ALL="0-$((TASKS - 1))"
 
 # sbatch does not create the folders of --output/--error (a job writing into a missing one fails
 # without a log): make them, for the templates' #SBATCH lines and any given here.
-for spec in $(sed -n 's/^#SBATCH *--\(output\|error\)[= ]\(.*\)$/\2/p' "$HERE/scatter.sbatch" "$HERE/gather.sbatch") \
+for spec in $(sed -n 's/^#SBATCH *--\(output\|error\)[= ]\(.*\)$/\2/p' "$HERE"/{scatter,gather,finalize}.sbatch) \
             $(printf '%s\n' "$@" | sed -n 's/^--\(output\|error\)=\(.*\)$/\2/p; s/^-[oe]\(..*\)$/\1/p'); do
     case $spec in */*) dir=${spec%/*}; case $dir in *%*) ;; *) mkdir -p "$dir" ;; esac ;; esac
 done
 
-scatter=$(sbatch --parsable --export=ALL --array="0-$((TASKS - 1))" "$@" "$HERE/scatter.sbatch")
-scatter=${scatter%%;*}  # "ID;cluster" on federated setups
-gather=$(sbatch --parsable --export=ALL --dependency="afterok:$scatter" "$@" "$HERE/gather.sbatch") || {
-    echo "submit.sh: submitting gather failed; cancelling scatter job $scatter" >&2
-    scancel "$scatter" 2>/dev/null || true
+cancel() {  # cancel STAGE JOB...: a later submission failed; the earlier jobs must not run alone
+    echo "submit.sh: submitting $1 failed; cancelling job(s) ${*:2}" >&2
+    scancel "${@:2}" 2>/dev/null || true
     exit 1
 }
+scatter=$(sbatch --parsable --export=ALL --array="$ALL" "$@" "$HERE/scatter.sbatch")
+scatter=${scatter%%;*}  # "ID;cluster" on federated setups
+gather=$(sbatch --parsable --export=ALL --array="$ALL" --dependency="afterok:$scatter" "$@" "$HERE/gather.sbatch") ||
+    cancel gather "$scatter"
 gather=${gather%%;*}
-echo "scatter=$scatter gather=$gather"
+finalize=$(sbatch --parsable --export=ALL --dependency="afterok:$gather" "$@" "$HERE/finalize.sbatch") ||
+    cancel finalize "$scatter" "$gather"
+finalize=${finalize%%;*}
+echo "scatter=$scatter gather=$gather finalize=$finalize"
+
 again="$(printf 'PYTHON=%q RECIPE=%q SHARDSMITH_WORLD_SIZE=%q sbatch --export=ALL' "$PYTHON" "$RECIPE" "$TASKS")"
 [ $# -eq 0 ] || again="$again$(printf ' %q' "$@")"
+dir=$(printf '%q' "$HERE")
 cat >&2 <<HINT
-submit.sh: $RECIPE: scatter job $scatter (array 0-$((TASKS - 1))), then gather job $gather.
-  watch:         squeue -j $scatter,$gather     (logs: the templates' --output, slurm-logs/ by default)
-  a rank failed: gather will not start (scancel $gather); rerun that rank R alone, then the gather:
-                 $again --array=R $HERE/scatter.sbatch
-                 $again --dependency=afterok:<that job id> $HERE/gather.sbatch
+submit.sh: $RECIPE: scatter job $scatter (array $ALL), then gather job $gather (array $ALL), then finalize job $finalize.
+  watch:  squeue -j $scatter,$gather,$finalize     (logs: the templates' --output, slurm-logs/ by default)
+  a rank failed: the later jobs do not start (if they pend as DependencyNeverSatisfied, scancel them).
+  Rerun only what failed (R: a rank, or a list like 1,5), then the later stages; paste in bash:
+   scatter rank R:
+    s=\$($again --parsable --array=R $dir/scatter.sbatch)
+    g=\$($again --parsable --array=$ALL --dependency=afterok:\$s $dir/gather.sbatch)
+    $again --dependency=afterok:\$g $dir/finalize.sbatch
+   gather rank R:
+    g=\$($again --parsable --array=R $dir/gather.sbatch)
+    $again --dependency=afterok:\$g $dir/finalize.sbatch
+   finalize:
+    $again $dir/finalize.sbatch
 HINT

@@ -33,6 +33,7 @@ from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
 from shardsmith.resume import crash_point, run_identity
 from shardsmith.sample import Identity
+from shardsmith.stagecache import plan_tasks
 from shardsmith.tarfmt import member_header, sample_members
 from shardsmith.writers.image_tar import plan_shards, write_all
 from shardsmith.writers.webdataset import SourceRef, TarWriter
@@ -286,8 +287,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         check_parquet_columns(files, opts.text_field)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
-    tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     run_id = run_identity("convert", opts, files)
+    tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,

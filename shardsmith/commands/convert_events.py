@@ -19,6 +19,7 @@ from shardsmith.pipeline import Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
 from shardsmith.resume import crash_point, run_identity
+from shardsmith.stagecache import plan_tasks
 from shardsmith.writers.base import ShardRange
 
 if TYPE_CHECKING:
@@ -89,8 +90,8 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
                              f"most); use --to hdf5 or leave it out with --branches")
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
-    tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     run_id = run_identity("convert", opts, files, extra_paths=(opts.events_table,))
+    tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     done = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema), tasks=tasks, sizing=sizing,

@@ -22,6 +22,7 @@ from shardsmith.readers.base import BadRecord, MultiReader, Task
 from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
 from shardsmith.resume import crash_point, run_identity
+from shardsmith.stagecache import cached, plan_tasks
 from shardsmith.transforms import tokenize as tk
 from shardsmith.writers.tokens import TokensWriter
 
@@ -107,19 +108,19 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
-    tasks = reader.plan(files, chunk_bytes=sizing.chunk_bytes)
     run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
+    tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     progress = Progress(quiet=opts.quiet)
 
     if opts.train_tokenizer is not None:
-        atomic_write_bytes(opts.out / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id))
+        _write_changed(opts.out / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id))
         tok_path = opts.out / "tokenizer.json"
     else:
         tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
     hf, json_text, tok_sha = tk.load_hf(tok_path)
     if tok_path != opts.out / "tokenizer.json":
-        atomic_write_bytes(opts.out / "tokenizer.json", tok_path.read_bytes())
+        _write_changed(opts.out / "tokenizer.json", tok_path.read_bytes())
 
     eos = None if opts.no_eos else (opts.eos_token or tk.default_eos(hf))
     if eos is None and not opts.no_eos:
@@ -131,12 +132,20 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     if opts.nanogpt and vocab_size > 65536:
         raise UsageError(f"--nanogpt: nanoGPT reads uint16 tokens, but the vocabulary has {vocab_size} entries")
 
-    sample = _sample(reader, tasks, opts.text_field)
-    engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample)
+    loaded = None
+
+    def check_engine() -> tuple[str, str]:
+        nonlocal loaded
+        engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, _sample(reader, tasks, opts.text_field))
+        return engine, why
+
+    engine, why = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id, dump=list, load=tuple)
     progress.note(f"engine: {engine} ({why})")
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
 
-    processor = TokenProcessor(spec=spec, text_field=opts.text_field, encoder=tk.Encoder(spec, loaded=loaded))
+    tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
+    processor = TokenProcessor(spec=spec, text_field=opts.text_field,
+                               encoder=tk.Encoder(spec, loaded=loaded) if tokenizing else None)
     done = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
         estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id, make_writer=lambda split, part: TokensWriter(
@@ -173,6 +182,16 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     manifest_mod.save(opts.out, manifest)
     finish_output(opts.out)
     return manifest
+
+
+def _write_changed(path: Path, data: bytes) -> None:
+    """Write ``data`` unless the file already holds it (every stage of a staged run passes here)."""
+    try:
+        if path.read_bytes() == data:
+            return
+    except OSError:
+        pass
+    atomic_write_bytes(path, data)
 
 
 def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], progress: Progress,

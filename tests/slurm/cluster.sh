@@ -20,11 +20,12 @@ SOCKET=$DIR/munge/munge.socket
 PORT=${SHARDSMITH_SLURM_PORT:-6817}
 
 # A pid is ours while /proc/PID/cmdline names the daemon (PID 1 here reaps late: a zombie has none).
+running() {  # running PID NAME
+    [ -r "/proc/$1/cmdline" ] && tr '\0' ' ' <"/proc/$1/cmdline" | grep -q "$2"
+}
+
 alive() {  # alive PIDFILE NAME
-    local pid
-    [ -s "$1" ] || return 1
-    pid=$(cat "$1")
-    [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$2"
+    [ -s "$1" ] && running "$(cat "$1")" "$2"
 }
 
 stop_daemon() {  # stop_daemon PIDFILE NAME
@@ -32,8 +33,9 @@ stop_daemon() {  # stop_daemon PIDFILE NAME
     alive "$1" "$2" || { rm -f "$1"; return 0; }
     pid=$(cat "$1")
     kill -TERM "$pid" 2>/dev/null || true
+    # wait for the process, not the pid file: a daemon may remove its pid file before it has exited
     for i in $(seq 100); do
-        alive "$1" "$2" || { rm -f "$1"; return 0; }
+        running "$pid" "$2" || { rm -f "$1"; return 0; }
         sleep 0.1
     done
     echo "cluster.sh: $2 (pid $pid) ignored SIGTERM for 10 s; sending SIGKILL" >&2

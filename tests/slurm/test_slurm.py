@@ -1,10 +1,10 @@
 """A real SLURM run: recipes submitted through recipes/slurm/submit.sh give a local run's shards.
 
 Starts a one-node cluster (tests/slurm/cluster.sh: munge + slurmctld + slurmd, as root), submits
-pack-tokens and convert recipes as scatter array jobs of W = 3 and W = 2 tasks with a dependent
-gather job, waits, and compares every file but manifest.json byte for byte with a one-process run
-of the same recipe. Run with ``make test-slurm`` (not part of ``make test``).
-"""
+pack-tokens and convert recipes as three dependent jobs (scatter and gather array jobs of W = 3 and
+W = 2 tasks, then finalize), waits, and compares every file but manifest.json byte for byte with a
+one-process run of the same recipe. A failed scatter rank and a killed gather rank are rerun alone,
+as submit.sh's hints say. Run with ``make test-slurm`` (not part of ``make test``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import subprocess
@@ -156,6 +157,16 @@ def cluster(tmp_path_factory):
             assert str(folder) not in cmdline, f"daemon left after stop: {cmdline}"
 
 
+def _flaky_python(work: Path, name: str, stage: str, action: str) -> Path:
+    """An interpreter whose ``stage`` rank 1 fails (``action``, shell) until the file ``healed-NAME``
+    exists: a lost node, then the rerun that finds it healthy."""
+    path = work / f"{name}-python"
+    path.write_text(f'#!/bin/sh\nif [ "$SLURM_JOB_NAME" = shardsmith-{stage} ] && [ "$SLURM_ARRAY_TASK_ID" = 1 ] '
+                    f'&& [ ! -e healed-{name} ]; then\n    {action}\nfi\nexec {sys.executable} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
     """Every case submitted at once (the scheduler overlaps them), the local runs meanwhile, then waited for."""
@@ -164,22 +175,24 @@ def runs(cluster, tmp_path_factory):
     work = tmp_path_factory.mktemp("work")
     texts = _corpus(work / "data/corpus")
     (work / "tokenizer.json").write_text(train_bpe(texts, vocab_size=400), encoding="utf-8")
-    jobs: dict[object, tuple[str, str]] = {}
+    jobs: dict[object, tuple[str, str, str]] = {}
     hints = {}
     for kind, world in CASES:
         recipe = work / f"{kind}-w{world}.toml"
         recipe.write_text(RECIPES[kind].format(out=f"out/{kind}-w{world}"))
         jobs[(kind, world)], _ = _submit(recipe, world, cluster, cwd=work)
-    # a chain whose scatter fails (an input that is not there): gather must never run
+    # a chain whose scatter fails (an input that is not there): gather and finalize must never run
     (work / "broken.toml").write_text(RECIPES["tar"].format(out="out/broken").replace('"data/corpus"', '"data/missing"'))
     jobs["broken"], _ = _submit(work / "broken.toml", 2, cluster, cwd=work)
-    # a chain whose rank 1 dies (as on a lost node) until the file "healed" exists: rerun alone later
-    flaky = work / "flaky-python"
-    flaky.write_text(f'#!/bin/sh\nif [ "$SLURM_ARRAY_TASK_ID" = 1 ] && [ ! -e healed ]; then\n'
-                     f'    echo "simulated node failure" >&2; exit 3\nfi\nexec {sys.executable} "$@"\n')
-    flaky.chmod(0o755)
+    # a chain whose scatter rank 1 dies (as on a lost node): rerun alone later
+    python = _flaky_python(work, "scatter", "scatter", 'echo "simulated node failure" >&2; exit 3')
     (work / "flaky.toml").write_text(RECIPES["tokens"].format(out="out/flaky"))
-    jobs["flaky"], hints["flaky"] = _submit(work / "flaky.toml", 3, dict(cluster, PYTHON=str(flaky)), cwd=work)
+    jobs["flaky"], hints["flaky"] = _submit(work / "flaky.toml", 3, dict(cluster, PYTHON=str(python)), cwd=work)
+    # a chain whose gather rank 1 is SIGKILLed after its first batch of train samples (shards half written)
+    python = _flaky_python(work, "gather", "gather",
+                           'echo "simulated kill mid-write" >&2; export SHARDSMITH_CRASH_AT=gather:train:0')
+    (work / "killed.toml").write_text(RECIPES["tokens"].format(out="out/killed"))
+    jobs["killed"], hints["killed"] = _submit(work / "killed.toml", 3, dict(cluster, PYTHON=str(python)), cwd=work)
 
     started = time.monotonic()
     local = {}
@@ -190,17 +203,18 @@ def runs(cluster, tmp_path_factory):
         assert res.returncode == 0, res.stderr
         local[kind] = work / f"out/{kind}-local"
     _wait(cluster, work, started)
-    states = {case: {**_job_states(s, cluster), **_job_states(g, cluster)} for case, (s, g) in jobs.items()}
+    states = {case: {k: v for job in ids for k, v in _job_states(job, cluster).items()} for case, ids in jobs.items()}
     return work, jobs, states, local, hints
 
 
-def _submit(recipe: Path, tasks: int, env: dict[str, str], *, cwd: Path) -> tuple[tuple[str, str], str]:
-    """(scatter id, gather id), and the hints submit.sh printed."""
+def _submit(recipe: Path, tasks: int, env: dict[str, str], *, cwd: Path) -> tuple[tuple[str, str, str], str]:
+    """(scatter id, gather id, finalize id), and the hints submit.sh printed."""
     res = subprocess.run(["bash", str(SUBMIT), recipe.name, str(tasks), *SBATCH_ARGS], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, f"submit.sh failed:\n{res.stderr}"
     ids = dict(item.split("=") for item in res.stdout.split())
-    return (ids["scatter"], ids["gather"]), res.stderr
+    assert list(ids) == ["scatter", "gather", "finalize"], res.stdout
+    return (ids["scatter"], ids["gather"], ids["finalize"]), res.stderr
 
 
 def _wait(env: dict[str, str], work: Path, started: float) -> None:
@@ -215,70 +229,130 @@ def _wait(env: dict[str, str], work: Path, started: float) -> None:
         time.sleep(0.25)
 
 
+def _short(states: dict[str, str]) -> dict[str, str]:
+    return {k: v.split()[0] for k, v in states.items()}
+
+
+def _ranges(log: str) -> list[tuple[int, int]]:
+    """The train shard ranges a gather rank's log says it wrote (one line, from the command)."""
+    line = next((ln for ln in log.splitlines() if ": gather rank " in ln and ": wrote " in ln), None)
+    assert line is not None, log
+    return [(int(a), int(b)) for a, b in re.findall(r"train shards (\d+)\.\.(\d+)", line)]
+
+
 @pytest.mark.parametrize("kind, world", CASES, ids=[f"{k}-w{w}" for k, w in CASES])
 def test_slurm_array_gives_the_local_runs_shards(runs, kind, world):
     work, jobs, states, local, _ = runs
-    scatter, gather = jobs[(kind, world)]
-    state = states[(kind, world)]
-    expected = {**{f"{scatter}_{r}": "COMPLETED" for r in range(world)}, gather: "COMPLETED"}
-    got = {k: v.split()[0] for k, v in state.items()}
-    assert got == expected, f"{state}\n{_logs(work)}"
+    scatter, gather, finalize = jobs[(kind, world)]
+    expected = {**{f"{scatter}_{r}": "COMPLETED" for r in range(world)},
+                **{f"{gather}_{r}": "COMPLETED" for r in range(world)}, finalize: "COMPLETED"}
+    assert _short(states[(kind, world)]) == expected, f"{states[(kind, world)]}\n{_logs(work)}"
+    logs = work / "slurm-logs"
     for rank in range(world):  # one log per array task, saying which rank it was
-        log = work / "slurm-logs" / f"shardsmith-scatter-{scatter}_{rank}.out"
-        assert f"rank {rank} of {world}" in log.read_text(), _logs(work)
-    assert (work / "slurm-logs" / f"shardsmith-gather-{gather}.out").is_file()
+        assert f"rank {rank} of {world}" in (logs / f"shardsmith-scatter-{scatter}_{rank}.out").read_text(), _logs(work)
+    # the gather ranks wrote contiguous, disjoint ranges of the train shards, all of them between them
+    ranges = sorted(r for rank in range(world)
+                    for r in _ranges((logs / f"shardsmith-gather-{gather}_{rank}.out").read_text()))
+    assert len(ranges) == world, ranges  # every rank had a share: the gather really was spread out
+    manifest = json.loads((work / f"out/{kind}-w{world}/manifest.json").read_text())
+    train = len(manifest["splits"]["train"]["shards"])
+    assert [a for a, _ in ranges] == [0] + [b + 1 for _, b in ranges[:-1]] and ranges[-1][1] == train - 1, ranges
+    assert (logs / f"shardsmith-finalize-{finalize}.out").is_file()
 
     out = work / f"out/{kind}-w{world}"
-    assert (out / "manifest.json").is_file()
     mine, theirs = _digests(out), _digests(local[kind])
     assert len(theirs) > 4, theirs  # several shards per split, else the comparison proves little
     assert mine == theirs
-    assert not (out.parent / f".{out.name}.shardsmith-work").exists(), "gather left the scratch folder"
+    assert not (out.parent / f".{out.name}.shardsmith-work").exists(), "finalize left the scratch folder"
 
 
-def test_a_failed_scatter_rank_keeps_gather_from_running(runs):
+def test_a_failed_scatter_rank_keeps_gather_and_finalize_from_running(runs):
     work, jobs, states, _, _ = runs
-    scatter, gather = jobs["broken"]
+    scatter, gather, finalize = jobs["broken"]
     state = states["broken"]
     assert all(state[f"{scatter}_{r}"].startswith("FAILED") for r in range(2)), state
-    assert state[gather].startswith("CANCELLED") and "Dependency" in state[gather], state
+    later = {k: v for k, v in state.items() if not k.startswith(f"{scatter}_")}
+    assert later and any(k.startswith(f"{gather}_") for k in later) and finalize in later, state
+    assert all(v.startswith("CANCELLED") and "Dependency" in v for v in later.values()), state
     assert not (work / "out/broken/manifest.json").exists()
-    assert not (work / "slurm-logs" / f"shardsmith-gather-{gather}.out").exists()
+    assert not list((work / "slurm-logs").glob(f"shardsmith-gather-{gather}_*"))
+    assert not (work / "slurm-logs" / f"shardsmith-finalize-{finalize}.out").exists()
 
 
-def test_a_failed_rank_rerun_alone_then_gather_gives_the_same_shards(runs, cluster):
-    """What submit.sh's hint says to do: resubmit rank 1 alone (--array=1), then the gather."""
+def _hint(hints: str, title: str, rank: int) -> str:
+    """The lines submit.sh printed under ``title`` (as a user pastes them), for rank ``rank``."""
+    lines = hints.splitlines()
+    block = []
+    for line in lines[lines.index(f"   {title}:") + 1:]:
+        if not line.startswith("    "):
+            break
+        block.append(line.strip())
+    assert block, hints
+    return "\n".join(block).replace("--array=R ", f"--array={rank} ")
+
+
+def _paste(block: str, env: dict[str, str], work: Path) -> dict[str, str]:
+    """Run a hint's lines in bash; the job ids they set ($s, $g) and the last one submitted (f)."""
+    res = subprocess.run(["bash", "-c", f'set -e\n{block}\necho "ids=${{s:-}},${{g:-}}"'], cwd=work, env=env,
+                         capture_output=True, text=True)
+    assert res.returncode == 0, f"{block}\n{res.stderr}"
+    s, g = res.stdout.split("ids=")[-1].strip().split(",")
+    return {"s": s, "g": g, "f": res.stdout.split("Submitted batch job")[-1].split()[0]}
+
+
+def test_a_failed_scatter_rank_rerun_alone_then_the_later_stages_give_the_same_shards(runs, cluster):
+    """What submit.sh's hint says to do: resubmit scatter rank 1 alone (--array=1), then gather and finalize."""
     work, jobs, states, local, hints = runs
-    scatter, gather = jobs["flaky"]
-    state = {k: v.split()[0] for k, v in states["flaky"].items()}
-    assert state == {f"{scatter}_0": "COMPLETED", f"{scatter}_1": "FAILED", f"{scatter}_2": "COMPLETED",
-                     gather: "CANCELLED"}, states["flaky"]
+    scatter, gather, finalize = jobs["flaky"]
+    state = _short(states["flaky"])
+    assert {k: v for k, v in state.items() if k.startswith(f"{scatter}_")} == {
+        f"{scatter}_0": "COMPLETED", f"{scatter}_1": "FAILED", f"{scatter}_2": "COMPLETED"}, states["flaky"]
+    assert {v for k, v in state.items() if not k.startswith(f"{scatter}_")} == {"CANCELLED"}, states["flaky"]
     assert "simulated node failure" in (work / "slurm-logs" / f"shardsmith-scatter-{scatter}_1.out").read_text()
-    recipe = work / "flaky.toml"
-    again = f"RECIPE={recipe} SHARDSMITH_WORLD_SIZE=3 sbatch --export=ALL {' '.join(SBATCH_ARGS)}"
-    assert f"{again} --array=R {SUBMIT.parent}/scatter.sbatch" in hints["flaky"], hints["flaky"]
-    assert f"{again} --dependency=afterok:<that job id> {SUBMIT.parent}/gather.sbatch" in hints["flaky"]
+    again = f"RECIPE={work / 'flaky.toml'} SHARDSMITH_WORLD_SIZE=3 sbatch --export=ALL {' '.join(SBATCH_ARGS)}"
+    assert f"{again} --parsable --array=R {SUBMIT.parent}/scatter.sbatch" in hints["flaky"], hints["flaky"]
 
-    (work / "healed").touch()
-    lines = {line.split()[-1]: line.strip() for line in hints["flaky"].splitlines() if "sbatch --export" in line}
-
-    def run_hint(template: str, **subs: str) -> str:  # the hint's command line, as a user pastes it
-        line = lines[str(SUBMIT.parent / template)]
-        for old, new in subs.items():
-            line = line.replace(old, new)
-        res = subprocess.run(["bash", "-c", line], cwd=work, env=cluster, capture_output=True, text=True)
-        assert res.returncode == 0, f"{line}\n{res.stderr}"
-        return res.stdout.split()[-1]  # "Submitted batch job ID"
-
-    rerun = run_hint("scatter.sbatch", **{"--array=R": "--array=1"})
-    gather = run_hint("gather.sbatch", **{"<that job id>": rerun})
+    (work / "healed-scatter").touch()
+    ids = _paste(_hint(hints["flaky"], "scatter rank R", 1), cluster, work)
     _wait(cluster, work, time.monotonic())
-    state = {**_job_states(rerun, cluster), **_job_states(gather, cluster)}
-    assert {k: v.split()[0] for k, v in state.items()} == {f"{rerun}_1": "COMPLETED", gather: "COMPLETED"}, \
-        f"{state}\n{_logs(work)}"
+    state = {k: v for job in ids.values() for k, v in _job_states(job, cluster).items()}
+    assert _short(state) == {f"{ids['s']}_1": "COMPLETED", **{f"{ids['g']}_{r}": "COMPLETED" for r in range(3)},
+                             ids["f"]: "COMPLETED"}, f"{state}\n{_logs(work)}"
     # rank 1 of 3, although SLURM_ARRAY_TASK_COUNT is 1 in a one-task array
-    assert "rank 1 of 3" in (work / "slurm-logs" / f"shardsmith-scatter-{rerun}_1.out").read_text()
+    assert "rank 1 of 3" in (work / "slurm-logs" / f"shardsmith-scatter-{ids['s']}_1.out").read_text()
     assert _digests(work / "out/flaky") == _digests(local["tokens"])
+
+
+def test_a_killed_gather_rank_rerun_alone_then_finalize_gives_the_same_shards(runs, cluster):
+    """Gather rank 1 is SIGKILLed mid-write: finalize does not start (and, run anyway, names the
+    missing shards); rank 1 resubmitted alone, then finalize, give the local run's bytes."""
+    work, jobs, states, local, hints = runs
+    scatter, gather, finalize = jobs["killed"]
+    state = _short(states["killed"])
+    assert state == {**{f"{scatter}_{r}": "COMPLETED" for r in range(3)}, f"{gather}_0": "COMPLETED",
+                     f"{gather}_1": "FAILED", f"{gather}_2": "COMPLETED", finalize: "CANCELLED"}, states["killed"]
+    logs = work / "slurm-logs"
+    killed = (logs / f"shardsmith-gather-{gather}_1.out").read_text()
+    assert "simulated kill mid-write" in killed and ": wrote " not in killed, killed
+
+    # finalize alone, before the rerun: refuses, naming the shards rank 1 should have written
+    ids = _paste(_hint(hints["killed"], "finalize", 1), cluster, work)
+    _wait(cluster, work, time.monotonic())
+    assert _short(_job_states(ids["f"], cluster)) == {ids["f"]: "FAILED"}, _logs(work)
+    first = _ranges((logs / f"shardsmith-gather-{gather}_0.out").read_text())[-1][1] + 1  # rank 1's first
+    refused = (logs / f"shardsmith-finalize-{ids['f']}.out").read_text()
+    assert re.search(rf"split train: shards {first}\.\.\d+ of \d+ are not written", refused), refused
+    assert not (work / "out/killed/manifest.json").exists()
+
+    (work / "healed-gather").touch()
+    ids = _paste(_hint(hints["killed"], "gather rank R", 1), cluster, work)
+    _wait(cluster, work, time.monotonic())
+    state = {k: v for job in (ids["g"], ids["f"]) for k, v in _job_states(job, cluster).items()}
+    assert _short(state) == {f"{ids['g']}_1": "COMPLETED", ids["f"]: "COMPLETED"}, f"{state}\n{_logs(work)}"
+    rerun = (logs / f"shardsmith-gather-{ids['g']}_1.out").read_text()
+    assert "rank 1 of 3" in rerun and _ranges(rerun) and _ranges(rerun)[0][0] == first, rerun
+    assert _digests(work / "out/killed") == _digests(local["tokens"])
+    assert not (work / "out/.killed.shardsmith-work").exists()
 
 
 def test_submit_without_sbatch_says_so(tmp_path):
