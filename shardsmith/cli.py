@@ -129,7 +129,7 @@ def _report(out: Path, result: dict[str, Any]) -> bool:
     elif result["stage"] == "gather":
         wrote = [f"{split} shards {a}..{b - 1}" if b >= 0 else f"{split} (every shard)"
                  for split, (a, b) in result["shards"].items()]
-        click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards)'}")
+        click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards, or a format one writer makes on rank 0)'}")
     else:
         click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped")
     return True

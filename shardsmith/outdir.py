@@ -70,6 +70,8 @@ def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None
         if not own or (out / MANIFEST).exists() or other:
             raise UsageError(f"-o {out}: holds other files than this run's (a finished dataset, or another "
                              f"command's output); cluster stages never remove files: empty the folder first")
+        if previous == run:
+            return  # an earlier rank recorded the run
     if run is not None:
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
 

@@ -384,8 +384,10 @@ def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor
             with progress.bar(total=sum(t.nbytes for t in tasks), desc=desc, unit="B") as bar:
                 results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
         workers = max(1, opts.workers)
-        # gather workers each hold a group at a time: share the budget between them
-        splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // workers))
+        # gather workers each hold a group at a time: share the budget between them; ranks each
+        # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'
+        share = workers * (opts.world_size if opts.stage else 1)
+        splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // share))
         if opts.stage != "finalize":
             ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
                             rank=opts.rank if opts.stage else 0, world_size=opts.world_size if opts.stage else 1)

@@ -153,3 +153,18 @@ def test_more_ranks_than_shards(corpus, bpe_tokenizer, tmp_path):
     assert res.exit_code == 0 and "nothing to do" in res.output
     assert run_cli(*args, "--stage", "finalize", "--world-size", "3").exit_code == 0
     assert len(list(out.glob("train-*.bin"))) == 1
+
+
+def test_a_finalize_killed_before_the_manifest_is_rerun(corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "staged"
+    args = _args(corpus, bpe_tokenizer, out)
+    for stage in ("scatter", "gather"):
+        for rank in range(2):
+            assert _stage(args, stage, rank, 2).returncode == 0
+    killed = _stage(args, "finalize", 0, 2, SHARDSMITH_CRASH_AT="manifest")
+    assert killed.returncode == -9 and (out / "train.bin").is_file() and not (out / "manifest.json").exists()
+    again = _stage(args, "finalize", 0, 2)  # the nanoGPT file was already moved into place
+    assert again.returncode == 0, again.stderr
+    one = tmp_path / "one"
+    assert run_cli(*_args(corpus, bpe_tokenizer, one)).exit_code == 0
+    assert tree_digest(out) == tree_digest(one)

@@ -171,14 +171,17 @@ class TokensWriter(Writer):
         scratch = flat_scratch(self.part.work_dir, self.split)
         size = 2 * sum(int(f["tokens"]) for f in flats)
         target = self.out_dir / f"{self.split}.bin"
+        if not scratch.exists() and target.is_file() and target.stat().st_size == size:
+            scratch = target  # moved by a finalize that was killed before the manifest
         with naming(scratch), open(scratch, "ab+") as fh:  # created empty for a split with no tokens
             if os.fstat(fh.fileno()).st_size != size:
                 raise DatasetError(f"{scratch}: {os.fstat(fh.fileno()).st_size} bytes, the gather ranks "
                                    f"wrote {size}: rerun the gather")
             os.fsync(fh.fileno())
             sha = file_sha256(fh.fileno(), size)
-        os.replace(scratch, target)
-        fsync_dir(self.out_dir)
+        if scratch != target:
+            os.replace(scratch, target)
+            fsync_dir(self.out_dir)
         self.flat_record = {"path": target.name, "bytes": size, "sha256": sha, "dtype": "uint16"}
         return {"flat": self.flat_record}
 
