@@ -163,9 +163,9 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
             except (OSError, ValueError):
                 pass
     weight_before = 0 if plan is None else plan.weights[first]
-    writer = make_writer(split.name, ShardRange(first_shard=first, weight_before=weight_before, whole=whole,
-                                                work_dir=work_dir))
     a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
+    writer = make_writer(split.name, ShardRange(first_shard=first, first_sample=a, weight_before=weight_before,
+                                                whole=whole, work_dir=work_dir))
     try:
         batches = 0
         for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):

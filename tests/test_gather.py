@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -168,3 +169,52 @@ def test_a_finalize_killed_before_the_manifest_is_rerun(corpus, bpe_tokenizer, t
     one = tmp_path / "one"
     assert run_cli(*_args(corpus, bpe_tokenizer, one)).exit_code == 0
     assert tree_digest(out) == tree_digest(one)
+
+
+def test_event_tar_weights_are_the_samples_tar_bytes():
+    """The plan cuts one-event tar samples by these weights; the tar writer by the real bytes."""
+    from shardsmith.events import EventChunk, EventSchema, Field, encode
+    from shardsmith.tarfmt import sample_members
+    from shardsmith.writers.event_tar import EventTarWriter
+
+    schema = EventSchema(fields=[
+        Field(name="e", dtype="<f8"), Field(name="pos", dtype="<f4", shape=(3,)),
+        Field(name="t", dtype="<f4", counter="n"), Field(name="xy", dtype="<i2", shape=(2,), counter="n"),
+        Field(name="j", dtype="<f4", counter="m")])
+    rng = np.random.default_rng(0)
+    n = 300
+    cn, cm = rng.integers(0, 2000, n), rng.integers(0, 12, n)
+    cn[:5] = [0, 1, 9, 10, 1000]  # every digit count of the .npy shape
+
+    def offsets(c: np.ndarray) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(c)]).astype(np.int64)
+
+    chunk = EventChunk(first=0, n=n, offsets={"n": offsets(cn), "m": offsets(cm)}, columns={
+        "e": rng.random(n), "pos": rng.random((n, 3)).astype("f4"), "t": rng.random(cn.sum()).astype("f4"),
+        "xy": rng.integers(0, 9, (cn.sum(), 2)).astype("i2"), "j": rng.random(cm.sum()).astype("f4")})
+    lengths, payload = encode(chunk, schema)
+    writer = EventTarWriter(out_dir=Path("unused"), split="x", schema=schema, shard_samples=None, shard_bytes=1 << 30)
+    real = [sum(len(m) for m in sample_members(f"e{i:010d}", writer._sample(chunk, i, i + 1))) for i in range(n)]
+    assert writer.weights(lengths, memoryview(payload)).tolist() == real
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_events_in_tar_are_gathered_in_ranges(tmp_path, world_size):
+    from conftest import run_cli as cli
+    from test_stages import one_process, staged
+
+    from shardsmith.icecube_like import make_icecube_kaggle_like
+
+    batches, meta = make_icecube_kaggle_like(tmp_path / "ic", batches=2, events_per_batch=150, mean_pulses=20,
+                                             seed=3, row_group_rows=1500)
+    args = ["convert", *batches, "--group-by", "event_id", "--events-table", meta, "--to", "webdataset",
+            "--memory", "128KB", "--shard-bytes", "60KB", "-q"]
+    one_process([*args, "--workers", "1"], tmp_path / "one")
+    staged(args, tmp_path / "staged", world_size)
+    assert len(list((tmp_path / "one").glob("train-*.tar"))) >= 4
+    assert tree_digest(tmp_path / "staged") == tree_digest(tmp_path / "one")
+    splits = [json.loads((tmp_path / d / "manifest.json").read_text())["splits"] for d in ("one", "staged")]
+    assert splits[0] == splits[1] and splits[0]["train"]["events"] == 300
+    res = cli(*args, "-o", tmp_path / "two", "--workers", "2")  # gather workers, each a range of shards
+    assert res.exit_code == 0, res.stderr
+    assert tree_digest(tmp_path / "two") == tree_digest(tmp_path / "one")

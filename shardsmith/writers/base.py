@@ -37,6 +37,7 @@ class ShardRange:
     (in the writer's rollover units) of the split; ``whole``: the writer makes every shard."""
 
     first_shard: int = 0
+    first_sample: int = 0  # the split's samples before this range
     weight_before: int = 0
     whole: bool = True
     work_dir: Path | None = None  # scratch shared by the writers of one split (a flat file written in pieces)

@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 
 from shardsmith.events import EventChunk, EventSchema, decode
-from shardsmith.tarfmt import sample_members
+from shardsmith.ragged import starts_of
+from shardsmith.tarfmt import BLOCK, sample_members
 from shardsmith.writers.base import ShardRange, ShardRecord, Writer
+from shardsmith.writers.rollover import Rollover
 from shardsmith.writers.webdataset import TarWriter
 
 _NPY_MAGIC = b"\x93NUMPY\x01\x00"
@@ -27,10 +29,14 @@ def npy_bytes(array: np.ndarray) -> bytes:
     array = np.asarray(array)  # not ascontiguousarray: it makes 0-d arrays 1-d
     if not array.flags.c_contiguous:
         array = array.copy(order="C")
-    header = f"{{'descr': {array.dtype.str!r}, 'fortran_order': False, 'shape': {array.shape!r}, }}"
+    return _npy_head(array.dtype, array.shape) + array.tobytes()
+
+
+def _npy_head(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    header = f"{{'descr': {dtype.str!r}, 'fortran_order': False, 'shape': {shape!r}, }}"
     pad = -(len(_NPY_MAGIC) + 2 + len(header) + 1) % 64
     header = header + " " * pad + "\n"
-    return _NPY_MAGIC + struct.pack("<H", len(header)) + header.encode("latin1") + array.tobytes()
+    return _NPY_MAGIC + struct.pack("<H", len(header)) + header.encode("latin1")
 
 
 def member_names(schema: EventSchema, events_per_sample: int) -> list[str]:
@@ -46,18 +52,40 @@ class EventTarWriter(Writer):
 
     name = "webdataset"
     suffix = ".tar"
-    # samples are named by their position in the split and windows of events: one writer makes them all
-    rangeable = False
+    weigh_payload = True  # a sample's tar bytes depend on its events' counts
 
     def __init__(self, *, out_dir: Path, split: str, schema: EventSchema, events_per_sample: int = 1,
                  shard_samples: int | None, shard_bytes: int, part: ShardRange | None = None) -> None:
         super().__init__(out_dir=out_dir, split=split, part=part)
         self.schema = schema
         self.per_sample = events_per_sample
+        # windows of several events are cut by position in the split, which a shard plan over
+        # events does not follow yet: one writer makes them all
+        self.rangeable = events_per_sample == 1  # type: ignore[misc]
         self.tar = TarWriter(out_dir=out_dir, split=split, shard_samples=shard_samples, shard_bytes=shard_bytes,
                              part=part)
-        self.events = 0
+        self.events = self.part.first_sample  # samples are named by the position of their first event
         self._held: EventChunk | None = None  # events short of a full window, waiting for the next batch
+
+    def rollover(self) -> Rollover:
+        return self.tar.rollover()
+
+    def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
+        """Each event's bytes as a one-event tar sample: a header and a padded .npy per field,
+        from the counts in its record (only with one event per sample)."""
+        assert payload is not None and self.per_sample == 1
+        lengths = np.asarray(lengths, dtype=np.int64)
+        out = np.full(len(lengths), sum(_member_bytes(f, None) for f in self.schema.fixed), dtype=np.int64)
+        if not self.schema.counters or not len(lengths):
+            return out
+        raw = np.frombuffer(payload, dtype=np.uint8)
+        at = starts_of(lengths)[:-1] + sum(-(-f.item_bytes // 8) * 8 for f in self.schema.fixed)
+        for ci, c in enumerate(self.schema.counters):
+            where = (at + 8 * ci)[:, None] + np.arange(8)
+            counts = raw[where].copy().view("<i8").ravel()
+            for f in self.schema.members(c):
+                out += _member_bytes(f, counts)
+        return out
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         chunk = decode(lengths, payload, self.schema)
@@ -108,7 +136,7 @@ class EventTarWriter(Writer):
         return self.shards
 
     def piece(self) -> dict[str, Any]:
-        return {**super().piece(), "events": self.events}
+        return {**super().piece(), "events": self.events - self.part.first_sample}
 
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
         self.tar.finish_split(pieces)
@@ -116,6 +144,28 @@ class EventTarWriter(Writer):
 
     def abort(self) -> None:
         self.tar.abort()
+
+
+def _npy_prefix(dtype: np.dtype, shape: tuple[int, ...]) -> int:
+    """Bytes of a .npy file before its data (``npy_bytes``' magic, length and padded header)."""
+    return len(_npy_head(dtype, shape))
+
+
+def _member_bytes(field: Any, counts: np.ndarray | None) -> Any:
+    """Tar bytes of a field's member in one-event samples: header, .npy prefix and data, padded;
+    for a ragged field, per event from its counts (the prefix grows with the count's digits)."""
+    dtype, inner = field.np_dtype, tuple(field.shape)
+    if counts is None:
+        return BLOCK + _pad512(_npy_prefix(dtype, inner) + field.item_bytes)
+    digits = np.char.str_len(counts.astype("U20"))
+    prefix = np.zeros(len(counts), dtype=np.int64)
+    for d in np.unique(digits).tolist():
+        prefix[digits == d] = _npy_prefix(dtype, (10 ** (d - 1), *inner))
+    return BLOCK + _pad512(prefix + counts * field.item_bytes)
+
+
+def _pad512(n: Any) -> Any:
+    return -(-n // BLOCK) * BLOCK
 
 
 def _concat(a: EventChunk, b: EventChunk, schema: EventSchema) -> EventChunk:
