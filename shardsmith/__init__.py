@@ -10,7 +10,16 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from shardsmith.errors import DataError, DatasetError, ShardsmithError, UsageError  # noqa: E402
-from shardsmith.loader import EventDataset, TarDataset, TokenDataset, TokenDocuments, open  # noqa: E402
+
+_LAZY = {"EventDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"}
+
+
+def __getattr__(name: str):  # the loaders (numpy and all) are imported on first use, not by the CLI
+    if name in _LAZY:
+        from shardsmith import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'shardsmith' has no attribute {name!r}")
 
 __all__ = [
     "DataError",

@@ -80,9 +80,13 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
             raise UsageError(f"{raw}: no such file or folder")
     root = os.path.commonpath(roots)
     by_rel: dict[str, tuple[str, int, str, int]] = {}
-    for absolute, _, size, mtime, group in found:
-        rel = absolute[len(root):].lstrip(os.sep).replace(os.sep, "/") if absolute.startswith(root) else \
-            Path(os.path.relpath(absolute, root)).as_posix()
+    single = len(roots) == 1 and len(paths) == 1 and roots[0] == root and Path(paths[0]).is_dir()
+    for absolute, rel0, size, mtime, group in found:
+        if single:
+            rel = rel0  # already relative to the one root, in POSIX form
+        else:
+            rel = absolute[len(root):].lstrip(os.sep).replace(os.sep, "/") if absolute.startswith(root) else \
+                Path(os.path.relpath(absolute, root)).as_posix()
         by_rel.setdefault(rel, (absolute, size, group, mtime))
-    return [InputFile(path=by_rel[rel][0], rel=rel, index=i, size=by_rel[rel][1], group=by_rel[rel][2],
-                      mtime_ns=by_rel[rel][3]) for i, rel in enumerate(sorted(by_rel))]
+    return [InputFile(absolute, rel, i, size, group, mtime)
+            for i, (rel, (absolute, size, group, mtime)) in enumerate(sorted(by_rel.items()))]

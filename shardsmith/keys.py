@@ -41,7 +41,10 @@ def record_keys(salt: str, paths: str | list[str], records: np.ndarray) -> np.nd
     if isinstance(paths, str) or len(paths) == 1:
         base: np.uint64 | np.ndarray = path_hash(salt, paths if isinstance(paths, str) else paths[0])
     else:
-        base = np.fromiter((path_hash(salt, p) for p in paths), dtype=np.uint64, count=len(paths))
+        key = salt.encode("utf-8")[:64]
+        blake = hashlib.blake2b
+        base = np.frombuffer(b"".join([blake(p.encode("utf-8"), digest_size=8, key=key).digest() for p in paths]),
+                             dtype="<u8").astype(np.uint64)
     with np.errstate(over="ignore"):
         return mix64(base ^ mix64(np.asarray(records, dtype=np.uint64) * _GOLDEN + _GOLDEN))
 

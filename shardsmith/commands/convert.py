@@ -13,6 +13,7 @@ import orjson
 from shardsmith import manifest as manifest_mod
 from shardsmith.commands.convert_events import EVENT_KINDS, run_events
 from shardsmith.errors import DataError, UsageError
+from shardsmith.images import ImageError, canonical_ext, check_image
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import finish_output, prepare_output
@@ -123,13 +124,15 @@ class SampleProcessor:
         return Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, dtype=np.int64),
                          payload=payload, bad=bad, copies=self.copies)
 
-    def image_sample(self, file: InputFile, data: bytes) -> tuple[str, str, bytes]:
-        """(key, image extension, label) of an image that goes into the tar unchanged; a bad one raises."""
+    def image_sample(self, file: InputFile, data: bytes | memoryview) -> tuple[str, str, bytes]:
+        """(key, image extension, label) of an image that goes into the tar unchanged (no augmentation),
+        as ``_image`` makes them; a bad one raises. Called once per image by the direct path: lean."""
         try:
-            ((key, fields),) = self._image(file, data)
-        except _Bad as exc:
+            info = check_image(data, level=self.check_images)
+        except ImageError as exc:
             raise DataError(file=file.rel, reason=str(exc), unit="image") from None
-        return key, fields[0][0], fields[1][1]
+        ext = canonical_ext(info.format) if info else _suffix_ext(file.path)
+        return Identity(file.rel, 0).key(), ext, str(self.classes[file.group]).encode()
 
     def _members(self, samples: list[tuple[str, list[tuple[str, Any]]]], pieces: list[bytes | memoryview],
                  lengths: list[int], records: list[int], record: int) -> None:
@@ -155,8 +158,6 @@ class SampleProcessor:
         return [(ident.key(), self._row(value))]
 
     def _image(self, file: InputFile, data: bytes) -> list[tuple[str, list[tuple[str, bytes]]]]:
-        from shardsmith.images import ImageError, canonical_ext, check_image
-
         try:
             info = check_image(data, level=self.check_images)
         except ImageError as exc:

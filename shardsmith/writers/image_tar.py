@@ -12,6 +12,7 @@ general path, where a skipped image moves the shard boundaries.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,9 +29,20 @@ from shardsmith.outdir import finish_output
 from shardsmith.pipeline import worker_pool
 from shardsmith.resume import crash_point, die_with_parent
 from shardsmith.splits import assign_splits
-from shardsmith.tarfmt import BLOCK, member_header, padding, sample_members
+from shardsmith.tarfmt import (
+    _CONST_SUM,
+    _HEAD,
+    _HEADER,
+    _MID,
+    _TAIL,
+    _ZEROS,
+    BLOCK,
+    MAX_NAME,
+    MAX_SIZE,
+    member_header,
+)
 from shardsmith.writers.base import ShardRecord
-from shardsmith.writers.webdataset import closed_size, finish_shard, write_wids
+from shardsmith.writers.webdataset import finish_shard, max_tar_weight, write_wids
 
 _CLS_BYTES = 2 * BLOCK  # the label member: a header and one block of digits
 
@@ -61,42 +73,60 @@ def plan_shards(files: list[InputFile], *, seed: int, shuffle: bool, splits: tup
     over at ``shard_samples`` or before ``shard_bytes`` (end-of-archive blocks included)."""
     rels = [f.rel for f in files]
     records = np.zeros(len(files), dtype=np.int64)
-    split = assign_splits(keymod.split_draws(rels, records), dict(splits))
+    if len(splits) == 1:  # every draw falls in the one split: no need to hash every path for them
+        split = np.zeros(len(files), dtype=np.uint8)
+    else:
+        split = assign_splits(keymod.split_draws(rels, records), dict(splits))
     order = keymod.input_order(np.fromiter((f.index for f in files), dtype=np.int64, count=len(files)), records)
     keys = keymod.shuffle_keys(seed, rels, records) if shuffle else order
     perm = np.lexsort((order, keys))
     limit = shard_samples or (1 << 62)
+    weight = max_tar_weight(shard_bytes)  # closed_size(x) > shard_bytes exactly when x > weight
+    sizes = np.fromiter((f.size for f in files), dtype=np.int64, count=len(files))
+    true_sizes = BLOCK + (sizes + BLOCK - 1) // BLOCK * BLOCK + _CLS_BYTES  # header, data, padding, label
     plans: dict[str, list[ShardJob]] = {}
     for s, (name, _) in enumerate(splits):
+        members = perm[split[perm] == s]
+        ends = np.concatenate(([0], np.cumsum(true_sizes[members])))
         jobs: list[ShardJob] = []
-        run: list[InputFile] = []
-        size = 0
-        for i in perm[split[perm] == s].tolist():
-            f = files[i]
-            true_size = BLOCK + f.size + len(padding(f.size)) + _CLS_BYTES
-            if run and (len(run) >= limit or closed_size(size + true_size) > shard_bytes):
-                jobs.append(ShardJob(out_dir=str(out_dir), split=name, index=len(jobs), files=tuple(run),
-                                     wids_md5=wids_md5))
-                run, size = [], 0
-            run.append(f)
-            size += true_size
-        if run:
-            jobs.append(ShardJob(out_dir=str(out_dir), split=name, index=len(jobs), files=tuple(run),
-                                 wids_md5=wids_md5))
+        a = 0
+        while a < len(members):
+            # the longest run from ``a`` within the weight and the sample limit; one sample at least
+            b = int(np.searchsorted(ends, ends[a] + weight, side="right")) - 1
+            b = max(a + 1, min(b, a + limit))
+            jobs.append(ShardJob(out_dir=str(out_dir), split=name, index=len(jobs),
+                                 files=tuple([files[i] for i in members[a:b].tolist()]), wids_md5=wids_md5))
+            a = b
         plans[name] = jobs
     return plans
 
 
 class _Shared:
-    """What every worker needs (the sample builder), inherited through fork or sent once."""
+    """What every worker needs (the sample builder and the plan), inherited through fork or sent once."""
 
-    sample: Callable[[InputFile, bytes], tuple[str, str, bytes]] | None = None
+    sample: Callable[[InputFile, memoryview], tuple[str, str, bytes]] | None = None
+    jobs: dict[tuple[str, int], ShardJob] = {}  # noqa: RUF012 (set once per process)
 
 
-def _init(sample: Callable[[InputFile, bytes], tuple[str, str, bytes]], worker: bool = False) -> None:
+def _init(sample: Callable[[InputFile, memoryview], tuple[str, str, bytes]], worker: bool = False,
+          jobs: dict[tuple[str, int], ShardJob] | None = None) -> None:
     if worker:
         die_with_parent()
+        gc.freeze()  # the parent's objects (the whole listing) are never garbage: collections skip them
     _Shared.sample = sample
+    _Shared.jobs = jobs or {}
+
+
+def _write_planned(split: str, index: int) -> tuple[ShardRecord, str | None]:
+    """In a worker: a shard of the plan it was started with. Only the shard's name crosses the
+    pipe: pickling its ten thousand file entries took longer than writing a small shard."""
+    return write_shard(_Shared.jobs[(split, index)])
+
+
+# Each sample is built in place in the shard's batch buffer: the image is read straight into its
+# place after its header and checked there, and a full batch is hashed and written from there
+# (HashingFile's batch mode). 4 MiB keeps a batch near the CPU caches from the read to the write.
+BATCH_BYTES = 4 << 20
 
 
 def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
@@ -104,47 +134,92 @@ def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
     sample = _Shared.sample
     assert sample is not None
     out = Path(job.out_dir)
-    tar = HashingFile(out / job.name, md5=job.wids_md5)
+    tar = HashingFile(out / job.name, md5=job.wids_md5, batch_bytes=BATCH_BYTES)
+    dirs = _Dirs()
     try:
         starts: list[int] = []
-        pieces: list[bytes] = []
-        pending = 0
         for f in job.files:
-            starts.append(tar.bytes + pending)
-            data = read_whole(f)
+            size = f.size
+            body = size + (-size % BLOCK)  # the image and its padding
+            starts.append(tar.bytes)
+            view = tar.reserve(BLOCK + body + _CLS_BYTES)
+            data = view[BLOCK:BLOCK + size]
+            read_into(f, data, dirs)
             key, ext, label = sample(f, data)
-            pad = padding(f.size)
-            cls = sample_members(key, [("cls", label)])
-            pieces += (member_header(f"{key}.{ext}", f.size), data, pad, *cls)
-            pending += BLOCK + f.size + len(pad) + _CLS_BYTES
-            if pending >= 4 << 20:
-                tar.write(b"".join(pieces))
-                pieces, pending = [], 0
-        if pieces:
-            tar.write(b"".join(pieces))
+            _members_around(view, key, ext, size, body, label)
         done = finish_shard(tar, starts, out / job.name.replace(".tar", ".offsets.npy"))
         crash_point(f"shard:{job.split}:{job.index}")
         return done
     except BaseException:
         tar.abort()
         raise
+    finally:
+        dirs.close()
 
 
-def read_whole(f: InputFile) -> bytes:
-    """The bytes of an input file of known size (raw syscalls: half the cost of ``open`` for small files)."""
+_pack_header = _HEADER.pack_into
+_DOT, _CLS = sum(b"."), sum(b"cls")
+
+
+def _members_around(view: memoryview, key: str, ext: str, size: int, body: int, label: bytes) -> None:
+    """Around the image bytes already in place: its header and padding, then the label member;
+    the bytes of ``member_header`` and ``sample_members``, packed straight into the buffer."""
+    k = key.encode()
+    e = ext.encode()
+    if len(k) + 1 + max(len(e), 3) > MAX_NAME or b"\0" in k or size > MAX_SIZE or len(label) > BLOCK:
+        member_header(f"{key}.{ext}", size)  # raises the reason
+        member_header(f"{key}.cls", len(label))
+        raise ValueError(f"sample {key!r}: label of {len(label)} bytes")
+    base = _CONST_SUM + sum(k) + _DOT
+    field = b"%011o\0" % size
+    _pack_header(view, 0, k + b"." + e, _HEAD, field, _MID, b"%06o\0 " % (base + sum(e) + sum(field)), _TAIL)
+    view[BLOCK + size:BLOCK + body] = _ZEROS[:body - size]
+    field = b"%011o\0" % len(label)
+    _pack_header(view, BLOCK + body, k + b".cls", _HEAD, field, _MID, b"%06o\0 " % (base + _CLS + sum(field)), _TAIL)
+    view[2 * BLOCK + body:] = label.ljust(BLOCK, b"\0")
+
+
+class _Dirs:
+    """Open folders of the images, so each image is opened by its name alone (no walk of the
+    whole path per file)."""
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+
+    def open(self, path: str) -> int:
+        folder, _, name = path.rpartition("/")
+        fd = self.fds.get(folder)
+        if fd is None:
+            try:
+                fd = self.fds[folder] = os.open(folder or "/", os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return os.open(path, os.O_RDONLY)  # and let that fail with the image's own error
+        return os.open(name, os.O_RDONLY, dir_fd=fd)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+_PROBE = bytearray(1)  # one byte past the known size: a file that grew is caught, not cut
+
+
+def read_into(f: InputFile, view: memoryview, dirs: _Dirs | None = None) -> None:
+    """Fill ``view`` (exactly ``f.size`` bytes) with the file's bytes; the file must still be that size."""
+    got = 0
     try:
-        fd = os.open(f.path, os.O_RDONLY)
+        fd = dirs.open(f.path) if dirs is not None else os.open(f.path, os.O_RDONLY)
         try:
-            data = os.read(fd, f.size + 1)
-            while len(data) < f.size and (more := os.read(fd, f.size + 1 - len(data))):
-                data += more
+            while got < f.size and (n := os.readv(fd, [view[got:], _PROBE])):
+                got += n
         finally:
             os.close(fd)
     except OSError as exc:
         raise DataError(file=f.rel, reason=f"cannot read: {exc.strerror or exc}") from None
-    if len(data) != f.size:
-        raise DataError(file=f.rel, reason=f"changed while converting: {len(data)} bytes, was {f.size}")
-    return data
+    if got != f.size:
+        size = f"more than {f.size} bytes" if got > f.size else f"{got} bytes"
+        raise DataError(file=f.rel, reason=f"changed while converting: {size}, was {f.size}")
 
 
 def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, bytes], tuple[str, str, bytes]],
@@ -179,10 +254,12 @@ def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, 
 
 def _run_pool(jobs: list[ShardJob], *, sample: Any, workers: int,
               done: dict[tuple[str, int], tuple[ShardRecord, str | None]], progress: Callable[[int], None]) -> None:
-    with worker_pool(min(workers, len(jobs)), initializer=_init, initargs=(sample, True),
+    plan = {(job.split, job.index): job for job in jobs}  # inherited through fork, or sent once per worker
+    with worker_pool(min(workers, len(jobs)), initializer=_init, initargs=(sample, True, plan),
                      advice="try fewer --workers") as pool:
         # the biggest shards first, so the last one to finish is a small one
-        futures = {pool.submit(write_shard, job): job for job in sorted(jobs, key=lambda j: -j.nbytes)}
+        futures = {pool.submit(_write_planned, job.split, job.index): job
+                   for job in sorted(jobs, key=lambda j: -j.nbytes)}
         for future, job in futures.items():
             done[(job.split, job.index)] = future.result()
             progress(job.nbytes)
