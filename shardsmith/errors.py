@@ -35,5 +35,9 @@ def _data_error(file: str, reason: str, record: int | None, unit: str) -> DataEr
     return DataError(file=file, reason=reason, record=record, unit=unit)
 
 
+class WorkerDied(ShardsmithError):
+    """A worker process was killed (out of memory?): the run's finished work is kept for a rerun."""
+
+
 class DatasetError(ShardsmithError):
     """A dataset folder that is incomplete, corrupt or unsafe to read."""

@@ -24,7 +24,7 @@ import numpy as np
 import orjson
 
 from shardsmith import keys as keymod
-from shardsmith.errors import DataError, ShardsmithError, UsageError
+from shardsmith.errors import DataError, UsageError, WorkerDied
 from shardsmith.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
 from shardsmith.outdir import finish_output, work_path
 from shardsmith.ragged import starts_of, take_ragged
@@ -320,8 +320,8 @@ def worker_pool(workers: int, *, initializer: Callable[..., None], initargs: tup
     try:
         yield pool
     except BrokenProcessPool:
-        raise ShardsmithError(f"a worker process died (killed by the system: out of memory?); nothing was "
-                              f"written; {advice}") from None
+        raise WorkerDied(f"a worker process died (killed by the system: out of memory?); no dataset was "
+                         f"written; {advice}: the same command resumes from the finished work") from None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -495,7 +495,7 @@ def work_folder(out_dir: Path, *, run: dict[str, str] | None = None, shared: boo
         stamp.write_bytes(orjson.dumps(run))
     try:
         yield work
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, WorkerDied):
         raise  # keep the finished parts: the same command resumes from them
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)

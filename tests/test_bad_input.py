@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import make_docs, run_cli, run_subprocess, write_jsonl
+from conftest import make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
 
 
 def bad_corpus(tmp_path: Path, bad_line: bytes, *, at: int = 3) -> Path:
@@ -189,3 +189,9 @@ def test_a_killed_worker_ends_the_run_with_a_message(tmp_path, bpe_tokenizer, mo
                   "--workers", "2")
     assert res.exit_code == 1 and "a worker process died" in res.stderr
     assert not (tmp_path / "out" / "manifest.json").exists()
+    monkeypatch.setattr(pipeline, "scatter_task", real)  # the same command again: it resumes
+    res = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "-q",
+                  "--workers", "2")
+    assert res.exit_code == 0, res.stderr
+    one = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "one", "--tokenizer", bpe_tokenizer, "-q")
+    assert one.exit_code == 0 and tree_digest(tmp_path / "out") == tree_digest(tmp_path / "one")
