@@ -135,17 +135,24 @@ def _pieces(work_dir: Path, split: str) -> list[dict[str, Any]]:
     return out
 
 
-def _intact(piece: dict[str, Any], out_dir: Path) -> bool:
-    """Whether every file a piece names is still there, with its size."""
-    for shard in piece["shards"]:
-        for entry in (shard, shard.get("index")):
-            if entry is None:
-                continue
-            try:
-                if os.path.getsize(out_dir / entry["path"]) != int(entry["bytes"]):
-                    return False
-            except OSError:
+def _intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) -> bool:
+    """Whether every file a piece names is still there, with its size (for a stretch of the
+    nanoGPT file: the scratch file, or the file finalize moved into place, reaches its end)."""
+    entries = [e for shard in piece["shards"] for e in (shard, shard.get("index")) if e is not None]
+    flat = piece.get("flat")
+    if flat and "path" in flat:
+        entries.append(flat)
+    for entry in entries:
+        try:
+            if os.path.getsize(out_dir / entry["path"]) != int(entry["bytes"]):
                 return False
+        except OSError:
+            return False
+    if flat and "offset" in flat:
+        end = int(flat["offset"]) + 2 * int(flat["tokens"])
+        sizes = [os.path.getsize(p) for p in (work_dir / f"flat-{split}.bin", out_dir / f"{split}.bin") if p.is_file()]
+        if not sizes or max(sizes) < end:
+            return False
     return True
 
 
@@ -158,7 +165,7 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
         path = _piece_path(work_dir, split.name, first, stop)
         if path.is_file():
             try:
-                if _intact(orjson.loads(path.read_bytes()), out_dir):
+                if _intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split.name):
                     return
             except (OSError, ValueError):
                 pass
@@ -269,7 +276,8 @@ def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     outputs: dict[str, SplitOutput] = {}
     for split in splits:
         chain = _cover(split, work_dir, out_dir)
-        for stale in out_dir.glob(f".{split.name}-*.tmp-*"):  # what killed writers left
+        for stale in (*out_dir.glob(f".{split.name}-*.tmp-*"), *out_dir.glob(f".{split.name}.*.tmp-*")):
+            # what killed writers left
             stale.unlink(missing_ok=True)
         writer = make_writer(split.name, ShardRange(whole=False, work_dir=work_dir))
         extras = writer.finish_split(chain)
@@ -283,32 +291,55 @@ def _cover(split: SplitGather, work_dir: Path, out_dir: Path) -> list[dict[str, 
     """Pieces that cover the split's shards once each, in order (ranks of different runs' world
     sizes may have left overlapping ones: their shards are the same)."""
     pieces = _pieces(work_dir, split.name)
-    whole = [p for p in pieces if p.get("whole")]
+    whole = [p for p in pieces if p.get("whole") and _intact(p, out_dir, work_dir, split.name)]
     if whole:
-        chain = whole[:1]
+        return whole[:1]
+    plan_path = work_dir / f"plan-{split.name}.json"
+    if not split.samples:
+        shards = 0
+    elif plan_path.is_file():
+        shards = len(orjson.loads(plan_path.read_bytes())["bounds"]) - 1
     else:
-        plan_path = work_dir / f"plan-{split.name}.json"
-        if not split.samples:
-            shards = 0
-        elif plan_path.is_file():
-            shards = len(orjson.loads(plan_path.read_bytes())["bounds"]) - 1
-        else:
-            raise UsageError(f"split {split.name}: no shard is written yet: run --stage gather on every rank first")
-        chain, at = [], 0
-        by_first: dict[int, list[dict[str, Any]]] = {}
-        for p in pieces:
-            by_first.setdefault(int(p["first_shard"]), []).append(p)
-        while at < shards:
-            options = sorted(by_first.get(at, []), key=lambda p: -int(p["stop"]))
-            if not options:
-                ends = sorted(int(p["first_shard"]) for p in pieces if int(p["first_shard"]) > at)
-                upto = ends[0] if ends else shards
-                raise UsageError(f"split {split.name}: shards {at}..{upto - 1} of {shards} are not written: run "
-                                 f"--stage gather on every rank first (rank r of W writes the r-th W-th of them)")
-            chain.append(options[0])
-            at = int(options[0]["stop"])
+        raise UsageError(f"split {split.name}: no shard is written yet: run the gather (--stage gather on every "
+                         f"rank) first")
+    ranged = [p for p in pieces if not p.get("whole")]
+    chain = _chain(ranged, 0, shards, {})
+    if chain is None:
+        at = _reach(ranged, shards)
+        later = sorted(int(p["first_shard"]) for p in ranged if int(p["first_shard"]) > at)
+        upto = later[0] if later else shards
+        raise UsageError(f"split {split.name}: shards {at}..{upto - 1} of {shards} are not written: run --stage "
+                         f"gather on every rank first (rank r of W writes the r-th W-th of them)")
     for p in chain:
-        if not _intact(p, out_dir):
-            raise DatasetError(f"split {split.name}: a shard of shards {p['first_shard']}..{int(p['stop']) - 1} is "
+        if not _intact(p, out_dir, work_dir, split.name):
+            raise DatasetError(f"split {split.name}: a file of shards {p['first_shard']}..{int(p['stop']) - 1} is "
                                f"missing or changed in {out_dir}: rerun the gather rank that wrote them")
     return chain
+
+
+def _chain(pieces: list[dict[str, Any]], at: int, shards: int, memo: dict[int, Any]) -> list[dict[str, Any]] | None:
+    """Pieces back to back from shard ``at`` to ``shards`` (longest first; ranks of reruns with
+    other world sizes may have left pieces that overlap), or None."""
+    if at == shards:
+        return []
+    if at not in memo:
+        memo[at] = None
+        for p in sorted((p for p in pieces if int(p["first_shard"]) == at), key=lambda p: -int(p["stop"])):
+            rest = _chain(pieces, int(p["stop"]), shards, memo) if int(p["stop"]) > at else None
+            if rest is not None:
+                memo[at] = [p, *rest]
+                break
+    return memo[at]
+
+
+def _reach(pieces: list[dict[str, Any]], shards: int) -> int:
+    """The first shard no chain of pieces from shard 0 reaches (for the error message)."""
+    reached, frontier = {0}, [0]
+    while frontier:
+        at = frontier.pop()
+        for p in pieces:
+            stop = int(p["stop"])
+            if int(p["first_shard"]) == at and stop not in reached:
+                reached.add(stop)
+                frontier.append(stop)
+    return min(set(range(shards + 1)) - reached)

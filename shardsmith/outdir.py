@@ -64,12 +64,16 @@ def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None
     """A gather or finalize rank joins the output folder of its run: empty, or holding only this
     run's files (its record says so)."""
     if present:
-        own = all(p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
+        # by name only: other ranks rename their temporary files meanwhile
+        own = all(any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
         previous = read_run_file(out)
         other = previous is not None and run is not None and previous.get("options") != run["options"]
-        if not own or (out / MANIFEST).exists() or other:
-            raise UsageError(f"-o {out}: holds other files than this run's (a finished dataset, or another "
-                             f"command's output); cluster stages never remove files: empty the folder first")
+        if (out / MANIFEST).exists():
+            raise UsageError(f"-o {out}: already holds a finished dataset (manifest.json); cluster stages never "
+                             f"remove files: give them an empty output folder")
+        if not own or other:
+            raise UsageError(f"-o {out}: holds other files than this run's (another command's output); cluster "
+                             f"stages never remove files: give them an empty output folder")
         if previous == run:
             return  # an earlier rank recorded the run
     if run is not None:

@@ -218,3 +218,59 @@ def test_events_in_tar_are_gathered_in_ranges(tmp_path, world_size):
     res = cli(*args, "-o", tmp_path / "two", "--workers", "2")  # gather workers, each a range of shards
     assert res.exit_code == 0, res.stderr
     assert tree_digest(tmp_path / "two") == tree_digest(tmp_path / "one")
+
+
+def test_ranks_rerun_with_another_world_size_still_finalize(corpus, bpe_tokenizer, tmp_path):
+    """Pieces of W=2 and W=3 gathers overlap; finalize finds a cover through them."""
+    out = tmp_path / "staged"
+    args = _args(corpus, bpe_tokenizer, out, shard_tokens="4K")
+    for rank in range(2):
+        assert run_cli(*args, "--stage", "scatter", "--rank", str(rank), "--world-size", "2").exit_code == 0
+    assert run_cli(*args, "--stage", "gather", "--rank", "0", "--world-size", "2").exit_code == 0
+    for rank in range(3):
+        assert run_cli(*args, "--stage", "gather", "--rank", str(rank), "--world-size", "3").exit_code == 0
+    res = run_cli(*args, "--stage", "finalize")
+    assert res.exit_code == 0, res.stderr
+    one = tmp_path / "one"
+    assert run_cli(*_args(corpus, bpe_tokenizer, one, shard_tokens="4K")).exit_code == 0
+    assert tree_digest(out) == tree_digest(one)
+
+
+def test_a_rerun_with_other_workers_after_a_kill_keeps_the_nanogpt_file(corpus, bpe_tokenizer, tmp_path):
+    """A killed one-writer run leaves a piece whose nanoGPT file the rerun removes: it is not reused."""
+    out = tmp_path / "out"
+    args = [*_args(corpus, bpe_tokenizer, out)]
+    killed = run_subprocess(*args, env={**os.environ, "SHARDSMITH_CRASH_AT": "manifest"})
+    assert killed.returncode == -9
+    args[args.index("--workers") + 1] = "2"
+    again = run_subprocess(*args)
+    assert again.returncode == 0, again.stderr
+    assert run_cli("verify", out).exit_code == 0
+    one = tmp_path / "one"
+    assert run_cli(*_args(corpus, bpe_tokenizer, one)).exit_code == 0
+    assert tree_digest(out) == tree_digest(one)
+
+
+def test_stages_never_touch_a_finished_dataset(corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "done"
+    assert run_cli(*_args(corpus, bpe_tokenizer, out)).exit_code == 0
+    before = tree_digest(out, skip=())
+    other = tmp_path / "other.json"
+    other.write_bytes(bpe_tokenizer.read_bytes().replace(b'"<|endoftext|>"', b'"<|endoftext|>"', 1) + b" ")
+    args = [*_args(corpus, other, out)]
+    assert run_cli(*args, "--stage", "scatter").exit_code == 0
+    res = run_cli(*args, "--stage", "gather")
+    assert res.exit_code == 2 and "already holds a finished dataset" in res.stderr
+    assert tree_digest(out, skip=()) == before
+
+
+def test_an_empty_split_of_images_gets_its_wids_index(tmp_path):
+    from conftest import jpeg_folder
+
+    root = jpeg_folder(tmp_path / "imgs", classes=2, per_class=3)
+    res = run_cli("convert", root, "--to", "webdataset", "-o", tmp_path / "out", "--split", "train=0.999,test=0.001",
+                  "-q")
+    assert res.exit_code == 0, res.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["splits"]["test"]["samples"] == 0
+    assert json.loads((tmp_path / "out" / "test.wids.json").read_text())["shardlist"] == []

@@ -337,7 +337,8 @@ def _direct_images(opts: ConvertOptions, files: list[InputFile], processor: Samp
                         shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes, out_dir=opts.out,
                         wids_md5=opts.wids_md5)
     with progress.bar(total=sum(f.size for f in files), desc="convert", unit="B") as bar:
-        shards = write_all(plans, sample=processor.image_sample, workers=opts.workers, progress=bar.update)
+        shards = write_all(plans, sample=processor.image_sample, workers=opts.workers, progress=bar.update,
+                           out_dir=opts.out)
     return {name: _Written(shards=s) for name, s in shards.items()}, [TaskResult(task=0, records=len(files))]
 
 

@@ -113,14 +113,18 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     progress = Progress(quiet=opts.quiet)
 
+    # the dataset's own copy; scatter ranks write only to the scratch folder (the output folder may
+    # still hold a finished dataset, which the gather refuses)
+    home = work_path(opts.out) if opts.stage == "scatter" else opts.out
+    home.mkdir(parents=True, exist_ok=True)
     if opts.train_tokenizer is not None:
-        _write_changed(opts.out / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id))
-        tok_path = opts.out / "tokenizer.json"
+        _write_changed(home / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id))
+        tok_path = home / "tokenizer.json"
     else:
         tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
     hf, json_text, tok_sha = tk.load_hf(tok_path)
-    if tok_path != opts.out / "tokenizer.json":
-        _write_changed(opts.out / "tokenizer.json", tok_path.read_bytes())
+    if tok_path != home / "tokenizer.json":
+        _write_changed(home / "tokenizer.json", tok_path.read_bytes())
 
     eos = None if opts.no_eos else (opts.eos_token or tk.default_eos(hf))
     if eos is None and not opts.no_eos:

@@ -183,6 +183,8 @@ class _Dirs:
     """Open folders of the images, so each image is opened by its name alone (no walk of the
     whole path per file)."""
 
+    keep = 64
+
     def __init__(self) -> None:
         self.fds: dict[str, int] = {}
 
@@ -190,6 +192,8 @@ class _Dirs:
         folder, _, name = path.rpartition("/")
         fd = self.fds.get(folder)
         if fd is None:
+            if len(self.fds) >= self.keep:  # an image folder of many classes: stay far below the fd limit
+                self.close()
             try:
                 fd = self.fds[folder] = os.open(folder or "/", os.O_RDONLY | os.O_DIRECTORY)
             except OSError:
@@ -223,7 +227,7 @@ def read_into(f: InputFile, view: memoryview, dirs: _Dirs | None = None) -> None
 
 
 def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, bytes], tuple[str, str, bytes]],
-              workers: int, progress: Callable[[int], None]) -> dict[str, list[ShardRecord]]:
+              workers: int, progress: Callable[[int], None], out_dir: Path) -> dict[str, list[ShardRecord]]:
     """Every planned shard, largest first across ``workers`` processes; each split's wids index."""
     jobs = [job for split_jobs in plans.values() for job in split_jobs]
     done: dict[tuple[str, int], tuple[ShardRecord, str | None]] = {}
@@ -239,15 +243,13 @@ def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, 
         raise
     except BaseException:
         _remove(plans)
-        if jobs:
-            finish_output(Path(jobs[0].out_dir))  # a failed run blocks no other command
+        finish_output(out_dir)  # a failed run blocks no other command
         raise
     out: dict[str, list[ShardRecord]] = {}
     for name, split_jobs in plans.items():
         results = [done[(name, job.index)] for job in split_jobs]
         shards = [r for r, _ in results]
-        if split_jobs:
-            write_wids(Path(split_jobs[0].out_dir), name, shards, [m for _, m in results])
+        write_wids(out_dir, name, shards, [m for _, m in results])  # an empty split too: the manifest names it
         out[name] = shards
     return out
 

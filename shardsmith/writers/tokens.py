@@ -77,7 +77,10 @@ class _FlatPiece:
         if self._file is not None:
             sha = self._file.commit()
             return {"path": self._file.path.name, "bytes": self._file.bytes, "sha256": sha, "dtype": "uint16"}
-        os.close(self._fd)
+        try:
+            os.fsync(self._fd)  # on the disk before the piece that vouches for it
+        finally:
+            os.close(self._fd)
         return {"offset": self.offset, "tokens": self.tokens}
 
     def abort(self) -> None:
