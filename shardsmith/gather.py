@@ -333,7 +333,8 @@ def _chain(pieces: list[dict[str, Any]], at: int, shards: int, memo: dict[int, A
 
 
 def _reach(pieces: list[dict[str, Any]], shards: int) -> int:
-    """The first shard no chain of pieces from shard 0 reaches (for the error message)."""
+    """The furthest shard a chain of pieces from shard 0 reaches: where the gap starts (for the
+    error message)."""
     reached, frontier = {0}, [0]
     while frontier:
         at = frontier.pop()
@@ -342,4 +343,4 @@ def _reach(pieces: list[dict[str, Any]], shards: int) -> int:
             if int(p["first_shard"]) == at and stop not in reached:
                 reached.add(stop)
                 frontier.append(stop)
-    return min(set(range(shards + 1)) - reached)
+    return max(r for r in reached if r < shards)

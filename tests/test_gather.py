@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -105,6 +106,8 @@ def test_a_gather_rank_killed_is_rerun_alone(corpus, bpe_tokenizer, tmp_path):
     assert _stage(args, "gather", 2, 3).returncode == 0
     early = _stage(args, "finalize", 0, 3)
     assert early.returncode == 2 and "are not written" in early.stderr and "Traceback" not in early.stderr
+    a, b, shards = map(int, re.search(r"shards (\d+)\.\.(\d+) of (\d+) are not written", early.stderr).groups())
+    assert (a, b + 1) == (shards // 3, 2 * shards // 3), early.stderr  # exactly rank 1's range
     assert not (out / "manifest.json").exists()
 
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("train-*")}
