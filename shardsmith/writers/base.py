@@ -52,10 +52,6 @@ class Writer:
 
     name: ClassVar[str] = ""
     suffix: ClassVar[str] = ""
-    #: whether ``weights`` reads the payload, not only the lengths (the gather's plan then reads it too)
-    weigh_payload: ClassVar[bool] = False
-    #: whether several writers may each make a range of one split's shards
-    rangeable: ClassVar[bool] = True
 
     def __init__(self, *, out_dir: Path, split: str, part: ShardRange | None = None) -> None:
         self.out_dir = Path(out_dir)
@@ -66,6 +62,16 @@ class Writer:
 
     def shard_name(self, index: int, suffix: str | None = None) -> str:
         return f"{self.split}-{index:06d}{self.suffix if suffix is None else suffix}"
+
+    @property
+    def weigh_payload(self) -> bool:
+        """Whether ``weights`` reads the payload, not only the lengths (the gather's plan then reads it too)."""
+        return False
+
+    @property
+    def rangeable(self) -> bool:
+        """Whether several writers may each make a range of one split's shards."""
+        return True
 
     def next_index(self) -> int:
         """The split-wide number of the next shard this writer starts."""

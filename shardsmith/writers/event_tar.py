@@ -52,20 +52,26 @@ class EventTarWriter(Writer):
 
     name = "webdataset"
     suffix = ".tar"
-    weigh_payload = True  # a sample's tar bytes depend on its events' counts
 
     def __init__(self, *, out_dir: Path, split: str, schema: EventSchema, events_per_sample: int = 1,
                  shard_samples: int | None, shard_bytes: int, part: ShardRange | None = None) -> None:
         super().__init__(out_dir=out_dir, split=split, part=part)
         self.schema = schema
         self.per_sample = events_per_sample
-        # windows of several events are cut by position in the split, which a shard plan over
-        # events does not follow yet: one writer makes them all
-        self.rangeable = events_per_sample == 1  # type: ignore[misc]
         self.tar = TarWriter(out_dir=out_dir, split=split, shard_samples=shard_samples, shard_bytes=shard_bytes,
                              part=part)
         self.events = self.part.first_sample  # samples are named by the position of their first event
         self._held: EventChunk | None = None  # events short of a full window, waiting for the next batch
+
+    @property
+    def weigh_payload(self) -> bool:
+        return True  # a sample's tar bytes depend on its events' counts
+
+    @property
+    def rangeable(self) -> bool:
+        # windows of several events are cut by position in the split, which a shard plan over
+        # events does not follow yet: one writer makes them all
+        return self.per_sample == 1
 
     def rollover(self) -> Rollover:
         return self.tar.rollover()

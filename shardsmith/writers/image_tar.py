@@ -42,6 +42,7 @@ from shardsmith.tarfmt import (
     member_header,
 )
 from shardsmith.writers.base import ShardRecord
+from shardsmith.writers.rollover import shard_bounds
 from shardsmith.writers.webdataset import finish_shard, max_tar_weight, write_wids
 
 _CLS_BYTES = 2 * BLOCK  # the label member: a header and one block of digits
@@ -80,24 +81,17 @@ def plan_shards(files: list[InputFile], *, seed: int, shuffle: bool, splits: tup
     order = keymod.input_order(np.fromiter((f.index for f in files), dtype=np.int64, count=len(files)), records)
     keys = keymod.shuffle_keys(seed, rels, records) if shuffle else order
     perm = np.lexsort((order, keys))
-    limit = shard_samples or (1 << 62)
-    weight = max_tar_weight(shard_bytes)  # closed_size(x) > shard_bytes exactly when x > weight
     sizes = np.fromiter((f.size for f in files), dtype=np.int64, count=len(files))
     true_sizes = BLOCK + (sizes + BLOCK - 1) // BLOCK * BLOCK + _CLS_BYTES  # header, data, padding, label
     plans: dict[str, list[ShardJob]] = {}
     for s, (name, _) in enumerate(splits):
         members = perm[split[perm] == s]
-        ends = np.concatenate(([0], np.cumsum(true_sizes[members])))
-        jobs: list[ShardJob] = []
-        a = 0
-        while a < len(members):
-            # the longest run from ``a`` within the weight and the sample limit; one sample at least
-            b = int(np.searchsorted(ends, ends[a] + weight, side="right")) - 1
-            b = max(a + 1, min(b, a + limit))
-            jobs.append(ShardJob(out_dir=str(out_dir), split=name, index=len(jobs),
-                                 files=tuple([files[i] for i in members[a:b].tolist()]), wids_md5=wids_md5))
-            a = b
-        plans[name] = jobs
+        # the tar writers' own rule: within the bytes that keep a closed shard under shard_bytes
+        bounds = shard_bounds(true_sizes[members], max_weight=max_tar_weight(shard_bytes),
+                              max_samples=shard_samples).tolist()
+        plans[name] = [ShardJob(out_dir=str(out_dir), split=name, index=i, wids_md5=wids_md5,
+                                files=tuple([files[j] for j in members[a:b].tolist()]))
+                       for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
     return plans
 
 

@@ -104,7 +104,6 @@ class TarWriter(Writer):
         ``threads``: shards written at once in that case."""
         super().__init__(out_dir=out_dir, split=split, part=part)
         self.sources = sources
-        self.weigh_payload = sources is not None  # type: ignore[misc]
         self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self.wids_md5 = wids_md5
@@ -115,6 +114,10 @@ class TarWriter(Writer):
         self._plan: _ShardPlan | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._futures: list[Future[tuple[ShardRecord, str | None]]] = []
+
+    @property
+    def weigh_payload(self) -> bool:
+        return self.sources is not None  # a SourceRef's size is in the payload
 
     def rollover(self) -> Rollover:
         return Rollover(max_weight=max_tar_weight(self.shard_bytes), max_samples=self.shard_samples)
