@@ -196,10 +196,12 @@ def _group(buckets: dict[int, list[Segment]], budget: int) -> Iterator[list[Segm
         yield group
 
 
-def _load_group(group: list[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Keys, input order, lengths and payloads of a group, read straight into one payload buffer."""
+def _load_group(group: list[Segment], *, payloads: bool = True
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """Keys, input order, lengths and (unless ``payloads`` is False) payloads of a group, read
+    straight into one payload buffer."""
     heads = np.empty((3, sum(s.count for s in group)), dtype=np.uint64)
-    payload = np.empty(sum(s.payload_bytes for s in group), dtype=np.uint8)
+    payload = np.empty(sum(s.payload_bytes for s in group), dtype=np.uint8) if payloads else None
     row = pos = 0
     handles: dict[str, Any] = {}
     try:
@@ -207,8 +209,11 @@ def _load_group(group: list[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarra
             fh = handles.get(seg.path) or handles.setdefault(seg.path, open(seg.path, "rb"))  # noqa: SIM115
             fh.seek(seg.offset)
             head = np.empty((3, seg.count), dtype=np.uint64)
-            got = fh.readinto(memoryview(head).cast("B")) + fh.readinto(payload[pos:pos + seg.payload_bytes])
-            if got != 24 * seg.count + seg.payload_bytes:
+            got, want = fh.readinto(memoryview(head).cast("B")), 24 * seg.count
+            if payload is not None:
+                got += fh.readinto(payload[pos:pos + seg.payload_bytes])
+                want += seg.payload_bytes
+            if got != want:
                 raise DatasetError(f"{seg.path}: part file shorter than its footer says")
             heads[:, row:row + seg.count] = head
             row += seg.count
@@ -228,6 +233,7 @@ def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None) -> Sort
     """A group's samples in (key, input order) order; only those at sorted positions ``[lo, hi)``
     are copied out (a gather range that starts or ends inside the group)."""
     keys, order, lengths, payload = _load_group(group)
+    assert payload is not None
     perm = np.lexsort((order, keys))[lo:hi]
     ordered = take_ragged(payload, lengths, perm)
     return SortedBatch(lengths=lengths[perm], payload=memoryview(ordered))
@@ -235,22 +241,8 @@ def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None) -> Sort
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:
     """A group's payload lengths in output order, from the segments' heads alone (no payload read)."""
-    heads = np.empty((3, sum(s.count for s in group)), dtype=np.uint64)
-    row = 0
-    handles: dict[str, Any] = {}
-    try:
-        for seg in group:
-            fh = handles.get(seg.path) or handles.setdefault(seg.path, open(seg.path, "rb"))  # noqa: SIM115
-            fh.seek(seg.offset)
-            head = np.empty((3, seg.count), dtype=np.uint64)
-            if fh.readinto(memoryview(head).cast("B")) != 24 * seg.count:
-                raise DatasetError(f"{seg.path}: part file shorter than its footer says")
-            heads[:, row:row + seg.count] = head
-            row += seg.count
-    finally:
-        for fh in handles.values():
-            fh.close()
-    return heads[2, np.lexsort((heads[1], heads[0]))].astype(np.int64)
+    keys, order, lengths, _ = _load_group(group, payloads=False)
+    return lengths[np.lexsort((order, keys))]
 
 
 def sorted_batches(buckets: dict[int, list[Segment]], *, budget: int) -> Iterator[SortedBatch]:
