@@ -200,19 +200,15 @@ def _write_changed(path: Path, data: bytes) -> None:
 
 def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], progress: Progress,
              run_id: dict[str, str]) -> bytes:
-    """A byte-level BPE trained on the inputs; in a cluster stage, trained once by the first rank
-    to get there and kept in the scratch folder for the others (training is deterministic, so two
-    ranks racing write the same bytes)."""
-    cached = work_path(opts.out) / f"tokenizer-{run_id['options'][:12]}-{run_id['inputs'][:12]}.json"
-    if opts.stage is not None and cached.is_file():
-        return cached.read_bytes()
-    progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
-    texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error)
-    trained = tk.train_bpe(texts, vocab_size=opts.train_tokenizer).encode()
-    if opts.stage is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(cached, trained)
-    return trained
+    """A byte-level BPE trained on the inputs (in a cluster stage, once per run: training is
+    deterministic, so ranks racing to save it save the same JSON)."""
+
+    def train() -> str:
+        progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
+        return tk.train_bpe(_texts(reader, tasks, opts.text_field, on_error=opts.on_error),
+                            vocab_size=opts.train_tokenizer)
+
+    return cached("tokenizer", train, stage=opts.stage, out=opts.out, run=run_id, dump=str, load=str).encode()
 
 
 def _sample(reader: MultiReader, tasks: list[Task], field: str) -> list[str]:

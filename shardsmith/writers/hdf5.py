@@ -24,9 +24,7 @@ shard, and the page faults of two shard-sized buffers cost more than re-reading 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import mmap
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -37,7 +35,7 @@ import numpy as np
 from shardsmith import __version__
 from shardsmith.errors import UsageError
 from shardsmith.events import EventChunk, EventSchema, decode
-from shardsmith.fsutil import _tmp, fsync_dir, naming
+from shardsmith.fsutil import _tmp, file_sha256, fsync_dir, naming
 from shardsmith.writers.base import ShardRange, ShardRecord, Writer
 from shardsmith.writers.rollover import Rollover, runs
 
@@ -262,8 +260,7 @@ def _commit(tmp: Path, path: Path, samples: int, compression: str) -> ShardRecor
         with naming(path), open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
             size = os.fstat(fh.fileno()).st_size
-            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-                sha = hashlib.sha256(mm).hexdigest()
+            sha = file_sha256(fh.fileno(), size)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
