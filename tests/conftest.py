@@ -39,6 +39,15 @@ def write_jsonl(path: Path, docs: list[str], *, field: str = "text") -> Path:
     return path
 
 
+def two_file_corpus(root: Path, n: int, *, seed: int, max_words: int, first: int) -> Path:
+    """``n`` documents as ``a.jsonl`` (the first ``first``) and ``b.jsonl``: several tasks and files
+    for the shuffle, the stages and the crash tests."""
+    docs = make_docs(n, seed=seed, max_words=max_words)
+    write_jsonl(root / "a.jsonl", docs[:first])
+    write_jsonl(root / "b.jsonl", docs[first:])
+    return root
+
+
 def jpeg(seed: int, size: tuple[int, int] = (48, 40)) -> bytes:
     """A small random-noise JPEG, different for every seed."""
     import io

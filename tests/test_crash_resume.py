@@ -8,7 +8,13 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import jpeg_folder, make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
+from conftest import (
+    jpeg_folder,
+    run_cli,
+    run_subprocess,
+    tree_digest,
+    two_file_corpus,
+)
 
 from shardsmith.icecube_like import make_icecube_kaggle_like
 
@@ -16,11 +22,7 @@ from shardsmith.icecube_like import make_icecube_kaggle_like
 @pytest.fixture(scope="module")
 def big_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """About 400 KB of JSONL in two files: several tasks at --memory 512KB."""
-    root = tmp_path_factory.mktemp("crash-corpus")
-    docs = make_docs(3000, seed=3, max_words=50)
-    write_jsonl(root / "a.jsonl", docs[:1700])
-    write_jsonl(root / "b.jsonl", docs[1700:])
-    return root
+    return two_file_corpus(tmp_path_factory.mktemp("crash-corpus"), 3000, seed=3, max_words=50, first=1700)
 
 
 def _crash(args: list[str | Path], point: str, *, parent: bool = False) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
+from conftest import run_cli, run_subprocess, tree_digest, two_file_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,11 +76,7 @@ def test_runs_mark_the_shard_starts():
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("gather-corpus")
-    docs = make_docs(1500, seed=21, max_words=40)
-    write_jsonl(root / "a.jsonl", docs[:700])
-    write_jsonl(root / "b.jsonl", docs[700:])
-    return root
+    return two_file_corpus(tmp_path_factory.mktemp("gather-corpus"), 1500, seed=21, max_words=40, first=700)
 
 
 def _args(corpus: Path, tokenizer: Path, out: Path, shard_tokens: str = "8K") -> list[str | Path]:

@@ -5,18 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import jpeg_folder, make_docs, run_cli, tree_digest, write_jsonl
+from conftest import jpeg_folder, run_cli, tree_digest, two_file_corpus
 
 from shardsmith.icecube_like import make_icecube_kaggle_like
 
 
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("stage-corpus")
-    docs = make_docs(2500, seed=11, max_words=40)
-    write_jsonl(root / "a.jsonl", docs[:1200])
-    write_jsonl(root / "b.jsonl", docs[1200:])
-    return root
+    return two_file_corpus(tmp_path_factory.mktemp("stage-corpus"), 2500, seed=11, max_words=40, first=1200)
 
 
 def staged(args: list[str | Path], out: Path, world_size: int) -> None:
