@@ -37,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import clear, code_version, verdict, warm  # noqa: E402
+from harness import clear, code_version, last_json, run_children, verdict, warm  # noqa: E402
 
 ANCHORS = HERE / "anchors"
 ANCHOR_PY = HERE / ".venv-anchors" / "bin" / "python"
@@ -250,22 +250,8 @@ class Result:
 
 def run(cmd: list[str], log: Path) -> Result:
     """Run `cmd`; stdout's last JSON line (if any) is parsed, stderr goes to `log`; raise on failure."""
-    with open(log, "wb") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
-        out = proc.stdout.read().decode()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{' '.join(map(str, cmd))} exited {code}; stderr tail:\n{tail}")
-    parsed = {}
-    for line in reversed(out.strip().splitlines()):
-        if line.startswith("{"):
-            parsed = json.loads(line)
-            break
-    return Result(wall, usage.ru_utime + usage.ru_stime, parsed)
+    wall, cpu, (out,) = run_children([cmd], log)
+    return Result(wall, cpu, last_json(out))
 
 
 @dataclass

@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import clear, code_version, verdict, warm  # noqa: E402
+from harness import clear, code_version, last_json, run_children, verdict, warm  # noqa: E402
 
 WORKERS = 2
 MEAN_PULSES = 240
@@ -314,31 +313,16 @@ class Result:
 def run(cmds: list[list[str]], log: Path) -> Result:
     """Run `cmds` side by side; wall until the last exits; the last JSON line of each stdout is parsed
     (numbers summed over the commands, `seconds` the maximum); stderr goes to `log`; raise on failure."""
-    with open(log, "wb") as err:
-        t0 = time.perf_counter()
-        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err) for cmd in cmds]
-        outs = [p.stdout.read().decode() for p in procs]
-        cpu, codes = 0.0, []
-        for p in procs:
-            _, status, usage = os.wait4(p.pid, 0)
-            cpu += usage.ru_utime + usage.ru_stime
-            codes.append(os.waitstatus_to_exitcode(status))
-        wall = time.perf_counter() - t0
-    if any(codes):
-        tail = log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{' '.join(map(str, cmds[0]))} exited {max(codes, key=abs)}; stderr tail:\n{tail}")
+    wall, cpu, outs = run_children(cmds, log)
     parsed: dict = {}
     for out in outs:
-        for line in reversed(out.strip().splitlines()):
-            if line.startswith("{"):
-                for key, value in json.loads(line).items():
-                    if key == "seconds":
-                        parsed[key] = max(parsed.get(key, 0.0), value)
-                    elif isinstance(value, int | float) and key in parsed:
-                        parsed[key] += value
-                    else:
-                        parsed[key] = value
-                break
+        for key, value in last_json(out).items():
+            if key == "seconds":
+                parsed[key] = max(parsed.get(key, 0.0), value)
+            elif isinstance(value, int | float) and key in parsed:
+                parsed[key] += value
+            else:
+                parsed[key] = value
     return Result(wall, cpu, parsed)
 
 

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import clear, code_version, verdict, warm  # noqa: E402
+from harness import clear, code_version, run_children, verdict, warm  # noqa: E402
 
 TARGET = 1.3  # issue 6: staged cost per sample within 1.3x of one process's
 SHARDS = 8  # shards aimed at, so that several gather ranks have a range to write
@@ -59,19 +58,11 @@ class Proc:
 
 
 def run(cmd: list[str], log: Path) -> Proc:
-    """Run `cmd` to completion (stdout kept, stderr to `log`); wall and user+sys CPU; raise on failure."""
+    """Run `cmd` to completion (stdout kept, stderr to `log`); wall and user+sys CPU; raise on failure.
+    The cluster variables of this shell are dropped: the stages get their rank from the options."""
     env = {k: v for k, v in os.environ.items() if k not in CLUSTER_ENV}
-    with open(log, "wb") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env)
-        out = proc.stdout.read().decode()
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
-    if code != 0:
-        tail = log.read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"{' '.join(cmd)} exited {code}; stderr tail:\n{tail}")
-    return Proc(wall, usage.ru_utime + usage.ru_stime, out)
+    wall, cpu, (out,) = run_children([cmd], log, env=env)
+    return Proc(wall, cpu, out)
 
 
 def tree_digest(folder: Path) -> dict[str, str]:

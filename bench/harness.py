@@ -1,11 +1,13 @@
-"""What every side-by-side benchmark here shares: warming the page cache, naming the code under
-test, and printing verdicts."""
+"""What every side-by-side benchmark here shares: warming the page cache, running and timing
+child processes, naming the code under test, and printing verdicts."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -54,3 +56,32 @@ def code_version() -> str:
 
 def verdict(label: str, ok: bool, detail: str) -> None:
     print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
+
+
+def run_children(cmds: list[list[str]], log: Path, env: dict[str, str] | None = None
+                 ) -> tuple[float, float, list[str]]:
+    """Run ``cmds`` side by side: wall seconds until the last exits, user + system CPU seconds of
+    the children (and their reaped descendants), and each one's stdout; stderr goes to ``log``.
+    A child that fails raises, with the tail of the log."""
+    with open(log, "wb") as err:
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env) for cmd in cmds]
+        outs = [p.stdout.read().decode() for p in procs]
+        cpu, codes = 0.0, []
+        for p in procs:
+            _, status, usage = os.wait4(p.pid, 0)
+            cpu += usage.ru_utime + usage.ru_stime
+            codes.append(os.waitstatus_to_exitcode(status))
+        wall = time.perf_counter() - t0
+    if any(codes):
+        tail = log.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"{' '.join(map(str, cmds[0]))} exited {max(codes, key=abs)}; stderr tail:\n{tail}")
+    return wall, cpu, outs
+
+
+def last_json(out: str) -> dict:
+    """The last JSON object line a child printed (children report their own measures so)."""
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {}
