@@ -176,17 +176,27 @@ def record_lengths(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
     return lengths
 
 
-def encode(chunk: EventChunk, schema: EventSchema) -> tuple[np.ndarray, np.ndarray]:
-    """Per-event records back to back: ``(lengths, payload)``, payload uint8 (8-byte aligned)."""
+def encode(chunk: EventChunk, schema: EventSchema, *, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-event records back to back: ``(lengths, payload)``, payload uint8 (8-byte aligned).
+
+    ``lengths`` are in chunk order; the records lie in the payload in ``order`` (event
+    ``order[k]`` is the k-th record), so a caller that reorders records (the scatter, by bucket)
+    gets them in place without copying the payload once more."""
     lengths = record_lengths(chunk, schema)
-    starts = starts_of(lengths)
-    words = np.zeros(int(starts[-1]) // 8, dtype=np.uint64)  # zeros: padding bytes are deterministic
+    if order is None:
+        ends = starts_of(lengths)
+        starts = ends[:-1]
+    else:
+        ends = starts_of(lengths[order])
+        starts = np.empty(chunk.n, dtype=np.int64)
+        starts[order] = ends[:-1]
+    words = np.zeros(int(ends[-1]) // 8, dtype=np.uint64)  # zeros: padding bytes are deterministic
     payload = words.view(np.uint8)
-    w0 = starts[:-1] // 8
+    w0 = starts // 8
     head = _fixed_block(chunk, schema)
     if head.shape[1]:
         words[w0[:, None] + np.arange(head.shape[1])] = head
-    pos = starts[:-1] + 8 * head.shape[1]  # byte position of the next part of each record
+    pos = starts + 8 * head.shape[1]  # byte position of the next part of each record
     for c in schema.counters:
         words[pos // 8] = chunk.counts(c).astype(np.uint64)
         pos = pos + 8
@@ -198,18 +208,26 @@ def encode(chunk: EventChunk, schema: EventSchema) -> tuple[np.ndarray, np.ndarr
 
 
 def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema,
-           *, first: int = 0) -> EventChunk:
-    """The inverse of ``encode`` for records back to back (any order): columns of a batch."""
+           *, first: int = 0, starts: np.ndarray | None = None) -> EventChunk:
+    """The inverse of ``encode``: columns of a batch of records, back to back in the payload, or
+    (with ``starts``, each record's byte offset) anywhere in it, so a sorted batch is decoded
+    straight from the unsorted payload."""
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(lengths)
     raw = np.frombuffer(payload, dtype=np.uint8)
     if raw.ctypes.data % 8:
         raw = raw.copy()
-    starts = starts_of(lengths)
-    if int(starts[-1]) != len(raw):
-        raise ValueError(f"payload holds {len(raw)} bytes, lengths say {int(starts[-1])}")
+    if starts is None:
+        ends = starts_of(lengths)
+        if int(ends[-1]) != len(raw):
+            raise ValueError(f"payload holds {len(raw)} bytes, lengths say {int(ends[-1])}")
+        starts = ends[:-1]
+    else:
+        starts = np.asarray(starts, dtype=np.int64)
+        if n and (int((starts + lengths).max()) > len(raw) or int(starts.min()) < 0 or np.any(starts % 8)):
+            raise ValueError(f"record positions outside the payload's {len(raw)} bytes or not 8-byte aligned")
     words = raw[: len(raw) // 8 * 8].view(np.uint64)
-    w0 = starts[:-1] // 8
+    w0 = starts // 8
     head_words = sum(_pad8(f.item_bytes) for f in schema.fixed) // 8
     columns: dict[str, np.ndarray] = {}
     if head_words:
@@ -219,7 +237,7 @@ def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema
             b = f.item_bytes
             columns[f.name] = np.ascontiguousarray(head[:, at:at + b]).view(f.np_dtype).reshape(n, *f.shape)
             at += _pad8(b)
-    pos = starts[:-1] + 8 * head_words
+    pos = starts + 8 * head_words
     offsets: dict[str, np.ndarray] = {}
     for c in schema.counters:
         offsets[c] = starts_of(words[pos // 8].astype(np.int64))

@@ -179,7 +179,7 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
             if ge <= a or gs >= b:
                 continue
             batch = sort_group(group, max(a, gs) - gs, min(b, ge) - gs)
-            writer.write_batch(batch.lengths, batch.payload)
+            writer.write_sorted(batch)
             crash_point(f"gather:{split.name}:{batches}")
             batches += 1
         writer.close()

@@ -63,9 +63,23 @@ class Processed:
 
     records: np.ndarray
     lengths: np.ndarray
-    payload: np.ndarray
+    payload: np.ndarray | None  # None: built on demand by ``encode_in``
     bad: list[tuple[int, str]] = field(default_factory=list)
     copies: int = 1  # with K copies per record, sample numbers are record * K + copy
+    # builds the payload (uint8) with the records straight in a given order, instead of a copy
+    # reordering it; ``lengths`` are then bytes
+    encode_in: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def byte_lengths(self) -> np.ndarray:
+        size = 1 if self.payload is None else self.payload.dtype.itemsize
+        return self.lengths.astype(np.int64) * size
+
+    def payload_in(self, order: np.ndarray, byte_lengths: np.ndarray) -> np.ndarray:
+        """The records ``order`` back to back, as bytes."""
+        if self.encode_in is not None:
+            return self.encode_in(order)
+        assert self.payload is not None
+        return take_ragged(self.payload.view(np.uint8), byte_lengths, order)
 
 
 class Processor(Protocol):
@@ -229,15 +243,14 @@ def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter
         keys = order
         bucket = np.full(len(recs), task.index, dtype=np.int64)
     group = split.astype(np.int64) * (1 << 32) + bucket
-    byte_lengths = out.lengths.astype(np.int64) * out.payload.dtype.itemsize
-    flat = out.payload.view(np.uint8)
+    byte_lengths = out.byte_lengths()
     if np.all(group == group[0]):
         perm, bounds = np.arange(len(recs)), [0, len(recs)]
     else:
         perm = np.argsort(group, kind="stable")
         sorted_groups = group[perm]
         bounds = [0, *np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1, len(recs)]
-    payload = take_ragged(flat, byte_lengths, perm)
+    payload = out.payload_in(perm, byte_lengths)
     pstarts = starts_of(byte_lengths[perm])
     for a, b in zip(bounds[:-1], bounds[1:]):
         idx = perm[a:b]

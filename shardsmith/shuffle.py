@@ -26,7 +26,7 @@ import orjson
 
 from shardsmith.errors import DatasetError
 from shardsmith.fsutil import naming
-from shardsmith.ragged import take_ragged
+from shardsmith.ragged import starts_of, take_ragged
 
 PART_MAGIC = b"SSPART01"
 _TRAILER = struct.Struct("<Q8s")
@@ -48,10 +48,33 @@ class Segment:
 
 @dataclass(slots=True)
 class SortedBatch:
-    """Samples of one bucket range in output order: payload lengths and payloads back to back."""
+    """Samples of one bucket range in output order: ``lengths``, and each sample's payload at
+    ``starts`` in the group's ``source`` payload (as read, unsorted). ``payload`` copies them
+    back to back on first use; a writer that decodes records reads them in place instead."""
 
     lengths: np.ndarray
-    payload: memoryview
+    source: np.ndarray
+    starts: np.ndarray
+    _payload: memoryview | None = None
+
+    @classmethod
+    def of(cls, lengths: np.ndarray, payload: memoryview | np.ndarray) -> SortedBatch:
+        """A batch whose payloads are already back to back in output order."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        flat = np.frombuffer(payload, dtype=np.uint8)
+        return cls(lengths=lengths, source=flat, starts=starts_of(lengths)[:-1], _payload=memoryview(flat))
+
+    @property
+    def payload(self) -> memoryview:
+        if self._payload is None:
+            start = int(self.starts[0]) if len(self.starts) else 0
+            if np.array_equal(self.starts, start + starts_of(self.lengths)[:-1]):  # in order already
+                self._payload = memoryview(self.source[start:start + int(self.lengths.sum())])
+                return self._payload
+            order = np.arange(len(self.lengths), dtype=np.int64)
+            ordered = take_ragged(self.source, self.lengths, order, starts=self.starts)
+            self._payload = memoryview(ordered)
+        return self._payload
 
 
 @dataclass(slots=True)
@@ -235,8 +258,7 @@ def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None) -> Sort
     keys, order, lengths, payload = _load_group(group)
     assert payload is not None
     perm = np.lexsort((order, keys))[lo:hi]
-    ordered = take_ragged(payload, lengths, perm)
-    return SortedBatch(lengths=lengths[perm], payload=memoryview(ordered))
+    return SortedBatch(lengths=lengths[perm], source=payload, starts=starts_of(lengths)[perm])
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:

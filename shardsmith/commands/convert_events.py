@@ -13,7 +13,7 @@ import numpy as np
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import UsageError
-from shardsmith.events import EventChunk, EventSchema, encode
+from shardsmith.events import EventChunk, EventSchema, encode, record_lengths
 from shardsmith.inputs import InputFile
 from shardsmith.pipeline import Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
@@ -36,9 +36,10 @@ class EventProcessor:
         self.schema = schema
 
     def process_chunk(self, task: Task, chunk: EventChunk) -> Processed:
-        lengths, payload = encode(chunk, self.schema)
         records = np.arange(chunk.first, chunk.first + chunk.n, dtype=np.int64)
-        return Processed(records=records, lengths=lengths, payload=payload)
+        schema = self.schema
+        return Processed(records=records, lengths=record_lengths(chunk, schema), payload=None,
+                         encode_in=lambda order: encode(chunk, schema, order=order)[1])
 
     def head(self, chunk: EventChunk, n: int) -> EventChunk:
         """The first ``n`` events (for ``--limit``)."""

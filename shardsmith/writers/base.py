@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from shardsmith.writers.rollover import Rollover
+
+if TYPE_CHECKING:
+    from shardsmith.shuffle import SortedBatch
 
 
 @dataclass(slots=True)
@@ -97,6 +100,11 @@ class Writer:
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         raise NotImplementedError
+
+    def write_sorted(self, batch: SortedBatch) -> None:
+        """A gathered batch; writers that decode records read them in place (``batch.source`` at
+        ``batch.starts``) instead of from a sorted copy."""
+        self.write_batch(batch.lengths, batch.payload)
 
     def close(self) -> list[ShardRecord]:
         raise NotImplementedError

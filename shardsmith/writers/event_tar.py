@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from shardsmith.tarfmt import BLOCK, sample_members
 from shardsmith.writers.base import ShardRange, ShardRecord, Writer
 from shardsmith.writers.rollover import Rollover
 from shardsmith.writers.webdataset import TarWriter
+
+if TYPE_CHECKING:
+    from shardsmith.shuffle import SortedBatch
 
 _NPY_MAGIC = b"\x93NUMPY\x01\x00"
 
@@ -94,7 +97,12 @@ class EventTarWriter(Writer):
         return out
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
-        chunk = decode(lengths, payload, self.schema)
+        self._append(decode(lengths, payload, self.schema))
+
+    def write_sorted(self, batch: SortedBatch) -> None:
+        self._append(decode(batch.lengths, batch.source, self.schema, starts=batch.starts))
+
+    def _append(self, chunk: EventChunk) -> None:
         if self._held is not None:
             chunk = _concat(self._held, chunk, self.schema)
             self._held = None

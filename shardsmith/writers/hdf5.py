@@ -34,7 +34,7 @@ import json
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,6 +44,9 @@ from shardsmith.events import EventChunk, EventSchema, decode
 from shardsmith.fsutil import HashingFile, _tmp, fsync_dir, naming
 from shardsmith.writers.base import ShardRange, ShardRecord, Writer
 from shardsmith.writers.rollover import Rollover, runs
+
+if TYPE_CHECKING:
+    from shardsmith.shuffle import SortedBatch
 
 FORMAT = "shardsmith-events"
 FORMAT_VERSION = 1
@@ -126,9 +129,14 @@ class HDF5Writer(Writer):
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         """Append encoded events (``shardsmith.events.encode`` records) in output order."""
-        if len(lengths) == 0:
-            return
-        chunk = decode(lengths, payload, self.schema)
+        if len(lengths):
+            self._append(decode(lengths, payload, self.schema), lengths)
+
+    def write_sorted(self, batch: SortedBatch) -> None:
+        if len(batch.lengths):
+            self._append(decode(batch.lengths, batch.source, self.schema, starts=batch.starts), batch.lengths)
+
+    def _append(self, chunk: EventChunk, lengths: np.ndarray) -> None:
         for a, b, new in runs(self._roller.cut(self.weights(lengths, None)), chunk.n):
             if new:
                 self._roll()
