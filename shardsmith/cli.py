@@ -57,6 +57,8 @@ def _size(option: str) -> Callable[[click.Context, click.Parameter, Any], int | 
 
 
 def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[str, float], ...]:
+    if not value:  # parse_splits' default, without importing numpy (with splits) while the options are parsed
+        return (("train", 1.0),)
     from shardsmith.splits import parse_splits
 
     try:
@@ -212,14 +214,17 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,
             **kw: Any) -> None:
     """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar or HDF5)."""
-    from shardsmith.commands.convert import ConvertOptions, run
-    from shardsmith.pipeline import default_workers
+    from shardsmith.inputs import walk_soon
 
-    globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
-    kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
-    opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(),
-                          branches=globs, **kw)
-    manifest = run(opts)
+    with walk_soon(inputs):  # a child lists the input folders while this process loads the converter
+        from shardsmith.commands.convert import ConvertOptions, run
+        from shardsmith.pipeline import default_workers
+
+        globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
+        kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
+        opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(),
+                              branches=globs, **kw)
+        manifest = run(opts)
     if _report(out, manifest):
         return
     src = manifest["source"]

@@ -11,11 +11,9 @@ import numpy as np
 import orjson
 
 from shardsmith import manifest as manifest_mod
-from shardsmith.commands.convert_events import EVENT_KINDS, run_events
 from shardsmith.errors import DataError, UsageError
 from shardsmith.images import ImageError, canonical_ext, check_image
 from shardsmith.inputs import InputFile, discover
-from shardsmith.memory import keep_freed_memory
 from shardsmith.outdir import finish_output, prepare_output
 from shardsmith.pipeline import (
     Converted,
@@ -34,7 +32,6 @@ from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
 from shardsmith.resume import crash_point, run_identity
 from shardsmith.sample import Identity
-from shardsmith.stagecache import plan_tasks
 from shardsmith.tarfmt import member_header, sample_members
 from shardsmith.writers.image_tar import plan_shards, write_all
 from shardsmith.writers.webdataset import SourceRef, TarWriter
@@ -73,7 +70,15 @@ EVENT_SUFFIXES = {"root": (".root",)}
 def infer_source(files: list[InputFile]) -> str:
     """The input kind from the inputs' suffixes: images, JSONL or Parquet (one kind per conversion)."""
     suffixes = {**{kind: cls.suffixes for kind, cls in READERS.items()}, **EVENT_SUFFIXES}
-    kinds = {kind for f in files for kind, sfx in suffixes.items() if f.path.lower().endswith(sfx)}
+    tails = {f.path[f.path.rfind("."):].lower() for f in files}  # the last extensions: a few distinct ones
+    kinds = set()
+    for kind, sfx in suffixes.items():
+        for s in sfx:
+            tail = s[s.rfind("."):]
+            # a one-part suffix matches by its tail alone; ".jsonl.gz" needs a look at the ".gz" files
+            if tail in tails and (s == tail or any(f.path.lower().endswith(s) for f in files)):
+                kinds.add(kind)
+                break
     if len(kinds) > 1:
         raise UsageError(f"the inputs hold several kinds ({', '.join(sorted(kinds))}); choose one with --from")
     return kinds.pop()
@@ -86,6 +91,7 @@ class SampleProcessor:
                  augment: str | None, copies: int, quality: int, seed: int) -> None:
         self.kind = kind
         self.classes = {name: i for i, name in enumerate(classes or [])}
+        self.labels = {name: str(i).encode() for name, i in self.classes.items()}  # the .cls member of each class
         self.text_field = text_field
         self.check_images = check_images
         self.augment = augment
@@ -132,7 +138,7 @@ class SampleProcessor:
         except ImageError as exc:
             raise DataError(file=file.rel, reason=str(exc), unit="image") from None
         ext = canonical_ext(info.format) if info else _suffix_ext(file.path)
-        return Identity(file.rel, 0).key(), ext, str(self.classes[file.group]).encode()
+        return Identity(file.rel, 0).key(), ext, self.labels[file.group]
 
     def _members(self, samples: list[tuple[str, list[tuple[str, Any]]]], pieces: list[bytes | memoryview],
                  lengths: list[int], records: list[int], record: int) -> None:
@@ -250,7 +256,6 @@ def _suffix_ext(path: str) -> str:
 
 def run(opts: ConvertOptions) -> dict[str, Any]:
     """The whole command; returns the manifest it wrote."""
-    keep_freed_memory()
     if opts.idle_rank():
         return scatter_summary(opts, None)
     files: list[InputFile] | None = None
@@ -262,7 +267,11 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         kind = opts.source
     if kind == "parquet" and (opts.to == "hdf5" or opts.group_by or opts.events_table):
         kind = "parquet-events"
-    if kind in EVENT_KINDS:
+    if kind not in READERS:  # physics events: ROOT, or Parquet read as events
+        from shardsmith.commands.convert_events import run_events
+        from shardsmith.memory import keep_freed_memory
+
+        keep_freed_memory()
         if files is None:
             files = discover(list(opts.inputs), suffixes=(".parquet", ".pq") if kind != "root" else (".root",))
         return run_events(opts, kind, files, Progress(quiet=opts.quiet))
@@ -289,14 +298,23 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     run_id = run_identity("convert", opts, files)
-    tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
+    # images unchanged, in one process, stopping at the first bad one: the whole output follows from the listing
+    direct = (kind == "imagefolder" and not opts.augment and opts.stage is None and opts.limit is None
+              and opts.on_error == "fail")
+    tasks: list[Task] = []
+    if not direct:
+        from shardsmith.memory import keep_freed_memory
+        from shardsmith.stagecache import plan_tasks
+
+        keep_freed_memory()
+        tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out,
+                           run=run_id)
     prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
                                 quality=opts.quality, seed=opts.seed)
-    direct = opts.stage is None and opts.limit is None and opts.on_error == "fail"
-    if kind == "imagefolder" and not opts.augment and direct:
+    if direct:
         writers, results = _direct_images(opts, files, processor, progress)
     else:
         done = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress, run_id)

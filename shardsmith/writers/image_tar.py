@@ -177,7 +177,7 @@ class _Dirs:
     """Open folders of the images, so each image is opened by its name alone (no walk of the
     whole path per file)."""
 
-    keep = 64
+    keep = 64  # folders held open at most: far below any fd limit
 
     def __init__(self) -> None:
         self.fds: dict[str, int] = {}
@@ -186,8 +186,10 @@ class _Dirs:
         folder, _, name = path.rpartition("/")
         fd = self.fds.get(folder)
         if fd is None:
-            if len(self.fds) >= self.keep:  # an image folder of many classes: stay far below the fd limit
-                self.close()
+            # past ``keep`` folders (many classes), the others' images are opened by their whole
+            # path: closing folders to open others would open a folder per image in shuffled order
+            if len(self.fds) >= self.keep:
+                return os.open(path, os.O_RDONLY)
             try:
                 fd = self.fds[folder] = os.open(folder or "/", os.O_RDONLY | os.O_DIRECTORY)
             except OSError:
