@@ -271,6 +271,36 @@ def test_corrupt_basket_ends_the_task_with_a_stream_error(tmp_path: Path) -> Non
         check_chunk(c, schema)
 
 
+def test_zlib_baskets_inflate_through_isal_with_uproots_values(tmp_path: Path) -> None:
+    """With python-isal installed the reader inflates ZLIB baskets with ISA-L, and every value
+    is the one uproot reads with its default zlib; uproot's writing keeps zlib."""
+    pytest.importorskip("isal")
+    from uproot import compression
+
+    path = make_icecube_like(tmp_path / "ice.root", events=3_000, mean_pulses=20, seed=5, events_per_basket=500)
+    with uproot.open(path) as fh:
+        assert fh.file.compression.name == "ZLIB"
+    inflate = compression._decompress_ZLIB
+    before = inflate.library
+    inflate.library = "zlib"
+    try:
+        with uproot.open(path) as fh:
+            expected = fh["events"].arrays(["event_id", "pulses_time", "pulses_charge"], library="ak")
+        reader = RootReader(step_bytes=50_000)
+        schema, _ = reader.schema([_input(path)])
+        _, chunks, columns, offsets = _collect(reader, _input(path), schema, chunk_bytes=1 << 30)
+        assert inflate.library == "isal"
+        assert uproot.ZLIB(1).library == compression._DecompressZLIB.library == "zlib"  # writing untouched
+    finally:
+        inflate.library = before
+    assert chunks > 1
+    np.testing.assert_array_equal(columns["event_id"], ak.to_numpy(expected["event_id"]))
+    for name in ("pulses_time", "pulses_charge"):
+        np.testing.assert_array_equal(columns[name], ak.to_numpy(ak.flatten(expected[name])))
+    counter = schema["pulses_time"].counter
+    np.testing.assert_array_equal(np.diff(offsets[counter]), ak.to_numpy(ak.num(expected["pulses_time"])))
+
+
 def test_groups_must_agree() -> None:
     """Two jagged branches that claim one counter but differ in length are a DataError."""
     a = ak.Array([[1.0, 2.0], [3.0]])
