@@ -29,7 +29,7 @@ from shardsmith.errors import DatasetError, UsageError
 from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.ragged import starts_of
 from shardsmith.resume import crash_point, die_with_parent
-from shardsmith.shuffle import Segment, groups, sort_group, sorted_lengths
+from shardsmith.shuffle import LoadBuffer, Segment, groups, sort_group, sorted_lengths
 from shardsmith.writers.base import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
@@ -173,12 +173,13 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
     writer = make_writer(split.name, ShardRange(first_shard=first, first_sample=a, weight_before=weight_before,
                                                 whole=whole, work_dir=work_dir))
+    into = None if writer.keeps_batches else LoadBuffer()
     try:
         batches = 0
         for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):
             if ge <= a or gs >= b:
                 continue
-            batch = sort_group(group, max(a, gs) - gs, min(b, ge) - gs)
+            batch = sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into)
             writer.write_sorted(batch)
             crash_point(f"gather:{split.name}:{batches}")
             batches += 1

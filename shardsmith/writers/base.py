@@ -101,6 +101,10 @@ class Writer:
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         raise NotImplementedError
 
+    # False: the writer keeps nothing of a batch's buffers once ``write_sorted`` returns (it decodes
+    # them into arrays of its own), so the gather reuses one buffer for every group it reads
+    keeps_batches: ClassVar[bool] = True
+
     def write_sorted(self, batch: SortedBatch) -> None:
         """A gathered batch; writers that decode records read them in place (``batch.source`` at
         ``batch.starts``) instead of from a sorted copy."""

@@ -52,6 +52,7 @@ def member_names(schema: EventSchema, events_per_sample: int) -> list[str]:
 
 class EventTarWriter(Writer):
     """Decodes the shuffled event records and writes them as tar samples through a ``TarWriter``."""
+    keeps_batches = False  # batches are decoded into new arrays
 
     name = "webdataset"
     suffix = ".tar"

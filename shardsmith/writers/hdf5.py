@@ -103,6 +103,7 @@ class HDF5Writer(Writer):
     """
 
     name = "hdf5"
+    keeps_batches = False  # batches are decoded into new arrays
     suffix = ".h5"
 
     def __init__(self, *, out_dir: Path, split: str, schema: EventSchema, shard_samples: int | None,
