@@ -15,7 +15,8 @@ pulses_charge, pulses_dom_x, pulses_dom_y (one shared counter) plus the scalars 
       indices (a slice of a permutation) and on contiguous windows, `iter(batch_size=256)` (block
       shuffle), against per-index h5py reads (`f["pulses_time/values"][off[i]:off[i + 1]]` per field and
       event, offsets in memory, the way a naive Dataset.__getitem__ reads), h5py reading a window with
-      one slice per field, and bare numpy gathers from the memory-mapped datasets (the physical limit);
+      one slice per field, and bare numpy on the memory-mapped datasets, pages mapped up front (the physical
+      limit: a numpy gather, or one slice per event and field joined, whichever is faster; x limit divides by it);
       the same on a gzip copy of the first --gzip-events events for context;
   (c) ragged collation of batches of 256: `collate_events(ragged="pad")` against a bare numpy scatter
       (np.zeros((B, L)) + one boolean-mask or one fancy-index assignment per field), and `flat`.
@@ -181,14 +182,21 @@ def _h5py_batches(out: str, mode: str, seconds: float) -> dict:
 
 
 def _bare_batches(out: str, mode: str, seconds: float) -> dict:
-    """The physical limit: numpy on the memory-mapped datasets (contiguous, uncompressed), no checks,
-    a random batch left grouped by shard instead of put back in the requested order."""
+    """The physical limit: numpy on the memory-mapped datasets (contiguous, uncompressed; every page
+    mapped up front with MADV_POPULATE_READ, as shardsmith's random batches do), no checks, a random
+    batch left grouped by shard instead of put back in the requested order. Random batches copy
+    with a numpy gather (mode "random") or one slice per event and field joined ("random-join")."""
+    import mmap
+
     import h5py
     import numpy as np
 
     paths, starts = _shards(out)
     maps = []
     for p in paths:
+        with open(p, "rb") as fh:
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        mm.madvise(getattr(mmap, "MADV_POPULATE_READ", 22))
         with h5py.File(p, "r") as f:
             cols = {}
             for name in (*SCALARS, *(f"{v}/values" for v in PULSES), f"{PULSES[0]}/offsets"):
@@ -196,11 +204,26 @@ def _bare_batches(out: str, mode: str, seconds: float) -> dict:
                 where = ds.id.get_offset()
                 if where is None or ds.compression:
                     return {"skip": f"{name} in {p} is not contiguous and uncompressed"}
-                cols[name] = np.memmap(p, dtype=ds.dtype, mode="r", offset=where, shape=ds.shape)
+                cols[name] = np.frombuffer(mm, dtype=ds.dtype, count=ds.size, offset=where).reshape(ds.shape)
         cols["offsets"] = np.array(cols.pop(f"{PULSES[0]}/offsets"))
         maps.append(cols)
     randoms, windows = _plans(starts)
     starts_arr = np.asarray(starts)
+
+    def joined(k: int) -> tuple[int, int]:
+        idx = randoms[k % len(randoms)]
+        shard_of = np.searchsorted(starts_arr, idx, side="right") - 1
+        size = 0
+        for s in np.unique(shard_of).tolist():
+            cols, loc = maps[s], idx[shard_of == s] - starts[s]
+            off = cols["offsets"]
+            size += sum(cols[name][loc].nbytes for name in SCALARS)
+            for v in PULSES:
+                values = cols[f"{v}/values"]
+                view, item = memoryview(values).cast("B"), values.itemsize
+                lo, hi = (off[loc] * item).tolist(), (off[loc + 1] * item).tolist()
+                size += len(b"".join([view[a:b] for a, b in zip(lo, hi)]))
+        return len(idx), size
 
     def gather(k: int) -> tuple[int, int]:
         idx = randoms[k % len(randoms)]
@@ -226,7 +249,7 @@ def _bare_batches(out: str, mode: str, seconds: float) -> dict:
         size += sum(np.array(cols[f"{v}/values"][va:vb]).nbytes for v in PULSES)
         return len(idx), size
 
-    return _rates(gather if mode == "random" else window, seconds)
+    return _rates({"random": gather, "random-join": joined, "window": window}[mode], seconds)
 
 
 def _collate(out: str, seconds: float) -> dict:
@@ -484,6 +507,8 @@ def batches_section(b: Bench, out: Path, title: str, verdicts: bool) -> None:
         ("h5py", "random"): b.rates(b.me("h5py-batches", out, "random", s), warm=[out], log="h5py-random"),
         ("h5py", "window"): b.rates(b.me("h5py-batches", out, "window", s), warm=[out], log="h5py-window"),
         ("bare", "random"): b.rates(b.me("bare-batches", out, "random", s), warm=[out], log="bare-random"),
+        ("bare", "random-join"): b.rates(b.me("bare-batches", out, "random-join", s), warm=[out],
+                                         log="bare-random-join"),
         ("bare", "window"): b.rates(b.me("bare-batches", out, "window", s), warm=[out], log="bare-window"),
         ("ss", "random"): b.rates(b.me("ss-batches", out, "random", s), warm=[out], log="ss-random"),
         ("ss", "window"): b.rates(b.me("ss-batches", out, "window", s), warm=[out], log="ss-window"),
@@ -493,7 +518,8 @@ def batches_section(b: Bench, out: Path, title: str, verdicts: bool) -> None:
     def median(key: tuple[str, str]) -> float | None:
         return statistics.median(runs[key]["rates"]) if "rates" in runs[key] else None
 
-    naive, limit_r, limit_w = median(("h5py", "random")), median(("bare", "random")), median(("bare", "window"))
+    naive, limit_w = median(("h5py", "random")), median(("bare", "window"))
+    limit_r = max((x for x in (median(("bare", "random")), median(("bare", "random-join"))) if x), default=None)
     print(f"\n{title}")
     print(f"  {'':58s} {'events/s':>10s} {'MB/s':>7s} {'x per-idx':>10s} {'x limit':>10s}")
     labels = [
@@ -502,7 +528,8 @@ def batches_section(b: Bench, out: Path, title: str, verdicts: bool) -> None:
         (("ss", "iter"), f"shardsmith iter(batch_size={BATCH}), block shuffle", limit_w),
         (("h5py", "random"), "h5py per index, random indices (naive __getitem__)", limit_r),
         (("h5py", "window"), "h5py one slice per field, contiguous windows", limit_w),
-        (("bare", "random"), "bare numpy gather from mmap, random (physical limit)", limit_r),
+        (("bare", "random"), "bare numpy gather from mmap, random", limit_r),
+        (("bare", "random-join"), "bare slices of mmap joined, random", limit_r),
         (("bare", "window"), "bare numpy slices of mmap, windows (physical limit)", limit_w),
     ]
     got = {key: _rate_line(label, runs[key], naive, limit) for key, label, limit in labels}

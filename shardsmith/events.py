@@ -14,15 +14,12 @@ share one offsets array.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from shardsmith.ragged import starts_of
+from shardsmith.ragged import RUN_BYTES, join, no_gc, slices, starts_of
 
 _UNITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -192,7 +189,7 @@ def encode(chunk: EventChunk, schema: EventSchema, *, order: np.ndarray | None =
     if order is None:
         order = np.arange(n, dtype=np.int64)
     order = np.asarray(order, dtype=np.int64)
-    with _no_gc():
+    with no_gc():
         return lengths, _join_records(chunk, schema, order)
 
 
@@ -203,13 +200,11 @@ def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> 
         values = _bytes_of(chunk.columns[f.name], f)
         off = chunk.offsets[f.counter] * f.item_bytes
         lo, hi = off[:-1][order], off[1:][order]
-        columns.append(_pieces(values, lo, hi))
+        columns.append(slices(values, lo, hi))
         pad = (-(hi - lo)) % 8
         if pad.any():
             columns.append([_ZEROS[p] for p in pad.tolist()])
-    joined = bytearray().join([piece for pieces in zip(*columns) for piece in pieces]) if chunk.n else bytearray()
-    payload = np.frombuffer(joined, dtype=np.uint8) if joined else np.zeros(0, dtype=np.uint8)
-    return payload if payload.ctypes.data % 8 == 0 else payload.copy()
+    return join([piece for pieces in zip(*columns) for piece in pieces])
 
 
 def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema,
@@ -257,20 +252,6 @@ def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema
 _ZEROS = [bytes(k) for k in range(8)]
 
 
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """No cyclic garbage collection while a list of a million memoryviews is built: they hold no
-    cycles, and each collection walking them cost more than the join (11 % of a conversion)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-_RUN_BYTES = 128  # runs at least this long on average: one slice per run; shorter: one index per byte
-
-
 def _head_rows(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
     """Each record's head: its fixed fields (each padded to 8 bytes), then one int64 count per
     ragged group, as ``(n, bytes)`` uint8 rows."""
@@ -285,7 +266,7 @@ def _rows(block: np.ndarray, order: np.ndarray) -> list[Any]:
         return [b""] * len(order)
     width = block.shape[1]
     at = np.arange(len(order), dtype=np.int64) * width
-    return _pieces(memoryview(np.ascontiguousarray(block[order])).cast("B"), at, at + width)
+    return slices(memoryview(np.ascontiguousarray(block[order])).cast("B"), at, at + width)
 
 
 def _bytes_of(values: np.ndarray, f: Field) -> memoryview:
@@ -294,20 +275,13 @@ def _bytes_of(values: np.ndarray, f: Field) -> memoryview:
     return memoryview(np.ascontiguousarray(values, dtype=f.np_dtype)).cast("B")
 
 
-def _pieces(view: memoryview, lo: np.ndarray, hi: np.ndarray) -> list[memoryview]:
-    return [view[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
-
-
 def _gather_bytes(raw: np.ndarray, lo: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
     """The byte runs ``raw[lo[i]:lo[i] + nbytes[i]]`` back to back, as a new uint8 array."""
     total = int(nbytes.sum())
     if total == 0:
         return np.zeros(0, dtype=np.uint8)
-    if total >= _RUN_BYTES * len(nbytes):
-        with _no_gc():
-            joined = bytearray().join(_pieces(memoryview(raw), lo, lo + nbytes))
-        out = np.frombuffer(joined, dtype=np.uint8)
-        return out if out.ctypes.data % 8 == 0 else out.copy()
+    if total >= RUN_BYTES * len(nbytes):
+        return join(slices(memoryview(raw), lo, lo + nbytes))
     index = np.repeat(lo - starts_of(nbytes)[:-1], nbytes) + np.arange(total, dtype=np.int64)
     return raw[index]
 

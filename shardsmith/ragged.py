@@ -2,7 +2,43 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator, Sequence
+from typing import Any
+
 import numpy as np
+
+# runs at least this long on average are copied one slice per run; shorter ones, one index per item
+RUN_BYTES = 128
+
+
+@contextlib.contextmanager
+def no_gc() -> Iterator[None]:
+    """No cyclic garbage collection while a list of a million memoryviews is built: they hold no
+    cycles, and collections walking them cost more than the copy (11 % of a conversion)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def join(pieces: Sequence[Any]) -> np.ndarray:
+    """Buffers back to back as one new, writable, 8-byte aligned uint8 array (a join moves runs of
+    hundreds of bytes several times faster than a numpy gather with one index per item)."""
+    with no_gc():
+        joined = bytearray().join(pieces)
+    out = np.frombuffer(joined, dtype=np.uint8) if joined else np.zeros(0, dtype=np.uint8)
+    return out if out.ctypes.data % 8 == 0 else out.copy()
+
+
+def slices(view: memoryview, lo: np.ndarray, hi: np.ndarray) -> list[memoryview]:
+    """``view[lo[i]:hi[i]]`` for every i (byte positions)."""
+    with no_gc():
+        return [view[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
 
 
 def starts_of(lengths: np.ndarray) -> np.ndarray:

@@ -68,6 +68,23 @@ def test_get_batch_in_any_order_with_repeats(dataset, events):
         ds.get_batch([0, N])
 
 
+@pytest.mark.parametrize("populate", [True, False])
+def test_random_batches_of_long_events_from_mapped_shards(tmp_path, populate):
+    """Events of hundreds of values: a random batch copies one slice per event and field out of
+    the memory maps (every page mapped up front, or faulted in page by page), equal to the events."""
+    long = hw.make_events(300, seed=12, max_hits=400)
+    out = hw.write_dataset(tmp_path / "long", {"train": long}, shard_samples=64)
+    ds = EventDataset(out)
+    ds._populate = populate
+    rng = np.random.default_rng(1)
+    for idx in (rng.permutation(300)[:128], np.array([299, 0, 64, 64, 63, 5]), rng.integers(0, 300, 40)):
+        batch = ds.get_batch(idx)
+        for k, i in enumerate(idx):
+            same_event(batch.event(k), long.event(int(i), hw.SCHEMA))
+        assert batch.ragged["hit_t"].values.flags.writeable
+    assert all(s.populated == populate for s in ds._open if s is not None)
+
+
 def test_lengths_come_from_offsets(dataset, events):
     ds = EventDataset(dataset)
     for c in ("nhit", "njet"):

@@ -24,10 +24,10 @@ import numpy as np
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
-from shardsmith.events import EventChunk, EventSchema
+from shardsmith.events import EventChunk, EventSchema, Field
 from shardsmith.keys import path_hash
 from shardsmith.loader.order import ResumableIterator, epoch_order
-from shardsmith.ragged import starts_of, take_ragged
+from shardsmith.ragged import RUN_BYTES, join, no_gc, starts_of, take_ragged
 
 FORMAT = "shardsmith-events"  # the writer's root attribute (kept in sync with shardsmith.writers.hdf5)
 FORMAT_VERSION = 1
@@ -294,6 +294,7 @@ class _OpenShard:
         except OSError as exc:
             raise _bad(path, f"cannot open as HDF5 ({exc})") from None
         self.mm: mmap.mmap | None = None
+        self.populated = False
         try:
             self._check_attrs(samples, schema_json)
             self.columns: dict[str, _Column] = {}
@@ -348,6 +349,17 @@ class _OpenShard:
         if offset + ds.nbytes > len(self.mm):
             raise _bad(self.path, f"{ds.name!r} runs past the end of the file (truncated?)")
         return np.frombuffer(self.mm, dtype=ds.dtype, count=ds.size, offset=offset).reshape(ds.shape)
+
+    def populate(self) -> None:
+        """Map every page of the shard now (``MADV_POPULATE_READ``), once: a random batch touches a
+        new page per event and field, and faulting them in one by one cost 4-6x the copy (35-60k
+        events/s against over 200k/s with the pages mapped; 255 MB map in 45-75 ms from the page
+        cache). Where the kernel lacks it (before Linux 5.14), pages fault in as before."""
+        self.populated = True
+        advice = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
+        if self.mm is not None and advice is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.mm.madvise(advice)
 
     def _counter(self, c: str, schema: EventSchema, samples: int, known: np.ndarray | None) -> None:
         members = schema.members(c)
@@ -405,6 +417,10 @@ class EventDataset:
         for n in self._samples:
             self._starts.append(self._starts[-1] + n)
         self._n = self._starts[-1]
+        # random batches map whole shards at once (``_OpenShard.populate``) while the dataset is
+        # small next to the machine's memory; a larger one is left to fault in page by page
+        # rather than read whole shards from the disk for a few events each
+        self._populate = sum(e["bytes"] for e in entries) <= _memory_bytes() // 2
         self._open: list[_OpenShard | None] = [None] * len(self._paths)
         self._offsets: list[dict[str, np.ndarray] | None] = [None] * len(self._paths)  # validated, kept
         self._pid = os.getpid()
@@ -492,8 +508,13 @@ class EventDataset:
 
     def _gather_mapped(self, idx: np.ndarray, local: np.ndarray, shard_of: np.ndarray,
                        shards: dict[int, _OpenShard]) -> EventBatch:
-        """Straight into the requested order from memory-mapped shards, one take per field and shard."""
+        """Straight into the requested order from memory-mapped shards, one take (or, for long
+        events, one slice per event) per field and shard."""
         schema = self.schema
+        if self._populate:
+            for shard in shards.values():
+                if not shard.populated:
+                    shard.populate()
         groups: list[tuple[_OpenShard, Any]] = []
         if len(shards) == 1:
             groups = [(next(iter(shards.values())), slice(None))]
@@ -517,6 +538,11 @@ class EventDataset:
                 first[ks] = off[loc]
                 counts[ks] = off[loc + 1] - off[loc]
             offsets = starts_of(counts)
+            members = schema.members(c)
+            if int(offsets[-1]) and _long_runs(counts, members):
+                for f in members:
+                    ragged[f.name] = Ragged(_join_runs(f, shards, shard_of, first, counts), offsets)
+                continue
             plans = []  # per shard: (where its values come from, where they go; None = everywhere, in order)
             for shard, ks in groups:
                 n_k = counts[ks]
@@ -525,7 +551,7 @@ class EventDataset:
                 src = np.repeat(first[ks], n_k) + step
                 dst = None if len(groups) == 1 else np.repeat(offsets[:-1][ks], n_k) + step
                 plans.append((shard, src, dst))
-            for f in schema.members(c):
+            for f in members:
                 if len(groups) == 1:
                     shard, src, _ = plans[0]
                     values = shard.columns[f.name].array[src]
@@ -602,6 +628,34 @@ class EventDataset:
                   "block": int(block), "exact": bool(exact)}
         return EventIterator(n=self._n, order=order, get_item=self.__getitem__, get_batch=self.get_batch,
                              config=config)
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def _long_runs(counts: np.ndarray, members: tuple[Field, ...]) -> bool:
+    """Whether the events' values are long enough to copy one slice per event and field."""
+    return int(counts.sum()) * min(f.item_bytes for f in members) >= RUN_BYTES * len(counts)
+
+
+def _join_runs(f: Field, shards: dict[int, _OpenShard], shard_of: np.ndarray, first: np.ndarray,
+               counts: np.ndarray) -> np.ndarray:
+    """Field ``f`` of each event, in the requested order, one slice of its shard's memory map per
+    event (several times faster than a numpy gather with one index per value, for events of
+    hundreds of values)."""
+    size = f.item_bytes
+    views = {s: memoryview(shard.columns[f.name].array).cast("B") for s, shard in shards.items()
+             if shard.columns[f.name].array.size}
+    lo = first * size
+    hi = lo + counts * size
+    empty = memoryview(b"")
+    with no_gc():
+        pieces = [views.get(s, empty)[a:b] for s, a, b in zip(shard_of.tolist(), lo.tolist(), hi.tolist())]
+    return join(pieces).view(f.np_dtype).reshape(-1, *f.shape)
 
 
 def _join(parts: list[np.ndarray], empty_shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
