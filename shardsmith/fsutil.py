@@ -78,7 +78,8 @@ class HashingFile:
 
     With ``batch_bytes`` the caller builds the file in place instead: ``reserve(n)`` gives it the
     next ``n`` bytes of the file to fill, inside a batch buffer of this object; a full batch is
-    hashed and written by one background thread while the caller fills the next (three buffers,
+    hashed by one background thread and written by another while the caller fills the next (three
+    buffers,
     reused for the life of the process: no bytes object per piece, no join, no fresh pages, whose
     first touch costs more than a copy on these VMs). Batches go to the disk with ``O_DIRECT``
     where the file system takes it: a large file written once is not copied into the page cache
@@ -107,10 +108,16 @@ class HashingFile:
             self._direct = _is_direct(self._fh)
             self._free: queue.Queue[_Batch] = queue.Queue()
             self._owned: list[_Batch] = []
-            self._queues = [queue.Queue()]
-            self._threads = [threading.Thread(target=self._drain, args=(self._queues[0], self._write_batch),
-                                              daemon=True)]
-            self._threads[0].start()
+            self._users = threading.Lock()  # guards each batch's count of threads still using it
+            # one thread hashes and one writes each batch, in parallel (sha256 and the disk each
+            # take about as long: one after the other they halved the rate)
+            self._queues = [queue.Queue(), queue.Queue()]
+            self._threads = [
+                threading.Thread(target=self._drain, args=(self._queues[0], self._write_batch), daemon=True),
+                threading.Thread(target=self._drain, args=(self._queues[1], self._hash_batch), daemon=True),
+            ]
+            for t in self._threads:
+                t.start()
             return
         self._fh = open(self._tmp, "wb", buffering=buffer_bytes)  # noqa: SIM115 (closed by commit/abort)
         # two buffers queued per thread at most: overlap without holding many buffers alive
@@ -143,7 +150,7 @@ class HashingFile:
                 except BaseException as exc:  # surfaced to the caller on the next write or commit
                     self._error = with_path(exc, self.path) if isinstance(exc, OSError) else exc
             if isinstance(data, _Batch):
-                self._free.put(data)  # even after an error: the caller may be waiting for a buffer
+                self._release_batch(data)  # even after an error: the caller may be waiting for a buffer
 
     def _raise(self) -> None:
         if self._error is not None:
@@ -184,7 +191,7 @@ class HashingFile:
         if old is not None:
             carry = old.end % self._ALIGN if self._direct else 0
             old.stop = old.end - carry  # decided here, so the writer thread and this one agree on it
-            self._queues[0].put(old)
+            self._hand_on(old)
         need = carry + n
         batch = self._take(need)
         if carry:
@@ -206,11 +213,26 @@ class HashingFile:
         self._raise()
         return batch
 
+    def _hand_on(self, batch: _Batch) -> None:
+        """A filled batch to the writer and the hasher; it is free again when both are done."""
+        batch.users = 2
+        for q in self._queues:
+            q.put(batch)
+
+    def _release_batch(self, batch: _Batch) -> None:
+        with self._users:
+            batch.users -= 1
+            done = batch.users == 0
+        if done:
+            self._free.put(batch)
+
     def _write_batch(self, batch: _Batch) -> None:
-        """On the writer thread: hash the batch's new bytes, write its whole blocks (or everything,
-        without O_DIRECT)."""
-        self._hash_one(batch.view[batch.new:batch.end])
+        """On the writer thread: the batch's whole blocks (or everything, without O_DIRECT)."""
         self._write_all(batch.view[:batch.stop])
+
+    def _hash_batch(self, batch: _Batch) -> None:
+        """On the hashing thread: the batch's new bytes."""
+        self._hash_one(batch.view[batch.new:batch.end])
 
     def _write_all(self, view: memoryview) -> None:
         done = 0
@@ -241,7 +263,7 @@ class HashingFile:
             return
         self._batch = None
         batch.stop = batch.end - (batch.end % self._ALIGN if self._direct else 0)
-        self._queues[0].put(batch)
+        self._hand_on(batch)
         self._finish()
         self._raise()
         if batch.stop < batch.end:
@@ -309,13 +331,14 @@ _POOL_LOCK = threading.Lock()
 class _Batch:
     """A page-aligned buffer (anonymous memory map) and how much of it is filled."""
 
-    __slots__ = ("end", "new", "stop", "view")
+    __slots__ = ("end", "new", "stop", "users", "view")
 
     def __init__(self, view: memoryview) -> None:
         self.view = view
         self.new = 0  # bytes before this are the previous batch's unaligned tail, already hashed
         self.end = 0  # filled up to here
         self.stop = 0  # written up to here (the rest goes with the next batch)
+        self.users = 0  # background threads (writer, hasher) not yet done with it
 
     @classmethod
     def mapped(cls, size: int) -> _Batch:

@@ -54,7 +54,7 @@ COUNTERS_GROUP = "_counters"
 COMPRESSIONS = ("none", "lzf", "gzip", "blosc")
 CHUNK_BYTES = 128 << 10
 ALIGN_THRESHOLD, ALIGN_INTERVAL = 64 << 10, 4096
-BATCH_BYTES = 4 << 20  # HashingFile batches: O_DIRECT writes of whole blocks, buffers reused
+BATCH_BYTES = 8 << 20  # HashingFile batches: O_DIRECT writes of whole blocks, buffers reused
 LAYOUT = (
     "fixed field: dataset /{name} of shape (n, *shape); "
     "ragged field: group /{name} with values (total, *shape) and offsets (n+1, int64); "
