@@ -94,8 +94,7 @@ def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
     bounds, weights, total = [0], [0], 0
     for group, start in zip(split.groups, split.starts.tolist()):
         if writer.weigh_payload:
-            batch = sort_group(group)
-            w = writer.weights(batch.lengths, batch.payload)
+            w = writer.sorted_weights(sort_group(group))
         else:
             w = writer.weights(sorted_lengths(group), None)
         ends = starts_of(w)

@@ -88,6 +88,10 @@ class Writer:
         """Each sample's weight in the rollover's units (``payload`` only if ``weigh_payload``)."""
         return np.asarray(lengths, dtype=np.int64)
 
+    def sorted_weights(self, batch: SortedBatch) -> np.ndarray:
+        """``weights`` of a gathered batch (a writer that reads records in place skips the sorted copy)."""
+        return self.weights(batch.lengths, batch.payload)
+
     def piece(self) -> dict[str, Any]:
         """What this writer made, for the split's finishing step (JSON)."""
         return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],

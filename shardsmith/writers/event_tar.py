@@ -83,13 +83,21 @@ class EventTarWriter(Writer):
     def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
         """Each event's bytes as a one-event tar sample: a header and a padded .npy per field,
         from the counts in its record (only with one event per sample)."""
-        assert payload is not None and self.per_sample == 1
-        lengths = np.asarray(lengths, dtype=np.int64)
+        assert payload is not None
+        return self._weights(np.asarray(lengths, dtype=np.int64), payload, None)
+
+    def sorted_weights(self, batch: SortedBatch) -> np.ndarray:
+        return self._weights(batch.lengths, batch.source, batch.starts)
+
+    def _weights(self, lengths: np.ndarray, payload: Any, starts: np.ndarray | None) -> np.ndarray:
+        """Records back to back in ``payload``, or at ``starts`` in it."""
+        assert self.per_sample == 1
         out = np.full(len(lengths), sum(_member_bytes(f, None) for f in self.schema.fixed), dtype=np.int64)
         if not self.schema.counters or not len(lengths):
             return out
         raw = np.frombuffer(payload, dtype=np.uint8)
-        at = starts_of(lengths)[:-1] + sum(-(-f.item_bytes // 8) * 8 for f in self.schema.fixed)
+        at = (starts_of(lengths)[:-1] if starts is None else starts) + sum(-(-f.item_bytes // 8) * 8
+                                                                           for f in self.schema.fixed)
         for ci, c in enumerate(self.schema.counters):
             where = (at + 8 * ci)[:, None] + np.arange(8)
             counts = raw[where].copy().view("<i8").ravel()
