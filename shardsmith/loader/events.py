@@ -295,6 +295,7 @@ class _OpenShard:
             raise _bad(path, f"cannot open as HDF5 ({exc})") from None
         self.mm: mmap.mmap | None = None
         self.populated = False
+        self._bytes: dict[str, memoryview] = {}
         try:
             self._check_attrs(samples, schema_json)
             self.columns: dict[str, _Column] = {}
@@ -349,6 +350,15 @@ class _OpenShard:
         if offset + ds.nbytes > len(self.mm):
             raise _bad(self.path, f"{ds.name!r} runs past the end of the file (truncated?)")
         return np.frombuffer(self.mm, dtype=ds.dtype, count=ds.size, offset=offset).reshape(ds.shape)
+
+    def bytes_of(self, name: str) -> memoryview:
+        """A mapped column's bytes, as one flat memoryview (made once)."""
+        view = self._bytes.get(name)
+        if view is None:
+            array = self.columns[name].array
+            assert array is not None
+            view = self._bytes[name] = memoryview(array).cast("B") if array.size else memoryview(b"")
+        return view
 
     def populate(self) -> None:
         """Map every page of the shard now (``MADV_POPULATE_READ``), once: a random batch touches a
@@ -648,13 +658,17 @@ def _join_runs(f: Field, shards: dict[int, _OpenShard], shard_of: np.ndarray, fi
     event (several times faster than a numpy gather with one index per value, for events of
     hundreds of values)."""
     size = f.item_bytes
-    views = {s: memoryview(shard.columns[f.name].array).cast("B") for s, shard in shards.items()
-             if shard.columns[f.name].array.size}
     lo = first * size
     hi = lo + counts * size
-    empty = memoryview(b"")
     with no_gc():
-        pieces = [views.get(s, empty)[a:b] for s, a, b in zip(shard_of.tolist(), lo.tolist(), hi.tolist())]
+        if len(shards) == 1:
+            view = next(iter(shards.values())).bytes_of(f.name)
+            pieces = [view[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+        else:
+            views: list[Any] = [None] * (max(shards) + 1)
+            for s, shard in shards.items():
+                views[s] = shard.bytes_of(f.name)
+            pieces = [views[s][a:b] for s, a, b in zip(shard_of.tolist(), lo.tolist(), hi.tolist())]
     return join(pieces).view(f.np_dtype).reshape(-1, *f.shape)
 
 
