@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +14,11 @@ import click
 
 from shardsmith import __version__
 from shardsmith.errors import ShardsmithError
+
+# No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
+# and keeps it spinning for a while (0.1 s of a core here), beside the workers; one thread starts none.
+# Set before numpy is imported, and only for the command line (``import shardsmith`` leaves it).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _fail(message: str, code: int) -> None:
@@ -29,8 +36,6 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ShardsmithError as exc:
             _fail(str(exc), exc.exit_code)
         except BrokenPipeError:  # the reader of our output went away (`| head`): not an error of ours
-            import os
-
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(141)
         except OSError as exc:
@@ -99,8 +104,6 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def cluster_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """(rank, world size) from the options, else SLURM array variables, else torchrun-style ones."""
-    import os
-
     def env(*names: str) -> int | None:
         for name in names:
             value = os.environ.get(name, "").strip()
@@ -137,7 +140,31 @@ def _report(out: Path, result: dict[str, Any]) -> bool:
     return True
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class _Main(click.Group):
+    """The command group. Run as a program (``shardsmith`` or ``python -m shardsmith``: click's
+    ``__call__``), the process ends as soon as the command does, without the interpreter's
+    teardown: every file a command writes is flushed and synced before it returns, and freeing a
+    conversion's objects one by one takes longer (tens of milliseconds) than listing them took.
+    Tests call ``main.main()`` and keep their process."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            self.main(*args, **kwargs)
+        except SystemExit as exc:
+            code = exc.code
+        else:  # pragma: no cover - click's standalone mode always ends with SystemExit
+            code = 0
+        if not isinstance(code, int):
+            if code is not None:
+                click.echo(code, err=True)
+            code = 0 if code is None else 1
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):  # a reader that went away, or a closed stream
+                stream.flush()
+        os._exit(code)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="shardsmith")
 def main() -> None:
     """Prepare training data offline: exact global shuffle, shards with a manifest, a fast loader."""

@@ -19,7 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.ragged import RUN_BYTES, join, no_gc, slices, starts_of
+from shardsmith.memory import no_gc
+from shardsmith.ragged import RUN_BYTES, join, slices, starts_of
 
 _UNITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 

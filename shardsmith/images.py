@@ -9,7 +9,8 @@ is ignored, as torchvision's loader ignores it.
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
+import struct
+from typing import NamedTuple
 
 EXTENSIONS = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
 LEVELS = ("none", "header", "full")
@@ -26,8 +27,7 @@ class ImageError(Exception):
     """Bad image data, with a one-line reason; the caller adds the file name."""
 
 
-@dataclass(frozen=True)
-class ImageInfo:
+class ImageInfo(NamedTuple):  # a tuple: made once per image, in the zero-copy path's inner loop
     format: str  # "jpeg" | "png" | "webp" | "bmp" | "gif"
     width: int
     height: int
@@ -69,6 +69,14 @@ def check_image(data: bytes | memoryview, *, level: str = "header") -> ImageInfo
         raise ValueError(f"unknown image check level {level!r}; expected one of {', '.join(LEVELS)}")
     if len(data) == 0:
         raise ImageError("empty file")
+    if data[:3] == b"\xff\xd8\xff":  # JPEG, by far the most common: no copy of the head to sniff it
+        width, height = _jpeg(data)
+        if width <= 0 or height <= 0:
+            raise ImageError(f"bad JPEG dimensions {width}x{height}")
+        info = ImageInfo("jpeg", width, height)
+        if level == "full":
+            _decode_fully(data, info)
+        return info
     fmt = sniff(data)
     if fmt is None:
         raise ImageError(f"not an image (unknown magic bytes {bytes(data[:4]).hex()})")
@@ -85,9 +93,42 @@ def _u16be(data: bytes | memoryview, i: int) -> int:
     return (data[i] << 8) | data[i + 1]
 
 
+_SEGMENT = struct.Struct(">BBH")  # 0xFF, marker, segment length
+_FRAME = struct.Struct(">HH")  # height, width (3 bytes into a frame header's segment)
+
+
 def _jpeg(data: bytes | memoryview) -> tuple[int, int]:
+    """(width, height) from the frame header; the image must end with EOI (after any padding)."""
     n = len(data)
     i = 2
+    # fast path: back-to-back segments without fill bytes, as encoders write them; anything
+    # else (fill bytes, standalone markers, a cut or corrupt header) goes to the careful walk
+    # below from where this one stopped, which raises the exact fault
+    unpack = _SEGMENT.unpack_from
+    while i + 4 <= n:
+        ff, marker, length = unpack(data, i)
+        if ff != 0xFF or marker == 0xFF or marker in _JPEG_STANDALONE or marker in (0xD9, 0xDA) or length < 2:
+            break
+        if marker in _JPEG_SOF:
+            if length < 7 or i + 9 > n:
+                break
+            height, width = _FRAME.unpack_from(data, i + 5)
+            _jpeg_eoi(data, i + 2 + length)
+            return width, height
+        i += 2 + length
+    return _jpeg_careful(data, i)
+
+
+def _jpeg_eoi(data: bytes | memoryview, i: int) -> None:
+    # real files may end in padding (zeros, whitespace) or a vendor trailer after EOI; a truncated
+    # scan has no EOI after the frame header at all, and EOI cannot occur inside entropy-coded data
+    if not (data[-2] == 0xFF and data[-1] == 0xD9) and bytes(data).rfind(b"\xff\xd9", i) < 0:
+        raise ImageError("truncated JPEG: no EOI marker")
+
+
+def _jpeg_careful(data: bytes | memoryview, i: int) -> tuple[int, int]:
+    """The marker walk from byte ``i`` (at a marker or its fill bytes), naming any fault."""
+    n = len(data)
     size: tuple[int, int] | None = None
     while size is None:
         while i < n and data[i] == 0xFF:  # markers may be preceded by any number of fill bytes
@@ -112,10 +153,7 @@ def _jpeg(data: bytes | memoryview) -> tuple[int, int]:
                 raise ImageError("cannot read dimensions: JPEG frame header is cut short")
             size = (_u16be(data, i + 5), _u16be(data, i + 3))
         i += length
-    # real files may end in padding (zeros, whitespace) or a vendor trailer after EOI; a truncated
-    # scan has no EOI after the frame header at all, and EOI cannot occur inside entropy-coded data
-    if bytes(data[-2:]) != b"\xff\xd9" and bytes(data).rfind(b"\xff\xd9", i) < 0:
-        raise ImageError("truncated JPEG: no EOI marker")
+    _jpeg_eoi(data, i)
     return size
 
 

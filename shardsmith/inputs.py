@@ -138,8 +138,10 @@ class _Walk:
             code = 1
             try:
                 os.close(read)
+                found = _walk(folder, None)
+                found.sort(key=itemgetter(1))  # as discover sorts them, so that its sort finds them in order
                 with os.fdopen(write, "wb") as out:
-                    out.write(_encode(_walk(folder, None)))
+                    out.write(_encode(found))
                 code = 0
             finally:
                 os._exit(code)
@@ -180,6 +182,8 @@ def _decode(folder: str, data: bytes) -> list[tuple[str, str, int, int, str]] | 
     at = _HEAD.size
     rels = data[at:at + nrel].decode("utf-8", "surrogateescape").split("\0")
     groups = data[at + nrel:at + nrel + ngroup].decode("utf-8", "surrogateescape").split("\0")
+    if len(rels) != n or len(groups) != n:
+        return None
     numbers = array("q", data[at + nrel + ngroup:])
     prefix = folder if folder.endswith(os.sep) else folder + os.sep  # as scandir joins them
     return list(zip(map(prefix.__add__, rels), rels, numbers[:n].tolist(), numbers[n:].tolist(), groups))
@@ -204,7 +208,10 @@ def walk_soon(paths: Sequence[str]) -> Iterator[None]:
         for raw in paths:
             folder = os.path.abspath(raw)
             if folder not in _SOON and os.path.isdir(folder):
-                _SOON[folder] = _Walk(folder)
+                try:
+                    _SOON[folder] = _Walk(folder)
+                except OSError:  # no process to spare (EAGAIN, ENOMEM): discover lists it itself
+                    continue
                 started.append(folder)
     try:
         yield

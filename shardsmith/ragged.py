@@ -2,28 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from shardsmith.memory import no_gc
+
 # runs at least this long on average are copied one slice per run; shorter ones, one index per item
 RUN_BYTES = 128
-
-
-@contextlib.contextmanager
-def no_gc() -> Iterator[None]:
-    """No cyclic garbage collection while a list of a million memoryviews is built: they hold no
-    cycles, and collections walking them cost more than the copy (11 % of a conversion)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def join(pieces: Sequence[Any]) -> np.ndarray:

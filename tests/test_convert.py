@@ -198,6 +198,14 @@ def test_loader_inspect_and_bench_on_converted_images(image_folder, tmp_path):
     assert info["classes"] == ["ant", "bee", "cat"] and info["samples"][0]["members"]["cls"] in (0, 1, 2)
     res = run_cli("bench", tmp_path / "out", "--seconds", "0.2")
     assert res.exit_code == 0 and "samples/s" in res.output
+    # beyond 1,000 inputs the manifest records their count, not their names
+    manifest = tmp_path / "out" / "manifest.json"
+    m = json.loads(manifest.read_text())
+    m["source"]["inputs"] = 1500
+    manifest.write_text(json.dumps(m))
+    res = run_cli("inspect", tmp_path / "out")
+    assert res.exit_code == 0 and "1500 input files" in res.output
+    assert json.loads(run_cli("inspect", tmp_path / "out", "--json").output)["source"]["inputs"] == 1500
 
 
 def test_jsonl_shards_respect_shard_bytes(tmp_path):

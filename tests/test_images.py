@@ -10,6 +10,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 
 from shardsmith.images import EXTENSIONS, ImageError, ImageInfo, canonical_ext, check_image
@@ -178,3 +180,28 @@ def test_header_check_does_not_scale_with_file_size() -> None:
     for _ in range(200):
         check_image(big)
     assert (time.perf_counter() - t) / 200 < 100e-6
+
+
+def _jpeg_outcome(parse, data: bytes) -> object:
+    try:
+        return parse(data)
+    except ImageError as exc:
+        return f"ImageError: {exc}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_the_jpeg_fast_path_answers_as_the_careful_walk(jpeg: bytes, data) -> None:
+    """Any damage to the markers, lengths, frame header or end: the segment-at-a-time fast path
+    gives the same size, or raises the same reason, as the byte-by-byte walk it hands over to."""
+    from shardsmith.images import _jpeg, _jpeg_careful
+
+    raw = bytearray(jpeg)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(2, 700) | st.integers(len(raw) - 4, len(raw) - 1))
+        raw[at] = data.draw(st.sampled_from([0x00, 0x01, 0x02, 0x07, 0xC0, 0xC4, 0xD0, 0xD8, 0xD9, 0xDA, 0xE0, 0xFF])
+                            | st.integers(0, 255))
+    cut = data.draw(st.none() | st.integers(3, len(raw)))
+    blob = bytes(raw[:cut])
+    assert _jpeg_outcome(_jpeg, blob) == _jpeg_outcome(lambda b: _jpeg_careful(b, 2), blob)
+    assert _jpeg_outcome(_jpeg, memoryview(blob)) == _jpeg_outcome(_jpeg, blob)

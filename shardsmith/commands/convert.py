@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DataError, UsageError
 from shardsmith.images import ImageError, canonical_ext, check_image
 from shardsmith.inputs import InputFile, discover
+from shardsmith.memory import no_gc
 from shardsmith.outdir import finish_output, prepare_output
 from shardsmith.pipeline import (
     Converted,
@@ -70,15 +72,10 @@ EVENT_SUFFIXES = {"root": (".root",)}
 def infer_source(files: list[InputFile]) -> str:
     """The input kind from the inputs' suffixes: images, JSONL or Parquet (one kind per conversion)."""
     suffixes = {**{kind: cls.suffixes for kind, cls in READERS.items()}, **EVENT_SUFFIXES}
-    tails = {f.path[f.path.rfind("."):].lower() for f in files}  # the last extensions: a few distinct ones
-    kinds = set()
-    for kind, sfx in suffixes.items():
-        for s in sfx:
-            tail = s[s.rfind("."):]
-            # a one-part suffix matches by its tail alone; ".jsonl.gz" needs a look at the ".gz" files
-            if tail in tails and (s == tail or any(f.path.lower().endswith(s) for f in files)):
-                kinds.add(kind)
-                break
+    # every path, each ended by a NUL (never part of a path): "x.jsonl.gz\0" holds ".jsonl.gz\0"
+    # exactly when the path ends with that suffix -- a few C-speed searches, not a test per file
+    paths = ("\0".join([f.path for f in files]) + "\0").lower()
+    kinds = {kind for kind, sfx in suffixes.items() if any(s + "\0" in paths for s in sfx)}
     if len(kinds) > 1:
         raise UsageError(f"the inputs hold several kinds ({', '.join(sorted(kinds))}); choose one with --from")
     return kinds.pop()
@@ -130,15 +127,24 @@ class SampleProcessor:
         return Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, dtype=np.int64),
                          payload=payload, bad=bad, copies=self.copies)
 
-    def image_sample(self, file: InputFile, data: bytes | memoryview) -> tuple[str, str, bytes]:
-        """(key, image extension, label) of an image that goes into the tar unchanged (no augmentation),
-        as ``_image`` makes them; a bad one raises. Called once per image by the direct path: lean."""
+    # Images that go into the tar unchanged (no augmentation), as ``_image`` makes their samples:
+    # the direct path's workers (``writers.image_tar.ImageSamples``) ask for keys and labels a shard
+    # at a time, and for each extension once its bytes are read.
+
+    def image_keys(self, files: Sequence[InputFile]) -> list[str]:
+        return [Identity(f.rel, 0).key() for f in files]
+
+    def image_labels(self, files: Sequence[InputFile]) -> list[bytes]:
+        labels = self.labels
+        return [labels[f.group] for f in files]
+
+    def image_ext(self, file: InputFile, data: bytes | memoryview) -> str:
+        """The member extension of a checked image; a bad one raises DataError. Called once per image: lean."""
         try:
             info = check_image(data, level=self.check_images)
         except ImageError as exc:
             raise DataError(file=file.rel, reason=str(exc), unit="image") from None
-        ext = canonical_ext(info.format) if info else _suffix_ext(file.path)
-        return Identity(file.rel, 0).key(), ext, self.labels[file.group]
+        return canonical_ext(info.format) if info else _suffix_ext(file.path)
 
     def _members(self, samples: list[tuple[str, list[tuple[str, Any]]]], pieces: list[bytes | memoryview],
                  lengths: list[int], records: list[int], record: int) -> None:
@@ -260,9 +266,10 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         return scatter_summary(opts, None)
     files: list[InputFile] | None = None
     if opts.source is None:
-        files = discover(list(opts.inputs), suffixes=(*(s for c in READERS.values() for s in c.suffixes),
-                                                      *(s for v in EVENT_SUFFIXES.values() for s in v)))
-        kind = infer_source(files)  # one kind only, so these are exactly that reader's files
+        with no_gc():
+            files = discover(list(opts.inputs), suffixes=(*(s for c in READERS.values() for s in c.suffixes),
+                                                          *(s for v in EVENT_SUFFIXES.values() for s in v)))
+            kind = infer_source(files)  # one kind only, so these are exactly that reader's files
     else:
         kind = opts.source
     if kind == "parquet" and (opts.to == "hdf5" or opts.group_by or opts.events_table):
@@ -290,32 +297,34 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
             raise UsageError(f"--copies {opts.copies}: {opts.augment!r} has no random op, so every copy would be "
                              f"the same image")
     reader: Reader = READERS[kind]()
-    if files is None:
-        files = discover(list(opts.inputs), suffixes=reader.suffixes)
-    classes = reader.classes(files) if isinstance(reader, ImageFolderReader) else None
-    if kind == "parquet":
-        check_parquet_columns(files, opts.text_field)
-    total_bytes = sum(f.size for f in files)
-    sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
-    run_id = run_identity("convert", opts, files)
     # images unchanged, in one process, stopping at the first bad one: the whole output follows from the listing
     direct = (kind == "imagefolder" and not opts.augment and opts.stage is None and opts.limit is None
               and opts.on_error == "fail")
-    tasks: list[Task] = []
-    if not direct:
-        from shardsmith.memory import keep_freed_memory
-        from shardsmith.stagecache import plan_tasks
+    with no_gc():
+        if files is None:
+            files = discover(list(opts.inputs), suffixes=reader.suffixes)
+        classes = reader.classes(files) if isinstance(reader, ImageFolderReader) else None
+        if kind == "parquet":
+            check_parquet_columns(files, opts.text_field)
+        total_bytes = sum(f.size for f in files)
+        sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
+        run_id = run_identity("convert", opts, files)
+        tasks: list[Task] = []
+        if not direct:
+            from shardsmith.memory import keep_freed_memory
+            from shardsmith.stagecache import plan_tasks
 
-        keep_freed_memory()
-        tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out,
-                           run=run_id)
-    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
+            keep_freed_memory()
+            tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out,
+                               run=run_id)
+        prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
+        plans = _plan_images(opts, files) if direct else {}
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
                                 quality=opts.quality, seed=opts.seed)
     if direct:
-        writers, results = _direct_images(opts, files, processor, progress)
+        writers, results = _write_images(opts, files, plans, processor, progress)
     else:
         done = _shuffled(opts, kind, files, reader, processor, tasks, sizing, progress, run_id)
         if done.summary is not None:
@@ -348,14 +357,18 @@ class _Written:
     shards: list[Any]
 
 
-def _direct_images(opts: ConvertOptions, files: list[InputFile], processor: SampleProcessor,
-                   progress: Progress) -> tuple[dict[str, Any], list[TaskResult]]:
-    """Images unchanged: shards planned from the listing and written by workers (no shuffle pass)."""
-    plans = plan_shards(files, seed=opts.seed, shuffle=opts.shuffle, splits=opts.splits,
-                        shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes, out_dir=opts.out,
-                        wids_md5=opts.wids_md5)
+def _plan_images(opts: ConvertOptions, files: list[InputFile]) -> dict[str, list[Any]]:
+    """Images unchanged: every split's shards, planned from the listing (no shuffle pass)."""
+    return plan_shards(files, seed=opts.seed, shuffle=opts.shuffle, splits=opts.splits,
+                       shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes, out_dir=opts.out,
+                       wids_md5=opts.wids_md5)
+
+
+def _write_images(opts: ConvertOptions, files: list[InputFile], plans: dict[str, list[Any]],
+                  processor: SampleProcessor, progress: Progress) -> tuple[dict[str, Any], list[TaskResult]]:
+    """The planned shards, written by workers."""
     with progress.bar(total=sum(f.size for f in files), desc="convert", unit="B") as bar:
-        shards = write_all(plans, sample=processor.image_sample, workers=opts.workers, progress=bar.update,
+        shards = write_all(plans, images=processor, workers=opts.workers, progress=bar.update,
                            out_dir=opts.out)
     return {name: _Written(shards=s) for name, s in shards.items()}, [TaskResult(task=0, records=len(files))]
 

@@ -27,7 +27,8 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
                    for name, s in m["splits"].items()},
         "schema": m["schema"],
     }
-    info["source"]["inputs"] = len(m["source"].get("inputs", []))
+    inputs = m["source"].get("inputs", [])
+    info["source"]["inputs"] = inputs if isinstance(inputs, int) else len(inputs)  # a count beyond 1,000 inputs
     if m["format"] == "tokens":
         info["tokenizer"] = m["tokenizer"]
         info["samples"] = _token_samples(out, m, samples)

@@ -85,6 +85,7 @@ def _deep_tar(out: Path, m: dict[str, Any], split: str, *, images: bool) -> list
     problems: list[str] = []
     try:
         ds = TarDataset(out, split=split)
+        ds.check_headers()  # ds[i] trusts the offset index beyond a few spot checks: read every header
         check = None
         if images:
             from shardsmith.images import ImageError, check_image

@@ -27,7 +27,8 @@ from shardsmith.errors import DatasetError
 from shardsmith.events import EventChunk, EventSchema, Field
 from shardsmith.keys import path_hash
 from shardsmith.loader.order import ResumableIterator, epoch_order
-from shardsmith.ragged import RUN_BYTES, join, no_gc, starts_of, take_ragged
+from shardsmith.memory import no_gc
+from shardsmith.ragged import RUN_BYTES, join, starts_of, take_ragged
 
 FORMAT = "shardsmith-events"  # the writer's root attribute (kept in sync with shardsmith.writers.hdf5)
 FORMAT_VERSION = 1

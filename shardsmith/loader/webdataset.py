@@ -1,6 +1,13 @@
-"""Random access to webdataset tar shards through their offset index: a shard's headers are read
-once, where its offset index points, and checked in numpy (``tarfmt.scan_samples``), trusting nothing
-(paths, sizes, offsets, headers); then ``ds[i]`` only slices an mmap.
+"""Random access to webdataset tar shards through their offset index, trusting no file (paths,
+sizes, offsets, headers); then ``ds[i]`` only slices an mmap.
+
+A shard's member table comes from its offset index: shardsmith's own (version 2) holds every
+member's place, size and extension and every sample's key. It is used only when its sha256 is the
+manifest's, checked for consistency in numpy (``tarfmt.index_members``), and compared with the
+tar's own headers at a few samples spread over the shard (an index of another shard, or a shard
+rewritten since, is refused; ``shardsmith verify`` checks every byte of both).
+Older or foreign indexes hold only where samples start: then the shard's headers are read once,
+where the index points, and checked in numpy (``tarfmt.scan_samples``).
 
 Fields come back as bytes except for kinds that are safe to decode (int, json, text, npy without
 pickles); images decode only when asked. Pickle-like members (``.pyd``, ``.pth``, …) stay bytes.
@@ -8,6 +15,7 @@ pickles); images decode only when asked. Pickle-like members (``.pyd``, ``.pth``
 
 from __future__ import annotations
 
+import hashlib
 import io
 import math
 import mmap
@@ -26,7 +34,15 @@ import orjson
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 from shardsmith.loader.order import ResumableIterator
-from shardsmith.tarfmt import BLOCK, scan_samples
+from shardsmith.tarfmt import (
+    BLOCK,
+    ShardMembers,
+    index_members,
+    index_offsets,
+    is_index_v2,
+    parse_sample,
+    scan_samples,
+)
 
 KINDS = ("image", "int", "json", "text", "bytes", "npy")
 DECODES = (None, "pil", "numpy")
@@ -107,8 +123,43 @@ class _MemberTable:
     exts: list[str] = field(default_factory=list)
 
 
-# ds[i] of an open shard reads only this: (mmap, keys, first, data, size, ext, exts, decoder by ext id, where)
-_Open = tuple[mmap.mmap, list[str], array, array, array, array, list[str], list[Any], str]
+# ds[i] of an open shard: its sample number -> the sample
+_Open = Callable[[int], dict[str, Any]]
+
+
+def _shard_reader(mm: mmap.mmap, table: _MemberTable, decoders: list[Callable[[bytes], Any] | None],
+                  where: str) -> _Open:
+    """Sample j of one shard, by slicing its map where the table says: a closure over the shard's
+    arrays, so that each sample costs a few list lookups and one copy per member."""
+    keys, first, data, size, ext, names = table.keys, table.first, table.data, table.size, table.ext, table.exts
+    guarded = [None if d is None else _guard(d, name, where) for d, name in zip(decoders, names)]
+
+    def read(j: int) -> dict[str, Any]:
+        sample: dict[str, Any] = {"__key__": keys[j]}
+        for k in range(first[j], first[j + 1]):
+            start = data[k]
+            e = ext[k]
+            decode = guarded[e]
+            raw = mm[start:start + size[k]]
+            sample[names[e]] = raw if decode is None else decode(raw, start)
+        return sample
+
+    return read
+
+
+def _guard(decoder: Callable[[bytes], Any], ext: str, where: str) -> Callable[[bytes, int], Any]:
+    """``decoder``, raising DatasetError that names the shard and byte when stored bytes do not decode."""
+    if decoder is load_npy:
+        return lambda raw, start: load_npy(raw, where=f"{where}: member .{ext} at byte {start}")
+
+    def decode(raw: bytes, start: int) -> Any:
+        try:
+            return decoder(raw)
+        except Exception as exc:  # any decoder failure on stored bytes is a corrupt dataset, not a bug
+            raise DatasetError(f"{where}: member .{ext} at byte {start} does not decode "
+                               f"({type(exc).__name__}: {exc})") from None
+
+    return decode
 
 # A process forked after shards were mapped maps its own: os.fork's hook counts forks, so ds[i]
 # need not ask for its pid (a system call) every time.
@@ -143,7 +194,8 @@ class TarDataset:
         self._kinds = _schema_kinds(self.manifest.get("schema"))
         self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
         self._sizes = [e["bytes"] for e in entries]
-        self._offsets = [_load_offsets(out_dir, e, path) for e, path in zip(entries, self._paths)]
+        self._indexes = [_load_index(out_dir, e, path) for e, path in zip(entries, self._paths)]
+        self._offsets = [offsets for offsets, _ in self._indexes]
         self._where = [str(p) for p in self._paths]
         self._starts = [0]
         for e in entries:
@@ -204,29 +256,15 @@ class TarDataset:
             i += self._n
         if not 0 <= i < self._n:
             raise IndexError(f"sample index out of range for {self._n} samples")
+        return self._sample(i)
+
+    def _sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` (an int in range): its shard's reader, on the shard's own sample number."""
         s = bisect_right(self._starts, i) - 1
-        shard = self._open[s] if self._fork == _forks else None
-        if shard is None:
-            shard = self._shard(s)
-        mm, keys, first, data, size, ext, exts, decoders, where = shard
-        j = i - self._starts[s]
-        sample: dict[str, Any] = {"__key__": keys[j]}
-        for k in range(first[j], first[j + 1]):
-            start = data[k]
-            raw = mm[start:start + size[k]]
-            e = ext[k]
-            decoder = decoders[e]
-            if decoder is None:
-                sample[exts[e]] = raw
-            elif decoder is load_npy:
-                sample[exts[e]] = load_npy(raw, where=f"{where}: member .{exts[e]} at byte {start}")
-            else:
-                try:
-                    sample[exts[e]] = decoder(raw)
-                except Exception as exc:  # any decoder failure on stored bytes is a corrupt dataset, not a bug
-                    raise DatasetError(f"{where}: member .{exts[e]} at byte {start} does not decode "
-                                       f"({type(exc).__name__}: {exc})") from None
-        return sample
+        read = self._open[s] if self._fork == _forks else None
+        if read is None:
+            read = self._shard(s)
+        return read(i - self._starts[s])
 
     def _shard(self, s: int) -> _Open:
         """Shard s ready for ds[i] in this process: mapped, its table built, a decoder per extension."""
@@ -237,19 +275,48 @@ class TarDataset:
         for ext in table.exts:
             if ext not in self._decoders:
                 self._decoders[ext] = self._decoder_for(ext)
-        shard = (self._map(s), table.keys, table.first, table.data, table.size, table.ext, table.exts,
-                 [self._decoders[ext] for ext in table.exts], self._where[s])
-        self._open[s] = shard
-        return shard
+        read = _shard_reader(self._map(s), table, [self._decoders[ext] for ext in table.exts], self._where[s])
+        self._open[s] = read
+        return read
 
     def _table(self, s: int) -> _MemberTable:
-        """Every member of shard s, parsed and validated once (then ``ds[i]`` only slices)."""
-        found = scan_samples(self._map(s), np.frombuffer(self._offsets[s], np.int64), where=self._where[s])
+        """Every member of shard s, read and validated once (then ``ds[i]`` only slices)."""
+        offsets, full = self._indexes[s]
+        if full is not None:
+            found = index_members(full, where=self._where[s])
+            _spot_check(self._map(s), found, np.frombuffer(offsets, np.int64), where=self._where[s])
+        else:
+            found = scan_samples(self._map(s), np.frombuffer(offsets, np.int64), where=self._where[s])
         table = _MemberTable(keys=found.keys, first=_compact(found.first, "q"), data=_compact(found.data, "q"),
                              size=_compact(found.size, "q"), exts=found.exts,
                              ext=_compact(found.ext, "H" if len(found.exts) <= 1 << 16 else "q"))
         self._tables[s] = table
         return table
+
+    def check_headers(self) -> None:
+        """Read every tar header of every shard and check it against the shard's offset index:
+        what a version-2 index spares ``ds[i]`` beyond its few spot checks (``verify --deep``).
+        DatasetError names the first shard and sample that differ."""
+        for s, where in enumerate(self._where):
+            offsets, full = self._indexes[s]
+            scanned = scan_samples(self._map(s), np.frombuffer(offsets, np.int64), where=where)
+            if full is None:
+                continue  # a version-1 index: the scan is the table, and it has just passed
+            table = index_members(full, where=where)
+            names = np.asarray(table.exts + [""], object)  # extensions by name: the two number them alike, or not
+            if (table.keys == scanned.keys and np.array_equal(table.first, scanned.first)
+                    and np.array_equal(table.data, scanned.data) and np.array_equal(table.size, scanned.size)
+                    and np.array_equal(names[table.ext], np.asarray(scanned.exts + [""], object)[scanned.ext])):
+                continue
+            for j in range(len(table.keys)):  # the first sample that differs, for the message
+                a, b = int(table.first[j]), int(table.first[j + 1])
+                c, d = int(scanned.first[j]), int(scanned.first[j + 1])
+                if (table.keys[j] != scanned.keys[j] or b - a != d - c
+                        or not np.array_equal(table.data[a:b], scanned.data[c:d])
+                        or not np.array_equal(table.size[a:b], scanned.size[c:d])
+                        or [table.exts[e] for e in table.ext[a:b]] != [scanned.exts[e] for e in scanned.ext[c:d]]):
+                    raise DatasetError(f"{where}: the offset index does not describe sample {j} at byte "
+                                       f"{int(np.frombuffer(offsets, np.int64)[j])} as the tar's headers do")
 
     def _decoder_for(self, ext: str) -> Callable[[bytes], Any] | None:
         kind = self._kinds.get(ext) or _EXT_KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
@@ -267,9 +334,11 @@ class TarDataset:
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
         """Walk this rank's slice of the epoch's permutation; yields samples or lists of them."""
-        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch,
-                                 shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
-                                 batch_size=batch_size, drop_last=drop_last)
+        options = {"shuffle": shuffle, "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size,
+                   "batch_size": batch_size, "drop_last": drop_last}
+        if batch_size is None and type(self).__getitem__ is TarDataset.__getitem__:
+            return _SampleIterator(self, **options)  # this class's own samples, one at a time
+        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, **options)
 
     def webdataset(self, *, decode: str | None = None, **kwargs: Any) -> Any:
         """A ``webdataset.WebDataset`` over the shards in order, for users who prefer that API.
@@ -284,6 +353,40 @@ class TarDataset:
         if decode is not None:
             pipeline = pipeline.decode(decode, pre=[], post=[_safe_field_handler])
         return pipeline
+
+
+class _SampleIterator(ResumableIterator[dict[str, Any]]):
+    """``iter()`` over a TarDataset's own samples one at a time: the epoch's order is turned into
+    (shard, sample in shard) a chunk at a time in numpy, so a step is a few list lookups and the
+    shard's reader (no bisect, no bounds checks: the order holds valid indexes only)."""
+
+    _CHUNK = 4096
+
+    def __init__(self, ds: TarDataset, **options: Any) -> None:
+        super().__init__(n=len(ds), get_item=ds._sample, get_batch=ds.get_batch, **options)
+        self._ds = ds
+        self._starts = np.asarray(ds._starts, np.int64)
+        self._first = 0  # the chunk's first position in the order
+        self._shard: list[int] = []
+        self._local: list[int] = []
+
+    def __next__(self) -> dict[str, Any]:
+        pos = self.position
+        k = pos - self._first
+        if not 0 <= k < len(self._shard):
+            if pos >= len(self._order):
+                raise StopIteration
+            order = self._order[pos:pos + self._CHUNK]
+            shard = np.searchsorted(self._starts, order, side="right") - 1
+            self._first, self._shard, self._local = pos, shard.tolist(), (order - self._starts[shard]).tolist()
+            k = 0
+        self.position = pos + 1
+        ds = self._ds
+        s = self._shard[k]
+        read = ds._open[s] if ds._fork == _forks else None
+        if read is None:
+            read = ds._shard(s)
+        return read(self._local[k])
 
 
 def _compact(values: np.ndarray, code: str) -> array:
@@ -320,8 +423,27 @@ def _schema_kinds(schema: Any) -> dict[str, str]:
     return kinds
 
 
-def _load_offsets(out_dir: Any, entry: dict[str, Any], tar: Path) -> array:
-    """A shard's validated sample offsets (n + 1 of them) as a compact array of Python ints."""
+_SPOT_CHECKS = 8  # samples per shard whose headers are read to check a full index against the tar
+
+
+def _spot_check(buf: Any, found: ShardMembers, offsets: np.ndarray, *, where: str) -> None:
+    """The first, the last and a few samples between, as the tar's headers describe them, must be
+    as the index says: an index of another shard, or a shard changed since, is refused."""
+    n = len(found.keys)
+    end = int(offsets[-1])
+    for j in sorted({0, n - 1, *np.linspace(0, n - 1, _SPOT_CHECKS).astype(int).tolist()}):
+        key, members = parse_sample(buf, int(offsets[j]), int(offsets[j + 1]), end, where=where)
+        a, b = int(found.first[j]), int(found.first[j + 1])
+        want = [(found.exts[e], d, k) for e, d, k in zip(found.ext[a:b].tolist(), found.data[a:b].tolist(),
+                                                          found.size[a:b].tolist())]
+        if key != found.keys[j] or members != want:
+            raise DatasetError(f"{where}: the offset index does not describe sample {j} at byte {int(offsets[j])} "
+                               f"as the tar's headers do (an index of another shard, or a shard changed since)")
+
+
+def _load_index(out_dir: Any, entry: dict[str, Any], tar: Path) -> tuple[array, np.ndarray | None]:
+    """A shard's validated sample offsets (n + 1 of them) as a compact array of Python ints, and its
+    whole index when that is version 2 (its member table is checked when the shard is first used)."""
     size, n = entry["bytes"], entry["samples"]
     if not tar.is_file() or tar.stat().st_size != size:
         raise DatasetError(f"{tar}: missing or not {size} bytes as the manifest says")
@@ -332,9 +454,23 @@ def _load_offsets(out_dir: Any, entry: dict[str, Any], tar: Path) -> array:
     path = manifest_mod.resolve_inside(out_dir, entry["index"]["path"])
     if not path.is_file() or path.stat().st_size != entry["index"]["bytes"]:
         raise DatasetError(f"{path}: missing or not {entry['index']['bytes']} bytes as the manifest says")
-    if entry["index"]["bytes"] > 8 * (n + 1) + 2 * _NPY_HEADER_MAX:
-        raise DatasetError(f"{path}: {entry['index']['bytes']} bytes is too large for {n + 1} int64 offsets")
-    offsets = load_npy(path.read_bytes(), where=str(path))
+    # a member needs a header block, a key or an extension at most 100 bytes: bounded by the tar's size
+    if not isinstance(n, int) or entry["index"]["bytes"] > 8 * (2 * n + 10) + 240 * (size // BLOCK) \
+            + 2 * _NPY_HEADER_MAX:
+        raise DatasetError(f"{path}: {entry['index']['bytes']} bytes is too large an index for {n} samples of "
+                           f"a {size}-byte shard")
+    raw = path.read_bytes()
+    arr = load_npy(raw, where=str(path))
+    full = None
+    if arr.dtype.kind == "i" and arr.dtype.itemsize == 8 and arr.ndim == 1 and is_index_v2(arr):
+        # the member table is trusted in place of the tar's headers only as the manifest recorded it
+        if hashlib.sha256(raw).hexdigest() != entry["index"].get("sha256"):
+            raise DatasetError(f"{path}: sha256 differs from the manifest's (the index changed since it was "
+                               f"written)")
+        full = arr.astype(np.int64, copy=False)
+        offsets = index_offsets(full, where=str(path))
+    else:
+        offsets = arr
     if offsets.dtype.kind != "i" or offsets.dtype.itemsize != 8 or offsets.shape != (n + 1,):
         raise DatasetError(f"{path}: offsets must be int64 of shape ({n + 1},), found {offsets.dtype} "
                            f"{offsets.shape}")
@@ -343,4 +479,4 @@ def _load_offsets(out_dir: Any, entry: dict[str, Any], tar: Path) -> array:
     if offsets[0] != 0 or (steps < BLOCK).any() or (offsets % BLOCK).any() or offsets[-1] + 2 * BLOCK > size:
         raise DatasetError(f"{path}: offsets must start at 0, grow by whole 512-byte blocks and end at least "
                            f"two blocks before the end of the {size}-byte shard")
-    return array("q", offsets.tobytes())
+    return array("q", offsets.tobytes()), full

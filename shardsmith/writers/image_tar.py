@@ -14,10 +14,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from shardsmith.tarfmt import (
     BLOCK,
     MAX_NAME,
     MAX_SIZE,
+    index_array,
     member_header,
 )
 from shardsmith.writers.base import ShardRecord
@@ -95,19 +96,29 @@ def plan_shards(files: list[InputFile], *, seed: int, shuffle: bool, splits: tup
     return plans
 
 
+class ImageSamples(Protocol):
+    """What makes an image's sample (``commands.convert.SampleProcessor``): its key and label, a
+    shard's worth at a time, and its member extension once its bytes are read and checked."""
+
+    def image_keys(self, files: Sequence[InputFile]) -> list[str]: ...
+
+    def image_labels(self, files: Sequence[InputFile]) -> list[bytes]: ...
+
+    def image_ext(self, file: InputFile, data: memoryview) -> str: ...
+
+
 class _Shared:
     """What every worker needs (the sample builder and the plan), inherited through fork or sent once."""
 
-    sample: Callable[[InputFile, memoryview], tuple[str, str, bytes]] | None = None
+    images: ImageSamples | None = None
     jobs: dict[tuple[str, int], ShardJob] = {}  # noqa: RUF012 (set once per process)
 
 
-def _init(sample: Callable[[InputFile, memoryview], tuple[str, str, bytes]], worker: bool = False,
-          jobs: dict[tuple[str, int], ShardJob] | None = None) -> None:
+def _init(images: ImageSamples, worker: bool = False, jobs: dict[tuple[str, int], ShardJob] | None = None) -> None:
     if worker:
         die_with_parent()
         gc.freeze()  # the parent's objects (the whole listing) are never garbage: collections skip them
-    _Shared.sample = sample
+    _Shared.images = images
     _Shared.jobs = jobs or {}
 
 
@@ -125,23 +136,31 @@ BATCH_BYTES = 4 << 20
 
 def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
     """Read, check and append each image of the shard, hashing as it goes; commit it whole."""
-    sample = _Shared.sample
-    assert sample is not None
+    images = _Shared.images
+    assert images is not None
     out = Path(job.out_dir)
     tar = HashingFile(out / job.name, md5=job.wids_md5, batch_bytes=BATCH_BYTES)
     dirs = _Dirs()
     try:
+        files = job.files
+        keys = images.image_keys(files)  # what does not need the bytes, for the whole shard at once
+        labels = images.image_labels(files)
+        ext_of = images.image_ext
         starts: list[int] = []
-        for f in job.files:
+        exts: list[str] = []
+        reserve = tar.reserve
+        for f, key, label in zip(files, keys, labels):
             size = f.size
             body = size + (-size % BLOCK)  # the image and its padding
             starts.append(tar.bytes)
-            view = tar.reserve(BLOCK + body + _CLS_BYTES)
+            view = reserve(BLOCK + body + _CLS_BYTES)
             data = view[BLOCK:BLOCK + size]
             read_into(f, data, dirs)
-            key, ext, label = sample(f, data)
+            ext = ext_of(f, data)
             _members_around(view, key, ext, size, body, label)
-        done = finish_shard(tar, starts, out / job.name.replace(".tar", ".offsets.npy"))
+            exts.append(ext)
+        index = _index(starts, tar.bytes, [f.size for f in files], keys, exts, [len(b) for b in labels])
+        done = finish_shard(tar, index, out / job.name.replace(".tar", ".offsets.npy"))
         crash_point(f"shard:{job.split}:{job.index}")
         return done
     except BaseException:
@@ -149,6 +168,23 @@ def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
         raise
     finally:
         dirs.close()
+
+
+def _index(starts: list[int], end: int, sizes: list[int], keys: list[str], exts: list[str],
+           labels: list[int]) -> np.ndarray:
+    """The shard's offset index (``tarfmt.index_array``): each sample is the image, then its label."""
+    n = len(starts)
+    at = np.asarray(starts, np.int64)
+    size = np.asarray(sizes, np.int64)
+    data = np.empty(2 * n, np.int64)
+    data[0::2] = at + BLOCK
+    data[1::2] = at + 2 * BLOCK + size + (-size % BLOCK)
+    sizes2 = np.empty(2 * n, np.int64)
+    sizes2[0::2] = size
+    sizes2[1::2] = labels
+    names = ["cls"] * (2 * n)
+    names[0::2] = exts
+    return index_array([*starts, end], np.arange(0, 2 * n + 1, 2), data, sizes2, names, keys)
 
 
 _pack_header = _HEADER.pack_into
@@ -159,18 +195,35 @@ def _members_around(view: memoryview, key: str, ext: str, size: int, body: int, 
     """Around the image bytes already in place: its header and padding, then the label member;
     the bytes of ``member_header`` and ``sample_members``, packed straight into the buffer."""
     k = key.encode()
-    e = ext.encode()
+    e, e_sum = _EXTS.get(ext) or _ext_bytes(ext)
     if len(k) + 1 + max(len(e), 3) > MAX_NAME or b"\0" in k or size > MAX_SIZE or len(label) > BLOCK:
         member_header(f"{key}.{ext}", size)  # raises the reason
         member_header(f"{key}.cls", len(label))
         raise ValueError(f"sample {key!r}: label of {len(label)} bytes")
+    cls = _LABELS.get(label) or _label_member(label)
     base = _CONST_SUM + sum(k) + _DOT
     field = b"%011o\0" % size
-    _pack_header(view, 0, k + b"." + e, _HEAD, field, _MID, b"%06o\0 " % (base + sum(e) + sum(field)), _TAIL)
+    _pack_header(view, 0, k + b"." + e, _HEAD, field, _MID, b"%06o\0 " % (base + e_sum + sum(field)), _TAIL)
     view[BLOCK + size:BLOCK + body] = _ZEROS[:body - size]
+    field, field_sum, block = cls
+    _pack_header(view, BLOCK + body, k + b".cls", _HEAD, field, _MID, b"%06o\0 " % (base + _CLS + field_sum), _TAIL)
+    view[2 * BLOCK + body:] = block
+
+
+_EXTS: dict[str, tuple[bytes, int]] = {}  # an image extension: its bytes and their sum
+_LABELS: dict[bytes, tuple[bytes, int, bytes]] = {}  # a label: its size field, that field's sum, its data block
+
+
+def _ext_bytes(ext: str) -> tuple[bytes, int]:
+    e = ext.encode()
+    _EXTS[ext] = (e, sum(e))
+    return _EXTS[ext]
+
+
+def _label_member(label: bytes) -> tuple[bytes, int, bytes]:
     field = b"%011o\0" % len(label)
-    _pack_header(view, BLOCK + body, k + b".cls", _HEAD, field, _MID, b"%06o\0 " % (base + _CLS + sum(field)), _TAIL)
-    view[2 * BLOCK + body:] = label.ljust(BLOCK, b"\0")
+    _LABELS[label] = (field, sum(field), label.ljust(BLOCK, b"\0"))
+    return _LABELS[label]
 
 
 class _Dirs:
@@ -222,19 +275,19 @@ def read_into(f: InputFile, view: memoryview, dirs: _Dirs | None = None) -> None
         raise DataError(file=f.rel, reason=f"changed while converting: {size}, was {f.size}")
 
 
-def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, bytes], tuple[str, str, bytes]],
-              workers: int, progress: Callable[[int], None], out_dir: Path) -> dict[str, list[ShardRecord]]:
+def write_all(plans: dict[str, list[ShardJob]], *, images: ImageSamples, workers: int,
+              progress: Callable[[int], None], out_dir: Path) -> dict[str, list[ShardRecord]]:
     """Every planned shard, largest first across ``workers`` processes; each split's wids index."""
     jobs = [job for split_jobs in plans.values() for job in split_jobs]
     done: dict[tuple[str, int], tuple[ShardRecord, str | None]] = {}
     try:
         if workers <= 1 or len(jobs) <= 1:
-            _init(sample)
+            _init(images)
             for job in jobs:
                 done[(job.split, job.index)] = write_shard(job)
                 progress(job.nbytes)
         else:
-            _run_pool(jobs, sample=sample, workers=workers, done=done, progress=progress)
+            _run_pool(jobs, images=images, workers=workers, done=done, progress=progress)
     except KeyboardInterrupt:
         raise
     except BaseException:
@@ -250,10 +303,10 @@ def write_all(plans: dict[str, list[ShardJob]], *, sample: Callable[[InputFile, 
     return out
 
 
-def _run_pool(jobs: list[ShardJob], *, sample: Any, workers: int,
+def _run_pool(jobs: list[ShardJob], *, images: ImageSamples, workers: int,
               done: dict[tuple[str, int], tuple[ShardRecord, str | None]], progress: Callable[[int], None]) -> None:
     plan = {(job.split, job.index): job for job in jobs}  # inherited through fork, or sent once per worker
-    with worker_pool(min(workers, len(jobs)), initializer=_init, initargs=(sample, True, plan),
+    with worker_pool(min(workers, len(jobs)), initializer=_init, initargs=(images, True, plan),
                      advice="try fewer --workers") as pool:
         # the biggest shards first, so the last one to finish is a small one
         futures = {pool.submit(_write_planned, job.split, job.index): job

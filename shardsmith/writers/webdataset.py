@@ -2,8 +2,9 @@
 
 Samples arrive as complete tar members (headers, data and padding built by the workers, see
 ``shardsmith.tarfmt``), so writing a shard is appending bytes. Each shard gets
-``{split}-{000000}.offsets.npy`` (int64, n+1: where each sample's first header starts, then where
-the end-of-archive blocks start) for O(1) random access, and the split gets ``{split}.wids.json``.
+``{split}-{000000}.offsets.npy`` (``tarfmt.index_array``: where each sample and each of its members
+starts, member sizes and extensions, sample keys) for O(1) random access without reading the tar's
+headers, and the split gets ``{split}.wids.json``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,15 @@ import orjson
 from shardsmith.errors import DataError
 from shardsmith.fsutil import HashingFile, atomic_write_bytes
 from shardsmith.ragged import starts_of
-from shardsmith.tarfmt import BLOCK, end_of_archive, padding
+from shardsmith.tarfmt import (
+    BLOCK,
+    end_of_archive,
+    index_array,
+    padding,
+    parse_header,
+    parse_members,
+    scan_samples,
+)
 from shardsmith.writers.base import ShardRange, ShardRecord, Writer
 from shardsmith.writers.rollover import Rollover, runs
 
@@ -53,17 +62,64 @@ class _ShardPlan:
     bytes: int = 0
 
 
-def finish_shard(tar: HashingFile, starts: list[int], index_path: Path) -> tuple[ShardRecord, str | None]:
-    """End the archive, commit it, and write its offset index (sample starts, then the end of the data)."""
+@dataclass(slots=True)
+class ShardIndex:
+    """A shard's samples as they are appended: where each starts, its key, and its members'
+    extensions, data offsets and sizes (what ``tarfmt.index_array`` stores)."""
+
+    starts: list[int] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    ext_names: list[str] = field(default_factory=list)
+    data: list[Any] = field(default_factory=list)  # int64 arrays, appended in order
+    size: list[Any] = field(default_factory=list)
+
+    def add(self, start: int, members: list[tuple[str, int, int]]) -> None:
+        """One sample at byte ``start``: its members as (``key.ext`` name, data offset, size)."""
+        self.starts.append(start)
+        self.keys.append(members[0][0].partition(".")[0])
+        self.counts.append(len(members))
+        self.ext_names += [name.partition(".")[2] for name, _, _ in members]
+        self.data.append(np.fromiter((d for _, d, _ in members), np.int64, count=len(members)))
+        self.size.append(np.fromiter((n for _, _, n in members), np.int64, count=len(members)))
+
+    def add_scanned(self, base: int, starts: np.ndarray, found: Any, a: int, b: int) -> None:
+        """Samples a..b-1 of a buffer ``scan_samples`` read (``starts``: their offsets in it), placed
+        so that the buffer's byte 0 is the shard's byte ``base``."""
+        lo, hi = int(found.first[a]), int(found.first[b])
+        self.starts += (starts[a:b] + base).tolist()
+        self.keys += found.keys[a:b]
+        self.counts += np.diff(found.first[a:b + 1]).tolist()
+        self.ext_names += [found.exts[e] for e in found.ext[lo:hi].tolist()]
+        self.data.append(found.data[lo:hi] + base)
+        self.size.append(found.size[lo:hi])
+
+    def array(self, end: int) -> np.ndarray:
+        first = np.zeros(len(self.counts) + 1, np.int64)
+        np.cumsum(self.counts, out=first[1:])
+        cat = np.concatenate
+        return index_array([*self.starts, end], first, cat(self.data) if self.data else [],
+                           cat(self.size) if self.size else [], self.ext_names, self.keys)
+
+
+def npy_bytes(arr: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, arr, allow_pickle=False)
+    return buf.getvalue()
+
+
+def finish_shard(tar: HashingFile, index: ShardIndex | np.ndarray, index_path: Path) -> tuple[ShardRecord, str | None]:
+    """End the archive, commit it, and write its offset index (``index``: the samples appended, or
+    the index array of them, ``index_array`` with the end of the data last among the offsets)."""
     end = tar.bytes
     tar.write(end_of_archive(end))
     sha = tar.commit()
-    buf = io.BytesIO()
-    np.save(buf, np.asarray([*starts, end], dtype=np.int64), allow_pickle=False)
+    arr = index.array(end) if isinstance(index, ShardIndex) else index
+    samples = len(index.starts) if isinstance(index, ShardIndex) else int(arr[2])
     idx = HashingFile(index_path)
-    idx.write(buf.getvalue())
+    idx.write(npy_bytes(arr))
     idx_sha = idx.commit()
-    record = ShardRecord(path=tar.path.name, samples=len(starts), bytes=tar.bytes, sha256=sha,
+    record = ShardRecord(path=tar.path.name, samples=samples, bytes=tar.bytes, sha256=sha,
                          extra={"index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}})
     return record, tar.md5
 
@@ -109,7 +165,7 @@ class TarWriter(Writer):
         self.wids_md5 = wids_md5
         self._roller = self.rollover()
         self._tar: HashingFile | None = None
-        self._starts: list[int] = []
+        self._index = ShardIndex()
         self.threads = threads
         self._plan: _ShardPlan | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -145,13 +201,15 @@ class TarWriter(Writer):
             self._write_referenced(lengths, payload)
             return
         starts = starts_of(lengths)
+        # every member of the batch (our own headers: checked and read in numpy), for the offset index
+        found = scan_samples(payload, starts, where=f"{self.split} batch")
         for a, b, new in runs(self._roller.cut(lengths), len(lengths)):
             if new:
                 self._roll()
             if self._tar is None:
                 self._tar = HashingFile(self.out_dir / self.shard_name(self.next_index()), md5=self.wids_md5)
             base = self._tar.bytes - int(starts[a])
-            self._starts += (starts[a:b] + base).tolist()
+            self._index.add_scanned(base, starts, found, a, b)
             self._tar.write(payload[int(starts[a]):int(starts[b])])
 
     def _write_referenced(self, lengths: np.ndarray, payload: memoryview) -> None:
@@ -188,11 +246,16 @@ class TarWriter(Writer):
         assert self.sources is not None
         tar = HashingFile(self.out_dir / self.shard_name(plan.index), md5=self.wids_md5)
         try:
-            starts: list[int] = []
+            shard_index = ShardIndex()
             pieces: list[bytes] = []
             pending = 0
             for header, index, size, rest in plan.samples:
-                starts.append(tar.bytes + pending)
+                start = tar.bytes + pending
+                name, _ = parse_header(header, where=tar.path.name, offset=start)
+                after = start + BLOCK + size + len(padding(size))
+                shard_index.add(start, [(name, start + BLOCK, size),
+                                        *((n, after + d, k) for n, d, k in
+                                          (parse_members(rest, 0, len(rest)) if rest else ()))])
                 path = self.sources[index]
                 with open(path, "rb") as fh:
                     data = fh.read(size + 1)
@@ -205,7 +268,7 @@ class TarWriter(Writer):
                     pieces, pending = [], 0
             if pieces:
                 tar.write(b"".join(pieces))
-            return self._finish_shard(tar, starts, plan.index)
+            return self._finish_shard(tar, shard_index, plan.index)
         except BaseException:
             tar.abort()
             raise
@@ -213,13 +276,13 @@ class TarWriter(Writer):
     def _roll(self) -> None:
         tar = self._tar
         assert tar is not None
-        record, md5 = self._finish_shard(tar, self._starts, self.next_index())
+        record, md5 = self._finish_shard(tar, self._index, self.next_index())
         self.shards.append(record)
         self.md5s.append(md5)
-        self._tar, self._starts = None, []
+        self._tar, self._index = None, ShardIndex()
 
-    def _finish_shard(self, tar: HashingFile, starts: list[int], index: int) -> tuple[ShardRecord, str | None]:
-        return finish_shard(tar, starts, self.out_dir / self.shard_name(index, ".offsets.npy"))
+    def _finish_shard(self, tar: HashingFile, index: ShardIndex, number: int) -> tuple[ShardRecord, str | None]:
+        return finish_shard(tar, index, self.out_dir / self.shard_name(number, ".offsets.npy"))
 
     def close(self) -> list[ShardRecord]:
         if self._tar is not None:
