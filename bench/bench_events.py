@@ -210,12 +210,16 @@ def _bare_batches(out: str, mode: str, seconds: float) -> dict:
     randoms, windows = _plans(starts)
     starts_arr = np.asarray(starts)
 
-    def joined(k: int) -> tuple[int, int]:
+    def by_shard(k: int) -> tuple[int, list[tuple[dict, np.ndarray]]]:
+        """Batch k's size and, per shard it touches, that shard's columns and its events there."""
         idx = randoms[k % len(randoms)]
         shard_of = np.searchsorted(starts_arr, idx, side="right") - 1
+        return len(idx), [(maps[s], idx[shard_of == s] - starts[s]) for s in np.unique(shard_of).tolist()]
+
+    def joined(k: int) -> tuple[int, int]:
+        n, parts = by_shard(k)
         size = 0
-        for s in np.unique(shard_of).tolist():
-            cols, loc = maps[s], idx[shard_of == s] - starts[s]
+        for cols, loc in parts:
             off = cols["offsets"]
             size += sum(cols[name][loc].nbytes for name in SCALARS)
             for v in PULSES:
@@ -223,21 +227,19 @@ def _bare_batches(out: str, mode: str, seconds: float) -> dict:
                 view, item = memoryview(values).cast("B"), values.itemsize
                 lo, hi = (off[loc] * item).tolist(), (off[loc + 1] * item).tolist()
                 size += len(b"".join([view[a:b] for a, b in zip(lo, hi)]))
-        return len(idx), size
+        return n, size
 
     def gather(k: int) -> tuple[int, int]:
-        idx = randoms[k % len(randoms)]
-        shard_of = np.searchsorted(starts_arr, idx, side="right") - 1
+        n, parts = by_shard(k)
         size = 0
-        for s in np.unique(shard_of).tolist():
-            cols, loc = maps[s], idx[shard_of == s] - starts[s]
+        for cols, loc in parts:
             off = cols["offsets"]
             first, counts = off[loc], off[loc + 1] - off[loc]
             inner = np.cumsum(counts) - counts
             src = np.repeat(first - inner, counts) + np.arange(int(counts.sum()))
             size += sum(cols[name][loc].nbytes for name in SCALARS)
             size += sum(cols[f"{v}/values"][src].nbytes for v in PULSES)
-        return len(idx), size
+        return n, size
 
     def window(k: int) -> tuple[int, int]:
         idx = windows[k % len(windows)]

@@ -118,18 +118,24 @@ def test_the_index_of_another_shard_is_refused(converted, tmp_path):
     assert ds[5]["__key__"]  # the other shards still read
 
 
+def rekey(tar: Path, start: int, stop: int) -> None:
+    """Give every member header in bytes [start, stop) of a tar another key (its first letter
+    changed), with a correct checksum: a tar that GNU tar still reads, unlike its index."""
+    raw = bytearray(tar.read_bytes())
+    for _, data, _ in parse_members(bytes(raw), start, stop):
+        at = data - BLOCK
+        raw[at] = ord("Z") if raw[at] != ord("Z") else ord("Y")
+        raw[at + 148:at + 156] = b" " * 8
+        raw[at + 148:at + 156] = b"%06o\x00 " % sum(raw[at:at + BLOCK])
+    tar.write_bytes(bytes(raw))
+
+
 def test_a_rewritten_header_is_caught_where_the_index_is_checked_against_the_tar(converted, tmp_path):
     out = tmp_path / "ds"
     shutil.copytree(converted, out)
     tar = shards(out)[0]
-    raw = bytearray(tar.read_bytes())
-    stop = int(index_offsets(np.load(index_of(tar)), where="")[1])
-    for _, data, _ in parse_members(bytes(raw), 0, stop):  # every member of the first sample: another key
-        at = data - BLOCK
-        raw[at] = ord("Z") if raw[at] != ord("Z") else ord("Y")
-        raw[at + 148:at + 156] = b" " * 8  # with a correct checksum
-        raw[at + 148:at + 156] = b"%06o\x00 " % sum(raw[at:at + BLOCK])
-    tar.write_bytes(bytes(raw))
+    offsets = index_offsets(np.load(index_of(tar)), where="")
+    rekey(tar, int(offsets[0]), int(offsets[1]))  # every member of the first sample: another key
     ds = TarDataset(out)
     with pytest.raises(DatasetError, match="does not describe sample 0"):
         ds[3]
@@ -255,13 +261,7 @@ def test_check_headers_reads_every_header_against_the_index(images, tmp_path):
     TarDataset(out).check_headers()
     (tar,) = shards(out)
     offsets = index_offsets(np.load(index_of(tar)), where="")
-    raw = bytearray(tar.read_bytes())
-    for _, data, _ in parse_members(bytes(raw), int(offsets[1]), int(offsets[2])):  # sample 1: another key
-        at = data - BLOCK
-        raw[at] = ord("Z") if raw[at] != ord("Z") else ord("Y")
-        raw[at + 148:at + 156] = b" " * 8  # with a correct checksum
-        raw[at + 148:at + 156] = b"%06o\x00 " % sum(raw[at:at + BLOCK])
-    tar.write_bytes(bytes(raw))
+    rekey(tar, int(offsets[1]), int(offsets[2]))  # sample 1: another key
     ds = TarDataset(out)
     assert ds[1]["__key__"][0] not in "ZY"  # not among the spot checks: read where the index says
     with pytest.raises(DatasetError, match="does not describe sample 1 "):
