@@ -282,7 +282,10 @@ def _gather_bytes(raw: np.ndarray, lo: np.ndarray, nbytes: np.ndarray) -> np.nda
     if total == 0:
         return np.zeros(0, dtype=np.uint8)
     if total >= RUN_BYTES * len(nbytes):
-        return join(slices(memoryview(raw), lo, lo + nbytes))
+        out = join(slices(memoryview(raw), lo, lo + nbytes))
+        if len(out) != total:  # a slice past the payload comes back short, where an index would raise
+            raise ValueError(f"records claim {total} bytes of values, the payload holds {len(out)} of them")
+        return out
     index = np.repeat(lo - starts_of(nbytes)[:-1], nbytes) + np.arange(total, dtype=np.int64)
     return raw[index]
 

@@ -455,6 +455,12 @@ def test_encode_then_decode_is_the_identity(data):
         assert same_bits(shuffled.columns[f.name], want.columns[f.name]), f
     for c in schema.counters:
         assert np.array_equal(shuffled.offsets[c], want.offsets[c])
+    # encoded straight in that order (the scatter), and decoded in place from the unmoved payload (the gather)
+    in_order = encode(chunk, schema, order=perm)[1]
+    assert in_order.tobytes() == moved
+    in_place = decode(lengths[perm], payload, schema, starts=starts[:-1][perm])
+    for f in schema.fields:
+        assert same_bits(in_place.columns[f.name], want.columns[f.name]), f
 
 
 @settings(max_examples=50, deadline=None)
@@ -472,3 +478,20 @@ def test_decode_of_an_unaligned_or_short_payload(data):
         cut = data.draw(st.integers(1, len(payload)))
         with pytest.raises(ValueError, match="payload holds"):
             decode(lengths, payload[:-cut], schema)
+
+
+def test_a_count_past_the_payload_is_refused_not_read_short():
+    """A record whose count claims more values than the payload holds fails, on the path that
+    copies one slice per event as on the one that indexes every value."""
+    schema = EventSchema((Field(name="id", dtype="<i8"), Field(name="hits", dtype="<f4", counter="n")))
+    for hits in (2, 400):  # short events: one index per value; long ones: one slice per event
+        offsets = np.arange(0, 3 * hits + 1, hits, dtype=np.int64)
+        chunk = EventChunk(first=0, n=3, columns={"id": np.arange(3), "hits": np.ones(3 * hits, np.float32)},
+                           offsets={"n": offsets})
+        lengths, payload = encode(chunk, schema)
+        broken = payload.copy()
+        last = int(lengths[:-1].sum())
+        broken[last + 8:last + 16] = np.frombuffer(np.int64(hits + 50).tobytes(), np.uint8)  # the last count
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+        with pytest.raises((ValueError, IndexError)):
+            decode(lengths, broken, schema, starts=starts)

@@ -270,9 +270,10 @@ def _commit(skeleton: Path, path: Path, regions: list[tuple[int, list[np.ndarray
             compression: str) -> ShardRecord:
     """Stream the shard front to back (skeleton bytes between the contiguous datasets, columns
     in them), hashed and written directly to the disk; fsync and rename it."""
-    out = HashingFile(path, batch_bytes=BATCH_BYTES)
+    out: HashingFile | None = None
     try:
         with naming(path), open(skeleton, "rb", buffering=0) as src:
+            out = HashingFile(path, batch_bytes=BATCH_BYTES)
             size = os.fstat(src.fileno()).st_size
             at = 0
             for offset, columns in regions:
@@ -287,7 +288,8 @@ def _commit(skeleton: Path, path: Path, regions: list[tuple[int, list[np.ndarray
             _copy_range(src, at, size, out)
         sha = out.commit()
     except BaseException:
-        out.abort()
+        if out is not None:
+            out.abort()
         raise
     finally:
         with contextlib.suppress(OSError):
