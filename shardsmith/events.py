@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.memory import no_gc
-from shardsmith.ragged import RUN_BYTES, join, slices, starts_of
+from shardsmith.ragged import join, slices, starts_of, take_ragged
 
 _UNITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -245,7 +245,8 @@ def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema
         pos = pos + 8
     for f in schema.ragged:
         nbytes = np.diff(offsets[f.counter]) * f.item_bytes
-        columns[f.name] = _gather_bytes(raw, pos, nbytes).view(f.np_dtype).reshape(-1, *f.shape)
+        values = take_ragged(raw, nbytes, np.arange(n), starts=pos)  # bytes: one run per record
+        columns[f.name] = values.view(f.np_dtype).reshape(-1, *f.shape)
         pos = pos + _pad8(nbytes)
     return EventChunk(first=first, n=n, columns=columns, offsets=offsets)
 
@@ -274,20 +275,6 @@ def _bytes_of(values: np.ndarray, f: Field) -> memoryview:
     if values.size == 0:
         return memoryview(b"")
     return memoryview(np.ascontiguousarray(values, dtype=f.np_dtype)).cast("B")
-
-
-def _gather_bytes(raw: np.ndarray, lo: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
-    """The byte runs ``raw[lo[i]:lo[i] + nbytes[i]]`` back to back, as a new uint8 array."""
-    total = int(nbytes.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.uint8)
-    if total >= RUN_BYTES * len(nbytes):
-        out = join(slices(memoryview(raw), lo, lo + nbytes))
-        if len(out) != total:  # a slice past the payload comes back short, where an index would raise
-            raise ValueError(f"records claim {total} bytes of values, the payload holds {len(out)} of them")
-        return out
-    index = np.repeat(lo - starts_of(nbytes)[:-1], nbytes) + np.arange(total, dtype=np.int64)
-    return raw[index]
 
 
 def _fixed_block(chunk: EventChunk, schema: EventSchema) -> np.ndarray:

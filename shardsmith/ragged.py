@@ -37,28 +37,30 @@ def starts_of(lengths: np.ndarray) -> np.ndarray:
 
 def take_ragged(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, *,
                 starts: np.ndarray | None = None) -> np.ndarray:
-    """The records ``order`` of ``flat`` back to back (numpy fancy index for short records,
-    slice copies for long ones, where an index per element would cost more than the data).
-    Records lie back to back in ``flat``, or at ``starts`` (one per record, any order)."""
+    """The records ``order`` of ``flat`` back to back. ``lengths`` (and ``starts``) count rows of
+    ``flat``'s first axis; records lie back to back, or at ``starts`` (one per record, any order).
+    Records shorter than ``RUN_BYTES`` on average: one numpy index per row; longer: one slice each,
+    joined (an index per row would cost more than the data). A record that runs past ``flat`` is a
+    ValueError (or IndexError), never a short copy."""
     lengths = np.asarray(lengths, dtype=np.int64)
     order = np.asarray(order, dtype=np.int64)
-    picked = lengths[order]
-    total = int(picked.sum())
     if len(order) == 0:
         return flat[:0]
+    picked = lengths[order]
+    total = int(picked.sum())
     if starts is None:
         starts = starts_of(lengths)
         if len(order) == len(lengths) and np.all(order == np.arange(len(order))):
             return flat
     else:
         starts = np.asarray(starts, dtype=np.int64)
-    if total <= 256 * len(order):
+    row = flat.dtype.itemsize * int(np.prod(flat.shape[1:], dtype=np.int64))
+    if total * row < RUN_BYTES * len(order):
         out_starts = starts_of(picked)[:-1]
         index = np.arange(total, dtype=np.int64) + np.repeat(starts[order] - out_starts, picked)
         return flat[index]
-    view = memoryview(np.ascontiguousarray(flat)).cast("B")
-    size = flat.dtype.itemsize
-    lo = starts[order] * size
-    lo, hi = lo.tolist(), (lo + picked * size).tolist()
-    joined = b"".join([view[a:b] for a, b in zip(lo, hi)])
-    return np.frombuffer(joined, dtype=flat.dtype)
+    lo = starts[order] * row
+    out = join(slices(memoryview(np.ascontiguousarray(flat)).cast("B"), lo, lo + picked * row))
+    if len(out) != total * row:  # a slice past the end comes back short, where an index would raise
+        raise ValueError(f"records claim {total * row} bytes, {len(out)} of them are there")
+    return out.view(flat.dtype).reshape(-1, *flat.shape[1:])

@@ -85,6 +85,19 @@ def test_random_batches_of_long_events_from_mapped_shards(tmp_path, populate):
     assert all(s.populated == populate for s in ds._open if s is not None)
 
 
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_repeated_and_reordered_runs_of_long_events_with_shaped_values(tmp_path, compression):
+    """Few runs read then put in the requested order (repeats, out of order): events of hundreds
+    of (3,)-shaped hits come back whole (a slice per record once counted elements, not rows)."""
+    long = hw.make_events(40, seed=13, max_hits=1200)
+    out = hw.write_dataset(tmp_path / "long", {"train": long}, shard_samples=16, compression=compression)
+    ds = EventDataset(out)
+    idx = np.array([7, 7, 3, 4, 5, 20, 19, 19])
+    batch = ds.get_batch(idx)
+    for k, i in enumerate(idx):
+        same_event(batch.event(k), long.event(int(i), hw.SCHEMA))
+
+
 def test_lengths_come_from_offsets(dataset, events):
     ds = EventDataset(dataset)
     for c in ("nhit", "njet"):

@@ -7,10 +7,12 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardsmith.keys import input_order, mix64, shuffle_keys, split_draws
+from shardsmith.ragged import starts_of, take_ragged
 from shardsmith.shuffle import (
     PartWriter,
     bucket_count,
@@ -124,3 +126,31 @@ def test_sample_keys_hold_no_dots_or_slashes():
     assert s.key.startswith("train_n01440764_img_0001_JPEG-r12-") and len(s.key) < 80
     assert "." not in s.identity.key(copy=2) and "/" not in s.identity.key(copy=2)
     assert Identity("a.b", 0).key() != Identity("a_b", 0).key()  # cleaned alike, still distinct
+
+
+@settings(max_examples=150, deadline=None)
+@given(lengths=st.lists(st.integers(0, 400), min_size=1, max_size=12), shape=st.sampled_from([(), (3,), (2, 2)]),
+       dtype=st.sampled_from(["<u1", "<f4", "<f8"]), data=st.data())
+def test_take_ragged_equals_concatenating_the_records(lengths, shape, dtype, data):
+    """Records of rows of any shape, picked in any order with repeats, from back-to-back records or
+    from given starts, short ones (one index per row) and long ones (one slice each) alike."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    flat = np.arange(int(lengths.sum()) * int(np.prod(shape, dtype=np.int64))).astype(dtype).reshape(-1, *shape)
+    order = np.asarray(data.draw(st.lists(st.integers(0, n - 1), max_size=2 * n)), dtype=np.int64)
+    bounds = starts_of(lengths)
+    want = [flat[bounds[i]:bounds[i + 1]] for i in order]
+    got = take_ragged(flat, lengths, order)
+    assert got.dtype == flat.dtype and got.shape[1:] == flat.shape[1:]
+    assert np.array_equal(got, np.concatenate(want) if want else flat[:0])
+    # the same records laid out in reverse, found through their starts
+    back = np.concatenate([flat[bounds[i]:bounds[i + 1]] for i in reversed(range(n))])
+    where = starts_of(lengths[::-1])[:-1][::-1]
+    assert np.array_equal(take_ragged(back, lengths, order, starts=where), got)
+
+
+def test_take_ragged_refuses_a_record_past_the_end():
+    flat = np.zeros((1000, 3), np.float32)
+    for rows in (2, 400):  # one index per row; one slice per record
+        with pytest.raises((ValueError, IndexError)):
+            take_ragged(flat, np.array([rows, rows]), np.array([0, 1]), starts=np.array([0, 999]))
