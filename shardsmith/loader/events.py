@@ -28,7 +28,7 @@ from shardsmith.events import EventChunk, EventSchema, Field
 from shardsmith.keys import path_hash
 from shardsmith.loader.order import ResumableIterator, epoch_order
 from shardsmith.memory import no_gc
-from shardsmith.ragged import RUN_BYTES, join, starts_of, take_ragged
+from shardsmith.ragged import RUN_BYTES, join, slices, starts_of, take_ragged
 
 FORMAT = "shardsmith-events"  # the writer's root attribute (kept in sync with shardsmith.writers.hdf5)
 FORMAT_VERSION = 1
@@ -663,8 +663,7 @@ def _join_runs(f: Field, shards: dict[int, _OpenShard], shard_of: np.ndarray, fi
     hi = lo + counts * size
     with no_gc():
         if len(shards) == 1:
-            view = next(iter(shards.values())).bytes_of(f.name)
-            pieces = [view[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+            pieces = slices(next(iter(shards.values())).bytes_of(f.name), lo, hi)
         else:
             views: list[Any] = [None] * (max(shards) + 1)
             for s, shard in shards.items():

@@ -261,10 +261,12 @@ class TarDataset:
     def _sample(self, i: int) -> dict[str, Any]:
         """Sample ``i`` (an int in range): its shard's reader, on the shard's own sample number."""
         s = bisect_right(self._starts, i) - 1
+        return self._reader(s)(i - self._starts[s])
+
+    def _reader(self, s: int) -> _Open:
+        """Shard s's reader in this process (opened on first use, and again after a fork)."""
         read = self._open[s] if self._fork == _forks else None
-        if read is None:
-            read = self._shard(s)
-        return read(i - self._starts[s])
+        return self._shard(s) if read is None else read
 
     def _shard(self, s: int) -> _Open:
         """Shard s ready for ds[i] in this process: mapped, its table built, a decoder per extension."""
@@ -381,12 +383,7 @@ class _SampleIterator(ResumableIterator[dict[str, Any]]):
             self._first, self._shard, self._local = pos, shard.tolist(), (order - self._starts[shard]).tolist()
             k = 0
         self.position = pos + 1
-        ds = self._ds
-        s = self._shard[k]
-        read = ds._open[s] if ds._fork == _forks else None
-        if read is None:
-            read = ds._shard(s)
-        return read(self._local[k])
+        return self._ds._reader(self._shard[k])(self._local[k])
 
 
 def _compact(values: np.ndarray, code: str) -> array:
