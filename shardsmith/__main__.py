@@ -1,3 +1,3 @@
-from shardsmith.cli import main
+from shardsmith.program import main
 
 main()

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from shardsmith import __version__
+from shardsmith import __version__, interrupt
 from shardsmith.errors import ShardsmithError
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
@@ -33,18 +33,28 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except ShardsmithError as exc:
-            _fail(str(exc), exc.exit_code)
-        except BrokenPipeError:  # the reader of our output went away (`| head`): not an error of ours
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(141)
-        except OSError as exc:
-            where = f"{exc.filename}: " if exc.filename else ""
-            _fail(f"{where}{exc.strerror or exc}", 1)
-        except KeyboardInterrupt:
-            _fail("interrupted", 130)
+        except BaseException as exc:
+            if isinstance(exc, SystemExit | click.exceptions.Exit):
+                raise
+            if interrupt.is_interruption(exc):  # whatever a library made of the KeyboardInterrupt
+                _interrupted(exc)
+            if isinstance(exc, ShardsmithError):
+                _fail(str(exc), exc.exit_code)
+            if isinstance(exc, BrokenPipeError):  # the reader of our output went away (`| head`)
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                sys.exit(141)
+            if isinstance(exc, OSError):
+                where = f"{exc.filename}: " if exc.filename else ""
+                _fail(f"{where}{exc.strerror or exc}", 1)
+            raise
 
     return wrapper
+
+
+def _interrupted(exc: BaseException | None = None) -> None:
+    """One line, and the exit status of a process ended by the signal (130 Ctrl-C, 143 SIGTERM)."""
+    click.echo(f"{interrupt.line_start()}shardsmith: {interrupt.MESSAGE}", err=True)
+    sys.exit(interrupt.exit_code(exc))
 
 
 def _size(option: str) -> Callable[[click.Context, click.Parameter, Any], int | None]:
@@ -148,8 +158,12 @@ class _Main(click.Group):
     Tests call ``main.main()`` and keep their process."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        interrupt.install()
         try:
-            self.main(*args, **kwargs)
+            try:
+                self.main(*args, **kwargs)
+            except KeyboardInterrupt as exc:  # while click parsed the options (commands catch their own)
+                _interrupted(exc)
         except SystemExit as exc:
             code = exc.code
         else:  # pragma: no cover - click's standalone mode always ends with SystemExit

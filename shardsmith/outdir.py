@@ -23,25 +23,30 @@ OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*"
                 "*.wids.json", ".*.tmp-*", RUN_FILE)
 
 
-def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> None:
+def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:
     """Create ``out``; an existing non-empty folder needs ``--overwrite``, which removes the old dataset's files.
 
     ``run`` (see ``shardsmith.resume.run_identity``) is recorded in the folder until the manifest
     is written; the unfinished output of the same command is taken over without ``--overwrite``.
+    Returns True when the folder already holds the dataset of this very run: its manifest was
+    written, and the run was stopped before it removed its record (then nothing is to be done).
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
-        return
+        return False
+    if run is not None and (out / MANIFEST).is_file() and read_run_file(out) == run:
+        return True
     present = sorted(p for p in out.iterdir())
     if stage is not None:  # gather ranks share the folder: never remove what another rank wrote
         _join(out, present, run=run)
-        return
+        return False
     if present:
         _clear(out, present, overwrite=overwrite, run=run)
     if run is not None:
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
+    return False
 
 
 def work_path(out: Path) -> Path:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import numpy as np
 import orjson
 
+from shardsmith import interrupt
 from shardsmith import keys as keymod
 from shardsmith.errors import DataError, UsageError, WorkerDied
 from shardsmith.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
@@ -333,8 +334,17 @@ def worker_pool(workers: int, *, initializer: Callable[..., None], initargs: tup
     try:
         yield pool
     except BrokenProcessPool:
+        if interrupt.received() is not None:
+            raise interrupt.Interrupted(interrupt.received()) from None
         raise WorkerDied(f"a worker process died (killed by the system: out of memory?); no dataset was "
                          f"written; {advice}: the same command resumes from the finished work") from None
+    except BaseException:
+        # interrupted, or another task failed: stop the workers now instead of waiting for their
+        # tasks (a task finishes or leaves only a temporary file; reruns never trust those)
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(Exception):
+                process.kill()
+        raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
@@ -458,19 +468,17 @@ class Tally:
 
     @classmethod
     def of(cls, results: list[TaskResult], writers: dict[str, Any], *, copies: int = 1,
-           inputs: list[Any], written: int | None = None, out: Path | None = None) -> Tally:
+           inputs: list[Any], written: int | None = None) -> Tally:
         """``written``: records written, where a sample holds several (events packed into one tar sample).
 
-        When nothing was written the run ends with an error, and ``out`` is released (no run in
-        progress there), so the next command into it is not refused."""
+        When nothing was written the run ends with an error (which releases the output folder:
+        ``session``)."""
         every = [s for r in results for s in r.skipped]
         tally = cls(records=sum(r.records for r in results),
                     written=sum(s.samples for w in writers.values() for s in w.shards) if written is None else written,
                     skipped=[s for s in every if not s.get("unread_tail")],
                     unread=[s for s in every if s.get("unread_tail")])
         if tally.written == 0:
-            if out is not None:
-                finish_output(out)
             raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
                             f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
         assert tally.written == (tally.records - len(tally.skipped)) * copies, "records lost"
@@ -508,9 +516,9 @@ def work_folder(out_dir: Path, *, run: dict[str, str] | None = None, shared: boo
         stamp.write_bytes(orjson.dumps(run))
     try:
         yield work
-    except (KeyboardInterrupt, WorkerDied):
-        raise  # keep the finished parts: the same command resumes from them
-    except BaseException:
+    except BaseException as exc:
+        if interrupt.is_interruption(exc) or isinstance(exc, WorkerDied):
+            raise  # keep the finished parts: the same command resumes from them
         shutil.rmtree(work, ignore_errors=True)
         finish_output(out_dir)  # a failed run blocks no other command
         raise

@@ -52,10 +52,14 @@ def crash_point(name: str) -> None:
 
 def die_with_parent() -> None:
     """In a worker: be killed when the parent dies (Linux), so a run killed by the out-of-memory
-    killer or a preempted job leaves no orphan workers holding memory and open files."""
+    killer or a preempted job leaves no orphan workers holding memory and open files; and leave
+    Ctrl-C and SIGTERM to the parent, which stops its workers (``shardsmith.interrupt``)."""
     import ctypes
     import sys
 
+    from shardsmith.interrupt import ignore_in_worker
+
+    ignore_in_worker()
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

@@ -104,7 +104,10 @@ def test_truncated_zstd_is_a_clear_error_not_a_short_file(tmp_path, bpe_tokenize
 def test_a_failed_run_does_not_block_the_rerun(tmp_path, bpe_tokenizer):
     root = bad_corpus(tmp_path, b"{oops")
     assert run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "-q").exit_code == 1
-    assert (tmp_path / "out" / "tokenizer.json").exists()  # left behind by the failed run
+    assert not (tmp_path / "out").exists()  # the failed run created it, and removed it again
+    (tmp_path / "out").mkdir()  # a folder that was there before the failed run is kept, with its leftovers
+    assert run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "-q").exit_code == 1
+    assert (tmp_path / "out" / "tokenizer.json").exists() and (tmp_path / "out").is_dir()
     res = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "-q",
                   "--on-error", "skip")
     assert res.exit_code == 0, res.stderr

@@ -16,7 +16,6 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.images import ImageError, canonical_ext, check_image
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import no_gc
-from shardsmith.outdir import finish_output, prepare_output
 from shardsmith.pipeline import (
     Converted,
     ConvertingOptions,
@@ -32,8 +31,9 @@ from shardsmith.readers.base import Reader, Task
 from shardsmith.readers.imagefolder import ImageFolderReader
 from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
-from shardsmith.resume import crash_point, run_identity
+from shardsmith.resume import run_identity
 from shardsmith.sample import Identity
+from shardsmith.session import OutputRun, output_run
 from shardsmith.tarfmt import member_header, sample_members
 from shardsmith.writers.image_tar import plan_shards, write_all
 from shardsmith.writers.webdataset import SourceRef, TarWriter
@@ -261,9 +261,14 @@ def _suffix_ext(path: str) -> str:
 
 
 def run(opts: ConvertOptions) -> dict[str, Any]:
-    """The whole command; returns the manifest it wrote."""
+    """The whole command, holding its output folder (``session``); returns the manifest it wrote."""
     if opts.idle_rank():
         return scatter_summary(opts, None)
+    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank) as session:
+        return _run(opts, session)
+
+
+def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     files: list[InputFile] | None = None
     if opts.source is None:
         with no_gc():
@@ -281,7 +286,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         keep_freed_memory()
         if files is None:
             files = discover(list(opts.inputs), suffixes=(".parquet", ".pq") if kind != "root" else (".root",))
-        return run_events(opts, kind, files, Progress(quiet=opts.quiet))
+        return run_events(opts, kind, files, Progress(quiet=opts.quiet), session)
     if opts.to != "webdataset":
         raise UsageError(f"--to {opts.to} holds physics events (ROOT or Parquet inputs); {kind} inputs go "
                          f"--to webdataset")
@@ -309,6 +314,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         total_bytes = sum(f.size for f in files)
         sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
         run_id = run_identity("convert", opts, files)
+        if (finished := session.claim(run_id)) is not None:
+            return finished
         tasks: list[Task] = []
         if not direct:
             from shardsmith.memory import keep_freed_memory
@@ -317,7 +324,6 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
             keep_freed_memory()
             tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out,
                                run=run_id)
-        prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
         plans = _plan_images(opts, files) if direct else {}
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
@@ -330,7 +336,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
         if done.summary is not None:
             return done.summary
         writers, results = done.outputs, done.results
-    tally = Tally.of(results, writers, copies=opts.copies, inputs=files, out=opts.out)
+    tally = Tally.of(results, writers, copies=opts.copies, inputs=files)
     splits = {name: {"samples": sum(s.samples for s in w.shards), "shards": [s.to_json() for s in w.shards],
                      "wids": f"{name}.wids.json"} for name, w in writers.items()}
     extras: dict[str, Any] = {"copies": opts.copies}
@@ -344,10 +350,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
                 "input_bytes": total_bytes, **tally.source(), "limit": opts.limit,
                 "check_images": opts.check_images if kind == "imagefolder" else None},
         schema=_schema(kind, opts), splits=splits, **extras)
-    crash_point("manifest")
-    manifest_mod.save(opts.out, manifest)
-    finish_output(opts.out)
-    return manifest
+    return session.commit(manifest)
 
 
 @dataclass

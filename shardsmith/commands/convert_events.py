@@ -18,12 +18,13 @@ from shardsmith.inputs import InputFile
 from shardsmith.pipeline import Processed, Sizing, Tally, convert_all
 from shardsmith.progress import Progress
 from shardsmith.readers.base import Reader, Task
-from shardsmith.resume import crash_point, run_identity
+from shardsmith.resume import run_identity
 from shardsmith.stagecache import plan_tasks
 from shardsmith.writers.base import ShardRange
 
 if TYPE_CHECKING:
     from shardsmith.commands.convert import ConvertOptions
+    from shardsmith.session import OutputRun
 
 EVENT_KINDS = ("root", "parquet-events")
 MAX_FIELD_NAME = 84  # a tar member is e0123456789.{field}.npy within ustar's 100 bytes
@@ -67,10 +68,9 @@ def make_reader(kind: str, opts: ConvertOptions) -> Reader:
                               step_bytes=opts.step_size)
 
 
-def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress: Progress) -> dict[str, Any]:
-    """Read, shuffle and write events; returns the manifest it wrote."""
-    from shardsmith.outdir import finish_output, prepare_output
-
+def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress: Progress,
+               session: OutputRun) -> dict[str, Any]:
+    """Read, shuffle and write events into the folder ``session`` holds; returns the manifest it wrote."""
     if opts.augment or opts.copies > 1 or opts.text_field:
         raise UsageError("--augment, --copies and --text-field do not apply to events")
     if opts.events_per_sample > 1 and opts.to != "webdataset":
@@ -92,8 +92,9 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     run_id = run_identity("convert", opts, files, extra_paths=(opts.events_table,))
+    if (finished := session.claim(run_id)) is not None:
+        return finished
     tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
-    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     done = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema), tasks=tasks, sizing=sizing,
         # compressed inputs grow when decoded: size the shuffle's buckets for a few times the input
@@ -103,7 +104,7 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
         return done.summary
     writers, results = done.outputs, done.results
     events = {name: getattr(w, "events", None) or sum(s.samples for s in w.shards) for name, w in writers.items()}
-    tally = Tally.of(results, writers, inputs=files, written=sum(events.values()), out=opts.out)
+    tally = Tally.of(results, writers, inputs=files, written=sum(events.values()))
     splits: dict[str, Any] = {}
     for name, w in writers.items():
         splits[name] = {"samples": sum(s.samples for s in w.shards), "events": events[name],
@@ -123,10 +124,7 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
         source["group_by"] = opts.group_by
     manifest = manifest_mod.new_manifest(fmt=opts.to, seed=opts.seed, shuffle=opts.shuffle, source=source,
                                          schema=schema.to_json(), splits=splits, **extras)
-    crash_point("manifest")
-    manifest_mod.save(opts.out, manifest)
-    finish_output(opts.out)
-    return manifest
+    return session.commit(manifest)
 
 
 def _writer(opts: ConvertOptions, split: str, schema: EventSchema, part: ShardRange) -> Any:

@@ -15,13 +15,14 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.fsutil import atomic_write_bytes
 from shardsmith.inputs import discover
 from shardsmith.memory import keep_freed_memory
-from shardsmith.outdir import finish_output, prepare_output, work_path
+from shardsmith.outdir import work_path
 from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all, scatter_summary
 from shardsmith.progress import Progress
 from shardsmith.readers.base import BadRecord, MultiReader, Task
 from shardsmith.readers.jsonl import JsonlReader
 from shardsmith.readers.parquet import ParquetReader
-from shardsmith.resume import crash_point, run_identity
+from shardsmith.resume import run_identity
+from shardsmith.session import OutputRun, output_run
 from shardsmith.stagecache import cached, plan_tasks
 from shardsmith.transforms import tokenize as tk
 from shardsmith.writers.tokens import TokensWriter
@@ -96,10 +97,15 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str)
 
 
 def run(opts: PackTokensOptions) -> dict[str, Any]:
-    """The whole command; returns the manifest it wrote."""
+    """The whole command, holding its output folder (``session``); returns the manifest it wrote."""
     keep_freed_memory()
     if opts.idle_rank():
         return scatter_summary(opts, None)
+    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank) as session:
+        return _run(opts, session)
+
+
+def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     if (opts.tokenizer is None) == (opts.train_tokenizer is None):
         raise UsageError("give exactly one of --tokenizer FILE and --train-tokenizer VOCAB_SIZE")
     if opts.no_eos and opts.eos_token:
@@ -109,8 +115,9 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
+    if (finished := session.claim(run_id)) is not None:
+        return finished
     tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
-    prepare_output(opts.out, overwrite=opts.overwrite, run=run_id, stage=opts.stage)
     progress = Progress(quiet=opts.quiet)
 
     # the dataset's own copy; scatter ranks write only to the scratch folder (the output folder may
@@ -158,7 +165,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     if done.summary is not None:
         return done.summary
     writers, results = done.outputs, done.results
-    tally = Tally.of(results, writers, inputs=files, out=opts.out)
+    tally = Tally.of(results, writers, inputs=files)
 
     splits: dict[str, Any] = {}
     for name, w in writers.items():
@@ -182,10 +189,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
         splits=splits, **extras,
     )
-    crash_point("manifest")
-    manifest_mod.save(opts.out, manifest)
-    finish_output(opts.out)
-    return manifest
+    return session.commit(manifest)
 
 
 def _write_changed(path: Path, data: bytes) -> None:

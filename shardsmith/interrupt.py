@@ -1,0 +1,127 @@
+"""Ctrl-C (SIGINT) and SIGTERM (SLURM preemption, ``kill``): the program stops within two seconds,
+keeps every finished part, and says one line.
+
+Python runs a signal handler only between bytecodes of the main thread, so a main thread busy in a
+long call into Rust or C (a tokenizer) would not hear the signal until that call returns. So the
+C-level handler also writes the signal number to a pipe (``signal.set_wakeup_fd``), and a daemon
+thread waiting on the pipe records it at once: code that unwinds with some other exception (a
+library that turned the KeyboardInterrupt into its own error) is still known to be interrupted,
+and if the main thread has not ended the process ``GRACE`` seconds later, the thread ends it
+itself, as a kill would (every finished file is already renamed into place; nothing half-written
+is ever trusted by a rerun).
+
+Worker processes ignore both signals (``ignore_in_worker``): a terminal's Ctrl-C and SLURM's
+SIGTERM reach every process of the job, and a worker that died of them would look like a worker
+the system killed. The parent stops them (they also die with it: ``resume.die_with_parent``).
+
+Only the ``shardsmith`` program installs this (``install``); ``import shardsmith`` in a user's
+process changes no signal handling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+
+GRACE = 1.5  # seconds the main thread has to unwind before the process is ended for it
+MESSAGE = "interrupted: run the same command again to resume"
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+_received: int | None = None
+_installed = False
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C raises KeyboardInterrupt: every ``except
+    KeyboardInterrupt`` that keeps finished work keeps it for both."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def received() -> int | None:
+    """The signal that interrupted this process (SIGINT or SIGTERM), or None."""
+    return _received
+
+
+def is_interruption(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is (or came from) an interruption: a KeyboardInterrupt, or any error raised
+    while the process was being interrupted."""
+    return isinstance(exc, KeyboardInterrupt) or _received is not None
+
+
+def exit_code(exc: BaseException | None = None) -> int:
+    """128 + the signal number, as shells report a process killed by it: 130 for SIGINT, 143 for SIGTERM."""
+    signum = _received or (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+    return 128 + int(signum)
+
+
+def line_start() -> str:
+    """A newline first on a terminal, where a progress bar may hold the line; nothing in a log."""
+    try:
+        return "\n" if os.isatty(2) else ""
+    except OSError:
+        return ""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Interrupted(signum)
+
+
+def _say_and_exit(signum: int) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    with contextlib.suppress(OSError):
+        os.write(2, f"{line_start()}shardsmith: {MESSAGE}\n".encode())
+    os._exit(128 + signum)
+
+
+def _watch(read_fd: int) -> None:
+    global _received
+    while True:
+        try:
+            data = os.read(read_fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not data:
+            return
+        signum = data[-1]
+        if signum not in _SIGNALS:
+            continue
+        if _received is None:
+            _received = signum
+            timer = threading.Timer(GRACE, _say_and_exit, args=(signum,))
+            timer.daemon = True
+            timer.start()
+        else:  # a second Ctrl-C: the user does not want to wait
+            _say_and_exit(signum)
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM as described above (the main thread of the program, once)."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    _installed = True
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(read_fd,), name="shardsmith-signals", daemon=True).start()
+
+
+def ignore_in_worker() -> None:
+    """In a worker process: ignore SIGINT and SIGTERM (the parent stops its workers), and do not
+    report signals through the parent's pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with contextlib.suppress(ValueError):  # not the worker's main thread: nothing was inherited there
+        signal.set_wakeup_fd(-1)
