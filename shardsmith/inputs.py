@@ -34,19 +34,44 @@ class InputFile(NamedTuple):
     index: int
     size: int
     group: str = ""  # first folder below the input argument it was found in (an image folder's class)
-    mtime_ns: int = 0  # when it was last changed: a resumed run reuses work only on unchanged inputs
+    mtime_ns: int = 0  # when its content was last changed (as the file says: it can be set back)
+    # when its inode last changed (any write, truncation or rename sets it, and nothing can set it
+    # back) and which inode it is: with the size, what a rerun trusts to reuse finished work, and
+    # what a run checks to know that the file did not change while it was read (``changed``)
+    ctime_ns: int = 0
+    ino: int = 0
 
 
-def _walk(folder: str, suffixes: tuple[str, ...] | None) -> list[tuple[str, str, int, int, str]]:
-    """(absolute path, path relative to ``folder`` in POSIX form, size, mtime, group) of every
-    non-hidden file below it whose name ends with one of ``suffixes`` (any case; None: any name);
-    the group is the first folder of the relative path ("" for files directly in ``folder``).
+_Row = tuple[str, str, int, int, str, int, int]  # absolute path, relative path, size, mtime, group, ctime, inode
+
+
+def _row(path: str, rel: str, st: os.stat_result, group: str) -> _Row:
+    return (path, rel, st.st_size, st.st_mtime_ns, group, st.st_ctime_ns, st.st_ino)
+
+
+def changed(file: InputFile) -> str | None:
+    """Why ``file`` is not what it was when it was listed (size, content or the file itself), or None."""
+    try:
+        st = os.stat(file.path)
+    except OSError as exc:
+        return f"changed while it was read: it is gone ({exc.strerror or exc})"
+    if st.st_size != file.size:
+        return f"changed while it was read: {file.size} bytes when listed, {st.st_size} now"
+    if (st.st_mtime_ns, st.st_ctime_ns, st.st_ino) != (file.mtime_ns, file.ctime_ns, file.ino) and file.ctime_ns:
+        return "changed while it was read: it was written to (or replaced) since it was listed"
+    return None
+
+
+def _walk(folder: str, suffixes: tuple[str, ...] | None) -> list[_Row]:
+    """(absolute path, path relative to ``folder`` in POSIX form, size, mtime, group, ctime, inode)
+    of every non-hidden file below it whose name ends with one of ``suffixes`` (any case; None: any
+    name); the group is the first folder of the relative path ("" for files directly in ``folder``).
 
     One ``scandir`` pass per folder: the kind of each entry comes from the folder listing itself,
     and only the files that match are stat'ed (once each, for the size and mtime), so a folder of
     a million images is listed in seconds.
     """
-    found: list[tuple[str, str, int, int, str]] = []
+    found: list[_Row] = []
     append = found.append
     top = os.stat(folder)
     seen = {(top.st_dev, top.st_ino)}  # symlinked folders are followed once
@@ -60,7 +85,7 @@ def _walk(folder: str, suffixes: tuple[str, ...] | None) -> list[tuple[str, str,
                     continue
                 if (suffixes is None or name.lower().endswith(suffixes)) and entry.is_file():  # is_file follows symlinks
                     st = entry.stat()
-                    append((entry.path, rel + name, st.st_size, st.st_mtime_ns, group))
+                    append((entry.path, rel + name, st.st_size, st.st_mtime_ns, group, st.st_ctime_ns, st.st_ino))
                 elif entry.is_dir():
                     st = entry.stat()
                     if (st.st_dev, st.st_ino) not in seen:
@@ -77,7 +102,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
     """
     if not paths:
         raise UsageError("no inputs given")
-    found: list[tuple[str, str, int, int, str]] = []  # absolute path, relative to its argument, size, mtime, group
+    found: list[_Row] = []
     roots: list[str] = []
     for raw in paths:
         p = Path(raw)
@@ -93,8 +118,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
                 raise UsageError(f"{raw}: not a supported input (expected {', '.join(suffixes)})")
             absolute = os.path.abspath(p)
             roots.append(os.path.dirname(absolute))
-            st = p.stat()
-            found.append((absolute, p.name, st.st_size, st.st_mtime_ns, ""))
+            found.append(_row(absolute, p.name, p.stat(), ""))
         elif p.exists():
             raise UsageError(f"{raw}: not a regular file or folder")
         else:
@@ -103,18 +127,18 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
         found.sort(key=itemgetter(1))  # the usual case: one folder, the paths already relative to it (and distinct)
     else:
         root = os.path.commonpath(roots)
-        by_rel: dict[str, tuple[str, str, int, int, str]] = {}
-        for absolute, _, size, mtime, group in found:
+        by_rel: dict[str, _Row] = {}
+        for absolute, _, size, mtime, group, ctime, ino in found:
             if absolute.startswith(root):
                 rel = absolute[len(root):].lstrip(os.sep).replace(os.sep, "/")
             else:
                 rel = Path(os.path.relpath(absolute, root)).as_posix()
-            by_rel.setdefault(rel, (absolute, rel, size, mtime, group))
+            by_rel.setdefault(rel, (absolute, rel, size, mtime, group, ctime, ino))
         found = [by_rel[rel] for rel in sorted(by_rel)]
     if not found:
         return []
-    absolute, rel, size, mtime, group = zip(*found)
-    return list(map(_new, repeat(InputFile), zip(absolute, rel, range(len(found)), size, group, mtime)))
+    absolute, rel, size, mtime, group, ctime, ino = zip(*found)
+    return list(map(_new, repeat(InputFile), zip(absolute, rel, range(len(found)), size, group, mtime, ctime, ino)))
 
 
 _new = tuple.__new__  # InputFile(*row) without its Python-level __new__: a tenth of the time
@@ -124,7 +148,7 @@ _new = tuple.__new__  # InputFile(*row) without its Python-level __new__: a tent
 
 _SOON: dict[str, _Walk] = {}  # absolute folder -> its listing, under way in a child process
 _HEAD = struct.Struct("<4sQQQ")  # magic, files, bytes of relative paths, bytes of groups
-_MAGIC = b"SSW1"
+_MAGIC = b"SSW2"
 
 
 class _Walk:
@@ -148,7 +172,7 @@ class _Walk:
         os.close(write)
         self.fd = read
 
-    def result(self) -> list[tuple[str, str, int, int, str]] | None:
+    def result(self) -> list[_Row] | None:
         """The child's listing, or None when it failed (the caller lists the folder itself, and
         meets the error there)."""
         try:
@@ -163,19 +187,20 @@ class _Walk:
         return _decode(self.folder, b"".join(chunks))
 
 
-def _encode(found: list[tuple[str, str, int, int, str]]) -> bytes:
-    _, rels, sizes, mtimes, groups = zip(*found) if found else ((),) * 5
+def _encode(found: list[_Row]) -> bytes:
+    _, rels, sizes, mtimes, groups, ctimes, inos = zip(*found) if found else ((),) * 7
     rel = "\0".join(rels).encode("utf-8", "surrogateescape")  # names never hold NUL
     group = "\0".join(groups).encode("utf-8", "surrogateescape")
     return b"".join([_HEAD.pack(_MAGIC, len(found), len(rel), len(group)), rel, group,
-                     array("q", sizes).tobytes(), array("q", mtimes).tobytes()])
+                     array("q", sizes).tobytes(), array("q", mtimes).tobytes(), array("q", ctimes).tobytes(),
+                     array("Q", inos).tobytes()])
 
 
-def _decode(folder: str, data: bytes) -> list[tuple[str, str, int, int, str]] | None:
+def _decode(folder: str, data: bytes) -> list[_Row] | None:
     if len(data) < _HEAD.size:
         return None
     magic, n, nrel, ngroup = _HEAD.unpack_from(data)
-    if magic != _MAGIC or len(data) != _HEAD.size + nrel + ngroup + 16 * n:
+    if magic != _MAGIC or len(data) != _HEAD.size + nrel + ngroup + 32 * n:
         return None
     if not n:
         return []
@@ -184,12 +209,14 @@ def _decode(folder: str, data: bytes) -> list[tuple[str, str, int, int, str]] | 
     groups = data[at + nrel:at + nrel + ngroup].decode("utf-8", "surrogateescape").split("\0")
     if len(rels) != n or len(groups) != n:
         return None
-    numbers = array("q", data[at + nrel + ngroup:])
+    numbers = array("q", data[at + nrel + ngroup:at + nrel + ngroup + 24 * n])
+    inos = array("Q", data[at + nrel + ngroup + 24 * n:])
     prefix = folder if folder.endswith(os.sep) else folder + os.sep  # as scandir joins them
-    return list(zip(map(prefix.__add__, rels), rels, numbers[:n].tolist(), numbers[n:].tolist(), groups))
+    return list(zip(map(prefix.__add__, rels), rels, numbers[:n].tolist(), numbers[n:2 * n].tolist(), groups,
+                    numbers[2 * n:].tolist(), inos.tolist()))
 
 
-def _walked(folder: str, suffixes: tuple[str, ...]) -> list[tuple[str, str, int, int, str]]:
+def _walked(folder: str, suffixes: tuple[str, ...]) -> list[_Row]:
     """``_walk(folder, suffixes)``, from the listing ``walk_soon`` started if there is one."""
     soon = _SOON.pop(folder, None)
     found = soon.result() if soon is not None else None

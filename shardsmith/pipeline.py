@@ -27,6 +27,7 @@ from shardsmith import interrupt
 from shardsmith import keys as keymod
 from shardsmith.errors import DataError, UsageError, WorkerDied
 from shardsmith.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
+from shardsmith.inputs import changed
 from shardsmith.outdir import finish_output, work_path
 from shardsmith.ragged import starts_of, take_ragged
 from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
@@ -133,6 +134,8 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
             return result
         result.skipped.append({"file": rel, "record": None, "unread_tail": True,
                                "reason": f"{exc.reason} (the rest of this task is unread)"})
+    if result.error is None and (moved := _changed_input(task)) is not None:
+        result.error = moved  # not a bad record: the input changed under the run, whatever --on-error says
     if result.error is None:
         part.write({"task": task.index, "plan": _task_id(task), "records": result.records,
                     "skipped": result.skipped})
@@ -140,6 +143,17 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
     else:
         part.abort()
     return result
+
+
+def _changed_input(task: Task) -> dict[str, Any] | None:
+    """The error of a task whose input file changed between the listing and the end of its reading
+    (every task of a file checks at its end, so the last one covers the whole reading of the file)."""
+    for f in task.files or (task.file,):
+        why = changed(f)
+        if why is not None:
+            return {"file": f.rel, "record": None, "reason": f"{why}; no dataset was written: run the command "
+                    f"again once the input is stable", "unit": "record"}
+    return None
 
 
 def _task_id(task: Task) -> list[Any]:

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,20 +31,43 @@ def _digest(value: Any) -> str:
 
 def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths: tuple[str | None, ...] = ()
                  ) -> dict[str, str]:
-    """``{"command", "options", "inputs"}``: who is filling the folder, and with what exactly."""
+    """``{"command", "options", "inputs"}``: who is filling the folder, and with what exactly.
+
+    What a rerun trusts of an input: its path, size, inode, mtime and ctime. Any write (or
+    truncation, or a copy put in its place) changes the ctime, which no user can set back (``touch
+    -d`` sets the mtime only), so an input edited in place is never taken for the one a part was made
+    from. Where a file system keeps no ctime (0), the input's content is hashed instead. Files named
+    by options (a tokenizer, an events table) are hashed whole.
+    """
     options = {k: v for k, v in dataclasses.asdict(opts).items() if k not in _VOLATILE}
-    stats: list[Any] = [(f.rel, f.size, f.mtime_ns) for f in files]
-    for p in extra_paths:  # files named by options: a tokenizer, an events table
+    stats: list[Any] = [(f.rel, f.size, f.ino, f.mtime_ns, f.ctime_ns) if f.ctime_ns
+                        else (f.rel, f.size, _sha256(f.path)) for f in files]
+    for p in extra_paths:
         if p and os.path.isfile(p):
-            st = os.stat(p)
-            stats.append((os.path.abspath(p), st.st_size, st.st_mtime_ns))
+            stats.append((os.path.abspath(p), _sha256(p)))
     return {"command": command, "options": _digest({"command": command, "options": options}),
             "inputs": _digest(stats)}
 
 
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
 def crash_point(name: str) -> None:
     """Fault injection for the crash tests: ``SHARDSMITH_CRASH_AT=name`` kills this process here
-    with SIGKILL, as the out-of-memory killer or a preempted node would (no cleanup runs)."""
+    with SIGKILL, as the out-of-memory killer or a preempted node would (no cleanup runs).
+    ``SHARDSMITH_STALL_AT=name`` waits here instead (``SHARDSMITH_STALL_SECONDS``, default 30),
+    after creating the file ``SHARDSMITH_STALL_MARK`` if set: a run caught in the middle, for the
+    tests of concurrent runs, interruptions and inputs that change."""
+    if os.environ.get("SHARDSMITH_STALL_AT") == name:
+        mark = os.environ.get("SHARDSMITH_STALL_MARK")
+        if mark:
+            Path(mark).touch()
+        time.sleep(float(os.environ.get("SHARDSMITH_STALL_SECONDS", "30")))
     if os.environ.get("SHARDSMITH_CRASH_AT") == name:
         if os.environ.get("SHARDSMITH_CRASH_PARENT") and os.getppid() > 1:
             os.kill(os.getppid(), signal.SIGKILL)  # a worker takes the whole run down

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,10 @@ from shardsmith.resume import crash_point
 class OutputRun:
     """What a command does to its output folder; made by ``output_run``."""
 
-    def __init__(self, *, out: Path, overwrite: bool, stage: str | None, created: list[Path]) -> None:
+    def __init__(self, *, out: Path, overwrite: bool, stage: str | None, created: list[Path],
+                 quiet: bool = False) -> None:
         self.out = Path(out)
+        self.quiet = quiet
         self.overwrite = overwrite
         self.stage = stage
         self.created = created  # folders this run made (deepest last): removed again if it fails
@@ -43,9 +46,13 @@ class OutputRun:
         when the same run already finished it (and removes what its cleanup left), else None."""
         complete = prepare_output(self.out, overwrite=self.overwrite, run=run, stage=self.stage)
         self.claimed = True
+        crash_point("claimed")
         if not complete:
             return None
         finish_output(self.out)
+        if not self.quiet:
+            print(f"{self.out}: already complete (the run that wrote it was stopped after its manifest); "
+                  f"removed what it left", file=sys.stderr)
         return manifest_mod.load(self.out)
 
     def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -79,12 +86,13 @@ def _missing(path: Path) -> list[Path]:
 
 
 @contextlib.contextmanager
-def output_run(*, out: Path, overwrite: bool, stage: str | None = None, rank: int = 0) -> Iterator[OutputRun]:
+def output_run(*, out: Path, overwrite: bool, stage: str | None = None, rank: int = 0,
+               quiet: bool = False) -> Iterator[OutputRun]:
     """Lock ``out`` for the run, and release (or keep) what the run claimed when it ends."""
     out = Path(out).absolute()
     created = _missing(out)
     lock = OutputLock(out=out, stage=stage, rank=rank).acquire()
-    session = OutputRun(out=out, overwrite=overwrite, stage=stage, created=created)
+    session = OutputRun(out=out, overwrite=overwrite, stage=stage, created=created, quiet=quiet)
     failed = False
     try:
         yield session

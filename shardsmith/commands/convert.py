@@ -264,7 +264,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     """The whole command, holding its output folder (``session``); returns the manifest it wrote."""
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank) as session:
+    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
+                    quiet=opts.quiet) as session:
         return _run(opts, session)
 
 

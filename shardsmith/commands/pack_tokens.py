@@ -101,7 +101,8 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     keep_freed_memory()
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank) as session:
+    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
+                    quiet=opts.quiet) as session:
         return _run(opts, session)
 
 

@@ -1,0 +1,249 @@
+"""Where users' runs really are: two runs into one folder, Ctrl-C and preemption, inputs that change
+while they are read or between a kill and its rerun, a run that failed on a mistake, and a run
+killed just after its manifest. Every test runs the real program in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_subprocess, tree_digest, two_file_corpus
+
+MESSAGE = "shardsmith: interrupted: run the same command again to resume"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return two_file_corpus(tmp_path_factory.mktemp("world-corpus"), 3000, seed=5, max_words=50, first=1600)
+
+
+def _pack(corpus: Path, out: Path, tokenizer: Path, *extra: str) -> list[str]:
+    return ["pack-tokens", str(corpus), "-o", str(out), "--tokenizer", str(tokenizer), "--memory", "512KB",
+            "--workers", "1", "-q", *extra]
+
+
+def _start(args: list[str], tmp_path: Path, *, stall: str | None = None, seconds: float = 30,
+           **env: str) -> tuple[subprocess.Popen[str], Path]:
+    """The program, started in the background (optionally waiting at a stall point)."""
+    mark = tmp_path / f"stalled-{time.monotonic_ns()}"
+    full = {**os.environ, **env}
+    if stall:
+        full.update(SHARDSMITH_STALL_AT=stall, SHARDSMITH_STALL_SECONDS=str(seconds), SHARDSMITH_STALL_MARK=str(mark))
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *args], env=full, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, mark
+
+
+def _wait_for(mark: Path, proc: subprocess.Popen[str], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not mark.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended early: {proc.returncode} {proc.stderr.read()}")
+        assert time.monotonic() < deadline, "the run never reached its stall point"
+        time.sleep(0.02)
+
+
+def _reference(corpus: Path, tokenizer: Path, tmp_path: Path) -> str:
+    ref = tmp_path / "reference"
+    assert run_subprocess(*_pack(corpus, ref, tokenizer)).returncode == 0
+    return tree_digest(ref)
+
+
+# -- 1. one writer per output folder ------------------------------------------------------------------
+
+@pytest.mark.parametrize("method", ["record-lock", "file"])
+def test_a_second_run_into_the_same_folder_is_refused_at_once(corpus, bpe_tokenizer, tmp_path, method):
+    env = {"SHARDSMITH_LOCK": "file"} if method == "file" else {}
+    out = tmp_path / "out"
+    first, mark = _start(_pack(corpus, out, bpe_tokenizer), tmp_path, stall="scatter:0", seconds=3, **env)
+    _wait_for(mark, first)
+    t0 = time.monotonic()
+    second = run_subprocess(*_pack(corpus, out, bpe_tokenizer, "--seed", "7"), env={**os.environ, **env})
+    assert time.monotonic() - t0 < 10
+    assert second.returncode == 1, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "another run is writing into it" in lines[0], second.stderr
+    assert f"pid {first.pid} " in lines[0] and "started 20" in lines[0], lines[0]
+    assert first.wait(60) == 0, first.stderr.read()
+    assert tree_digest(out) == _reference(corpus, bpe_tokenizer, tmp_path)
+    assert not list(tmp_path.glob(".out.shardsmith-lock*")), "the lock is gone with its run"
+
+
+@pytest.mark.parametrize("method", ["record-lock", "file"])
+def test_a_lock_left_by_a_dead_run_is_taken_over(corpus, bpe_tokenizer, tmp_path, method):
+    env = {"SHARDSMITH_LOCK": "file"} if method == "file" else {}
+    out = tmp_path / "out"
+    first, mark = _start(_pack(corpus, out, bpe_tokenizer), tmp_path, stall="scatter:1", **env)
+    _wait_for(mark, first)
+    first.kill()
+    first.wait()
+    assert list(tmp_path.glob(".out.shardsmith-lock*")), "kill -9 leaves the lock file behind"
+    rerun = run_subprocess(*_pack(corpus, out, bpe_tokenizer), env={**os.environ, **env})
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_digest(out) == _reference(corpus, bpe_tokenizer, tmp_path)
+
+
+def test_cluster_ranks_share_the_folder_but_no_rank_runs_twice(corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "out"
+
+    def stage(rank: int, *extra: str) -> list[str]:
+        return [*_pack(corpus, out, bpe_tokenizer), "--stage", "scatter", "--rank", str(rank), "--world-size", "2",
+                *extra]
+
+    rank0, mark = _start(stage(0), tmp_path, stall="scatter:0", seconds=4)
+    _wait_for(mark, rank0)
+    assert run_subprocess(*stage(1)).returncode == 0  # another rank of the same run: shares the folder
+    again = run_subprocess(*stage(0))
+    assert again.returncode == 1 and "--stage scatter rank 0" in again.stderr, again.stderr
+    whole = run_subprocess(*_pack(corpus, out, bpe_tokenizer))
+    assert whole.returncode == 1 and "another run is writing into it" in whole.stderr, whole.stderr
+    assert rank0.wait(60) == 0, rank0.stderr.read()
+    for step in ("gather", "finalize"):
+        assert run_subprocess(*_pack(corpus, out, bpe_tokenizer), "--stage", step, "--rank", "0",
+                              "--world-size", "1").returncode == 0
+    assert tree_digest(out) == _reference(corpus, bpe_tokenizer, tmp_path)
+
+
+# -- 5. Ctrl-C and SIGTERM ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sig, code, point", [
+    (signal.SIGINT, 130, "claimed"),          # before the first task
+    (signal.SIGTERM, 143, "scatter:1"),       # between tasks: tasks 0 and 1 are finished parts
+    (signal.SIGINT, 130, "gather:train:0"),   # while writing shards
+])
+def test_interrupted_runs_say_one_line_keep_their_parts_and_resume(corpus, bpe_tokenizer, tmp_path, sig, code,
+                                                                   point):
+    out = tmp_path / "out"
+    proc, mark = _start(_pack(corpus, out, bpe_tokenizer, "--workers", "2"), tmp_path, stall=point)
+    _wait_for(mark, proc)
+    parts_before = sorted(p.name for p in (tmp_path / ".out.shardsmith-work").glob("part-*.bin"))
+    t0 = time.monotonic()
+    proc.send_signal(sig)
+    assert proc.wait(10) == code
+    assert time.monotonic() - t0 < 2.0
+    assert proc.stderr.read().strip().splitlines() == [MESSAGE]
+    parts_after = sorted(p.name for p in (tmp_path / ".out.shardsmith-work").glob("part-*.bin"))
+    assert set(parts_before) <= set(parts_after), "finished parts are kept"
+    if point == "scatter:1":
+        assert {"part-000000.bin", "part-000001.bin"} <= set(parts_after)
+    rerun = run_subprocess(*_pack(corpus, out, bpe_tokenizer, "--workers", "2"))
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_digest(out) == _reference(corpus, bpe_tokenizer, tmp_path)
+
+
+def test_ctrl_c_at_start_up_and_to_the_whole_process_group(corpus, bpe_tokenizer, tmp_path):
+    for delay in (0.15, 0.4):
+        proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *_pack(corpus, tmp_path / "o", bpe_tokenizer,
+                                                                           "--workers", "2")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        time.sleep(delay)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the program and all its workers
+        code = proc.wait(10)
+        assert time.monotonic() - t0 < 2.0
+        err = proc.stderr.read()
+        if code == 0:  # finished before the signal: nothing to check
+            continue
+        assert code == 130 and err.strip().splitlines() == [MESSAGE], (delay, code, err)
+        assert "Traceback" not in err
+
+
+def test_a_main_thread_busy_in_native_code_still_ends_within_two_seconds(tmp_path):
+    """A long call into C or Rust (a tokenizer) runs no Python signal handler until it returns: the
+    signal thread ends the process itself."""
+    script = (
+        "import hashlib\n"
+        "from shardsmith import interrupt\n"
+        "interrupt.install()\n"
+        "print('ready', flush=True)\n"
+        "hashlib.pbkdf2_hmac('sha256', b'x', b'salt', 200_000_000)  # one C call of a minute or more\n"
+        "print('finished', flush=True)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(10) == 143
+    assert time.monotonic() - t0 < 2.0
+    assert proc.stdout.read() == ""
+    assert proc.stderr.read().strip().splitlines() == [MESSAGE]
+
+
+# -- 3. an input that changes while it is read; 4. between a kill and the rerun ------------------------
+
+def test_an_input_truncated_while_it_is_read_ends_the_run(corpus, bpe_tokenizer, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for f in corpus.iterdir():
+        (src / f.name).write_bytes(f.read_bytes())
+    out = tmp_path / "out"
+    proc, mark = _start(_pack(src, out, bpe_tokenizer), tmp_path, stall="claimed", seconds=1)
+    _wait_for(mark, proc)
+    data = (src / "b.jsonl").read_bytes()
+    cut = data.index(b"\n", len(data) // 2) + 1  # at a line boundary: every line left is valid
+    (src / "b.jsonl").write_bytes(data[:cut])
+    assert proc.wait(60) == 1
+    err = proc.stderr.read().strip().splitlines()
+    assert len(err) == 1 and "b.jsonl" in err[0] and "changed while it was read" in err[0], err
+    assert not (out / "manifest.json").exists()
+
+
+def test_a_rerun_never_reuses_parts_of_an_input_edited_in_place(corpus, bpe_tokenizer, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for f in corpus.iterdir():
+        (src / f.name).write_bytes(f.read_bytes())
+    out = tmp_path / "out"
+    env = {**os.environ, "SHARDSMITH_CRASH_AT": "scatter:1"}
+    assert run_subprocess(*_pack(src, out, bpe_tokenizer), env=env).returncode == -signal.SIGKILL
+    target = src / "a.jsonl"
+    st = target.stat()
+    data = target.read_bytes()
+    edited = data.replace(b"alpha", b"ALPHA")  # same size, other tokens
+    assert len(edited) == len(data) and edited != data
+    target.write_bytes(edited)
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # mtime set back: only the ctime tells
+    assert run_subprocess(*_pack(src, out, bpe_tokenizer)).returncode == 0
+    fresh = tmp_path / "fresh"
+    assert run_subprocess(*_pack(src, fresh, bpe_tokenizer)).returncode == 0
+    assert tree_digest(out) == tree_digest(fresh)
+
+
+# -- 6. a run that failed on a mistake; 7. killed after its manifest -----------------------------------
+
+def test_a_failed_run_never_refuses_the_corrected_command(corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "new" / "out"
+    wrong = run_subprocess("pack-tokens", corpus, "-o", out, "--train-tokenizer", "300", "--text-field", "body", "-q")
+    assert wrong.returncode == 1 and "'body'" in wrong.stderr, wrong.stderr
+    assert not (tmp_path / "new").exists(), "a failed run leaves no empty folder behind"
+    (tmp_path / "not-json.json").write_text("not json")
+    bad = run_subprocess("pack-tokens", corpus, "-o", out, "--tokenizer", tmp_path / "not-json.json", "-q")
+    assert bad.returncode == 2 and not out.exists(), bad.stderr
+    # in a folder that was there before, the failed run's leftovers do not block the fixed command
+    out.mkdir(parents=True)
+    assert run_subprocess("pack-tokens", corpus, "-o", out, "--train-tokenizer", "300", "--text-field", "body",
+                          "-q").returncode == 1
+    ok = run_subprocess("pack-tokens", corpus, "-o", out, "--train-tokenizer", "300", "-q")
+    assert ok.returncode == 0, ok.stderr
+    assert (out / "manifest.json").exists()
+
+
+def test_a_run_killed_after_its_manifest_is_complete(corpus, bpe_tokenizer, tmp_path):
+    out = tmp_path / "out"
+    env = {**os.environ, "SHARDSMITH_CRASH_AT": "committed"}
+    assert run_subprocess(*_pack(corpus, out, bpe_tokenizer), env=env).returncode == -signal.SIGKILL
+    assert (out / "manifest.json").exists() and (out / ".shardsmith-run.json").exists()
+    assert (tmp_path / ".out.shardsmith-work").exists()
+    manifest = (out / "manifest.json").read_bytes()
+    again = run_subprocess(*_pack(corpus, out, bpe_tokenizer)[:-1])  # without -q: the summary
+    assert again.returncode == 0, again.stderr
+    assert "already complete" in again.stderr
+    assert (out / "manifest.json").read_bytes() == manifest
+    assert not (out / ".shardsmith-run.json").exists() and not (tmp_path / ".out.shardsmith-work").exists()
+    assert json.loads(manifest)["splits"]["train"]["samples"] == 3000
