@@ -27,7 +27,7 @@ test: $(VENV)/.dev
 	$(PY) -m pytest
 
 # make data RECIPE=recipes/NAME.toml: run a data-preparation recipe on this machine
-data: $(VENV)/.dev
+data: $(VENV)/.core
 	@test -n "$(RECIPE)" || { echo "usage: make data RECIPE=recipes/NAME.toml"; exit 2; }
 	$(PY) -m shardsmith run $(RECIPE)
 

@@ -21,6 +21,16 @@ from shardsmith.errors import ShardsmithError
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+# The ranges of numeric options: past them a value is a typo, and would overflow what is made of it
+MAX_SEED = (1 << 64) - 1  # a 64-bit seed, as the manifest stores it
+MAX_COUNT = (1 << 62) - 1  # records, samples: 64-bit sums stay exact
+MAX_INT32 = (1 << 31) - 1  # lengths stored as int32 (Megatron's sequence lengths, cu_seqlens)
+MAX_VOCAB = 1 << 24  # tokenizers trains vocabularies far below this
+MAX_WORKERS = 1024
+MAX_RANKS = 1 << 20
+MAX_COPIES = 10_000
+
+
 def _fail(message: str, code: int) -> None:
     click.echo(f"shardsmith: error: {message}", err=True)
     sys.exit(code)
@@ -86,9 +96,9 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by every converting command (DESIGN.md)."""
     options = [
         click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path), help="Output folder."),
-        click.option("--seed", default=0, show_default=True, type=int, help="Shuffle seed."),
+        click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Shuffle seed."),
         click.option("--no-shuffle", is_flag=True, help="Keep input order."),
-        click.option("--workers", type=click.IntRange(min=1), default=None,
+        click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None,
                      help="Worker processes [default: all cores]; never changes the output bytes."),
         click.option("--memory", default="1GB", show_default=True, callback=_size("--memory"),
                      help="Memory budget of the shuffle; beyond it, samples spill to disk."),
@@ -96,15 +106,15 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Named fractions, e.g. train=0.98,val=0.02 (by a hash of each record's identity)."),
         click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
                      help="Stop at the first bad record, or skip it and list it in the manifest."),
-        click.option("--limit", type=click.IntRange(min=1), default=None, help="Read only the first N records."),
+        click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=None, help="Read only the first N records."),
         click.option("--overwrite", is_flag=True, help="Replace a previous dataset in the output folder."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
         click.option("--stage", type=click.Choice(["scatter", "gather", "finalize"]), default=None,
                      help="Clusters: run one stage (scatter and gather on every rank, then finalize once) "
                           "[default: all three, here]."),
-        click.option("--rank", type=click.IntRange(min=0), default=None,
+        click.option("--rank", type=click.IntRange(0, MAX_RANKS - 1), default=None,
                      help="This rank [default: $SLURM_ARRAY_TASK_ID, else $RANK, else 0]."),
-        click.option("--world-size", type=click.IntRange(min=1), default=None,
+        click.option("--world-size", type=click.IntRange(1, MAX_RANKS), default=None,
                      help="Ranks in all [default: $SLURM_ARRAY_TASK_COUNT, else $WORLD_SIZE, else 1]."),
     ]
     for option in reversed(options):
@@ -150,6 +160,25 @@ def _report(out: Path, result: dict[str, Any]) -> bool:
     return True
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 shard``, ``2 shards``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None:
+    """Which records and files were skipped (``--on-error skip``), on one line."""
+    entries = [*source["skipped"]["records"], *source.get("unread", [])]
+    if not entries:
+        return
+    names = []
+    for e in entries[:shown]:
+        where = next((f"{unit} {e[unit]}" for unit in ("line", "row", "entry", "event", "image", "record")
+                      if unit in e), None)
+        names.append(f"{e['file']}" + (f" {where}" if where else " (rest of the file)"))
+    more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
+    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {out / 'manifest.json'}", err=True)
+
+
 class _Main(click.Group):
     """The command group. Run as a program (``shardsmith`` or ``python -m shardsmith``: click's
     ``__call__``), the process ends as soon as the command does, without the interpreter's
@@ -187,7 +216,7 @@ def main() -> None:
 @main.command("pack-tokens")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--tokenizer", type=click.Path(), default=None, help="A HuggingFace tokenizer.json.")
-@click.option("--train-tokenizer", type=click.IntRange(min=258), default=None, metavar="VOCAB_SIZE",
+@click.option("--train-tokenizer", type=click.IntRange(258, MAX_VOCAB), default=None, metavar="VOCAB_SIZE",
               help="Train a byte-level BPE of this size on the inputs (saved as OUT/tokenizer.json).")
 @click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of the text.")
 @click.option("--eos-token", default=None, help="Token appended to every document [default: found].")
@@ -195,7 +224,7 @@ def main() -> None:
 @click.option("--bos-token", default=None, help="Token prepended to every document.")
 @click.option("--engine", type=click.Choice(["auto", "hf", "gigatoken"]), default="auto", show_default=True,
               help="auto uses gigatoken where it matches tokenizers' ids on a sample of the input.")
-@click.option("--seq-len", type=click.IntRange(min=1), default=None,
+@click.option("--seq-len", type=click.IntRange(1, MAX_INT32), default=None,
               help="Default window length recorded for TokenDataset.")
 @click.option("--shard-tokens", default="1G", show_default=True, callback=_size("--shard-tokens"),
               help="Roll over to a new .bin/.idx shard after this many tokens.")
@@ -214,10 +243,11 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
     if _report(out, manifest):
         return
     src = manifest["source"]
-    parts = ", ".join(f"{name}: {s['samples']} documents, {s['tokens']} tokens in {len(s['shards'])} shards"
-                      for name, s in manifest["splits"].items())
-    click.echo(f"{out}: {parts}; {src['records']} records read, {src['skipped']['count']} skipped; "
+    parts = ", ".join(f"{name}: {_n(s['samples'], 'document')}, {_n(s['tokens'], 'token')} in "
+                      f"{_n(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
+    click.echo(f"{out}: {parts}; {_n(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
                f"engine {manifest['tokenizer']['engine']}")
+    _skipped(out, src)
 
 
 @main.command()
@@ -230,10 +260,10 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="header: magic number, dimensions and JPEG EOI without decoding; full: decode every image.")
 @click.option("--augment", default=None, metavar="SPEC",
               help='Offline augmentation, e.g. "random-resized-crop=224,hflip" or "resize=256,center-crop=224".')
-@click.option("--copies", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--copies", default=1, show_default=True, type=click.IntRange(1, MAX_COPIES),
               help="Augmented variants per image, each under its own key.")
 @click.option("--quality", default=90, show_default=True, type=click.IntRange(1, 100), help="JPEG quality of re-encoded images.")
-@click.option("--shard-samples", type=click.IntRange(min=1), default=None, help="Roll over after this many samples.")
+@click.option("--shard-samples", type=click.IntRange(1, MAX_COUNT), default=None, help="Roll over after this many samples.")
 @click.option("--shard-bytes", default="256MB", show_default=True, callback=_size("--shard-bytes"),
               help="Roll over before a shard grows past this size.")
 @click.option("--wids-md5", is_flag=True, help="Also record each shard's md5 in the wids index (costs a pass).")
@@ -248,7 +278,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="Parquet events: a per-event table joined on --group-by (e.g. train_meta.parquet).")
 @click.option("--compression", type=click.Choice(["none", "lzf", "gzip", "blosc"]), default="none",
               show_default=True, help="HDF5 compression of the event arrays (gzip is the portable choice).")
-@click.option("--events-per-sample", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--events-per-sample", default=1, show_default=True, type=click.IntRange(1, MAX_INT32),
               help="Events into tar: pack windows of N events into one sample.")
 @converting_options
 @user_errors
@@ -269,16 +299,16 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     if _report(out, manifest):
         return
     src = manifest["source"]
-    parts = ", ".join(f"{name}: {s.get('events', s['samples'])} {'events' if 'events' in s else 'samples'} in "
-                      f"{len(s['shards'])} shards"
-                      for name, s in manifest["splits"].items())
-    click.echo(f"{out}: {parts}; {src['records']} records read, {src['skipped']['count']} skipped")
+    parts = ", ".join(f"{name}: {_n(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
+                      f"{_n(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
+    click.echo(f"{out}: {parts}; {_n(src['records'], 'record')} read, {src['skipped']['count']} skipped")
+    _skipped(out, src)
 
 
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("--samples", default=1, show_default=True, type=click.IntRange(min=0), help="Samples to show.")
+@click.option("--samples", default=1, show_default=True, type=click.IntRange(0, 10_000), help="Samples to show.")
 @user_errors
 def inspect(out: Path, as_json: bool, samples: int) -> None:
     """Summary of a dataset's manifest and a few samples."""
@@ -290,10 +320,11 @@ def inspect(out: Path, as_json: bool, samples: int) -> None:
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--split", default="train", show_default=True)
-@click.option("--seq-len", type=click.IntRange(min=1), default=None, help="Window length [default: manifest or 1024].")
-@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--seconds", default=2.0, show_default=True, type=click.FloatRange(min=0.1))
-@click.option("--target-tokens-per-s", "--target-samples-per-s", "target", type=float, default=None,
+@click.option("--seq-len", type=click.IntRange(1, MAX_INT32), default=None, help="Window length [default: manifest or 1024].")
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(1, 1 << 24))
+@click.option("--seconds", default=2.0, show_default=True, type=click.FloatRange(0.1, 86400.0))
+@click.option("--target-tokens-per-s", "--target-samples-per-s", "target", type=click.FloatRange(0.0, 1e15),
+              default=None,
               help="Exit 1 unless the loader reaches this many tokens/s (samples/s for sample datasets).")
 @user_errors
 def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: float,
@@ -309,7 +340,7 @@ def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: 
 @main.command()
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--deep", is_flag=True, help="Also open every sample: tar headers and offsets, token ids, images.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Files hashed at once [default: all cores].")
+@click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None, help="Files hashed at once [default: all cores].")
 @user_errors
 def verify(out: Path, deep: bool, workers: int | None) -> None:
     """Check every file of a dataset against its manifest (size, sha256); exit 1 on any mismatch."""
@@ -333,6 +364,12 @@ def run_recipe(recipe: Path, overrides: tuple[str, ...], dry_run: bool) -> None:
 
     args = argv(load(recipe), overrides)
     if dry_run:
+        # every option checked as the real run checks it (types, ranges, sizes), nothing run
+        ctx = click.get_current_context()
+        command = main.get_command(ctx, args[0])
+        assert command is not None
+        with command.make_context(args[0], list(args[1:]), parent=ctx):
+            pass
         click.echo("shardsmith " + shlex.join(args))
         return
     click.echo("$ shardsmith " + shlex.join(args), err=True)

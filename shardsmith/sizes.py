@@ -13,8 +13,12 @@ _UNITS = {
 }
 
 
-def parse_size(text: str | int, *, option: str = "size") -> int:
-    """Bytes from ``'256MB'``, ``'1.5GiB'`` or a plain integer; zero and negatives are usage errors."""
+MAX_SIZE = 1 << 50  # 1 PiB: any size beyond is a typo, and would overflow the 64-bit sums made of it
+
+
+def parse_size(text: str | int, *, option: str = "size", maximum: int = MAX_SIZE) -> int:
+    """Bytes from ``'256MB'``, ``'1.5GiB'`` or a plain integer; zero, negatives and sizes past
+    ``maximum`` are usage errors."""
     if isinstance(text, int):
         value = text
     else:
@@ -24,13 +28,15 @@ def parse_size(text: str | int, *, option: str = "size") -> int:
         value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
     if value <= 0:
         raise UsageError(f"{option}: must be positive, got {text!r}")
+    if value > maximum:
+        raise UsageError(f"{option}: {text!r} is more than the {format_size(maximum)} this option takes")
     return value
 
 
 def format_size(n: float) -> str:
     """``1234567`` → ``'1.2 MB'``."""
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     raise AssertionError("unreachable")

@@ -14,7 +14,7 @@ import uproot
 from conftest import root_data
 
 from shardsmith.demo_data import make_icecube_like
-from shardsmith.errors import DataError
+from shardsmith.errors import DataError, UsageError
 from shardsmith.events import EventChunk, EventSchema, Field, check_chunk
 from shardsmith.inputs import InputFile
 from shardsmith.readers.base import StreamError
@@ -196,7 +196,7 @@ def test_branch_globs_select_and_unknown_globs_are_named() -> None:
     _compare(_real(HZZ), schema, columns, offsets)
     parent, _ = RootReader(branches=["evt/P3"]).schema([_real(EVNT)])  # a parent branch selects its leaves
     assert [f.name for f in parent.fields] == ["evt_P3_P3.Px", "evt_P3_P3.Py", "evt_P3_P3.Pz"]
-    with pytest.raises(DataError) as err:
+    with pytest.raises(UsageError) as err:
         RootReader(branches=["Jet_*", "Tau_*"]).schema([_real(HZZ)])
     msg = str(err.value)
     assert HZZ in msg and "'Tau_*'" in msg and "NJet" in msg and "\n" not in msg
@@ -211,19 +211,19 @@ def test_tree_choice(tmp_path: Path) -> None:
     with uproot.recreate(two) as fh:
         fh.mktree("a", {"x": np.int32}).extend({"x": np.arange(3, dtype=np.int32)})
         fh.mktree("b", {"y": np.float64}).extend({"y": np.ones(2)})
-    with pytest.raises(DataError) as err:
+    with pytest.raises(UsageError) as err:
         RootReader().schema([_input(two)])
     assert "two.root" in str(err.value) and "a, b" in str(err.value) and "--tree" in str(err.value)
-    with pytest.raises(DataError) as err:
+    with pytest.raises(UsageError) as err:
         RootReader(tree="c").schema([_input(two)])
-    assert "no tree 'c'" in str(err.value) and "a, b" in str(err.value)
+    assert "--tree 'c'" in str(err.value) and "a, b" in str(err.value)
     reader = RootReader(tree="b")
     schema, _ = reader.schema([_input(two)])
     assert [f.name for f in schema.fields] == ["y"] and reader.tree_name == "b"
     only = RootReader()
     only.schema([_real(HZZ)])
     assert only.tree_name == "events"
-    with pytest.raises(DataError, match="no tree 'Events' .trees: events."):
+    with pytest.raises(UsageError, match="--tree 'Events': no such tree in this file .trees: events."):
         RootReader(tree="Events").schema([_real(HZZ)])
 
 

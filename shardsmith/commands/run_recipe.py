@@ -61,12 +61,22 @@ def load(path: Path) -> dict[str, Any]:
 def argv(recipe: dict[str, Any], overrides: tuple[str, ...] = ()) -> list[str]:
     """The command line the recipe stands for."""
     options = dict(recipe["options"])
+    out, inputs = recipe["out"], list(recipe["inputs"])
     for item in overrides:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip().replace("_", "-")
+        if not sep or not key:
             raise UsageError(f"--set {item!r}: expected key=value")
-        options[key.strip()] = _parse_value(value)
-    args = [recipe["command"], *recipe["inputs"], "-o", recipe["out"]]
+        if key in ("out", "o"):  # the recipe's own fields are replaced, never given twice
+            out = value
+        elif key == "inputs":
+            inputs = [v for v in value.split(",") if v]
+            if not inputs:
+                raise UsageError(f"--set {item!r}: give at least one input")
+        else:
+            options = {k: v for k, v in options.items() if k.replace("_", "-") != key}
+            options[key] = _parse_value(value)
+    args = [recipe["command"], *inputs, "-o", out]
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is True:

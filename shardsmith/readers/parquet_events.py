@@ -130,7 +130,7 @@ class ParquetEventReader(Reader):
         skipped: list[str] = []
         if key is not None:
             if key not in names:
-                raise DataError(file=file.rel, reason=f"no column {key!r} to group by (columns: {', '.join(names)})")
+                raise UsageError(f"{file.rel}: --group-by {key!r}: no such column (columns: {', '.join(names)})")
             if not pa.types.is_integer(arrow_schema.field(key).type):
                 raise DataError(file=file.rel, reason=f"the group-by column {key!r} is "
                                                       f"{arrow_schema.field(key).type}; it must be an integer")
@@ -177,7 +177,7 @@ class ParquetEventReader(Reader):
                 [(s, s.split(".", 1)[0]) for s in skipped]
         for g in self.columns:
             if not any(fnmatch.fnmatchcase(n, g) or fnmatch.fnmatchcase(c, g) for n, c in every):
-                raise DataError(file=file.rel, reason=f"no column matches {g!r} (columns: {', '.join(names)})")
+                raise UsageError(f"{file.rel}: --columns {g!r} matches no column (columns: {', '.join(names)})")
         return ([leaf for leaf in leaves if wanted(leaf.field.name, leaf.column)],
                 [leaf for leaf in joined if wanted(leaf.field.name, leaf.column)],
                 [s for s in skipped if wanted(s, s.split(".", 1)[0])])

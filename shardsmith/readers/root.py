@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.errors import DataError
+from shardsmith.errors import DataError, UsageError
 from shardsmith.events import EventChunk, EventSchema, Field
 from shardsmith.inputs import InputFile
 from shardsmith.readers.base import Reader, StreamError, Task
@@ -96,8 +96,8 @@ class RootReader(Reader):
                         not any(fnmatch.fnmatchcase(name, glob) for name in skipped):
                     available = ", ".join(leaf.field.name for leaf in leaves[:_SHOWN])
                     more = f", … ({len(leaves)} in all)" if len(leaves) > _SHOWN else ""
-                    raise DataError(file=file.rel, reason=f"--branches {glob!r} matches no branch "
-                                    f"(branches: {available}{more})")
+                    raise UsageError(f"{file.rel}: --branches {glob!r} matches no branch "
+                                     f"(branches: {available}{more})")
             leaves = [leaf for leaf in leaves if any(_matches(g, leaf.names) for g in self.branches)]
             skipped = [name for name in skipped if any(fnmatch.fnmatchcase(name, g) for g in self.branches)]
         if not leaves:
@@ -246,12 +246,12 @@ def _choose_tree(file: InputFile, handle: Any, tree: str | None) -> tuple[str, A
         if not trees:
             raise DataError(file=rel, reason="no TTree or RNTuple in this file")
         if len(trees) > 1:
-            raise DataError(file=rel, reason=f"{len(trees)} trees in this file ({listed}); choose one with --tree")
+            raise UsageError(f"{rel}: {len(trees)} trees in this file ({listed}); choose one with --tree")
         name = trees[0]
     elif tree.rsplit(";", 1)[0] in trees:
         name = tree
     else:
-        raise DataError(file=rel, reason=f"no tree {tree!r} (trees: {listed})")
+        raise UsageError(f"{rel}: --tree {tree!r}: no such tree in this file (trees: {listed})")
     try:
         obj = handle[name]
         int(obj.num_entries)
