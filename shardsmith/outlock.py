@@ -192,10 +192,19 @@ class OutputLock:
         self._files.append(path)
 
     def _describe_holders(self, what: str | None) -> str:
-        """'another run is writing into it (host, pid, started …)' from the holder files."""
+        """'another run is writing into it: host, pid, started …' from the holder files (a holder
+        that took the lock a moment ago writes its file right after: wait for it a little)."""
         pattern = f"{self.path.name}.{what}.json" if what else f"{self.path.name}.*.json"
-        found = sorted(self.path.parent.glob(pattern), key=lambda p: p.stat().st_mtime if p.exists() else 0)
-        return _describe(found[-1]) if found else "another run is writing into it"
+        deadline = time.monotonic() + 1.0
+        while True:
+            found = []
+            for p in self.path.parent.glob(pattern):
+                with contextlib.suppress(OSError):
+                    found.append((p.stat().st_mtime, p))
+            if found or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return _describe(max(found)[1]) if found else "another run is writing into it"
 
     # -- letting go ---------------------------------------------------------------------------------
 
