@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import pickle
+import re
 import warnings
 from pathlib import Path
 
@@ -227,9 +229,16 @@ def test_every_converters_bad_record_error_says_how_to_skip(tmp_path: Path) -> N
     assert "docs.jsonl: line 2" in line and line.endswith(HINT)
     folder = jpeg_folder(tmp_path / "in", classes=1, per_class=2)
     (folder / "c0" / "empty.jpg").write_bytes(b"")
-    for extra in ((), ("--no-shuffle", "--augment", "center-crop=8")):  # the direct path, the general one
+    # the direct path, in this process and in workers; the general one
+    for extra in ((), ("--workers", "2", "--shard-samples", "1"), ("--augment", "center-crop=8")):
         line = one_line_error(convert(folder, "-o", tmp_path / "img", *extra))
         assert "c0/empty.jpg" in line and "empty file" in line and line.endswith(HINT)
+
+
+def test_the_hint_crosses_processes() -> None:
+    e = pickle.loads(pickle.dumps(DataError(file="a.jpg", reason="empty file", unit="image", skippable=True)))
+    assert str(e) == f"a.jpg: empty file {HINT}" and e.skippable
+    assert str(pickle.loads(pickle.dumps(DataError(file="a.jpg", reason="changed")))) == "a.jpg: changed"
 
 
 def test_pillow_warnings_do_not_pass_quiet(tmp_path: Path) -> None:
@@ -268,3 +277,9 @@ def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Pat
             write_all(plans, images=processor, workers=1, progress=lambda n: None, out_dir=out)
         assert str(err.value).startswith(f"c/{name}.jpg: {reason}") and HINT not in str(err.value), name
         assert not list(out.glob("*.tar")), name
+    # a file gone since the listing cannot be read: a bad record there, as on the general path
+    gone = InputFile(path=str(tmp_path / "c" / "gone.jpg"), rel="c/gone.jpg", index=0, size=10, group="c")
+    plans = plan_shards([gone], seed=0, shuffle=True, splits=(("train", 1.0),), shard_samples=None,
+                        shard_bytes=1 << 20, out_dir=tmp_path, wids_md5=False)
+    with pytest.raises(DataError, match=f"^c/gone.jpg: cannot read: No such file or directory {re.escape(HINT)}$"):
+        write_all(plans, images=processor, workers=1, progress=lambda n: None, out_dir=tmp_path)

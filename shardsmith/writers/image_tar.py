@@ -277,7 +277,8 @@ def read_into(f: InputFile, view: memoryview, dirs: _Dirs | None = None) -> None
         finally:
             os.close(fd)
     except OSError as exc:
-        raise DataError(file=f.rel, reason=f"cannot read: {exc.strerror or exc}") from None
+        # as the general path's reader makes it: a bad record, which --on-error skip skips
+        raise DataError(file=f.rel, reason=f"cannot read: {exc.strerror or exc}", skippable=True) from None
     if got != f.size:
         size = f"more than {f.size} bytes" if got > f.size else f"{got} bytes"
         raise DataError(file=f.rel, reason=f"changed while converting: {size}, was {f.size}")
