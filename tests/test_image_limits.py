@@ -55,7 +55,7 @@ def palette_png_with_byte_transparency() -> bytes:
 
 
 def convert(*args: str | Path):
-    return run_subprocess("convert", *args, "--to", "webdataset", "--workers", "1", "-q")
+    return run_subprocess("convert", "--to", "webdataset", "--workers", "1", "-q", *args)  # args may override
 
 
 def manifest(out: Path) -> dict:
