@@ -33,7 +33,7 @@ import orjson
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
-from shardsmith.images import MAX_IMAGE_PIXELS, pixel_limit
+from shardsmith.images import MAX_IMAGE_PIXELS, pillow_open, pixel_limit  # stdlib only: no Pillow
 from shardsmith.loader.order import ResumableIterator
 from shardsmith.tarfmt import (
     BLOCK,
@@ -91,7 +91,6 @@ def _text(data: bytes) -> str:
 def _image_decoder(mode: str, max_pixels: int) -> Callable[[bytes], Any]:
     """Pillow decoding up to the dataset's pixel limit (``convert --max-image-pixels``), above or
     below Pillow's own global default, which is left as it was."""
-    from shardsmith.images import pillow_open
 
     def decode(data: bytes) -> Any:
         with pillow_open(data, max_pixels=max_pixels) as img:  # an image over the limit: ImageError
