@@ -14,6 +14,7 @@ import click
 
 from shardsmith import __version__, interrupt
 from shardsmith.errors import ShardsmithError
+from shardsmith.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
 # and keeps it spinning for a while (0.1 s of a core here), beside the workers; one thread starts none.
@@ -258,6 +259,9 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 @click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
 @click.option("--check-images", type=click.Choice(["header", "full", "none"]), default="header", show_default=True,
               help="header: magic number, dimensions and JPEG EOI without decoding; full: decode every image.")
+@click.option("--max-image-pixels", default=MAX_IMAGE_PIXELS, show_default=True, type=click.IntRange(min=1),
+              help="Images with more pixels are bad records (at check levels header and full, and with --augment); "
+                   "the loader and verify --deep use the same limit. Default: Pillow's.")
 @click.option("--augment", default=None, metavar="SPEC",
               help='Offline augmentation, e.g. "random-resized-crop=224,hflip" or "resize=256,center-crop=224".')
 @click.option("--copies", default=1, show_default=True, type=click.IntRange(1, MAX_COPIES),

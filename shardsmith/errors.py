@@ -16,23 +16,29 @@ class UsageError(ShardsmithError):
 
 
 class DataError(ShardsmithError):
-    """A bad input record, named by file and record (line for text, row for tables)."""
+    """A bad input record, named by file and record (line for text, row for tables).
 
-    def __init__(self, *, file: str, reason: str, record: int | None = None, unit: str = "record") -> None:
+    ``skippable``: a bad record that ``--on-error skip`` would have skipped; the message says so.
+    """
+
+    def __init__(self, *, file: str, reason: str, record: int | None = None, unit: str = "record",
+                 skippable: bool = False) -> None:
         self.file = file
         self.record = record
         self.reason = reason
         self.unit = unit
+        self.skippable = skippable
         where = f"{file}" if record is None else f"{file}: {unit} {record + 1}"
-        super().__init__(f"{where}: {reason}")
+        hint = " (pass --on-error skip to skip bad records)" if skippable else ""
+        super().__init__(f"{where}: {reason}{hint}")
 
     def __reduce__(self) -> tuple:
         # keyword-only fields: rebuild through a helper so the error crosses process boundaries
-        return (_data_error, (self.file, self.reason, self.record, self.unit))
+        return (_data_error, (self.file, self.reason, self.record, self.unit, self.skippable))
 
 
-def _data_error(file: str, reason: str, record: int | None, unit: str) -> DataError:
-    return DataError(file=file, reason=reason, record=record, unit=unit)
+def _data_error(file: str, reason: str, record: int | None, unit: str, skippable: bool = False) -> DataError:
+    return DataError(file=file, reason=reason, record=record, unit=unit, skippable=skippable)
 
 
 class WorkerDied(ShardsmithError):

@@ -4,16 +4,29 @@ Zero-copy conversion writes image bytes into shards unchanged, so a truncated or
 must be caught here, cheaply. The default "header" level parses each format's header in pure
 Python (microseconds, Pillow is never imported); "full" decodes the whole image. EXIF orientation
 is ignored, as torchvision's loader ignores it.
+
+One pixel limit (``--max-image-pixels``, recorded in the manifest) is what ``convert`` (both levels),
+``verify --deep`` and the loader's decoders accept, checked here from the header dimensions; Pillow's
+own decompression-bomb check (a module global, with a warning band below its error) is lifted only
+while shardsmith decodes an image whose size it has checked.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import struct
-from typing import NamedTuple
+import threading
+import warnings
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 EXTENSIONS = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
 LEVELS = ("none", "header", "full")
+# Pillow's own default ``Image.MAX_IMAGE_PIXELS`` (int(1024 * 1024 * 1024 // 4 // 3)): the default
+# limit, spelled out so that parsing options never imports Pillow
+MAX_IMAGE_PIXELS = 89_478_485
 _CANONICAL_EXT = {"jpeg": "jpg", "png": "png", "webp": "webp", "bmp": "bmp", "gif": "gif"}
 
 _PNG_SIG = b"\x89PNG\r\n\x1a\n"
@@ -57,11 +70,14 @@ def sniff(data: bytes | memoryview) -> str | None:
     return None
 
 
-def check_image(data: bytes | memoryview, *, level: str = "header") -> ImageInfo | None:
+def check_image(data: bytes | memoryview, *, level: str = "header",
+                max_pixels: int = MAX_IMAGE_PIXELS) -> ImageInfo | None:
     """Check that ``data`` is a whole image of a known format; raise ImageError with the reason.
 
-    "none" skips the check (None); "header" reads the size from the headers and checks the end
-    marker (JPEG EOI, PNG IEND, WebP RIFF size, BMP pixel array); "full" also decodes every pixel.
+    "none" skips the check (None, and no pixel limit: nothing is read); "header" reads the size
+    from the headers, refuses more than ``max_pixels`` pixels and checks the end marker (JPEG EOI,
+    PNG IEND, WebP RIFF size, BMP pixel array); "full" also decodes every pixel (a JPEG strictly:
+    libjpeg's corrupt-data warnings are errors).
     """
     if level == "none":
         return None
@@ -73,9 +89,11 @@ def check_image(data: bytes | memoryview, *, level: str = "header") -> ImageInfo
         width, height = _jpeg(data)
         if width <= 0 or height <= 0:
             raise ImageError(f"bad JPEG dimensions {width}x{height}")
+        if width * height > max_pixels:
+            raise ImageError(_too_many(width, height, max_pixels))
         info = ImageInfo("jpeg", width, height)
         if level == "full":
-            _decode_fully(data, info)
+            _decode_fully(data, info, max_pixels)
         return info
     fmt = sniff(data)
     if fmt is None:
@@ -83,10 +101,87 @@ def check_image(data: bytes | memoryview, *, level: str = "header") -> ImageInfo
     width, height = _PARSERS[fmt](data)
     if width <= 0 or height <= 0:
         raise ImageError(f"bad {fmt.upper()} dimensions {width}x{height}")
+    if width * height > max_pixels:
+        raise ImageError(_too_many(width, height, max_pixels))
     info = ImageInfo(fmt, width, height)
     if level == "full":
-        _decode_fully(data, info)
+        _decode_fully(data, info, max_pixels)
     return info
+
+
+def _too_many(width: int, height: int, max_pixels: int) -> str:
+    return (f"{width}x{height} is {width * height:,} pixels, more than the limit of {max_pixels:,} "
+            f"(--max-image-pixels)")
+
+
+def pixel_limit(manifest: dict[str, Any]) -> int:
+    """A dataset's pixel limit: the manifest's ``max_image_pixels`` (datasets written before it:
+    the default). A value that is not a whole number >= 1 is a DatasetError."""
+    from shardsmith.errors import DatasetError
+
+    value = manifest.get("max_image_pixels", MAX_IMAGE_PIXELS)
+    if type(value) is not int or value < 1:
+        raise DatasetError(f"manifest.json: max_image_pixels must be a whole number >= 1, got {value!r}")
+    return value
+
+
+class _PillowLimit:
+    """Pillow's global bomb limit, lifted while any of our decodes runs (threads share the module)."""
+
+    lock = threading.Lock()
+    users = 0
+    saved: int | None = None
+
+
+def _after_fork() -> None:  # a fork during another thread's decode: no decode runs in the child
+    if _PillowLimit.users:
+        import PIL.Image
+
+        PIL.Image.MAX_IMAGE_PIXELS = _PillowLimit.saved
+    _PillowLimit.lock = threading.Lock()
+    _PillowLimit.users = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+@contextlib.contextmanager
+def _pillow_limit_lifted(Image: Any) -> Iterator[None]:
+    with _PillowLimit.lock:
+        if _PillowLimit.users == 0:
+            _PillowLimit.saved = Image.MAX_IMAGE_PIXELS
+            Image.MAX_IMAGE_PIXELS = None
+        _PillowLimit.users += 1
+    try:
+        yield
+    finally:
+        with _PillowLimit.lock:
+            _PillowLimit.users -= 1
+            if _PillowLimit.users == 0:
+                Image.MAX_IMAGE_PIXELS = _PillowLimit.saved
+
+
+@contextlib.contextmanager
+def pillow_open(data: bytes | memoryview, *, max_pixels: int, quiet: bool = False) -> Iterator[Any]:
+    """The image opened by Pillow (headers only) with its size checked against ``max_pixels``
+    (ImageError); decode it inside the block, where Pillow's own global limit is lifted (our limit
+    may be above its default) and is restored after. ``quiet`` drops Pillow's warnings (metadata:
+    EXIF, MPO; palettes), which say nothing about the pixels written: a command run with --quiet
+    prints nothing but errors. Not thread-safe with ``quiet`` (the warnings filters are global)."""
+    from PIL import Image
+
+    with contextlib.ExitStack() as stack:
+        if quiet:
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+        stack.enter_context(_pillow_limit_lifted(Image))
+        im = Image.open(io.BytesIO(data))
+        width, height = im.size
+        if width * height > max_pixels:
+            im.close()
+            raise ImageError(_too_many(width, height, max_pixels))
+        yield im
 
 
 def _u16be(data: bytes | memoryview, i: int) -> int:
@@ -227,32 +322,41 @@ def _gif(data: bytes | memoryview) -> tuple[int, int]:
 _PARSERS = {"jpeg": _jpeg, "png": _png, "webp": _webp, "bmp": _bmp, "gif": _gif}
 
 
-def _decode_fully(data: bytes | memoryview, info: ImageInfo) -> None:
+def _decode_fully(data: bytes | memoryview, info: ImageInfo, max_pixels: int) -> None:
     """Decode every pixel. JPEG goes through simplejpeg in strict mode when installed, since
     Pillow silently fills corrupt entropy-coded data with gray."""
-    if info.format == "jpeg":
-        try:
-            import simplejpeg
-        except ImportError:
-            pass
-        else:
-            _simplejpeg_strict(simplejpeg, data)
-            return
+    if info.format == "jpeg" and strict_jpeg_check(data):
+        return
     try:
-        from PIL import Image
+        import PIL.Image  # noqa: F401
     except ImportError:  # pragma: no cover - depends on the environment
         raise ImportError("--check-images full needs Pillow: pip install 'shardsmith[images]'") from None
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with pillow_open(data, max_pixels=max_pixels, quiet=True) as im:
             im.load()
+    except ImageError:
+        raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ...
         raise ImageError(f"cannot decode {info.format.upper()}: {e}") from None
 
 
-def _simplejpeg_strict(simplejpeg, data: bytes | memoryview) -> None:
+def strict_jpeg_check(data: bytes | memoryview, *, scaled: bool = False) -> bool:
+    """Decode a JPEG with simplejpeg in strict mode, where libjpeg's warnings ("Corrupt JPEG data:
+    ...", which Pillow never reports) are errors: ImageError. False when simplejpeg is not installed
+    (nothing was checked). ``scaled`` decodes at 1/8 scale: every bit of the entropy-coded data is
+    still read (the same warnings), without the full-size inverse DCT and colour conversion."""
     try:
-        colorspace = simplejpeg.decode_jpeg_header(data)[2]
+        import simplejpeg
+    except ImportError:
+        return False
+    try:
+        height, width, colorspace, _ = simplejpeg.decode_jpeg_header(data)
         target = "CMYK" if colorspace in ("CMYK", "YCCK") else "GRAY" if colorspace == "Gray" else "RGB"
-        simplejpeg.decode_jpeg(data, colorspace=target, strict=True)  # any libjpeg warning is an error
+        if scaled:
+            simplejpeg.decode_jpeg(data, colorspace=target, strict=True, min_factor=8.0,
+                                   min_width=1, min_height=1)
+        else:
+            simplejpeg.decode_jpeg(data, colorspace=target, strict=True)  # any libjpeg warning is an error
     except ValueError as e:
         raise ImageError(f"cannot decode JPEG: {e}") from None
+    return True

@@ -364,8 +364,8 @@ def worker_pool(workers: int, *, initializer: Callable[..., None], initargs: tup
 
 
 def _check(res: TaskResult) -> None:
-    if res.error:
-        raise DataError(**res.error)
+    if res.error:  # a bad record (or a file's unreadable rest) that --on-error skip would have skipped
+        raise DataError(**res.error, skippable=True)
 
 
 def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int) -> list[SplitGather]:

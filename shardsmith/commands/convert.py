@@ -13,7 +13,7 @@ import orjson
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DataError, UsageError
-from shardsmith.images import ImageError, canonical_ext, check_image
+from shardsmith.images import MAX_IMAGE_PIXELS, ImageError, canonical_ext, check_image
 from shardsmith.inputs import InputFile, discover
 from shardsmith.memory import no_gc
 from shardsmith.pipeline import (
@@ -49,6 +49,7 @@ class ConvertOptions(ConvertingOptions):
     source: str | None = None
     text_field: str | None = None
     check_images: str = "header"
+    max_image_pixels: int = MAX_IMAGE_PIXELS  # at every check level but "none", augmenting too
     augment: str | None = None
     copies: int = 1
     quality: int = 90
@@ -63,6 +64,10 @@ class ConvertOptions(ConvertingOptions):
     events_table: str | None = None
     compression: str = "none"
     events_per_sample: int = 1
+
+    def __post_init__(self) -> None:
+        if type(self.max_image_pixels) is not int or self.max_image_pixels < 1:
+            raise UsageError(f"--max-image-pixels must be a whole number >= 1, got {self.max_image_pixels!r}")
 
 
 READERS = {"imagefolder": ImageFolderReader, "jsonl": JsonlReader, "parquet": ParquetReader}
@@ -85,12 +90,14 @@ class SampleProcessor:
     """Builds each sample's tar members in the worker, so the gather only appends bytes."""
 
     def __init__(self, *, kind: str, classes: list[str] | None, text_field: str | None, check_images: str,
-                 augment: str | None, copies: int, quality: int, seed: int) -> None:
+                 augment: str | None, copies: int, quality: int, seed: int,
+                 max_image_pixels: int = MAX_IMAGE_PIXELS) -> None:
         self.kind = kind
         self.classes = {name: i for i, name in enumerate(classes or [])}
         self.labels = {name: str(i).encode() for name, i in self.classes.items()}  # the .cls member of each class
         self.text_field = text_field
         self.check_images = check_images
+        self.max_image_pixels = max_image_pixels
         self.augment = augment
         self.copies = copies
         self.quality = quality
@@ -105,7 +112,8 @@ class SampleProcessor:
         if self._augmenter is None and self.augment:
             from shardsmith.transforms.augment import Augmenter, parse_augment
 
-            self._augmenter = Augmenter(ops=parse_augment(self.augment), quality=self.quality, seed=self.seed)
+            self._augmenter = Augmenter(ops=parse_augment(self.augment), quality=self.quality, seed=self.seed,
+                                        max_image_pixels=self.max_image_pixels)
         return self._augmenter
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
@@ -141,9 +149,9 @@ class SampleProcessor:
     def image_ext(self, file: InputFile, data: bytes | memoryview) -> str:
         """The member extension of a checked image; a bad one raises DataError. Called once per image: lean."""
         try:
-            info = check_image(data, level=self.check_images)
+            info = check_image(data, level=self.check_images, max_pixels=self.max_image_pixels)
         except ImageError as exc:
-            raise DataError(file=file.rel, reason=str(exc), unit="image") from None
+            raise DataError(file=file.rel, reason=str(exc), unit="image", skippable=True) from None
         return canonical_ext(info.format) if info else _suffix_ext(file.path)
 
     def _members(self, samples: list[tuple[str, list[tuple[str, Any]]]], pieces: list[bytes | memoryview],
@@ -171,7 +179,7 @@ class SampleProcessor:
 
     def _image(self, file: InputFile, data: bytes) -> list[tuple[str, list[tuple[str, bytes]]]]:
         try:
-            info = check_image(data, level=self.check_images)
+            info = check_image(data, level=self.check_images, max_pixels=self.max_image_pixels)
         except ImageError as exc:
             raise _Bad(str(exc)) from None
         label = str(self.classes[file.group]).encode()
@@ -329,7 +337,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(kind=kind, classes=classes, text_field=opts.text_field,
                                 check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
-                                quality=opts.quality, seed=opts.seed)
+                                quality=opts.quality, seed=opts.seed, max_image_pixels=opts.max_image_pixels)
     if direct:
         writers, results = _write_images(opts, files, plans, processor, progress)
     else:
@@ -343,6 +351,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     extras: dict[str, Any] = {"copies": opts.copies}
     if classes is not None:
         extras["classes"] = classes
+        extras["max_image_pixels"] = opts.max_image_pixels  # what verify --deep and the loader accept
     if opts.augment:
         extras["augment"] = {**processor.augmenter.describe(), "copies": opts.copies}
     manifest = manifest_mod.new_manifest(

@@ -93,7 +93,8 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str)
                 yield text
             elif on_error == "fail":
                 reason = value.reason if isinstance(value, BadRecord) else _why_no_text(value, field)
-                raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file))
+                raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file),
+                                skippable=True)
 
 
 def run(opts: PackTokensOptions) -> dict[str, Any]:

@@ -96,7 +96,7 @@ def _deep_tar(out: Path, m: dict[str, Any], split: str, *, images: bool) -> list
             for ext, value in sample.items():
                 if check is not None and ext in ("jpg", "jpeg", "png", "webp", "bmp"):
                     try:
-                        check(value, level="full")
+                        check(value, level="full", max_pixels=ds.max_image_pixels)  # the loader's limit
                     except ImageError as exc:
                         problems.append(f"{split}[{i}] {sample['__key__']}.{ext}: {exc}")
     except DatasetError as exc:

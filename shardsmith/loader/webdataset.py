@@ -33,6 +33,7 @@ import orjson
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
+from shardsmith.images import MAX_IMAGE_PIXELS, pillow_open, pixel_limit  # stdlib only: no Pillow
 from shardsmith.loader.order import ResumableIterator
 from shardsmith.tarfmt import (
     BLOCK,
@@ -87,18 +88,19 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8")
 
 
-def _image_decoder(mode: str) -> Callable[[bytes], Any]:
-    from PIL import Image  # optional dependency (shardsmith[images])
+def _image_decoder(mode: str, max_pixels: int) -> Callable[[bytes], Any]:
+    """Pillow decoding up to the dataset's pixel limit (``convert --max-image-pixels``), above or
+    below Pillow's own global default, which is left as it was."""
 
     def decode(data: bytes) -> Any:
-        img = Image.open(io.BytesIO(data))
-        img.load()  # decode now, so a corrupt image fails here and not in the user's transform
-        return img if mode == "pil" else np.asarray(img.convert("RGB"))
+        with pillow_open(data, max_pixels=max_pixels) as img:  # an image over the limit: ImageError
+            img.load()  # decode now, so a corrupt image fails here and not in the user's transform
+            return img if mode == "pil" else np.asarray(img.convert("RGB"))
 
     return decode
 
 
-def _decoder(kind: str, decode: str | None) -> Callable[[bytes], Any] | None:
+def _decoder(kind: str, decode: str | None, max_pixels: int = MAX_IMAGE_PIXELS) -> Callable[[bytes], Any] | None:
     """The function that turns a member's bytes into a value, or None to keep the bytes."""
     if kind == "int":
         return _int
@@ -107,7 +109,7 @@ def _decoder(kind: str, decode: str | None) -> Callable[[bytes], Any] | None:
     if kind == "text":
         return _text
     if kind == "image" and decode is not None:
-        return _image_decoder(decode)
+        return _image_decoder(decode, max_pixels)
     return None
 
 
@@ -190,6 +192,7 @@ class TarDataset:
         self.manifest, entries = manifest_mod.load_split(out_dir, fmt="webdataset", split=split)
         self.split = split
         self.decode = decode
+        self.max_image_pixels = pixel_limit(self.manifest)  # what decode="pil"/"numpy" accepts
         self._classes = _check_classes(self.manifest.get("classes"), out_dir)
         self._kinds = _schema_kinds(self.manifest.get("schema"))
         self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
@@ -324,7 +327,7 @@ class TarDataset:
         kind = self._kinds.get(ext) or _EXT_KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
         if kind == "npy":
             return load_npy
-        return _decoder(kind, self.decode)
+        return _decoder(kind, self.decode, self.max_image_pixels)
 
     def get_batch(self, indices: Any) -> list[dict[str, Any]]:
         """The samples at ``indices``, in that order."""

@@ -14,12 +14,19 @@ import hashlib
 import io
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from shardsmith.errors import UsageError
-from shardsmith.images import ImageError, ImageInfo, check_image
+from shardsmith.images import (
+    MAX_IMAGE_PIXELS,
+    ImageError,
+    ImageInfo,
+    check_image,
+    pillow_open,
+    strict_jpeg_check,
+)
 
 ENGINES = ("auto", "simplejpeg", "pillow")
 _MAX_SIDE = 65500  # JPEG's limit
@@ -264,9 +271,14 @@ class Augmenter:
 
     ``engine`` picks the JPEG codec: "auto" takes simplejpeg when installed, else Pillow. The
     outputs differ between codecs (and their versions), so the manifest records ``engine``.
+    A source JPEG is decoded strictly: libjpeg's corrupt-data warnings (a garbled scan, which Pillow
+    decodes without a word) are ImageError. With the Pillow engine, JPEGs are first checked by
+    simplejpeg at 1/8 scale when it is installed; Pillow alone cannot see a garbled scan.
+    Images over ``max_image_pixels`` are ImageError before anything is decoded.
     """
 
-    def __init__(self, *, ops: list[Op], quality: int = 90, seed: int = 0, engine: str = "auto") -> None:
+    def __init__(self, *, ops: list[Op], quality: int = 90, seed: int = 0, engine: str = "auto",
+                 max_image_pixels: int = MAX_IMAGE_PIXELS) -> None:
         if not ops:
             raise UsageError(f"--augment needs at least one op; valid ops: {_SYNTAX}")
         if not 1 <= quality <= 100:
@@ -281,6 +293,7 @@ class Augmenter:
         self.quality = quality
         self.seed = seed
         self.engine = engine
+        self.max_image_pixels = max_image_pixels
         self.random = any(op.random for op in self.ops)
 
     @property
@@ -310,7 +323,7 @@ class Augmenter:
 
     def apply(self, data: bytes | memoryview, *, identity: str, copy: int) -> bytes:
         """Variant ``copy`` of one encoded image, as JPEG bytes. Bad image data raises ImageError."""
-        info = check_image(data, level="header")
+        info = check_image(data, level="header", max_pixels=self.max_image_pixels)
         view = self.plan(info.width, info.height, identity=identity, copy=copy)
         x0, y0, x1, y1 = view.box
         # the decode scale that still leaves the box at least as large as the output
@@ -332,29 +345,36 @@ class Augmenter:
 
             try:
                 if need < 1.0:  # factor >= 2: simplejpeg warns that finer scales can decode slower than 1/1
-                    arr = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False, min_factor=2.0,
+                    arr = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True, min_factor=2.0,
                                                  min_width=math.ceil(info.width * need),
                                                  min_height=math.ceil(info.height * need))
                 else:
-                    arr = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=False)
-            except ValueError:
-                pass  # e.g. CMYK, which libjpeg-turbo will not convert to RGB: Pillow can
+                    arr = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+            except ValueError as e:
+                # CMYK, which libjpeg-turbo will not convert to RGB, goes to Pillow (checked strictly
+                # there); anything else is bad data, a corrupt-data warning included
+                if _colorspace(simplejpeg, data) not in ("CMYK", "YCCK"):
+                    raise ImageError(f"cannot decode JPEG: {e}") from None
             else:
                 h, w = arr.shape[:2]
                 return Image.fromarray(arr), _jpeg_scale(info, w, h)
+        if fmt == "jpeg":
+            strict_jpeg_check(data, scaled=True)
         try:
-            im = Image.open(io.BytesIO(data))
-            scale = (1.0, 1.0)
-            if fmt == "jpeg" and need < 1.0:
-                src_w, src_h = im.size
-                drafted = im.draft("RGB", (math.ceil(src_w * need), math.ceil(src_h * need)))
-                if drafted is not None:
-                    box = drafted[1]
-                    scale = ((box[2] - box[0]) / src_w, (box[3] - box[1]) / src_h)
-            im.load()
-            if im.mode != "RGB":
-                im = im.convert("RGB")
-            return im, scale
+            with pillow_open(data, max_pixels=self.max_image_pixels, quiet=True) as im:
+                scale = (1.0, 1.0)
+                if fmt == "jpeg" and need < 1.0:
+                    src_w, src_h = im.size
+                    drafted = im.draft("RGB", (math.ceil(src_w * need), math.ceil(src_h * need)))
+                    if drafted is not None:
+                        box = drafted[1]
+                        scale = ((box[2] - box[0]) / src_w, (box[3] - box[1]) / src_h)
+                im.load()
+                if im.mode != "RGB":
+                    im = im.convert("RGB")
+                return im, scale
+        except ImageError:
+            raise
         except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ...
             raise ImageError(f"cannot decode {fmt.upper()}: {e}") from None
 
@@ -368,6 +388,13 @@ class Augmenter:
         buf = io.BytesIO()
         im.save(buf, format="JPEG", quality=self.quality, subsampling="4:2:0")
         return buf.getvalue()
+
+
+def _colorspace(simplejpeg: Any, data: bytes | memoryview) -> str | None:
+    try:
+        return simplejpeg.decode_jpeg_header(data)[2]
+    except ValueError:
+        return None
 
 
 def _jpeg_scale(info: ImageInfo, width: int, height: int) -> tuple[float, float]:

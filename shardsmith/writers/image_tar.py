@@ -259,17 +259,26 @@ _PROBE = bytearray(1)  # one byte past the known size: a file that grew is caugh
 
 
 def read_into(f: InputFile, view: memoryview, dirs: _Dirs | None = None) -> None:
-    """Fill ``view`` (exactly ``f.size`` bytes) with the file's bytes; the file must still be that size."""
+    """Fill ``view`` (exactly ``f.size`` bytes) with the file's bytes; the file must still be that size.
+
+    Each read asks for one byte more than the listed size is missing: a file cut since the listing
+    comes back short, one that grew fills the probe byte. Either ends the run (DataError naming the
+    file, not skippable: the input changed under us), as does an image listed empty that is not.
+    This costs no system call beyond the reads themselves (an fstat would be one more per image).
+    """
     got = 0
     try:
         fd = dirs.open(f.path) if dirs is not None else os.open(f.path, os.O_RDONLY)
         try:
-            while got < f.size and (n := os.readv(fd, [view[got:], _PROBE])):
+            while n := os.readv(fd, [view[got:], _PROBE]):  # at least one read, an empty file too
                 got += n
+                if got >= f.size:
+                    break
         finally:
             os.close(fd)
     except OSError as exc:
-        raise DataError(file=f.rel, reason=f"cannot read: {exc.strerror or exc}") from None
+        # as the general path's reader makes it: a bad record, which --on-error skip skips
+        raise DataError(file=f.rel, reason=f"cannot read: {exc.strerror or exc}", skippable=True) from None
     if got != f.size:
         size = f"more than {f.size} bytes" if got > f.size else f"{got} bytes"
         raise DataError(file=f.rel, reason=f"changed while converting: {size}, was {f.size}")
