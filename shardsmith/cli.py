@@ -259,7 +259,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 @click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
 @click.option("--check-images", type=click.Choice(["header", "full", "none"]), default="header", show_default=True,
               help="header: magic number, dimensions and JPEG EOI without decoding; full: decode every image.")
-@click.option("--max-image-pixels", default=MAX_IMAGE_PIXELS, show_default=True, type=click.IntRange(min=1),
+@click.option("--max-image-pixels", default=MAX_IMAGE_PIXELS, show_default=True, type=click.IntRange(1, MAX_COUNT),
               help="Images with more pixels are bad records (at check levels header and full, and with --augment); "
                    "the loader and verify --deep use the same limit. Default: Pillow's.")
 @click.option("--augment", default=None, metavar="SPEC",
