@@ -152,7 +152,7 @@ def _changed_input(task: Task) -> dict[str, Any] | None:
         why = changed(f)
         if why is not None:
             return {"file": f.rel, "record": None, "reason": f"{why}; no dataset was written: run the command "
-                    f"again once the input is stable", "unit": "record"}
+                    f"again once the input is stable", "unit": "record", "skippable": False}
     return None
 
 
@@ -365,7 +365,7 @@ def worker_pool(workers: int, *, initializer: Callable[..., None], initargs: tup
 
 def _check(res: TaskResult) -> None:
     if res.error:  # a bad record (or a file's unreadable rest) that --on-error skip would have skipped
-        raise DataError(**res.error, skippable=True)
+        raise DataError(**{"skippable": True, **res.error})
 
 
 def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int) -> list[SplitGather]:

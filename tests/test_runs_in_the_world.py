@@ -191,6 +191,7 @@ def test_an_input_truncated_while_it_is_read_ends_the_run(corpus, bpe_tokenizer,
     assert proc.wait(60) == 1
     err = proc.stderr.read().strip().splitlines()
     assert len(err) == 1 and "b.jsonl" in err[0] and "changed while it was read" in err[0], err
+    assert "--on-error skip" not in err[0]  # not a bad record: skipping would not help
     assert not (out / "manifest.json").exists()
 
 
