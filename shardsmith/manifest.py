@@ -43,17 +43,35 @@ def new_manifest(*, fmt: str, seed: int, shuffle: bool, source: dict[str, Any], 
     }
 
 
+def split_wide_files(manifest: dict[str, Any]) -> list[str]:
+    """The dataset's files that are not shards (a tokenizer, wids indexes), as the manifest names them."""
+    names = [s["wids"] for s in manifest["splits"].values() if isinstance(s.get("wids"), str)]
+    tok = manifest.get("tokenizer")
+    if isinstance(tok, dict) and isinstance(tok.get("path"), str):
+        names.insert(0, tok["path"])
+    return names
+
+
 def save(out_dir: Path, manifest: dict[str, Any]) -> None:
-    """Validate and write atomically; this is the last file a conversion writes."""
+    """Validate and write atomically; this is the last file a conversion writes. It records the
+    size and sha256 of every split-wide file (``files``), so ``verify`` covers them as it covers shards."""
+    import hashlib
+
+    files = []
+    for rel in split_wide_files(manifest):
+        data = resolve_inside(out_dir, rel).read_bytes()
+        files.append({"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    if files:
+        manifest["files"] = files
     validate(manifest, where=Path(out_dir) / MANIFEST)
     atomic_write_bytes(Path(out_dir) / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
 
 
 def load(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate ``OUT/manifest.json``; a folder without one is not a (finished) dataset."""
-    path = Path(out_dir) / MANIFEST
     if not Path(out_dir).is_dir():
         raise DatasetError(f"{out_dir}: no such dataset folder")
+    path = resolve_inside(out_dir, MANIFEST)  # a link to a manifest elsewhere is refused
     if not path.is_file():
         raise DatasetError(f"{out_dir}: no {MANIFEST}: not a shardsmith dataset, or its conversion did not finish")
     try:
@@ -85,6 +103,8 @@ def validate(manifest: Any, *, where: Path) -> None:
     missing = [k for k in _REQUIRED if k not in manifest]
     if missing:
         raise bad(f"missing fields: {', '.join(missing)}")
+    if not isinstance(manifest["format"], str) or not isinstance(manifest["shardsmith"], int):
+        raise bad("'shardsmith' and 'format' must be a version number and a format name")
     if manifest["shardsmith"] != FORMAT_VERSION:
         raise bad(f"format version {manifest['shardsmith']!r}; this shardsmith reads version {FORMAT_VERSION}")
     if manifest["format"] not in FORMATS:
@@ -105,10 +125,160 @@ def validate(manifest: Any, *, where: Path) -> None:
                 _check_file_entry(shard["index"], bad)
         if sum(s["samples"] for s in split["shards"]) != split["samples"]:
             raise bad(f"split {name!r}: shard sample counts do not add up to {split['samples']}")
+    _check_common(manifest, bad)
+    _FORMAT_CHECKS[manifest["format"]](manifest, bad)
+
+
+# -- what each format's readers read: every field typed, so no reader meets a KeyError ------------
+
+MAX_COUNT = 1 << 62
+
+
+def _need(m: dict[str, Any], key: str, kinds: Any, bad: Any, *, where: str = "", optional: bool = False,
+          nullable: bool = False) -> Any:
+    """``m[key]``, which must be an instance of ``kinds`` (bools are not ints); ``optional``: it may
+    be absent; ``nullable``: it may be null."""
+    name = f"{where}{key}"
+    if key not in m:
+        if optional:
+            return None
+        raise bad(f"{name!r} is missing")
+    value = m[key]
+    if value is None and nullable:
+        return None
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in _tuple(kinds))
+    if not ok:
+        names = "/".join(k.__name__ for k in _tuple(kinds))
+        raise bad(f"{name!r} must be {names}, not {type(value).__name__}")
+    return value
+
+
+def _tuple(kinds: Any) -> tuple[type, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _count(m: dict[str, Any], key: str, bad: Any, *, where: str = "", optional: bool = False,
+           nullable: bool = False, low: int = 0) -> int | None:
+    value = _need(m, key, int, bad, where=where, optional=optional, nullable=nullable)
+    if value is not None and not low <= value <= MAX_COUNT:
+        raise bad(f"{where}{key!r} is {value}, out of range [{low}, 2**62]")
+    return value
+
+
+def _file(entry: Any, bad: Any, what: str) -> None:
+    if not isinstance(entry, dict):
+        raise bad(f"{what!r} must be an object")
+    _check_file_entry(entry, bad)
+
+
+def _check_common(m: dict[str, Any], bad: Any) -> None:
+    for key in ("created", "tool_version"):
+        _need(m, key, str, bad)
+    _need(m, "command", list, bad)
+    seed = _need(m, "seed", int, bad)
+    if not 0 <= seed < 1 << 64:
+        raise bad(f"'seed' is {seed}, out of range [0, 2**64)")
+    _need(m, "shuffle", bool, bad)
+    _need(m, "schema", dict, bad)
+    source = _need(m, "source", dict, bad)
+    _count(source, "records", bad, where="source.", optional=True)
+    inputs = source.get("inputs")
+    if inputs is not None and not (isinstance(inputs, list) or (isinstance(inputs, int)
+                                                                 and not isinstance(inputs, bool))):
+        raise bad("'source.inputs' must be a list or a count")
+    skipped = _need(source, "skipped", dict, bad, where="source.", optional=True)
+    if skipped is not None:
+        _count(skipped, "count", bad, where="source.skipped.")
+        _need(skipped, "records", list, bad, where="source.skipped.", optional=True)
+    for name, split in m["splits"].items():
+        for key in ("tokens", "events"):
+            _count(split, key, bad, where=f"splits.{name}.", optional=True)
+        wids = _need(split, "wids", str, bad, where=f"splits.{name}.", optional=True)
+        if wids is not None and not safe_relative(wids):
+            raise bad(f"'splits.{name}.wids' {wids!r} is not a plain relative path inside the dataset folder")
+    files = _need(m, "files", list, bad, optional=True)
+    for entry in files or ():
+        _file(entry, bad, "files[]")
+
+
+def _check_tokens(m: dict[str, Any], bad: Any) -> None:
+    tok = _need(m, "tokenizer", dict, bad)
+    path = _need(tok, "path", str, bad, where="tokenizer.")
+    if not safe_relative(path):
+        raise bad(f"'tokenizer.path' {path!r} is not a plain relative path inside the dataset folder")
+    _need(tok, "sha256", str, bad, where="tokenizer.")
+    _count(tok, "vocab_size", bad, where="tokenizer.", low=1)
+    _dtype(_need(tok, "dtype", str, bad, where="tokenizer."), bad, "'tokenizer.dtype'")
+    for key in ("eos_id", "bos_id"):
+        _count(tok, key, bad, where="tokenizer.", optional=True, nullable=True)
+    for key in ("eos_token", "bos_token"):
+        _need(tok, key, str, bad, where="tokenizer.", optional=True, nullable=True)
+    _need(tok, "engine", str, bad, where="tokenizer.", optional=True)
+    for name, split in m["splits"].items():
+        for shard in split["shards"]:
+            if not isinstance(shard.get("index"), dict):
+                raise bad(f"shard {shard['path']!r} of split {name!r} names no '.idx' index")
+            _count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
+    seq_len = _count(m, "seq_len", bad, optional=True, nullable=True, low=1)
+    if seq_len is not None and seq_len >= 1 << 31:
+        raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
+    nanogpt = _need(m, "nanogpt", dict, bad, optional=True, nullable=True)
+    for split, entry in (nanogpt or {}).items():
+        if entry is not None:  # a split without tokens has no nanoGPT file
+            _file(entry, bad, f"nanogpt.{split}")
+
+
+def _check_events_schema(m: dict[str, Any], bad: Any) -> None:
+    for name, field in m["schema"].items():
+        if not isinstance(field, dict):
+            raise bad(f"'schema.{name}' must be an object")
+        _dtype(_need(field, "dtype", str, bad, where=f"schema.{name}."), bad, f"'schema.{name}.dtype'")
+        shape = _need(field, "shape", list, bad, where=f"schema.{name}.", optional=True) or []
+        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31 for d in shape):
+            raise bad(f"'schema.{name}.shape' must be a list of sizes")
+        counter = _need(field, "counter", str, bad, where=f"schema.{name}.", optional=True, nullable=True)
+        if counter == "":
+            raise bad(f"'schema.{name}.counter' is empty")
+
+
+def _check_webdataset(m: dict[str, Any], bad: Any) -> None:
+    classes = _need(m, "classes", list, bad, optional=True, nullable=True)
+    if classes is not None and not all(isinstance(c, str) for c in classes):
+        raise bad("'classes' must be a list of names")
+    _count(m, "max_image_pixels", bad, optional=True, low=1)
+    events = _need(m, "events", dict, bad, optional=True)
+    if events is not None:
+        n = _count(events, "events_per_sample", bad, where="events.", optional=True, low=1)
+        counters = _need(events, "counters", list, bad, where="events.", optional=True)
+        if counters is not None and not all(isinstance(c, str) for c in counters):
+            raise bad("'events.counters' must be a list of names")
+        if n is not None and n >= 1 << 31:
+            raise bad(f"'events.events_per_sample' is {n}, more than 2**31 - 1")
+        _check_events_schema(m, bad)
+
+
+def _check_hdf5(m: dict[str, Any], bad: Any) -> None:
+    events = _need(m, "events", dict, bad, optional=True)
+    counters = _need(events or {}, "counters", list, bad, where="events.", optional=True)
+    if counters is not None and not all(isinstance(c, str) for c in counters):
+        raise bad("'events.counters' must be a list of names")
+    _check_events_schema(m, bad)
+
+
+def _dtype(value: str, bad: Any, name: str) -> None:
+    from shardsmith.dtypes import safe_dtype
+
+    try:
+        safe_dtype(value, field=name)
+    except DatasetError as exc:
+        raise bad(str(exc)) from None
+
+
+_FORMAT_CHECKS = {"tokens": _check_tokens, "webdataset": _check_webdataset, "hdf5": _check_hdf5}
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
 
 
 def _check_file_entry(entry: Any, bad: Any) -> None:

@@ -19,7 +19,7 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
         "path": str(out), "format": m["format"], "created": m["created"], "tool_version": m["tool_version"],
         "seed": m["seed"], "shuffle": m["shuffle"],
         "source": {k: v for k, v in m["source"].items() if k != "skipped"},
-        "skipped": m["source"].get("skipped", {}).get("count", 0),
+        "skipped": (m["source"].get("skipped") or {}).get("count", 0),
         "splits": {name: {"samples": s["samples"], "shards": len(s["shards"]),
                           "bytes": sum(x["bytes"] for x in s["shards"]),
                           **({"tokens": s["tokens"]} if "tokens" in s else {}),
@@ -27,7 +27,7 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
                    for name, s in m["splits"].items()},
         "schema": m["schema"],
     }
-    inputs = m["source"].get("inputs", [])
+    inputs = m["source"].get("inputs") or []
     info["source"]["inputs"] = inputs if isinstance(inputs, int) else len(inputs)  # a count beyond 1,000 inputs
     if m["format"] == "tokens":
         info["tokenizer"] = m["tokenizer"]
@@ -70,9 +70,18 @@ def _tar_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
     shown = []
     for i in range(min(n, len(ds))):
         sample = ds[i]
-        members = {k: (len(v) if isinstance(v, bytes | str) else v) for k, v in sample.items() if k != "__key__"}
+        members = {k: _member(v) for k, v in sample.items() if k != "__key__"}
         shown.append({"split": split, "index": i, "key": sample["__key__"], "members": members})
     return shown
+
+
+def _member(value: Any) -> Any:
+    """What a member is, in a line: its size, an array's dtype and shape, or a small decoded value."""
+    if isinstance(value, bytes | str):
+        return len(value)
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return f"{value.dtype}{list(value.shape)}"
+    return value
 
 
 def _token_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
@@ -85,7 +94,10 @@ def _token_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]
         return []
     docs = TokenDocuments(out, split=split)
     tok_path = manifest_mod.resolve_inside(out, m["tokenizer"]["path"])
-    tok = Tokenizer.from_file(str(tok_path)) if tok_path.is_file() else None
+    try:
+        tok = Tokenizer.from_file(str(tok_path)) if tok_path.is_file() else None
+    except Exception:  # a damaged tokenizer.json (verify names it): show ids without text
+        tok = None
     shown = []
     for i in range(min(n, len(docs))):
         ids = docs[i]
@@ -113,13 +125,13 @@ def run(out: Path, *, as_json: bool, samples: int) -> None:
              f"{format_size(s['bytes'])}")
     if "tokenizer" in info:
         t = info["tokenizer"]
-        echo(f"  tokenizer: vocab {t['vocab_size']}, eos {t['eos_token']!r} ({t['eos_id']}), dtype {t['dtype']}, "
-             f"engine {t['engine']}, sha256 {t['sha256'][:12]}…")
+        echo(f"  tokenizer: vocab {t['vocab_size']}, eos {t.get('eos_token')!r} ({t.get('eos_id')}), dtype {t['dtype']}, "
+             f"engine {t.get('engine')}, sha256 {t['sha256'][:12]}…")
     if info.get("classes"):
         echo(f"  classes: {len(info['classes'])} ({', '.join(info['classes'][:8])}{', …' if len(info['classes']) > 8 else ''})")
     if info.get("events"):
         e = info["events"]
-        echo(f"  events: {e['fields']} fields, counters {', '.join(e['counters'])}"
+        echo(f"  events: {e['fields']} fields, counters {', '.join(map(str, e.get('counters') or []))}"
              + (f", {e['events_per_sample']} per sample" if "events_per_sample" in e else ""))
     if info.get("augment"):
         echo(f"  augment: {info['augment']}")

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 import numpy as np
+import orjson
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError, ShardsmithError
@@ -29,7 +30,47 @@ def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
             if "index" in shard:
                 entries.append(shard["index"])
     entries += [e for e in (m.get("nanogpt") or {}).values() if isinstance(e, dict)]
+    entries += m.get("files") or []
     return entries
+
+
+def _legacy_files(out: Path, m: dict[str, Any]) -> list[str]:
+    """Split-wide files of a manifest written before ``files`` was recorded: the tokenizer against
+    its sha256, each wids index against the shards it lists."""
+    if "files" in m:
+        return []
+    problems = []
+    tok = m.get("tokenizer")
+    if isinstance(tok, dict):
+        try:
+            data = manifest_mod.resolve_inside(out, tok["path"]).read_bytes()
+            if hashlib.sha256(data).hexdigest() != tok["sha256"]:
+                problems.append(f"{tok['path']}: sha256 differs from the manifest's tokenizer.sha256")
+        except OSError as exc:
+            problems.append(f"{tok['path']}: cannot read ({exc.strerror or exc})")
+        except DatasetError as exc:
+            problems.append(str(exc))
+    for split in m["splits"].values():
+        wids = split.get("wids")
+        if isinstance(wids, str):
+            problems += _check_wids(out, wids, split["shards"])
+    return problems
+
+
+def _check_wids(out: Path, rel: str, shards: list[dict[str, Any]]) -> list[str]:
+    try:
+        index = orjson.loads(manifest_mod.resolve_inside(out, rel).read_bytes())
+        listed = [(e["url"], e["nsamples"], e["filesize"]) for e in index["shardlist"]]
+    except DatasetError as exc:
+        return [str(exc)]
+    except OSError as exc:
+        return [f"{rel}: cannot read ({exc.strerror or exc})"]
+    except (ValueError, KeyError, TypeError):
+        return [f"{rel}: not a wids shard index"]
+    want = [(s["path"], s["samples"], s["bytes"]) for s in shards]
+    if listed != want:
+        return [f"{rel}: its shard list differs from the manifest's shards"]
+    return []
 
 
 def _check_file(out: Path, entry: dict[str, Any]) -> str | None:
@@ -130,6 +171,7 @@ def run(out: Path, *, deep: bool, workers: int) -> bool:
     entries = _files(m)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         problems = [p for p in pool.map(lambda e: _check_file(out, e), entries) if p]
+    problems += _legacy_files(out, m)
     if deep and not problems:
         for split in m["splits"]:
             if m["format"] == "tokens":

@@ -25,7 +25,10 @@ class IndexedShard:
 
 def read_idx(path: Path, *, bin_bytes: int | None = None) -> IndexedShard:
     """Parse and check an .idx: header, sizes, pointers consistent with the lengths and the .bin."""
-    data = Path(path).read_bytes()
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read the index ({exc.strerror or exc})") from None
     if len(data) < _HEAD.size:
         raise DatasetError(f"{path}: too short for a Megatron index")
     magic, version, code, seqs, docs = _HEAD.unpack_from(data)

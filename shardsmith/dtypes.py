@@ -1,0 +1,33 @@
+"""Which dtypes a dataset may declare: fixed-size numbers only.
+
+A dtype read from a manifest or a file decides how bytes are viewed; an object dtype makes numpy
+view file bytes as Python pointers (a crash), strings, voids and dates are nothing shardsmith
+writes. One allow-list, used wherever a dtype comes from outside.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardsmith.errors import DatasetError
+
+_KINDS = "biufc"  # bool, signed, unsigned, floating, complex
+_SIZES = (1, 2, 4, 8, 16)
+
+
+def safe_dtype(value: Any, *, field: str) -> np.dtype:
+    """``np.dtype(value)`` when it is a little-endian (or byte-order-free) bool, int, uint or float
+    of 1 to 8 bytes; otherwise DatasetError naming ``field``."""
+    if not isinstance(value, str) or not value or len(value) > 16:
+        raise DatasetError(f"{field}: {value!r} is not a dtype name")
+    try:
+        dt = np.dtype(value)
+    except (TypeError, ValueError, SyntaxError):
+        raise DatasetError(f"{field}: {value!r} is not a dtype numpy knows") from None
+    if dt.kind not in _KINDS or dt.itemsize not in _SIZES or dt.byteorder == ">" or dt.fields is not None \
+            or dt.subdtype is not None:
+        raise DatasetError(f"{field}: {value!r} is not a little-endian number dtype (allowed: bool, int8-64, "
+                           f"uint8-64, float16-64, complex64-128)")
+    return dt
