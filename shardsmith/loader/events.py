@@ -26,6 +26,7 @@ from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 from shardsmith.events import EventChunk, EventSchema, Field
 from shardsmith.keys import path_hash
+from shardsmith.loader.identity import Stamp, check_fd, open_checked, stamp
 from shardsmith.loader.order import ResumableIterator, epoch_order
 from shardsmith.memory import no_gc
 from shardsmith.ragged import RUN_BYTES, join, slices, starts_of, take_ragged
@@ -286,14 +287,22 @@ class _OpenShard:
     """A checked, open shard: its columns and its (validated) offsets per counter."""
 
     def __init__(self, path: Path, *, samples: int, schema: EventSchema, schema_json: dict[str, Any],
-                 offsets: dict[str, np.ndarray] | None) -> None:
+                 offsets: dict[str, np.ndarray] | None, stamp: Stamp | None = None) -> None:
         import h5py
 
         self.path = path
+        self.stamp = stamp
         try:
-            self.file = h5py.File(path, "r", locking=False)
+            # HDF5's default locking, as plain h5py users open files: the same file opened twice in
+            # one process must be opened with the same locking flags
+            self.file = h5py.File(path, "r")
         except OSError as exc:
             raise _bad(path, f"cannot open as HDF5 ({exc})") from None
+        try:
+            check_fd(self.file.id.get_vfd_handle(), path, stamp)
+        except BaseException:
+            self.file.close()
+            raise
         self.mm: mmap.mmap | None = None
         self.populated = False
         self._bytes: dict[str, memoryview] = {}
@@ -346,7 +355,7 @@ class _OpenShard:
         if offset is None:
             return None
         if self.mm is None:
-            with open(self.path, "rb") as fh:
+            with os.fdopen(open_checked(self.path, self.stamp), "rb") as fh:
                 self.mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         if offset + ds.nbytes > len(self.mm):
             raise _bad(self.path, f"{ds.name!r} runs past the end of the file (truncated?)")
@@ -420,9 +429,8 @@ class EventDataset:
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"{out_dir}: the manifest's schema is not an event schema ({exc})") from None
         self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
-        for path, e in zip(self._paths, entries):
-            if not path.is_file() or path.stat().st_size != e["bytes"]:
-                raise DatasetError(f"{path}: missing or not {e['bytes']} bytes as the manifest says")
+        # what the lazily opened shards must still be
+        self._stamps = [stamp(path, size=e["bytes"]) for path, e in zip(self._paths, entries)]
         self._samples = [e["samples"] for e in entries]
         self._starts = [0]
         for n in self._samples:
@@ -458,7 +466,7 @@ class EventDataset:
         shard = self._open[s]
         if shard is None:
             shard = _OpenShard(self._paths[s], samples=self._samples[s], schema=self.schema,
-                               schema_json=self._schema_json, offsets=self._offsets[s])
+                               schema_json=self._schema_json, offsets=self._offsets[s], stamp=self._stamps[s])
             self._offsets[s] = shard.offsets
             self._open[s] = shard
         return shard

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from shardsmith.errors import DatasetError
+from shardsmith.loader.identity import Stamp, open_checked
 from shardsmith.writers.tokens import DTYPE_CODES, IDX_MAGIC
 
 _HEAD = struct.Struct("<9sQBQQ")
@@ -23,10 +25,13 @@ class IndexedShard:
     pointers: np.ndarray
 
 
-def read_idx(path: Path, *, bin_bytes: int | None = None) -> IndexedShard:
-    """Parse and check an .idx: header, sizes, pointers consistent with the lengths and the .bin."""
+def read_idx(path: Path, *, bin_bytes: int | None = None, stamp: Stamp | None = None) -> IndexedShard:
+    """Parse and check an .idx: header, sizes, pointers consistent with the lengths and the .bin
+    (``stamp``: the file the dataset was opened on, see ``identity``)."""
+    fd = open_checked(path, stamp)
     try:
-        data = Path(path).read_bytes()
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read the index ({exc.strerror or exc})") from None
     if len(data) < _HEAD.size:

@@ -14,6 +14,7 @@ import numpy as np
 
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
+from shardsmith.loader.identity import Stamp, open_checked, stamp
 from shardsmith.loader.indexed import read_idx
 from shardsmith.loader.order import ResumableIterator
 
@@ -27,9 +28,11 @@ class _TokenShards:
         self.split = split
         self.dtype = np.dtype(self.manifest["tokenizer"]["dtype"])
         self.paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in self.entries]
+        self.index_paths = [manifest_mod.resolve_inside(out_dir, e["index"]["path"]) for e in self.entries]
+        # what the lazily opened files must still be (``identity``)
+        self.stamps = [stamp(path, size=e["bytes"]) for path, e in zip(self.paths, self.entries)]
+        self.index_stamps = [stamp(path) for path in self.index_paths]
         for path, e in zip(self.paths, self.entries):
-            if not path.is_file() or path.stat().st_size != e["bytes"]:
-                raise DatasetError(f"{path}: missing or not {e['bytes']} bytes as the manifest says")
             if e["bytes"] % self.dtype.itemsize:
                 raise DatasetError(f"{path}: size is not a multiple of the {self.dtype.name} token size")
         sizes = np.array([e["bytes"] // self.dtype.itemsize for e in self.entries], dtype=np.int64)
@@ -43,18 +46,24 @@ class _TokenShards:
     @property
     def maps(self) -> list[np.ndarray]:
         if self._maps is None or self._pid != os.getpid():
-            self._maps = [np.memmap(p, dtype=self.dtype, mode="r") if e["bytes"] else np.zeros(0, self.dtype)
-                          for p, e in zip(self.paths, self.entries)]
+            self._maps = [self._map(p, e, st) for p, e, st in zip(self.paths, self.entries, self.stamps)]
             self._pid = os.getpid()
         return self._maps
+
+    def _map(self, path: Path, entry: dict[str, Any], want: Stamp) -> np.ndarray:
+        if not entry["bytes"]:
+            return np.zeros(0, self.dtype)
+        fd = open_checked(path, want)
+        with os.fdopen(fd, "rb") as fh:
+            return np.memmap(fh, dtype=self.dtype, mode="r")
 
     @property
     def doc_lengths(self) -> np.ndarray:
         """Every document's token count, in stream order, from the validated .idx files."""
         if self._doc_lengths is None:
             parts = []
-            for e, path in zip(self.entries, self.paths):
-                idx = read_idx(manifest_mod.resolve_inside(self.out_dir, e["index"]["path"]), bin_bytes=e["bytes"])
+            for e, path, index, want in zip(self.entries, self.paths, self.index_paths, self.index_stamps):
+                idx = read_idx(index, bin_bytes=e["bytes"], stamp=want)
                 if idx.dtype != self.dtype:
                     raise DatasetError(f"{path}: index dtype {idx.dtype} differs from the manifest's {self.dtype}")
                 parts.append(idx.lengths)

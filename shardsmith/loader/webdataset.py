@@ -34,6 +34,7 @@ import orjson
 from shardsmith import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 from shardsmith.images import MAX_IMAGE_PIXELS, pillow_open, pixel_limit  # stdlib only: no Pillow
+from shardsmith.loader.identity import open_checked, stamp
 from shardsmith.loader.order import ResumableIterator
 from shardsmith.tarfmt import (
     BLOCK,
@@ -197,6 +198,7 @@ class TarDataset:
         self._kinds = _schema_kinds(self.manifest.get("schema"))
         self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
         self._sizes = [e["bytes"] for e in entries]
+        self._stamps = [stamp(p, size=e["bytes"]) for p, e in zip(self._paths, entries)]  # what lazy maps must find
         self._indexes = [_load_index(out_dir, e, path) for e, path in zip(entries, self._paths)]
         self._offsets = [offsets for offsets, _ in self._indexes]
         self._where = [str(p) for p in self._paths]
@@ -241,8 +243,9 @@ class TarDataset:
             self._pid = os.getpid()
         mm = self._maps[s]
         if mm is None:
+            fd = open_checked(self._paths[s], self._stamps[s])
             try:
-                with open(self._paths[s], "rb") as fh:
+                with os.fdopen(fd, "rb") as fh:
                     mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError) as exc:
                 raise DatasetError(f"{self._where[s]}: cannot map the shard ({exc})") from None
