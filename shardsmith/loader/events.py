@@ -215,6 +215,37 @@ def _check_filters(ds: Any, path: Path) -> None:
                              f"installed: pip install hdf5plugin")
 
 
+# How far each filter can expand what is stored: deflate at most 1032:1 (its format's limit), LZF
+# about 88:1 (a 264-byte match in 3 bytes); blosc (LZ4 inside, as the writer sets it) measured 236:1
+# on all-zero chunks. Any other filter gets the most generous of them.
+_MAX_EXPANSION = {"gzip": 1032, "lzf": 100}
+_OTHER_FILTERS = 2048
+
+
+def _check_storage(ds: Any, path: Path, file_size: int) -> None:
+    """The dataset's declared size is backed by bytes in the file, checked from metadata alone
+    before anything is read or allocated: a 10 KB file that declares 3e8 events (chunks never
+    written, or a contiguous dataset never allocated, both read back as fill values) is refused."""
+    nbytes = int(ds.size) * ds.dtype.itemsize
+    if nbytes == 0:
+        return
+    if ds.chunks is None:
+        offset = ds.id.get_offset()
+        if offset is None or offset + nbytes > file_size:
+            raise _bad(path, f"{ds.name!r} declares {nbytes} bytes that the {file_size}-byte file does not hold")
+        return
+    expected = 1
+    for size, chunk in zip(ds.shape, ds.chunks):
+        expected *= -(-size // chunk)
+    stored = ds.id.get_storage_size()
+    if ds.id.get_num_chunks() != expected:
+        raise _bad(path, f"{ds.name!r} has {ds.id.get_num_chunks()} of its {expected} chunks stored")
+    limit = _MAX_EXPANSION.get(ds.compression, _OTHER_FILTERS) if ds.compression or \
+        ds.id.get_create_plist().get_nfilters() else 1
+    if stored > file_size or nbytes > limit * stored + (1 << 16):
+        raise _bad(path, f"{ds.name!r} declares {nbytes} bytes, more than its {stored} stored bytes can hold")
+
+
 def _h5_ranges(ds: Any, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
     """Rows ``[starts[k], stops[k])`` of an h5py dataset back to back: one read of a union selection."""
     from h5py import h5s
@@ -343,6 +374,7 @@ class _OpenShard:
         if ds.shape != shape or ds.dtype != dtype:
             raise _bad(self.path, f"{name!r} is {ds.dtype}{list(ds.shape)}, expected {dtype}{list(shape)}")
         _check_filters(ds, self.path)
+        _check_storage(ds, self.path, self.stamp.size if self.stamp is not None else os.path.getsize(self.path))
         return _Column(self._mapped(ds), ds)
 
     def _mapped(self, ds: Any) -> np.ndarray | None:
@@ -352,8 +384,8 @@ class _OpenShard:
         if ds.size == 0:
             return np.zeros(ds.shape, dtype=ds.dtype)
         offset = ds.id.get_offset()
-        if offset is None:
-            return None
+        if offset is None:  # refused by _check_storage: never read as fill values
+            raise _bad(self.path, f"{ds.name!r} has no data stored in the file")
         if self.mm is None:
             with os.fdopen(open_checked(self.path, self.stamp), "rb") as fh:
                 self.mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
