@@ -383,6 +383,7 @@ class Sizing:
     chunk_bytes: int
     group_bytes: int
     flush_bytes: int
+    record_bytes: int = 1 << 30  # the longest record a reader keeps (readers.base.Reader.limit_records)
 
     @classmethod
     def of(cls, *, memory: int, workers: int, input_bytes: int) -> Sizing:
@@ -393,6 +394,9 @@ class Sizing:
             # groups stay small so the same buffers are reused (fresh pages cost more than copies here)
             group_bytes=max(16 << 10, min(memory // 6, 64 << 20)),
             flush_bytes=max(16 << 10, memory // (4 * workers)),
+            # a record is held a few times over while it is decoded and transformed (a line, its
+            # parsed text, its tokens) in each worker at once: an eighth of a worker's share
+            record_bytes=max(1 << 20, min(1 << 30, memory // (8 * workers))),
         )
 
 

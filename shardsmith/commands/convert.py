@@ -322,6 +322,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
             check_parquet_columns(files, opts.text_field)
         total_bytes = sum(f.size for f in files)
         sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
+        reader.limit_records(sizing.record_bytes)
         run_id = run_identity("convert", opts, files)
         if (finished := session.claim(run_id)) is not None:
             return finished

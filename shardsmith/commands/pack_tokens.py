@@ -29,6 +29,7 @@ from shardsmith.writers.tokens import TokensWriter
 
 SAMPLE_DOCS = 500
 SAMPLE_BYTES = 128 << 10
+SAMPLE_DOC_CHARS = 16 << 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,11 +64,13 @@ class TokenProcessor:
         texts, records, bad = [], [], []
         for record, value in batch:
             text = value.get(self.text_field) if isinstance(value, dict) else None
-            if isinstance(text, str):
+            if not isinstance(text, str):
+                bad.append((record, _why_no_text(value, self.text_field)))
+            elif (why := tk.too_long(text, piece_chars=self.spec.piece_chars)) is not None:
+                bad.append((record, why))
+            else:
                 texts.append(text)
                 records.append(record)
-            else:
-                bad.append((record, _why_no_text(value, self.text_field)))
         if self._encoder is None:
             self._encoder = tk.Encoder(self.spec)
         flat, lengths = self._encoder.encode(texts) if texts else (np.zeros(0, self.spec.dtype), np.zeros(0, np.int64))
@@ -116,6 +119,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
+    reader.limit_records(sizing.record_bytes)
     run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
     if (finished := session.claim(run_id)) is not None:
         return finished
@@ -147,14 +151,21 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
 
     loaded = None
 
-    def check_engine() -> tuple[str, str]:
+    def check_engine() -> tuple[str, str, bool]:
         nonlocal loaded
-        engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, _sample(reader, tasks, opts.text_field))
-        return engine, why
+        sample = _sample(reader, tasks, opts.text_field)
+        safe = tk.piece_safe(hf, sample)
+        # the engines must agree on the pieces long documents are cut into, too
+        cut = [p for text in sample[:50] for p in (tk.pieces(text, 48) or [])] if safe else []
+        engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut)
+        return engine, why, safe
 
-    engine, why = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id, dump=list, load=tuple)
-    progress.note(f"engine: {engine} ({why})")
-    spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size)
+    engine, why, safe = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id, dump=list,
+                               load=tuple)
+    progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
+                                                  f"are refused: this tokenizer's ids change when they are cut"))
+    spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
+                            piece_chars=tk.PIECE_CHARS if safe else None)
 
     tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
     processor = TokenProcessor(spec=spec, text_field=opts.text_field,
@@ -211,7 +222,9 @@ def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], pr
 
     def train() -> str:
         progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
-        return tk.train_bpe(_texts(reader, tasks, opts.text_field, on_error=opts.on_error),
+        texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error)
+        # long documents in pieces cut at spaces: the same words to count, in bounded memory
+        return tk.train_bpe((p for t in texts for p in (tk.pieces(t) or [t[:tk.PIECE_CHARS]])),
                             vocab_size=opts.train_tokenizer)
 
     return cached("tokenizer", train, stage=opts.stage, out=opts.out, run=run_id, dump=str, load=str).encode()
@@ -223,6 +236,7 @@ def _sample(reader: MultiReader, tasks: list[Task], field: str) -> list[str]:
     size = 0
     try:
         for text in _texts(reader, tasks, field, on_error="skip"):
+            text = text[:SAMPLE_DOC_CHARS]  # any text is a probe: never encode a huge document whole here
             out.append(text)
             size += len(text)
             if len(out) >= SAMPLE_DOCS or size >= SAMPLE_BYTES:

@@ -50,6 +50,13 @@ class Reader:
     byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
     columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
 
+    max_record_bytes: int | None = None  # a record longer than this is a bad record, never held whole
+
+    def limit_records(self, max_bytes: int) -> None:
+        """Records longer than ``max_bytes`` (``Sizing.record_bytes``) are bad records, read past
+        without being kept: one 200 MB line must not hold the memory a whole run was given."""
+        self.max_record_bytes = max_bytes
+
     def plan(self, files: list[InputFile], *, chunk_bytes: int) -> list[Task]:
         """Tasks in input order; record numbers are per file, so identities never depend on the plan."""
         tasks: list[Task] = []
@@ -97,6 +104,10 @@ class MultiReader(Reader):
     def reader_for(self, file: InputFile) -> Reader:
         lower = file.path.lower()
         return next(r for r in self.readers if lower.endswith(r.suffixes))
+
+    def limit_records(self, max_bytes: int) -> None:
+        for r in self.readers:
+            r.limit_records(max_bytes)
 
     def kinds(self, files: list[InputFile]) -> list[str]:
         return sorted({self.reader_for(f).name for f in files})

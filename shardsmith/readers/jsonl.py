@@ -15,6 +15,7 @@ import orjson
 
 from shardsmith.inputs import InputFile
 from shardsmith.readers.base import BadRecord, Reader, StreamError, Task
+from shardsmith.sizes import format_size
 
 _BLOCK = 4 << 20
 
@@ -32,10 +33,16 @@ class JsonlReader(Reader):
 
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         record = task.first_record
-        for line in _lines(task):
+        for line in _lines(task, max_line=self.max_record_bytes):
             if isinstance(line, StreamError):
                 yield record, line
                 return
+            if isinstance(line, _Oversized):
+                yield record, BadRecord(f"a line of {format_size(line.size)} is longer than the "
+                                        f"{format_size(self.max_record_bytes or 0)} one record may take within "
+                                        f"--memory (its share per worker / 8); raise --memory, or split the document")
+                record += 1
+                continue
             stripped = line.strip()
             if stripped:
                 try:
@@ -135,28 +142,64 @@ class _ZstdStream(io.RawIOBase):
         super().close()
 
 
-def _lines(task: Task) -> Iterator[bytes | StreamError]:
+class _Oversized:
+    """A line longer than the record limit, read past without being kept."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+def _lines(task: Task, *, max_line: int | None = None) -> Iterator[bytes | _Oversized | StreamError]:
     """The lines of a task's byte range (or the whole stream), read in blocks; a StreamError last if
-    the file breaks off (small blocks for compressed streams, so little is lost before the break)."""
+    the file breaks off (small blocks for compressed streams, so little is lost before the break).
+
+    A line that spans blocks is kept as a list of its pieces and joined once (linear in its length);
+    one longer than ``max_line`` is dropped as it is read and comes out as ``_Oversized``."""
     path = task.file.path
     block_size = _BLOCK if not _compression(path) else 64 << 10
+    limit = max_line if max_line is not None else 1 << 62
     try:
         with _open(path) as fh:
             if task.start:
                 fh.seek(task.start)
             remaining = -1 if task.stop < 0 else task.stop - task.start
-            tail = b""
+            pending: list[bytes] = []  # the pieces of the line that runs past the last block
+            pending_size = 0
+            oversized = False
             while remaining:
                 block = fh.read(block_size if remaining < 0 else min(block_size, remaining))
                 if not block:
                     break
                 if remaining > 0:
                     remaining -= len(block)
-                lines = (tail + block).split(b"\n")
+                first = block.find(b"\n")
+                if first < 0:  # the whole block continues the pending line
+                    pending_size += len(block)
+                    if pending_size > limit:
+                        oversized, pending = True, []
+                    elif not oversized:
+                        pending.append(block)
+                    continue
+                head = block[:first]
+                size = pending_size + len(head)
+                if oversized or size > limit:
+                    yield _Oversized(size)
+                else:
+                    yield b"".join([*pending, head]) if pending else head
+                pending, pending_size, oversized = [], 0, False
+                lines = block[first + 1:].split(b"\n")
                 tail = lines.pop()
-                yield from lines
-            if tail:
-                yield tail
+                for line in lines:
+                    yield line if len(line) <= limit else _Oversized(len(line))
+                pending_size = len(tail)
+                if pending_size > limit:
+                    oversized = True
+                elif tail:
+                    pending.append(tail)
+            if pending_size:
+                yield _Oversized(pending_size) if oversized else b"".join(pending)
     except (OSError, EOFError) as exc:
         # Compressed streams fail here when truncated or corrupt; plain files when unreadable.
         yield StreamError(f"cannot read: {exc.strerror or exc}" if isinstance(exc, OSError) else f"cannot read: {exc}")

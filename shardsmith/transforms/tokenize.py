@@ -24,6 +24,59 @@ EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eot_id
 ENGINES = ("auto", "hf", "gigatoken")
 _PROBES = ["", " ", "  leading spaces", "trailing  ", "line\nbreak\r\nand\ttab", "ünïcödé — 日本語 🤖",
            "<|endoftext|> inside text </s> [SEP]", "numbers 1234567890 3.14159", "'s 've 're CAPS"]
+_LONG_PROBES = [" ".join(["The quick brown fox's 12 jumps, over the lazy dog!", "ünïcödé — 日本語 🤖 naïve",
+                          "tabs\tand  double  spaces\nnew lines", "<|endoftext|> [SEP] </s> x"] * 6)]
+
+
+PIECE_CHARS = 64 << 10  # documents longer than this are encoded in pieces of at most this many characters
+GROUP_CHARS = 4 << 20  # pieces encoded in one call: the tokenizer's working memory stays bounded
+_CHECK_PIECE = 48  # the engine check cuts its sample this small, to try many cuts
+
+
+def pieces(text: str, size: int = PIECE_CHARS) -> list[str] | None:
+    """``text`` cut into pieces of at most ``size`` characters, each cut at a single space between two
+    characters that are not whitespace (no pre-token of byte-level BPE or WordPiece spans such a
+    space, so the pieces' ids joined are the whole text's ids; ``piece_safe`` checks it for a given
+    tokenizer); None when some stretch of ``size`` characters has no such space."""
+    out: list[str] = []
+    start, n = 0, len(text)
+    while n - start > size:
+        end = start + size
+        cut = text.rfind(" ", start + 1, end)
+        while cut > start and (text[cut - 1].isspace() or text[cut + 1].isspace()):
+            cut = text.rfind(" ", start + 1, cut)
+        if cut <= start:
+            return None
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
+
+def piece_safe(tok: Any, texts: list[str]) -> bool:
+    """Whether ``tok`` gives the same ids for texts cut by ``pieces`` as for them whole (tried on
+    the probes and the sample, cut every few words)."""
+    for text in [*_PROBES, *_LONG_PROBES, *texts]:
+        cut = pieces(text, _CHECK_PIECE)
+        if cut is None or len(cut) == 1:
+            continue
+        whole = tok.encode(text, add_special_tokens=False).ids
+        joined = [i for piece in cut for i in tok.encode(piece, add_special_tokens=False).ids]
+        if whole != joined:
+            return False
+    return True
+
+
+def too_long(text: str, *, piece_chars: int | None) -> str | None:
+    """Why a document cannot be encoded within bounded memory, or None."""
+    if len(text) <= PIECE_CHARS:
+        return None
+    if piece_chars is None:
+        return (f"a document of {len(text):,} characters is longer than the {PIECE_CHARS:,} this tokenizer "
+                f"encodes at once, and it cannot be cut without changing its ids")
+    if pieces(text, piece_chars) is None:
+        return f"a document of {len(text):,} characters has a stretch of {piece_chars:,} without a space to cut at"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +88,7 @@ class TokenizerSpec:
     eos_id: int | None
     bos_id: int | None
     vocab_size: int
+    piece_chars: int | None = PIECE_CHARS  # long documents are encoded in pieces of this size (None: refused)
 
     @property
     def dtype(self) -> np.dtype:
@@ -88,7 +142,7 @@ def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -
     except Exception as exc:
         if requested == "gigatoken":
             raise UsageError(f"--engine gigatoken: gigatoken cannot load this tokenizer ({exc})") from None
-        return "hf", f"gigatoken does not support this tokenizer ({str(exc)[:120]})", None
+        return "hf", f"gigatoken does not support this tokenizer ({' '.join(str(exc).split())})", None
     texts = _PROBES + sample
     # one document at a time on both sides: batch encodes would start thread pools in this process,
     # and tokenizers then refuses parallelism in forked workers
@@ -119,7 +173,37 @@ class Encoder:
             self._hf = _plain(Tokenizer.from_str(spec.json))
 
     def encode(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(flat ids in the output dtype with bos/eos added, token count per document)."""
+        """(flat ids in the output dtype with bos/eos added, token count per document). Documents
+        longer than ``PIECE_CHARS`` are encoded in pieces (``pieces``), a bounded amount of text
+        at a time; a caller refuses first those that ``too_long`` names."""
+        if all(len(t) <= PIECE_CHARS for t in texts):
+            content, raw_lengths = self._raw(texts)
+            return _add_specials(content, raw_lengths, self.spec)
+        units: list[str] = []
+        owner: list[int] = []
+        for i, t in enumerate(texts):
+            cut = [t] if len(t) <= PIECE_CHARS else pieces(t, self.spec.piece_chars or PIECE_CHARS)
+            if cut is None:
+                raise ValueError(f"document {i} cannot be cut: refuse it first (too_long)")
+            units += cut
+            owner += [i] * len(cut)
+        contents, lengths = [], []
+        start = 0
+        while start < len(units):  # groups of at most GROUP_CHARS characters (or one unit)
+            end, chars = start, 0
+            while end < len(units) and (end == start or chars + len(units[end]) <= GROUP_CHARS):
+                chars += len(units[end])
+                end += 1
+            content, unit_lengths = self._raw(units[start:end])
+            contents.append(content)
+            lengths.append(unit_lengths)
+            start = end
+        unit_lengths = np.concatenate(lengths)
+        raw_lengths = np.bincount(np.asarray(owner), weights=unit_lengths, minlength=len(texts)).astype(np.int64)
+        return _add_specials(np.concatenate(contents), raw_lengths, self.spec)
+
+    def _raw(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The texts' ids back to back (no specials) and their counts."""
         if self.spec.engine == "gigatoken":
             layout = self._giga.encode_batch(texts).layout
             offsets = np.asarray(layout.offsets.data, dtype=np.int64)
@@ -132,7 +216,7 @@ class Encoder:
             ids = [e.ids for e in self._hf.encode_batch_fast(texts, add_special_tokens=False)]
             raw_lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
             content = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(raw_lengths.sum()))
-        return _add_specials(content, raw_lengths, self.spec)
+        return content, raw_lengths
 
 
 def _add_specials(content: np.ndarray, lengths: np.ndarray, spec: TokenizerSpec) -> tuple[np.ndarray, np.ndarray]:
