@@ -30,6 +30,7 @@ from shardsmith.writers.tokens import TokensWriter
 SAMPLE_DOCS = 500
 SAMPLE_BYTES = 128 << 10
 SAMPLE_DOC_CHARS = 16 << 10
+PIECE_CHECK_DOCS = 40  # sample documents cut every few words to check that pieces keep the ids
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,9 +155,9 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     def check_engine() -> tuple[str, str, bool]:
         nonlocal loaded
         sample = _sample(reader, tasks, opts.text_field)
-        safe = tk.piece_safe(hf, sample)
+        safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS])
         # the engines must agree on the pieces long documents are cut into, too
-        cut = [p for text in sample[:50] for p in (tk.pieces(text, 48) or [])] if safe else []
+        cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
         engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut)
         return engine, why, safe
 
