@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,10 +179,7 @@ def test_a_main_thread_busy_in_native_code_still_ends_within_two_seconds(tmp_pat
 # -- 3. an input that changes while it is read; 4. between a kill and the rerun ------------------------
 
 def test_an_input_truncated_while_it_is_read_ends_the_run(corpus, bpe_tokenizer, tmp_path):
-    src = tmp_path / "in"
-    src.mkdir()
-    for f in corpus.iterdir():
-        (src / f.name).write_bytes(f.read_bytes())
+    src = shutil.copytree(corpus, tmp_path / "in")  # a copy of the input to change
     out = tmp_path / "out"
     proc, mark = _start(_pack(src, out, bpe_tokenizer), tmp_path, stall="claimed", seconds=1)
     _wait_for(mark, proc)
@@ -196,10 +194,7 @@ def test_an_input_truncated_while_it_is_read_ends_the_run(corpus, bpe_tokenizer,
 
 
 def test_a_rerun_never_reuses_parts_of_an_input_edited_in_place(corpus, bpe_tokenizer, tmp_path):
-    src = tmp_path / "in"
-    src.mkdir()
-    for f in corpus.iterdir():
-        (src / f.name).write_bytes(f.read_bytes())
+    src = shutil.copytree(corpus, tmp_path / "in")  # a copy of the input to change
     out = tmp_path / "out"
     env = {**os.environ, "SHARDSMITH_CRASH_AT": "scatter:1"}
     assert run_subprocess(*_pack(src, out, bpe_tokenizer), env=env).returncode == -signal.SIGKILL
