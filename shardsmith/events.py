@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.dtypes import allowed, safe_dtype
 from shardsmith.memory import no_gc
 from shardsmith.ragged import join, slices, starts_of, take_ragged
-
-_UNITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def _pad8(n: Any) -> Any:
@@ -59,6 +58,8 @@ class Field:
 
     @classmethod
     def from_json(cls, name: str, d: dict[str, Any]) -> Field:
+        """A field read from a manifest or a shard: its dtype must pass the allow-list (DatasetError)."""
+        safe_dtype(d["dtype"], field=f"schema.{name}.dtype")
         return cls(name=name, dtype=d["dtype"], shape=tuple(d.get("shape", ())), counter=d.get("counter"))
 
 
@@ -73,7 +74,7 @@ class EventSchema:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate field names in {names}")
         for f in self.fields:
-            if f.np_dtype.kind not in "biufc" or f.np_dtype.itemsize not in _UNITS:
+            if not allowed(f.np_dtype):
                 raise ValueError(f"field {f.name!r}: {f.dtype} is not a numeric dtype")
 
     @property

@@ -103,7 +103,7 @@ def validate(manifest: Any, *, where: Path) -> None:
     missing = [k for k in _REQUIRED if k not in manifest]
     if missing:
         raise bad(f"missing fields: {', '.join(missing)}")
-    if not isinstance(manifest["format"], str) or not isinstance(manifest["shardsmith"], int):
+    if not isinstance(manifest["format"], str) or type(manifest["shardsmith"]) is not int:
         raise bad("'shardsmith' and 'format' must be a version number and a format name")
     if manifest["shardsmith"] != FORMAT_VERSION:
         raise bad(f"format version {manifest['shardsmith']!r}; this shardsmith reads version {FORMAT_VERSION}")
@@ -208,7 +208,8 @@ def _check_tokens(m: dict[str, Any], bad: Any) -> None:
         raise bad(f"'tokenizer.path' {path!r} is not a plain relative path inside the dataset folder")
     _need(tok, "sha256", str, bad, where="tokenizer.")
     _count(tok, "vocab_size", bad, where="tokenizer.", low=1)
-    _dtype(_need(tok, "dtype", str, bad, where="tokenizer."), bad, "'tokenizer.dtype'")
+    if _dtype(_need(tok, "dtype", str, bad, where="tokenizer."), bad, "'tokenizer.dtype'").kind not in "iu":
+        raise bad(f"'tokenizer.dtype' is {tok['dtype']!r}: token ids are integers")
     for key in ("eos_id", "bos_id"):
         _count(tok, key, bad, where="tokenizer.", optional=True, nullable=True)
     for key in ("eos_token", "bos_token"):
@@ -265,11 +266,11 @@ def _check_hdf5(m: dict[str, Any], bad: Any) -> None:
     _check_events_schema(m, bad)
 
 
-def _dtype(value: str, bad: Any, name: str) -> None:
+def _dtype(value: str, bad: Any, name: str) -> Any:
     from shardsmith.dtypes import safe_dtype
 
     try:
-        safe_dtype(value, field=name)
+        return safe_dtype(value, field=name)
     except DatasetError as exc:
         raise bad(str(exc)) from None
 

@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import jpeg_folder, root_data, run_cli, run_subprocess, two_file_corpus
 
@@ -35,7 +36,7 @@ def datasets(tmp_path_factory: pytest.TempPathFactory, bpe_tokenizer: Path) -> d
     if (root_data() / "uproot-HZZ.root").is_file():
         made["hdf5"] = ["convert", root_data() / "uproot-HZZ.root", "--to", "hdf5", "--branches", "Jet_P*,NJet,MET_px"]
         made["event-tar"] = ["convert", root_data() / "uproot-HZZ.root", "--to", "webdataset", "--branches",
-                             "Jet_P*,NJet", "--events-per-sample", "4"]
+                             "Jet_P*,NJet", "--events-per-sample", "16"]
     out = {}
     for name, args in made.items():
         res = run_cli(*args[:2], "-o", root / name, *args[2:], "-q")
@@ -71,14 +72,19 @@ def _mutated(manifest: dict[str, Any], path: tuple, value: Any, *, delete: bool)
     return m
 
 
-def _every_reader_copes(out: Path) -> None:
+def _every_reader_copes(out: Path, *, slow: bool) -> None:
+    """The loader and the CLI work or fail with one line; ``slow``: ``verify --deep`` and ``bench``
+    too (they read every sample or run 0.1 s, so the fuzz gives them a sample of the mutations)."""
     try:
         ds = shardsmith.open(out, split="train")
         if len(ds):
             ds[0]
     except ShardsmithError:
         pass
-    for args in (["verify", out], ["verify", out, "--deep"], ["inspect", out], ["inspect", out, "--json"]):
+    commands = [["verify", out], ["inspect", out], ["inspect", out, "--json"]]
+    if slow:
+        commands += [["verify", out, "--deep"], ["bench", out, "--seconds", "0.1"]]
+    for args in commands:
         res = run_cli(*args)  # any exception but a user error fails the test here (catch_exceptions=False)
         assert res.exit_code in (0, 1, 2), (args, res.exit_code, res.stderr)
         assert len(res.stderr.strip().splitlines()) <= 1, res.stderr
@@ -93,10 +99,13 @@ def test_every_manifest_key_deleted_or_of_the_wrong_type(datasets, tmp_path, kin
     original = json.loads((out / "manifest.json").read_text())
     paths = _paths(original)
     assert len(paths) > 20
-    for path in paths:
-        for delete, value in [(True, None), *((False, v) for v in WRONG)]:
+    variants = [(True, None), *((False, v) for v in WRONG)]
+    for p, path in enumerate(paths):
+        for v, (delete, value) in enumerate(variants):
             (out / "manifest.json").write_text(json.dumps(_mutated(original, path, value, delete=delete)))
-            _every_reader_copes(out)
+            # the slow commands on 2 of the 10 variants of each path, rotating so every variant is
+            # met across the paths (all of them: 45 s; this: a fifth)
+            _every_reader_copes(out, slow=(v - p) % 5 == 0)
     (out / "manifest.json").write_text(json.dumps(original))
     res = run_cli("verify", out, "--deep")
     assert res.exit_code == 0, res.stderr
@@ -114,7 +123,7 @@ def test_bench_copes_with_a_crafted_tokens_manifest(datasets, tmp_path):
             assert res.exit_code in (0, 1, 2), res.stderr
 
 
-@pytest.mark.parametrize("dtype", ["O", "V8", "<U4", "M8", ">f4", "object", "i16"])
+@pytest.mark.parametrize("dtype", ["O", "V8", "<U4", "M8", ">f4", "object", "i16", "f16", "c16"])
 def test_a_dtype_that_is_not_a_number_is_refused_not_a_crash(datasets, tmp_path, dtype):
     out = tmp_path / "ds"
     shutil.copytree(datasets["tokens"], out)
@@ -133,24 +142,56 @@ def test_a_dtype_that_is_not_a_number_is_refused_not_a_crash(datasets, tmp_path,
         (out / "manifest.json").write_text(json.dumps(m))
         res = run_subprocess("verify", out, "--deep")
         assert res.returncode == 1 and "schema.MET_px.dtype" in res.stdout, (res.returncode, res.stdout)
+    if "event-tar" in datasets:
+        out = tmp_path / "et"
+        shutil.copytree(datasets["event-tar"], out)
+        m = json.loads((out / "manifest.json").read_text())
+        m["schema"]["NJet"]["dtype"] = dtype
+        (out / "manifest.json").write_text(json.dumps(m))
+        res = run_subprocess("verify", out, "--deep")
+        assert res.returncode == 1 and "schema.NJet.dtype" in res.stdout, (res.returncode, res.stdout)
 
 
-@pytest.mark.parametrize("target", ["manifest.json", "shard", "index", "tokenizer.json"])
+@pytest.mark.parametrize("dtype", [">f4", "O", "<U4", "V8", "M8", "f16", "c16"])
+def test_an_event_schema_read_from_a_file_takes_dtypes_from_the_allow_list(dtype):
+    from shardsmith.errors import DatasetError
+    from shardsmith.events import EventSchema
+
+    assert EventSchema.from_json({"x": {"dtype": "<f4"}}).fields[0].np_dtype == np.dtype("<f4")
+    with pytest.raises(DatasetError, match=r"schema\.x\.dtype"):
+        EventSchema.from_json({"x": {"dtype": dtype}})
+
+
+def test_token_ids_are_integers_and_the_format_version_is_not_a_bool(datasets, tmp_path):
+    out = tmp_path / "ds"
+    shutil.copytree(datasets["tokens"], out)
+    original = json.loads((out / "manifest.json").read_text())
+    for path, value, field in [(("tokenizer", "dtype"), "<f4", "tokenizer.dtype"), (("shardsmith",), True, "shardsmith")]:
+        (out / "manifest.json").write_text(json.dumps(_mutated(original, path, value, delete=False)))
+        with pytest.raises(ShardsmithError, match=field):
+            shardsmith.open(out, split="train")
+        res = run_cli("verify", out)
+        assert res.exit_code == 1 and field in res.output, res.output
+
+
+@pytest.mark.parametrize("target", ["manifest.json", "shard", "index", "tokenizer.json", "train.wids.json"])
 def test_a_symlink_leading_out_of_the_folder_is_refused(datasets, tmp_path, target):
-    kind = "image-tar" if target == "index" else "tokens"
+    kind = "image-tar" if target in ("index", "train.wids.json") else "tokens"
     out = tmp_path / "ds"
     shutil.copytree(datasets[kind], out)
     m = json.loads((out / "manifest.json").read_text())
     shard = m["splits"]["train"]["shards"][0]
     name = {"manifest.json": "manifest.json", "shard": shard["path"], "index": shard.get("index", {}).get("path"),
-            "tokenizer.json": "tokenizer.json"}[target]
+            "tokenizer.json": "tokenizer.json", "train.wids.json": "train.wids.json"}[target]
     outside = tmp_path / "elsewhere" / Path(name).name
     outside.parent.mkdir()
     shutil.move(out / name, outside)
     os.symlink(outside, out / name)
     res = run_cli("verify", out)
     assert res.exit_code == 1 and "outside the dataset folder" in res.output, res.output
-    if target != "tokenizer.json":
+    if target.endswith(".json") and target != "manifest.json":  # read by verify, not by the loaders
+        assert run_subprocess("verify", out).returncode == 1
+    else:
         with pytest.raises(ShardsmithError, match="outside the dataset folder"):
             ds = shardsmith.open(out, split="train")
             ds[0]

@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from shardsmith import manifest as manifest_mod
+from shardsmith.dtypes import safe_dtype
 from shardsmith.errors import DatasetError, ShardsmithError
 from shardsmith.sizes import format_size
 
@@ -97,7 +98,7 @@ def _deep_tokens(out: Path, m: dict[str, Any], split: str) -> list[str]:
 
     problems = []
     vocab = m["tokenizer"]["vocab_size"]
-    dtype = np.dtype(m["tokenizer"]["dtype"])
+    dtype = safe_dtype(m["tokenizer"]["dtype"], field="tokenizer.dtype")
     for shard in m["splits"][split]["shards"]:
         try:
             idx = read_idx(manifest_mod.resolve_inside(out, shard["index"]["path"]), bin_bytes=shard["bytes"])

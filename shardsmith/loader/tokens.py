@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith import manifest as manifest_mod
+from shardsmith.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
 from shardsmith.loader.identity import Stamp, open_checked, stamp
 from shardsmith.loader.indexed import read_idx
@@ -26,7 +27,7 @@ class _TokenShards:
         self.out_dir = Path(out_dir)
         self.manifest, self.entries = manifest_mod.load_split(out_dir, fmt="tokens", split=split)
         self.split = split
-        self.dtype = np.dtype(self.manifest["tokenizer"]["dtype"])
+        self.dtype = safe_dtype(self.manifest["tokenizer"]["dtype"], field="tokenizer.dtype")
         self.paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in self.entries]
         self.index_paths = [manifest_mod.resolve_inside(out_dir, e["index"]["path"]) for e in self.entries]
         # what the lazily opened files must still be (``identity``)
