@@ -35,14 +35,14 @@ def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
     return entries
 
 
-def _legacy_files(out: Path, m: dict[str, Any]) -> list[str]:
-    """Split-wide files of a manifest written before ``files`` was recorded: the tokenizer against
-    its sha256, each wids index against the shards it lists."""
-    if "files" in m:
-        return []
+def _unlisted_files(out: Path, m: dict[str, Any]) -> list[str]:
+    """Split-wide files the manifest names but its ``files`` does not list (manifests written before
+    ``files`` was recorded, or a list cut short): the tokenizer against its sha256, each wids index
+    against the shards it lists."""
+    listed = {e["path"] for e in m.get("files") or []}
     problems = []
     tok = m.get("tokenizer")
-    if isinstance(tok, dict):
+    if isinstance(tok, dict) and tok["path"] not in listed:
         try:
             data = manifest_mod.resolve_inside(out, tok["path"]).read_bytes()
             if hashlib.sha256(data).hexdigest() != tok["sha256"]:
@@ -53,7 +53,7 @@ def _legacy_files(out: Path, m: dict[str, Any]) -> list[str]:
             problems.append(str(exc))
     for split in m["splits"].values():
         wids = split.get("wids")
-        if isinstance(wids, str):
+        if isinstance(wids, str) and wids not in listed:
             problems += _check_wids(out, wids, split["shards"])
     return problems
 
@@ -172,7 +172,7 @@ def run(out: Path, *, deep: bool, workers: int) -> bool:
     entries = _files(m)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         problems = [p for p in pool.map(lambda e: _check_file(out, e), entries) if p]
-    problems += _legacy_files(out, m)
+    problems += _unlisted_files(out, m)
     if deep and not problems:
         for split in m["splits"]:
             if m["format"] == "tokens":
