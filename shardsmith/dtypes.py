@@ -2,8 +2,8 @@
 
 A dtype read from a manifest or a file decides how bytes are viewed; an object dtype makes numpy
 view file bytes as Python pointers (a crash), strings, voids and dates are nothing shardsmith
-writes. One allow-list, used wherever a dtype comes from outside (and by the event schema that
-the converters build, so nothing is written that could not be read back).
+writes. One allow-list, used wherever a dtype comes from outside (its kinds and sizes also bound
+the event schemas the converters build, which are little-endian when written).
 """
 
 from __future__ import annotations

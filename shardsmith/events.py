@@ -74,7 +74,7 @@ class EventSchema:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate field names in {names}")
         for f in self.fields:
-            if not allowed(f.np_dtype):
+            if not allowed(f.np_dtype.newbyteorder("<")):  # any byte order in memory; on disk: from_json
                 raise ValueError(f"field {f.name!r}: {f.dtype} is not a numeric dtype")
 
     @property
