@@ -87,3 +87,21 @@ def test_real_shards_of_every_compression_still_load(small_events, compression):
     ev = shardsmith.open(out)
     assert len(ev.get_batch(np.arange(len(ev)))) == len(ev)
     assert run_cli("verify", out, "--deep").exit_code == 0
+
+
+def test_a_second_offsets_dataset_declaring_3e8_rows_is_refused_at_once(small_events, tmp_path):
+    """Members of one counter share one offsets dataset (a hard link); a crafted shard that gives a
+    member its own, never written, of 3e8 rows is checked before it is read whole."""
+    import h5py
+
+    out = shutil.copytree(small_events["none"], tmp_path / "bomb")
+    with h5py.File(out / "train-000000.h5", "a") as f:
+        del f["Jet_Py/offsets"]
+        f["Jet_Py"].create_dataset("offsets", shape=(CLAIM,), dtype="<i8", chunks=(1 << 16,))
+    rehash(out)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.monotonic()
+    with pytest.raises(DatasetError, match="Jet_Py/offsets"):
+        shardsmith.open(out)[0]
+    assert time.monotonic() - t0 < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KB

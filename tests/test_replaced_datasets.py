@@ -3,6 +3,9 @@ opened, whole, or raises a DatasetError at the next read; never shards of the ne
 
 from __future__ import annotations
 
+import os
+import pickle
+
 import pytest
 from conftest import root_data, run_cli, two_file_corpus
 
@@ -83,3 +86,41 @@ def test_plain_h5py_opens_a_shard_the_loader_has_open(tmp_path):
     ev[0]  # the loader holds the compressed shard open through h5py
     with h5py.File(out / "train-000000.h5", "r") as f:  # failed with a file-locking flag clash
         assert f.attrs["samples"] == len(ev)
+
+
+def _in_fork(read) -> str:
+    """What ``read()`` does in a forked child (a DataLoader worker started by fork)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child's outcome is its exit status
+        code = 3
+        try:
+            read()
+            code = 1
+        except DatasetError as exc:
+            code = 0 if "changed since the dataset was opened" in str(exc) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return {0: "refused", 1: "served", 2: "other error"}.get(os.waitstatus_to_exitcode(status), "crashed")
+
+
+@pytest.mark.parametrize("kind", ["tokens", "tar", "hdf5"])
+def test_pickled_and_forked_copies_check_too(corpus, bpe_tokenizer, tmp_path, kind):
+    """A spawned DataLoader worker gets a pickled copy, a forked one a copy of the process: both
+    open their own shards, and both refuse files replaced since the dataset was made."""
+    out = tmp_path / "o"
+    args = {"tokens": ["pack-tokens", corpus, "-o", out, "--tokenizer", bpe_tokenizer, "--shard-tokens", "3K",
+                       "--seq-len", "32"],
+            "tar": ["convert", corpus, "-o", out, "--to", "webdataset", "--shard-samples", "100"],
+            "hdf5": ["convert", root_data() / "uproot-HZZ.root", "-o", out, "--to", "hdf5", "--branches",
+                     "Jet_P*,NJet", "--shard-samples", "800", "--compression", "gzip"]}[kind]
+    _rewrite(args, "1")
+    ds = shardsmith.TokenDataset(out) if kind == "tokens" else shardsmith.open(out)
+    ds[0]
+    blob = pickle.dumps(ds)
+    shard_bytes = sum(e["bytes"] for e in ds.manifest["splits"]["train"]["shards"])
+    assert len(blob) < shard_bytes / 2  # open maps are not pickled (a map pickles as a copy of its data)
+    _rewrite(args, "2")
+    with pytest.raises(DatasetError, match="changed since the dataset was opened"):
+        pickle.loads(blob)[len(ds) - 1]
+    assert _in_fork(lambda: ds[len(ds) - 1]) == "refused"

@@ -44,6 +44,10 @@ class _TokenShards:
         self._doc_lengths: np.ndarray | None = None
         self._doc_ends: np.ndarray | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a memory map pickles as a copy of its data: a spawned worker maps (and checks) its own
+        return {**self.__dict__, "_maps": None, "_pid": -1}
+
     @property
     def maps(self) -> list[np.ndarray]:
         if self._maps is None or self._pid != os.getpid():
