@@ -94,7 +94,7 @@ def main() -> None:
     root_file = work / "events" / "icecube-100000ev-240p-seed0.root"
     if not root_file.is_file():
         sys.path.insert(0, str(HERE.parent))
-        from shardsmith.demo_data import make_icecube_like
+        from shardsmith.demo.root_files import make_icecube_like
 
         root_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = root_file.with_suffix(".tmp")

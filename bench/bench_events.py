@@ -3,7 +3,7 @@
     python bench/bench_events.py [--events 500000] [--workdir /tmp/shardsmith-bench/events] [--repeat 3]
                                  [--gzip-events 50000] [--only abc]
 
-On one synthetic IceCube-like ROOT file (shardsmith.demo_data.make_icecube_like: TTree `events`, about
+On one synthetic IceCube-like ROOT file (shardsmith.demo.root_files.make_icecube_like: TTree `events`, about
 240 pulses per event; cached in the workdir between runs), the 4 float pulse fields pulses_time,
 pulses_charge, pulses_dom_x, pulses_dom_y (one shared counter) plus the scalars event_id, azimuth, zenith:
   (a) ROOT -> HDF5: `shardsmith convert --to hdf5 --workers 2 --branches ...` (exact shuffle, default
@@ -259,7 +259,7 @@ def _collate(out: str, seconds: float) -> dict:
     import numpy as np
 
     import shardsmith
-    from shardsmith.loader.collate import collate_events
+    from shardsmith.formats.collate import collate_events
 
     ds = shardsmith.open(out)
     batches = [ds.get_batch(idx) for idx in _plans(_shards(out)[1], count=64)[0]]
@@ -420,7 +420,7 @@ class Bench:
 
 def ensure_root(work: Path, events: int) -> tuple[Path, float | None]:
     """The cached ROOT file for `events` (written under a temporary name first); seconds spent making it."""
-    from shardsmith.demo_data import make_icecube_like
+    from shardsmith.demo.root_files import make_icecube_like
 
     path = work / f"icecube-{events}ev-{MEAN_PULSES}p-seed{SEED}.root"
     if path.exists():

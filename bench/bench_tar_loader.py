@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shardsmith import manifest
-from shardsmith.loader.webdataset import TarDataset
-from shardsmith.tarfmt import end_of_archive, sample_members
+from shardsmith.core import manifest
+from shardsmith.formats.webdataset.dataset import TarDataset
+from shardsmith.formats.webdataset.tarfmt import end_of_archive, sample_members
 
 TARGET_RANDOM = 100_000
 

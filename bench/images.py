@@ -67,7 +67,7 @@ def make_image(seed: int, index: int) -> bytes:
 
 
 def _keep_freed_memory() -> None:
-    """Keep freed blocks in the heap (as shardsmith.memory does): a fresh page costs ~3 us to fault in
+    """Keep freed blocks in the heap (as shardsmith.core.memory does): a fresh page costs ~3 us to fault in
     on these VMs, and each image allocates ~10 MB of temporaries."""
     import ctypes
     import ctypes.util

@@ -68,8 +68,8 @@ def main() -> None:
     print(f"augmented: {len(aug)} samples (2 copies of each image), first image {aug[0]['jpg'].shape}")
 
     # 5. physics events: a small IceCube-like ROOT file (made here with uproot) → exactly shuffled HDF5
-    from shardsmith.demo_data import make_icecube_like
-    from shardsmith.loader.collate import collate_events
+    from shardsmith.demo.root_files import make_icecube_like
+    from shardsmith.formats.collate import collate_events
 
     root_file = make_icecube_like(args.out / "icecube-like.root", events=5000, mean_pulses=60, seed=0)
     events = args.out / "events"

@@ -12,9 +12,10 @@ from typing import Any
 
 import click
 
-from shardsmith import __version__, interrupt
+from shardsmith import __version__
+from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
+from shardsmith.engine import interrupt
 from shardsmith.errors import ShardsmithError
-from shardsmith.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
 # and keeps it spinning for a while (0.1 s of a core here), beside the workers; one thread starts none.
@@ -70,7 +71,7 @@ def _interrupted(exc: BaseException | None = None) -> None:
 
 def _size(option: str) -> Callable[[click.Context, click.Parameter, Any], int | None]:
     def convert(ctx: click.Context, param: click.Parameter, value: Any) -> int | None:
-        from shardsmith.sizes import parse_size
+        from shardsmith.core.sizes import parse_size
 
         if value is None:
             return None
@@ -85,7 +86,7 @@ def _size(option: str) -> Callable[[click.Context, click.Parameter, Any], int | 
 def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[str, float], ...]:
     if not value:  # parse_splits' default, without importing numpy (with splits) while the options are parsed
         return (("train", 1.0),)
-    from shardsmith.splits import parse_splits
+    from shardsmith.engine.splits import parse_splits
 
     try:
         return tuple(parse_splits(value).items())
@@ -235,7 +236,7 @@ def main() -> None:
 def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
     """Tokenize JSONL/Parquet text into exactly shuffled Megatron indexed datasets."""
     from shardsmith.commands.pack_tokens import PackTokensOptions, run
-    from shardsmith.pipeline import default_workers
+    from shardsmith.engine.pipeline import default_workers
 
     kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
     opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle,
@@ -289,11 +290,11 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,
             **kw: Any) -> None:
     """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar or HDF5)."""
-    from shardsmith.inputs import walk_soon
+    from shardsmith.engine.inputs import walk_soon
 
     with walk_soon(inputs):  # a child lists the input folders while this process loads the converter
         from shardsmith.commands.convert import ConvertOptions, run
-        from shardsmith.pipeline import default_workers
+        from shardsmith.engine.pipeline import default_workers
 
         globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
         kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
@@ -349,7 +350,7 @@ def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: 
 def verify(out: Path, deep: bool, workers: int | None) -> None:
     """Check every file of a dataset against its manifest (size, sha256); exit 1 on any mismatch."""
     from shardsmith.commands.verify import run
-    from shardsmith.pipeline import default_workers
+    from shardsmith.engine.pipeline import default_workers
 
     if not run(out, deep=deep, workers=workers or default_workers()):
         sys.exit(1)

@@ -1,11 +1,11 @@
-"""The ``shardsmith`` program's entry point: Ctrl-C and SIGTERM are handled (``shardsmith.interrupt``)
+"""The ``shardsmith`` program's entry point: Ctrl-C and SIGTERM are handled (``shardsmith.engine.interrupt``)
 before the command line's modules are imported, so an interruption at start-up is one line too."""
 
 from __future__ import annotations
 
 
 def main() -> None:
-    from shardsmith import interrupt
+    from shardsmith.engine import interrupt
 
     interrupt.install()
     try:

@@ -37,17 +37,17 @@ class Plugin:
 
 
 _BUILTIN = [
-    Plugin("reader", "imagefolder", "shardsmith.readers.imagefolder:ImageFolderReader"),
-    Plugin("reader", "jsonl", "shardsmith.readers.jsonl:JsonlReader", ("orjson",)),
-    Plugin("reader", "parquet", "shardsmith.readers.parquet:ParquetReader", ("pyarrow",)),
-    Plugin("reader", "parquet-events", "shardsmith.readers.parquet_events:ParquetEventReader", ("pyarrow",)),
-    Plugin("reader", "root", "shardsmith.readers.root:RootReader", ("uproot", "awkward"), hint="'shardsmith[root]'"),
+    Plugin("reader", "imagefolder", "shardsmith.sources.imagefolder:ImageFolderReader"),
+    Plugin("reader", "jsonl", "shardsmith.sources.jsonl:JsonlReader", ("orjson",)),
+    Plugin("reader", "parquet", "shardsmith.sources.parquet:ParquetReader", ("pyarrow",)),
+    Plugin("reader", "parquet-events", "shardsmith.sources.parquet_events:ParquetEventReader", ("pyarrow",)),
+    Plugin("reader", "root", "shardsmith.sources.root:RootReader", ("uproot", "awkward"), hint="'shardsmith[root]'"),
     Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), hint="'shardsmith[images]'"),
     Plugin("transform", "tokenize", "shardsmith.transforms.tokenize:Encoder", ("tokenizers", "gigatoken")),
-    Plugin("writer", "tokens", "shardsmith.writers.tokens:TokensWriter", ("numpy",)),
-    Plugin("writer", "webdataset", "shardsmith.writers.webdataset:TarWriter"),
-    Plugin("writer", "hdf5", "shardsmith.writers.hdf5:HDF5Writer", ("h5py",)),
-    Plugin("writer", "event-tar", "shardsmith.writers.event_tar:EventTarWriter"),
+    Plugin("writer", "tokens", "shardsmith.formats.tokens.writer:TokensWriter", ("numpy",)),
+    Plugin("writer", "webdataset", "shardsmith.formats.webdataset.writer:TarWriter"),
+    Plugin("writer", "hdf5", "shardsmith.formats.hdf5.writer:HDF5Writer", ("h5py",)),
+    Plugin("writer", "event-tar", "shardsmith.formats.event_tar.writer:EventTarWriter"),
 ]
 
 

@@ -13,11 +13,11 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
-from shardsmith.events import EventSchema
-from shardsmith.loader.events import EventBatch, EventDataset, event_order
-from shardsmith.loader.order import epoch_order
-from shardsmith.loader.tokens import TokenDataset
-from shardsmith.loader.webdataset import TarDataset
+from shardsmith.core.events import EventSchema
+from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset, event_order
+from shardsmith.formats.order import epoch_order
+from shardsmith.formats.tokens.dataset import TokenDataset
+from shardsmith.formats.webdataset.dataset import TarDataset
 
 
 def _distributed() -> tuple[int, int]:
@@ -142,7 +142,7 @@ def event_collate(*, ragged: str = "pad", max_len: int | None = None, truncate: 
                   schema: EventSchema | None = None) -> Callable[[Any], dict[str, Any]]:
     """A DataLoader ``collate_fn``: an ``EventBatch`` (or a list of events, given ``schema``) into
     tensors, ragged fields padded with a mask or flat with ``cu_seqlens`` (see ``collate_events``)."""
-    from shardsmith.loader.collate import RAGGED, TRUNCATE, collate_events
+    from shardsmith.formats.collate import RAGGED, TRUNCATE, collate_events
 
     if ragged not in RAGGED or truncate not in TRUNCATE:
         raise ValueError(f"ragged={ragged!r}, truncate={truncate!r}: choose from {RAGGED} and {TRUNCATE}")

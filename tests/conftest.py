@@ -15,7 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from shardsmith.cli import main
-from shardsmith.tarfmt import parse_sample as _parse_sample  # bound now: tests count calls of the patched one
+from shardsmith.formats.webdataset.tarfmt import (
+    parse_sample as _parse_sample,  # bound now: tests count calls of the patched one
+)
 from shardsmith.transforms.tokenize import train_bpe
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "über", "café", "naïve", "東京", "🙂", "data", "shard", "token", "shuffle", "seed", "record"]
@@ -161,7 +163,7 @@ def corpus(tmp_path: Path) -> tuple[Path, list[str]]:
 
 def tar_archive(samples: list[tuple[str, list[tuple[str, bytes]]]]) -> tuple[bytes, list[int]]:
     """A whole tar shard and its sample offsets (n + 1), laid out as the webdataset writer does."""
-    from shardsmith.tarfmt import end_of_archive, sample_members
+    from shardsmith.formats.webdataset.tarfmt import end_of_archive, sample_members
 
     chunks, offsets, pos = [], [], 0
     for key, fields in samples:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from shardsmith.core.images import ImageError
 from shardsmith.errors import UsageError
-from shardsmith.images import ImageError
 from shardsmith.transforms.augment import Augmenter, parse_augment
 
 try:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from conftest import Result, jpeg, make_docs, root_data, run_cli, write_jsonl
 
-from shardsmith.icecube_like import make_icecube_kaggle_like
+from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
 MANIFEST = "manifest.json"
 
@@ -266,7 +266,7 @@ def full_disk_checks(res: Result, out: Path, *, work_removed: bool = True) -> st
 
 @pytest.mark.parametrize("room", [0, 3000], ids=["nothing fits", "part of a shard fits"])
 def test_full_disk_while_writing_token_shards(tmp_path, bpe_tokenizer, monkeypatch, room):
-    import shardsmith.fsutil as fsutil
+    import shardsmith.core.fsutil as fsutil
 
     write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(200))
     fill_disk(monkeypatch, fsutil, "train-", room=room)
@@ -279,7 +279,7 @@ def test_full_disk_while_writing_token_shards(tmp_path, bpe_tokenizer, monkeypat
 
 @pytest.mark.parametrize("room", [0, 30_000], ids=["nothing fits", "part of a shard fits"])
 def test_full_disk_while_writing_tar_shards(tmp_path, monkeypatch, room):
-    import shardsmith.fsutil as fsutil
+    import shardsmith.core.fsutil as fsutil
 
     write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(300))
     fill_disk(monkeypatch, fsutil, "train-", room=room)
@@ -291,7 +291,7 @@ def test_full_disk_while_writing_tar_shards(tmp_path, monkeypatch, room):
 
 
 def test_full_disk_while_writing_image_shards(tmp_path, monkeypatch):
-    import shardsmith.fsutil as fsutil
+    import shardsmith.core.fsutil as fsutil
 
     for i in range(6):
         (tmp_path / "imgs" / "cls").mkdir(parents=True, exist_ok=True)
@@ -304,7 +304,7 @@ def test_full_disk_while_writing_image_shards(tmp_path, monkeypatch):
 
 
 def test_full_disk_while_spilling(tmp_path, monkeypatch):
-    import shardsmith.shuffle as shuffle
+    import shardsmith.engine.shuffle as shuffle
 
     write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(300))
     fill_disk(monkeypatch, shuffle, "part-", room=5000)
@@ -318,7 +318,7 @@ def test_full_disk_while_spilling(tmp_path, monkeypatch):
 
 def test_full_disk_while_writing_event_shards(tmp_path, monkeypatch):
     """h5py writes in C, past any Python patch: its write fails as HDF5 reports a full disk."""
-    import shardsmith.writers.hdf5 as hdf5
+    import shardsmith.formats.hdf5.writer as hdf5
 
     batches, _ = make_icecube_kaggle_like(tmp_path / "ic", batches=1, events_per_batch=40, mean_pulses=5, seed=1)
     real_build = hdf5.HDF5Writer._build
@@ -336,7 +336,7 @@ def test_full_disk_while_writing_event_shards(tmp_path, monkeypatch):
 
 
 def test_full_disk_while_writing_the_manifest(tmp_path, monkeypatch):
-    import shardsmith.fsutil as fsutil
+    import shardsmith.core.fsutil as fsutil
 
     write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(20))
     fill_disk(monkeypatch, fsutil, MANIFEST, room=100)

@@ -156,8 +156,8 @@ def test_a_dtype_that_is_not_a_number_is_refused_not_a_crash(datasets, tmp_path,
 
 @pytest.mark.parametrize("dtype", [">f4", "O", "<U4", "V8", "M8", "f16", "c16"])
 def test_an_event_schema_read_from_a_file_takes_dtypes_from_the_allow_list(dtype):
+    from shardsmith.core.events import EventSchema
     from shardsmith.errors import DatasetError
-    from shardsmith.events import EventSchema
 
     assert EventSchema.from_json({"x": {"dtype": "<f4"}}).fields[0].np_dtype == np.dtype("<f4")
     with pytest.raises(DatasetError, match=r"schema\.x\.dtype"):

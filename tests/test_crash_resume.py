@@ -16,7 +16,7 @@ from conftest import (
     two_file_corpus,
 )
 
-from shardsmith.icecube_like import make_icecube_kaggle_like
+from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import make_docs, tree_digest, write_jsonl
 
-from shardsmith.icecube_like import make_icecube_kaggle_like
+from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
 # (PYTHONHASHSEED, --workers): every hash seed and both worker counts appear, and the reference
 # run (first) differs from each other run in at least one of them

@@ -13,8 +13,8 @@ import test_hdf5_writer as hw
 
 import shardsmith
 from shardsmith.errors import DatasetError
-from shardsmith.loader.collate import collate_events
-from shardsmith.loader.events import EventBatch, EventDataset, event_order
+from shardsmith.formats.collate import collate_events
+from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset, event_order
 
 N = 700
 

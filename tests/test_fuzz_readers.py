@@ -20,9 +20,9 @@ from conftest import make_docs, run_cli, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shardsmith.core.events import EventChunk, EventSchema, Field, check_chunk, decode, encode
+from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 from shardsmith.errors import DatasetError
-from shardsmith.events import EventChunk, EventSchema, Field, check_chunk, decode, encode
-from shardsmith.icecube_like import make_icecube_kaggle_like
 
 FUZZ = settings(max_examples=60, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -113,8 +113,8 @@ def idx_mutation(data: st.DataObject, raw: bytes) -> bytes:
 @FUZZ
 @given(data=st.data())
 def test_fuzz_idx_files(packed, data):
-    from shardsmith.loader.indexed import read_idx
-    from shardsmith.loader.tokens import TokenDataset, TokenDocuments
+    from shardsmith.formats.tokens.dataset import TokenDataset, TokenDocuments
+    from shardsmith.formats.tokens.indexed import read_idx
 
     name = data.draw(st.sampled_from(sorted(p.name for p in packed.glob("train-*.idx"))))
     raw = (packed / name).read_bytes()
@@ -140,7 +140,7 @@ def test_fuzz_idx_files(packed, data):
 
 def test_idx_header_claims_that_do_not_fit_are_rejected_quickly(packed, tmp_path):
     """Huge counts in the header: refused by size, never allocated or looped over."""
-    from shardsmith.loader.indexed import read_idx
+    from shardsmith.formats.tokens.indexed import read_idx
 
     raw = bytearray((packed / "train-000000.idx").read_bytes())
     magic, version, code, _, _ = _HEAD.unpack_from(raw)
@@ -165,7 +165,7 @@ def events_h5(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 def read_everything(out: Path, seed: int) -> None:
     """Every way the loader reads: each call returns data or raises DatasetError, nothing else."""
-    from shardsmith.loader.events import EventDataset
+    from shardsmith.formats.hdf5.dataset import EventDataset
 
     ds = only_dataset_errors(lambda: EventDataset(out))
     if ds is None:
@@ -335,7 +335,7 @@ def test_damaged_offsets_are_named(events_h5, tmp_path):
     """Not only no crash: the deep checks name the shard and what is wrong."""
     import h5py
 
-    from shardsmith.loader.events import EventDataset
+    from shardsmith.formats.hdf5.dataset import EventDataset
 
     out = copy_dataset(events_h5, tmp_path / "ds")
     with h5py.File(out / "train-000001.h5", "r+") as f:
@@ -357,7 +357,7 @@ def test_damaged_offsets_are_named(events_h5, tmp_path):
 def test_found_by_fuzzing_attributes_of_another_kind(events_h5, tmp_path, attr, value):
     import h5py
 
-    from shardsmith.loader.events import EventDataset
+    from shardsmith.formats.hdf5.dataset import EventDataset
 
     out = copy_dataset(events_h5, tmp_path / "ds")
     with h5py.File(out / "train-000000.h5", "r+") as f:
@@ -376,7 +376,7 @@ def test_found_by_fuzzing_attributes_of_another_kind(events_h5, tmp_path, attr, 
 def test_found_by_fuzzing_schemas_that_lie(events_h5, tmp_path, field, key, value, message):
     import h5py
 
-    from shardsmith.loader.events import EventDataset
+    from shardsmith.formats.hdf5.dataset import EventDataset
 
     out = copy_dataset(events_h5, tmp_path / "ds")
     m = json.loads((out / "manifest.json").read_text())

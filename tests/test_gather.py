@@ -13,7 +13,7 @@ from conftest import run_cli, run_subprocess, tree_digest, two_file_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardsmith.writers.rollover import Rollover, runs, shard_bounds
+from shardsmith.formats.rollover import Rollover, runs, shard_bounds
 
 # -- the rule -----------------------------------------------------------------------------------------
 
@@ -172,9 +172,9 @@ def test_a_finalize_killed_before_the_manifest_is_rerun(corpus, bpe_tokenizer, t
 
 def test_event_tar_weights_are_the_samples_tar_bytes():
     """The plan cuts one-event tar samples by these weights; the tar writer by the real bytes."""
-    from shardsmith.events import EventChunk, EventSchema, Field, encode
-    from shardsmith.tarfmt import sample_members
-    from shardsmith.writers.event_tar import EventTarWriter
+    from shardsmith.core.events import EventChunk, EventSchema, Field, encode
+    from shardsmith.formats.event_tar.writer import EventTarWriter
+    from shardsmith.formats.webdataset.tarfmt import sample_members
 
     schema = EventSchema(fields=[
         Field(name="e", dtype="<f8"), Field(name="pos", dtype="<f4", shape=(3,)),
@@ -202,7 +202,7 @@ def test_events_in_tar_are_gathered_in_ranges(tmp_path, world_size):
     from conftest import run_cli as cli
     from test_stages import one_process, staged
 
-    from shardsmith.icecube_like import make_icecube_kaggle_like
+    from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
     batches, meta = make_icecube_kaggle_like(tmp_path / "ic", batches=2, events_per_batch=150, mean_pulses=20,
                                              seed=3, row_group_rows=1500)

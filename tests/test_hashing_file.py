@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import shardsmith.fsutil as fsutil
-from shardsmith.fsutil import HashingFile
+import shardsmith.core.fsutil as fsutil
+from shardsmith.core.fsutil import HashingFile
 
 
 def _pieces(seed: int, batch: int) -> list[bytes]:

@@ -11,11 +11,11 @@ import h5py
 import numpy as np
 import pytest
 
-from shardsmith import manifest as manifest_mod
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.events import EventChunk, EventSchema, Field, encode
+from shardsmith.core.ragged import starts_of
 from shardsmith.errors import UsageError
-from shardsmith.events import EventChunk, EventSchema, Field, encode
-from shardsmith.ragged import starts_of
-from shardsmith.writers.hdf5 import CHUNK_BYTES, HDF5Writer
+from shardsmith.formats.hdf5.writer import CHUNK_BYTES, HDF5Writer
 
 SCHEMA = EventSchema((
     Field(name="run", dtype="<i8"),
@@ -240,7 +240,7 @@ def test_abort_leaves_no_temporary_file(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     writer.write_batch(lengths[:50], memoryview(payload[:int(lengths[:50].sum())]))
-    monkeypatch.setattr("shardsmith.writers.hdf5._commit", boom)
+    monkeypatch.setattr("shardsmith.formats.hdf5.writer._commit", boom)
     with pytest.raises(OSError, match="disk full"):
         writer.write_batch(lengths[50:], memoryview(payload[int(lengths[:50].sum()):]))
         writer.close()

@@ -16,8 +16,8 @@ import pytest
 from conftest import jpeg, jpeg_folder, run_subprocess
 from PIL import Image
 
+from shardsmith.core.images import MAX_IMAGE_PIXELS, ImageError, check_image
 from shardsmith.errors import DataError, DatasetError, UsageError
-from shardsmith.images import MAX_IMAGE_PIXELS, ImageError, check_image
 from shardsmith.transforms.augment import Augmenter, parse_augment
 
 try:
@@ -255,8 +255,8 @@ def test_pillow_warnings_do_not_pass_quiet(tmp_path: Path) -> None:
 
 def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Path) -> None:
     from shardsmith.commands.convert import SampleProcessor
-    from shardsmith.inputs import InputFile
-    from shardsmith.writers.image_tar import plan_shards, write_all
+    from shardsmith.engine.inputs import InputFile
+    from shardsmith.formats.webdataset.image_tar import plan_shards, write_all
 
     data = jpeg(1)
     processor = SampleProcessor(kind="imagefolder", classes=["c"], text_field=None, check_images="none",

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from shardsmith.images import EXTENSIONS, ImageError, ImageInfo, canonical_ext, check_image
+from shardsmith.core.images import EXTENSIONS, ImageError, ImageInfo, canonical_ext, check_image
 
 W, H = 67, 45  # odd and non-square: catches swapped or off-by-one fields
 
@@ -163,7 +163,7 @@ def test_header_check_is_fast_and_never_imports_pillow(tmp_path) -> None:
     path.write_bytes(encode("JPEG", size=(500, 375)))
     code = (
         "import sys, time, pathlib\n"
-        "from shardsmith.images import check_image\n"
+        "from shardsmith.core.images import check_image\n"
         f"data = pathlib.Path({str(path)!r}).read_bytes()\n"
         "t = time.perf_counter()\n"
         "for _ in range(2000): check_image(data)\n"
@@ -194,7 +194,7 @@ def _jpeg_outcome(parse, data: bytes) -> object:
 def test_the_jpeg_fast_path_answers_as_the_careful_walk(jpeg: bytes, data) -> None:
     """Any damage to the markers, lengths, frame header or end: the segment-at-a-time fast path
     gives the same size, or raises the same reason, as the byte-by-byte walk it hands over to."""
-    from shardsmith.images import _jpeg, _jpeg_careful
+    from shardsmith.core.images import _jpeg, _jpeg_careful
 
     raw = bytearray(jpeg)
     for _ in range(data.draw(st.integers(1, 4))):

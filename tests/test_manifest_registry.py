@@ -10,8 +10,8 @@ import pytest
 from conftest import make_docs, run_cli, write_jsonl
 
 import shardsmith
-from shardsmith import manifest as mf
 from shardsmith import registry
+from shardsmith.core import manifest as mf
 
 
 @pytest.fixture

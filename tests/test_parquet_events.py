@@ -8,12 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from shardsmith.core.events import EventChunk, EventSchema, check_chunk
+from shardsmith.demo.icecube_like import make_icecube_kaggle_like
+from shardsmith.engine.inputs import InputFile, discover
 from shardsmith.errors import DataError, UsageError
-from shardsmith.events import EventChunk, EventSchema, check_chunk
-from shardsmith.icecube_like import make_icecube_kaggle_like
-from shardsmith.inputs import InputFile, discover
-from shardsmith.readers.base import StreamError, Task
-from shardsmith.readers.parquet_events import ROWS_COUNTER, ParquetEventReader
+from shardsmith.sources.base import StreamError, Task
+from shardsmith.sources.parquet_events import ROWS_COUNTER, ParquetEventReader
 
 
 def _read_all(reader: ParquetEventReader, files: list[InputFile], schema: EventSchema, *,

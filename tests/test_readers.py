@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardsmith.inputs import discover
-from shardsmith.readers.jsonl import JsonlReader, _cut_at_lines
+from shardsmith.engine.inputs import discover
+from shardsmith.sources.jsonl import JsonlReader, _cut_at_lines
 
 
 @settings(max_examples=150, deadline=None)

@@ -13,12 +13,12 @@ import pytest
 import uproot
 from conftest import root_data
 
-from shardsmith.demo_data import make_icecube_like
+from shardsmith.core.events import EventChunk, EventSchema, Field, check_chunk
+from shardsmith.demo.root_files import make_icecube_like
+from shardsmith.engine.inputs import InputFile
 from shardsmith.errors import DataError, UsageError
-from shardsmith.events import EventChunk, EventSchema, Field, check_chunk
-from shardsmith.inputs import InputFile
-from shardsmith.readers.base import StreamError
-from shardsmith.readers.root import RootReader, _Leaf, _open, _to_chunk
+from shardsmith.sources.base import StreamError
+from shardsmith.sources.root import RootReader, _Leaf, _open, _to_chunk
 
 HZZ = "uproot-HZZ.root"
 ZMUMU = "uproot-Zmumu.root"

@@ -160,7 +160,7 @@ def test_a_main_thread_busy_in_native_code_still_ends_within_two_seconds(tmp_pat
     signal thread ends the process itself."""
     script = (
         "import hashlib\n"
-        "from shardsmith import interrupt\n"
+        "from shardsmith.engine import interrupt\n"
         "interrupt.install()\n"
         "print('ready', flush=True)\n"
         "hashlib.pbkdf2_hmac('sha256', b'x', b'salt', 200_000_000)  # one C call of a minute or more\n"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardsmith.keys import input_order, mix64, shuffle_keys, split_draws
-from shardsmith.ragged import starts_of, take_ragged
-from shardsmith.shuffle import (
+from shardsmith.core.ragged import starts_of, take_ragged
+from shardsmith.engine.keys import input_order, mix64, shuffle_keys, split_draws
+from shardsmith.engine.shuffle import (
     PartWriter,
     bucket_count,
     bucket_of,
@@ -21,7 +21,7 @@ from shardsmith.shuffle import (
     segments_by_split,
     sorted_batches,
 )
-from shardsmith.splits import assign_splits, parse_splits
+from shardsmith.engine.splits import assign_splits, parse_splits
 
 
 def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, budget: int, cut: int,
@@ -120,7 +120,7 @@ def test_bucket_count_grows_with_data():
 
 
 def test_sample_keys_hold_no_dots_or_slashes():
-    from shardsmith.sample import Identity, Sample
+    from shardsmith.core.sample import Identity, Sample
 
     s = Sample(Identity("train/n01440764/img.0001.JPEG", 12), {"jpg": b"..."})
     assert s.key.startswith("train_n01440764_img_0001_JPEG-r12-") and len(s.key) < 80

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from conftest import jpeg_folder, run_cli, tree_digest, two_file_corpus
 
-from shardsmith.icecube_like import make_icecube_kaggle_like
+from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
 
 @pytest.fixture(scope="module")

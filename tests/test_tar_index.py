@@ -17,10 +17,17 @@ from conftest import jpeg_folder, member_table, run_cli, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardsmith import inputs
+from shardsmith.engine import inputs
 from shardsmith.errors import DatasetError, UsageError
+from shardsmith.formats.webdataset.tarfmt import (
+    BLOCK,
+    index_array,
+    index_members,
+    index_offsets,
+    is_index_v2,
+    parse_members,
+)
 from shardsmith.loader import TarDataset
-from shardsmith.tarfmt import BLOCK, index_array, index_members, index_offsets, is_index_v2, parse_members
 
 
 def convert(*args: str | Path) -> Path:

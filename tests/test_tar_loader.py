@@ -22,11 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shardsmith
-from shardsmith import manifest
+from shardsmith.core import manifest
 from shardsmith.errors import DatasetError
+from shardsmith.formats.order import epoch_order
+from shardsmith.formats.webdataset.tarfmt import BLOCK, parse_members
 from shardsmith.loader import TarDataset
-from shardsmith.loader.order import epoch_order
-from shardsmith.tarfmt import BLOCK, parse_members
 
 Fields = list[tuple[str, bytes]]
 

@@ -15,9 +15,9 @@ from conftest import member_table, tar_archive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardsmith import tarfmt
 from shardsmith.errors import DatasetError
-from shardsmith.tarfmt import (
+from shardsmith.formats.webdataset import tarfmt
+from shardsmith.formats.webdataset.tarfmt import (
     BLOCK,
     RECORD,
     check_headers,

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from shardsmith import manifest as manifest_mod
+from shardsmith.core import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 
 
@@ -21,7 +21,7 @@ def run(out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds:
         return _events(out, split=split, batch_size=batch_size, seconds=seconds, target=target)
     if m["format"] != "tokens":
         raise DatasetError(f"{out}: bench does not measure {m['format']!r} datasets yet")
-    from shardsmith.loader.tokens import TokenDataset
+    from shardsmith.formats.tokens.dataset import TokenDataset
 
     ds = TokenDataset(out, seq_len=seq_len or m.get("seq_len") or 1024, split=split)
     if len(ds) < 1:
@@ -87,7 +87,7 @@ def _meets(rate: float, target: float | None, unit: str) -> bool:
 
 def _events(out: Path, *, split: str, batch_size: int, seconds: float, target: float | None) -> bool:
     """Block-shuffled batches of events (the loader's default): events/s and MB/s of decoded arrays."""
-    from shardsmith.loader.events import EventDataset
+    from shardsmith.formats.hdf5.dataset import EventDataset
 
     ds = EventDataset(out, split=split)
     if len(ds) == 0:

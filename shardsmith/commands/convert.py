@@ -11,12 +11,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shardsmith import manifest as manifest_mod
-from shardsmith.errors import DataError, UsageError
-from shardsmith.images import MAX_IMAGE_PIXELS, ImageError, canonical_ext, check_image
-from shardsmith.inputs import InputFile, discover
-from shardsmith.memory import no_gc
-from shardsmith.pipeline import (
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.images import MAX_IMAGE_PIXELS, ImageError, canonical_ext, check_image
+from shardsmith.core.memory import no_gc
+from shardsmith.core.progress import Progress
+from shardsmith.core.sample import Identity
+from shardsmith.engine.inputs import InputFile, discover
+from shardsmith.engine.pipeline import (
     Converted,
     ConvertingOptions,
     Processed,
@@ -26,17 +27,16 @@ from shardsmith.pipeline import (
     convert_all,
     scatter_summary,
 )
-from shardsmith.progress import Progress
-from shardsmith.readers.base import Reader, Task
-from shardsmith.readers.imagefolder import ImageFolderReader
-from shardsmith.readers.jsonl import JsonlReader
-from shardsmith.readers.parquet import ParquetReader
-from shardsmith.resume import run_identity
-from shardsmith.sample import Identity
-from shardsmith.session import OutputRun, output_run
-from shardsmith.tarfmt import member_header, sample_members
-from shardsmith.writers.image_tar import plan_shards, write_all
-from shardsmith.writers.webdataset import SourceRef, TarWriter
+from shardsmith.engine.resume import run_identity
+from shardsmith.engine.session import OutputRun, output_run
+from shardsmith.errors import DataError, UsageError
+from shardsmith.formats.webdataset.image_tar import plan_shards, write_all
+from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
+from shardsmith.formats.webdataset.writer import SourceRef, TarWriter
+from shardsmith.sources.base import Reader, Task
+from shardsmith.sources.imagefolder import ImageFolderReader
+from shardsmith.sources.jsonl import JsonlReader
+from shardsmith.sources.parquet import ParquetReader
 
 _EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -290,7 +290,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
         kind = "parquet-events"
     if kind not in READERS:  # physics events: ROOT, or Parquet read as events
         from shardsmith.commands.convert_events import run_events
-        from shardsmith.memory import keep_freed_memory
+        from shardsmith.core.memory import keep_freed_memory
 
         keep_freed_memory()
         if files is None:
@@ -328,8 +328,8 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
             return finished
         tasks: list[Task] = []
         if not direct:
-            from shardsmith.memory import keep_freed_memory
-            from shardsmith.stagecache import plan_tasks
+            from shardsmith.core.memory import keep_freed_memory
+            from shardsmith.engine.plan import plan_tasks
 
             keep_freed_memory()
             tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out,

@@ -1,7 +1,7 @@
 """``shardsmith convert`` for physics events: ROOT or Parquet events into HDF5 or tar shards.
 
 Readers yield columns for many events at once; each chunk becomes one payload per event (see
-``shardsmith.events``), goes through the same keyed shuffle as every other sample, and the
+``shardsmith.core.events``), goes through the same keyed shuffle as every other sample, and the
 writer turns the shuffled records back into columns.
 """
 
@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardsmith import manifest as manifest_mod
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths
+from shardsmith.core.progress import Progress
+from shardsmith.engine.inputs import InputFile
+from shardsmith.engine.pipeline import Processed, Sizing, Tally, convert_all
+from shardsmith.engine.plan import plan_tasks
+from shardsmith.engine.resume import run_identity
 from shardsmith.errors import UsageError
-from shardsmith.events import EventChunk, EventSchema, encode, record_lengths
-from shardsmith.inputs import InputFile
-from shardsmith.pipeline import Processed, Sizing, Tally, convert_all
-from shardsmith.progress import Progress
-from shardsmith.readers.base import Reader, Task
-from shardsmith.resume import run_identity
-from shardsmith.stagecache import plan_tasks
-from shardsmith.writers.base import ShardRange
+from shardsmith.formats.writer import ShardRange
+from shardsmith.sources.base import Reader, Task
 
 if TYPE_CHECKING:
     from shardsmith.commands.convert import ConvertOptions
-    from shardsmith.session import OutputRun
+    from shardsmith.engine.session import OutputRun
 
 EVENT_KINDS = ("root", "parquet-events")
 MAX_FIELD_NAME = 84  # a tar member is e0123456789.{field}.npy within ustar's 100 bytes
@@ -53,12 +53,12 @@ class EventProcessor:
 def make_reader(kind: str, opts: ConvertOptions) -> Reader:
     branches = list(opts.branches) if opts.branches else None
     if kind == "root":
-        from shardsmith.readers.root import RootReader
+        from shardsmith.sources.root import RootReader
 
         if opts.group_by or opts.events_table:
             raise UsageError("--group-by and --events-table apply to Parquet events, not ROOT files")
         return RootReader(tree=opts.tree, branches=branches, step_bytes=opts.step_size)
-    from shardsmith.readers.parquet_events import ParquetEventReader
+    from shardsmith.sources.parquet_events import ParquetEventReader
 
     if opts.tree:
         raise UsageError("--tree applies to ROOT files")
@@ -129,11 +129,11 @@ def run_events(opts: ConvertOptions, kind: str, files: list[InputFile], progress
 
 def _writer(opts: ConvertOptions, split: str, schema: EventSchema, part: ShardRange) -> Any:
     if opts.to == "hdf5":
-        from shardsmith.writers.hdf5 import HDF5Writer
+        from shardsmith.formats.hdf5.writer import HDF5Writer
 
         return HDF5Writer(out_dir=opts.out, split=split, schema=schema, shard_samples=opts.shard_samples,
                           shard_bytes=opts.shard_bytes, compression=opts.compression, part=part)
-    from shardsmith.writers.event_tar import EventTarWriter
+    from shardsmith.formats.event_tar.writer import EventTarWriter
 
     return EventTarWriter(out_dir=opts.out, split=split, schema=schema, events_per_sample=opts.events_per_sample,
                           shard_samples=opts.shard_samples, shard_bytes=opts.shard_bytes, part=part)

@@ -9,8 +9,8 @@ from typing import Any
 import click
 import orjson
 
-from shardsmith import manifest as manifest_mod
-from shardsmith.sizes import format_size
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.sizes import format_size
 
 
 def summary(out: Path, *, samples: int) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
 
 def _event_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
     """A few events: each field's shape and first values."""
-    from shardsmith.loader.events import EventDataset
+    from shardsmith.formats.hdf5.dataset import EventDataset
 
     split = next((s for s, v in m["splits"].items() if v["samples"]), None)
     if split is None or n == 0:
@@ -61,7 +61,7 @@ def _event_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]
 
 
 def _tar_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    from shardsmith.loader.webdataset import TarDataset
+    from shardsmith.formats.webdataset.dataset import TarDataset
 
     split = next((s for s, v in m["splits"].items() if v["samples"]), None)
     if split is None or n == 0:
@@ -87,7 +87,7 @@ def _member(value: Any) -> Any:
 def _token_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
     from tokenizers import Tokenizer
 
-    from shardsmith.loader.tokens import TokenDocuments
+    from shardsmith.formats.tokens.dataset import TokenDocuments
 
     split = next((s for s, v in m["splits"].items() if v["samples"]), None)
     if split is None or n == 0:

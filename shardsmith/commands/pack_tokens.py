@@ -10,22 +10,29 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith import manifest as manifest_mod
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.memory import keep_freed_memory
+from shardsmith.core.progress import Progress
+from shardsmith.engine.inputs import discover
+from shardsmith.engine.outdir import work_path
+from shardsmith.engine.pipeline import (
+    ConvertingOptions,
+    Processed,
+    Sizing,
+    Tally,
+    convert_all,
+    scatter_summary,
+)
+from shardsmith.engine.plan import cached, plan_tasks
+from shardsmith.engine.resume import run_identity
+from shardsmith.engine.session import OutputRun, output_run
 from shardsmith.errors import DataError, UsageError
-from shardsmith.fsutil import atomic_write_bytes
-from shardsmith.inputs import discover
-from shardsmith.memory import keep_freed_memory
-from shardsmith.outdir import work_path
-from shardsmith.pipeline import ConvertingOptions, Processed, Sizing, Tally, convert_all, scatter_summary
-from shardsmith.progress import Progress
-from shardsmith.readers.base import BadRecord, MultiReader, Task
-from shardsmith.readers.jsonl import JsonlReader
-from shardsmith.readers.parquet import ParquetReader
-from shardsmith.resume import run_identity
-from shardsmith.session import OutputRun, output_run
-from shardsmith.stagecache import cached, plan_tasks
+from shardsmith.formats.tokens.writer import TokensWriter
+from shardsmith.sources.base import BadRecord, MultiReader, Task
+from shardsmith.sources.jsonl import JsonlReader
+from shardsmith.sources.parquet import ParquetReader
 from shardsmith.transforms import tokenize as tk
-from shardsmith.writers.tokens import TokensWriter
 
 SAMPLE_DOCS = 500
 SAMPLE_BYTES = 128 << 10

@@ -16,10 +16,10 @@ import click
 import numpy as np
 import orjson
 
-from shardsmith import manifest as manifest_mod
-from shardsmith.dtypes import safe_dtype
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.dtypes import safe_dtype
+from shardsmith.core.sizes import format_size
 from shardsmith.errors import DatasetError, ShardsmithError
-from shardsmith.sizes import format_size
 
 
 def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,7 +94,7 @@ def _check_file(out: Path, entry: dict[str, Any]) -> str | None:
 
 
 def _deep_tokens(out: Path, m: dict[str, Any], split: str) -> list[str]:
-    from shardsmith.loader.indexed import read_idx
+    from shardsmith.formats.tokens.indexed import read_idx
 
     problems = []
     vocab = m["tokenizer"]["vocab_size"]
@@ -122,7 +122,7 @@ def _deep_tokens(out: Path, m: dict[str, Any], split: str) -> list[str]:
 
 
 def _deep_tar(out: Path, m: dict[str, Any], split: str, *, images: bool) -> list[str]:
-    from shardsmith.loader.webdataset import TarDataset
+    from shardsmith.formats.webdataset.dataset import TarDataset
 
     problems: list[str] = []
     try:
@@ -130,7 +130,7 @@ def _deep_tar(out: Path, m: dict[str, Any], split: str, *, images: bool) -> list
         ds.check_headers()  # ds[i] trusts the offset index beyond a few spot checks: read every header
         check = None
         if images:
-            from shardsmith.images import ImageError, check_image
+            from shardsmith.core.images import ImageError, check_image
 
             check = check_image
         for i in range(len(ds)):
@@ -148,7 +148,7 @@ def _deep_tar(out: Path, m: dict[str, Any], split: str, *, images: bool) -> list
 
 def _deep_events(out: Path, m: dict[str, Any], split: str) -> list[str]:
     """Every HDF5 shard opened (schema, offsets monotonic from 0 to len(values)) and every value read."""
-    from shardsmith.loader.events import EventDataset
+    from shardsmith.formats.hdf5.dataset import EventDataset
 
     problems: list[str] = []
     try:

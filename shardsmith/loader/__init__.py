@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from shardsmith import manifest as manifest_mod
+from shardsmith.core import manifest as manifest_mod
 from shardsmith.errors import DatasetError
-from shardsmith.loader.events import EventDataset
-from shardsmith.loader.tokens import TokenDataset, TokenDocuments
-from shardsmith.loader.webdataset import TarDataset
+from shardsmith.formats.hdf5.dataset import EventDataset
+from shardsmith.formats.tokens.dataset import TokenDataset, TokenDocuments
+from shardsmith.formats.webdataset.dataset import TarDataset
 
 __all__ = ["EventDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"]
 
@@ -21,7 +21,7 @@ def open(out_dir: str | os.PathLike[str], *, split: str = "train", decode: str |
     if fmt == "tokens":
         return TokenDocuments(out_dir, split=split)
     if fmt == "webdataset" and "events" in manifest:
-        from shardsmith.loader.event_tar import EventTarDataset
+        from shardsmith.formats.event_tar.dataset import EventTarDataset
 
         return EventTarDataset(out_dir, split=split)
     if fmt == "webdataset":

@@ -18,8 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shardsmith.errors import UsageError
-from shardsmith.images import (
+from shardsmith.core.images import (
     MAX_IMAGE_PIXELS,
     ImageError,
     ImageInfo,
@@ -27,6 +26,7 @@ from shardsmith.images import (
     pillow_open,
     strict_jpeg_check,
 )
+from shardsmith.errors import UsageError
 
 ENGINES = ("auto", "simplejpeg", "pillow")
 _MAX_SIDE = 65500  # JPEG's limit

@@ -1,0 +1,1 @@
+"""The data model and utilities every layer shares: manifest, event schema and codec, sizes, dtypes, files."""

@@ -1,0 +1,291 @@
+"""Physics events: a schema of fixed and ragged numeric fields, columnar chunks, and their payload.
+
+Readers of event files (ROOT, Parquet) yield ``EventChunk``s: columns for many events at once,
+never a Python object per event. The shuffle moves one payload per event, so a chunk is encoded
+into per-event records and a sorted batch decoded back into columns, both without a loop per
+event. A record is 8-byte aligned throughout::
+
+    [fixed fields, each padded to 8 bytes][one int64 count per ragged group][each ragged field's
+    values, padded to 8 bytes]
+
+Ragged fields that share a counter (``NJet`` for ``Jet_pt`` and ``Jet_eta``) form one group and
+share one offsets array.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.dtypes import allowed, safe_dtype
+from shardsmith.core.memory import no_gc
+from shardsmith.core.ragged import join, slices, starts_of, take_ragged
+
+
+def _pad8(n: Any) -> Any:
+    return (n + 7) // 8 * 8
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Field:
+    """One output field: a numeric dtype, a fixed inner shape, and its counter group if ragged."""
+
+    name: str
+    dtype: str  # numpy dtype string, e.g. "<f4"
+    shape: tuple[int, ...] = ()
+    counter: str | None = None  # ragged: the group sharing one offsets array; None: one value per event
+
+    @property
+    def ragged(self) -> bool:
+        return self.counter is not None
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        return np.dtype(self.dtype)
+
+    @property
+    def item_bytes(self) -> int:
+        """Bytes of one element (one value, or one fixed-shape row of values)."""
+        return self.np_dtype.itemsize * int(np.prod(self.shape, dtype=np.int64))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape), "ragged": self.ragged}
+        if self.counter is not None:
+            out["counter"] = self.counter
+        return out
+
+    @classmethod
+    def from_json(cls, name: str, d: dict[str, Any]) -> Field:
+        """A field read from a manifest or a shard: its dtype must pass the allow-list (DatasetError)."""
+        safe_dtype(d["dtype"], field=f"schema.{name}.dtype")
+        return cls(name=name, dtype=d["dtype"], shape=tuple(d.get("shape", ())), counter=d.get("counter"))
+
+
+@dataclass(frozen=True, slots=True)
+class EventSchema:
+    """The fields of every event, in a fixed order (the order of the record layout)."""
+
+    fields: tuple[Field, ...]
+
+    def __post_init__(self) -> None:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate field names in {names}")
+        for f in self.fields:
+            if not allowed(f.np_dtype.newbyteorder("<")):  # any byte order in memory; on disk: from_json
+                raise ValueError(f"field {f.name!r}: {f.dtype} is not a numeric dtype")
+
+    @property
+    def fixed(self) -> tuple[Field, ...]:
+        return tuple(f for f in self.fields if not f.ragged)
+
+    @property
+    def ragged(self) -> tuple[Field, ...]:
+        return tuple(f for f in self.fields if f.ragged)
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """Ragged groups in order of first appearance."""
+        return tuple(dict.fromkeys(f.counter for f in self.ragged))  # type: ignore[misc]
+
+    def members(self, counter: str) -> tuple[Field, ...]:
+        return tuple(f for f in self.ragged if f.counter == counter)
+
+    def __getitem__(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: f.to_json() for f in self.fields}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EventSchema:
+        return cls(tuple(Field.from_json(name, v) for name, v in d.items()))
+
+
+@dataclass(slots=True)
+class EventChunk:
+    """Consecutive events of one file, as columns.
+
+    ``columns[name]`` is ``(n, *shape)`` for a fixed field and the flat ``(total, *shape)`` values
+    for a ragged one; ``offsets[counter]`` is int64 ``(n + 1,)`` starting at 0. ``first`` is the
+    record number (entry) of the first event in its file.
+    """
+
+    first: int
+    n: int
+    columns: dict[str, np.ndarray]
+    offsets: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def counts(self, counter: str) -> np.ndarray:
+        return np.diff(self.offsets[counter])
+
+    def event(self, i: int, schema: EventSchema) -> dict[str, np.ndarray]:
+        """Event ``i``: each fixed field's row, each ragged field's values."""
+        out = {}
+        for f in schema.fields:
+            col = self.columns[f.name]
+            if f.ragged:
+                off = self.offsets[f.counter]
+                out[f.name] = col[off[i]:off[i + 1]]
+            else:
+                out[f.name] = col[i]
+        return out
+
+    def take(self, index: np.ndarray, schema: EventSchema) -> EventChunk:
+        """The events ``index`` (in that order) as a new chunk."""
+        index = np.asarray(index, dtype=np.int64)
+        columns: dict[str, np.ndarray] = {f.name: self.columns[f.name][index] for f in schema.fixed}
+        offsets: dict[str, np.ndarray] = {}
+        for c in schema.counters:
+            off = self.offsets[c]
+            counts = (off[1:] - off[:-1])[index]
+            offsets[c] = starts_of(counts)
+            if len(index) == 0:
+                src = np.zeros(0, dtype=np.int64)
+            else:
+                src = np.repeat(off[:-1][index] - offsets[c][:-1], counts) + np.arange(offsets[c][-1])
+            for f in schema.members(c):
+                columns[f.name] = self.columns[f.name][src]
+        return EventChunk(first=self.first, n=len(index), columns=columns, offsets=offsets)
+
+
+def check_chunk(chunk: EventChunk, schema: EventSchema) -> None:
+    """The chunk holds every field with its dtype and shape, and offsets that match the values."""
+    for c in schema.counters:
+        off = chunk.offsets.get(c)
+        if off is None or off.shape != (chunk.n + 1,) or (chunk.n >= 0 and len(off) and off[0] != 0):
+            raise ValueError(f"counter {c!r}: offsets must be {chunk.n + 1} int64 starting at 0")
+    for f in schema.fields:
+        col = chunk.columns.get(f.name)
+        if col is None:
+            raise ValueError(f"field {f.name!r} missing from the chunk")
+        rows = int(chunk.offsets[f.counter][-1]) if f.ragged else chunk.n
+        if col.shape != (rows, *f.shape):
+            raise ValueError(f"field {f.name!r}: shape {col.shape}, expected {(rows, *f.shape)}")
+
+
+def record_lengths(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
+    """Bytes of each event's record."""
+    fixed = sum(_pad8(f.item_bytes) for f in schema.fixed) + 8 * len(schema.counters)
+    lengths = np.full(chunk.n, fixed, dtype=np.int64)
+    for f in schema.ragged:
+        lengths += _pad8(chunk.counts(f.counter) * f.item_bytes)
+    return lengths
+
+
+def encode(chunk: EventChunk, schema: EventSchema, *, order: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-event records back to back: ``(lengths, payload)``, payload uint8 (8-byte aligned).
+
+    ``lengths`` are in chunk order; the records lie in the payload in ``order`` (event
+    ``order[k]`` is the k-th record), so a caller that reorders records (the scatter, by bucket)
+    gets them in place without copying the payload once more. The payload is one join of each
+    record's pieces (its head row, then each ragged field's values and padding): with hundreds of
+    values per event, one slice per piece moves the bytes faster than an index per value."""
+    lengths = record_lengths(chunk, schema)
+    n = chunk.n
+    if order is None:
+        order = np.arange(n, dtype=np.int64)
+    order = np.asarray(order, dtype=np.int64)
+    with no_gc():
+        return lengths, _join_records(chunk, schema, order)
+
+
+def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> np.ndarray:
+    head = _head_rows(chunk, schema)
+    columns: list[list[Any]] = [_rows(head, order)]
+    for f in schema.ragged:
+        values = _bytes_of(chunk.columns[f.name], f)
+        off = chunk.offsets[f.counter] * f.item_bytes
+        lo, hi = off[:-1][order], off[1:][order]
+        columns.append(slices(values, lo, hi))
+        pad = (-(hi - lo)) % 8
+        if pad.any():
+            columns.append([_ZEROS[p] for p in pad.tolist()])
+    return join([piece for pieces in zip(*columns) for piece in pieces])
+
+
+def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema,
+           *, first: int = 0, starts: np.ndarray | None = None) -> EventChunk:
+    """The inverse of ``encode``: columns of a batch of records, back to back in the payload, or
+    (with ``starts``, each record's byte offset) anywhere in it, so a sorted batch is decoded
+    straight from the unsorted payload."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    raw = np.frombuffer(payload, dtype=np.uint8)
+    if raw.ctypes.data % 8:
+        raw = raw.copy()
+    if starts is None:
+        ends = starts_of(lengths)
+        if int(ends[-1]) != len(raw):
+            raise ValueError(f"payload holds {len(raw)} bytes, lengths say {int(ends[-1])}")
+        starts = ends[:-1]
+    else:
+        starts = np.asarray(starts, dtype=np.int64)
+        if n and (int((starts + lengths).max()) > len(raw) or int(starts.min()) < 0 or np.any(starts % 8)):
+            raise ValueError(f"record positions outside the payload's {len(raw)} bytes or not 8-byte aligned")
+    words = raw[: len(raw) // 8 * 8].view(np.uint64)
+    w0 = starts // 8
+    head_words = sum(_pad8(f.item_bytes) for f in schema.fixed) // 8
+    columns: dict[str, np.ndarray] = {}
+    if head_words:
+        head = words[w0[:, None] + np.arange(head_words)].view(np.uint8).reshape(n, 8 * head_words)
+        at = 0
+        for f in schema.fixed:
+            b = f.item_bytes
+            columns[f.name] = np.ascontiguousarray(head[:, at:at + b]).view(f.np_dtype).reshape(n, *f.shape)
+            at += _pad8(b)
+    pos = starts + 8 * head_words
+    offsets: dict[str, np.ndarray] = {}
+    for c in schema.counters:
+        offsets[c] = starts_of(words[pos // 8].astype(np.int64))
+        pos = pos + 8
+    for f in schema.ragged:
+        nbytes = np.diff(offsets[f.counter]) * f.item_bytes
+        values = take_ragged(raw, nbytes, np.arange(n), starts=pos)  # bytes: one run per record
+        columns[f.name] = values.view(f.np_dtype).reshape(-1, *f.shape)
+        pos = pos + _pad8(nbytes)
+    return EventChunk(first=first, n=n, columns=columns, offsets=offsets)
+
+
+_ZEROS = [bytes(k) for k in range(8)]
+
+
+def _head_rows(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
+    """Each record's head: its fixed fields (each padded to 8 bytes), then one int64 count per
+    ragged group, as ``(n, bytes)`` uint8 rows."""
+    head = [_fixed_block(chunk, schema)]
+    head += [chunk.counts(c).astype(np.uint64)[:, None] for c in schema.counters]
+    return np.ascontiguousarray(np.concatenate(head, axis=1)).view(np.uint8)
+
+
+def _rows(block: np.ndarray, order: np.ndarray) -> list[Any]:
+    """The rows ``order`` of a 2-d array, one buffer each."""
+    if block.shape[1] == 0 or len(order) == 0:
+        return [b""] * len(order)
+    width = block.shape[1]
+    at = np.arange(len(order), dtype=np.int64) * width
+    return slices(memoryview(np.ascontiguousarray(block[order])).cast("B"), at, at + width)
+
+
+def _bytes_of(values: np.ndarray, f: Field) -> memoryview:
+    if values.size == 0:
+        return memoryview(b"")
+    return memoryview(np.ascontiguousarray(values, dtype=f.np_dtype)).cast("B")
+
+
+def _fixed_block(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
+    """The fixed fields of every event side by side, each padded to 8 bytes: ``(n, words)`` uint64."""
+    width = sum(_pad8(f.item_bytes) for f in schema.fixed)
+    block = np.zeros((chunk.n, width), dtype=np.uint8)
+    at = 0
+    for f in schema.fixed:
+        b = f.item_bytes
+        col = np.ascontiguousarray(chunk.columns[f.name], dtype=f.np_dtype)
+        block[:, at:at + b] = col.reshape(-1).view(np.uint8).reshape(chunk.n, b)
+        at += _pad8(b)
+    return block.view(np.uint64)

@@ -1,0 +1,314 @@
+"""``manifest.json``: the commit point of a conversion, written last from what was actually written.
+
+Version 1 fields are listed in DESIGN.md. ``load`` validates structure and paths before anything
+else reads a dataset, so a loader never follows a manifest outside its folder.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import orjson
+
+from shardsmith import __version__
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.errors import DatasetError
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+FORMATS = ("tokens", "webdataset", "hdf5")
+_REQUIRED = ("shardsmith", "format", "created", "tool_version", "command", "seed", "shuffle", "source",
+             "schema", "splits")
+
+
+def new_manifest(*, fmt: str, seed: int, shuffle: bool, source: dict[str, Any], schema: dict[str, Any],
+                 splits: dict[str, Any], **extras: Any) -> dict[str, Any]:
+    """A manifest with the common fields filled in; extras are format-specific (``tokenizer``, …)."""
+    return {
+        "shardsmith": FORMAT_VERSION,
+        "format": fmt,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool_version": __version__,
+        "command": list(sys.argv),
+        "seed": seed,
+        "shuffle": shuffle,
+        "source": source,
+        "schema": schema,
+        "splits": splits,
+        **extras,
+    }
+
+
+def split_wide_files(manifest: dict[str, Any]) -> list[str]:
+    """The dataset's files that are not shards (a tokenizer, wids indexes), as the manifest names them."""
+    names = [s["wids"] for s in manifest["splits"].values() if isinstance(s.get("wids"), str)]
+    tok = manifest.get("tokenizer")
+    if isinstance(tok, dict) and isinstance(tok.get("path"), str):
+        names.insert(0, tok["path"])
+    return names
+
+
+def save(out_dir: Path, manifest: dict[str, Any]) -> None:
+    """Validate and write atomically; this is the last file a conversion writes. It records the
+    size and sha256 of every split-wide file (``files``), so ``verify`` covers them as it covers shards."""
+    import hashlib
+
+    files = []
+    for rel in split_wide_files(manifest):
+        data = resolve_inside(out_dir, rel).read_bytes()
+        files.append({"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    if files:
+        manifest["files"] = files
+    validate(manifest, where=Path(out_dir) / MANIFEST)
+    atomic_write_bytes(Path(out_dir) / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def load(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate ``OUT/manifest.json``; a folder without one is not a (finished) dataset."""
+    if not Path(out_dir).is_dir():
+        raise DatasetError(f"{out_dir}: no such dataset folder")
+    path = resolve_inside(out_dir, MANIFEST)  # a link to a manifest elsewhere is refused
+    if not path.is_file():
+        raise DatasetError(f"{out_dir}: no {MANIFEST}: not a shardsmith dataset, or its conversion did not finish")
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    validate(manifest, where=path)
+    return manifest
+
+
+def load_split(out_dir: str | os.PathLike[str], *, fmt: str, split: str) -> tuple[dict[str, Any], list[dict]]:
+    """(manifest, shard entries of ``split``) of a dataset that must be of format ``fmt``."""
+    manifest = load(out_dir)
+    if manifest["format"] != fmt:
+        raise DatasetError(f"{out_dir}: a {manifest['format']} dataset, not {fmt}")
+    splits = manifest["splits"]
+    if split not in splits:
+        raise DatasetError(f"{out_dir}: no split {split!r} (splits: {', '.join(splits)})")
+    return manifest, splits[split]["shards"]
+
+
+def validate(manifest: Any, *, where: Path) -> None:
+    """Structure and path checks; raises DatasetError naming what is wrong."""
+    def bad(msg: str) -> DatasetError:
+        return DatasetError(f"{where}: {msg}")
+
+    if not isinstance(manifest, dict):
+        raise bad("not a JSON object")
+    missing = [k for k in _REQUIRED if k not in manifest]
+    if missing:
+        raise bad(f"missing fields: {', '.join(missing)}")
+    if not isinstance(manifest["format"], str) or type(manifest["shardsmith"]) is not int:
+        raise bad("'shardsmith' and 'format' must be a version number and a format name")
+    if manifest["shardsmith"] != FORMAT_VERSION:
+        raise bad(f"format version {manifest['shardsmith']!r}; this shardsmith reads version {FORMAT_VERSION}")
+    if manifest["format"] not in FORMATS:
+        raise bad(f"unknown format {manifest['format']!r}")
+    splits = manifest["splits"]
+    if not isinstance(splits, dict):
+        raise bad("'splits' is not an object")
+    for name, split in splits.items():
+        if not isinstance(split, dict) or not isinstance(split.get("shards"), list):
+            raise bad(f"split {name!r} has no shard list")
+        if not _is_count(split.get("samples")):
+            raise bad(f"split {name!r}: 'samples' is not a count")
+        for shard in split["shards"]:
+            _check_file_entry(shard, bad)
+            if not _is_count(shard.get("samples")):
+                raise bad(f"shard {shard.get('path')!r}: 'samples' is not a count")
+            if "index" in shard:
+                _check_file_entry(shard["index"], bad)
+        if sum(s["samples"] for s in split["shards"]) != split["samples"]:
+            raise bad(f"split {name!r}: shard sample counts do not add up to {split['samples']}")
+    _check_common(manifest, bad)
+    _FORMAT_CHECKS[manifest["format"]](manifest, bad)
+
+
+# -- what each format's readers read: every field typed, so no reader meets a KeyError ------------
+
+MAX_COUNT = 1 << 62
+
+
+def _need(m: dict[str, Any], key: str, kinds: Any, bad: Any, *, where: str = "", optional: bool = False,
+          nullable: bool = False) -> Any:
+    """``m[key]``, which must be an instance of ``kinds`` (bools are not ints); ``optional``: it may
+    be absent; ``nullable``: it may be null."""
+    name = f"{where}{key}"
+    if key not in m:
+        if optional:
+            return None
+        raise bad(f"{name!r} is missing")
+    value = m[key]
+    if value is None and nullable:
+        return None
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in _tuple(kinds))
+    if not ok:
+        names = "/".join(k.__name__ for k in _tuple(kinds))
+        raise bad(f"{name!r} must be {names}, not {type(value).__name__}")
+    return value
+
+
+def _tuple(kinds: Any) -> tuple[type, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def _count(m: dict[str, Any], key: str, bad: Any, *, where: str = "", optional: bool = False,
+           nullable: bool = False, low: int = 0) -> int | None:
+    value = _need(m, key, int, bad, where=where, optional=optional, nullable=nullable)
+    if value is not None and not low <= value <= MAX_COUNT:
+        raise bad(f"{where}{key!r} is {value}, out of range [{low}, 2**62]")
+    return value
+
+
+def _file(entry: Any, bad: Any, what: str) -> None:
+    if not isinstance(entry, dict):
+        raise bad(f"{what!r} must be an object")
+    _check_file_entry(entry, bad)
+
+
+def _check_common(m: dict[str, Any], bad: Any) -> None:
+    for key in ("created", "tool_version"):
+        _need(m, key, str, bad)
+    _need(m, "command", list, bad)
+    seed = _need(m, "seed", int, bad)
+    if not 0 <= seed < 1 << 64:
+        raise bad(f"'seed' is {seed}, out of range [0, 2**64)")
+    _need(m, "shuffle", bool, bad)
+    _need(m, "schema", dict, bad)
+    source = _need(m, "source", dict, bad)
+    _count(source, "records", bad, where="source.", optional=True)
+    inputs = source.get("inputs")
+    if inputs is not None and not (isinstance(inputs, list) or (isinstance(inputs, int)
+                                                                 and not isinstance(inputs, bool))):
+        raise bad("'source.inputs' must be a list or a count")
+    skipped = _need(source, "skipped", dict, bad, where="source.", optional=True)
+    if skipped is not None:
+        _count(skipped, "count", bad, where="source.skipped.")
+        _need(skipped, "records", list, bad, where="source.skipped.", optional=True)
+    for name, split in m["splits"].items():
+        for key in ("tokens", "events"):
+            _count(split, key, bad, where=f"splits.{name}.", optional=True)
+        wids = _need(split, "wids", str, bad, where=f"splits.{name}.", optional=True)
+        if wids is not None and not safe_relative(wids):
+            raise bad(f"'splits.{name}.wids' {wids!r} is not a plain relative path inside the dataset folder")
+    files = _need(m, "files", list, bad, optional=True)
+    for entry in files or ():
+        _file(entry, bad, "files[]")
+
+
+def _check_tokens(m: dict[str, Any], bad: Any) -> None:
+    tok = _need(m, "tokenizer", dict, bad)
+    path = _need(tok, "path", str, bad, where="tokenizer.")
+    if not safe_relative(path):
+        raise bad(f"'tokenizer.path' {path!r} is not a plain relative path inside the dataset folder")
+    _need(tok, "sha256", str, bad, where="tokenizer.")
+    _count(tok, "vocab_size", bad, where="tokenizer.", low=1)
+    if _dtype(_need(tok, "dtype", str, bad, where="tokenizer."), bad, "'tokenizer.dtype'").kind not in "iu":
+        raise bad(f"'tokenizer.dtype' is {tok['dtype']!r}: token ids are integers")
+    for key in ("eos_id", "bos_id"):
+        _count(tok, key, bad, where="tokenizer.", optional=True, nullable=True)
+    for key in ("eos_token", "bos_token"):
+        _need(tok, key, str, bad, where="tokenizer.", optional=True, nullable=True)
+    _need(tok, "engine", str, bad, where="tokenizer.", optional=True)
+    for name, split in m["splits"].items():
+        for shard in split["shards"]:
+            if not isinstance(shard.get("index"), dict):
+                raise bad(f"shard {shard['path']!r} of split {name!r} names no '.idx' index")
+            _count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
+    seq_len = _count(m, "seq_len", bad, optional=True, nullable=True, low=1)
+    if seq_len is not None and seq_len >= 1 << 31:
+        raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
+    nanogpt = _need(m, "nanogpt", dict, bad, optional=True, nullable=True)
+    for split, entry in (nanogpt or {}).items():
+        if entry is not None:  # a split without tokens has no nanoGPT file
+            _file(entry, bad, f"nanogpt.{split}")
+
+
+def _check_events_schema(m: dict[str, Any], bad: Any) -> None:
+    for name, field in m["schema"].items():
+        if not isinstance(field, dict):
+            raise bad(f"'schema.{name}' must be an object")
+        _dtype(_need(field, "dtype", str, bad, where=f"schema.{name}."), bad, f"'schema.{name}.dtype'")
+        shape = _need(field, "shape", list, bad, where=f"schema.{name}.", optional=True) or []
+        if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31 for d in shape):
+            raise bad(f"'schema.{name}.shape' must be a list of sizes")
+        counter = _need(field, "counter", str, bad, where=f"schema.{name}.", optional=True, nullable=True)
+        if counter == "":
+            raise bad(f"'schema.{name}.counter' is empty")
+
+
+def _check_webdataset(m: dict[str, Any], bad: Any) -> None:
+    classes = _need(m, "classes", list, bad, optional=True, nullable=True)
+    if classes is not None and not all(isinstance(c, str) for c in classes):
+        raise bad("'classes' must be a list of names")
+    _count(m, "max_image_pixels", bad, optional=True, low=1)
+    events = _need(m, "events", dict, bad, optional=True)
+    if events is not None:
+        n = _count(events, "events_per_sample", bad, where="events.", optional=True, low=1)
+        counters = _need(events, "counters", list, bad, where="events.", optional=True)
+        if counters is not None and not all(isinstance(c, str) for c in counters):
+            raise bad("'events.counters' must be a list of names")
+        if n is not None and n >= 1 << 31:
+            raise bad(f"'events.events_per_sample' is {n}, more than 2**31 - 1")
+        _check_events_schema(m, bad)
+
+
+def _check_hdf5(m: dict[str, Any], bad: Any) -> None:
+    events = _need(m, "events", dict, bad, optional=True)
+    counters = _need(events or {}, "counters", list, bad, where="events.", optional=True)
+    if counters is not None and not all(isinstance(c, str) for c in counters):
+        raise bad("'events.counters' must be a list of names")
+    _check_events_schema(m, bad)
+
+
+def _dtype(value: str, bad: Any, name: str) -> Any:
+    from shardsmith.core.dtypes import safe_dtype
+
+    try:
+        return safe_dtype(value, field=name)
+    except DatasetError as exc:
+        raise bad(str(exc)) from None
+
+
+_FORMAT_CHECKS = {"tokens": _check_tokens, "webdataset": _check_webdataset, "hdf5": _check_hdf5}
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _check_file_entry(entry: Any, bad: Any) -> None:
+    if not isinstance(entry, dict):
+        raise bad("a shard entry is not an object")
+    path = entry.get("path")
+    if not isinstance(path, str) or not safe_relative(path):
+        raise bad(f"shard path {path!r} is not a plain relative path inside the dataset folder")
+    if not _is_count(entry.get("bytes")):
+        raise bad(f"shard {path!r}: 'bytes' is not a count")
+    sha = entry.get("sha256")
+    if not (isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)):
+        raise bad(f"shard {path!r}: 'sha256' is not a hex digest")
+
+
+def safe_relative(path: str) -> bool:
+    """A POSIX relative path with no ``..``, no absolute root and no backslashes or NULs."""
+    if not path or "\\" in path or "\x00" in path:
+        return False
+    p = PurePosixPath(path)
+    return not p.is_absolute() and ".." not in p.parts and p.parts[0] not in ("", ".")
+
+
+def resolve_inside(out_dir: str | os.PathLike[str], rel: str) -> Path:
+    """The real path of a dataset file, refusing anything (symlinks included) that leads outside."""
+    if not safe_relative(rel):
+        raise DatasetError(f"{out_dir}: refusing path {rel!r}: not inside the dataset folder")
+    root = Path(out_dir).resolve()
+    target = (root / rel).resolve()
+    if root != target and root not in target.parents:
+        raise DatasetError(f"{out_dir}: refusing path {rel!r}: it leads outside the dataset folder")
+    return target

@@ -1,0 +1,1 @@
+"""Small synthetic inputs for the demo and the tests (ROOT files, IceCube-like Parquet)."""

@@ -1,0 +1,1 @@
+"""The engine: job planning, scatter, keyed shuffle, gather, workers, resume, output folder, faults."""

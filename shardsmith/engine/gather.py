@@ -1,0 +1,346 @@
+"""The gather: each split's samples, in shuffle order, into shards, by one writer or by several.
+
+One writer can go through a split alone (``whole``). To share the work between gather workers or
+cluster ranks, the shard boundaries are planned first: the samples' weights in output order (their
+lengths, read from the part files' heads without the payload, or the payload itself for writers
+that must look into it) go through the writers' own rollover rule (``writers.rollover``). Each
+writer then takes a contiguous range of shards, starting at a planned boundary, and cuts exactly
+the shards one writer would have cut: the bytes never depend on how many workers or ranks wrote
+them.
+
+Every writer leaves a *piece* (its shards' records) in the scratch folder; finishing a split reads
+the pieces, checks that they cover every shard, and makes the split-wide files (the wids index,
+the nanoGPT file). Plans and pieces are plain files, so ranks on different machines share them
+through the scratch folder, and a rank rerun finds its finished piece and does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.ragged import starts_of
+from shardsmith.engine.resume import crash_point, die_with_parent
+from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, sort_group, sorted_lengths
+from shardsmith.errors import DatasetError, UsageError
+from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+
+MakeWriter = Callable[[str, ShardRange], Writer]
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Where each shard of a split starts (a sample position), then the split's end; and the
+    split's weight (the rollover's units: tokens for token shards) before each of those."""
+
+    bounds: list[int]
+    weights: list[int]
+
+    @property
+    def shards(self) -> int:
+        return len(self.bounds) - 1
+
+
+@dataclass
+class SplitGather:
+    """One split as the gather reads it: its bucket groups in key order and where each starts."""
+
+    name: str
+    groups: list[list[Segment]]
+    starts: np.ndarray  # sample position of each group's first sample, then the split's size
+
+    @classmethod
+    def of(cls, name: str, buckets: dict[int, list[Segment]], *, budget: int) -> SplitGather:
+        grouped = groups(buckets, budget=budget)
+        return cls(name=name, groups=grouped, starts=starts_of(np.asarray([sum(s.count for s in g) for g in grouped],
+                                                                           dtype=np.int64)))
+
+    @property
+    def samples(self) -> int:
+        return int(self.starts[-1])
+
+
+@dataclass
+class SplitOutput:
+    """A finished split: its shards in order, and what its writers' finishing step added."""
+
+    shards: list[ShardRecord]
+    md5s: list[str | None] = field(default_factory=list)
+    flat_record: dict[str, Any] | None = None
+    events: int | None = None
+
+
+# -- planning ---------------------------------------------------------------------------------------
+
+
+def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
+    """The split's shard boundaries under ``writer``'s rollover rule (saved in the scratch folder:
+    every rank computes the same one, and later ranks read it)."""
+    path = work_dir / f"plan-{split.name}.json"
+    if path.is_file():
+        try:
+            saved = orjson.loads(path.read_bytes())
+            return SplitPlan(bounds=saved["bounds"], weights=saved["weights"])
+        except (OSError, ValueError, KeyError):
+            pass  # torn: compute it again
+    roller = writer.rollover()
+    bounds, weights, total = [0], [0], 0
+    for group, start in zip(split.groups, split.starts.tolist()):
+        if writer.weigh_payload:
+            w = writer.sorted_weights(sort_group(group))
+        else:
+            w = writer.weights(sorted_lengths(group), None)
+        ends = starts_of(w)
+        for cut in roller.cut(w):
+            bounds.append(start + cut)
+            weights.append(total + int(ends[cut]))
+        total += int(ends[-1])
+    if split.samples:
+        bounds.append(split.samples)
+        weights.append(total)
+    plan = SplitPlan(bounds=bounds, weights=weights)
+    atomic_write_bytes(path, orjson.dumps({"bounds": bounds, "weights": weights}))
+    return plan
+
+
+def share(first: int, stop: int, parts: int) -> list[tuple[int, int]]:
+    """``[first, stop)`` cut into at most ``parts`` contiguous, non-empty, near-equal ranges."""
+    n = stop - first
+    cuts = [first + n * k // parts for k in range(parts + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+# -- writing a range ----------------------------------------------------------------------------------
+
+
+def _piece_path(work_dir: Path, split: str, first: int, stop: int) -> Path:
+    return work_dir / f"piece-{split}-{first:06d}-{stop:06d}.json"
+
+
+def _pieces(work_dir: Path, split: str) -> list[dict[str, Any]]:
+    out = []
+    for path in sorted(work_dir.glob(f"piece-{split}-*.json")):
+        try:
+            out.append(orjson.loads(path.read_bytes()))
+        except (OSError, ValueError):
+            continue  # torn: its range is missing, and finishing says so
+    return out
+
+
+def _intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) -> bool:
+    """Whether every file a piece names is still there, with its size (for a stretch of the
+    nanoGPT file: the scratch file, or the file finalize moved into place, reaches its end)."""
+    entries = [e for shard in piece["shards"] for e in (shard, shard.get("index")) if e is not None]
+    flat = piece.get("flat")
+    if flat and "path" in flat:
+        entries.append(flat)
+    for entry in entries:
+        try:
+            if os.path.getsize(out_dir / entry["path"]) != int(entry["bytes"]):
+                return False
+        except OSError:
+            return False
+    if flat and "offset" in flat:
+        end = int(flat["offset"]) + 2 * int(flat["tokens"])
+        sizes = [os.path.getsize(p) for p in (work_dir / f"flat-{split}.bin", out_dir / f"{split}.bin") if p.is_file()]
+        if not sizes or max(sizes) < end:
+            return False
+    return True
+
+
+def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, *, make_writer: MakeWriter,
+                work_dir: Path, out_dir: Path) -> None:
+    """Shards ``[first, stop)`` of a split (``plan`` None: every shard, by one writer), and their
+    piece; a range whose piece a previous run of the same command finished is left as it is."""
+    whole = plan is None
+    if not whole:
+        path = _piece_path(work_dir, split.name, first, stop)
+        if path.is_file():
+            try:
+                if _intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split.name):
+                    return
+            except (OSError, ValueError):
+                pass
+    weight_before = 0 if plan is None else plan.weights[first]
+    a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
+    writer = make_writer(split.name, ShardRange(first_shard=first, first_sample=a, weight_before=weight_before,
+                                                whole=whole, work_dir=work_dir))
+    into = None if writer.keeps_batches else LoadBuffer()
+    try:
+        batches = 0
+        for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):
+            if ge <= a or gs >= b:
+                continue
+            batch = sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into)
+            writer.write_sorted(batch)
+            crash_point(f"gather:{split.name}:{batches}")
+            batches += 1
+        writer.close()
+    except BaseException:
+        abort = getattr(writer, "abort", None)
+        if abort is not None:
+            abort()
+        raise
+    made = len(writer.shards)
+    if plan is not None:
+        want = np.diff(plan.bounds[first:stop + 1]).tolist()
+        got = [s.samples for s in writer.shards]
+        if got != want:  # a writer whose rollover differs from its plan: a bug, never silently
+            raise AssertionError(f"split {split.name}: shards {first}..{stop} planned with {want} samples, "
+                                 f"written with {got}")
+    piece = {**writer.piece(), "stop": first + made, "whole": whole}
+    atomic_write_bytes(_piece_path(work_dir, split.name, first, first + made), orjson.dumps(piece))
+
+
+# -- in worker processes ---------------------------------------------------------------------------
+
+_STATE: dict[str, Any] = {}
+
+
+def _init_worker(state: dict[str, Any]) -> None:
+    die_with_parent()
+    _STATE.update(state)
+
+
+def _range_in_worker(job: tuple[int, int, int]) -> None:
+    s, first, stop = job
+    write_range(_STATE["splits"][s], _STATE["plans"][s], first, stop, make_writer=_STATE["make_writer"],
+                work_dir=_STATE["work_dir"], out_dir=_STATE["out_dir"])
+
+
+def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]], *,
+                 make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int) -> None:
+    """``(split, first, stop)`` ranges, in worker processes when there are several."""
+    if workers <= 1 or len(jobs) <= 1:
+        for s, first, stop in jobs:
+            write_range(splits[s], plans[s], first, stop, make_writer=make_writer, work_dir=work_dir,
+                        out_dir=out_dir)
+        return
+    from shardsmith.engine.pipeline import worker_pool
+
+    state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir, "out_dir": out_dir}
+    with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
+                     advice="try fewer --workers or a smaller --memory") as pool:
+        for _ in pool.map(_range_in_worker, jobs):
+            pass
+
+
+# -- the stages ------------------------------------------------------------------------------------
+
+
+def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,
+           rank: int = 0, world_size: int = 1) -> dict[str, list[int]]:
+    """This rank's share of every split's shards (all of them on one rank), over ``workers``
+    processes; returns the shard range (first, stop) of each split it wrote a part of ([0, -1]:
+    every shard, by one writer)."""
+    plans: list[SplitPlan | None] = []
+    jobs: list[tuple[int, int, int]] = []
+    for s, split in enumerate(splits):
+        probe = make_writer(split.name, ShardRange())
+        if not probe.rangeable or (world_size == 1 and workers <= 1):
+            plans.append(None)  # one writer goes through the split: nothing to plan
+            if rank == 0:
+                jobs.append((s, 0, 0))
+            continue
+        plan = plan_split(split, probe, work_dir)
+        ranks = share(0, plan.shards, world_size)  # min(shards, world_size) ranges: later ranks have none
+        mine = share(*ranks[rank], max(1, workers)) if rank < len(ranks) else []
+        if world_size == 1 and len(mine) == 1:
+            plans.append(None)  # a single shard: one writer, hashing the nanoGPT file as it goes
+            jobs.append((s, 0, 0))
+            continue
+        plans.append(plan)
+        jobs += [(s, a, b) for a, b in mine]
+    write_ranges(splits, plans, jobs, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir, workers=workers)
+    mine_by_split: dict[str, list[int]] = {}
+    for s, first, stop in jobs:
+        name = splits[s].name
+        if plans[s] is None:
+            mine_by_split[name] = [0, -1]
+        else:
+            got = mine_by_split.setdefault(name, [first, stop])
+            got[0], got[1] = min(got[0], first), max(got[1], stop)
+    return mine_by_split
+
+
+def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path
+           ) -> dict[str, SplitOutput]:
+    """Every split's shards from the pieces, checked complete, and its split-wide files."""
+    outputs: dict[str, SplitOutput] = {}
+    for split in splits:
+        chain = _cover(split, work_dir, out_dir)
+        for stale in (*out_dir.glob(f".{split.name}-*.tmp-*"), *out_dir.glob(f".{split.name}.*.tmp-*")):
+            # what killed writers left
+            stale.unlink(missing_ok=True)
+        writer = make_writer(split.name, ShardRange(whole=False, work_dir=work_dir))
+        extras = writer.finish_split(chain)
+        outputs[split.name] = SplitOutput(
+            shards=[ShardRecord.from_json(s) for p in chain for s in p["shards"]],
+            md5s=[m for p in chain for m in p["md5s"]], flat_record=extras.get("flat"), events=extras.get("events"))
+    return outputs
+
+
+def _cover(split: SplitGather, work_dir: Path, out_dir: Path) -> list[dict[str, Any]]:
+    """Pieces that cover the split's shards once each, in order (ranks of different runs' world
+    sizes may have left overlapping ones: their shards are the same)."""
+    pieces = _pieces(work_dir, split.name)
+    whole = [p for p in pieces if p.get("whole") and _intact(p, out_dir, work_dir, split.name)]
+    if whole:
+        return whole[:1]
+    plan_path = work_dir / f"plan-{split.name}.json"
+    if not split.samples:
+        shards = 0
+    elif plan_path.is_file():
+        shards = len(orjson.loads(plan_path.read_bytes())["bounds"]) - 1
+    else:
+        raise UsageError(f"split {split.name}: no shard is written yet: run the gather (--stage gather on every "
+                         f"rank) first")
+    ranged = [p for p in pieces if not p.get("whole")]
+    chain = _chain(ranged, 0, shards, {})
+    if chain is None:
+        at = _reach(ranged, shards)
+        later = sorted(int(p["first_shard"]) for p in ranged if int(p["first_shard"]) > at)
+        upto = later[0] if later else shards
+        raise UsageError(f"split {split.name}: shards {at}..{upto - 1} of {shards} are not written: run --stage "
+                         f"gather on every rank first (rank r of W writes the r-th W-th of them)")
+    for p in chain:
+        if not _intact(p, out_dir, work_dir, split.name):
+            raise DatasetError(f"split {split.name}: a file of shards {p['first_shard']}..{int(p['stop']) - 1} is "
+                               f"missing or changed in {out_dir}: rerun the gather rank that wrote them")
+    return chain
+
+
+def _chain(pieces: list[dict[str, Any]], at: int, shards: int, memo: dict[int, Any]) -> list[dict[str, Any]] | None:
+    """Pieces back to back from shard ``at`` to ``shards`` (longest first; ranks of reruns with
+    other world sizes may have left pieces that overlap), or None."""
+    if at == shards:
+        return []
+    if at not in memo:
+        memo[at] = None
+        for p in sorted((p for p in pieces if int(p["first_shard"]) == at), key=lambda p: -int(p["stop"])):
+            rest = _chain(pieces, int(p["stop"]), shards, memo) if int(p["stop"]) > at else None
+            if rest is not None:
+                memo[at] = [p, *rest]
+                break
+    return memo[at]
+
+
+def _reach(pieces: list[dict[str, Any]], shards: int) -> int:
+    """The furthest shard a chain of pieces from shard 0 reaches: where the gap starts (for the
+    error message)."""
+    reached, frontier = {0}, [0]
+    while frontier:
+        at = frontier.pop()
+        for p in pieces:
+            stop = int(p["stop"])
+            if int(p["first_shard"]) == at and stop not in reached:
+                reached.add(stop)
+                frontier.append(stop)
+    return max(r for r in reached if r < shards)

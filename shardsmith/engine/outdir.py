@@ -1,0 +1,107 @@
+"""Preparing the output folder: refuse to mix a new dataset into someone else's files.
+
+A folder without a manifest that holds only shardsmith's files is what a failed or killed run
+left. The same command (same options) may take it over and finish; a different one needs
+``--overwrite``, so a typo never destroys the half-done work of a long conversion.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shutil
+from pathlib import Path
+
+import orjson
+
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.manifest import MANIFEST
+from shardsmith.engine.resume import RUN_FILE, read_run_file
+from shardsmith.errors import UsageError
+
+# What a shardsmith conversion may leave in its folder; --overwrite removes only these.
+OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*", "*.bin", "*.idx",
+                "*.wids.json", ".*.tmp-*", RUN_FILE)
+
+
+def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:
+    """Create ``out``; an existing non-empty folder needs ``--overwrite``, which removes the old dataset's files.
+
+    ``run`` (see ``shardsmith.engine.resume.run_identity``) is recorded in the folder until the manifest
+    is written; the unfinished output of the same command is taken over without ``--overwrite``.
+    Returns True when the folder already holds the dataset of this very run: its manifest was
+    written, and the run was stopped before it removed its record (then nothing is to be done).
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"-o {out}: exists and is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
+        return False
+    if run is not None and (out / MANIFEST).is_file() and read_run_file(out) == run:
+        return True
+    present = sorted(p for p in out.iterdir())
+    if stage is not None:  # gather ranks share the folder: never remove what another rank wrote
+        _join(out, present, run=run)
+        return False
+    if present:
+        _clear(out, present, overwrite=overwrite, run=run)
+    if run is not None:
+        atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
+    return False
+
+
+def work_path(out: Path) -> Path:
+    """The scratch folder of a run into ``out``: beside it, on the same filesystem."""
+    out = Path(out).resolve()
+    return out.parent / f".{out.name}.shardsmith-work"
+
+
+def finish_output(out: Path) -> None:
+    """The manifest is written (or the run failed with an error): no run is in progress in the folder.
+
+    Only a run that was killed leaves its record and its scratch folder, so only the same command
+    takes over its files and resumes from its finished work.
+    """
+    shutil.rmtree(work_path(out), ignore_errors=True)
+    (out / RUN_FILE).unlink(missing_ok=True)
+
+
+def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None:
+    """A gather or finalize rank joins the output folder of its run: empty, or holding only this
+    run's files (its record says so)."""
+    if present:
+        # by name only: other ranks rename their temporary files meanwhile
+        own = all(any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
+        previous = read_run_file(out)
+        other = previous is not None and run is not None and previous.get("options") != run["options"]
+        if (out / MANIFEST).exists():
+            raise UsageError(f"-o {out}: already holds a finished dataset (manifest.json); cluster stages never "
+                             f"remove files: give them an empty output folder")
+        if not own or other:
+            raise UsageError(f"-o {out}: holds other files than this run's (another command's output); cluster "
+                             f"stages never remove files: give them an empty output folder")
+        if previous == run:
+            return  # an earlier rank recorded the run
+    if run is not None:
+        atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
+
+
+def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, str] | None) -> None:
+    own = all(p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
+    if own and not (out / MANIFEST).exists() and not overwrite:
+        previous = read_run_file(out)
+        same = previous is not None and run is not None and previous.get("options") == run["options"]
+        if not same and previous is not None:
+            raise UsageError(f"-o {out}: holds the unfinished output of a different command "
+                             f"({previous.get('command', '?')} with other options); rerun that command to finish "
+                             f"it, or pass --overwrite to replace it")
+        overwrite = True  # the same command's unfinished output (or one from before run files): take it over
+    if not overwrite:
+        raise UsageError(f"-o {out}: folder is not empty ({len(present)} entries); pass --overwrite to replace "
+                         f"a previous dataset there")
+    (out / MANIFEST).unlink(missing_ok=True)  # first, so a half-cleaned folder is never a dataset
+    for p in present:
+        if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS):
+            p.unlink()
+    left = [p.name for p in out.iterdir()]
+    if left:
+        raise UsageError(f"-o {out}: --overwrite removes only shardsmith's own files; also found {left[:3]}")

@@ -1,0 +1,102 @@
+"""What makes a rerun the *same* run: a fingerprint of the command, its options and its inputs.
+
+A killed conversion leaves its finished part files in the work folder beside the output. Running
+the same command again (same options, same unchanged inputs) reuses them; anything else starts
+over. The output folder remembers which command is filling it (``.shardsmith-run.json``), so a
+different command is refused there unless ``--overwrite``. Workers, progress and ``--overwrite``
+never change the bytes, so they are not part of the identity.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shardsmith.engine.inputs import InputFile
+
+RUN_FILE = ".shardsmith-run.json"
+_VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size"}
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:32]
+
+
+def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths: tuple[str | None, ...] = ()
+                 ) -> dict[str, str]:
+    """``{"command", "options", "inputs"}``: who is filling the folder, and with what exactly.
+
+    What a rerun trusts of an input: its path, size, inode, mtime and ctime. Any write (or
+    truncation, or a copy put in its place) changes the ctime, which no user can set back (``touch
+    -d`` sets the mtime only), so an input edited in place is never taken for the one a part was made
+    from. Where a file system keeps no ctime (0), the input's content is hashed instead. Files named
+    by options (a tokenizer, an events table) are hashed whole.
+    """
+    options = {k: v for k, v in dataclasses.asdict(opts).items() if k not in _VOLATILE}
+    stats: list[Any] = [(f.rel, f.size, f.ino, f.mtime_ns, f.ctime_ns) if f.ctime_ns
+                        else (f.rel, f.size, _sha256(f.path)) for f in files]
+    for p in extra_paths:
+        if p and os.path.isfile(p):
+            stats.append((os.path.abspath(p), _sha256(p)))
+    return {"command": command, "options": _digest({"command": command, "options": options}),
+            "inputs": _digest(stats)}
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the crash tests: ``SHARDSMITH_CRASH_AT=name`` kills this process here
+    with SIGKILL, as the out-of-memory killer or a preempted node would (no cleanup runs).
+    ``SHARDSMITH_STALL_AT=name`` waits here instead (``SHARDSMITH_STALL_SECONDS``, default 30),
+    after creating the file ``SHARDSMITH_STALL_MARK`` if set: a run caught in the middle, for the
+    tests of concurrent runs, interruptions and inputs that change."""
+    if os.environ.get("SHARDSMITH_STALL_AT") == name:
+        mark = os.environ.get("SHARDSMITH_STALL_MARK")
+        if mark:
+            Path(mark).touch()
+        time.sleep(float(os.environ.get("SHARDSMITH_STALL_SECONDS", "30")))
+    if os.environ.get("SHARDSMITH_CRASH_AT") == name:
+        if os.environ.get("SHARDSMITH_CRASH_PARENT") and os.getppid() > 1:
+            os.kill(os.getppid(), signal.SIGKILL)  # a worker takes the whole run down
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_parent() -> None:
+    """In a worker: be killed when the parent dies (Linux), so a run killed by the out-of-memory
+    killer or a preempted job leaves no orphan workers holding memory and open files; and leave
+    Ctrl-C and SIGTERM to the parent, which stops its workers (``shardsmith.engine.interrupt``)."""
+    import ctypes
+    import sys
+
+    from shardsmith.engine.interrupt import ignore_in_worker
+
+    ignore_in_worker()
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)
+
+
+def read_run_file(out: Path) -> dict[str, Any] | None:
+    try:
+        data = orjson.loads((out / RUN_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None

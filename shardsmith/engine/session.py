@@ -1,0 +1,109 @@
+"""The life of one converting run into its output folder, in one place for every command.
+
+1. Lock the output (``outlock``): one writer per folder, for the whole run.
+2. Claim the folder (``outdir.prepare_output``): refuse another command's files, take over the
+   same command's unfinished output; a dataset this very command already finished (killed after
+   its manifest was renamed into place, before the cleanup) is reported complete.
+3. Commit: the manifest is written last, then the run's record and scratch folder are removed.
+
+A run that *fails* (bad data, bad options) releases what it claimed, so the corrected command is
+never refused: its run record and scratch folder go, and an output folder it created is removed
+when only its own files are in it. A run that is *interrupted* (Ctrl-C, SIGTERM) or loses a worker
+keeps everything: the same command resumes from its finished parts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.engine import interrupt
+from shardsmith.engine.outdir import OWN_PATTERNS, finish_output, prepare_output
+from shardsmith.engine.outlock import OutputLock
+from shardsmith.engine.resume import crash_point
+from shardsmith.errors import WorkerDied
+
+
+class OutputRun:
+    """What a command does to its output folder; made by ``output_run``."""
+
+    def __init__(self, *, out: Path, overwrite: bool, stage: str | None, created: list[Path],
+                 quiet: bool = False) -> None:
+        self.out = Path(out)
+        self.quiet = quiet
+        self.overwrite = overwrite
+        self.stage = stage
+        self.created = created  # folders this run made (deepest last): removed again if it fails
+        self.claimed = False
+
+    def claim(self, run: dict[str, str]) -> dict[str, Any] | None:
+        """Prepare the folder for the run ``run`` (``resume.run_identity``); returns the manifest
+        when the same run already finished it (and removes what its cleanup left), else None."""
+        complete = prepare_output(self.out, overwrite=self.overwrite, run=run, stage=self.stage)
+        self.claimed = True
+        crash_point("claimed")
+        if not complete:
+            return None
+        finish_output(self.out)
+        if not self.quiet:
+            print(f"{self.out}: already complete (the run that wrote it was stopped after its manifest); "
+                  f"removed what it left", file=sys.stderr)
+        return manifest_mod.load(self.out)
+
+    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Write the manifest (the dataset exists from this moment), then clean up the run's state."""
+        crash_point("manifest")
+        manifest_mod.save(self.out, manifest)
+        crash_point("committed")
+        finish_output(self.out)
+        return manifest
+
+    def abandon(self) -> None:
+        """The run failed: leave nothing that would refuse the corrected command."""
+        if not self.claimed or self.stage is not None:
+            return  # cluster ranks share the folder: a failed rank is rerun alone
+        finish_output(self.out)
+        if self.out in self.created and not (self.out / manifest_mod.MANIFEST).exists():
+            with contextlib.suppress(OSError):
+                for p in self.out.iterdir():
+                    if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS):
+                        p.unlink()
+
+
+def _missing(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, outermost first."""
+    missing = []
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing.append(p)
+    return missing[::-1]
+
+
+@contextlib.contextmanager
+def output_run(*, out: Path, overwrite: bool, stage: str | None = None, rank: int = 0,
+               quiet: bool = False) -> Iterator[OutputRun]:
+    """Lock ``out`` for the run, and release (or keep) what the run claimed when it ends."""
+    out = Path(out).absolute()
+    created = _missing(out)
+    lock = OutputLock(out=out, stage=stage, rank=rank).acquire()
+    session = OutputRun(out=out, overwrite=overwrite, stage=stage, created=created, quiet=quiet)
+    failed = False
+    try:
+        yield session
+    except BaseException as exc:
+        failed = not (interrupt.is_interruption(exc) or isinstance(exc, WorkerDied))
+        if failed:
+            session.abandon()
+        raise
+    finally:
+        lock.release()
+        if failed and stage is None:
+            for folder in reversed(created):  # only if empty: never another's file
+                with contextlib.suppress(OSError):
+                    folder.rmdir()

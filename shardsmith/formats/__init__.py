@@ -1,0 +1,1 @@
+"""Formats: one package per on-disk format, holding its writer and its dataset."""

@@ -1,0 +1,46 @@
+"""Events in tar shards, read back as dicts of numpy arrays (``field`` instead of member ``field.npy``).
+
+A subclass of ``TarDataset``: the same random access, shuffled iteration, rank split and
+resume; ``.npy`` members are loaded without pickles. With ``events_per_sample`` N a sample is a
+window of N events, and ``{counter}.offsets`` cut its ragged fields into events.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.events import EventSchema
+from shardsmith.errors import DatasetError
+from shardsmith.formats.webdataset.dataset import TarDataset
+
+
+class EventTarDataset(TarDataset):
+    """One split of events in tar shards: ``len`` (samples), ``ds[i] -> {field: array}``; ``get_batch``
+    and ``iter`` (exact permutation, rank split, resume) come from ``TarDataset``."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train") -> None:
+        super().__init__(out_dir, split=split)
+        events = self.manifest.get("events")
+        if not isinstance(events, dict):
+            raise DatasetError(f"{out_dir}: the manifest describes no events")
+        try:
+            self.schema = EventSchema.from_json(self.manifest["schema"])
+            self.events_per_sample = int(events.get("events_per_sample", 1))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise DatasetError(f"{out_dir}: the manifest's event schema is malformed ({exc})") from None
+        self._members = {f"{f.name}.npy": f.name for f in self.schema.fields}
+        if self.events_per_sample > 1:
+            self._members.update({f"{c}.offsets.npy": f"{c}.offsets" for c in self.schema.counters})
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        raw = super().__getitem__(i)
+        out: dict[str, Any] = {"__key__": raw["__key__"]}
+        for member, name in self._members.items():
+            value = raw.get(member)
+            if not isinstance(value, np.ndarray):
+                raise DatasetError(f"{self.out_dir}: sample {raw['__key__']} has no array member {member}")
+            out[name] = value
+        return out

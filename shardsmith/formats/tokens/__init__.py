@@ -1,0 +1,1 @@
+"""Packed token arrays (Megatron .bin/.idx, nanoGPT .bin): writer and dataset."""

@@ -1,0 +1,194 @@
+"""Megatron-compatible indexed datasets: ``{split}-{000000}.bin`` + ``.idx`` (``MMIDIDX``), one
+sequence per document, plus an optional flat nanoGPT ``{split}.bin``.
+
+The .idx layout (Megatron-LM ``megatron/core/datasets/indexed_dataset.py``): magic
+``MMIDIDX\\x00\\x00``, u64 version 1, u8 dtype code, u64 sequence count S, u64 document count S+1,
+int32 sequence lengths[S], int64 byte pointers[S], int64 document indices[S+1] = 0..S.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.fsutil import HashingFile, file_sha256, fsync_dir, naming
+from shardsmith.core.ragged import starts_of
+from shardsmith.errors import DatasetError
+from shardsmith.formats.rollover import Rollover, runs
+from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+
+IDX_MAGIC = b"MMIDIDX\x00\x00"
+IDX_VERSION = 1
+DTYPE_CODES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
+               8: np.uint16}
+CODE_OF = {np.dtype(v).name: k for k, v in DTYPE_CODES.items()}
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Megatron's choice: uint16 below a vocabulary of 65500, else int32."""
+    return np.dtype(np.uint16 if vocab_size < 65500 else np.int32)
+
+
+def idx_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
+    """The .idx file of one shard whose documents have these token lengths."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    pointers = np.zeros(len(lengths), dtype=np.int64)
+    if len(lengths) > 1:
+        np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
+    header = IDX_MAGIC + struct.pack("<Q", IDX_VERSION) + struct.pack("<B", CODE_OF[dtype.name])
+    header += struct.pack("<Q", len(lengths)) + struct.pack("<Q", len(lengths) + 1)
+    return b"".join([header, lengths.astype(np.int32).tobytes(), pointers.tobytes(),
+                     np.arange(len(lengths) + 1, dtype=np.int64).tobytes()])
+
+
+class _FlatPiece:
+    """This writer's stretch of the nanoGPT file: the whole file (hashed while written), or a
+    range of a scratch file that other writers fill at the same time (positional writes)."""
+
+    def __init__(self, *, out_dir: Path, split: str, part: ShardRange) -> None:
+        self.offset = part.weight_before * 2
+        self.tokens = 0
+        if part.whole:
+            self._file: HashingFile | None = HashingFile(out_dir / f"{split}.bin")
+            self._fd = -1
+        else:
+            assert part.work_dir is not None
+            self._file = None
+            path = flat_scratch(part.work_dir, split)
+            with naming(path):
+                self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+
+    def write(self, data: bytes | memoryview) -> None:
+        if self._file is not None:
+            self._file.write(data)
+        else:
+            at = self.offset + 2 * self.tokens
+            view = memoryview(data).cast("B")
+            while len(view):
+                done = os.pwrite(self._fd, view, at)
+                view, at = view[done:], at + done
+        self.tokens += len(data) // 2
+
+    def close(self) -> dict[str, Any]:
+        if self._file is not None:
+            sha = self._file.commit()
+            return {"path": self._file.path.name, "bytes": self._file.bytes, "sha256": sha, "dtype": "uint16"}
+        try:
+            os.fsync(self._fd)  # on the disk before the piece that vouches for it
+        finally:
+            os.close(self._fd)
+        return {"offset": self.offset, "tokens": self.tokens}
+
+    def abort(self) -> None:
+        if self._file is not None:
+            self._file.abort()
+        elif self._fd >= 0:
+            os.close(self._fd)
+
+
+def flat_scratch(work_dir: Path, split: str) -> Path:
+    return Path(work_dir) / f"flat-{split}.bin"
+
+
+class TokensWriter(Writer):
+    """Writes one split's documents (token arrays in ``dtype``) into rolling Megatron shards."""
+
+    name = "tokens"
+    suffix = ".bin"
+
+    def __init__(self, *, out_dir: Path, split: str, dtype: np.dtype, shard_tokens: int,
+                 nanogpt: bool = False, part: ShardRange | None = None) -> None:
+        super().__init__(out_dir=out_dir, split=split, part=part)
+        self.dtype = np.dtype(dtype)
+        self.shard_tokens = shard_tokens
+        self.nanogpt = nanogpt
+        self._bin: HashingFile | None = None
+        self._lengths: list[np.ndarray] = []
+        self._roller = self.rollover()
+        self._flat: _FlatPiece | None = None
+        self.flat_record: dict | None = None
+
+    def rollover(self) -> Rollover:
+        return Rollover(max_weight=self.shard_tokens)
+
+    def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
+        return np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        """Append documents (lengths in bytes, payload back to back), rolling over at ``shard_tokens``."""
+        counts = self.weights(lengths, None)
+        if self.nanogpt:  # nanoGPT reads uint16, whatever the shards' dtype
+            if self._flat is None:
+                self._flat = _FlatPiece(out_dir=self.out_dir, split=self.split, part=self.part)
+            flat = np.frombuffer(payload, dtype=self.dtype)
+            self._flat.write(payload if self.dtype == np.uint16 else flat.astype(np.uint16).tobytes())
+        starts = starts_of(counts) * self.dtype.itemsize
+        for a, b, new in runs(self._roller.cut(counts), len(counts)):
+            if new:
+                self._roll()
+            if self._bin is None:
+                self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
+            self._bin.write(payload[int(starts[a]):int(starts[b])])
+            self._lengths.append(counts[a:b])
+
+    def _roll(self) -> None:
+        assert self._bin is not None
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int64)
+        name = self._bin.path.name
+        sha = self._bin.commit()
+        idx = HashingFile(self.out_dir / self.shard_name(self.next_index(), ".idx"))
+        idx.write(idx_bytes(lengths, self.dtype))
+        idx_sha = idx.commit()
+        self.shards.append(ShardRecord(
+            path=name, samples=len(lengths), bytes=self._bin.bytes, sha256=sha,
+            extra={"tokens": int(lengths.sum()),
+                   "index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}},
+        ))
+        self._bin, self._lengths = None, []
+
+    def close(self) -> list[ShardRecord]:
+        if self._bin is not None:
+            self._roll()
+        if self.nanogpt and self._flat is None and self.part.whole:  # an empty split: an empty file
+            self._flat = _FlatPiece(out_dir=self.out_dir, split=self.split, part=self.part)
+        if self._flat is not None:
+            self.flat_record = self._flat.close()
+        return self.shards
+
+    def piece(self) -> dict[str, Any]:
+        return {**super().piece(), "flat": self.flat_record}
+
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        """The nanoGPT file: the one whole writer's, or the scratch file the ranges filled, hashed and moved."""
+        if not self.nanogpt:
+            return {}
+        flats = [p["flat"] for p in pieces if p.get("flat")]
+        if len(flats) == 1 and "sha256" in flats[0]:
+            self.flat_record = flats[0]
+            return {"flat": self.flat_record}
+        assert self.part.work_dir is not None
+        scratch = flat_scratch(self.part.work_dir, self.split)
+        size = 2 * sum(int(f["tokens"]) for f in flats)
+        target = self.out_dir / f"{self.split}.bin"
+        if not scratch.exists() and target.is_file() and target.stat().st_size == size:
+            scratch = target  # moved by a finalize that was killed before the manifest
+        with naming(scratch), open(scratch, "ab+") as fh:  # created empty for a split with no tokens
+            if os.fstat(fh.fileno()).st_size != size:
+                raise DatasetError(f"{scratch}: {os.fstat(fh.fileno()).st_size} bytes, the gather ranks "
+                                   f"wrote {size}: rerun the gather")
+            os.fsync(fh.fileno())
+            sha = file_sha256(fh.fileno(), size)
+        if scratch != target:
+            os.replace(scratch, target)
+            fsync_dir(self.out_dir)
+        self.flat_record = {"path": target.name, "bytes": size, "sha256": sha, "dtype": "uint16"}
+        return {"flat": self.flat_record}
+
+    def abort(self) -> None:
+        for f in (self._bin, self._flat):
+            if f is not None:
+                f.abort()

@@ -1,0 +1,1 @@
+"""WebDataset tar shards of samples (images, JSON, text, columns): writer and dataset."""

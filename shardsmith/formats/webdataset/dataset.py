@@ -1,0 +1,485 @@
+"""Random access to webdataset tar shards through their offset index, trusting no file (paths,
+sizes, offsets, headers); then ``ds[i]`` only slices an mmap.
+
+A shard's member table comes from its offset index: shardsmith's own (version 2) holds every
+member's place, size and extension and every sample's key. It is used only when its sha256 is the
+manifest's, checked for consistency in numpy (``tarfmt.index_members``), and compared with the
+tar's own headers at a few samples spread over the shard (an index of another shard, or a shard
+rewritten since, is refused; ``shardsmith verify`` checks every byte of both).
+Older or foreign indexes hold only where samples start: then the shard's headers are read once,
+where the index points, and checked in numpy (``tarfmt.scan_samples``).
+
+Fields come back as bytes except for kinds that are safe to decode (int, json, text, npy without
+pickles); images decode only when asked. Pickle-like members (``.pyd``, ``.pth``, …) stay bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import mmap
+import operator
+import os
+from array import array
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.identity import open_checked, stamp
+from shardsmith.core.images import MAX_IMAGE_PIXELS, pillow_open, pixel_limit  # stdlib only: no Pillow
+from shardsmith.errors import DatasetError
+from shardsmith.formats.order import ResumableIterator
+from shardsmith.formats.webdataset.tarfmt import (
+    BLOCK,
+    ShardMembers,
+    index_members,
+    index_offsets,
+    is_index_v2,
+    parse_sample,
+    scan_samples,
+)
+
+KINDS = ("image", "int", "json", "text", "bytes", "npy")
+DECODES = (None, "pil", "numpy")
+# Kinds by the last component of an extension, as webdataset names them; anything else is bytes.
+_EXT_KINDS = {
+    **dict.fromkeys(("cls", "cls2", "class", "count", "index", "inx", "id"), "int"),
+    **dict.fromkeys(("json", "jsn"), "json"),
+    **dict.fromkeys(("txt", "text", "transcript"), "text"),
+    "npy": "npy",
+    **dict.fromkeys(("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "gif", "tif", "tiff"),
+                    "image"),
+}
+_NPY_HEADER_MAX = 10000  # numpy's own default limit on .npy header sizes
+
+
+def load_npy(data: bytes, *, where: str) -> np.ndarray:
+    """A .npy payload without pickles, whose header is checked against its size before numpy allocates."""
+    fp = io.BytesIO(data)
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(fp)
+        if version == (1, 0):
+            shape, _fortran, dtype = fmt.read_array_header_1_0(fp, max_header_size=_NPY_HEADER_MAX)
+        elif version == (2, 0):
+            shape, _fortran, dtype = fmt.read_array_header_2_0(fp, max_header_size=_NPY_HEADER_MAX)
+        else:
+            raise ValueError(f"unsupported .npy version {version}")
+        if dtype.hasobject:
+            raise ValueError("object arrays need pickles, which shardsmith never loads")
+        if len(data) - fp.tell() != math.prod(shape) * dtype.itemsize:
+            raise ValueError(f"{len(data) - fp.tell()} data bytes for shape {shape} of {dtype}")
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except Exception as exc:  # numpy's header parser raises many types (ValueError, TokenError, …) on junk
+        raise DatasetError(f"{where}: not a valid .npy array ({type(exc).__name__}: {exc})") from None
+
+
+def _int(data: bytes) -> int:
+    return int(data)
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def _image_decoder(mode: str, max_pixels: int) -> Callable[[bytes], Any]:
+    """Pillow decoding up to the dataset's pixel limit (``convert --max-image-pixels``), above or
+    below Pillow's own global default, which is left as it was."""
+
+    def decode(data: bytes) -> Any:
+        with pillow_open(data, max_pixels=max_pixels) as img:  # an image over the limit: ImageError
+            img.load()  # decode now, so a corrupt image fails here and not in the user's transform
+            return img if mode == "pil" else np.asarray(img.convert("RGB"))
+
+    return decode
+
+
+def _decoder(kind: str, decode: str | None, max_pixels: int = MAX_IMAGE_PIXELS) -> Callable[[bytes], Any] | None:
+    """The function that turns a member's bytes into a value, or None to keep the bytes."""
+    if kind == "int":
+        return _int
+    if kind == "json":
+        return orjson.loads
+    if kind == "text":
+        return _text
+    if kind == "image" and decode is not None:
+        return _image_decoder(decode, max_pixels)
+    return None
+
+
+@dataclass(slots=True)
+class _MemberTable:
+    """One shard's samples as compact arrays: members of sample j are ``first[j]:first[j+1]``."""
+
+    keys: list[str] = field(default_factory=list)
+    first: array = field(default_factory=lambda: array("q", [0]))
+    data: array = field(default_factory=lambda: array("q"))
+    size: array = field(default_factory=lambda: array("q"))
+    ext: array = field(default_factory=lambda: array("H"))
+    exts: list[str] = field(default_factory=list)
+
+
+# ds[i] of an open shard: its sample number -> the sample
+_Open = Callable[[int], dict[str, Any]]
+
+
+def _shard_reader(mm: mmap.mmap, table: _MemberTable, decoders: list[Callable[[bytes], Any] | None],
+                  where: str) -> _Open:
+    """Sample j of one shard, by slicing its map where the table says: a closure over the shard's
+    arrays, so that each sample costs a few list lookups and one copy per member."""
+    keys, first, data, size, ext, names = table.keys, table.first, table.data, table.size, table.ext, table.exts
+    guarded = [None if d is None else _guard(d, name, where) for d, name in zip(decoders, names)]
+
+    def read(j: int) -> dict[str, Any]:
+        sample: dict[str, Any] = {"__key__": keys[j]}
+        for k in range(first[j], first[j + 1]):
+            start = data[k]
+            e = ext[k]
+            decode = guarded[e]
+            raw = mm[start:start + size[k]]
+            sample[names[e]] = raw if decode is None else decode(raw, start)
+        return sample
+
+    return read
+
+
+def _guard(decoder: Callable[[bytes], Any], ext: str, where: str) -> Callable[[bytes, int], Any]:
+    """``decoder``, raising DatasetError that names the shard and byte when stored bytes do not decode."""
+    if decoder is load_npy:
+        return lambda raw, start: load_npy(raw, where=f"{where}: member .{ext} at byte {start}")
+
+    def decode(raw: bytes, start: int) -> Any:
+        try:
+            return decoder(raw)
+        except Exception as exc:  # any decoder failure on stored bytes is a corrupt dataset, not a bug
+            raise DatasetError(f"{where}: member .{ext} at byte {start} does not decode "
+                               f"({type(exc).__name__}: {exc})") from None
+
+    return decode
+
+# A process forked after shards were mapped maps its own: os.fork's hook counts forks, so ds[i]
+# need not ask for its pid (a system call) every time.
+_forks = 0
+
+
+def _forked() -> None:
+    global _forks
+    _forks += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+class TarDataset:
+    """One split of a webdataset-format dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``iter``."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None) -> None:
+        if decode not in DECODES:
+            raise ValueError(f"decode={decode!r}: choose one of {DECODES}")
+        if decode is not None:
+            try:
+                import PIL.Image  # noqa: F401
+            except ImportError:
+                raise ImportError(f"decode={decode!r} needs Pillow: pip install 'shardsmith[images]'") from None
+        self.out_dir = Path(out_dir)
+        self.manifest, entries = manifest_mod.load_split(out_dir, fmt="webdataset", split=split)
+        self.split = split
+        self.decode = decode
+        self.max_image_pixels = pixel_limit(self.manifest)  # what decode="pil"/"numpy" accepts
+        self._classes = _check_classes(self.manifest.get("classes"), out_dir)
+        self._kinds = _schema_kinds(self.manifest.get("schema"))
+        self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
+        self._sizes = [e["bytes"] for e in entries]
+        self._stamps = [stamp(p, size=e["bytes"]) for p, e in zip(self._paths, entries)]  # what lazy maps must find
+        self._indexes = [_load_index(out_dir, e, path) for e, path in zip(entries, self._paths)]
+        self._offsets = [offsets for offsets, _ in self._indexes]
+        self._where = [str(p) for p in self._paths]
+        self._starts = [0]
+        for e in entries:
+            self._starts.append(self._starts[-1] + e["samples"])
+        self._n = self._starts[-1]
+        self._decoders: dict[str, Callable[[bytes], Any] | None] = {}
+        self._maps: list[mmap.mmap | None] = []
+        self._tables: list[_MemberTable | None] = [None] * len(self._paths)
+        self._open: list[_Open | None] = [None] * len(self._paths)
+        self._pid = -1
+        self._fork = -1
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def classes(self) -> list[str] | None:
+        """Class names from the manifest (index = label), or None when it records none."""
+        return self._classes
+
+    @property
+    def shard_paths(self) -> list[Path]:
+        """Absolute paths of this split's shards, in order."""
+        return list(self._paths)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # mmaps (and image decoders, closures) do not pickle; a spawned DataLoader worker makes its own.
+        return {**self.__dict__, "_maps": [], "_pid": -1, "_fork": -1, "_decoders": {},
+                "_tables": [None] * len(self._paths), "_open": [None] * len(self._paths)}
+
+    # -- access ---------------------------------------------------------------------------------
+
+    def _map(self, s: int) -> mmap.mmap:
+        """Shard s, memory-mapped on first use in this process (a forked worker maps its own)."""
+        if self._pid != os.getpid():
+            self._maps = [None] * len(self._paths)
+            self._open = [None] * len(self._paths)
+            self._pid = os.getpid()
+        mm = self._maps[s]
+        if mm is None:
+            fd = open_checked(self._paths[s], self._stamps[s])
+            try:
+                with os.fdopen(fd, "rb") as fh:
+                    mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError) as exc:
+                raise DatasetError(f"{self._where[s]}: cannot map the shard ({exc})") from None
+            if len(mm) != self._sizes[s]:  # changed since the dataset was opened
+                size = len(mm)
+                mm.close()
+                raise DatasetError(f"{self._where[s]}: {size} bytes, the manifest says {self._sizes[s]}")
+            self._maps[s] = mm
+        return mm
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        i = operator.index(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(f"sample index out of range for {self._n} samples")
+        return self._sample(i)
+
+    def _sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` (an int in range): its shard's reader, on the shard's own sample number."""
+        s = bisect_right(self._starts, i) - 1
+        return self._reader(s)(i - self._starts[s])
+
+    def _reader(self, s: int) -> _Open:
+        """Shard s's reader in this process (opened on first use, and again after a fork)."""
+        read = self._open[s] if self._fork == _forks else None
+        return self._shard(s) if read is None else read
+
+    def _shard(self, s: int) -> _Open:
+        """Shard s ready for ds[i] in this process: mapped, its table built, a decoder per extension."""
+        if self._fork != _forks:
+            self._map(s)  # a new process (or the first call): forget the parent's maps
+            self._fork = _forks
+        table = self._tables[s] if self._tables[s] is not None else self._table(s)
+        for ext in table.exts:
+            if ext not in self._decoders:
+                self._decoders[ext] = self._decoder_for(ext)
+        read = _shard_reader(self._map(s), table, [self._decoders[ext] for ext in table.exts], self._where[s])
+        self._open[s] = read
+        return read
+
+    def _table(self, s: int) -> _MemberTable:
+        """Every member of shard s, read and validated once (then ``ds[i]`` only slices)."""
+        offsets, full = self._indexes[s]
+        if full is not None:
+            found = index_members(full, where=self._where[s])
+            _spot_check(self._map(s), found, np.frombuffer(offsets, np.int64), where=self._where[s])
+        else:
+            found = scan_samples(self._map(s), np.frombuffer(offsets, np.int64), where=self._where[s])
+        table = _MemberTable(keys=found.keys, first=_compact(found.first, "q"), data=_compact(found.data, "q"),
+                             size=_compact(found.size, "q"), exts=found.exts,
+                             ext=_compact(found.ext, "H" if len(found.exts) <= 1 << 16 else "q"))
+        self._tables[s] = table
+        return table
+
+    def check_headers(self) -> None:
+        """Read every tar header of every shard and check it against the shard's offset index:
+        what a version-2 index spares ``ds[i]`` beyond its few spot checks (``verify --deep``).
+        DatasetError names the first shard and sample that differ."""
+        for s, where in enumerate(self._where):
+            offsets, full = self._indexes[s]
+            scanned = scan_samples(self._map(s), np.frombuffer(offsets, np.int64), where=where)
+            if full is None:
+                continue  # a version-1 index: the scan is the table, and it has just passed
+            table = index_members(full, where=where)
+            names = np.asarray(table.exts + [""], object)  # extensions by name: the two number them alike, or not
+            if (table.keys == scanned.keys and np.array_equal(table.first, scanned.first)
+                    and np.array_equal(table.data, scanned.data) and np.array_equal(table.size, scanned.size)
+                    and np.array_equal(names[table.ext], np.asarray(scanned.exts + [""], object)[scanned.ext])):
+                continue
+            for j in range(len(table.keys)):  # the first sample that differs, for the message
+                a, b = int(table.first[j]), int(table.first[j + 1])
+                c, d = int(scanned.first[j]), int(scanned.first[j + 1])
+                if (table.keys[j] != scanned.keys[j] or b - a != d - c
+                        or not np.array_equal(table.data[a:b], scanned.data[c:d])
+                        or not np.array_equal(table.size[a:b], scanned.size[c:d])
+                        or [table.exts[e] for e in table.ext[a:b]] != [scanned.exts[e] for e in scanned.ext[c:d]]):
+                    raise DatasetError(f"{where}: the offset index does not describe sample {j} at byte "
+                                       f"{int(np.frombuffer(offsets, np.int64)[j])} as the tar's headers do")
+
+    def _decoder_for(self, ext: str) -> Callable[[bytes], Any] | None:
+        kind = self._kinds.get(ext) or _EXT_KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
+        if kind == "npy":
+            return load_npy
+        return _decoder(kind, self.decode, self.max_image_pixels)
+
+    def get_batch(self, indices: Any) -> list[dict[str, Any]]:
+        """The samples at ``indices``, in that order."""
+        return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
+
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        return self.get_batch(indices)
+
+    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
+             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
+        """Walk this rank's slice of the epoch's permutation; yields samples or lists of them."""
+        options = {"shuffle": shuffle, "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size,
+                   "batch_size": batch_size, "drop_last": drop_last}
+        if batch_size is None and type(self).__getitem__ is TarDataset.__getitem__:
+            return _SampleIterator(self, **options)  # this class's own samples, one at a time
+        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, **options)
+
+    def webdataset(self, *, decode: str | None = None, **kwargs: Any) -> Any:
+        """A ``webdataset.WebDataset`` over the shards in order, for users who prefer that API.
+
+        ``decode`` (e.g. ``"pil"``, ``"rgb8"``) adds webdataset's image decoder plus shardsmith's
+        safe field decoders, never webdataset's default ones, which unpickle ``.pyd``.
+        """
+        import webdataset as wds
+
+        kwargs.setdefault("shardshuffle", False)
+        pipeline = wds.WebDataset([str(p) for p in self._paths], **kwargs)
+        if decode is not None:
+            pipeline = pipeline.decode(decode, pre=[], post=[_safe_field_handler])
+        return pipeline
+
+
+class _SampleIterator(ResumableIterator[dict[str, Any]]):
+    """``iter()`` over a TarDataset's own samples one at a time: the epoch's order is turned into
+    (shard, sample in shard) a chunk at a time in numpy, so a step is a few list lookups and the
+    shard's reader (no bisect, no bounds checks: the order holds valid indexes only)."""
+
+    _CHUNK = 4096
+
+    def __init__(self, ds: TarDataset, **options: Any) -> None:
+        super().__init__(n=len(ds), get_item=ds._sample, get_batch=ds.get_batch, **options)
+        self._ds = ds
+        self._starts = np.asarray(ds._starts, np.int64)
+        self._first = 0  # the chunk's first position in the order
+        self._shard: list[int] = []
+        self._local: list[int] = []
+
+    def __next__(self) -> dict[str, Any]:
+        pos = self.position
+        k = pos - self._first
+        if not 0 <= k < len(self._shard):
+            if pos >= len(self._order):
+                raise StopIteration
+            order = self._order[pos:pos + self._CHUNK]
+            shard = np.searchsorted(self._starts, order, side="right") - 1
+            self._first, self._shard, self._local = pos, shard.tolist(), (order - self._starts[shard]).tolist()
+            k = 0
+        self.position = pos + 1
+        return self._ds._reader(self._shard[k])(self._local[k])
+
+
+def _compact(values: np.ndarray, code: str) -> array:
+    """An int array as a compact ``array``, whose items index as Python ints faster than numpy's."""
+    return array(code, values.astype(np.dtype(code), copy=False).tobytes())
+
+
+def _safe_field_handler(key: str, data: bytes) -> Any:
+    """A webdataset decoding handler for int/json/text/npy members; None leaves the rest as bytes."""
+    ext = key.rsplit(".", 1)[-1].lower()
+    kind = _EXT_KINDS.get(ext)
+    if kind == "npy":
+        return load_npy(data, where=key)
+    decoder = _decoder(kind, None) if kind else None
+    return None if decoder is None else decoder(data)
+
+
+def _check_classes(classes: Any, out_dir: Any) -> list[str] | None:
+    if classes is None:
+        return None
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise DatasetError(f"{out_dir}: manifest 'classes' is not a list of names")
+    return classes
+
+
+def _schema_kinds(schema: Any) -> dict[str, str]:
+    """ext → kind from the manifest's schema; entries that are not one of KINDS are ignored."""
+    kinds: dict[str, str] = {}
+    if isinstance(schema, dict):
+        for ext, spec in schema.items():
+            kind = spec.get("kind") if isinstance(spec, dict) else spec
+            if isinstance(ext, str) and kind in KINDS:
+                kinds[ext] = kind
+    return kinds
+
+
+_SPOT_CHECKS = 8  # samples per shard whose headers are read to check a full index against the tar
+
+
+def _spot_check(buf: Any, found: ShardMembers, offsets: np.ndarray, *, where: str) -> None:
+    """The first, the last and a few samples between, as the tar's headers describe them, must be
+    as the index says: an index of another shard, or a shard changed since, is refused."""
+    n = len(found.keys)
+    end = int(offsets[-1])
+    for j in sorted({0, n - 1, *np.linspace(0, n - 1, _SPOT_CHECKS).astype(int).tolist()}):
+        key, members = parse_sample(buf, int(offsets[j]), int(offsets[j + 1]), end, where=where)
+        a, b = int(found.first[j]), int(found.first[j + 1])
+        want = [(found.exts[e], d, k) for e, d, k in zip(found.ext[a:b].tolist(), found.data[a:b].tolist(),
+                                                          found.size[a:b].tolist())]
+        if key != found.keys[j] or members != want:
+            raise DatasetError(f"{where}: the offset index does not describe sample {j} at byte {int(offsets[j])} "
+                               f"as the tar's headers do (an index of another shard, or a shard changed since)")
+
+
+def _load_index(out_dir: Any, entry: dict[str, Any], tar: Path) -> tuple[array, np.ndarray | None]:
+    """A shard's validated sample offsets (n + 1 of them) as a compact array of Python ints, and its
+    whole index when that is version 2 (its member table is checked when the shard is first used)."""
+    size, n = entry["bytes"], entry["samples"]
+    if not tar.is_file() or tar.stat().st_size != size:
+        raise DatasetError(f"{tar}: missing or not {size} bytes as the manifest says")
+    if size < 2 * BLOCK or size % BLOCK:
+        raise DatasetError(f"{tar}: {size} bytes is not a whole tar archive of 512-byte blocks")
+    if not isinstance(entry.get("index"), dict):
+        raise DatasetError(f"{tar}: the manifest names no offset index for this shard")
+    path = manifest_mod.resolve_inside(out_dir, entry["index"]["path"])
+    if not path.is_file() or path.stat().st_size != entry["index"]["bytes"]:
+        raise DatasetError(f"{path}: missing or not {entry['index']['bytes']} bytes as the manifest says")
+    # a member needs a header block, a key or an extension at most 100 bytes: bounded by the tar's size
+    if not isinstance(n, int) or entry["index"]["bytes"] > 8 * (2 * n + 10) + 240 * (size // BLOCK) \
+            + 2 * _NPY_HEADER_MAX:
+        raise DatasetError(f"{path}: {entry['index']['bytes']} bytes is too large an index for {n} samples of "
+                           f"a {size}-byte shard")
+    raw = path.read_bytes()
+    arr = load_npy(raw, where=str(path))
+    full = None
+    if arr.dtype.kind == "i" and arr.dtype.itemsize == 8 and arr.ndim == 1 and is_index_v2(arr):
+        # the member table is trusted in place of the tar's headers only as the manifest recorded it
+        if hashlib.sha256(raw).hexdigest() != entry["index"].get("sha256"):
+            raise DatasetError(f"{path}: sha256 differs from the manifest's (the index changed since it was "
+                               f"written)")
+        full = arr.astype(np.int64, copy=False)
+        offsets = index_offsets(full, where=str(path))
+    else:
+        offsets = arr
+    if offsets.dtype.kind != "i" or offsets.dtype.itemsize != 8 or offsets.shape != (n + 1,):
+        raise DatasetError(f"{path}: offsets must be int64 of shape ({n + 1},), found {offsets.dtype} "
+                           f"{offsets.shape}")
+    offsets = offsets.astype(np.int64)
+    steps = np.diff(offsets)
+    if offsets[0] != 0 or (steps < BLOCK).any() or (offsets % BLOCK).any() or offsets[-1] + 2 * BLOCK > size:
+        raise DatasetError(f"{path}: offsets must start at 0, grow by whole 512-byte blocks and end at least "
+                           f"two blocks before the end of the {size}-byte shard")
+    return array("q", offsets.tobytes()), full

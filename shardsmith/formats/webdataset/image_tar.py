@@ -1,0 +1,334 @@
+"""Zero-copy image folders into tar shards, planned from the listing alone, written shard by shard in workers.
+
+Without augmentation an image's tar sample is its file's bytes plus a label, and its key, split
+and size are known from the listing: the whole output (order, shard boundaries) follows without
+reading a byte. So there is no scatter pass and no spill: each worker takes whole shards, reads
+the images in output order, checks them, and writes and hashes the shard — one read and one
+write per image, like ``tar cf``. The bytes are those of the general shuffle path (a test holds
+them equal); a bad image stops the run (``--on-error fail``), which is why ``skip`` takes the
+general path, where a skipped image moves the shard boundaries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from shardsmith.core.fsutil import HashingFile
+from shardsmith.engine import keys as keymod
+from shardsmith.engine.inputs import InputFile
+from shardsmith.engine.outdir import finish_output
+from shardsmith.engine.pipeline import worker_pool
+from shardsmith.engine.resume import crash_point, die_with_parent
+from shardsmith.engine.splits import assign_splits
+from shardsmith.errors import DataError
+from shardsmith.formats.rollover import shard_bounds
+from shardsmith.formats.webdataset.tarfmt import (
+    _CONST_SUM,
+    _HEAD,
+    _HEADER,
+    _MID,
+    _TAIL,
+    _ZEROS,
+    BLOCK,
+    MAX_NAME,
+    MAX_SIZE,
+    index_array,
+    member_header,
+)
+from shardsmith.formats.webdataset.writer import finish_shard, max_tar_weight, write_wids
+from shardsmith.formats.writer import ShardRecord
+
+_CLS_BYTES = 2 * BLOCK  # the label member: a header and one block of digits
+
+
+@dataclass(frozen=True, slots=True)
+class ShardJob:
+    """One shard to write: its files in output order."""
+
+    out_dir: str
+    split: str
+    index: int
+    files: tuple[InputFile, ...]
+    wids_md5: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.split}-{self.index:06d}.tar"
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def plan_shards(files: list[InputFile], *, seed: int, shuffle: bool, splits: tuple[tuple[str, float], ...],
+                shard_samples: int | None, shard_bytes: int, out_dir: Path,
+                wids_md5: bool) -> dict[str, list[ShardJob]]:
+    """Each split's shards, as the general path would cut them: samples by (key, input order), rolled
+    over at ``shard_samples`` or before ``shard_bytes`` (end-of-archive blocks included)."""
+    rels = [f.rel for f in files]
+    records = np.zeros(len(files), dtype=np.int64)
+    if len(splits) == 1:  # every draw falls in the one split: no need to hash every path for them
+        split = np.zeros(len(files), dtype=np.uint8)
+    else:
+        split = assign_splits(keymod.split_draws(rels, records), dict(splits))
+    order = keymod.input_order(np.fromiter((f.index for f in files), dtype=np.int64, count=len(files)), records)
+    keys = keymod.shuffle_keys(seed, rels, records) if shuffle else order
+    perm = np.lexsort((order, keys))
+    sizes = np.fromiter((f.size for f in files), dtype=np.int64, count=len(files))
+    true_sizes = BLOCK + (sizes + BLOCK - 1) // BLOCK * BLOCK + _CLS_BYTES  # header, data, padding, label
+    plans: dict[str, list[ShardJob]] = {}
+    for s, (name, _) in enumerate(splits):
+        members = perm[split[perm] == s]
+        # the tar writers' own rule: within the bytes that keep a closed shard under shard_bytes
+        bounds = shard_bounds(true_sizes[members], max_weight=max_tar_weight(shard_bytes),
+                              max_samples=shard_samples).tolist()
+        plans[name] = [ShardJob(out_dir=str(out_dir), split=name, index=i, wids_md5=wids_md5,
+                                files=tuple([files[j] for j in members[a:b].tolist()]))
+                       for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
+    return plans
+
+
+class ImageSamples(Protocol):
+    """What makes an image's sample (``commands.convert.SampleProcessor``): its key and label, a
+    shard's worth at a time, and its member extension once its bytes are read and checked."""
+
+    def image_keys(self, files: Sequence[InputFile]) -> list[str]: ...
+
+    def image_labels(self, files: Sequence[InputFile]) -> list[bytes]: ...
+
+    def image_ext(self, file: InputFile, data: memoryview) -> str: ...
+
+
+class _Shared:
+    """What every worker needs (the sample builder and the plan), inherited through fork or sent once."""
+
+    images: ImageSamples | None = None
+    jobs: dict[tuple[str, int], ShardJob] = {}  # noqa: RUF012 (set once per process)
+
+
+def _init(images: ImageSamples, worker: bool = False, jobs: dict[tuple[str, int], ShardJob] | None = None) -> None:
+    if worker:
+        die_with_parent()
+        gc.freeze()  # the parent's objects (the whole listing) are never garbage: collections skip them
+    _Shared.images = images
+    _Shared.jobs = jobs or {}
+
+
+def _write_planned(split: str, index: int) -> tuple[ShardRecord, str | None]:
+    """In a worker: a shard of the plan it was started with. Only the shard's name crosses the
+    pipe: pickling its ten thousand file entries took longer than writing a small shard."""
+    return write_shard(_Shared.jobs[(split, index)])
+
+
+# Each sample is built in place in the shard's batch buffer: the image is read straight into its
+# place after its header and checked there, and a full batch is hashed and written from there
+# (HashingFile's batch mode). 4 MiB keeps a batch near the CPU caches from the read to the write.
+BATCH_BYTES = 4 << 20
+
+
+def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
+    """Read, check and append each image of the shard, hashing as it goes; commit it whole."""
+    images = _Shared.images
+    assert images is not None
+    out = Path(job.out_dir)
+    tar = HashingFile(out / job.name, md5=job.wids_md5, batch_bytes=BATCH_BYTES)
+    dirs = _Dirs()
+    try:
+        files = job.files
+        keys = images.image_keys(files)  # what does not need the bytes, for the whole shard at once
+        labels = images.image_labels(files)
+        ext_of = images.image_ext
+        starts: list[int] = []
+        exts: list[str] = []
+        reserve = tar.reserve
+        for f, key, label in zip(files, keys, labels):
+            size = f.size
+            body = size + (-size % BLOCK)  # the image and its padding
+            starts.append(tar.bytes)
+            view = reserve(BLOCK + body + _CLS_BYTES)
+            data = view[BLOCK:BLOCK + size]
+            read_into(f, data, dirs)
+            ext = ext_of(f, data)
+            _members_around(view, key, ext, size, body, label)
+            exts.append(ext)
+        index = _index(starts, tar.bytes, [f.size for f in files], keys, exts, [len(b) for b in labels])
+        done = finish_shard(tar, index, out / job.name.replace(".tar", ".offsets.npy"))
+        crash_point(f"shard:{job.split}:{job.index}")
+        return done
+    except BaseException:
+        tar.abort()
+        raise
+    finally:
+        dirs.close()
+
+
+def _index(starts: list[int], end: int, sizes: list[int], keys: list[str], exts: list[str],
+           labels: list[int]) -> np.ndarray:
+    """The shard's offset index (``tarfmt.index_array``): each sample is the image, then its label."""
+    n = len(starts)
+    at = np.asarray(starts, np.int64)
+    size = np.asarray(sizes, np.int64)
+    data = np.empty(2 * n, np.int64)
+    data[0::2] = at + BLOCK
+    data[1::2] = at + 2 * BLOCK + size + (-size % BLOCK)
+    sizes2 = np.empty(2 * n, np.int64)
+    sizes2[0::2] = size
+    sizes2[1::2] = labels
+    names = ["cls"] * (2 * n)
+    names[0::2] = exts
+    return index_array([*starts, end], np.arange(0, 2 * n + 1, 2), data, sizes2, names, keys)
+
+
+_pack_header = _HEADER.pack_into
+_DOT, _CLS = sum(b"."), sum(b"cls")
+
+
+def _members_around(view: memoryview, key: str, ext: str, size: int, body: int, label: bytes) -> None:
+    """Around the image bytes already in place: its header and padding, then the label member;
+    the bytes of ``member_header`` and ``sample_members``, packed straight into the buffer."""
+    k = key.encode()
+    e, e_sum = _EXTS.get(ext) or _ext_bytes(ext)
+    if len(k) + 1 + max(len(e), 3) > MAX_NAME or b"\0" in k or size > MAX_SIZE or len(label) > BLOCK:
+        member_header(f"{key}.{ext}", size)  # raises the reason
+        member_header(f"{key}.cls", len(label))
+        raise ValueError(f"sample {key!r}: label of {len(label)} bytes")
+    cls = _LABELS.get(label) or _label_member(label)
+    base = _CONST_SUM + sum(k) + _DOT
+    field = b"%011o\0" % size
+    _pack_header(view, 0, k + b"." + e, _HEAD, field, _MID, b"%06o\0 " % (base + e_sum + sum(field)), _TAIL)
+    view[BLOCK + size:BLOCK + body] = _ZEROS[:body - size]
+    field, field_sum, block = cls
+    _pack_header(view, BLOCK + body, k + b".cls", _HEAD, field, _MID, b"%06o\0 " % (base + _CLS + field_sum), _TAIL)
+    view[2 * BLOCK + body:] = block
+
+
+_EXTS: dict[str, tuple[bytes, int]] = {}  # an image extension: its bytes and their sum
+_LABELS: dict[bytes, tuple[bytes, int, bytes]] = {}  # a label: its size field, that field's sum, its data block
+
+
+def _ext_bytes(ext: str) -> tuple[bytes, int]:
+    e = ext.encode()
+    _EXTS[ext] = (e, sum(e))
+    return _EXTS[ext]
+
+
+def _label_member(label: bytes) -> tuple[bytes, int, bytes]:
+    field = b"%011o\0" % len(label)
+    _LABELS[label] = (field, sum(field), label.ljust(BLOCK, b"\0"))
+    return _LABELS[label]
+
+
+class _Dirs:
+    """Open folders of the images, so each image is opened by its name alone (no walk of the
+    whole path per file)."""
+
+    keep = 64  # folders held open at most: far below any fd limit
+
+    def __init__(self) -> None:
+        self.fds: dict[str, int] = {}
+
+    def open(self, path: str) -> int:
+        folder, _, name = path.rpartition("/")
+        fd = self.fds.get(folder)
+        if fd is None:
+            # past ``keep`` folders (many classes), the others' images are opened by their whole
+            # path: closing folders to open others would open a folder per image in shuffled order
+            if len(self.fds) >= self.keep:
+                return os.open(path, os.O_RDONLY)
+            try:
+                fd = self.fds[folder] = os.open(folder or "/", os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return os.open(path, os.O_RDONLY)  # and let that fail with the image's own error
+        return os.open(name, os.O_RDONLY, dir_fd=fd)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+_PROBE = bytearray(1)  # one byte past the known size: a file that grew is caught, not cut
+
+
+def read_into(f: InputFile, view: memoryview, dirs: _Dirs | None = None) -> None:
+    """Fill ``view`` (exactly ``f.size`` bytes) with the file's bytes; the file must still be that size.
+
+    Each read asks for one byte more than the listed size is missing: a file cut since the listing
+    comes back short, one that grew fills the probe byte. Either ends the run (DataError naming the
+    file, not skippable: the input changed under us), as does an image listed empty that is not.
+    This costs no system call beyond the reads themselves (an fstat would be one more per image).
+    """
+    got = 0
+    try:
+        fd = dirs.open(f.path) if dirs is not None else os.open(f.path, os.O_RDONLY)
+        try:
+            while n := os.readv(fd, [view[got:], _PROBE]):  # at least one read, an empty file too
+                got += n
+                if got >= f.size:
+                    break
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        # as the general path's reader makes it: a bad record, which --on-error skip skips
+        raise DataError(file=f.rel, reason=f"cannot read: {exc.strerror or exc}", skippable=True) from None
+    if got != f.size:
+        size = f"more than {f.size} bytes" if got > f.size else f"{got} bytes"
+        raise DataError(file=f.rel, reason=f"changed while converting: {size}, was {f.size}")
+
+
+def write_all(plans: dict[str, list[ShardJob]], *, images: ImageSamples, workers: int,
+              progress: Callable[[int], None], out_dir: Path) -> dict[str, list[ShardRecord]]:
+    """Every planned shard, largest first across ``workers`` processes; each split's wids index."""
+    jobs = [job for split_jobs in plans.values() for job in split_jobs]
+    done: dict[tuple[str, int], tuple[ShardRecord, str | None]] = {}
+    try:
+        if workers <= 1 or len(jobs) <= 1:
+            _init(images)
+            for job in jobs:
+                done[(job.split, job.index)] = write_shard(job)
+                progress(job.nbytes)
+        else:
+            _run_pool(jobs, images=images, workers=workers, done=done, progress=progress)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:
+        _remove(plans)
+        finish_output(out_dir)  # a failed run blocks no other command
+        raise
+    out: dict[str, list[ShardRecord]] = {}
+    for name, split_jobs in plans.items():
+        results = [done[(name, job.index)] for job in split_jobs]
+        shards = [r for r, _ in results]
+        write_wids(out_dir, name, shards, [m for _, m in results])  # an empty split too: the manifest names it
+        out[name] = shards
+    return out
+
+
+def _run_pool(jobs: list[ShardJob], *, images: ImageSamples, workers: int,
+              done: dict[tuple[str, int], tuple[ShardRecord, str | None]], progress: Callable[[int], None]) -> None:
+    plan = {(job.split, job.index): job for job in jobs}  # inherited through fork, or sent once per worker
+    with worker_pool(min(workers, len(jobs)), initializer=_init, initargs=(images, True, plan),
+                     advice="try fewer --workers") as pool:
+        # the biggest shards first, so the last one to finish is a small one
+        futures = {pool.submit(_write_planned, job.split, job.index): job
+                   for job in sorted(jobs, key=lambda j: -j.nbytes)}
+        for future, job in futures.items():
+            done[(job.split, job.index)] = future.result()
+            progress(job.nbytes)
+
+
+def _remove(plans: dict[str, list[ShardJob]]) -> None:
+    """A failed run leaves none of its shards behind."""
+    for split_jobs in plans.values():
+        for job in split_jobs:
+            for name in (job.name, job.name.replace(".tar", ".offsets.npy")):
+                with contextlib.suppress(FileNotFoundError):
+                    (Path(job.out_dir) / name).unlink()

@@ -1,0 +1,118 @@
+"""What every writer shares: shard naming, rollover bookkeeping, and the record of finished shards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from shardsmith.formats.rollover import Rollover
+
+if TYPE_CHECKING:
+    from shardsmith.engine.shuffle import SortedBatch
+
+
+@dataclass(slots=True)
+class ShardRecord:
+    """A finished shard as the manifest lists it."""
+
+    path: str
+    samples: int
+    bytes: int
+    sha256: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "samples": self.samples, "bytes": self.bytes, "sha256": self.sha256,
+                **self.extra}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ShardRecord:
+        rest = {k: v for k, v in d.items() if k not in ("path", "samples", "bytes", "sha256")}
+        return cls(path=d["path"], samples=int(d["samples"]), bytes=int(d["bytes"]), sha256=d["sha256"], extra=rest)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardRange:
+    """Which shards of a split one writer makes: from ``first_shard`` on, after ``weight_before``
+    (in the writer's rollover units) of the split; ``whole``: the writer makes every shard."""
+
+    first_shard: int = 0
+    first_sample: int = 0  # the split's samples before this range
+    weight_before: int = 0
+    whole: bool = True
+    work_dir: Path | None = None  # scratch shared by the writers of one split (a flat file written in pieces)
+
+
+class Writer:
+    """Base class: receives one split's samples in output order and cuts them into shards.
+
+    A subclass writes ``_open_shard``, ``_write`` and ``_close_shard``; rollover and naming live
+    here so every format rolls over the same way.
+    """
+
+    name: ClassVar[str] = ""
+    suffix: ClassVar[str] = ""
+
+    def __init__(self, *, out_dir: Path, split: str, part: ShardRange | None = None) -> None:
+        self.out_dir = Path(out_dir)
+        self.split = split
+        self.part = part or ShardRange()
+        self.shards: list[ShardRecord] = []
+        self.md5s: list[str | None] = []
+
+    def shard_name(self, index: int, suffix: str | None = None) -> str:
+        return f"{self.split}-{index:06d}{self.suffix if suffix is None else suffix}"
+
+    @property
+    def weigh_payload(self) -> bool:
+        """Whether ``weights`` reads the payload, not only the lengths (the gather's plan then reads it too)."""
+        return False
+
+    @property
+    def rangeable(self) -> bool:
+        """Whether several writers may each make a range of one split's shards."""
+        return True
+
+    def next_index(self) -> int:
+        """The split-wide number of the next shard this writer starts."""
+        return self.part.first_shard + len(self.shards)
+
+    def rollover(self) -> Rollover:
+        """A fresh rollover rule with this writer's limits."""
+        raise NotImplementedError
+
+    def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
+        """Each sample's weight in the rollover's units (``payload`` only if ``weigh_payload``)."""
+        return np.asarray(lengths, dtype=np.int64)
+
+    def sorted_weights(self, batch: SortedBatch) -> np.ndarray:
+        """``weights`` of a gathered batch (a writer that reads records in place skips the sorted copy)."""
+        return self.weights(batch.lengths, batch.payload)
+
+    def piece(self) -> dict[str, Any]:
+        """What this writer made, for the split's finishing step (JSON)."""
+        return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],
+                "md5s": self.md5s}
+
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        """Split-wide files made once every shard of the split is written, from the ``piece()`` of
+        every writer that made some (on a writer made for this, which wrote nothing)."""
+        return {}
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        raise NotImplementedError
+
+    # False: the writer keeps nothing of a batch's buffers once ``write_sorted`` returns (it decodes
+    # them into arrays of its own), so the gather reuses one buffer for every group it reads
+    keeps_batches: ClassVar[bool] = True
+
+    def write_sorted(self, batch: SortedBatch) -> None:
+        """A gathered batch; writers that decode records read them in place (``batch.source`` at
+        ``batch.starts``) instead of from a sorted copy."""
+        self.write_batch(batch.lengths, batch.payload)
+
+    def close(self) -> list[ShardRecord]:
+        raise NotImplementedError

@@ -1,1 +1,0 @@
-"""Readers: one input kind each; they plan tasks over files and yield (record number, record)."""

@@ -1,0 +1,133 @@
+"""The reader contract: split inputs into tasks, then read a task's records in order.
+
+A subclass writes ``plan_file`` (how one file splits into tasks) and ``read`` (the records of
+one task). Records come out as ``(record_number, value)``; a bad record comes out as a
+``BadRecord`` instead of raising, so the caller decides between failing and skipping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from shardsmith.engine.inputs import InputFile
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A contiguous run of records of one file: the unit of work a worker takes."""
+
+    index: int
+    file: InputFile
+    start: int = 0
+    stop: int = -1
+    first_record: int = 0
+    nbytes: int = 0
+    files: tuple[InputFile, ...] = ()  # for readers whose records are whole files (one image each)
+
+
+@dataclass(frozen=True, slots=True)
+class BadRecord:
+    """A record that could not be read, and why."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamError(BadRecord):
+    """The file cannot be read past this point (truncated, corrupt, unreadable): not a record."""
+
+
+class Reader:
+    """Base class of readers."""
+
+    name: ClassVar[str] = ""
+    suffixes: ClassVar[tuple[str, ...]] = ()
+    unit: ClassVar[str] = "record"
+    byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
+    columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
+
+    max_record_bytes: int | None = None  # a record longer than this is a bad record, never held whole
+
+    def limit_records(self, max_bytes: int) -> None:
+        """Records longer than ``max_bytes`` (``Sizing.record_bytes``) are bad records, read past
+        without being kept: one 200 MB line must not hold the memory a whole run was given."""
+        self.max_record_bytes = max_bytes
+
+    def plan(self, files: list[InputFile], *, chunk_bytes: int) -> list[Task]:
+        """Tasks in input order; record numbers are per file, so identities never depend on the plan."""
+        tasks: list[Task] = []
+        for f in files:
+            cuts = self.plan_file(f, chunk_bytes=chunk_bytes)
+            for start, stop, first in cuts:
+                nbytes = (stop - start) if self.byte_ranges and stop >= 0 else f.size // len(cuts)
+                tasks.append(Task(index=len(tasks), file=f, start=start, stop=stop, first_record=first,
+                                  nbytes=nbytes))
+        return tasks
+
+    def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
+        """``(start, stop, first_record)`` of each task of one file; one task by default."""
+        return [(0, -1, 0)]
+
+    def unit_for(self, file: InputFile) -> str:
+        """How a record of this file is named in messages: ``line``, ``row``, ``entry``…"""
+        return self.unit
+
+    def describe(self, task: Task, record: int) -> tuple[str, int | None]:
+        """(file, record number) to name a record in messages and in the manifest's skip list."""
+        return task.file.rel, record
+
+    def identities(self, task: Task, records: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(relative path of each record — one entry if all share it —, record numbers, file indexes).
+
+        Records of one file by default; a reader whose records are whole files (``task.files``)
+        numbers them by position in the task and overrides this.
+        """
+        return [task.file.rel], records, np.full(len(records), task.file.index, dtype=np.int64)
+
+    def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
+        raise NotImplementedError
+
+
+class MultiReader(Reader):
+    """Several input kinds in one dataset: each file goes to the reader whose suffix it has."""
+
+    name = "multi"
+
+    def __init__(self, *, readers: list[Reader]) -> None:
+        self.readers = readers
+        self.suffixes = tuple(s for r in readers for s in r.suffixes)  # type: ignore[misc]
+
+    def reader_for(self, file: InputFile) -> Reader:
+        lower = file.path.lower()
+        return next(r for r in self.readers if lower.endswith(r.suffixes))
+
+    def limit_records(self, max_bytes: int) -> None:
+        for r in self.readers:
+            r.limit_records(max_bytes)
+
+    def kinds(self, files: list[InputFile]) -> list[str]:
+        return sorted({self.reader_for(f).name for f in files})
+
+    def plan(self, files: list[InputFile], *, chunk_bytes: int) -> list[Task]:
+        tasks: list[Task] = []
+        for f in files:
+            for t in self.reader_for(f).plan([f], chunk_bytes=chunk_bytes):
+                tasks.append(Task(index=len(tasks), file=f, start=t.start, stop=t.stop,
+                                  first_record=t.first_record, nbytes=t.nbytes))
+        return tasks
+
+    def unit_for(self, file: InputFile) -> str:
+        return self.reader_for(file).unit
+
+    def describe(self, task: Task, record: int) -> tuple[str, int | None]:
+        return self.reader_for(task.file).describe(task, record)
+
+    def identities(self, task: Task, records: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+        return self.reader_for(task.file).identities(task, records)
+
+    def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
+        return self.reader_for(task.file).read(task)

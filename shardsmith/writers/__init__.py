@@ -1,1 +1,0 @@
-"""Writers: one output format each; they roll shards over, write atomically and hash while writing."""
