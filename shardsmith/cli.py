@@ -33,6 +33,24 @@ MAX_RANKS = 1 << 20
 MAX_COPIES = 10_000
 
 
+class Registered(click.Choice):
+    """The names the registry holds, plugins' too, listed when click first asks (help or a check)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__([])
+        self.kind = kind
+
+    @property  # type: ignore[override]
+    def choices(self) -> list[str]:
+        from shardsmith import registry
+
+        return registry.to_options() if self.kind == "format" else registry.names(self.kind)
+
+    @choices.setter
+    def choices(self, value: Any) -> None:
+        pass
+
+
 def _fail(message: str, code: int) -> None:
     click.echo(f"shardsmith: error: {message}", err=True)
     sys.exit(code)
@@ -236,7 +254,7 @@ def main() -> None:
 def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
     """Tokenize JSONL/Parquet text into exactly shuffled Megatron indexed datasets."""
     from shardsmith.commands.pack_tokens import PackTokensOptions, run
-    from shardsmith.engine.pipeline import default_workers
+    from shardsmith.engine.workers import default_workers
 
     kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
     opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle,
@@ -254,8 +272,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--to", "to", type=click.Choice(["webdataset", "hdf5"]), required=True, help="Output format.")
-@click.option("--from", "source", type=click.Choice(["imagefolder", "jsonl", "parquet", "root"]), default=None,
+@click.option("--to", "to", type=Registered("format"), required=True, help="Output format.")
+@click.option("--from", "source", type=Registered("source"), default=None,
               help="Input kind [default: inferred from the inputs].")
 @click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
 @click.option("--check-images", type=click.Choice(["header", "full", "none"]), default="header", show_default=True,
@@ -294,7 +312,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
 
     with walk_soon(inputs):  # a child lists the input folders while this process loads the converter
         from shardsmith.commands.convert import ConvertOptions, run
-        from shardsmith.engine.pipeline import default_workers
+        from shardsmith.engine.workers import default_workers
 
         globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
         kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
@@ -350,7 +368,7 @@ def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: 
 def verify(out: Path, deep: bool, workers: int | None) -> None:
     """Check every file of a dataset against its manifest (size, sha256); exit 1 on any mismatch."""
     from shardsmith.commands.verify import run
-    from shardsmith.engine.pipeline import default_workers
+    from shardsmith.engine.workers import default_workers
 
     if not run(out, deep=deep, workers=workers or default_workers()):
         sys.exit(1)

@@ -1,25 +1,36 @@
-"""Name → ``"module:Class"`` tables of readers, transforms and writers, imported only when used.
+"""The one table of sources, transforms and formats; every command dispatches through it.
 
-Third-party packages add their own through the ``shardsmith.plugins`` entry-point group, with
-names ``reader.NAME``, ``transform.NAME`` or ``writer.NAME`` (as fsspec's registry does for
-filesystems), e.g. in pyproject.toml::
+Built-ins and third-party plugins register the same way: a name and a ``"module:attribute"``
+target, imported only when used (as fsspec's registry does for filesystems). Packages add their
+own through entry points, one group per kind (docs/design.md, "Plugins")::
 
-    [project.entry-points."shardsmith.plugins"]
-    "reader.icecube" = "mypkg.icecube:IceCubeReader"
+    [project.entry-points."shardsmith.sources"]
+    csv = "shardsmith_csv:CsvSource"
+
+    [project.entry-points."shardsmith.formats"]
+    npz = "mypkg.npz:NpzFormat"
+
+A plugin may replace a built-in of the same name. A plugin whose module fails to import is one
+warning line on stderr naming it and its distribution; everything else goes on working.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from shardsmith.errors import UsageError
+from shardsmith.errors import DatasetError, UsageError
 
-KINDS = ("reader", "transform", "writer")
-GROUP = "shardsmith.plugins"
+if TYPE_CHECKING:
+    from shardsmith.formats.base import Format
+
+KINDS = ("source", "transform", "format")
+GROUPS = {kind: f"shardsmith.{kind}s" for kind in KINDS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,51 +40,124 @@ class Plugin:
     target: str
     requires: tuple[str, ...] = ()
     hint: str = ""
-    origin: str = "shardsmith"
+    origin: str = "shardsmith"  # the distribution that registered it
 
     def missing(self) -> list[str]:
         """Modules this plugin needs that are not installed."""
         return [m for m in self.requires if importlib.util.find_spec(m) is None]
 
+    def load(self) -> Any:
+        """The registered object, imported now; a one-line UsageError if it cannot be."""
+        missing = self.missing()
+        if missing:
+            hint = f"; install it with: pip install {self.hint}" if self.hint else ""
+            raise UsageError(f"{self.kind} {self.name!r} needs {', '.join(missing)}, which is not installed{hint}")
+        module, _, attr = self.target.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except Exception as exc:  # a plugin's import may fail any way at all
+            raise UsageError(f"{self.kind} {self.name!r} from {self.origin}: cannot load {self.target} "
+                             f"({type(exc).__name__}: {exc})") from None
 
-_BUILTIN = [
-    Plugin("reader", "imagefolder", "shardsmith.sources.imagefolder:ImageFolderReader"),
-    Plugin("reader", "jsonl", "shardsmith.sources.jsonl:JsonlReader", ("orjson",)),
-    Plugin("reader", "parquet", "shardsmith.sources.parquet:ParquetReader", ("pyarrow",)),
-    Plugin("reader", "parquet-events", "shardsmith.sources.parquet_events:ParquetEventReader", ("pyarrow",)),
-    Plugin("reader", "root", "shardsmith.sources.root:RootReader", ("uproot", "awkward"), hint="'shardsmith[root]'"),
+
+_ROOT = ("uproot", "awkward")
+BUILTIN = (
+    Plugin("source", "imagefolder", "shardsmith.sources.imagefolder:ImageFolderReader"),
+    Plugin("source", "jsonl", "shardsmith.sources.jsonl:JsonlReader", ("orjson",)),
+    Plugin("source", "parquet", "shardsmith.sources.parquet:ParquetReader", ("pyarrow",)),
+    Plugin("source", "parquet-events", "shardsmith.sources.parquet_events:ParquetEventReader", ("pyarrow",)),
+    Plugin("source", "root", "shardsmith.sources.root:RootReader", _ROOT, hint="'shardsmith[root]'"),
     Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), hint="'shardsmith[images]'"),
     Plugin("transform", "tokenize", "shardsmith.transforms.tokenize:Encoder", ("tokenizers", "gigatoken")),
-    Plugin("writer", "tokens", "shardsmith.formats.tokens.writer:TokensWriter", ("numpy",)),
-    Plugin("writer", "webdataset", "shardsmith.formats.webdataset.writer:TarWriter"),
-    Plugin("writer", "hdf5", "shardsmith.formats.hdf5.writer:HDF5Writer", ("h5py",)),
-    Plugin("writer", "event-tar", "shardsmith.formats.event_tar.writer:EventTarWriter"),
-]
+    Plugin("format", "tokens", "shardsmith.formats.tokens.format:TokensFormat", ("numpy",)),
+    Plugin("format", "webdataset", "shardsmith.formats.webdataset.format:WebDatasetFormat"),
+    Plugin("format", "hdf5", "shardsmith.formats.hdf5.format:HDF5Format", ("h5py",)),
+    Plugin("format", "event-tar", "shardsmith.formats.event_tar.format:EventTarFormat"),
+)
+
+
+@cache
+def _installed() -> tuple[Plugin, ...]:
+    """Plugins of installed packages, from their entry points (read once per process)."""
+    found = []
+    for kind, group in GROUPS.items():
+        for ep in entry_points(group=group):
+            origin = ep.dist.name if ep.dist is not None else "an entry point"
+            found.append(Plugin(kind, ep.name, ep.value, origin=origin))
+    return tuple(found)
 
 
 def plugins() -> list[Plugin]:
-    """Built-in plugins, then those of installed packages (a package may replace a built-in name)."""
-    table = {(p.kind, p.name): p for p in _BUILTIN}
-    for ep in entry_points(group=GROUP):
-        kind, _, name = ep.name.partition(".")
-        if kind in KINDS and name:
-            origin = ep.dist.name if ep.dist is not None else "entry point"
-            table[(kind, name)] = Plugin(kind, name, ep.value, origin=origin)
+    """Built-ins, then installed plugins (a package may replace a built-in of the same name)."""
+    table = {(p.kind, p.name): p for p in (*BUILTIN, *_installed())}
     return sorted(table.values(), key=lambda p: (KINDS.index(p.kind), p.name))
 
 
-def get(kind: str, name: str) -> Any:
-    """The class registered as ``kind``/``name``, imported now."""
+def _find(kind: str, name: str) -> Plugin:
     found = {(p.kind, p.name): p for p in plugins()}.get((kind, name))
     if found is None:
         names = ", ".join(p.name for p in plugins() if p.kind == kind)
         raise UsageError(f"no {kind} named {name!r} (installed: {names})")
-    missing = found.missing()
-    if missing:
-        hint = f"; install it with: pip install {found.hint}" if found.hint else ""
-        raise UsageError(f"{kind} {name!r} needs {', '.join(missing)}, which is not installed{hint}")
-    module, _, attr = found.target.partition(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"{kind} {name!r}: cannot load {found.target} ({exc})") from None
+    return found
+
+
+def get(kind: str, name: str) -> Any:
+    """The object registered as ``kind``/``name``, imported now."""
+    return _find(kind, name).load()
+
+
+def names(kind: str) -> list[str]:
+    """Every registered name of a kind, without importing anything."""
+    return [p.name for p in plugins() if p.kind == kind]
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def loaded(kind: str) -> dict[str, Any]:
+    """Every usable object of a kind, imported now. One that cannot be loaded is left out with a
+    warning line (once per process); one whose optional dependencies are missing is left out
+    silently (``shardsmith plugins`` says what it needs)."""
+    out = {}
+    for p in plugins():
+        if p.kind != kind or p.missing():
+            continue
+        try:
+            out[p.name] = p.load()
+        except UsageError as exc:
+            if (p.kind, p.name) not in _warned:
+                _warned.add((p.kind, p.name))
+                print(f"shardsmith: warning: {exc}; it is left out", file=sys.stderr)
+    return out
+
+
+def formats() -> list[Format]:
+    """Every usable format, as objects."""
+    return [cls() for cls in loaded("format").values()]
+
+
+def format_named(name: str) -> Format:
+    return get("format", name)()
+
+
+def format_for(*, option: str, holds: str) -> Format:
+    """The format that ``convert --to OPTION`` writes for records of kind ``holds``."""
+    matches = [f for f in formats() if f.option == option and holds in f.accepts]
+    if not matches:
+        kinds = sorted({k for f in formats() if f.option == option for k in f.accepts})
+        raise UsageError(f"--to {option} does not hold {holds}" + (f" (it holds {', '.join(kinds)})" if kinds else ""))
+    return matches[0]
+
+
+def to_options() -> list[str]:
+    """The values of ``convert --to``: every format's option."""
+    return sorted({f.option for f in formats() if f.option})
+
+
+def format_of(manifest: dict[str, Any], *, where: str = "") -> Format:
+    """The format that reads a dataset, from its manifest."""
+    for f in formats():
+        if f.reads(manifest):
+            return f
+    raise DatasetError(f"{where}: this shardsmith cannot read {manifest.get('format')!r} datasets "
+                       f"(formats installed: {', '.join(names('format'))})")

@@ -254,12 +254,13 @@ def test_pillow_warnings_do_not_pass_quiet(tmp_path: Path) -> None:
 
 
 def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Path) -> None:
-    from shardsmith.commands.convert import SampleProcessor
     from shardsmith.engine.inputs import InputFile
     from shardsmith.formats.webdataset.image_tar import plan_shards, write_all
+    from shardsmith.formats.webdataset.samples import SampleProcessor
+    from shardsmith.sources.imagefolder import ImageFolderReader
 
     data = jpeg(1)
-    processor = SampleProcessor(kind="imagefolder", classes=["c"], text_field=None, check_images="none",
+    processor = SampleProcessor(reader=ImageFolderReader(), classes=["c"], text_field=None, check_images="none",
                                 augment=None, copies=1, quality=90, seed=0)
     cases = {"truncated": (data[:100], len(data), "changed while converting: 100 bytes, was"),
              "grown": (data + b"more", len(data), f"changed while converting: more than {len(data)} bytes"),

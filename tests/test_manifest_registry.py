@@ -86,17 +86,22 @@ def test_not_json_manifest(dataset):
 
 def test_plugins_lists_builtins_and_entry_points(monkeypatch):
     class FakeEntryPoint:
-        name = "reader.fancy"
+        name = "fancy"
         value = "json:JSONDecoder"
         dist = None
 
-    monkeypatch.setattr(registry, "entry_points", lambda group: [FakeEntryPoint()] if group == registry.GROUP else [])
-    names = {(p.kind, p.name) for p in registry.plugins()}
-    assert {("reader", "jsonl"), ("reader", "parquet"), ("writer", "tokens"), ("reader", "fancy")} <= names
-    import json as json_mod
+    monkeypatch.setattr(registry, "entry_points",
+                        lambda group: [FakeEntryPoint()] if group == registry.GROUPS["source"] else [])
+    registry._installed.cache_clear()
+    try:
+        names = {(p.kind, p.name) for p in registry.plugins()}
+        assert {("source", "jsonl"), ("source", "parquet"), ("format", "tokens"), ("source", "fancy")} <= names
+        import json as json_mod
 
-    assert registry.get("reader", "fancy") is json_mod.JSONDecoder
-    with pytest.raises(shardsmith.UsageError, match="no writer named 'nope'"):
-        registry.get("writer", "nope")
-    res = run_cli("plugins")
-    assert res.exit_code == 0 and "reader     fancy" in res.output
+        assert registry.get("source", "fancy") is json_mod.JSONDecoder
+        with pytest.raises(shardsmith.UsageError, match="no format named 'nope'"):
+            registry.get("format", "nope")
+        res = run_cli("plugins")
+        assert res.exit_code == 0 and "source     fancy" in res.output
+    finally:
+        registry._installed.cache_clear()

@@ -250,15 +250,17 @@ def test_listings_nobody_took_are_reaped_and_a_bad_answer_falls_back(tmp_path, m
 
 
 def test_the_input_kind_comes_from_the_suffixes():
+    from shardsmith import registry
     from shardsmith.commands.convert import infer_source
 
+    sources = registry.loaded("source")
     files = [inputs.InputFile(path=f"/d/{n}", rel=n, index=i, size=1) for i, n in
              enumerate(["a.jsonl", "b.JSONL.gz", "c.ndjson"])]
-    assert infer_source(files) == "jsonl"
-    assert infer_source([inputs.InputFile(path="/d/x.JPEG", rel="x.JPEG", index=0, size=1)]) == "imagefolder"
+    assert infer_source(files, sources) == "jsonl"
+    assert infer_source([inputs.InputFile(path="/d/x.JPEG", rel="x.JPEG", index=0, size=1)], sources) == "imagefolder"
     mixed = [*files, inputs.InputFile(path="/d/p.parquet", rel="p.parquet", index=3, size=1)]
     with pytest.raises(UsageError, match="several kinds"):
-        infer_source(mixed)
+        infer_source(mixed, sources)
 
 
 def test_check_headers_reads_every_header_against_the_index(images, tmp_path):

@@ -9,6 +9,7 @@ from typing import Any
 import click
 import orjson
 
+from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
 
@@ -29,82 +30,13 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
     }
     inputs = m["source"].get("inputs") or []
     info["source"]["inputs"] = inputs if isinstance(inputs, int) else len(inputs)  # a count beyond 1,000 inputs
-    if m["format"] == "tokens":
-        info["tokenizer"] = m["tokenizer"]
-        info["samples"] = _token_samples(out, m, samples)
-    elif m["format"] == "webdataset":
-        info["classes"] = m.get("classes")
-        info["augment"] = m.get("augment")
-        info["samples"] = _tar_samples(out, m, samples)
+    fmt = registry.format_of(m, where=str(out))
+    info.update(fmt.describe(out, m))
     if "events" in m:
         info["events"] = {k: v for k, v in m["events"].items() if k != "skipped_fields"}
         info["events"]["fields"] = len(m["schema"])
-    if m["format"] == "hdf5":
-        info["samples"] = _event_samples(out, m, samples)
+    info["samples"] = fmt.show(out, m, samples)
     return info
-
-
-def _event_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    """A few events: each field's shape and first values."""
-    from shardsmith.formats.hdf5.dataset import EventDataset
-
-    split = next((s for s, v in m["splits"].items() if v["samples"]), None)
-    if split is None or n == 0:
-        return []
-    ds = EventDataset(out, split=split)
-    shown = []
-    for i in range(min(n, len(ds))):
-        event = ds[i]
-        shown.append({"split": split, "index": i, "fields": {
-            k: {"shape": list(v.shape), "first": v.reshape(-1)[:3].tolist()} for k, v in list(event.items())[:12]}})
-    return shown
-
-
-def _tar_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    from shardsmith.formats.webdataset.dataset import TarDataset
-
-    split = next((s for s, v in m["splits"].items() if v["samples"]), None)
-    if split is None or n == 0:
-        return []
-    ds = TarDataset(out, split=split)
-    shown = []
-    for i in range(min(n, len(ds))):
-        sample = ds[i]
-        members = {k: _member(v) for k, v in sample.items() if k != "__key__"}
-        shown.append({"split": split, "index": i, "key": sample["__key__"], "members": members})
-    return shown
-
-
-def _member(value: Any) -> Any:
-    """What a member is, in a line: its size, an array's dtype and shape, or a small decoded value."""
-    if isinstance(value, bytes | str):
-        return len(value)
-    if hasattr(value, "shape") and hasattr(value, "dtype"):
-        return f"{value.dtype}{list(value.shape)}"
-    return value
-
-
-def _token_samples(out: Path, m: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    from tokenizers import Tokenizer
-
-    from shardsmith.formats.tokens.dataset import TokenDocuments
-
-    split = next((s for s, v in m["splits"].items() if v["samples"]), None)
-    if split is None or n == 0:
-        return []
-    docs = TokenDocuments(out, split=split)
-    tok_path = manifest_mod.resolve_inside(out, m["tokenizer"]["path"])
-    try:
-        tok = Tokenizer.from_file(str(tok_path)) if tok_path.is_file() else None
-    except Exception:  # a damaged tokenizer.json (verify names it): show ids without text
-        tok = None
-    shown = []
-    for i in range(min(n, len(docs))):
-        ids = docs[i]
-        text = tok.decode(ids.tolist(), skip_special_tokens=False) if tok else None
-        shown.append({"split": split, "index": i, "tokens": len(ids), "ids": ids[:16].tolist(),
-                      "text": text[:300] if text else text})
-    return shown
 
 
 def run(out: Path, *, as_json: bool, samples: int) -> None:

@@ -8,31 +8,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from shardsmith.core import manifest as manifest_mod
+from shardsmith import registry
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.memory import keep_freed_memory
 from shardsmith.core.progress import Progress
+from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import discover
+from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.outdir import work_path
-from shardsmith.engine.pipeline import (
-    ConvertingOptions,
-    Processed,
-    Sizing,
-    Tally,
-    convert_all,
-    scatter_summary,
-)
 from shardsmith.engine.plan import cached, plan_tasks
 from shardsmith.engine.resume import run_identity
+from shardsmith.engine.run import Sizing, convert_all, scatter_summary
 from shardsmith.engine.session import OutputRun, output_run
 from shardsmith.errors import DataError, UsageError
-from shardsmith.formats.tokens.writer import TokensWriter
+from shardsmith.formats.base import WriteJob
 from shardsmith.sources.base import BadRecord, MultiReader, Task
-from shardsmith.sources.jsonl import JsonlReader
-from shardsmith.sources.parquet import ParquetReader
 from shardsmith.transforms import tokenize as tk
+from shardsmith.transforms.text import TokenProcessor, why_no_text
 
 SAMPLE_DOCS = 500
 SAMPLE_BYTES = 128 << 10
@@ -56,45 +48,6 @@ class PackTokensOptions(ConvertingOptions):
     nanogpt: bool = False
 
 
-class TokenProcessor:
-    """Picks the text field of each record and encodes a batch; the encoder is built in each worker."""
-
-    def __init__(self, *, spec: tk.TokenizerSpec, text_field: str, encoder: tk.Encoder | None = None) -> None:
-        """``encoder``: built in the parent, so forked workers inherit it (spawned ones build their own)."""
-        self.spec = spec
-        self.text_field = text_field
-        self._encoder = encoder
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec, "text_field": self.text_field, "_encoder": None}
-
-    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
-        texts, records, bad = [], [], []
-        for record, value in batch:
-            text = value.get(self.text_field) if isinstance(value, dict) else None
-            if not isinstance(text, str):
-                bad.append((record, _why_no_text(value, self.text_field)))
-            elif (why := tk.too_long(text, piece_chars=self.spec.piece_chars)) is not None:
-                bad.append((record, why))
-            else:
-                texts.append(text)
-                records.append(record)
-        if self._encoder is None:
-            self._encoder = tk.Encoder(self.spec)
-        flat, lengths = self._encoder.encode(texts) if texts else (np.zeros(0, self.spec.dtype), np.zeros(0, np.int64))
-        return Processed(records=np.asarray(records, dtype=np.int64), lengths=lengths, payload=flat, bad=bad)
-
-
-def _why_no_text(value: Any, field: str) -> str:
-    if not isinstance(value, dict):
-        return f"expected a JSON object with a {field!r} field, got {type(value).__name__}"
-    if field not in value:
-        return f"no {field!r} field (fields: {', '.join(list(value)[:8])})"
-    if value[field] is None:
-        return f"{field!r} is null"
-    return f"{field!r} is a {type(value[field]).__name__}, not a string"
-
-
 def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str) -> Iterator[str]:
     """The text of every good record in input order (for training and sampling)."""
     for task in tasks:
@@ -103,7 +56,7 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str)
             if isinstance(text, str):
                 yield text
             elif on_error == "fail":
-                reason = value.reason if isinstance(value, BadRecord) else _why_no_text(value, field)
+                reason = value.reason if isinstance(value, BadRecord) else why_no_text(value, field)
                 raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file),
                                 skippable=True)
 
@@ -123,7 +76,10 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         raise UsageError("give exactly one of --tokenizer FILE and --train-tokenizer VOCAB_SIZE")
     if opts.no_eos and opts.eos_token:
         raise UsageError("--no-eos and --eos-token contradict each other")
-    reader = MultiReader(readers=[JsonlReader(), ParquetReader(columns=[opts.text_field])])
+    # every source of rows reads the text field: JSONL and Parquet, and any plugin's
+    reader = MultiReader(readers=[cls.for_text(opts.text_field) for cls in registry.loaded("source").values()
+                                  if cls.holds == "rows"])
+    fmt = registry.format_named("tokens")
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
@@ -178,39 +134,22 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
     processor = TokenProcessor(spec=spec, text_field=opts.text_field,
                                encoder=tk.Encoder(spec, loaded=loaded) if tokenizing else None)
+    job = WriteJob(opts=opts, out=opts.out, schema=spec.dtype)
     done = convert_all(
         opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
-        estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id, make_writer=lambda split, part: TokensWriter(
-            out_dir=opts.out, split=split, dtype=spec.dtype, shard_tokens=opts.shard_tokens, nanogpt=opts.nanogpt,
-            part=part))
+        estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id,
+        make_writer=lambda split, part: fmt.writer(job, split, part))
     if done.summary is not None:
         return done.summary
-    writers, results = done.outputs, done.results
-    tally = Tally.of(results, writers, inputs=files)
-
-    splits: dict[str, Any] = {}
-    for name, w in writers.items():
-        splits[name] = {"samples": sum(s.samples for s in w.shards),
-                        "tokens": sum(s.extra["tokens"] for s in w.shards),
-                        "shards": [s.to_json() for s in w.shards]}
-    extras: dict[str, Any] = {
-        "tokenizer": {"path": "tokenizer.json", "sha256": tok_sha, "vocab_size": vocab_size,
-                      "eos_token": eos, "eos_id": eos_id, "bos_token": opts.bos_token, "bos_id": bos_id,
-                      "dtype": spec.dtype.name, "engine": engine, "engine_reason": why,
-                      "trained": opts.train_tokenizer is not None},
-        "seq_len": opts.seq_len,
-    }
-    if opts.nanogpt:
-        extras["nanogpt"] = {name: w.flat_record for name, w in writers.items()}
-    manifest = manifest_mod.new_manifest(
-        fmt="tokens", seed=opts.seed, shuffle=opts.shuffle,
+    tokenizer = {"path": "tokenizer.json", "sha256": tok_sha, "vocab_size": vocab_size, "eos_token": eos,
+                 "eos_id": eos_id, "bos_token": opts.bos_token, "bos_id": bos_id, "dtype": spec.dtype.name,
+                 "engine": engine, "engine_reason": why, "trained": opts.train_tokenizer is not None}
+    return commit_dataset(
+        session, fmt=fmt, job=job, done=done, files=files,
         source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,
-                "inputs": [f.rel for f in files], "input_bytes": total_bytes,
-                "inputs_sha256": _inputs_digest(files), **tally.source(), "limit": opts.limit},
+                "inputs_sha256": _inputs_digest(files)},
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
-        splits=splits, **extras,
-    )
-    return session.commit(manifest)
+        extras={"tokenizer": tokenizer, "seq_len": opts.seq_len})
 
 
 def _write_changed(path: Path, data: bytes) -> None:

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 import orjson
 
+from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.dtypes import safe_dtype
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DatasetError, ShardsmithError
 
@@ -93,75 +92,6 @@ def _check_file(out: Path, entry: dict[str, Any]) -> str | None:
     return None
 
 
-def _deep_tokens(out: Path, m: dict[str, Any], split: str) -> list[str]:
-    from shardsmith.formats.tokens.indexed import read_idx
-
-    problems = []
-    vocab = m["tokenizer"]["vocab_size"]
-    dtype = safe_dtype(m["tokenizer"]["dtype"], field="tokenizer.dtype")
-    for shard in m["splits"][split]["shards"]:
-        try:
-            idx = read_idx(manifest_mod.resolve_inside(out, shard["index"]["path"]), bin_bytes=shard["bytes"])
-            if len(idx.lengths) != shard["samples"]:
-                problems.append(f"{shard['index']['path']}: {len(idx.lengths)} documents, the manifest says "
-                                f"{shard['samples']}")
-            if idx.dtype != dtype:
-                problems.append(f"{shard['index']['path']}: dtype {idx.dtype}, the manifest says {dtype}")
-            tokens = np.memmap(manifest_mod.resolve_inside(out, shard["path"]), dtype=dtype, mode="r") \
-                if shard["bytes"] else np.zeros(0, dtype)
-            for start in range(0, len(tokens), 1 << 24):
-                chunk = tokens[start:start + (1 << 24)]
-                if len(chunk) and (int(chunk.max()) >= vocab or int(chunk.min()) < 0):
-                    bad = start + int(np.flatnonzero((chunk >= vocab) | (chunk < 0))[0])
-                    problems.append(f"{shard['path']}: token {int(tokens[bad])} at position {bad} is outside the "
-                                    f"vocabulary of {vocab}")
-                    break
-        except DatasetError as exc:
-            problems.append(str(exc))
-    return problems
-
-
-def _deep_tar(out: Path, m: dict[str, Any], split: str, *, images: bool) -> list[str]:
-    from shardsmith.formats.webdataset.dataset import TarDataset
-
-    problems: list[str] = []
-    try:
-        ds = TarDataset(out, split=split)
-        ds.check_headers()  # ds[i] trusts the offset index beyond a few spot checks: read every header
-        check = None
-        if images:
-            from shardsmith.core.images import ImageError, check_image
-
-            check = check_image
-        for i in range(len(ds)):
-            sample = ds[i]
-            for ext, value in sample.items():
-                if check is not None and ext in ("jpg", "jpeg", "png", "webp", "bmp"):
-                    try:
-                        check(value, level="full", max_pixels=ds.max_image_pixels)  # the loader's limit
-                    except ImageError as exc:
-                        problems.append(f"{split}[{i}] {sample['__key__']}.{ext}: {exc}")
-    except DatasetError as exc:
-        problems.append(str(exc))
-    return problems
-
-
-def _deep_events(out: Path, m: dict[str, Any], split: str) -> list[str]:
-    """Every HDF5 shard opened (schema, offsets monotonic from 0 to len(values)) and every value read."""
-    from shardsmith.formats.hdf5.dataset import EventDataset
-
-    problems: list[str] = []
-    try:
-        ds = EventDataset(out, split=split)
-        for a in range(0, len(ds), 4096):
-            ds.get_batch(np.arange(a, min(a + 4096, len(ds))))  # decompresses every chunk
-    except DatasetError as exc:
-        problems.append(str(exc))
-    except Exception as exc:  # h5py's errors for damaged chunks and headers
-        problems.append(f"{out} [{split}]: cannot read the events ({type(exc).__name__}: {exc})")
-    return problems
-
-
 def run(out: Path, *, deep: bool, workers: int) -> bool:
     t0 = time.perf_counter()
     try:
@@ -174,13 +104,13 @@ def run(out: Path, *, deep: bool, workers: int) -> bool:
         problems = [p for p in pool.map(lambda e: _check_file(out, e), entries) if p]
     problems += _unlisted_files(out, m)
     if deep and not problems:
-        for split in m["splits"]:
-            if m["format"] == "tokens":
-                problems += _deep_tokens(out, m, split)
-            elif m["format"] == "webdataset":
-                problems += _deep_tar(out, m, split, images="classes" in m)
-            elif m["format"] == "hdf5":
-                problems += _deep_events(out, m, split)
+        try:
+            fmt = registry.format_of(m, where=str(out))
+        except DatasetError as exc:
+            problems.append(str(exc))
+        else:
+            for split in m["splits"]:
+                problems += fmt.verify_deep(out, m, split)
     elapsed = time.perf_counter() - t0
     size = sum(e["bytes"] for e in entries)
     for p in problems:

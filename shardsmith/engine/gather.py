@@ -223,7 +223,7 @@ def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs:
             write_range(splits[s], plans[s], first, stop, make_writer=make_writer, work_dir=work_dir,
                         out_dir=out_dir)
         return
-    from shardsmith.engine.pipeline import worker_pool
+    from shardsmith.engine.workers import worker_pool
 
     state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir, "out_dir": out_dir}
     with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),

@@ -1,31 +1,37 @@
-"""Loaders: read a finished dataset by its manifest. numpy only; torch adapters live in shardsmith.torch."""
+"""Loaders: read a finished dataset by its manifest. numpy only; torch adapters live in shardsmith.torch.
+
+``open`` asks the registry which format reads the manifest; the dataset classes live with their
+formats (``shardsmith.formats.<name>.dataset``) and are re-exported here, imported on first use.
+"""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from shardsmith.core import manifest as manifest_mod
-from shardsmith.errors import DatasetError
-from shardsmith.formats.hdf5.dataset import EventDataset
-from shardsmith.formats.tokens.dataset import TokenDataset, TokenDocuments
-from shardsmith.formats.webdataset.dataset import TarDataset
+__all__ = ["EventDataset", "EventTarDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"]
 
-__all__ = ["EventDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"]
+_CLASSES = {
+    "EventDataset": "shardsmith.formats.hdf5.dataset",
+    "EventTarDataset": "shardsmith.formats.event_tar.dataset",
+    "TarDataset": "shardsmith.formats.webdataset.dataset",
+    "TokenDataset": "shardsmith.formats.tokens.dataset",
+    "TokenDocuments": "shardsmith.formats.tokens.dataset",
+}
 
 
 def open(out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None) -> Any:  # noqa: A001
     """A random-access dataset of one split, of the kind its manifest names (``decode``: for images)."""
-    manifest = manifest_mod.load(out_dir)
-    fmt = manifest["format"]
-    if fmt == "tokens":
-        return TokenDocuments(out_dir, split=split)
-    if fmt == "webdataset" and "events" in manifest:
-        from shardsmith.formats.event_tar.dataset import EventTarDataset
+    from shardsmith import registry
+    from shardsmith.core import manifest as manifest_mod
 
-        return EventTarDataset(out_dir, split=split)
-    if fmt == "webdataset":
-        return TarDataset(out_dir, split=split, decode=decode)
-    if fmt == "hdf5":
-        return EventDataset(out_dir, split=split)
-    raise DatasetError(f"{out_dir}: this shardsmith cannot read {fmt!r} datasets yet")
+    manifest = manifest_mod.load(out_dir)
+    return registry.format_of(manifest, where=str(out_dir)).open(out_dir, split=split, decode=decode)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLASSES:
+        import importlib
+
+        return getattr(importlib.import_module(_CLASSES[name]), name)
+    raise AttributeError(f"module 'shardsmith.loader' has no attribute {name!r}")

@@ -1,8 +1,18 @@
-"""The reader contract: split inputs into tasks, then read a task's records in order.
+"""The source contract: split inputs into tasks, then read a task's records in order.
 
-A subclass writes ``plan_file`` (how one file splits into tasks) and ``read`` (the records of
-one task). Records come out as ``(record_number, value)``; a bad record comes out as a
-``BadRecord`` instead of raising, so the caller decides between failing and skipping.
+A source is a ``Reader`` subclass registered under a name (``shardsmith.registry``; plugins
+through the ``shardsmith.sources`` entry-point group). It writes ``plan_file`` (how one file
+splits into tasks) and ``read`` (the records of one task). Records come out as
+``(record_number, value)``; a bad record comes out as a ``BadRecord`` instead of raising, so the
+caller decides between failing and skipping. What the values are is ``holds``:
+
+- ``"rows"``: a dict of fields per record; ``fields`` makes its tar members (``convert --to
+  webdataset``), and ``pack-tokens`` reads its text field;
+- ``"images"``: ``(InputFile, bytes)`` per image file, labelled by ``classes``;
+- ``"events"``: ``EventChunk`` columns of many events at once (``columnar``), described by ``schema``.
+
+Record numbers count from 0 in each file and never depend on the plan, so a sample's identity
+(and with it its place in the shuffle) is the same for any task size, worker or rank count.
 """
 
 from __future__ import annotations
@@ -41,14 +51,54 @@ class StreamError(BadRecord):
     """The file cannot be read past this point (truncated, corrupt, unreadable): not a record."""
 
 
+class RecordError(Exception):
+    """A record that cannot become a sample (the message says why): a bad record, skippable."""
+
+
 class Reader:
-    """Base class of readers."""
+    """Base class of sources (docs/design.md, "Plugins"); the module docstring has the contract."""
 
     name: ClassVar[str] = ""
-    suffixes: ClassVar[tuple[str, ...]] = ()
+    suffixes: ClassVar[tuple[str, ...]] = ()  # lower-case file name endings this source reads
     unit: ClassVar[str] = "record"
+    holds: ClassVar[str] = "rows"  # "rows", "images" or "events": what ``read`` yields
     byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
     columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
+    events_variant: ClassVar[str | None] = None  # a source that reads the same files as events
+
+    @classmethod
+    def from_options(cls, opts: Any) -> Reader:
+        """The reader ``convert`` uses, from its options; a UsageError for an option it cannot honour."""
+        return cls()
+
+    @classmethod
+    def for_text(cls, field: str) -> Reader:
+        """The reader ``pack-tokens`` uses to read the text field ``field`` of each row."""
+        return cls()
+
+    @classmethod
+    def wants_events(cls, opts: Any) -> bool:
+        """Whether the options ask for this source's ``events_variant`` (e.g. ``--group-by``)."""
+        return False
+
+    def check(self, files: list[InputFile], opts: Any) -> None:
+        """Refuse inputs this source cannot convert with these options, before any work (UsageError)."""
+
+    def fields(self, value: Any) -> list[tuple[str, bytes]]:
+        """A row's tar members as (extension, bytes); a RecordError for a row that cannot be one."""
+        raise NotImplementedError(f"{self.name} records are not rows")
+
+    def sample_schema(self, opts: Any) -> dict[str, Any]:
+        """The manifest's ``schema`` of the samples ``fields`` makes (rows and images)."""
+        return {}
+
+    def source_fields(self, opts: Any) -> dict[str, Any]:
+        """What this source adds to the manifest's ``source`` (a tree name, a grouping column...)."""
+        return {}
+
+    def extra_inputs(self, opts: Any) -> tuple[str | None, ...]:
+        """Files besides the inputs that the output depends on (part of the run's fingerprint)."""
+        return ()
 
     max_record_bytes: int | None = None  # a record longer than this is a bad record, never held whole
 

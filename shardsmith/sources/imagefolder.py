@@ -23,6 +23,11 @@ class ImageFolderReader(Reader):
     name = "imagefolder"
     suffixes = IMAGE_SUFFIXES
     unit = "image"
+    holds = "images"
+
+    def sample_schema(self, opts: Any) -> dict[str, Any]:
+        return {"image": {"kind": "image", "ext": "jpg" if opts.augment else "as stored"},
+                "cls": {"kind": "int", "dtype": "int64"}}
 
     def classes(self, files: list[InputFile]) -> list[str]:
         """Class names, sorted; every image must sit in a class subfolder of an input folder."""

@@ -15,7 +15,7 @@ import orjson
 
 from shardsmith.core.sizes import format_size
 from shardsmith.engine.inputs import InputFile
-from shardsmith.sources.base import BadRecord, Reader, StreamError, Task
+from shardsmith.sources.base import BadRecord, Reader, RecordError, StreamError, Task
 
 _BLOCK = 4 << 20
 
@@ -24,7 +24,17 @@ class JsonlReader(Reader):
     name = "jsonl"
     suffixes = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".ndjson")
     unit = "line"
+    holds = "rows"
     byte_ranges = True
+
+    def fields(self, value: Any) -> list[tuple[str, bytes]]:
+        """The JSON object as one ``json`` member."""
+        if not isinstance(value, dict):
+            raise RecordError(f"expected a JSON object, got {type(value).__name__}")
+        return [("json", orjson.dumps(value))]
+
+    def sample_schema(self, opts: Any) -> dict[str, Any]:
+        return {"json": {"kind": "json"}}
 
     def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
         if _compression(file.path) or file.size <= chunk_bytes:

@@ -1,22 +1,58 @@
-"""Parquet: one record per row, numbered from 0 per file; one task per row group."""
+"""Parquet: one record per row, numbered from 0 per file; one task per row group.
+
+As samples, a row's binary columns become members named after them and the other columns one
+``json`` member. Read as events (``--to hdf5``, ``--group-by``) the same files go to the
+``parquet-events`` source instead.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
+
 from shardsmith.engine.inputs import InputFile
-from shardsmith.errors import DataError
+from shardsmith.errors import DataError, UsageError
 from shardsmith.sources.base import BadRecord, Reader, Task
+
+_EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 class ParquetReader(Reader):
     name = "parquet"
     suffixes = (".parquet", ".pq")
     unit = "row"
+    holds = "rows"
+    events_variant = "parquet-events"
 
     def __init__(self, *, columns: list[str] | None = None) -> None:
         self.columns = columns
+
+    @classmethod
+    def for_text(cls, field: str) -> ParquetReader:
+        return cls(columns=[field])
+
+    @classmethod
+    def wants_events(cls, opts: Any) -> bool:
+        return bool(opts.group_by or opts.events_table)
+
+    def fields(self, value: Any) -> list[tuple[str, bytes]]:
+        """Each binary column as its own member, the other columns as one ``json`` member."""
+        binary = [(k, v) for k, v in value.items() if isinstance(v, bytes | bytearray)]
+        rest = {k: v for k, v in value.items() if not isinstance(v, bytes | bytearray)}
+        out = [(member_ext(k), bytes(v)) for k, v in binary]
+        if rest:
+            out.append(("json", orjson.dumps(rest, default=str, option=orjson.OPT_SERIALIZE_NUMPY)))
+        return out
+
+    def sample_schema(self, opts: Any) -> dict[str, Any]:
+        return {"json": {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"}}
+
+    def check(self, files: list[InputFile], opts: Any) -> None:
+        """Every file has the same columns, and they make distinct, short member names."""
+        check_columns(files, opts.text_field)
 
     def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
         meta = _open(file).metadata
@@ -50,3 +86,42 @@ def _open(file: InputFile) -> Any:
         return pq.ParquetFile(file.path)
     except Exception as exc:
         raise DataError(file=file.rel, reason=f"not a readable Parquet file: {exc}") from None
+
+
+def member_ext(column: str) -> str:
+    """The tar member extension of a binary Parquet column: its name, cleaned of dots and slashes."""
+    return column if _EXT_OK.match(column) else re.sub(r"[^A-Za-z0-9_-]", "_", column)
+
+
+def check_columns(files: list[InputFile], text_field: str | None) -> None:
+    """Every Parquet file has the same columns, and they make distinct, short member names."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    first: tuple[str, Any] | None = None
+    for f in files:
+        try:
+            schema = pq.read_schema(f.path)
+        except Exception as exc:  # pyarrow's errors for a file that is not Parquet
+            raise DataError(file=f.rel, reason=f"not a readable Parquet file: {exc}") from None
+        if first is None:
+            first = (f.rel, schema)
+        elif not schema.equals(first[1]):
+            raise UsageError(f"{f.rel}: its columns ({', '.join(schema.names)}) differ from those of {first[0]} "
+                             f"({', '.join(first[1].names)}); convert files of one schema at a time")
+    assert first is not None
+    schema = first[1]
+    binary = [n for n in schema.names if pa.types.is_binary(schema.field(n).type)
+              or pa.types.is_large_binary(schema.field(n).type)]
+    taken = {"json": "the other columns"} if len(binary) < len(schema.names) else {}
+    if text_field:
+        taken["txt"] = f"--text-field {text_field}"
+    for name in binary:
+        ext = member_ext(name)
+        if ext in taken:
+            raise UsageError(f"{first[0]}: binary column {name!r} would be the member .{ext}, as {taken[ext]} is; "
+                             f"rename it")
+        if len(ext.encode()) > 30:
+            raise UsageError(f"{first[0]}: binary column {name!r} makes a member name longer than tar allows "
+                             f"(30 bytes for the extension); rename it")
+        taken[ext] = f"column {name!r}"

@@ -86,7 +86,23 @@ class ParquetEventReader(Reader):
     name = "parquet-events"
     suffixes = (".parquet", ".pq")
     unit = "event"
+    holds = "events"
     columnar = True
+
+    @classmethod
+    def from_options(cls, opts: Any) -> ParquetEventReader:
+        if opts.tree:
+            raise UsageError("--tree applies to ROOT files")
+        if opts.events_table and not opts.group_by:
+            raise UsageError("--events-table joins per-event columns on --group-by; give both")
+        return cls(columns=list(opts.branches) if opts.branches else None, group_by=opts.group_by,
+                   events_table=opts.events_table, step_bytes=opts.step_size)
+
+    def source_fields(self, opts: Any) -> dict[str, Any]:
+        return {"group_by": self.group_by}
+
+    def extra_inputs(self, opts: Any) -> tuple[str | None, ...]:
+        return (self.events_table,)
 
     def __init__(self, *, columns: list[str] | None = None, group_by: str | None = None,
                  events_table: str | None = None, step_bytes: int = 64 << 20) -> None:

@@ -47,7 +47,18 @@ class RootReader(Reader):
     name = "root"
     suffixes = (".root",)
     unit = "entry"
+    holds = "events"
     columnar = True
+
+    @classmethod
+    def from_options(cls, opts: Any) -> RootReader:
+        if opts.group_by or opts.events_table:
+            raise UsageError("--group-by and --events-table apply to Parquet events, not ROOT files")
+        return cls(tree=opts.tree, branches=list(opts.branches) if opts.branches else None,
+                   step_bytes=opts.step_size)
+
+    def source_fields(self, opts: Any) -> dict[str, Any]:
+        return {"tree": self.tree_name or opts.tree}
 
     def __init__(self, *, tree: str | None = None, branches: list[str] | None = None,
                  step_bytes: int = 64 << 20) -> None:

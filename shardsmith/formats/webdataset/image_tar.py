@@ -25,9 +25,9 @@ from shardsmith.core.fsutil import HashingFile
 from shardsmith.engine import keys as keymod
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.outdir import finish_output
-from shardsmith.engine.pipeline import worker_pool
 from shardsmith.engine.resume import crash_point, die_with_parent
 from shardsmith.engine.splits import assign_splits
+from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
 from shardsmith.formats.rollover import shard_bounds
 from shardsmith.formats.webdataset.tarfmt import (

@@ -1,0 +1,39 @@
+"""The options of ``shardsmith convert``, as one frozen record every source and format reads from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from shardsmith.core.images import MAX_IMAGE_PIXELS
+from shardsmith.engine.options import ConvertingOptions
+from shardsmith.errors import UsageError
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertOptions(ConvertingOptions):
+    inputs: tuple[str, ...]
+    out: Path
+    to: str = "webdataset"
+    source: str | None = None
+    text_field: str | None = None
+    check_images: str = "header"
+    max_image_pixels: int = MAX_IMAGE_PIXELS  # at every check level but "none", augmenting too
+    augment: str | None = None
+    copies: int = 1
+    quality: int = 90
+    shard_samples: int | None = None
+    shard_bytes: int = 256_000_000
+    wids_md5: bool = False
+    # events (ROOT, Parquet)
+    tree: str | None = None
+    branches: tuple[str, ...] | None = None
+    step_size: int = 64 << 20
+    group_by: str | None = None
+    events_table: str | None = None
+    compression: str = "none"
+    events_per_sample: int = 1
+
+    def __post_init__(self) -> None:
+        if type(self.max_image_pixels) is not int or self.max_image_pixels < 1:
+            raise UsageError(f"--max-image-pixels must be a whole number >= 1, got {self.max_image_pixels!r}")

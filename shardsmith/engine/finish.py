@@ -1,0 +1,49 @@
+"""The end of every conversion, written once: account for every record, describe each split, add
+the format's fields, and commit the manifest (the dataset exists from that moment)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.engine.run import Converted, Tally
+
+if TYPE_CHECKING:
+    from shardsmith.engine.inputs import InputFile
+    from shardsmith.engine.session import OutputRun
+    from shardsmith.formats.base import Format, WriteJob
+
+MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their count, not their names
+
+
+def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Converted, files: list[InputFile],
+                   source: dict[str, Any], schema: dict[str, Any], extras: dict[str, Any] | None = None,
+                   copies: int = 1, events: bool = False) -> dict[str, Any]:
+    """The manifest of a finished run, committed; returns it.
+
+    ``source``: the reader's fields (name and what it adds); ``events``: each split also counts the
+    events its samples hold (several per sample with ``--events-per-sample``).
+    """
+    opts = job.opts
+    outputs = done.outputs
+    counts = {name: o.events or sum(s.samples for s in o.shards) for name, o in outputs.items()} if events else None
+    tally = Tally.of(done.results, outputs, copies=copies, inputs=files,
+                     written=sum(counts.values()) if counts is not None else None)
+    splits: dict[str, Any] = {}
+    for name, o in outputs.items():
+        entry: dict[str, Any] = {"samples": sum(s.samples for s in o.shards)}
+        if counts is not None:
+            entry["events"] = counts[name]
+        entry.update(fmt.split_fields(job, name, o))
+        entry["shards"] = [s.to_json() for s in o.shards]
+        splits[name] = entry
+    inputs: Any = [f.rel for f in files] if len(files) <= MAX_LISTED_INPUTS else len(files)
+    source = {**source, "inputs": inputs, "input_bytes": sum(f.size for f in files), **tally.source(),
+              "limit": opts.limit}
+    fields = dict(extras or {})
+    for key, value in fmt.manifest_fields(job, outputs).items():
+        both = isinstance(value, dict) and isinstance(fields.get(key), dict)
+        fields[key] = {**fields[key], **value} if both else value
+    manifest = manifest_mod.new_manifest(fmt=fmt.manifest_format, seed=opts.seed, shuffle=opts.shuffle,
+                                         source=source, schema=schema, splits=splits, **fields)
+    return session.commit(manifest)

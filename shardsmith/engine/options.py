@@ -1,0 +1,29 @@
+"""The options every converting command shares (docs/design.md, "Command line")."""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertingOptions:
+    """The options every converting command shares (DESIGN.md)."""
+
+    seed: int = 0
+    shuffle: bool = True
+    workers: int = 1
+    memory: int = 1_000_000_000
+    splits: tuple[tuple[str, float], ...] = (("train", 1.0),)
+    on_error: str = "fail"
+    limit: int | None = None
+    quiet: bool = False
+    overwrite: bool = False
+    # clusters: one stage of the run on rank ``rank`` of ``world_size`` (None: every stage, here)
+    stage: str | None = None
+    rank: int = 0
+    world_size: int = 1
+
+    def idle_rank(self) -> bool:
+        """Whether this rank has nothing to do in its stage (finalize is one process: rank 0)."""
+        return self.stage == "finalize" and self.rank != 0

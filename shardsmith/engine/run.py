@@ -1,0 +1,162 @@
+"""A conversion from tasks to finished splits: scatter, gather, finish; and its accounting.
+
+``convert_all`` is the engine's one entry point for every converting command: it scatters the
+tasks in workers, gathers every split into shards (in workers too, each a range of shards) and
+finishes the splits, in a scratch folder that a killed run with the same fingerprint resumes from.
+A cluster stage runs its part only.
+"""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from shardsmith.engine.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
+from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine.scatter import Processor, ScatterJob, TaskResult, finished_task, part_path, run_scatter
+from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_by_split
+from shardsmith.engine.workdir import work_folder
+from shardsmith.errors import DataError, UsageError
+from shardsmith.sources.base import Reader, Task
+
+
+def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int) -> list[SplitGather]:
+    """Every split's bucket groups, from the footers of the tasks' part files."""
+    parts = [(part_path(job.work_dir, r.task), read_part_footer(part_path(job.work_dir, r.task)))
+             for r in results]
+    table = segments_by_split(parts, len(job.splits))
+    return [SplitGather.of(name, table[s], budget=budget) for s, (name, _) in enumerate(job.splits)]
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """How a memory budget is shared out: task size, gather group size, a task's buffer before it spills."""
+
+    chunk_bytes: int
+    group_bytes: int
+    flush_bytes: int
+    record_bytes: int = 1 << 30  # the longest record a reader keeps (readers.base.Reader.limit_records)
+
+    @classmethod
+    def of(cls, *, memory: int, workers: int, input_bytes: int) -> Sizing:
+        return cls(
+            # ~16 tasks for balance across workers; never more than 1/8 of the budget in one task
+            chunk_bytes=max(64 << 10, min(64 << 20, memory // 8, max(1 << 20, input_bytes // 16))),
+            # about four gather groups are alive at once (read, reordered, being written, queued), and
+            # groups stay small so the same buffers are reused (fresh pages cost more than copies here)
+            group_bytes=max(16 << 10, min(memory // 6, 64 << 20)),
+            flush_bytes=max(16 << 10, memory // (4 * workers)),
+            # a record is held a few times over while it is decoded and transformed (a line, its
+            # parsed text, its tokens) in each worker at once: an eighth of a worker's share
+            record_bytes=max(1 << 20, min(1 << 30, memory // (8 * workers))),
+        )
+
+
+def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor, tasks: list[Task],
+                sizing: Sizing, estimated_bytes: int, make_writer: MakeWriter, desc: str,
+                progress: Any, run: dict[str, str] | None = None) -> Converted:
+    """Scatter every task in workers, gather every split into shards (in workers too, each a range
+    of shards), and finish the splits, in a scratch folder (resumed from the finished tasks and
+    shard ranges of a killed run with the same ``run`` fingerprint). A cluster stage runs its part
+    only and returns no splits."""
+    if opts.stage is not None and opts.limit is not None:
+        raise UsageError("--limit reads input in order in one process; it does not combine with --stage")
+    with work_folder(out, run=run, shared=opts.stage is not None) as work:
+        job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
+                         splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
+                         flush_bytes=sizing.flush_bytes,
+                         n_buckets=bucket_count(estimated_bytes, sizing.group_bytes) if opts.shuffle else 1)
+        if opts.stage == "scatter":
+            mine = [t for t in tasks if t.index % opts.world_size == opts.rank]
+            with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {opts.rank}", unit="B") as bar:
+                results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
+            return Converted(results=results, summary=scatter_summary(opts, results))
+        if opts.stage is not None:
+            results = _scattered(job, tasks)
+        else:
+            with progress.bar(total=sum(t.nbytes for t in tasks), desc=desc, unit="B") as bar:
+                results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
+        workers = max(1, opts.workers)
+        # gather workers each hold a group at a time: share the budget between them; ranks each
+        # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'
+        share = workers * (opts.world_size if opts.stage else 1)
+        splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // share))
+        if opts.stage != "finalize":
+            ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
+                            rank=opts.rank if opts.stage else 0, world_size=opts.world_size if opts.stage else 1)
+        if opts.stage == "gather":
+            return Converted(results=results, summary={**_stage(opts), "shards": ranges})
+        outputs = finish(splits, make_writer=make_writer, work_dir=work, out_dir=out)
+    return Converted(results=results, outputs=outputs)
+
+
+@dataclass(frozen=True)
+class Converted:
+    """What ``convert_all`` did: every split's shards, or (a cluster stage) a summary of its part."""
+
+    results: list[TaskResult]
+    outputs: dict[str, SplitOutput] = field(default_factory=dict)
+    summary: dict[str, Any] | None = None
+
+
+def _stage(opts: ConvertingOptions) -> dict[str, Any]:
+    return {"stage": opts.stage, "rank": opts.rank, "world_size": opts.world_size}
+
+
+def scatter_summary(opts: ConvertingOptions, results: list[TaskResult] | None) -> dict[str, Any]:
+    """What a command returns for a stage that writes no manifest."""
+    if results is None:
+        return {**_stage(opts), "idle": True}
+    return {**_stage(opts), "tasks": len(results), "records": sum(r.records for r in results),
+            "skipped": sum(len(r.skipped) for r in results)}
+
+
+def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:
+    """Every task's result from the parts the scatter ranks wrote; a missing one names its task."""
+    results, missing = [], []
+    for t in tasks:
+        res = finished_task(job.work_dir, t)
+        if res is None:
+            missing.append(t.index)
+        else:
+            results.append(res)
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (" …" if len(missing) > 10 else "")
+        raise UsageError(f"{len(missing)} of {len(tasks)} scatter tasks are not finished (tasks {shown}; task i "
+                         f"belongs to scatter rank i mod W): run those --stage scatter ranks first")
+    return results
+
+
+@dataclass(frozen=True)
+class Tally:
+    """Records read, written and skipped, checked against each other: nothing is lost silently."""
+
+    records: int
+    written: int
+    skipped: list[dict[str, Any]]  # bad records
+    unread: list[dict[str, Any]]  # files that broke off: their tails were never read
+
+    @classmethod
+    def of(cls, results: list[TaskResult], writers: dict[str, Any], *, copies: int = 1,
+           inputs: list[Any], written: int | None = None) -> Tally:
+        """``written``: records written, where a sample holds several (events packed into one tar sample).
+
+        When nothing was written the run ends with an error (which releases the output folder:
+        ``session``)."""
+        every = [s for r in results for s in r.skipped]
+        tally = cls(records=sum(r.records for r in results),
+                    written=sum(s.samples for w in writers.values() for s in w.shards) if written is None else written,
+                    skipped=[s for s in every if not s.get("unread_tail")],
+                    unread=[s for s in every if s.get("unread_tail")])
+        if tally.written == 0:
+            raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
+                            f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
+        assert tally.written == (tally.records - len(tally.skipped)) * copies, "records lost"
+        return tally
+
+    def source(self) -> dict[str, Any]:
+        """The manifest's accounting fields."""
+        return {"records": self.records, "skipped": {"count": len(self.skipped), "records": self.skipped},
+                "unread": self.unread}

@@ -1,0 +1,311 @@
+"""The scatter: read, transform, key and bucket each task's records into its part file.
+
+Runs task by task, in worker processes when ``--workers`` > 1. Each sample's key and split come
+from ``keys.place``, so the output depends on the inputs, seed and options only; workers change
+nothing but speed. A task whose part file a killed run of the same command finished is not read
+again.
+"""
+
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from shardsmith.core.ragged import starts_of, take_ragged
+from shardsmith.engine import keys as keymod
+from shardsmith.engine.inputs import changed
+from shardsmith.engine.resume import crash_point, die_with_parent
+from shardsmith.engine.shuffle import PartWriter, bucket_of, read_part_footer
+from shardsmith.engine.splits import assign_splits
+from shardsmith.engine.workers import worker_pool
+from shardsmith.errors import DataError
+from shardsmith.sources.base import BadRecord, Reader, StreamError, Task
+
+
+@dataclass(slots=True)
+class Processed:
+    """A transformed batch: the good records' numbers, their payloads back to back, and the bad ones."""
+
+    records: np.ndarray
+    lengths: np.ndarray
+    payload: np.ndarray | None  # None: built on demand by ``encode_in``
+    bad: list[tuple[int, str]] = field(default_factory=list)
+    copies: int = 1  # with K copies per record, sample numbers are record * K + copy
+    # builds the payload (uint8) with the records straight in a given order, instead of a copy
+    # reordering it; ``lengths`` are then bytes
+    encode_in: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def byte_lengths(self) -> np.ndarray:
+        size = 1 if self.payload is None else self.payload.dtype.itemsize
+        return self.lengths.astype(np.int64) * size
+
+    def payload_in(self, order: np.ndarray, byte_lengths: np.ndarray) -> np.ndarray:
+        """The records ``order`` back to back, as bytes."""
+        if self.encode_in is not None:
+            return self.encode_in(order)
+        assert self.payload is not None
+        return take_ragged(self.payload.view(np.uint8), byte_lengths, order)
+
+
+class Processor(Protocol):
+    """Turns a batch of ``(record number, value)`` into payloads; built lazily in each worker."""
+
+    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed: ...
+
+
+@dataclass(frozen=True)
+class ScatterJob:
+    """What every worker needs, sent once per worker."""
+
+    reader: Reader
+    processor: Processor
+    seed: int
+    shuffle: bool
+    splits: tuple[tuple[str, float], ...]
+    on_error: str
+    n_buckets: int
+    work_dir: str
+    batch_records: int = 2048
+    flush_bytes: int = 64 << 20  # a task's buffered output beyond which it goes to its part file
+
+
+@dataclass(slots=True)
+class TaskResult:
+    task: int
+    records: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+
+
+def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
+    """Read, transform, key and bucket one task's records into its part file."""
+    result = TaskResult(task=task.index)
+    part = PartWriter(part_path(job.work_dir, task.index), flush_bytes=job.flush_bytes)
+    rel, unit = task.file.rel, job.reader.unit_for(task.file)
+    records = job.reader.read(task)
+    if max_records is not None and not job.reader.columnar:
+        records = islice(records, max_records)
+    try:
+        if job.reader.columnar:
+            _scatter_chunks(job, task, records, part, result, unit, max_records)
+        else:
+            _scatter_records(job, task, records, part, result, unit)
+    except DataError as exc:  # a file-level problem raised by a reader (a missing column, a corrupt page)
+        if job.on_error == "fail":
+            result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
+            part.abort()
+            return result
+        result.skipped.append({"file": rel, "record": None, "unread_tail": True,
+                               "reason": f"{exc.reason} (the rest of this task is unread)"})
+    if result.error is None and (moved := _changed_input(task)) is not None:
+        result.error = moved  # not a bad record: the input changed under the run, whatever --on-error says
+    if result.error is None:
+        part.write({"task": task.index, "plan": _task_id(task), "records": result.records,
+                    "skipped": result.skipped})
+        crash_point(f"scatter:{task.index}")
+    else:
+        part.abort()
+    return result
+
+
+def _changed_input(task: Task) -> dict[str, Any] | None:
+    """The error of a task whose input file changed between the listing and the end of its reading
+    (every task of a file checks at its end, so the last one covers the whole reading of the file)."""
+    for f in task.files or (task.file,):
+        why = changed(f)
+        if why is not None:
+            return {"file": f.rel, "record": None, "reason": f"{why}; no dataset was written: run the command "
+                    f"again once the input is stable", "unit": "record", "skippable": False}
+    return None
+
+
+def _task_id(task: Task) -> list[Any]:
+    """What a part file must have been made from to be reused: the task's file and range."""
+    return [task.file.rel, task.start, task.stop, task.first_record, len(task.files)]
+
+
+def finished_task(work_dir: str, task: Task) -> TaskResult | None:
+    """The result of a task whose part file a previous (killed) run of the same command finished."""
+    path = part_path(work_dir, task.index)
+    if not path.is_file():
+        return None
+    try:
+        meta = read_part_footer(path)["meta"]
+    except Exception:  # a torn or foreign file: redo the task
+        return None
+    if meta.get("task") != task.index or meta.get("plan") != _task_id(task) or "records" not in meta:
+        return None
+    return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])))
+
+
+def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
+                     result: TaskResult, unit: str) -> None:
+    rel = task.file.rel
+    for batch in _batched(records, job.batch_records):
+        broken = batch[-1][1] if isinstance(batch[-1][1], StreamError) else None
+        if broken is not None:
+            batch = batch[:-1]
+        result.records += len(batch)
+        good = [(r, v) for r, v in batch if not isinstance(v, BadRecord)]
+        bad = [(r, v.reason) for r, v in batch if isinstance(v, BadRecord)]
+        out = job.processor.process(task, good) if good else None
+        if out is not None:
+            bad += out.bad
+        if bad and not _bad_records(job, task, bad, result, unit):
+            return
+        if out is not None and len(out.records):
+            _scatter_batch(job, task, out, part)
+        if broken is not None:
+            if job.on_error == "fail":
+                result.error = {"file": rel, "record": None, "reason": broken.reason, "unit": unit}
+                return
+            result.skipped.append({"file": rel, "record": None, "unread_tail": True, "reason": f"{broken.reason} "
+                                   f"(after {result.records} records of this task; the rest of the file is unread)"})
+
+
+def _bad_records(job: ScatterJob, task: Task, bad: list[tuple[int, str]], result: TaskResult, unit: str) -> bool:
+    """The first bad record becomes the task's error (``--on-error fail``: returns False), or
+    every one is listed as skipped, named by file and record."""
+    bad = sorted(bad)
+    if job.on_error == "fail":
+        record, reason = bad[0]
+        where, number = job.reader.describe(task, record)
+        result.error = {"file": where, "record": number, "reason": reason, "unit": unit}
+        return False
+    for r, why in bad:
+        where, number = job.reader.describe(task, r)
+        entry = {"file": where, "record": number, "reason": why}
+        if number is not None:
+            entry[unit] = number + 1
+        result.skipped.append(entry)
+    return True
+
+
+def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: PartWriter, result: TaskResult,
+                    unit: str, max_records: int | None) -> None:
+    """A columnar reader's chunks (many records each, e.g. physics events) through the processor."""
+    for chunk in chunks:
+        if isinstance(chunk, StreamError):
+            if job.on_error == "fail":
+                result.error = {"file": task.file.rel, "record": None, "reason": chunk.reason, "unit": unit}
+                return
+            result.skipped.append({"file": task.file.rel, "record": None, "unread_tail": True,
+                                   "reason": f"{chunk.reason} (after {result.records} {unit}s of this task; "
+                                             f"the rest of it is unread)"})
+            return
+        if max_records is not None:
+            room = max_records - result.records
+            if room <= 0:
+                return
+            if chunk.n > room:
+                chunk = job.processor.head(chunk, room)  # type: ignore[attr-defined]
+        result.records += chunk.n
+        out = job.processor.process_chunk(task, chunk)  # type: ignore[attr-defined]
+        if out.bad and not _bad_records(job, task, out.bad, result, unit):
+            return
+        if len(out.records):
+            _scatter_batch(job, task, out, part)
+
+
+def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter) -> None:
+    copies = out.copies
+    rels, src, file_index = job.reader.identities(task, out.records // copies)
+    recs = src * copies + out.records % copies
+    # the split follows the source record, so every copy of a record lands in the same split
+    split = assign_splits(keymod.split_draws(rels, src), dict(job.splits))
+    order = keymod.input_order(file_index, recs)
+    if job.shuffle:
+        keys = keymod.shuffle_keys(job.seed, rels, recs)
+        bucket = bucket_of(keys, job.n_buckets)
+    else:
+        keys = order
+        bucket = np.full(len(recs), task.index, dtype=np.int64)
+    group = split.astype(np.int64) * (1 << 32) + bucket
+    byte_lengths = out.byte_lengths()
+    if np.all(group == group[0]):
+        perm, bounds = np.arange(len(recs)), [0, len(recs)]
+    else:
+        perm = np.argsort(group, kind="stable")
+        sorted_groups = group[perm]
+        bounds = [0, *np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1, len(recs)]
+    payload = out.payload_in(perm, byte_lengths)
+    pstarts = starts_of(byte_lengths[perm])
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        idx = perm[a:b]
+        g = int(group[idx[0]])
+        s = g >> 32
+        chunk = payload[pstarts[a]:pstarts[b]]
+        part.add(split=s, bucket=g & 0xFFFFFFFF, keys=keys[idx], order=order[idx], lengths=byte_lengths[idx],
+                 payload=memoryview(chunk))
+
+
+def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
+    while batch := list(islice(it, n)):
+        yield batch
+
+
+def part_path(work_dir: str, index: int) -> Path:
+    return Path(work_dir) / f"part-{index:06d}.bin"
+
+
+_JOB: ScatterJob | None = None
+
+
+def _init_worker(job: ScatterJob) -> None:
+    global _JOB
+    die_with_parent()
+    _JOB = job
+
+
+def _run_in_worker(task: Task) -> TaskResult:
+    assert _JOB is not None
+    return scatter_task(_JOB, task)
+
+
+def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int | None = None,
+                progress: Callable[[int], None] | None = None) -> list[TaskResult]:
+    """All tasks, in workers or in this process; the first failure in input order stops the run.
+
+    Tasks whose part files a killed run of the same command finished are not read again.
+    """
+    done = {t.index: r for t in tasks if (r := finished_task(job.work_dir, t)) is not None}
+    if done and progress:
+        progress(sum(t.nbytes for t in tasks if t.index in done))
+    if done and (limit is None or len(done) == len(tasks)):
+        todo = [t for t in tasks if t.index not in done]
+        fresh = run_scatter(job, todo, workers=workers, limit=None, progress=progress) if todo else []
+        by_task = {**done, **{r.task: r for r in fresh}}
+        return [by_task[t.index] for t in tasks]
+    results: list[TaskResult] = []
+    if limit is not None or workers <= 1 or len(tasks) <= 1:
+        remaining = limit
+        for task in tasks:
+            if remaining is not None and remaining <= 0:
+                break
+            res = scatter_task(job, task, max_records=remaining)
+            _check(res)
+            results.append(res)
+            if remaining is not None:
+                remaining -= res.records
+            if progress:
+                progress(task.nbytes)
+        return results
+    with worker_pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,),
+                     advice="try fewer --workers or a smaller --memory") as pool:
+        for task, res in zip(tasks, pool.map(_run_in_worker, tasks)):
+            _check(res)
+            results.append(res)
+            if progress:
+                progress(task.nbytes)
+    return results
+
+
+def _check(res: TaskResult) -> None:
+    if res.error:  # a bad record (or a file's unreadable rest) that --on-error skip would have skipped
+        raise DataError(**{"skippable": True, **res.error})

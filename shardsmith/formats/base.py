@@ -1,0 +1,105 @@
+"""The format protocol: one registered object per on-disk format (docs/design.md, "Plugins").
+
+A format is the unit of extension. It says which records it can hold, makes the writers the
+gather feeds, adds its fields to the manifest, and reads its datasets back for the loader,
+``verify --deep``, ``inspect`` and ``bench``. Commands never ask which format they hold: they
+call these methods on the object ``shardsmith.registry`` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from shardsmith.formats.writer import ShardRange, Writer
+
+
+@dataclass(frozen=True, kw_only=True)
+class WriteJob:
+    """What a format's writers are made from: the command's options and what the run found out."""
+
+    opts: Any  # the command's options (shard sizes, compression, ...), a frozen dataclass
+    out: Path
+    schema: Any = None  # an EventSchema for events, the token dtype for tokens
+    sources: list[str] | None = None  # input files whose bytes a writer may copy unchanged (images)
+
+
+@dataclass(frozen=True)
+class Rate:
+    """A loader throughput that ``bench`` measured: the figure, its unit, and a line saying it."""
+
+    value: float
+    unit: str
+    line: str
+
+
+class Format:
+    """Base class of formats. Contract (``shardsmith.testing.FormatContract`` checks it):
+
+    - ``writer`` makes writers whose shards depend only on the samples they are given, in order,
+      and on the options: never on workers, ranks or timing (same bytes for any ``--workers``);
+    - every file a writer makes is listed with its size and sha256 (``ShardRecord``), so
+      ``verify`` checks it;
+    - ``open`` returns a dataset with ``len``, ``ds[i]``, ``get_batch`` and ``iter`` whose
+      random access equals iteration in order, and which opens no path outside the folder.
+    """
+
+    name: ClassVar[str] = ""  # the registry name
+    manifest_format: ClassVar[str] = ""  # the manifest's "format" (a format may share one: event-tar)
+    option: ClassVar[str | None] = None  # the value of ``convert --to`` that picks it (None: its own command)
+    accepts: ClassVar[tuple[str, ...]] = ()  # the record kinds it holds: "images", "rows", "events", "tokens"
+    sample_unit: ClassVar[str] = "sample"  # what ``len(dataset)`` counts
+    copies_files: ClassVar[bool] = False  # whether ``write_files`` can write whole input files as samples
+
+    # -- writing ------------------------------------------------------------------------------
+    def check(self, job: WriteJob) -> None:
+        """Refuse options or a schema this format cannot write (a UsageError), before any work."""
+
+    def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
+        """A writer of one split's shards (all of them, or the range ``part`` names)."""
+        raise NotImplementedError
+
+    def write_files(self, job: WriteJob, files: list[Any], *, samples: Any, progress: Any) -> Any:
+        """Whole input files (images) written unchanged as samples, without the shuffle pass: the
+        shards planned from the listing alone (``copies_files``). Returns ``engine.run.Converted``."""
+        raise NotImplementedError
+
+    def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
+        """Fields of a split's manifest entry beyond samples and shards (``output``: ``SplitOutput``)."""
+        return {}
+
+    def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
+        """Top-level manifest fields this format adds."""
+        return {}
+
+    # -- reading ------------------------------------------------------------------------------
+    def reads(self, manifest: dict[str, Any]) -> bool:
+        """Whether this format reads the dataset a manifest describes."""
+        return manifest.get("format") == self.manifest_format
+
+    def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
+        """The loader's dataset of one split (``shardsmith.loader.open``)."""
+        raise NotImplementedError
+
+    def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """``verify --deep``: every sample opened; the problems found, one line each."""
+        return []
+
+    def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        """``inspect``: what this format adds to the summary (shown as ``key: value`` lines)."""
+        return {}
+
+    def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """``inspect``: the first ``n`` samples of the first split that has any, each as a dict of short values."""
+        return []
+
+    def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
+        """``bench``: the loader's throughput on this machine, serving ``split`` for ``seconds``."""
+        raise NotImplementedError(f"bench does not measure {self.name} datasets")
+
+
+def first_split(manifest: dict[str, Any]) -> str | None:
+    """The first split that holds samples (what ``inspect`` shows)."""
+    return next((s for s, v in manifest["splits"].items() if v["samples"]), None)

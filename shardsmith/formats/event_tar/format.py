@@ -1,0 +1,68 @@
+"""Events in WebDataset tar shards as a registered format: one ``.npy`` member per field, ``N``
+events per sample with ``{counter}.offsets`` members cutting the ragged fields into events."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shardsmith.errors import DatasetError, UsageError
+from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.formats.webdataset.format import WebDatasetFormat, timed_samples
+from shardsmith.formats.writer import ShardRange, Writer
+
+MAX_FIELD_NAME = 84  # a tar member is e0123456789.{field}.npy within ustar's 100 bytes
+
+
+class EventTarFormat(Format):
+    name = "event-tar"
+    manifest_format = "webdataset"
+    option = "webdataset"
+    accepts = ("events",)
+
+    def check(self, job: WriteJob) -> None:
+        long = [f.name for f in job.schema.fields if len(f.name.encode()) > MAX_FIELD_NAME]
+        if long:
+            raise UsageError(f"field {long[0]!r} is too long for a tar member name ({MAX_FIELD_NAME} bytes at "
+                             f"most); use --to hdf5 or leave it out with --branches")
+
+    def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
+        from shardsmith.formats.event_tar.writer import EventTarWriter
+
+        o = job.opts
+        return EventTarWriter(out_dir=job.out, split=split, schema=job.schema, events_per_sample=o.events_per_sample,
+                              shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, part=part)
+
+    def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
+        return {"wids": f"{split}.wids.json"}
+
+    def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
+        return {"events": {"events_per_sample": job.opts.events_per_sample}}
+
+    def reads(self, manifest: dict[str, Any]) -> bool:
+        return super().reads(manifest) and "events" in manifest
+
+    def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
+        from shardsmith.formats.event_tar.dataset import EventTarDataset
+
+        return EventTarDataset(out_dir, split=split)
+
+    def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """Every header read and every sample opened as arrays of the schema's fields."""
+        try:
+            ds = self.open(out, split=split)
+            ds.check_headers()
+            for i in range(len(ds)):
+                ds[i]
+        except DatasetError as exc:
+            return [str(exc)]
+        return []
+
+    def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        return WebDatasetFormat().describe(out, manifest)
+
+    def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        return WebDatasetFormat().show(out, manifest, n)
+
+    def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
+        return timed_samples(self.open(out, split=split), out=out, split=split, seconds=seconds)

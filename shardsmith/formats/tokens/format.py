@@ -1,0 +1,120 @@
+"""Packed token arrays as a registered format: Megatron ``.bin``/``.idx`` shards (and nanoGPT's flat
+``.bin``), written by ``pack-tokens`` and read as documents or as windows."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.dtypes import safe_dtype
+from shardsmith.errors import DatasetError
+from shardsmith.formats.base import Format, Rate, WriteJob, first_split
+from shardsmith.formats.writer import ShardRange, Writer
+
+
+class TokensFormat(Format):
+    name = "tokens"
+    manifest_format = "tokens"
+    option = None  # written by pack-tokens
+    accepts = ("rows",)
+    sample_unit = "document"
+
+    def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
+        from shardsmith.formats.tokens.writer import TokensWriter
+
+        return TokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
+                            nanogpt=job.opts.nanogpt, part=part)
+
+    def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
+        return {"tokens": sum(s.extra["tokens"] for s in output.shards)}
+
+    def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
+        return {"nanogpt": {name: o.flat_record for name, o in outputs.items()}} if job.opts.nanogpt else {}
+
+    def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
+        from shardsmith.formats.tokens.dataset import TokenDocuments
+
+        return TokenDocuments(out_dir, split=split)
+
+    def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """Each index against the manifest (documents, dtype), and every token inside the vocabulary."""
+        from shardsmith.formats.tokens.indexed import read_idx
+
+        problems = []
+        vocab = manifest["tokenizer"]["vocab_size"]
+        dtype = safe_dtype(manifest["tokenizer"]["dtype"], field="tokenizer.dtype")
+        for shard in manifest["splits"][split]["shards"]:
+            try:
+                idx = read_idx(manifest_mod.resolve_inside(out, shard["index"]["path"]), bin_bytes=shard["bytes"])
+                if len(idx.lengths) != shard["samples"]:
+                    problems.append(f"{shard['index']['path']}: {len(idx.lengths)} documents, the manifest says "
+                                    f"{shard['samples']}")
+                if idx.dtype != dtype:
+                    problems.append(f"{shard['index']['path']}: dtype {idx.dtype}, the manifest says {dtype}")
+                tokens = np.memmap(manifest_mod.resolve_inside(out, shard["path"]), dtype=dtype, mode="r") \
+                    if shard["bytes"] else np.zeros(0, dtype)
+                for start in range(0, len(tokens), 1 << 24):
+                    chunk = tokens[start:start + (1 << 24)]
+                    if len(chunk) and (int(chunk.max()) >= vocab or int(chunk.min()) < 0):
+                        bad = start + int(np.flatnonzero((chunk >= vocab) | (chunk < 0))[0])
+                        problems.append(f"{shard['path']}: token {int(tokens[bad])} at position {bad} is outside "
+                                        f"the vocabulary of {vocab}")
+                        break
+            except DatasetError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        return {"tokenizer": manifest["tokenizer"]}
+
+    def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """The first documents: their length, first ids and decoded text."""
+        from tokenizers import Tokenizer
+
+        from shardsmith.formats.tokens.dataset import TokenDocuments
+
+        split = first_split(manifest)
+        if split is None or n == 0:
+            return []
+        docs = TokenDocuments(out, split=split)
+        tok_path = manifest_mod.resolve_inside(out, manifest["tokenizer"]["path"])
+        try:
+            tok = Tokenizer.from_file(str(tok_path)) if tok_path.is_file() else None
+        except Exception:  # a damaged tokenizer.json (verify names it): show ids without text
+            tok = None
+        shown = []
+        for i in range(min(n, len(docs))):
+            ids = docs[i]
+            text = tok.decode(ids.tolist(), skip_special_tokens=False) if tok else None
+            shown.append({"split": split, "index": i, "tokens": len(ids), "ids": ids[:16].tolist(),
+                          "text": text[:300] if text else text})
+        return shown
+
+    def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
+        """Shuffled random windows of ``seq_len`` tokens, in batches, in one process."""
+        from shardsmith.formats.tokens.dataset import TokenDataset
+
+        m = manifest_mod.load(out)
+        ds = TokenDataset(out, seq_len=seq_len or m.get("seq_len") or 1024, split=split)
+        if len(ds) < 1:
+            raise DatasetError(f"{out}: split {split!r} holds fewer than seq_len+1 tokens")
+        size = min(batch_size, len(ds))
+        it = ds.iter(shuffle=True, seed=0, batch_size=size)
+        batches = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            try:
+                next(it)
+            except StopIteration:
+                it = ds.iter(shuffle=True, seed=0, epoch=batches + 1, batch_size=size)
+                continue
+            batches += 1
+        elapsed = time.perf_counter() - t0
+        tokens_per_s = batches * size * ds.seq_len / elapsed
+        return Rate(tokens_per_s, "tokens/s",
+                    f"{out} [{split}]: {batches / elapsed:,.0f} batches/s of {batch_size}×{ds.seq_len}, "
+                    f"{tokens_per_s / 1e6:,.1f} M tokens/s (shuffled random windows, one process)")

@@ -1,0 +1,32 @@
+"""Event chunks into per-event records, in the worker: one payload per event (``core.events``'s
+codec), built straight in the order the shuffle wants, with no loop per event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths
+from shardsmith.engine.scatter import Processed
+from shardsmith.sources.base import Task
+
+
+class EventProcessor:
+    """Encodes a chunk's events into per-event records in the worker."""
+
+    def __init__(self, *, schema: EventSchema) -> None:
+        self.schema = schema
+
+    def process_chunk(self, task: Task, chunk: EventChunk) -> Processed:
+        records = np.arange(chunk.first, chunk.first + chunk.n, dtype=np.int64)
+        schema = self.schema
+        return Processed(records=records, lengths=record_lengths(chunk, schema), payload=None,
+                         encode_in=lambda order: encode(chunk, schema, order=order)[1])
+
+    def head(self, chunk: EventChunk, n: int) -> EventChunk:
+        """The first ``n`` events (for ``--limit``)."""
+        return chunk.take(np.arange(n), self.schema)
+
+    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
+        raise TypeError("event readers yield chunks, not records")

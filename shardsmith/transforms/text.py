@@ -1,0 +1,51 @@
+"""Rows into token ids, in the worker: the text field of each record, encoded a batch at a time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardsmith.engine.scatter import Processed
+from shardsmith.sources.base import Task
+from shardsmith.transforms import tokenize as tk
+
+
+class TokenProcessor:
+    """Picks the text field of each record and encodes a batch; the encoder is built in each worker."""
+
+    def __init__(self, *, spec: tk.TokenizerSpec, text_field: str, encoder: tk.Encoder | None = None) -> None:
+        """``encoder``: built in the parent, so forked workers inherit it (spawned ones build their own)."""
+        self.spec = spec
+        self.text_field = text_field
+        self._encoder = encoder
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "text_field": self.text_field, "_encoder": None}
+
+    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
+        texts, records, bad = [], [], []
+        for record, value in batch:
+            text = value.get(self.text_field) if isinstance(value, dict) else None
+            if not isinstance(text, str):
+                bad.append((record, why_no_text(value, self.text_field)))
+            elif (why := tk.too_long(text, piece_chars=self.spec.piece_chars)) is not None:
+                bad.append((record, why))
+            else:
+                texts.append(text)
+                records.append(record)
+        if self._encoder is None:
+            self._encoder = tk.Encoder(self.spec)
+        flat, lengths = self._encoder.encode(texts) if texts else (np.zeros(0, self.spec.dtype), np.zeros(0, np.int64))
+        return Processed(records=np.asarray(records, dtype=np.int64), lengths=lengths, payload=flat, bad=bad)
+
+
+def why_no_text(value: Any, field: str) -> str:
+    """Why a row gives no text to tokenize, in a few words."""
+    if not isinstance(value, dict):
+        return f"expected a JSON object with a {field!r} field, got {type(value).__name__}"
+    if field not in value:
+        return f"no {field!r} field (fields: {', '.join(list(value)[:8])})"
+    if value[field] is None:
+        return f"{field!r} is null"
+    return f"{field!r} is a {type(value[field]).__name__}, not a string"
