@@ -15,154 +15,36 @@ pickles); images decode only when asked. Pickle-like members (``.pyd``, ``.pth``
 
 from __future__ import annotations
 
-import hashlib
-import io
-import math
 import mmap
 import operator
 import os
-from array import array
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.identity import open_checked, stamp
-from shardsmith.core.images import MAX_IMAGE_PIXELS, pillow_open, pixel_limit  # stdlib only: no Pillow
+from shardsmith.core.images import pixel_limit  # stdlib only: no Pillow
 from shardsmith.errors import DatasetError
 from shardsmith.formats.order import ResumableIterator
-from shardsmith.formats.webdataset.tarfmt import (
-    BLOCK,
-    ShardMembers,
-    index_members,
-    index_offsets,
-    is_index_v2,
-    parse_sample,
-    scan_samples,
+from shardsmith.formats.webdataset.decode import (
+    _EXT_KINDS,
+    DECODES,
+    KINDS,
+    _decoder,
+    _safe_field_handler,
+    _schema_kinds,
+    load_npy,
 )
+from shardsmith.formats.webdataset.shard_index import _load_index, _spot_check
+from shardsmith.formats.webdataset.shard_reader import _compact, _MemberTable, _Open, _shard_reader
+from shardsmith.formats.webdataset.tarfmt import index_members, scan_samples
 
-KINDS = ("image", "int", "json", "text", "bytes", "npy")
-DECODES = (None, "pil", "numpy")
-# Kinds by the last component of an extension, as webdataset names them; anything else is bytes.
-_EXT_KINDS = {
-    **dict.fromkeys(("cls", "cls2", "class", "count", "index", "inx", "id"), "int"),
-    **dict.fromkeys(("json", "jsn"), "json"),
-    **dict.fromkeys(("txt", "text", "transcript"), "text"),
-    "npy": "npy",
-    **dict.fromkeys(("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "gif", "tif", "tiff"),
-                    "image"),
-}
-_NPY_HEADER_MAX = 10000  # numpy's own default limit on .npy header sizes
+__all__ = ["DECODES", "KINDS", "TarDataset", "load_npy"]
 
-
-def load_npy(data: bytes, *, where: str) -> np.ndarray:
-    """A .npy payload without pickles, whose header is checked against its size before numpy allocates."""
-    fp = io.BytesIO(data)
-    fmt = np.lib.format
-    try:
-        version = fmt.read_magic(fp)
-        if version == (1, 0):
-            shape, _fortran, dtype = fmt.read_array_header_1_0(fp, max_header_size=_NPY_HEADER_MAX)
-        elif version == (2, 0):
-            shape, _fortran, dtype = fmt.read_array_header_2_0(fp, max_header_size=_NPY_HEADER_MAX)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
-        if dtype.hasobject:
-            raise ValueError("object arrays need pickles, which shardsmith never loads")
-        if len(data) - fp.tell() != math.prod(shape) * dtype.itemsize:
-            raise ValueError(f"{len(data) - fp.tell()} data bytes for shape {shape} of {dtype}")
-        return np.load(io.BytesIO(data), allow_pickle=False)
-    except Exception as exc:  # numpy's header parser raises many types (ValueError, TokenError, …) on junk
-        raise DatasetError(f"{where}: not a valid .npy array ({type(exc).__name__}: {exc})") from None
-
-
-def _int(data: bytes) -> int:
-    return int(data)
-
-
-def _text(data: bytes) -> str:
-    return data.decode("utf-8")
-
-
-def _image_decoder(mode: str, max_pixels: int) -> Callable[[bytes], Any]:
-    """Pillow decoding up to the dataset's pixel limit (``convert --max-image-pixels``), above or
-    below Pillow's own global default, which is left as it was."""
-
-    def decode(data: bytes) -> Any:
-        with pillow_open(data, max_pixels=max_pixels) as img:  # an image over the limit: ImageError
-            img.load()  # decode now, so a corrupt image fails here and not in the user's transform
-            return img if mode == "pil" else np.asarray(img.convert("RGB"))
-
-    return decode
-
-
-def _decoder(kind: str, decode: str | None, max_pixels: int = MAX_IMAGE_PIXELS) -> Callable[[bytes], Any] | None:
-    """The function that turns a member's bytes into a value, or None to keep the bytes."""
-    if kind == "int":
-        return _int
-    if kind == "json":
-        return orjson.loads
-    if kind == "text":
-        return _text
-    if kind == "image" and decode is not None:
-        return _image_decoder(decode, max_pixels)
-    return None
-
-
-@dataclass(slots=True)
-class _MemberTable:
-    """One shard's samples as compact arrays: members of sample j are ``first[j]:first[j+1]``."""
-
-    keys: list[str] = field(default_factory=list)
-    first: array = field(default_factory=lambda: array("q", [0]))
-    data: array = field(default_factory=lambda: array("q"))
-    size: array = field(default_factory=lambda: array("q"))
-    ext: array = field(default_factory=lambda: array("H"))
-    exts: list[str] = field(default_factory=list)
-
-
-# ds[i] of an open shard: its sample number -> the sample
-_Open = Callable[[int], dict[str, Any]]
-
-
-def _shard_reader(mm: mmap.mmap, table: _MemberTable, decoders: list[Callable[[bytes], Any] | None],
-                  where: str) -> _Open:
-    """Sample j of one shard, by slicing its map where the table says: a closure over the shard's
-    arrays, so that each sample costs a few list lookups and one copy per member."""
-    keys, first, data, size, ext, names = table.keys, table.first, table.data, table.size, table.ext, table.exts
-    guarded = [None if d is None else _guard(d, name, where) for d, name in zip(decoders, names)]
-
-    def read(j: int) -> dict[str, Any]:
-        sample: dict[str, Any] = {"__key__": keys[j]}
-        for k in range(first[j], first[j + 1]):
-            start = data[k]
-            e = ext[k]
-            decode = guarded[e]
-            raw = mm[start:start + size[k]]
-            sample[names[e]] = raw if decode is None else decode(raw, start)
-        return sample
-
-    return read
-
-
-def _guard(decoder: Callable[[bytes], Any], ext: str, where: str) -> Callable[[bytes, int], Any]:
-    """``decoder``, raising DatasetError that names the shard and byte when stored bytes do not decode."""
-    if decoder is load_npy:
-        return lambda raw, start: load_npy(raw, where=f"{where}: member .{ext} at byte {start}")
-
-    def decode(raw: bytes, start: int) -> Any:
-        try:
-            return decoder(raw)
-        except Exception as exc:  # any decoder failure on stored bytes is a corrupt dataset, not a bug
-            raise DatasetError(f"{where}: member .{ext} at byte {start} does not decode "
-                               f"({type(exc).__name__}: {exc})") from None
-
-    return decode
 
 # A process forked after shards were mapped maps its own: os.fork's hook counts forks, so ds[i]
 # need not ask for its pid (a system call) every time.
@@ -392,21 +274,6 @@ class _SampleIterator(ResumableIterator[dict[str, Any]]):
         return self._ds._reader(self._shard[k])(self._local[k])
 
 
-def _compact(values: np.ndarray, code: str) -> array:
-    """An int array as a compact ``array``, whose items index as Python ints faster than numpy's."""
-    return array(code, values.astype(np.dtype(code), copy=False).tobytes())
-
-
-def _safe_field_handler(key: str, data: bytes) -> Any:
-    """A webdataset decoding handler for int/json/text/npy members; None leaves the rest as bytes."""
-    ext = key.rsplit(".", 1)[-1].lower()
-    kind = _EXT_KINDS.get(ext)
-    if kind == "npy":
-        return load_npy(data, where=key)
-    decoder = _decoder(kind, None) if kind else None
-    return None if decoder is None else decoder(data)
-
-
 def _check_classes(classes: Any, out_dir: Any) -> list[str] | None:
     if classes is None:
         return None
@@ -414,72 +281,3 @@ def _check_classes(classes: Any, out_dir: Any) -> list[str] | None:
         raise DatasetError(f"{out_dir}: manifest 'classes' is not a list of names")
     return classes
 
-
-def _schema_kinds(schema: Any) -> dict[str, str]:
-    """ext → kind from the manifest's schema; entries that are not one of KINDS are ignored."""
-    kinds: dict[str, str] = {}
-    if isinstance(schema, dict):
-        for ext, spec in schema.items():
-            kind = spec.get("kind") if isinstance(spec, dict) else spec
-            if isinstance(ext, str) and kind in KINDS:
-                kinds[ext] = kind
-    return kinds
-
-
-_SPOT_CHECKS = 8  # samples per shard whose headers are read to check a full index against the tar
-
-
-def _spot_check(buf: Any, found: ShardMembers, offsets: np.ndarray, *, where: str) -> None:
-    """The first, the last and a few samples between, as the tar's headers describe them, must be
-    as the index says: an index of another shard, or a shard changed since, is refused."""
-    n = len(found.keys)
-    end = int(offsets[-1])
-    for j in sorted({0, n - 1, *np.linspace(0, n - 1, _SPOT_CHECKS).astype(int).tolist()}):
-        key, members = parse_sample(buf, int(offsets[j]), int(offsets[j + 1]), end, where=where)
-        a, b = int(found.first[j]), int(found.first[j + 1])
-        want = [(found.exts[e], d, k) for e, d, k in zip(found.ext[a:b].tolist(), found.data[a:b].tolist(),
-                                                          found.size[a:b].tolist())]
-        if key != found.keys[j] or members != want:
-            raise DatasetError(f"{where}: the offset index does not describe sample {j} at byte {int(offsets[j])} "
-                               f"as the tar's headers do (an index of another shard, or a shard changed since)")
-
-
-def _load_index(out_dir: Any, entry: dict[str, Any], tar: Path) -> tuple[array, np.ndarray | None]:
-    """A shard's validated sample offsets (n + 1 of them) as a compact array of Python ints, and its
-    whole index when that is version 2 (its member table is checked when the shard is first used)."""
-    size, n = entry["bytes"], entry["samples"]
-    if not tar.is_file() or tar.stat().st_size != size:
-        raise DatasetError(f"{tar}: missing or not {size} bytes as the manifest says")
-    if size < 2 * BLOCK or size % BLOCK:
-        raise DatasetError(f"{tar}: {size} bytes is not a whole tar archive of 512-byte blocks")
-    if not isinstance(entry.get("index"), dict):
-        raise DatasetError(f"{tar}: the manifest names no offset index for this shard")
-    path = manifest_mod.resolve_inside(out_dir, entry["index"]["path"])
-    if not path.is_file() or path.stat().st_size != entry["index"]["bytes"]:
-        raise DatasetError(f"{path}: missing or not {entry['index']['bytes']} bytes as the manifest says")
-    # a member needs a header block, a key or an extension at most 100 bytes: bounded by the tar's size
-    if not isinstance(n, int) or entry["index"]["bytes"] > 8 * (2 * n + 10) + 240 * (size // BLOCK) \
-            + 2 * _NPY_HEADER_MAX:
-        raise DatasetError(f"{path}: {entry['index']['bytes']} bytes is too large an index for {n} samples of "
-                           f"a {size}-byte shard")
-    raw = path.read_bytes()
-    arr = load_npy(raw, where=str(path))
-    full = None
-    if arr.dtype.kind == "i" and arr.dtype.itemsize == 8 and arr.ndim == 1 and is_index_v2(arr):
-        # the member table is trusted in place of the tar's headers only as the manifest recorded it
-        if hashlib.sha256(raw).hexdigest() != entry["index"].get("sha256"):
-            raise DatasetError(f"{path}: sha256 differs from the manifest's (the index changed since it was "
-                               f"written)")
-        full = arr.astype(np.int64, copy=False)
-        offsets = index_offsets(full, where=str(path))
-    else:
-        offsets = arr
-    if offsets.dtype.kind != "i" or offsets.dtype.itemsize != 8 or offsets.shape != (n + 1,):
-        raise DatasetError(f"{path}: offsets must be int64 of shape ({n + 1},), found {offsets.dtype} "
-                           f"{offsets.shape}")
-    offsets = offsets.astype(np.int64)
-    steps = np.diff(offsets)
-    if offsets[0] != 0 or (steps < BLOCK).any() or (offsets % BLOCK).any() or offsets[-1] + 2 * BLOCK > size:
-        raise DatasetError(f"{path}: offsets must start at 0, grow by whole 512-byte blocks and end at least "
-                           f"two blocks before the end of the {size}-byte shard")
-    return array("q", offsets.tobytes()), full
