@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from shardsmith import __version__
+from shardsmith.commands.report import plural, report_skipped, report_stage
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.engine import interrupt
 from shardsmith.errors import ShardsmithError
@@ -164,41 +165,6 @@ def cluster_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     return rank, world_size
 
 
-def _report(out: Path, result: dict[str, Any]) -> bool:
-    """One line for a stage that wrote no manifest; False when ``result`` is a manifest."""
-    if "stage" not in result:
-        return False
-    who = f"{out}: {result['stage']} rank {result['rank']} of {result['world_size']}"
-    if result.get("idle"):
-        click.echo(f"{who}: nothing to do (finalize runs on rank 0)")
-    elif result["stage"] == "gather":
-        wrote = [f"{split} shards {a}..{b - 1}" if b >= 0 else f"{split} (every shard)"
-                 for split, (a, b) in result["shards"].items()]
-        click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards, or a format one writer makes on rank 0)'}")
-    else:
-        click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped")
-    return True
-
-
-def _n(count: int, noun: str) -> str:
-    """``1 shard``, ``2 shards``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def _skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None:
-    """Which records and files were skipped (``--on-error skip``), on one line."""
-    entries = [*source["skipped"]["records"], *source.get("unread", [])]
-    if not entries:
-        return
-    names = []
-    for e in entries[:shown]:
-        where = next((f"{unit} {e[unit]}" for unit in ("line", "row", "entry", "event", "image", "record")
-                      if unit in e), None)
-        names.append(f"{e['file']}" + (f" {where}" if where else " (rest of the file)"))
-    more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
-    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {out / 'manifest.json'}", err=True)
-
-
 class _Main(click.Group):
     """The command group. Run as a program (``shardsmith`` or ``python -m shardsmith``: click's
     ``__call__``), the process ends as soon as the command does, without the interpreter's
@@ -260,14 +226,14 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
     opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle,
                              workers=workers or default_workers(), **kw)
     manifest = run(opts)
-    if _report(out, manifest):
+    if report_stage(out, manifest):
         return
     src = manifest["source"]
-    parts = ", ".join(f"{name}: {_n(s['samples'], 'document')}, {_n(s['tokens'], 'token')} in "
-                      f"{_n(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
-    click.echo(f"{out}: {parts}; {_n(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
+    parts = ", ".join(f"{name}: {plural(s['samples'], 'document')}, {plural(s['tokens'], 'token')} in "
+                      f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
+    click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
                f"engine {manifest['tokenizer']['engine']}")
-    _skipped(out, src)
+    report_skipped(out, src)
 
 
 @main.command()
@@ -319,13 +285,13 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
         opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(),
                               branches=globs, **kw)
         manifest = run(opts)
-    if _report(out, manifest):
+    if report_stage(out, manifest):
         return
     src = manifest["source"]
-    parts = ", ".join(f"{name}: {_n(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
-                      f"{_n(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
-    click.echo(f"{out}: {parts}; {_n(src['records'], 'record')} read, {src['skipped']['count']} skipped")
-    _skipped(out, src)
+    parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
+                      f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
+    click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped")
+    report_skipped(out, src)
 
 
 @main.command()
@@ -402,16 +368,10 @@ def run_recipe(recipe: Path, overrides: tuple[str, ...], dry_run: bool) -> None:
 @main.command()
 @user_errors
 def plugins() -> None:
-    """Installed readers, transforms and writers."""
-    from shardsmith.registry import plugins as all_plugins
+    """Installed sources, transforms and formats: built-in and from other packages."""
+    from shardsmith.commands.plugins import run
 
-    found = all_plugins()
-    name_w = max((len(p.name) for p in found), default=12)
-    target_w = max((len(p.target) for p in found), default=52)
-    for p in found:
-        missing = p.missing()
-        state = "ok" if not missing else f"missing {', '.join(missing)}"
-        click.echo(f"{p.kind:<10} {p.name:<{name_w}} {p.target:<{target_w}} {p.origin:<12} {state}")
+    run()
 
 
 if __name__ == "__main__":

@@ -209,7 +209,8 @@ def mutate_h5(path: Path, kind: str, data: st.DataObject) -> None:
             arr = off[...]
             for _ in range(data.draw(st.integers(1, 3))):
                 i = data.draw(st.integers(0, len(arr) - 1))
-                arr[i] = data.draw(st.integers(-2**63, 2**63 - 1) | st.integers(int(arr[i]) - 5, int(arr[i]) + 5))
+                near = st.integers(max(-2**63, int(arr[i]) - 5), min(2**63 - 1, int(arr[i]) + 5))
+                arr[i] = data.draw(st.integers(-2**63, 2**63 - 1) | near)
             off[...] = arr
         elif kind in ("values", "fixed"):
             name = data.draw(st.sampled_from(["time/values", "charge/values", "auxiliary/values"] if kind == "values"

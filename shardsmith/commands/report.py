@@ -1,0 +1,43 @@
+"""The one-line reports a converting command prints when it ends: its splits, a stage's part, what was skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+def report_stage(out: Path, result: dict[str, Any]) -> bool:
+    """One line for a stage that wrote no manifest; False when ``result`` is a manifest."""
+    if "stage" not in result:
+        return False
+    who = f"{out}: {result['stage']} rank {result['rank']} of {result['world_size']}"
+    if result.get("idle"):
+        click.echo(f"{who}: nothing to do (finalize runs on rank 0)")
+    elif result["stage"] == "gather":
+        wrote = [f"{split} shards {a}..{b - 1}" if b >= 0 else f"{split} (every shard)"
+                 for split, (a, b) in result["shards"].items()]
+        click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards, or a format one writer makes on rank 0)'}")
+    else:
+        click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped")
+    return True
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 shard``, ``2 shards``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def report_skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None:
+    """Which records and files were skipped (``--on-error skip``), on one line."""
+    entries = [*source["skipped"]["records"], *source.get("unread", [])]
+    if not entries:
+        return
+    names = []
+    for e in entries[:shown]:
+        where = next((f"{unit} {e[unit]}" for unit in ("line", "row", "entry", "event", "image", "record")
+                      if unit in e), None)
+        names.append(f"{e['file']}" + (f" {where}" if where else " (rest of the file)"))
+    more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
+    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {out / 'manifest.json'}", err=True)
