@@ -210,6 +210,8 @@ def main() -> None:
 @click.option("--bos-token", default=None, help="Token prepended to every document.")
 @click.option("--engine", type=click.Choice(["auto", "hf", "gigatoken"]), default="auto", show_default=True,
               help="auto uses gigatoken where it matches tokenizers' ids on a sample of the input.")
+@click.option("--transform", "transforms", multiple=True, metavar="NAME[=SPEC]",
+              help="A registered transform applied to each row before its text is taken (repeatable).")
 @click.option("--seq-len", type=click.IntRange(1, MAX_INT32), default=None,
               help="Default window length recorded for TokenDataset.")
 @click.option("--shard-tokens", default="1G", show_default=True, callback=_size("--shard-tokens"),
@@ -251,6 +253,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help='Offline augmentation, e.g. "random-resized-crop=224,hflip" or "resize=256,center-crop=224".')
 @click.option("--copies", default=1, show_default=True, type=click.IntRange(1, MAX_COPIES),
               help="Augmented variants per image, each under its own key.")
+@click.option("--transform", "transforms", multiple=True, metavar="NAME[=SPEC]",
+              help="A registered transform applied to each row, in order (repeatable; see `shardsmith plugins`).")
 @click.option("--quality", default=90, show_default=True, type=click.IntRange(1, 100), help="JPEG quality of re-encoded images.")
 @click.option("--shard-samples", type=click.IntRange(1, MAX_COUNT), default=None, help="Roll over after this many samples.")
 @click.option("--shard-bytes", default="256MB", show_default=True, callback=_size("--shard-bytes"),

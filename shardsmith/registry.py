@@ -68,7 +68,7 @@ BUILTIN = (
     Plugin("source", "parquet-events", "shardsmith.sources.parquet_events:ParquetEventReader", ("pyarrow",)),
     Plugin("source", "root", "shardsmith.sources.root:RootReader", _ROOT, hint="'shardsmith[root]'"),
     Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), hint="'shardsmith[images]'"),
-    Plugin("transform", "tokenize", "shardsmith.transforms.tokenize:Encoder", ("tokenizers", "gigatoken")),
+    Plugin("transform", "select", "shardsmith.transforms.select:SelectFields"),
     Plugin("format", "tokens", "shardsmith.formats.tokens.format:TokensFormat", ("numpy",)),
     Plugin("format", "webdataset", "shardsmith.formats.webdataset.format:WebDatasetFormat"),
     Plugin("format", "hdf5", "shardsmith.formats.hdf5.format:HDF5Format", ("h5py",)),

@@ -260,8 +260,10 @@ def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Pat
     from shardsmith.sources.imagefolder import ImageFolderReader
 
     data = jpeg(1)
-    processor = SampleProcessor(reader=ImageFolderReader(), classes=["c"], text_field=None, check_images="none",
-                                augment=None, copies=1, quality=90, seed=0)
+    from shardsmith.commands.convert import ConvertOptions
+
+    opts = ConvertOptions(inputs=("x",), out=tmp_path, check_images="none")
+    processor = SampleProcessor(reader=ImageFolderReader(), classes=["c"], opts=opts)
     cases = {"truncated": (data[:100], len(data), "changed while converting: 100 bytes, was"),
              "grown": (data + b"more", len(data), f"changed while converting: more than {len(data)} bytes"),
              "listed empty": (data, 0, "changed while converting: more than 0 bytes, was 0")}

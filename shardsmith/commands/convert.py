@@ -25,6 +25,7 @@ from shardsmith.errors import UsageError
 from shardsmith.formats.base import Format, WriteJob
 from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.sources.base import Reader
+from shardsmith.transforms.base import build_transforms
 
 __all__ = ["ConvertOptions", "infer_source", "run"]
 
@@ -89,13 +90,12 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
         raise UsageError("--augment applies to image folders")
     if opts.copies > 1 and not opts.augment:
         raise UsageError("--copies needs --augment (identical copies would only repeat samples)")
-    if opts.augment:
-        from shardsmith.transforms.augment import Augmenter, parse_augment
-
-        # a usage error now, not in a worker
-        if opts.copies > 1 and not Augmenter(ops=parse_augment(opts.augment), quality=opts.quality).random:
+    if opts.augment:  # a usage error now, not in a worker
+        augmenter = registry.get("transform", "augment").from_spec(opts.augment, opts=opts)
+        if opts.copies > 1 and not augmenter.random:
             raise UsageError(f"--copies {opts.copies}: {opts.augment!r} has no random op, so every copy would be "
                              f"the same image")
+    transforms = build_transforms(opts.transforms, holds=reader.holds, opts=opts)
     # image bytes that pass through unchanged are referenced by the workers and copied by the writer
     job = WriteJob(opts=opts, out=opts.out, sources=[f.path for f in files] if images and not opts.augment else None)
     fmt.check(job)
@@ -115,9 +115,7 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
             tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out,
                                run=run_id)
     progress = Progress(quiet=opts.quiet)
-    processor = SampleProcessor(reader=reader, classes=classes, text_field=opts.text_field,
-                                check_images=opts.check_images, augment=opts.augment, copies=opts.copies,
-                                quality=opts.quality, seed=opts.seed, max_image_pixels=opts.max_image_pixels)
+    processor = SampleProcessor(reader=reader, classes=classes, opts=opts, transforms=transforms)
     if direct:
         done = fmt.write_files(job, files, samples=processor, progress=progress)
     else:
@@ -139,6 +137,8 @@ def _commit(opts: ConvertOptions, reader: Reader, fmt: Format, job: WriteJob, do
         extras["max_image_pixels"] = opts.max_image_pixels  # what verify --deep and the loader accept
     if opts.augment:
         extras["augment"] = {**processor.augmenter.describe(), "copies": opts.copies}
+    if processor.transforms:
+        extras["transforms"] = [t.describe() for t in processor.transforms]
     schema = reader.sample_schema(opts)
     if opts.text_field and reader.holds == "rows":
         schema["txt"] = {"kind": "text", "from": opts.text_field}

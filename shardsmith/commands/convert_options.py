@@ -22,6 +22,7 @@ class ConvertOptions(ConvertingOptions):
     augment: str | None = None
     copies: int = 1
     quality: int = 90
+    transforms: tuple[str, ...] = ()  # --transform NAME[=SPEC], applied to rows in this order
     shard_samples: int | None = None
     shard_bytes: int = 256_000_000
     wids_md5: bool = False

@@ -22,8 +22,9 @@ from shardsmith.engine.run import Sizing, convert_all, scatter_summary
 from shardsmith.engine.session import OutputRun, output_run
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.base import WriteJob
-from shardsmith.sources.base import BadRecord, MultiReader, Task
+from shardsmith.sources.base import BadRecord, MultiReader, RecordError, Task
 from shardsmith.transforms import tokenize as tk
+from shardsmith.transforms.base import Transform, apply_all, build_transforms
 from shardsmith.transforms.text import TokenProcessor, why_no_text
 
 SAMPLE_DOCS = 500
@@ -43,20 +44,28 @@ class PackTokensOptions(ConvertingOptions):
     no_eos: bool = False
     bos_token: str | None = None
     engine: str = "auto"
+    transforms: tuple[str, ...] = ()  # --transform NAME[=SPEC], applied to each row before its text is taken
     seq_len: int | None = None
     shard_tokens: int = 1_000_000_000
     nanogpt: bool = False
 
 
-def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str) -> Iterator[str]:
-    """The text of every good record in input order (for training and sampling)."""
+def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
+           transforms: list[Transform]) -> Iterator[str]:
+    """The text of every good record in input order, after the transforms (for training and sampling)."""
     for task in tasks:
         for record, value in reader.read(task):
-            text = value.get(field) if isinstance(value, dict) else None
+            why = None
+            try:
+                if transforms and not isinstance(value, BadRecord):
+                    value = apply_all(transforms, value, identity=f"{task.file.rel}#{record}")
+                text = value.get(field) if isinstance(value, dict) else None
+            except RecordError as exc:
+                text, why = None, str(exc)
             if isinstance(text, str):
                 yield text
             elif on_error == "fail":
-                reason = value.reason if isinstance(value, BadRecord) else why_no_text(value, field)
+                reason = why or (value.reason if isinstance(value, BadRecord) else why_no_text(value, field))
                 raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file),
                                 skippable=True)
 
@@ -80,6 +89,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     reader = MultiReader(readers=[cls.for_text(opts.text_field) for cls in registry.loaded("source").values()
                                   if cls.holds == "rows"])
     fmt = registry.format_named("tokens")
+    transforms = build_transforms(opts.transforms, holds="rows", opts=opts)
     files = discover(list(opts.inputs), suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
@@ -95,7 +105,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     home = work_path(opts.out) if opts.stage == "scatter" else opts.out
     home.mkdir(parents=True, exist_ok=True)
     if opts.train_tokenizer is not None:
-        _write_changed(home / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id))
+        _write_changed(home / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id, transforms))
         tok_path = home / "tokenizer.json"
     else:
         tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
@@ -117,7 +127,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
 
     def check_engine() -> tuple[str, str, bool]:
         nonlocal loaded
-        sample = _sample(reader, tasks, opts.text_field)
+        sample = _sample(reader, tasks, opts.text_field, transforms)
         safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS])
         # the engines must agree on the pieces long documents are cut into, too
         cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
@@ -132,7 +142,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                             piece_chars=tk.PIECE_CHARS if safe else None)
 
     tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
-    processor = TokenProcessor(spec=spec, text_field=opts.text_field,
+    processor = TokenProcessor(spec=spec, text_field=opts.text_field, transforms=transforms,
                                encoder=tk.Encoder(spec, loaded=loaded) if tokenizing else None)
     job = WriteJob(opts=opts, out=opts.out, schema=spec.dtype)
     done = convert_all(
@@ -149,7 +159,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,
                 "inputs_sha256": _inputs_digest(files)},
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
-        extras={"tokenizer": tokenizer, "seq_len": opts.seq_len})
+        extras={"tokenizer": tokenizer, "seq_len": opts.seq_len,
+                **({"transforms": [t.describe() for t in transforms]} if transforms else {})})
 
 
 def _write_changed(path: Path, data: bytes) -> None:
@@ -163,13 +174,13 @@ def _write_changed(path: Path, data: bytes) -> None:
 
 
 def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], progress: Progress,
-             run_id: dict[str, str]) -> bytes:
+             run_id: dict[str, str], transforms: list[Transform]) -> bytes:
     """A byte-level BPE trained on the inputs (in a cluster stage, once per run: training is
     deterministic, so ranks racing to save it save the same JSON)."""
 
     def train() -> str:
         progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
-        texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error)
+        texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error, transforms=transforms)
         # long documents in pieces cut at spaces: the same words to count, in bounded memory
         return tk.train_bpe((p for t in texts for p in (tk.pieces(t) or [t[:tk.PIECE_CHARS]])),
                             vocab_size=opts.train_tokenizer)
@@ -177,12 +188,12 @@ def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], pr
     return cached("tokenizer", train, stage=opts.stage, out=opts.out, run=run_id, dump=str, load=str).encode()
 
 
-def _sample(reader: MultiReader, tasks: list[Task], field: str) -> list[str]:
+def _sample(reader: MultiReader, tasks: list[Task], field: str, transforms: list[Transform]) -> list[str]:
     """The first documents of the input, to check that an engine matches the reference."""
     out: list[str] = []
     size = 0
     try:
-        for text in _texts(reader, tasks, field, on_error="skip"):
+        for text in _texts(reader, tasks, field, on_error="skip", transforms=transforms):
             text = text[:SAMPLE_DOC_CHARS]  # any text is a probe: never encode a huge document whole here
             out.append(text)
             size += len(text)

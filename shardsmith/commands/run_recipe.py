@@ -58,6 +58,9 @@ def load(path: Path) -> dict[str, Any]:
     return {"command": command, "inputs": inputs, "out": recipe["out"], "options": dict(options)}
 
 
+REPEATED = {"--transform"}  # options given once per value; other lists are one comma-separated value
+
+
 def argv(recipe: dict[str, Any], overrides: tuple[str, ...] = ()) -> list[str]:
     """The command line the recipe stands for."""
     options = dict(recipe["options"])
@@ -85,6 +88,8 @@ def argv(recipe: dict[str, Any], overrides: tuple[str, ...] = ()) -> list[str]:
             continue
         elif isinstance(value, dict):
             args += [flag, ",".join(f"{k}={v}" for k, v in value.items())]
+        elif isinstance(value, list) and flag in REPEATED:
+            args += [a for v in value for a in (flag, str(v))]
         elif isinstance(value, list):
             args += [flag, ",".join(str(v) for v in value)]
         else:

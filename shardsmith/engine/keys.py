@@ -12,6 +12,8 @@ import hashlib
 
 import numpy as np
 
+from shardsmith.engine.splits import assign_splits
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -63,3 +65,27 @@ def input_order(file_index: int | np.ndarray, records: np.ndarray) -> np.ndarray
     """Input order as a uint64: file index in the high bits, record number in the low 40."""
     return (np.asarray(file_index, dtype=np.uint64) << np.uint64(ORDER_RECORD_BITS)) | np.asarray(
         records, dtype=np.uint64)
+
+
+def place(*, seed: int, shuffle: bool, splits: tuple[tuple[str, float], ...], paths: str | list[str],
+          records: np.ndarray, file_index: int | np.ndarray, split_records: np.ndarray | None = None
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each sample goes: ``(split, key, input order)``, the one definition of the output order.
+
+    A split's samples are written sorted by ``(key, input order)`` (``output_order``): by the shuffle
+    key, or in input order with ``shuffle`` off. ``split_records``: the records whose identity picks
+    the split (every copy of an augmented record lands in its record's split); default ``records``.
+    """
+    records = np.asarray(records, dtype=np.int64)
+    if len(splits) == 1:  # every draw falls in the one split: no need to hash every identity for it
+        split = np.zeros(len(records), dtype=np.uint8)
+    else:
+        split = assign_splits(split_draws(paths, records if split_records is None else split_records), dict(splits))
+    order = input_order(file_index, records)
+    keys = shuffle_keys(seed, paths, records) if shuffle else order
+    return split, keys, order
+
+
+def output_order(keys: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """The positions of samples sorted into output order: by key, ties in input order."""
+    return np.lexsort((order, keys))

@@ -22,7 +22,6 @@ from shardsmith.engine import keys as keymod
 from shardsmith.engine.inputs import changed
 from shardsmith.engine.resume import crash_point, die_with_parent
 from shardsmith.engine.shuffle import PartWriter, bucket_of, read_part_footer
-from shardsmith.engine.splits import assign_splits
 from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
 from shardsmith.sources.base import BadRecord, Reader, StreamError, Task
@@ -218,14 +217,9 @@ def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter
     rels, src, file_index = job.reader.identities(task, out.records // copies)
     recs = src * copies + out.records % copies
     # the split follows the source record, so every copy of a record lands in the same split
-    split = assign_splits(keymod.split_draws(rels, src), dict(job.splits))
-    order = keymod.input_order(file_index, recs)
-    if job.shuffle:
-        keys = keymod.shuffle_keys(job.seed, rels, recs)
-        bucket = bucket_of(keys, job.n_buckets)
-    else:
-        keys = order
-        bucket = np.full(len(recs), task.index, dtype=np.int64)
+    split, keys, order = keymod.place(seed=job.seed, shuffle=job.shuffle, splits=job.splits, paths=rels,
+                                      records=recs, file_index=file_index, split_records=src)
+    bucket = bucket_of(keys, job.n_buckets) if job.shuffle else np.full(len(recs), task.index, dtype=np.int64)
     group = split.astype(np.int64) * (1 << 32) + bucket
     byte_lengths = out.byte_lengths()
     if np.all(group == group[0]):

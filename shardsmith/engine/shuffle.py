@@ -26,6 +26,7 @@ import orjson
 
 from shardsmith.core.fsutil import naming
 from shardsmith.core.ragged import starts_of, take_ragged
+from shardsmith.engine.keys import output_order
 from shardsmith.errors import DatasetError
 
 PART_MAGIC = b"SSPART01"
@@ -275,14 +276,14 @@ def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, into
     payload lives in that buffer until the next group is read into it."""
     keys, order, lengths, payload = _load_group(group, into=into)
     assert payload is not None
-    perm = np.lexsort((order, keys))[lo:hi]
+    perm = output_order(keys, order)[lo:hi]
     return SortedBatch(lengths=lengths[perm], source=payload, starts=starts_of(lengths)[perm])
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:
     """A group's payload lengths in output order, from the segments' heads alone (no payload read)."""
     keys, order, lengths, _ = _load_group(group, payloads=False)
-    return lengths[np.lexsort((order, keys))]
+    return lengths[output_order(keys, order)]
 
 
 def sorted_batches(buckets: dict[int, list[Segment]], *, budget: int) -> Iterator[SortedBatch]:

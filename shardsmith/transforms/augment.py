@@ -40,6 +40,7 @@ from shardsmith.transforms.augment_ops import (
     _snap,
     draw_key,
 )
+from shardsmith.transforms.base import Transform
 
 __all__ = ["ENGINES", "Augmenter", "CenterCrop", "HFlip", "Op", "RandomCrop", "RandomResizedCrop", "Resize",
            "View", "draw_key", "parse_augment"]
@@ -105,8 +106,8 @@ def _have_simplejpeg() -> bool:
     return True
 
 
-class Augmenter:
-    """Applies a parsed op chain to encoded images and re-encodes them as JPEG.
+class Augmenter(Transform):
+    """The ``augment`` transform: applies a parsed op chain to encoded images and re-encodes them as JPEG.
 
     ``engine`` picks the JPEG codec: "auto" takes simplejpeg when installed, else Pillow. The
     outputs differ between codecs (and their versions), so the manifest records ``engine``.
@@ -115,6 +116,15 @@ class Augmenter:
     simplejpeg at 1/8 scale when it is installed; Pillow alone cannot see a garbled scan.
     Images over ``max_image_pixels`` are ImageError before anything is decoded.
     """
+
+    name = "augment"
+    applies_to = ("images",)
+
+    @classmethod
+    def from_spec(cls, spec: str | None, *, opts: Any) -> Augmenter:
+        """From ``--augment SPEC`` and the command's ``--quality``, ``--seed`` and ``--max-image-pixels``."""
+        return cls(ops=parse_augment(spec or ""), quality=opts.quality, seed=opts.seed,
+                   max_image_pixels=opts.max_image_pixels)
 
     def __init__(self, *, ops: list[Op], quality: int = 90, seed: int = 0, engine: str = "auto",
                  max_image_pixels: int = MAX_IMAGE_PIXELS) -> None:

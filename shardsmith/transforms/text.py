@@ -2,31 +2,46 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from shardsmith.engine.scatter import Processed
-from shardsmith.sources.base import Task
+from shardsmith.sources.base import RecordError, Task
 from shardsmith.transforms import tokenize as tk
+from shardsmith.transforms.base import Transform, apply_all
 
 
 class TokenProcessor:
     """Picks the text field of each record and encodes a batch; the encoder is built in each worker."""
 
-    def __init__(self, *, spec: tk.TokenizerSpec, text_field: str, encoder: tk.Encoder | None = None) -> None:
-        """``encoder``: built in the parent, so forked workers inherit it (spawned ones build their own)."""
+    def __init__(self, *, spec: tk.TokenizerSpec, text_field: str, encoder: tk.Encoder | None = None,
+                 transforms: Sequence[Transform] = ()) -> None:
+        """``encoder``: built in the parent, so forked workers inherit it (spawned ones build their own);
+        ``transforms``: the ``--transform`` chain each row goes through before its text is taken."""
         self.spec = spec
         self.text_field = text_field
         self._encoder = encoder
+        self.transforms = list(transforms)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec, "text_field": self.text_field, "_encoder": None}
+        return {"spec": self.spec, "text_field": self.text_field, "_encoder": None, "transforms": self.transforms}
+
+    def text_of(self, task: Task, record: int, value: Any) -> Any:
+        """The row's text after the transforms (a RecordError if a transform refuses the row)."""
+        if self.transforms:
+            value = apply_all(self.transforms, value, identity=f"{task.file.rel}#{record}")
+        return value.get(self.text_field) if isinstance(value, dict) else None
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
         texts, records, bad = [], [], []
         for record, value in batch:
-            text = value.get(self.text_field) if isinstance(value, dict) else None
+            try:
+                text = self.text_of(task, record, value)
+            except RecordError as exc:
+                bad.append((record, str(exc)))
+                continue
             if not isinstance(text, str):
                 bad.append((record, why_no_text(value, self.text_field)))
             elif (why := tk.too_long(text, piece_chars=self.spec.piece_chars)) is not None:

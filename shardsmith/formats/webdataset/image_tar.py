@@ -26,7 +26,6 @@ from shardsmith.engine import keys as keymod
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.outdir import finish_output
 from shardsmith.engine.resume import crash_point, die_with_parent
-from shardsmith.engine.splits import assign_splits
 from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
 from shardsmith.formats.rollover import shard_bounds
@@ -75,13 +74,10 @@ def plan_shards(files: list[InputFile], *, seed: int, shuffle: bool, splits: tup
     over at ``shard_samples`` or before ``shard_bytes`` (end-of-archive blocks included)."""
     rels = [f.rel for f in files]
     records = np.zeros(len(files), dtype=np.int64)
-    if len(splits) == 1:  # every draw falls in the one split: no need to hash every path for them
-        split = np.zeros(len(files), dtype=np.uint8)
-    else:
-        split = assign_splits(keymod.split_draws(rels, records), dict(splits))
-    order = keymod.input_order(np.fromiter((f.index for f in files), dtype=np.int64, count=len(files)), records)
-    keys = keymod.shuffle_keys(seed, rels, records) if shuffle else order
-    perm = np.lexsort((order, keys))
+    index = np.fromiter((f.index for f in files), dtype=np.int64, count=len(files))
+    split, keys, order = keymod.place(seed=seed, shuffle=shuffle, splits=splits, paths=rels, records=records,
+                                      file_index=index)
+    perm = keymod.output_order(keys, order)
     sizes = np.fromiter((f.size for f in files), dtype=np.int64, count=len(files))
     true_sizes = BLOCK + (sizes + BLOCK - 1) // BLOCK * BLOCK + _CLS_BYTES  # header, data, padding, label
     plans: dict[str, list[ShardJob]] = {}

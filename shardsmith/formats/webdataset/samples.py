@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core.images import MAX_IMAGE_PIXELS, ImageError, canonical_ext, check_image
+from shardsmith.core.images import ImageError, canonical_ext, check_image
 from shardsmith.core.sample import Identity
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.scatter import Processed
@@ -19,25 +19,26 @@ from shardsmith.errors import DataError
 from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
 from shardsmith.formats.webdataset.writer import SourceRef
 from shardsmith.sources.base import Reader, RecordError, Task
+from shardsmith.transforms.base import Transform, apply_all
 
 
 class SampleProcessor:
     """Builds each sample's tar members in the worker; the augmenter is built lazily in each worker."""
 
-    def __init__(self, *, reader: Reader, classes: list[str] | None, text_field: str | None, check_images: str,
-                 augment: str | None, copies: int, quality: int, seed: int,
-                 max_image_pixels: int = MAX_IMAGE_PIXELS) -> None:
+    def __init__(self, *, reader: Reader, classes: list[str] | None, opts: Any,
+                 transforms: Sequence[Transform] = ()) -> None:
+        """``opts``: the command's options (text field, image checks, augmentation and copies);
+        ``transforms``: the rows' ``--transform`` chain, applied before the members are made."""
         self.reader = reader
         self.images = reader.holds == "images"
         self.classes = {name: i for i, name in enumerate(classes or [])}
         self.labels = {name: str(i).encode() for name, i in self.classes.items()}  # the .cls member of each class
-        self.text_field = text_field
-        self.check_images = check_images
-        self.max_image_pixels = max_image_pixels
-        self.augment = augment
-        self.copies = copies
-        self.quality = quality
-        self.seed = seed
+        self.opts = opts
+        self.text_field = opts.text_field
+        self.check_images = opts.check_images
+        self.max_image_pixels = opts.max_image_pixels
+        self.copies = opts.copies
+        self.transforms = list(transforms)
         self._augmenter: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -45,11 +46,11 @@ class SampleProcessor:
 
     @property
     def augmenter(self) -> Any:
-        if self._augmenter is None and self.augment:
-            from shardsmith.transforms.augment import Augmenter, parse_augment
+        """The registered ``augment`` transform for ``--augment`` (None without), built once per process."""
+        if self._augmenter is None and self.opts.augment:
+            from shardsmith import registry
 
-            self._augmenter = Augmenter(ops=parse_augment(self.augment), quality=self.quality, seed=self.seed,
-                                        max_image_pixels=self.max_image_pixels)
+            self._augmenter = registry.get("transform", "augment").from_spec(self.opts.augment, opts=self.opts)
         return self._augmenter
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
@@ -109,6 +110,8 @@ class SampleProcessor:
             file, data = value
             return self._image(file, data)
         ident = Identity(task.file.rel, record)
+        if self.transforms:
+            value = apply_all(self.transforms, value, identity=f"{task.file.rel}#{record}")
         return [(ident.key(), [*self.reader.fields(value), *self._text(value)])]
 
     def _image(self, file: InputFile, data: bytes) -> list[tuple[str, list[tuple[str, Any]]]]:

@@ -1,0 +1,67 @@
+"""The transform protocol: a change made once, offline, to each record in the worker, before the
+record becomes a sample (docs/design.md, "Plugins").
+
+A transform is a class registered under a name (``shardsmith.registry``; plugins through the
+``shardsmith.transforms`` entry-point group). ``convert --augment SPEC`` runs the built-in image
+transform ``augment``; ``convert --transform NAME[=SPEC]`` and ``pack-tokens --transform ...``
+run any registered transform that applies to the source's records. Contract:
+
+- ``from_spec(spec, opts=...)`` builds it from the text after ``=`` (or None) and the command's
+  options (``seed``, ``quality``...); a bad spec is a UsageError, raised before any work;
+- ``apply(value, identity=..., copy=...)`` returns the new record. Its result depends only on the
+  spec, the options, the record and its identity (a stable name of the record: its file and
+  number) and ``copy`` -- never on time, workers or order -- so the output bytes stay the same for
+  any ``--workers``. A record it cannot transform raises ``RecordError`` (a bad record: skipped
+  and counted with ``--on-error skip``);
+- it pickles (spawned workers receive it) and ``describe()`` is JSON the manifest records.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class Transform:
+    """Base class of transforms; the module docstring has the contract."""
+
+    name: ClassVar[str] = ""
+    applies_to: ClassVar[tuple[str, ...]] = ("rows",)  # record kinds: "rows" (dicts), "images" (bytes)
+    random: bool = False  # whether copies of a record differ (``--copies`` needs a random transform)
+
+    @classmethod
+    def from_spec(cls, spec: str | None, *, opts: Any) -> Transform:
+        return cls()
+
+    def apply(self, value: Any, *, identity: str, copy: int) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        return {"transform": self.name}
+
+
+def parse_transform(text: str) -> tuple[str, str | None]:
+    """``NAME=SPEC`` or ``NAME`` as given to ``--transform``."""
+    name, eq, spec = text.partition("=")
+    return name.strip(), (spec if eq else None)
+
+
+def build_transforms(texts: tuple[str, ...], *, holds: str, opts: Any) -> list[Transform]:
+    """The ``--transform`` options as transform objects, checked against the records they get."""
+    from shardsmith import registry
+    from shardsmith.errors import UsageError
+
+    out = []
+    for text in texts:
+        name, spec = parse_transform(text)
+        cls = registry.get("transform", name)
+        if holds not in cls.applies_to:
+            raise UsageError(f"--transform {name}: it applies to {', '.join(cls.applies_to)}, and these inputs "
+                             f"hold {holds}")
+        out.append(cls.from_spec(spec, opts=opts))
+    return out
+
+
+def apply_all(transforms: list[Transform], value: Any, *, identity: str) -> Any:
+    for t in transforms:
+        value = t.apply(value, identity=identity, copy=0)
+    return value
