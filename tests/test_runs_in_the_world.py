@@ -115,7 +115,7 @@ def test_cluster_ranks_share_the_folder_but_no_rank_runs_twice(corpus, bpe_token
 
 @pytest.mark.parametrize("sig, code, point", [
     (signal.SIGINT, 130, "claimed"),          # before the first task
-    (signal.SIGTERM, 143, "scatter:1"),       # between tasks: tasks 0 and 1 are finished parts
+    (signal.SIGTERM, 143, "scatter:1"),       # between tasks: task 1 is a finished part
     (signal.SIGINT, 130, "gather:train:0"),   # while writing shards
 ])
 def test_interrupted_runs_say_one_line_keep_their_parts_and_resume(corpus, bpe_tokenizer, tmp_path, sig, code,
@@ -131,8 +131,8 @@ def test_interrupted_runs_say_one_line_keep_their_parts_and_resume(corpus, bpe_t
     assert proc.stderr.read().strip().splitlines() == [MESSAGE]
     parts_after = sorted(p.name for p in (tmp_path / ".out.shardsmith-work").glob("part-*.bin"))
     assert set(parts_before) <= set(parts_after), "finished parts are kept"
-    if point == "scatter:1":
-        assert {"part-000000.bin", "part-000001.bin"} <= set(parts_after)
+    if point == "scatter:1":  # task 1's part is written before its stall; task 0 ran in the other worker,
+        assert "part-000001.bin" in parts_after  # which may not have finished it when the signal came
     rerun = run_subprocess(*_pack(corpus, out, bpe_tokenizer, "--workers", "2"))
     assert rerun.returncode == 0, rerun.stderr
     assert tree_digest(out) == _reference(corpus, bpe_tokenizer, tmp_path)

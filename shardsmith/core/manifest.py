@@ -20,7 +20,6 @@ from shardsmith.errors import DatasetError
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
-FORMATS = ("tokens", "webdataset", "hdf5")
 _REQUIRED = ("shardsmith", "format", "created", "tool_version", "command", "seed", "shuffle", "source",
              "schema", "splits")
 
@@ -107,8 +106,9 @@ def validate(manifest: Any, *, where: Path) -> None:
         raise bad("'shardsmith' and 'format' must be a version number and a format name")
     if manifest["shardsmith"] != FORMAT_VERSION:
         raise bad(f"format version {manifest['shardsmith']!r}; this shardsmith reads version {FORMAT_VERSION}")
-    if manifest["format"] not in FORMATS:
-        raise bad(f"unknown format {manifest['format']!r}")
+    from shardsmith import registry
+
+    fmt = registry.format_of(manifest, where=str(where))  # a format no installed plugin reads is refused here
     splits = manifest["splits"]
     if not isinstance(splits, dict):
         raise bad("'splits' is not an object")
@@ -126,7 +126,7 @@ def validate(manifest: Any, *, where: Path) -> None:
         if sum(s["samples"] for s in split["shards"]) != split["samples"]:
             raise bad(f"split {name!r}: shard sample counts do not add up to {split['samples']}")
     _check_common(manifest, bad)
-    _FORMAT_CHECKS[manifest["format"]](manifest, bad)
+    fmt.validate(manifest, bad)
 
 
 # -- what each format's readers read: every field typed, so no reader meets a KeyError ------------
@@ -134,7 +134,7 @@ def validate(manifest: Any, *, where: Path) -> None:
 MAX_COUNT = 1 << 62
 
 
-def _need(m: dict[str, Any], key: str, kinds: Any, bad: Any, *, where: str = "", optional: bool = False,
+def need(m: dict[str, Any], key: str, kinds: Any, bad: Any, *, where: str = "", optional: bool = False,
           nullable: bool = False) -> Any:
     """``m[key]``, which must be an instance of ``kinds`` (bools are not ints); ``optional``: it may
     be absent; ``nullable``: it may be null."""
@@ -157,15 +157,15 @@ def _tuple(kinds: Any) -> tuple[type, ...]:
     return kinds if isinstance(kinds, tuple) else (kinds,)
 
 
-def _count(m: dict[str, Any], key: str, bad: Any, *, where: str = "", optional: bool = False,
+def count(m: dict[str, Any], key: str, bad: Any, *, where: str = "", optional: bool = False,
            nullable: bool = False, low: int = 0) -> int | None:
-    value = _need(m, key, int, bad, where=where, optional=optional, nullable=nullable)
+    value = need(m, key, int, bad, where=where, optional=optional, nullable=nullable)
     if value is not None and not low <= value <= MAX_COUNT:
         raise bad(f"{where}{key!r} is {value}, out of range [{low}, 2**62]")
     return value
 
 
-def _file(entry: Any, bad: Any, what: str) -> None:
+def file_entry(entry: Any, bad: Any, what: str) -> None:
     if not isinstance(entry, dict):
         raise bad(f"{what!r} must be an object")
     _check_file_entry(entry, bad)
@@ -173,109 +173,55 @@ def _file(entry: Any, bad: Any, what: str) -> None:
 
 def _check_common(m: dict[str, Any], bad: Any) -> None:
     for key in ("created", "tool_version"):
-        _need(m, key, str, bad)
-    _need(m, "command", list, bad)
-    seed = _need(m, "seed", int, bad)
+        need(m, key, str, bad)
+    need(m, "command", list, bad)
+    seed = need(m, "seed", int, bad)
     if not 0 <= seed < 1 << 64:
         raise bad(f"'seed' is {seed}, out of range [0, 2**64)")
-    _need(m, "shuffle", bool, bad)
-    _need(m, "schema", dict, bad)
-    source = _need(m, "source", dict, bad)
-    _count(source, "records", bad, where="source.", optional=True)
+    need(m, "shuffle", bool, bad)
+    need(m, "schema", dict, bad)
+    source = need(m, "source", dict, bad)
+    count(source, "records", bad, where="source.", optional=True)
     inputs = source.get("inputs")
     if inputs is not None and not (isinstance(inputs, list) or (isinstance(inputs, int)
                                                                  and not isinstance(inputs, bool))):
         raise bad("'source.inputs' must be a list or a count")
-    skipped = _need(source, "skipped", dict, bad, where="source.", optional=True)
+    skipped = need(source, "skipped", dict, bad, where="source.", optional=True)
     if skipped is not None:
-        _count(skipped, "count", bad, where="source.skipped.")
-        _need(skipped, "records", list, bad, where="source.skipped.", optional=True)
+        count(skipped, "count", bad, where="source.skipped.")
+        need(skipped, "records", list, bad, where="source.skipped.", optional=True)
     for name, split in m["splits"].items():
         for key in ("tokens", "events"):
-            _count(split, key, bad, where=f"splits.{name}.", optional=True)
-        wids = _need(split, "wids", str, bad, where=f"splits.{name}.", optional=True)
+            count(split, key, bad, where=f"splits.{name}.", optional=True)
+        wids = need(split, "wids", str, bad, where=f"splits.{name}.", optional=True)
         if wids is not None and not safe_relative(wids):
             raise bad(f"'splits.{name}.wids' {wids!r} is not a plain relative path inside the dataset folder")
-    files = _need(m, "files", list, bad, optional=True)
+    files = need(m, "files", list, bad, optional=True)
     for entry in files or ():
-        _file(entry, bad, "files[]")
+        file_entry(entry, bad, "files[]")
 
 
-def _check_tokens(m: dict[str, Any], bad: Any) -> None:
-    tok = _need(m, "tokenizer", dict, bad)
-    path = _need(tok, "path", str, bad, where="tokenizer.")
-    if not safe_relative(path):
-        raise bad(f"'tokenizer.path' {path!r} is not a plain relative path inside the dataset folder")
-    _need(tok, "sha256", str, bad, where="tokenizer.")
-    _count(tok, "vocab_size", bad, where="tokenizer.", low=1)
-    if _dtype(_need(tok, "dtype", str, bad, where="tokenizer."), bad, "'tokenizer.dtype'").kind not in "iu":
-        raise bad(f"'tokenizer.dtype' is {tok['dtype']!r}: token ids are integers")
-    for key in ("eos_id", "bos_id"):
-        _count(tok, key, bad, where="tokenizer.", optional=True, nullable=True)
-    for key in ("eos_token", "bos_token"):
-        _need(tok, key, str, bad, where="tokenizer.", optional=True, nullable=True)
-    _need(tok, "engine", str, bad, where="tokenizer.", optional=True)
-    for name, split in m["splits"].items():
-        for shard in split["shards"]:
-            if not isinstance(shard.get("index"), dict):
-                raise bad(f"shard {shard['path']!r} of split {name!r} names no '.idx' index")
-            _count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
-    seq_len = _count(m, "seq_len", bad, optional=True, nullable=True, low=1)
-    if seq_len is not None and seq_len >= 1 << 31:
-        raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
-    nanogpt = _need(m, "nanogpt", dict, bad, optional=True, nullable=True)
-    for split, entry in (nanogpt or {}).items():
-        if entry is not None:  # a split without tokens has no nanoGPT file
-            _file(entry, bad, f"nanogpt.{split}")
-
-
-def _check_events_schema(m: dict[str, Any], bad: Any) -> None:
+def check_events_schema(m: dict[str, Any], bad: Any) -> None:
     for name, field in m["schema"].items():
         if not isinstance(field, dict):
             raise bad(f"'schema.{name}' must be an object")
-        _dtype(_need(field, "dtype", str, bad, where=f"schema.{name}."), bad, f"'schema.{name}.dtype'")
-        shape = _need(field, "shape", list, bad, where=f"schema.{name}.", optional=True) or []
+        dtype_of(need(field, "dtype", str, bad, where=f"schema.{name}."), bad, f"'schema.{name}.dtype'")
+        shape = need(field, "shape", list, bad, where=f"schema.{name}.", optional=True) or []
         if not all(isinstance(d, int) and not isinstance(d, bool) and 0 <= d < 1 << 31 for d in shape):
             raise bad(f"'schema.{name}.shape' must be a list of sizes")
-        counter = _need(field, "counter", str, bad, where=f"schema.{name}.", optional=True, nullable=True)
+        counter = need(field, "counter", str, bad, where=f"schema.{name}.", optional=True, nullable=True)
         if counter == "":
             raise bad(f"'schema.{name}.counter' is empty")
 
 
-def _check_webdataset(m: dict[str, Any], bad: Any) -> None:
-    classes = _need(m, "classes", list, bad, optional=True, nullable=True)
-    if classes is not None and not all(isinstance(c, str) for c in classes):
-        raise bad("'classes' must be a list of names")
-    _count(m, "max_image_pixels", bad, optional=True, low=1)
-    events = _need(m, "events", dict, bad, optional=True)
-    if events is not None:
-        n = _count(events, "events_per_sample", bad, where="events.", optional=True, low=1)
-        counters = _need(events, "counters", list, bad, where="events.", optional=True)
-        if counters is not None and not all(isinstance(c, str) for c in counters):
-            raise bad("'events.counters' must be a list of names")
-        if n is not None and n >= 1 << 31:
-            raise bad(f"'events.events_per_sample' is {n}, more than 2**31 - 1")
-        _check_events_schema(m, bad)
-
-
-def _check_hdf5(m: dict[str, Any], bad: Any) -> None:
-    events = _need(m, "events", dict, bad, optional=True)
-    counters = _need(events or {}, "counters", list, bad, where="events.", optional=True)
-    if counters is not None and not all(isinstance(c, str) for c in counters):
-        raise bad("'events.counters' must be a list of names")
-    _check_events_schema(m, bad)
-
-
-def _dtype(value: str, bad: Any, name: str) -> Any:
+def dtype_of(value: str, bad: Any, name: str) -> Any:
+    """A dtype the manifest names, from the allow-list (``core.dtypes``), or ``bad``."""
     from shardsmith.core.dtypes import safe_dtype
 
     try:
         return safe_dtype(value, field=name)
     except DatasetError as exc:
         raise bad(str(exc)) from None
-
-
-_FORMAT_CHECKS = {"tokens": _check_tokens, "webdataset": _check_webdataset, "hdf5": _check_hdf5}
 
 
 def _is_count(value: Any) -> bool:

@@ -74,6 +74,10 @@ class Format:
         """Top-level manifest fields this format adds."""
         return {}
 
+    def validate(self, manifest: dict[str, Any], bad: Any) -> None:
+        """Type-check the manifest fields this format's readers read, raising ``bad(message)``
+        (``core.manifest.validate`` has checked the common fields: splits, shards, paths)."""
+
     # -- reading ------------------------------------------------------------------------------
     def reads(self, manifest: dict[str, Any]) -> bool:
         """Whether this format reads the dataset a manifest describes."""

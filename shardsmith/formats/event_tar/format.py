@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.base import Format, Rate, WriteJob
 from shardsmith.formats.webdataset.format import WebDatasetFormat, timed_samples
@@ -25,6 +26,18 @@ class EventTarFormat(Format):
         if long:
             raise UsageError(f"field {long[0]!r} is too long for a tar member name ({MAX_FIELD_NAME} bytes at "
                              f"most); use --to hdf5 or leave it out with --branches")
+
+    def validate(self, m: dict[str, Any], bad: Any) -> None:
+        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        WebDatasetFormat().validate(m, bad)
+        events = m_.need(m, "events", dict, bad)
+        n = m_.count(events, "events_per_sample", bad, where="events.", optional=True, low=1)
+        counters = m_.need(events, "counters", list, bad, where="events.", optional=True)
+        if counters is not None and not all(isinstance(c, str) for c in counters):
+            raise bad("'events.counters' must be a list of names")
+        if n is not None and n >= 1 << 31:
+            raise bad(f"'events.events_per_sample' is {n}, more than 2**31 - 1")
+        m_.check_events_schema(m, bad)
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.event_tar.writer import EventTarWriter

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.base import Format, Rate, WriteJob, first_split
 from shardsmith.formats.writer import ShardRange, Writer
@@ -20,6 +21,14 @@ class HDF5Format(Format):
     option = "hdf5"
     accepts = ("events",)
     sample_unit = "event"
+
+    def validate(self, m: dict[str, Any], bad: Any) -> None:
+        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        events = m_.need(m, "events", dict, bad, optional=True)
+        counters = m_.need(events or {}, "counters", list, bad, where="events.", optional=True)
+        if counters is not None and not all(isinstance(c, str) for c in counters):
+            raise bad("'events.counters' must be a list of names")
+        m_.check_events_schema(m, bad)
 
     def check(self, job: WriteJob) -> None:
         if job.opts.events_per_sample > 1:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core import manifest as m_
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
@@ -22,6 +23,34 @@ class TokensFormat(Format):
     option = None  # written by pack-tokens
     accepts = ("rows",)
     sample_unit = "document"
+
+    def validate(self, m: dict[str, Any], bad: Any) -> None:
+        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        tok = m_.need(m, "tokenizer", dict, bad)
+        path = m_.need(tok, "path", str, bad, where="tokenizer.")
+        if not m_.safe_relative(path):
+            raise bad(f"'tokenizer.path' {path!r} is not a plain relative path inside the dataset folder")
+        m_.need(tok, "sha256", str, bad, where="tokenizer.")
+        m_.count(tok, "vocab_size", bad, where="tokenizer.", low=1)
+        if m_.dtype_of(m_.need(tok, "dtype", str, bad, where="tokenizer."), bad, "'tokenizer.dtype'").kind not in "iu":
+            raise bad(f"'tokenizer.dtype' is {tok['dtype']!r}: token ids are integers")
+        for key in ("eos_id", "bos_id"):
+            m_.count(tok, key, bad, where="tokenizer.", optional=True, nullable=True)
+        for key in ("eos_token", "bos_token"):
+            m_.need(tok, key, str, bad, where="tokenizer.", optional=True, nullable=True)
+        m_.need(tok, "engine", str, bad, where="tokenizer.", optional=True)
+        for name, split in m["splits"].items():
+            for shard in split["shards"]:
+                if not isinstance(shard.get("index"), dict):
+                    raise bad(f"shard {shard['path']!r} of split {name!r} names no '.idx' index")
+                m_.count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
+        seq_len = m_.count(m, "seq_len", bad, optional=True, nullable=True, low=1)
+        if seq_len is not None and seq_len >= 1 << 31:
+            raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
+        nanogpt = m_.need(m, "nanogpt", dict, bad, optional=True, nullable=True)
+        for split, entry in (nanogpt or {}).items():
+            if entry is not None:  # a split without tokens has no nanoGPT file
+                m_.file_entry(entry, bad, f"nanogpt.{split}")
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.tokens.writer import TokensWriter

@@ -28,7 +28,7 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.identity import open_checked, stamp
 from shardsmith.core.images import pixel_limit  # stdlib only: no Pillow
-from shardsmith.errors import DatasetError
+from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.order import ResumableIterator
 from shardsmith.formats.webdataset.decode import (
     _EXT_KINDS,
@@ -236,7 +236,11 @@ class TarDataset:
         ``decode`` (e.g. ``"pil"``, ``"rgb8"``) adds webdataset's image decoder plus shardsmith's
         safe field decoders, never webdataset's default ones, which unpickle ``.pyd``.
         """
-        import webdataset as wds
+        try:
+            import webdataset as wds
+        except ImportError:
+            raise UsageError("TarDataset.webdataset() needs the webdataset package: "
+                             "pip install 'shardsmith[webdataset]'") from None
 
         kwargs.setdefault("shardshuffle", False)
         pipeline = wds.WebDataset([str(p) for p in self._paths], **kwargs)

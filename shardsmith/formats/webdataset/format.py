@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core import manifest as m_
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import DatasetError
 from shardsmith.formats.base import Format, Rate, WriteJob, first_split
@@ -21,6 +22,13 @@ class WebDatasetFormat(Format):
     option = "webdataset"
     accepts = ("images", "rows")
     copies_files = True
+
+    def validate(self, m: dict[str, Any], bad: Any) -> None:
+        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        classes = m_.need(m, "classes", list, bad, optional=True, nullable=True)
+        if classes is not None and not all(isinstance(c, str) for c in classes):
+            raise bad("'classes' must be a list of names")
+        m_.count(m, "max_image_pixels", bad, optional=True, low=1)
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.webdataset.writer import TarWriter
