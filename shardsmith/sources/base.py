@@ -171,7 +171,7 @@ class MultiReader(Reader):
         return tasks
 
     def unit_for(self, file: InputFile) -> str:
-        return self.reader_for(file).unit
+        return self.reader_for(file).unit_for(file)
 
     def describe(self, task: Task, record: int) -> tuple[str, int | None]:
         return self.reader_for(task.file).describe(task, record)
