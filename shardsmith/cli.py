@@ -114,7 +114,7 @@ def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
 
 
 def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by every converting command (DESIGN.md)."""
+    """Options shared by every converting command (docs/design.md, "Command line")."""
     options = [
         click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path), help="Output folder."),
         click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Shuffle seed."),

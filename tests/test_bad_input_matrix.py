@@ -1,6 +1,6 @@
 """Issue 5's bad-input matrix, run through the CLI as a user runs it: one line on stderr naming the
 file (and line or record), the documented exit code, no traceback, no manifest; ``--on-error skip``
-runs finish and account for every record read (DESIGN.md, "Guarantees" 1)."""
+runs finish and account for every record read (docs/design.md, "Guarantees" 1)."""
 
 from __future__ import annotations
 

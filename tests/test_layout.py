@@ -1,5 +1,5 @@
 """The layout's rules, checked: no import cycles, no module over 400 lines, no format or source
-named outside its registration (docs/design.md, "Layout")."""
+named outside its registration (docs/design.md, "Layout rules")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """``manifest.json``: the commit point of a conversion, written last from what was actually written.
 
-Version 1 fields are listed in DESIGN.md. ``load`` validates structure and paths before anything
-else reads a dataset, so a loader never follows a manifest outside its folder.
+Version 1 fields and the trust rules are in docs/design.md, "The manifest". ``load`` validates
+structure and paths before anything else reads a dataset, so a loader never follows a manifest
+outside its folder.
 """
 
 from __future__ import annotations

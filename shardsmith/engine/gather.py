@@ -3,7 +3,7 @@
 One writer can go through a split alone (``whole``). To share the work between gather workers or
 cluster ranks, the shard boundaries are planned first: the samples' weights in output order (their
 lengths, read from the part files' heads without the payload, or the payload itself for writers
-that must look into it) go through the writers' own rollover rule (``writers.rollover``). Each
+that must look into it) go through the writers' own rollover rule (``formats.rollover``). Each
 writer then takes a contiguous range of shards, starting at a planned boundary, and cuts exactly
 the shards one writer would have cut: the bytes never depend on how many workers or ranks wrote
 them.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class ConvertingOptions:
-    """The options every converting command shares (DESIGN.md)."""
+    """The options every converting command shares (docs/design.md, "Command line")."""
 
     seed: int = 0
     shuffle: bool = True

@@ -37,7 +37,7 @@ class Sizing:
     chunk_bytes: int
     group_bytes: int
     flush_bytes: int
-    record_bytes: int = 1 << 30  # the longest record a reader keeps (readers.base.Reader.limit_records)
+    record_bytes: int = 1 << 30  # the longest record a reader keeps (sources.base.Reader.limit_records)
 
     @classmethod
     def of(cls, *, memory: int, workers: int, input_bytes: int) -> Sizing:
