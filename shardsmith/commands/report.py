@@ -36,8 +36,11 @@ def report_skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None
         return
     names = []
     for e in entries[:shown]:
-        where = next((f"{unit} {e[unit]}" for unit in ("line", "row", "entry", "event", "image", "record")
-                      if unit in e), None)
-        names.append(f"{e['file']}" + (f" {where}" if where else " (rest of the file)"))
+        where = next((f"{unit} {e[unit]}" for unit in ("line", "row", "entry", "event", "image")
+                      if e.get(unit) is not None), None)
+        if where is None and e.get("record") is not None:  # a source whose unit is "record": 0-based there
+            where = f"record {e['record'] + 1}"
+        tail = " on" if where and e.get("unread_tail") else ""
+        names.append(f"{e['file']}" + (f" {where}{tail}" if where else " (rest of the file)"))
     more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
     click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {out / 'manifest.json'}", err=True)

@@ -100,8 +100,12 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
             result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
             part.abort()
             return result
-        result.skipped.append({"file": rel, "record": None, "unread_tail": True,
-                               "reason": f"{exc.reason} (the rest of this task is unread)"})
+        at = exc.record if exc.file == rel else None  # where reading broke off, as --on-error fail names it
+        entry: dict[str, Any] = {"file": rel, "record": at, "unread_tail": True,
+                                 "reason": f"{exc.reason} (the rest of this task is unread)"}
+        if at is not None and exc.unit != "record":  # "record" itself stays the 0-based number
+            entry[exc.unit] = at + 1
+        result.skipped.append(entry)
     if result.error is None and (moved := _changed_input(task)) is not None:
         result.error = moved  # not a bad record: the input changed under the run, whatever --on-error says
     if result.error is None:
@@ -180,7 +184,7 @@ def _bad_records(job: ScatterJob, task: Task, bad: list[tuple[int, str]], result
     for r, why in bad:
         where, number = job.reader.describe(task, r)
         entry = {"file": where, "record": number, "reason": why}
-        if number is not None:
+        if number is not None and unit != "record":  # "record" itself stays the 0-based number
             entry[unit] = number + 1
         result.skipped.append(entry)
     return True
@@ -195,7 +199,7 @@ def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: Pa
                 result.error = {"file": task.file.rel, "record": None, "reason": chunk.reason, "unit": unit}
                 return
             result.skipped.append({"file": task.file.rel, "record": None, "unread_tail": True,
-                                   "reason": f"{chunk.reason} (after {result.records} {unit}s of this task; "
+                                   "reason": f"{chunk.reason} (after {result.records} {_plural(unit)} of this task; "
                                              f"the rest of it is unread)"})
             return
         if max_records is not None:
@@ -303,3 +307,7 @@ def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int 
 def _check(res: TaskResult) -> None:
     if res.error:  # a bad record (or a file's unreadable rest) that --on-error skip would have skipped
         raise DataError(**{"skippable": True, **res.error})
+
+
+def _plural(unit: str) -> str:
+    return unit[:-1] + "ies" if unit.endswith("y") else unit + "s"

@@ -13,6 +13,7 @@ caller decides between failing and skipping. What the values are is ``holds``:
 
 Record numbers count from 0 in each file and never depend on the plan, so a sample's identity
 (and with it its place in the shuffle) is the same for any task size, worker or rank count.
+``shardsmith.testing.SourceContract`` checks a source against this contract, through the CLI.
 """
 
 from __future__ import annotations

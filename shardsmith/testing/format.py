@@ -1,0 +1,66 @@
+"""The format contract: the writer's shards are the same for any workers and verifiable (a
+flipped byte is found and named), and its dataset keeps the dataset contract."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import ClassVar
+
+from shardsmith.testing.base import ContractBase
+from shardsmith.testing.dataset import DatasetContract
+from shardsmith.testing.runs import MANIFEST, manifest, run
+
+
+class FormatContract(ContractBase, DatasetContract):
+    """Subclass in your test suite, name the format and write inputs of a kind it holds::
+
+        class TestNpz(FormatContract):
+            format = "npz"                                  # its registry name
+            convert_args = ["--shard-samples", "20"]        # --to is added from the format's option
+
+            def make_inputs(self, folder):                  # ~100 records, >= 3 shards of them
+                ...
+
+    A format written by its own command (``option`` None, as ``tokens`` by ``pack-tokens``) sets
+    ``command`` and its options. Set ``picklable = False`` for a dataset never sent to DataLoader
+    workers, and override ``open_dataset`` or ``batch_items`` for a dataset read another way.
+    """
+
+    format: ClassVar[str] = ""
+
+    def base_args(self) -> list[str]:
+        args = super().base_args()
+        if self.command == "convert" and "--to" not in args:
+            from shardsmith import registry
+
+            option = registry.format_named(self.format).option
+            assert option, f"format {self.format!r} is not written by convert --to: set command"
+            args = ["--to", option, *args]
+        return args
+
+    def test_read_by_this_format(self, contract_output: Path) -> None:
+        from shardsmith import registry
+
+        found = registry.format_of(manifest(contract_output))
+        assert found.name == self.format, f"the dataset is read by format {found.name!r}, not {self.format!r}"
+
+    def test_verify_and_verify_deep_pass(self, contract_output: Path) -> None:
+        for deep in ([], ["--deep"]):
+            res = run(["verify", str(contract_output), *deep])
+            assert res.exit_code == 0 and ": OK" in res.output, f"verify {' '.join(deep)}: {res.output}{res.stderr}"
+
+    def test_a_flipped_byte_fails_verify_naming_the_file(self, contract_output: Path, tmp_path: Path) -> None:
+        out = tmp_path / "dataset"
+        shutil.copytree(contract_output, out)
+        m = manifest(out)
+        assert len(m["splits"][self.split]["shards"]) >= 2, "make inputs for several shards"
+        rel = m["splits"][self.split]["shards"][-1]["path"]
+        data = bytearray((out / rel).read_bytes())
+        assert data, f"{rel} is empty"
+        data[len(data) // 2] ^= 0x01
+        (out / rel).write_bytes(bytes(data))
+        res = run(["verify", str(out)])
+        assert res.exit_code == 1, f"verify passed a shard with a flipped byte: {res.output}"
+        assert f"FAIL {rel}" in res.output, f"verify does not name {rel}: {res.output}"
+        assert (out / MANIFEST).is_file()
