@@ -154,6 +154,24 @@ def to_options() -> list[str]:
     return sorted({f.option for f in formats() if f.option})
 
 
+def provenance(used: list[tuple[str, str]]) -> dict[str, str]:
+    """``{"source csv": "shardsmith-csv 0.1.0"}`` for each object a run used that a package other than
+    shardsmith registered: the manifest says which plugin, at which version, made the bytes."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {(p.kind, p.name): p for p in plugins()}
+    out = {}
+    for kind, name in used:
+        p = found.get((kind, name))
+        if p is None or p.origin == "shardsmith":
+            continue
+        try:
+            out[f"{kind} {name}"] = f"{p.origin} {version(p.origin)}"
+        except (PackageNotFoundError, ValueError):
+            out[f"{kind} {name}"] = p.origin
+    return out
+
+
 def format_of(manifest: dict[str, Any], *, where: str = "") -> Format:
     """The format that reads a dataset, from its manifest."""
     for f in formats():

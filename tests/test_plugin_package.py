@@ -226,3 +226,19 @@ def test_jsonl_still_converts_beside_a_broken_plugin(venv, tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stderr.splitlines() == [BROKEN_WARNING]
     assert json.loads((tmp_path / "out/manifest.json").read_text())["source"]["reader"] == "jsonl"
+
+
+def test_a_plugin_transform_runs_on_the_plugin_source(venv, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "t.csv").write_text('id,text\n0,"  Cafe\u0301   au\n lait "\n1,plain\n', encoding="utf-8")
+    res = venv.run("plugins")
+    assert "transform  normalize" in res.stdout and "shardsmith-csv" in res.stdout
+    res = venv.run("convert", src, "--to", "webdataset", "--transform", "normalize=text", "--text-field", "text",
+                   "-o", tmp_path / "out", "--quiet")
+    assert res.returncode == 0, res.stderr
+    samples = json.loads(venv.python(READ_BACK, tmp_path / "out"))
+    assert sorted(s["txt"] for s in samples) == ["Caf\u00e9 au lait", "plain"]
+    manifest = json.loads((tmp_path / "out/manifest.json").read_text())
+    assert manifest["transforms"] == [{"transform": "normalize", "field": "text"}]
+    assert manifest["plugins"] == {"source csv": "shardsmith-csv 0.1.0", "transform normalize": "shardsmith-csv 0.1.0"}

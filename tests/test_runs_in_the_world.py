@@ -168,6 +168,7 @@ def test_a_main_thread_busy_in_native_code_still_ends_within_two_seconds(tmp_pat
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "ready"
+    time.sleep(0.5)  # into the C call (a signal still in Python code is the ordinary case, tested above)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 143

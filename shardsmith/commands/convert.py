@@ -144,5 +144,8 @@ def _commit(opts: ConvertOptions, reader: Reader, fmt: Format, job: WriteJob, do
         schema["txt"] = {"kind": "text", "from": opts.text_field}
     source = {"reader": reader.name, **reader.source_fields(opts),
               "check_images": opts.check_images if reader.holds == "images" else None}
+    used = [("source", reader.name), *(("transform", t.name) for t in processor.transforms)]
+    if opts.augment:
+        used.append(("transform", "augment"))
     return commit_dataset(session, fmt=fmt, job=job, done=done, files=files, source=source, schema=schema,
-                          extras=extras, copies=opts.copies)
+                          extras=extras, copies=opts.copies, used=tuple(used))

@@ -56,4 +56,4 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     return commit_dataset(session, fmt=fmt, job=job, done=done, files=files,
                           source={"reader": reader.name, **reader.source_fields(opts)}, schema=schema.to_json(),
                           extras={"events": {"counters": list(schema.counters), "skipped_fields": skipped_fields}},
-                          events=True)
+                          events=True, used=(("source", reader.name),))

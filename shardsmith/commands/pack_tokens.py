@@ -160,7 +160,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                 "inputs_sha256": _inputs_digest(files)},
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
         extras={"tokenizer": tokenizer, "seq_len": opts.seq_len,
-                **({"transforms": [t.describe() for t in transforms]} if transforms else {})})
+                **({"transforms": [t.describe() for t in transforms]} if transforms else {})},
+        used=(*(("source", kind) for kind in reader.kinds(files)), *(("transform", t.name) for t in transforms)))
 
 
 def _write_changed(path: Path, data: bytes) -> None:

@@ -18,12 +18,16 @@ MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their cou
 
 def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Converted, files: list[InputFile],
                    source: dict[str, Any], schema: dict[str, Any], extras: dict[str, Any] | None = None,
-                   copies: int = 1, events: bool = False) -> dict[str, Any]:
+                   copies: int = 1, events: bool = False, used: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
     """The manifest of a finished run, committed; returns it.
 
     ``source``: the reader's fields (name and what it adds); ``events``: each split also counts the
-    events its samples hold (several per sample with ``--events-per-sample``).
+    events its samples hold (several per sample with ``--events-per-sample``); ``used``: the
+    registered objects the run used, as (kind, name) -- those of other packages are named with
+    their distribution and version in ``plugins``.
     """
+    from shardsmith import registry
+
     opts = job.opts
     outputs = done.outputs
     counts = {name: o.events or sum(s.samples for s in o.shards) for name, o in outputs.items()} if events else None
@@ -44,6 +48,9 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     for key, value in fmt.manifest_fields(job, outputs).items():
         both = isinstance(value, dict) and isinstance(fields.get(key), dict)
         fields[key] = {**fields[key], **value} if both else value
+    made_by = registry.provenance([("format", fmt.name), *used])
+    if made_by:
+        fields["plugins"] = made_by
     manifest = manifest_mod.new_manifest(fmt=fmt.manifest_format, seed=opts.seed, shuffle=opts.shuffle,
                                          source=source, schema=schema, splits=splits, **fields)
     return session.commit(manifest)

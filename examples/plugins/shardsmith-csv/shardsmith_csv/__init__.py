@@ -27,11 +27,19 @@ from typing import IO, Any
 
 import orjson
 
-from shardsmith.engine.inputs import InputFile
-from shardsmith.errors import DataError, UsageError
-from shardsmith.sources.base import BadRecord, Reader, StreamError, Task
+from shardsmith.plugin import (
+    BadRecord,
+    DataError,
+    InputFile,
+    Reader,
+    RecordError,
+    StreamError,
+    Task,
+    Transform,
+    UsageError,
+)
 
-__all__ = ["CsvSource"]
+__all__ = ["CsvSource", "NormalizeText"]
 
 _BOM = b"\xef\xbb\xbf"
 # csv's own default (128 KiB a field) is far too small for documents; the limit is process-wide, so it is
@@ -210,3 +218,32 @@ def _delimiter(path: str) -> str:
 
 def _open(path: str) -> IO[bytes]:
     return gzip.open(path, "rb") if _compressed(path) else open(path, "rb")  # type: ignore[return-value]
+
+
+class NormalizeText(Transform):
+    """The ``normalize`` transform: Unicode NFC and single spaces in one text field of each row
+    (``--transform normalize=text``), so the same words make the same tokens whatever their source
+    wrote. A row without that field, or with a non-string in it, is a bad record."""
+
+    name = "normalize"
+    applies_to = ("rows",)
+
+    def __init__(self, *, field: str) -> None:
+        self.field = field
+
+    @classmethod
+    def from_spec(cls, spec: str | None, *, opts: Any) -> NormalizeText:
+        if not spec:
+            raise UsageError("--transform normalize=FIELD: name the text field to normalize")
+        return cls(field=spec)
+
+    def apply(self, value: Any, *, identity: str, copy: int) -> dict[str, Any]:
+        import unicodedata
+
+        text = value.get(self.field) if isinstance(value, dict) else None
+        if not isinstance(text, str):
+            raise RecordError(f"no text field {self.field!r} to normalize")
+        return {**value, self.field: " ".join(unicodedata.normalize("NFC", text).split())}
+
+    def describe(self) -> dict[str, Any]:
+        return {"transform": self.name, "field": self.field}

@@ -1,0 +1,23 @@
+"""What a plugin imports: the three protocols and the types they use, in one stable place.
+
+A third-party package writes a source (``Source``), a transform (``Transform``) or a format
+(``Format`` with its ``Writer`` and a dataset) against these names and registers it through an
+entry point (docs/design.md, "Plugins"); ``shardsmith.testing`` holds the conformance tests it
+runs. The modules behind these names may move; these names stay.
+"""
+
+from __future__ import annotations
+
+from shardsmith.core.events import EventChunk, EventSchema
+from shardsmith.engine.inputs import InputFile
+from shardsmith.errors import DataError, DatasetError, UsageError
+from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.sources.base import BadRecord, Reader, RecordError, StreamError, Task
+from shardsmith.transforms.base import Transform
+
+Source = Reader  # a source is a Reader subclass
+
+__all__ = ["BadRecord", "DataError", "DatasetError", "EventChunk", "EventSchema", "Format", "InputFile", "Rate",
+           "Reader", "RecordError", "ShardRange", "ShardRecord", "Source", "StreamError", "Task", "Transform",
+           "UsageError", "WriteJob", "Writer"]
