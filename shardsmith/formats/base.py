@@ -96,8 +96,17 @@ class Format:
         return {}
 
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
-        """``inspect``: the first ``n`` samples of the first split that has any, each as a dict of short values."""
-        return []
+        """``inspect``: the first ``n`` samples of the first split that has any, each as a dict of short
+        values (``show_one``)."""
+        split = first_split(manifest)
+        if split is None or n == 0:
+            return []
+        ds = self.open(out, split=split)
+        return [{"split": split, "index": i, **self.show_one(ds[i])} for i in range(min(n, len(ds)))]
+
+    def show_one(self, sample: Any) -> dict[str, Any]:
+        """What ``inspect`` prints of one sample: short values only."""
+        return {}
 
     def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
         """``bench``: the loader's throughput on this machine, serving ``split`` for ``seconds``."""

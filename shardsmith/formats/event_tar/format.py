@@ -75,7 +75,7 @@ class EventTarFormat(Format):
         return WebDatasetFormat().describe(out, manifest)
 
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
-        return WebDatasetFormat().show(out, manifest, n)
+        return WebDatasetFormat().show(out, manifest, n)  # the raw members: .npy arrays by dtype and shape
 
     def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
         return timed_samples(self.open(out, split=split), out=out, split=split, seconds=seconds)

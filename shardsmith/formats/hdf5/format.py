@@ -11,7 +11,7 @@ import numpy as np
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import Format, Rate, WriteJob, first_split
+from shardsmith.formats.base import Format, Rate, WriteJob
 from shardsmith.formats.writer import ShardRange, Writer
 
 
@@ -62,18 +62,10 @@ class HDF5Format(Format):
             problems.append(f"{out} [{split}]: cannot read the events ({type(exc).__name__}: {exc})")
         return problems
 
-    def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
-        """A few events: each field's shape and first values."""
-        split = first_split(manifest)
-        if split is None or n == 0:
-            return []
-        ds = self.open(out, split=split)
-        shown = []
-        for i in range(min(n, len(ds))):
-            event = ds[i]
-            shown.append({"split": split, "index": i, "fields": {
-                k: {"shape": list(v.shape), "first": v.reshape(-1)[:3].tolist()} for k, v in list(event.items())[:12]}})
-        return shown
+    def show_one(self, sample: Any) -> dict[str, Any]:
+        """An event: each field's shape and first values."""
+        return {"fields": {k: {"shape": list(v.shape), "first": v.reshape(-1)[:3].tolist()}
+                           for k, v in list(sample.items())[:12]}}
 
     def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
         """Block-shuffled batches of events (the loader's default): events/s and MB/s of decoded arrays."""

@@ -10,7 +10,7 @@ from typing import Any
 from shardsmith.core import manifest as m_
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import DatasetError
-from shardsmith.formats.base import Format, Rate, WriteJob, first_split
+from shardsmith.formats.base import Format, Rate, WriteJob
 from shardsmith.formats.writer import ShardRange, Writer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -89,18 +89,9 @@ class WebDatasetFormat(Format):
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         return {"classes": manifest.get("classes"), "augment": manifest.get("augment")}
 
-    def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
-        """The first samples: key, and each member's size (or an array's dtype and shape)."""
-        split = first_split(manifest)
-        if split is None or n == 0:
-            return []
-        ds = self.open(out, split=split)
-        shown = []
-        for i in range(min(n, len(ds))):
-            sample = ds[i]
-            members = {k: _member(v) for k, v in sample.items() if k != "__key__"}
-            shown.append({"split": split, "index": i, "key": sample["__key__"], "members": members})
-        return shown
+    def show_one(self, sample: Any) -> dict[str, Any]:
+        """A sample: its key, and each member's size (or an array's dtype and shape)."""
+        return {"key": sample["__key__"], "members": {k: _member(v) for k, v in sample.items() if k != "__key__"}}
 
     def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
         return timed_samples(self.open(out, split=split), out=out, split=split, seconds=seconds)
