@@ -161,6 +161,9 @@ class _Walk:
         if self.pid == 0:  # the child: list, send, and leave without running any of the parent's exit code
             code = 1
             try:
+                from shardsmith.engine.interrupt import end_with_parent
+
+                end_with_parent()  # it ignores Ctrl-C (interrupt.install): an interrupted run must not leave it listing
                 os.close(read)
                 found = _walk(folder, None)
                 found.sort(key=itemgetter(1))  # as discover sorts them, so that its sort finds them in order

@@ -115,6 +115,10 @@ def install() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_terminated)
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    # a process forked from here (a worker) ignores both from its first instruction on: a Ctrl-C to
+    # the whole process group that lands while a worker starts (before its initializer runs) would
+    # otherwise end that worker with a traceback of its own
+    os.register_at_fork(after_in_child=ignore_in_worker)
     threading.Thread(target=_watch, args=(read_fd,), name="shardsmith-signals", daemon=True).start()
 
 
@@ -125,3 +129,18 @@ def ignore_in_worker() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(ValueError):  # not the worker's main thread: nothing was inherited there
         signal.set_wakeup_fd(-1)
+
+
+def end_with_parent() -> None:
+    """In a forked child (Linux): be killed when the parent dies, so a run that is killed or
+    interrupted leaves no child behind (its workers, the listing of a big folder)."""
+    import ctypes
+
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            return
+        if os.getppid() == 1:  # the parent died before prctl took effect
+            os._exit(1)

@@ -78,20 +78,10 @@ def die_with_parent() -> None:
     """In a worker: be killed when the parent dies (Linux), so a run killed by the out-of-memory
     killer or a preempted job leaves no orphan workers holding memory and open files; and leave
     Ctrl-C and SIGTERM to the parent, which stops its workers (``shardsmith.engine.interrupt``)."""
-    import ctypes
-    import sys
-
-    from shardsmith.engine.interrupt import ignore_in_worker
+    from shardsmith.engine.interrupt import end_with_parent, ignore_in_worker
 
     ignore_in_worker()
-    if sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            return
-        if os.getppid() == 1:  # the parent died before prctl took effect
-            os._exit(1)
+    end_with_parent()
 
 
 def read_run_file(out: Path) -> dict[str, Any] | None:
