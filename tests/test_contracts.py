@@ -143,9 +143,6 @@ class TestRootSource(SourceContract):
         (folder / "c.root").write_bytes(bytes(data))
         return "c.root", None
 
-    @pytest.mark.xfail(strict=True, reason="a ROOT file that cannot be opened fails the run even with --on-error "
-                       "skip: RootReader.schema opens every file while planning, before --on-error applies "
-                       "(skipping it needs planning to leave unreadable files out and list them as unread)")
     def test_a_truncated_file_beside_good_ones_is_skipped(self, contract_inputs: Path, tmp_path: Path) -> None:
         folder = tmp_path / "in"
         shutil.copytree(contract_inputs, folder)

@@ -15,7 +15,7 @@ from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.plan import plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all
-from shardsmith.errors import UsageError
+from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.base import Format, WriteJob
 from shardsmith.sources.base import Reader
 from shardsmith.transforms.events import EventProcessor
@@ -30,6 +30,7 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     """Read, shuffle and write events into the folder ``session`` holds; returns the manifest it wrote."""
     if opts.augment or opts.copies > 1 or opts.text_field:
         raise UsageError("--augment, --copies and --text-field do not apply to events")
+    files, unread = _readable(opts, reader, files)
     schema, skipped_fields = reader.schema(files)  # type: ignore[attr-defined]
     if not schema.fields:
         raise UsageError(f"{files[0].rel}: no numeric fields to convert" + (
@@ -56,4 +57,24 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     return commit_dataset(session, fmt=fmt, job=job, done=done, files=files,
                           source={"reader": reader.name, **reader.source_fields(opts)}, schema=schema.to_json(),
                           extras={"events": {"counters": list(schema.counters), "skipped_fields": skipped_fields}},
-                          events=True, used=(("source", reader.name),))
+                          events=True, used=(("source", reader.name),), unread=unread)
+
+
+def _readable(opts: ConvertOptions, reader: Reader, files: list[InputFile]
+              ) -> tuple[list[InputFile], list[dict[str, Any]]]:
+    """The inputs whose schema can be read: with ``--on-error skip`` a file that cannot be opened at
+    all (truncated, corrupt) is left out and listed as unread; any other problem stops the run."""
+    unread: list[dict[str, Any]] = []
+    while True:
+        try:
+            reader.schema(files)  # type: ignore[attr-defined]
+            return files, unread
+        except DataError as exc:
+            left = [f for f in files if f.rel != exc.file]
+            if opts.on_error != "skip" or not exc.skippable or exc.record is not None or len(left) == len(files):
+                raise
+            if not left:
+                raise DataError(file=exc.file, reason=f"{exc.reason}; no input file is readable") from None
+            unread.append({"file": exc.file, "record": None, "unread_tail": True,
+                           "reason": f"{exc.reason} (the whole file is unread)"})
+            files = left

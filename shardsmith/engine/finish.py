@@ -18,13 +18,15 @@ MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their cou
 
 def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Converted, files: list[InputFile],
                    source: dict[str, Any], schema: dict[str, Any], extras: dict[str, Any] | None = None,
-                   copies: int = 1, events: bool = False, used: tuple[tuple[str, str], ...] = ()) -> dict[str, Any]:
+                   copies: int = 1, events: bool = False, used: tuple[tuple[str, str], ...] = (),
+                   unread: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """The manifest of a finished run, committed; returns it.
 
     ``source``: the reader's fields (name and what it adds); ``events``: each split also counts the
     events its samples hold (several per sample with ``--events-per-sample``); ``used``: the
     registered objects the run used, as (kind, name) -- those of other packages are named with
-    their distribution and version in ``plugins``.
+    their distribution and version in ``plugins``; ``unread``: input files left out whole
+    (``--on-error skip`` of a file that cannot be opened), listed with the files that broke off.
     """
     from shardsmith import registry
 
@@ -33,6 +35,7 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     counts = {name: o.events or sum(s.samples for s in o.shards) for name, o in outputs.items()} if events else None
     tally = Tally.of(done.results, outputs, copies=copies, inputs=files,
                      written=sum(counts.values()) if counts is not None else None)
+    tally.unread.extend(unread)
     splits: dict[str, Any] = {}
     for name, o in outputs.items():
         entry: dict[str, Any] = {"samples": sum(s.samples for s in o.shards)}

@@ -35,4 +35,7 @@ def _open_path(path: str, rel: str | None = None) -> Any:
     try:  # pages written with checksums are verified: a flipped byte is an error, not silent garbage
         return pq.ParquetFile(path, page_checksum_verification=True)
     except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a file that is not (whole) Parquet
-        raise DataError(file=rel or path, reason=f"not a readable Parquet file: {exc}") from None
+        # an input file that cannot be read is skippable (``--on-error skip`` leaves it out); the events
+        # table (no ``rel``) is not an input: the run cannot go on without it
+        raise DataError(file=rel or path, reason=f"not a readable Parquet file: {exc}",
+                        skippable=rel is not None) from None

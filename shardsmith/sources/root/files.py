@@ -26,7 +26,7 @@ def _open(file: InputFile, tree: str | None) -> tuple[Any, dict[Any, Any]]:
     try:
         st = os.stat(file.path)
     except OSError as exc:
-        raise DataError(file=file.rel, reason=f"cannot open: {exc.strerror}") from None
+        raise DataError(file=file.rel, reason=f"cannot open: {exc.strerror}", skippable=True) from None
     key = (os.getpid(), file.path, st.st_size, st.st_mtime_ns, tree)
     if _OPEN.get("key") == key:
         return _OPEN["tree"], _OPEN["memo"]
@@ -65,10 +65,10 @@ def _open_file(file: InputFile) -> Any:
     try:
         return uproot.open(file.path, object_cache=None, array_cache=None)
     except PermissionError as exc:  # not a damaged file: say what is wrong
-        raise DataError(file=file.rel, reason=f"cannot open: {exc.strerror}") from None
+        raise DataError(file=file.rel, reason=f"cannot open: {exc.strerror}", skippable=True) from None
     except Exception as exc:
         raise DataError(file=file.rel, reason=f"not a readable ROOT file (truncated or corrupt?): "
-                        f"{_one_line(exc)}") from None
+                        f"{_one_line(exc)}", skippable=True) from None
 
 
 def _choose_tree(file: InputFile, handle: Any, tree: str | None) -> tuple[str, Any]:
@@ -78,7 +78,7 @@ def _choose_tree(file: InputFile, handle: Any, tree: str | None) -> tuple[str, A
         trees = sorted({k.rsplit(";", 1)[0] for k, c in handle.classnames().items() if c in _TREE_CLASSES})
     except Exception as exc:
         raise DataError(file=rel, reason=f"not a readable ROOT file (truncated or corrupt?): "
-                        f"{_one_line(exc)}") from None
+                        f"{_one_line(exc)}", skippable=True) from None
     listed = ", ".join(trees) if trees else "none"
     if tree is None:
         if not trees:
