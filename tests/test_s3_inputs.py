@@ -16,7 +16,15 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import jpeg_folder, make_docs, run_cli, run_subprocess, tree_digest, two_file_corpus, write_jsonl
+from conftest import (
+    jpeg_folder,
+    make_docs,
+    run_cli,
+    run_subprocess,
+    tree_digest,
+    two_file_corpus,
+    write_jsonl,
+)
 
 pytest.importorskip("s3fs", reason="S3 inputs need s3fs (pip install 'shardsmith[s3]')")
 boto3 = pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
@@ -184,6 +192,12 @@ def test_storage_errors_are_one_line(s3, tmp_path, url, says):
     assert len(lines) == 1 and says in lines[0], res.stderr
     assert "hunter2" not in res.stderr and KEYS["AWS_SECRET_ACCESS_KEY"] not in res.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.shardsmith-work").exists()
+
+
+def test_cluster_stages_refuse_urls(s3, tmp_path):
+    res = run_cli("convert", "s3://shardsmith-errors/data/", "-o", tmp_path / "out", "--to", "webdataset",
+                  "--stage", "scatter", "--rank", "0", "--world-size", "1", "-q")
+    assert res.exit_code == 2 and "cluster stages do not take URL inputs yet" in res.stderr, res.stderr
 
 
 _BLOCK_S3FS = """

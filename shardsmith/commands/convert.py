@@ -61,7 +61,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     files: list[InputFile] | None = None
     if opts.source is None:
         with no_gc():
-            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet,
+            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
                                     suffixes=tuple(s for c in sources.values() for s in c.suffixes))
             name = infer_source(files, sources)
     else:
@@ -73,7 +73,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     reader = cls.from_options(opts)
     if files is None:  # (inferred: the listing holds exactly that source's files)
         with no_gc():
-            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet,
+            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
                                     suffixes=reader.suffixes)
     if cls.holds == "events":
         keep_freed_memory()

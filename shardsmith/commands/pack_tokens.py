@@ -90,7 +90,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                                   if cls.holds == "rows"])
     fmt = registry.format_named("tokens")
     transforms = build_transforms(opts.transforms, holds="rows", opts=opts)
-    files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, suffixes=reader.suffixes)
+    files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                            suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     reader.limit_records(sizing.record_bytes)

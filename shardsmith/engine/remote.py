@@ -66,7 +66,8 @@ def safe_url(url: str) -> str:
     return f"{scheme}://{rest}"
 
 
-def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False) -> list[InputFile]:
+def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False,
+             stage: str | None = None) -> list[InputFile]:
     """``inputs.discover`` for every command: local paths as they are; URLs listed, staged into the
     scratch folder of the run into ``out``, and given the identities of a local copy."""
     urls = [p for p in paths if is_url(p)]
@@ -75,6 +76,9 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
     if len(urls) != len(paths):
         raise UsageError("the inputs mix URLs and local paths; give one kind (stage the local files to the store, "
                          "or download the objects)")
+    if stage is not None:  # ranks would stage into one shared folder at once, replacing files others read
+        raise UsageError(f"--stage {stage}: cluster stages do not take URL inputs yet; run without --stage, or "
+                         f"download the inputs to the shared file system first")
     fs = _filesystem(urls)
     root = staging_path(out)
     objects: list[RemoteObject] = []
