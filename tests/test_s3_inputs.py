@@ -192,6 +192,8 @@ def test_storage_errors_are_one_line(s3, tmp_path, url, says):
     assert len(lines) == 1 and says in lines[0], res.stderr
     assert "hunter2" not in res.stderr and KEYS["AWS_SECRET_ACCESS_KEY"] not in res.stderr
     assert not (tmp_path / "out").exists() and not (tmp_path / ".out.shardsmith-work").exists()
+    for left in tmp_path.rglob("*"):  # the lock file records the command line: never with its credentials
+        assert not left.is_file() or b"hunter2" not in left.read_bytes(), left
 
 
 def test_cluster_stages_refuse_urls(s3, tmp_path):

@@ -27,16 +27,17 @@ from typing import Any, NamedTuple
 
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
+from shardsmith.core.urls import SCHEME, is_url, safe_url
 from shardsmith.engine import inputs
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.outdir import STAGED, staging_path
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 # scheme -> (the module its fsspec filesystem needs, the extra that installs it)
 BACKENDS = {"s3": ("s3fs", "s3")}
 LATER = ("gs", "gcs", "http", "https", "root", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
 THREADS = 8
+BLOCK = 8 << 20  # bytes per ranged read of a download
 _SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
@@ -46,24 +47,6 @@ class RemoteObject(NamedTuple):
     size: int
     etag: str
     local: str  # where it is staged
-
-
-def is_url(path: str) -> bool:
-    return _SCHEME.match(path) is not None
-
-
-def safe_url(url: str) -> str:
-    """``url`` without userinfo (``user:secret@``) and, for HTTP, without its query (signatures)."""
-    m = _SCHEME.match(url)
-    if m is None:
-        return url
-    scheme, rest = m.group(1), url[m.end():]
-    host, slash, path = rest.partition("/")
-    host = host.rpartition("@")[2]
-    rest = host + slash + path
-    if scheme.lower() in ("http", "https"):
-        rest = rest.split("?", 1)[0].split("#", 1)[0]
-    return f"{scheme}://{rest}"
 
 
 def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False,
@@ -109,7 +92,7 @@ def input_root(files: list[InputFile]) -> str | None:
 def _filesystem(urls: list[str]) -> Any:
     """The fsspec filesystem of the URLs' one scheme (a fresh instance: no listing cached from
     another run), or one line saying what to install."""
-    schemes = {_SCHEME.match(u).group(1).lower() for u in urls}  # type: ignore[union-attr]
+    schemes = {SCHEME.match(u).group(1).lower() for u in urls}  # type: ignore[union-attr]
     if len(schemes) > 1:
         raise UsageError(f"the inputs mix URL schemes ({', '.join(sorted(schemes))}); give one kind")
     scheme = schemes.pop()
@@ -248,32 +231,39 @@ def _stage(fs: Any, objects: list[RemoteObject], root: Path, progress: Progress)
                          f"{root.parent}, beside the output; {format_size(free)} is free there")
     progress.note(f"staging {len(todo)} of {len(objects)} input objects ({format_size(need)}) into {root}")
     pool = ThreadPoolExecutor(max_workers=min(THREADS, len(todo)), thread_name_prefix="shardsmith-stage")
+    stop = threading.Event()
     try:
         with progress.bar(total=need, desc="stage", unit="B") as bar:
-            pending = {pool.submit(_fetch, fs, root, o) for o in todo}
+            pending = {pool.submit(_fetch, fs, root, o, stop) for o in todo}
             while pending:
-                done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
                 for future in done:
                     bar.update(future.result())  # raises the first download's error
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # downloads under way end as temporary files
+        stop.set()  # Ctrl-C or a failed download: the others stop at their next block, as temporary files
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
 
 
-def _fetch(fs: Any, root: Path, o: RemoteObject) -> int:
-    """One object to its staged path: a temporary name, renamed when whole; then its ETag."""
+def _fetch(fs: Any, root: Path, o: RemoteObject, stop: threading.Event) -> int:
+    """One object to its staged path: a temporary name, renamed when whole; then its ETag. Read in
+    blocks, so a stopped run (``stop``) never waits for a large object to finish."""
     local = Path(o.local)
     local.parent.mkdir(parents=True, exist_ok=True)
     etag = _etag_path(root, o.local)
     etag.unlink(missing_ok=True)  # never an old ETag beside a new copy
     tmp = local.parent / f".{local.name}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
-        with _storage_errors(o.url, reading=True):
-            fs.get_file(o.key, str(tmp))
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-            size = os.fstat(fh.fileno()).st_size
+        with _storage_errors(o.url, reading=True), fs.open(o.key, "rb", block_size=BLOCK) as src, \
+                open(tmp, "wb") as dst:
+            while block := src.read(BLOCK):
+                if stop.is_set():
+                    return 0
+                dst.write(block)
+            dst.flush()
+            os.fsync(dst.fileno())
+            size = dst.tell()
         if size != o.size:
             raise DataError(file=o.url, reason=f"changed while it was downloaded ({o.size} bytes listed, {size} "
                                                f"read); run the command again once the input is stable")
