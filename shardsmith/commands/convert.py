@@ -15,8 +15,9 @@ from shardsmith.commands.convert_events import run_events
 from shardsmith.commands.convert_options import ConvertOptions
 from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
+from shardsmith.engine import remote
 from shardsmith.engine.finish import commit_dataset
-from shardsmith.engine.inputs import InputFile, discover
+from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.plan import plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_all, scatter_summary
@@ -60,7 +61,8 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     files: list[InputFile] | None = None
     if opts.source is None:
         with no_gc():
-            files = discover(list(opts.inputs), suffixes=tuple(s for c in sources.values() for s in c.suffixes))
+            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                                    suffixes=tuple(s for c in sources.values() for s in c.suffixes))
             name = infer_source(files, sources)
     else:
         name = opts.source
@@ -71,7 +73,8 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     reader = cls.from_options(opts)
     if files is None:  # (inferred: the listing holds exactly that source's files)
         with no_gc():
-            files = discover(list(opts.inputs), suffixes=reader.suffixes)
+            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                                    suffixes=reader.suffixes)
     if cls.holds == "events":
         keep_freed_memory()
         return run_events(opts, reader, fmt, files, Progress(quiet=opts.quiet), session)

@@ -12,8 +12,8 @@ from shardsmith import registry
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.memory import keep_freed_memory
 from shardsmith.core.progress import Progress
+from shardsmith.engine import remote
 from shardsmith.engine.finish import commit_dataset
-from shardsmith.engine.inputs import discover
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.outdir import work_path
 from shardsmith.engine.plan import cached, plan_tasks
@@ -90,7 +90,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                                   if cls.holds == "rows"])
     fmt = registry.format_named("tokens")
     transforms = build_transforms(opts.transforms, holds="rows", opts=opts)
-    files = discover(list(opts.inputs), suffixes=reader.suffixes)
+    files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                            suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     reader.limit_records(sizing.record_bytes)

@@ -17,6 +17,7 @@ import orjson
 
 from shardsmith import __version__
 from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.urls import safe_argv
 from shardsmith.errors import DatasetError
 
 MANIFEST = "manifest.json"
@@ -33,7 +34,7 @@ def new_manifest(*, fmt: str, seed: int, shuffle: bool, source: dict[str, Any], 
         "format": fmt,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "tool_version": __version__,
-        "command": list(sys.argv),
+        "command": safe_argv(sys.argv),
         "seed": seed,
         "shuffle": shuffle,
         "source": source,

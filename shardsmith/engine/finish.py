@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.engine.remote import input_root
 from shardsmith.engine.run import Converted, Tally
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     inputs: Any = [f.rel for f in files] if len(files) <= MAX_LISTED_INPUTS else len(files)
     source = {**source, "inputs": inputs, "input_bytes": sum(f.size for f in files), **tally.source(),
               "limit": opts.limit}
+    if (root := input_root(files)) is not None:  # inputs staged from a URL (shown without userinfo or query)
+        source["input_root"] = root
     fields = dict(extras or {})
     for key, value in fmt.manifest_fields(job, outputs).items():
         both = isinstance(value, dict) and isinstance(fields.get(key), dict)

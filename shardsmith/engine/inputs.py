@@ -40,6 +40,9 @@ class InputFile(NamedTuple):
     # what a run checks to know that the file did not change while it was read (``changed``)
     ctime_ns: int = 0
     ino: int = 0
+    # a file staged from object storage (``engine/remote.py``): "URL\0ETAG" of the object it is a copy
+    # of, which a rerun trusts instead of the copy's own times ("" for a local file)
+    origin: str = ""
 
 
 _Row = tuple[str, str, int, int, str, int, int]  # absolute path, relative path, size, mtime, group, ctime, inode
@@ -138,7 +141,8 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
     if not found:
         return []
     absolute, rel, size, mtime, group, ctime, ino = zip(*found)
-    return list(map(_new, repeat(InputFile), zip(absolute, rel, range(len(found)), size, group, mtime, ctime, ino)))
+    return list(map(_new, repeat(InputFile), zip(absolute, rel, range(len(found)), size, group, mtime, ctime, ino,
+                                                      repeat(""))))
 
 
 _new = tuple.__new__  # InputFile(*row) without its Python-level __new__: a tenth of the time

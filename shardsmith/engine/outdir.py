@@ -7,6 +7,7 @@ left. The same command (same options) may take it over and finish; a different o
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import shutil
 from pathlib import Path
@@ -53,6 +54,27 @@ def work_path(out: Path) -> Path:
     """The scratch folder of a run into ``out``: beside it, on the same filesystem."""
     out = Path(out).resolve()
     return out.parent / f".{out.name}.shardsmith-work"
+
+
+# inputs staged from object storage (``engine/remote.py``) and their objects' ETags, in the scratch
+# folder: a copy of the inputs, kept when a run starts afresh (each file is checked against its
+# object before it is reused) and removed with the scratch folder
+STAGED = ("inputs", "inputs.etags")
+
+
+def staging_path(out: Path) -> Path:
+    """Where inputs named by URL are staged for a run into ``out``."""
+    return work_path(out) / STAGED[0]
+
+
+def drop_staged(out: Path) -> None:
+    """Remove the staged inputs (a run that failed before it claimed the folder), and the scratch
+    folder if nothing else is in it."""
+    work = work_path(out)
+    for name in STAGED:
+        shutil.rmtree(work / name, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        work.rmdir()
 
 
 def finish_output(out: Path) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from shardsmith.core.urls import safe_argv
 from shardsmith.errors import ShardsmithError
 
 STAGES = ("scatter", "gather", "finalize")
@@ -183,7 +184,7 @@ class OutputLock:
         return {"host": socket.gethostname(), "pid": os.getpid(), "boot": _process_start(os.getpid()),
                 "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "stage": self.stage, "rank": self.rank if self.stage else None,
-                "command": " ".join(["shardsmith", *sys.argv[1:]])[:300]}
+                "command": " ".join(["shardsmith", *safe_argv(sys.argv[1:])])[:300]}
 
     def _write_holder(self, path: Path) -> None:
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

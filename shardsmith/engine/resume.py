@@ -37,10 +37,12 @@ def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths
     truncation, or a copy put in its place) changes the ctime, which no user can set back (``touch
     -d`` sets the mtime only), so an input edited in place is never taken for the one a part was made
     from. Where a file system keeps no ctime (0), the input's content is hashed instead. Files named
-    by options (a tokenizer, an events table) are hashed whole.
+    by options (a tokenizer, an events table) are hashed whole. A file staged from object storage
+    stands for its object (URL, size, ETag), so a rerun that finds it staged again resumes.
     """
     options = {k: v for k, v in dataclasses.asdict(opts).items() if k not in _VOLATILE}
-    stats: list[Any] = [(f.rel, f.size, f.ino, f.mtime_ns, f.ctime_ns) if f.ctime_ns
+    stats: list[Any] = [(f.rel, f.size, f.origin) if f.origin  # staged: the object, not the copy
+                        else (f.rel, f.size, f.ino, f.mtime_ns, f.ctime_ns) if f.ctime_ns
                         else (f.rel, f.size, _sha256(f.path)) for f in files]
     for p in extra_paths:
         if p and os.path.isfile(p):

@@ -23,7 +23,7 @@ from typing import Any
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.engine import interrupt
-from shardsmith.engine.outdir import OWN_PATTERNS, finish_output, prepare_output
+from shardsmith.engine.outdir import OWN_PATTERNS, drop_staged, finish_output, prepare_output
 from shardsmith.engine.outlock import OutputLock
 from shardsmith.engine.resume import crash_point
 from shardsmith.errors import WorkerDied
@@ -65,8 +65,11 @@ class OutputRun:
 
     def abandon(self) -> None:
         """The run failed: leave nothing that would refuse the corrected command."""
-        if not self.claimed or self.stage is not None:
+        if self.stage is not None:
             return  # cluster ranks share the folder: a failed rank is rerun alone
+        if not self.claimed:
+            drop_staged(self.out)  # inputs it staged before it failed (the folder may be another run's)
+            return
         finish_output(self.out)
         if self.out in self.created and not (self.out / manifest_mod.MANIFEST).exists():
             with contextlib.suppress(OSError):

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 
 from shardsmith.engine import interrupt
-from shardsmith.engine.outdir import finish_output, work_path
+from shardsmith.engine.outdir import STAGED, finish_output, work_path
 from shardsmith.errors import UsageError, WorkerDied
 
 
@@ -36,7 +36,13 @@ def work_folder(out_dir: Path, *, run: dict[str, str] | None = None, shared: boo
         with contextlib.suppress(OSError, ValueError):
             same = orjson.loads(stamp.read_bytes()) == run
     if work.exists() and not same:
-        shutil.rmtree(work)
+        for entry in work.iterdir():  # not the staged inputs: each is checked against its object before reuse
+            if entry.name in STAGED:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     work.mkdir(parents=True, exist_ok=True)
     if run is not None and not same:
         stamp.write_bytes(orjson.dumps(run))

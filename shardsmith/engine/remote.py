@@ -1,0 +1,277 @@
+"""Inputs named by URL (``s3://bucket/prefix/``, one object, or a glob on them), for every command.
+
+The objects are listed (size and ETag), then *staged*: downloaded into the run's scratch folder
+(``outdir.staging_path``), laid out as ``SCHEME/BUCKET/KEY``, so the unchanged pipeline reads local
+files whose identities (the path relative to the input root, an image's class folder) are those of
+a local copy of the same tree: the output is byte-identical to a run on that copy.
+
+Each download goes to a temporary name and is renamed when whole; the object's ETag is written
+beside it (``inputs.etags``) afterwards, so a file is reused only when its size and ETag match the
+object listed now, and a killed run resumes without downloading again. The run's fingerprint
+stands for the objects (URL, size, ETag: ``InputFile.origin``), not for the copies. The staged
+files go with the scratch folder when the run ends. URLs are shown without userinfo or query, and
+errors of the storage client become one line naming the URL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import threading
+from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from shardsmith.core.progress import Progress
+from shardsmith.core.sizes import format_size
+from shardsmith.core.urls import SCHEME, is_url, safe_url
+from shardsmith.engine import inputs
+from shardsmith.engine.inputs import InputFile
+from shardsmith.engine.outdir import STAGED, staging_path
+from shardsmith.errors import DataError, ShardsmithError, UsageError
+
+# scheme -> (the module its fsspec filesystem needs, the extra that installs it)
+BACKENDS = {"s3": ("s3fs", "s3")}
+LATER = ("gs", "gcs", "http", "https", "root", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
+THREADS = 8
+BLOCK = 8 << 20  # bytes per ranged read of a download
+_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+
+
+class RemoteObject(NamedTuple):
+    url: str  # as shown: scheme://bucket/key
+    key: str  # as the filesystem names it: bucket/key
+    size: int
+    etag: str
+    local: str  # where it is staged
+
+
+def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False,
+             stage: str | None = None) -> list[InputFile]:
+    """``inputs.discover`` for every command: local paths as they are; URLs listed, staged into the
+    scratch folder of the run into ``out``, and given the identities of a local copy."""
+    urls = [p for p in paths if is_url(p)]
+    if not urls:
+        return inputs.discover(paths, suffixes=suffixes)
+    if len(urls) != len(paths):
+        raise UsageError("the inputs mix URLs and local paths; give one kind (stage the local files to the store, "
+                         "or download the objects)")
+    if stage is not None:  # ranks would stage into one shared folder at once, replacing files others read
+        raise UsageError(f"--stage {stage}: cluster stages do not take URL inputs yet; run without --stage, or "
+                         f"download the inputs to the shared file system first")
+    fs = _filesystem(urls)
+    root = staging_path(out)
+    objects: list[RemoteObject] = []
+    local_args: list[str] = []
+    for url in urls:
+        found, arg = _list(fs, url, suffixes, root)
+        objects.extend(found)
+        local_args.extend(arg)
+    _prune(root, {o.local for o in objects})
+    _stage(fs, objects, root, Progress(quiet=quiet))
+    by_local = {o.local: o for o in objects}
+    files = inputs.discover(local_args, suffixes=suffixes)
+    return [f._replace(origin=f"{by_local[f.path].url}\0{by_local[f.path].etag}") for f in files]
+
+
+def origin_url(f: InputFile) -> str:
+    return f.origin.split("\0", 1)[0]
+
+
+def input_root(files: list[InputFile]) -> str | None:
+    """The URL the staged inputs' identities are relative to (None for local inputs)."""
+    roots = {origin_url(f)[:len(origin_url(f)) - len(f.rel)] for f in files if f.origin}
+    return roots.pop() if len(roots) == 1 else None
+
+
+# -- the filesystem --------------------------------------------------------------------------------
+
+def _filesystem(urls: list[str]) -> Any:
+    """The fsspec filesystem of the URLs' one scheme (a fresh instance: no listing cached from
+    another run), or one line saying what to install."""
+    schemes = {SCHEME.match(u).group(1).lower() for u in urls}  # type: ignore[union-attr]
+    if len(schemes) > 1:
+        raise UsageError(f"the inputs mix URL schemes ({', '.join(sorted(schemes))}); give one kind")
+    scheme = schemes.pop()
+    shown = safe_url(urls[0])
+    if scheme not in BACKENDS:
+        if scheme in LATER:
+            raise UsageError(f"{shown}: {scheme}:// inputs are not supported yet (only s3://)")
+        raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths or s3:// URLs)")
+    module, extra = BACKENDS[scheme]
+    try:
+        import fsspec
+
+        __import__(module)
+    except ImportError:
+        raise UsageError(f"{shown}: reading {scheme}:// needs {module}: pip install 'shardsmith[{extra}]'") from None
+    for url in urls:
+        if "@" in url[len(scheme) + 3:].split("/", 1)[0]:
+            raise UsageError(f"{safe_url(url)}: {scheme}:// URLs carry no credentials; set AWS_ACCESS_KEY_ID and "
+                             f"AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead")
+    return fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False)
+
+
+@contextlib.contextmanager
+def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
+    """The storage client's errors as one line naming ``url`` (listing: a usage error, exit 2;
+    downloading: a data error, exit 1)."""
+    try:
+        yield
+    except ShardsmithError:
+        raise
+    except FileNotFoundError as exc:
+        what = "no such bucket" if "bucket" in str(exc).lower() else "no such object or prefix"
+        raise _error(url, what, reading) from None
+    except PermissionError:
+        raise _error(url, "access denied (check the credentials and the bucket's policy)", reading) from None
+    except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
+        raise _error(url, f"cannot read it: {type(exc).__name__}: {_one_line(exc)}", reading) from None
+
+
+def _error(url: str, what: str, reading: bool) -> ShardsmithError:
+    return DataError(file=url, reason=what) if reading else UsageError(f"{url}: {what}")
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error, without any secret it might quote."""
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    for name in _SECRETS:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    text = re.sub(r"(https?://[^\s?@/]*@)", "https://", text)
+    return re.sub(r"(https?://[^\s?]*)\?\S*", r"\1", text)
+
+
+# -- listing ---------------------------------------------------------------------------------------
+
+def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path) -> tuple[list[RemoteObject], list[str]]:
+    """The objects ``url`` names (a prefix: the files below it with a suffix, hidden names left out as
+    a folder walk does; a glob: every match, as a shell expands it; else the one object) and the
+    local paths to give ``inputs.discover`` for it once they are staged."""
+    shown = safe_url(url)
+    scheme = url.split("://", 1)[0].lower()
+    path = fs._strip_protocol(url).rstrip("/")
+    with _storage_errors(shown):
+        if any(c in path for c in "*?["):
+            matched = fs.glob(path, detail=True)
+            found = [_object(scheme, key, info, root, shown) for key, info in sorted(matched.items())
+                     if info.get("type") == "file"]
+            if not found:
+                raise UsageError(f"{shown}: no object matches")
+            for o in found:
+                if not o.key.lower().endswith(suffixes):
+                    raise UsageError(f"{o.url}: not a supported input (expected {', '.join(suffixes)})")
+            return found, [o.local for o in found]
+        info = fs.info(path)
+        if info.get("type") != "directory":
+            o = _object(scheme, path, info, root, shown)
+            return [o], [o.local]
+        listed = fs.find(path, detail=True)
+    found = []
+    for key, info in sorted(listed.items()):
+        rel = key[len(path) + 1:]
+        if (info.get("type") != "file" or not rel or key.endswith("/") or not rel.lower().endswith(suffixes)
+                or any(part.startswith(".") for part in rel.split("/"))):
+            continue
+        found.append(_object(scheme, key, info, root, shown))
+    if not found:
+        raise UsageError(f"{shown}: no input files ({', '.join(suffixes)}) below this prefix")
+    return found, [str(root / scheme / path)]
+
+
+def _object(scheme: str, key: str, info: dict[str, Any], root: Path, shown: str) -> RemoteObject:
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts) or "\0" in key:
+        raise UsageError(f"{shown}: object {scheme}://{key!r} cannot be staged as a file (empty, . or .. in its key)")
+    etag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or "")
+    return RemoteObject(url=f"{scheme}://{key}", key=key, size=int(info.get("size") or 0), etag=etag,
+                        local=str(root.joinpath(scheme, *parts)))
+
+
+# -- staging ---------------------------------------------------------------------------------------
+
+def _etag_path(root: Path, local: str) -> Path:
+    return root.parent / STAGED[1] / os.path.relpath(local, root)
+
+
+def _is_staged(root: Path, o: RemoteObject) -> bool:
+    try:
+        return os.stat(o.local).st_size == o.size and _etag_path(root, o.local).read_text() == f"{o.size} {o.etag}"
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _prune(root: Path, keep: set[str]) -> None:
+    """Remove staged files no object listed now stands for (an earlier run's, a torn download), so
+    the folder walk finds exactly this run's inputs."""
+    if not root.is_dir():
+        return
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            if path not in keep:
+                os.unlink(path)
+
+
+def _stage(fs: Any, objects: list[RemoteObject], root: Path, progress: Progress) -> None:
+    """Download the objects not staged yet, in parallel threads, within the free disk space."""
+    todo = [o for o in objects if not _is_staged(root, o)]
+    if not todo:
+        return
+    need = sum(o.size for o in todo)
+    root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    if need > free:
+        raise UsageError(f"staging {len(todo)} input objects ({format_size(need)}) needs that much local disk in "
+                         f"{root.parent}, beside the output; {format_size(free)} is free there")
+    progress.note(f"staging {len(todo)} of {len(objects)} input objects ({format_size(need)}) into {root}")
+    pool = ThreadPoolExecutor(max_workers=min(THREADS, len(todo)), thread_name_prefix="shardsmith-stage")
+    stop = threading.Event()
+    try:
+        with progress.bar(total=need, desc="stage", unit="B") as bar:
+            pending = {pool.submit(_fetch, fs, root, o, stop) for o in todo}
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
+                for future in done:
+                    bar.update(future.result())  # raises the first download's error
+    except BaseException:
+        stop.set()  # Ctrl-C or a failed download: the others stop at their next block, as temporary files
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _fetch(fs: Any, root: Path, o: RemoteObject, stop: threading.Event) -> int:
+    """One object to its staged path: a temporary name, renamed when whole; then its ETag. Read in
+    blocks, so a stopped run (``stop``) never waits for a large object to finish."""
+    local = Path(o.local)
+    local.parent.mkdir(parents=True, exist_ok=True)
+    etag = _etag_path(root, o.local)
+    etag.unlink(missing_ok=True)  # never an old ETag beside a new copy
+    tmp = local.parent / f".{local.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    try:
+        with _storage_errors(o.url, reading=True), fs.open(o.key, "rb", block_size=BLOCK) as src, \
+                open(tmp, "wb") as dst:
+            while block := src.read(BLOCK):
+                if stop.is_set():
+                    return 0
+                dst.write(block)
+            dst.flush()
+            os.fsync(dst.fileno())
+            size = dst.tell()
+        if size != o.size:
+            raise DataError(file=o.url, reason=f"changed while it was downloaded ({o.size} bytes listed, {size} "
+                                               f"read); run the command again once the input is stable")
+        os.replace(tmp, local)
+    finally:
+        tmp.unlink(missing_ok=True)
+    etag.parent.mkdir(parents=True, exist_ok=True)
+    tmp_etag = etag.parent / f".{etag.name}.tmp-{os.getpid()}-{threading.get_ident()}"
+    tmp_etag.write_text(f"{o.size} {o.etag}")
+    os.replace(tmp_etag, etag)
+    return o.size
