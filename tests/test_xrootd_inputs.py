@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import root_data, run_cli, tree_digest
 
 
@@ -56,7 +55,7 @@ def server() -> Iterator[tuple[str, Path]]:
         hzz = root_data() / "uproot-HZZ.root"
         shutil.copyfile(hzz, data / "events" / "a.root")
         shutil.copyfile(hzz, data / "events" / "more" / "b.root")
-        for folder, dirs, files in os.walk(base):
+        for folder, _dirs, files in os.walk(base):
             os.chmod(folder, 0o755)
             for name in files:
                 os.chmod(os.path.join(folder, name), 0o644)
