@@ -1,4 +1,5 @@
-"""Inputs named by URL (``s3://bucket/prefix/``, one object, or a glob on them), for every command.
+"""Inputs named by URL (``s3://bucket/prefix/``, ``root://host:port//folder/``, one object or file,
+or a glob on them), for every command.
 
 The objects are listed (size and ETag), then *staged*: downloaded into the run's scratch folder
 (``outdir.staging_path``), laid out as ``SCHEME/BUCKET/KEY``, so the unchanged pipeline reads local
@@ -34,8 +35,10 @@ from shardsmith.engine.outdir import STAGED, staging_path
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
 # scheme -> (the module its fsspec filesystem needs, the extra that installs it)
-BACKENDS = {"s3": ("s3fs", "s3")}
-LATER = ("gs", "gcs", "http", "https", "root", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
+BACKENDS = {"s3": ("s3fs", "s3"), "root": ("fsspec_xrootd", "xrootd")}
+HOSTED = {"root"}
+XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "2", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60"}  # schemes whose URL names the server a filesystem is bound to: root://HOST[:PORT]//path
+LATER = ("gs", "gcs", "http", "https", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
 THREADS = 8
 BLOCK = 8 << 20  # bytes per ranged read of a download
 _SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
@@ -99,9 +102,13 @@ def _filesystem(urls: list[str]) -> Any:
     shown = safe_url(urls[0])
     if scheme not in BACKENDS:
         if scheme in LATER:
-            raise UsageError(f"{shown}: {scheme}:// inputs are not supported yet (only s3://)")
-        raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths or s3:// URLs)")
+            raise UsageError(f"{shown}: {scheme}:// inputs are not supported yet (s3:// and root:// are)")
+        raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths, s3:// or root:// URLs)")
     module, extra = BACKENDS[scheme]
+    if scheme in HOSTED:  # read by the XRootD client when it loads: before the import
+        # a server that does not answer: a few seconds, not XRootD's default of 5 tries 2 minutes apart
+        for name, value in XROOTD_PATIENCE.items():
+            os.environ.setdefault(name, value)
     try:
         import fsspec
 
@@ -112,7 +119,23 @@ def _filesystem(urls: list[str]) -> Any:
         if "@" in url[len(scheme) + 3:].split("/", 1)[0]:
             raise UsageError(f"{safe_url(url)}: {scheme}:// URLs carry no credentials; set AWS_ACCESS_KEY_ID and "
                              f"AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead")
+    if scheme in HOSTED:
+        hosts = {_host(u) for u in urls}
+        if len(hosts) > 1 or "" in hosts:
+            raise UsageError(f"{shown}: give {scheme}:// inputs of one server, as {scheme}://HOST[:PORT]//path")
+        return fsspec.filesystem(scheme, hostid=hosts.pop(), skip_instance_cache=True, use_listings_cache=False)
     return fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False)
+
+
+def _host(url: str) -> str:
+    """The server of a hosted scheme's URL (``root://HOST:PORT//path`` -> ``HOST:PORT``); "" for others."""
+    scheme, _, rest = url.partition("://")
+    return rest.split("/", 1)[0] if scheme.lower() in HOSTED else ""
+
+
+def _key(scheme: str, key: str) -> str:
+    """A listed key as the filesystem opens it: XRootD lists ``//a/b`` for ``/a/b``."""
+    return "/" + key.lstrip("/") if scheme in HOSTED else key
 
 
 @contextlib.contextmanager
@@ -128,6 +151,10 @@ def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
         raise _error(url, what, reading) from None
     except PermissionError:
         raise _error(url, "access denied (check the credentials and the bucket's policy)", reading) from None
+    except OSError as exc:
+        if "[3011]" in str(exc) or "no such file" in str(exc).lower():  # XRootD's kNotFound
+            raise _error(url, "no such file or folder on the server", reading) from None
+        raise _error(url, f"cannot read it: {type(exc).__name__}: {_one_line(exc)}", reading) from None
     except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
         raise _error(url, f"cannot read it: {type(exc).__name__}: {_one_line(exc)}", reading) from None
 
@@ -155,42 +182,45 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path) -> tuple[lis
     local paths to give ``inputs.discover`` for it once they are staged."""
     shown = safe_url(url)
     scheme = url.split("://", 1)[0].lower()
-    path = fs._strip_protocol(url).rstrip("/")
+    host = _host(url)
+    path = _key(scheme, fs._strip_protocol(url)).rstrip("/")
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
             matched = fs.glob(path, detail=True)
-            found = [_object(scheme, key, info, root, shown) for key, info in sorted(matched.items())
-                     if info.get("type") == "file"]
+            found = [_object(scheme, host, _key(scheme, key), info, root, shown)
+                     for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
                 raise UsageError(f"{shown}: no object matches")
             for o in found:
                 if not o.key.lower().endswith(suffixes):
                     raise UsageError(f"{o.url}: not a supported input (expected {', '.join(suffixes)})")
             return found, [o.local for o in found]
-        info = fs.info(path)
+        info = fs.info(path or "/")
         if info.get("type") != "directory":
-            o = _object(scheme, path, info, root, shown)
+            o = _object(scheme, host, path, info, root, shown)
             return [o], [o.local]
-        listed = fs.find(path, detail=True)
+        listed = {_key(scheme, k): v for k, v in fs.find(path or "/", detail=True).items()}
     found = []
     for key, info in sorted(listed.items()):
         rel = key[len(path) + 1:]
         if (info.get("type") != "file" or not rel or key.endswith("/") or not rel.lower().endswith(suffixes)
                 or any(part.startswith(".") for part in rel.split("/"))):
             continue
-        found.append(_object(scheme, key, info, root, shown))
+        found.append(_object(scheme, host, key, info, root, shown))
     if not found:
         raise UsageError(f"{shown}: no input files ({', '.join(suffixes)}) below this prefix")
-    return found, [str(root / scheme / path)]
+    return found, [str(root.joinpath(scheme, *[p for p in (host, path.strip("/")) if p]))]
 
 
-def _object(scheme: str, key: str, info: dict[str, Any], root: Path, shown: str) -> RemoteObject:
-    parts = key.split("/")
+def _object(scheme: str, host: str, key: str, info: dict[str, Any], root: Path, shown: str) -> RemoteObject:
+    """A listed object: its URL, where it is staged (``SCHEME/[HOST/]KEY``), its size and version."""
+    parts = key.strip("/").split("/") if host else key.split("/")
     if any(p in ("", ".", "..") for p in parts) or "\0" in key:
         raise UsageError(f"{shown}: object {scheme}://{key!r} cannot be staged as a file (empty, . or .. in its key)")
     etag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or "")
-    return RemoteObject(url=f"{scheme}://{key}", key=key, size=int(info.get("size") or 0), etag=etag,
-                        local=str(root.joinpath(scheme, *parts)))
+    url = f"{scheme}://{host}/{key}" if host else f"{scheme}://{key}"
+    return RemoteObject(url=url, key=key, size=int(info.get("size") or 0), etag=etag,
+                        local=str(root.joinpath(scheme, *([host] if host else []), *parts)))
 
 
 # -- staging ---------------------------------------------------------------------------------------
