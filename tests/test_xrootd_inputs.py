@@ -7,6 +7,7 @@ a run on the same files on local disk, byte for byte.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pwd
 import shutil
@@ -96,7 +97,6 @@ def test_a_folder_on_the_server_converts_as_its_local_copy(server, tmp_path):
     assert run_cli("convert", data / "events", "--to", "hdf5", "--workers", "2", "--step-size", "64KB",
                    "-o", local, "-q").exit_code == 0
     assert tree_digest(remote) == tree_digest(local)
-    import json
 
     manifest = json.loads((remote / "manifest.json").read_text())
     assert manifest["source"]["inputs"] == ["a.root", "more/b.root"]
