@@ -58,7 +58,7 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
             why = None
             try:
                 if transforms and not isinstance(value, BadRecord):
-                    value = apply_all(transforms, value, identity=f"{task.file.rel}#{record}")
+                    value = apply_all(transforms, value, file=task.file.rel, record=record)
                 text = value.get(field) if isinstance(value, dict) else None
             except RecordError as exc:
                 text, why = None, str(exc)

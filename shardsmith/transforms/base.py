@@ -61,7 +61,10 @@ def build_transforms(texts: tuple[str, ...], *, holds: str, opts: Any) -> list[T
     return out
 
 
-def apply_all(transforms: list[Transform], value: Any, *, identity: str) -> Any:
+def apply_all(transforms: list[Transform], value: Any, *, file: str, record: int) -> Any:
+    """A record through the transforms in order; its identity is ``FILE#RECORD`` (relative path and
+    record number), the same for any task plan, worker or rank."""
+    identity = f"{file}#{record}"
     for t in transforms:
         value = t.apply(value, identity=identity, copy=0)
     return value

@@ -31,7 +31,7 @@ class TokenProcessor:
     def text_of(self, task: Task, record: int, value: Any) -> Any:
         """The row's text after the transforms (a RecordError if a transform refuses the row)."""
         if self.transforms:
-            value = apply_all(self.transforms, value, identity=f"{task.file.rel}#{record}")
+            value = apply_all(self.transforms, value, file=task.file.rel, record=record)
         return value.get(self.text_field) if isinstance(value, dict) else None
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:

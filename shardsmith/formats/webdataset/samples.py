@@ -111,7 +111,7 @@ class SampleProcessor:
             return self._image(file, data)
         ident = Identity(task.file.rel, record)
         if self.transforms:
-            value = apply_all(self.transforms, value, identity=f"{task.file.rel}#{record}")
+            value = apply_all(self.transforms, value, file=task.file.rel, record=record)
         return [(ident.key(), [*self.reader.fields(value), *self._text(value)])]
 
     def _image(self, file: InputFile, data: bytes) -> list[tuple[str, list[tuple[str, Any]]]]:
