@@ -62,6 +62,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     if opts.source is None:
         with no_gc():
             files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                                    retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error,
                                     suffixes=tuple(s for c in sources.values() for s in c.suffixes))
             name = infer_source(files, sources)
     else:
@@ -74,6 +75,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     if files is None:  # (inferred: the listing holds exactly that source's files)
         with no_gc():
             files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                                    retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error,
                                     suffixes=reader.suffixes)
     if cls.holds == "events":
         keep_freed_memory()

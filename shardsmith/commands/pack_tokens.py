@@ -91,6 +91,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     fmt = registry.format_named("tokens")
     transforms = build_transforms(opts.transforms, holds="rows", opts=opts)
     files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                            retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error,
                             suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.engine.remote import input_root
+from shardsmith.engine.remote import input_root, skipped_inputs
 from shardsmith.engine.run import Converted, Tally
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
               "limit": opts.limit}
     if (root := input_root(files)) is not None:  # inputs staged from a URL (shown without userinfo or query)
         source["input_root"] = root
+    if skipped := skipped_inputs(files):  # objects --on-error skip left out: they stayed unreadable
+        source["skipped_inputs"] = skipped
     fields = dict(extras or {})
     for key, value in fmt.manifest_fields(job, outputs).items():
         both = isinstance(value, dict) and isinstance(fields.get(key), dict)

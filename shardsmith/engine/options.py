@@ -23,6 +23,9 @@ class ConvertingOptions:
     stage: str | None = None
     rank: int = 0
     world_size: int = 1
+    # object storage: transient errors retried this many times, the n-th after up to wait * 2**n seconds
+    retries: int = 5
+    retry_wait: float = 0.5
 
     def idle_rank(self) -> bool:
         """Whether this rank has nothing to do in its stage (finalize is one process: rank 0)."""

@@ -12,6 +12,12 @@ object listed now, and a killed run resumes without downloading again. The run's
 stands for the objects (URL, size, ETag: ``InputFile.origin``), not for the copies. The staged
 files go with the scratch folder when the run ends. URLs are shown without userinfo or query, and
 errors of the storage client become one line naming the URL.
+
+Transient errors (a reset connection, 5xx, throttling, timeouts) of the listing and of each
+download are retried (``engine/retry.py``, the only layer that retries: s3fs's and botocore's own
+retries are turned off); a download that breaks off resumes at the byte it reached, by a ranged
+read on a fresh open. An object that stays unreadable stops the run, or with ``--on-error skip`` is
+left out and listed (``StagedInputs.skipped``, the manifest's ``source.skipped_inputs``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from typing import Any, NamedTuple
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import SCHEME, is_url, safe_url
-from shardsmith.engine import inputs
+from shardsmith.engine import inputs, retry
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.outdir import STAGED, staging_path
 from shardsmith.errors import DataError, ShardsmithError, UsageError
@@ -44,6 +50,16 @@ BLOCK = 8 << 20  # bytes per ranged read of a download
 _SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
+class StagedInputs(list):  # type: ignore[type-arg]
+    """The input files, and the objects ``--on-error skip`` left out (``{"url", "reason"}``)."""
+
+    skipped: list[dict[str, str]]
+
+
+def skipped_inputs(files: list[InputFile]) -> list[dict[str, str]]:
+    return list(getattr(files, "skipped", []))
+
+
 class RemoteObject(NamedTuple):
     url: str  # as shown: scheme://bucket/key
     key: str  # as the filesystem names it: bucket/key
@@ -53,9 +69,12 @@ class RemoteObject(NamedTuple):
 
 
 def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False,
-             stage: str | None = None) -> list[InputFile]:
+             stage: str | None = None, retries: int = 5, retry_wait: float = 0.5,
+             on_error: str = "fail") -> list[InputFile]:
     """``inputs.discover`` for every command: local paths as they are; URLs listed, staged into the
-    scratch folder of the run into ``out``, and given the identities of a local copy."""
+    scratch folder of the run into ``out``, and given the identities of a local copy. Transient
+    errors are retried ``retries`` times; with ``on_error="skip"`` an object that stays unreadable
+    is left out (listed in the result's ``skipped``)."""
     urls = [p for p in paths if is_url(p)]
     if not urls:
         return inputs.discover(paths, suffixes=suffixes)
@@ -66,18 +85,25 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
         raise UsageError(f"--stage {stage}: cluster stages do not take URL inputs yet; run without --stage, or "
                          f"download the inputs to the shared file system first")
     fs = _filesystem(urls)
+    policy = retry.Policy(retries=retries, wait=retry_wait)
     root = staging_path(out)
     objects: list[RemoteObject] = []
     local_args: list[str] = []
     for url in urls:
-        found, arg = _list(fs, url, suffixes, root)
+        found, arg = _list(fs, url, suffixes, root, policy)
         objects.extend(found)
         local_args.extend(arg)
     _prune(root, {o.local for o in objects})
-    _stage(fs, objects, root, Progress(quiet=quiet))
+    skipped = _stage(fs, objects, root, Progress(quiet=quiet), policy, skip=on_error == "skip")
+    left_out = {o.local for o in objects if o.url in {s["url"] for s in skipped}}
+    local_args = [a for a in local_args if a not in left_out and os.path.exists(a)]
+    if not local_args:
+        raise DataError(file=safe_url(urls[0]), reason=f"no input object could be read ({len(skipped)} skipped)")
     by_local = {o.local: o for o in objects}
-    files = inputs.discover(local_args, suffixes=suffixes)
-    return [f._replace(origin=f"{by_local[f.path].url}\0{by_local[f.path].etag}") for f in files]
+    files = StagedInputs(f._replace(origin=f"{by_local[f.path].url}\0{by_local[f.path].etag}")
+                         for f in inputs.discover(local_args, suffixes=suffixes))
+    files.skipped = skipped
+    return files
 
 
 def origin_url(f: InputFile) -> str:
@@ -124,7 +150,11 @@ def _filesystem(urls: list[str]) -> Any:
         if len(hosts) > 1 or "" in hosts:
             raise UsageError(f"{shown}: give {scheme}:// inputs of one server, as {scheme}://HOST[:PORT]//path")
         return fsspec.filesystem(scheme, hostid=hosts.pop(), skip_instance_cache=True, use_listings_cache=False)
-    return fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False)
+    # s3fs and botocore retry on their own: off (one attempt each), so ``retry`` alone decides
+    fs = fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False,
+                           config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"}})
+    fs.retries = 1  # s3fs's own loop: one attempt
+    return fs
 
 
 def _host(url: str) -> str:
@@ -146,6 +176,10 @@ def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
         yield
     except ShardsmithError:
         raise
+    except retry.GaveUp as gave_up:  # transient errors that outlasted the retries: a data error, exit 1
+        last = gave_up.last
+        raise DataError(file=url, reason=f"cannot read it after {gave_up.attempts} attempts (the last: "
+                                         f"{type(last).__name__}: {_one_line(last)})") from None
     except FileNotFoundError as exc:
         what = "no such bucket" if "bucket" in str(exc).lower() else "no such object or prefix"
         raise _error(url, what, reading) from None
@@ -176,7 +210,8 @@ def _one_line(exc: BaseException) -> str:
 
 # -- listing ---------------------------------------------------------------------------------------
 
-def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path) -> tuple[list[RemoteObject], list[str]]:
+def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retry.Policy
+          ) -> tuple[list[RemoteObject], list[str]]:
     """The objects ``url`` names (a prefix: the files below it with a suffix, hidden names left out as
     a folder walk does; a glob: every match, as a shell expands it; else the one object) and the
     local paths to give ``inputs.discover`` for it once they are staged."""
@@ -186,7 +221,7 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path) -> tuple[lis
     path = _key(scheme, fs._strip_protocol(url)).rstrip("/")
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
-            matched = fs.glob(path, detail=True)
+            matched = retry.call(lambda: fs.glob(path, detail=True), policy)
             found = [_object(scheme, host, _key(scheme, key), info, root, shown)
                      for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
@@ -195,11 +230,11 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path) -> tuple[lis
                 if not o.key.lower().endswith(suffixes):
                     raise UsageError(f"{o.url}: not a supported input (expected {', '.join(suffixes)})")
             return found, [o.local for o in found]
-        info = fs.info(path or "/")
+        info = retry.call(lambda: fs.info(path or "/"), policy)
         if info.get("type") != "directory":
             o = _object(scheme, host, path, info, root, shown)
             return [o], [o.local]
-        listed = {_key(scheme, k): v for k, v in fs.find(path or "/", detail=True).items()}
+        listed = {_key(scheme, k): v for k, v in retry.call(lambda: fs.find(path or "/", detail=True), policy).items()}
     found = []
     for key, info in sorted(listed.items()):
         rel = key[len(path) + 1:]
@@ -248,11 +283,15 @@ def _prune(root: Path, keep: set[str]) -> None:
                 os.unlink(path)
 
 
-def _stage(fs: Any, objects: list[RemoteObject], root: Path, progress: Progress) -> None:
-    """Download the objects not staged yet, in parallel threads, within the free disk space."""
+def _stage(fs: Any, objects: list[RemoteObject], root: Path, progress: Progress, policy: retry.Policy, *,
+           skip: bool = False) -> list[dict[str, str]]:
+    """Download the objects not staged yet, in parallel threads, within the free disk space. The
+    first that cannot be read stops the others, or (``skip``) is left out: returns those, as
+    ``{"url", "reason"}``."""
     todo = [o for o in objects if not _is_staged(root, o)]
+    skipped: list[dict[str, str]] = []
     if not todo:
-        return
+        return skipped
     need = sum(o.size for o in todo)
     root.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(root).free
@@ -264,33 +303,47 @@ def _stage(fs: Any, objects: list[RemoteObject], root: Path, progress: Progress)
     stop = threading.Event()
     try:
         with progress.bar(total=need, desc="stage", unit="B") as bar:
-            pending = {pool.submit(_fetch, fs, root, o, stop) for o in todo}
+            of = {pool.submit(_fetch, fs, root, o, stop, policy): o for o in todo}
+            pending = set(of)
             while pending:
                 done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
                 for future in done:
-                    bar.update(future.result())  # raises the first download's error
+                    try:
+                        bar.update(future.result())  # raises the first download's error
+                    except DataError as exc:
+                        if not skip:
+                            raise
+                        skipped.append({"url": of[future].url, "reason": exc.reason})
     except BaseException:
         stop.set()  # Ctrl-C or a failed download: the others stop at their next block, as temporary files
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     pool.shutdown()
+    if skipped:
+        progress.note(f"skipped {len(skipped)} unreadable input objects (--on-error skip): "
+                      f"{', '.join(s['url'] for s in skipped[:3])}{' …' if len(skipped) > 3 else ''}")
+    return sorted(skipped, key=lambda s: s["url"])
 
 
-def _fetch(fs: Any, root: Path, o: RemoteObject, stop: threading.Event) -> int:
+def _fetch(fs: Any, root: Path, o: RemoteObject, stop: threading.Event, policy: retry.Policy) -> int:
     """One object to its staged path: a temporary name, renamed when whole; then its ETag. Read in
-    blocks, so a stopped run (``stop``) never waits for a large object to finish."""
+    blocks, so a stopped run (``stop``) never waits for a large object to finish; a read that breaks
+    off is retried from the byte it reached."""
     local = Path(o.local)
     local.parent.mkdir(parents=True, exist_ok=True)
     etag = _etag_path(root, o.local)
     etag.unlink(missing_ok=True)  # never an old ETag beside a new copy
     tmp = local.parent / f".{local.name}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
-        with _storage_errors(o.url, reading=True), fs.open(o.key, "rb", block_size=BLOCK) as src, \
-                open(tmp, "wb") as dst:
-            while block := src.read(BLOCK):
-                if stop.is_set():
-                    return 0
-                dst.write(block)
+        with _storage_errors(o.url, reading=True), open(tmp, "wb") as dst:
+            reached = [0]
+
+            def progressed() -> bool:
+                further, reached[0] = dst.tell() > reached[0], dst.tell()
+                return further
+
+            if not retry.call(lambda: _copy(fs, o, dst, stop), policy, stop=stop, progressed=progressed):
+                return 0
             dst.flush()
             os.fsync(dst.fileno())
             size = dst.tell()
@@ -305,3 +358,16 @@ def _fetch(fs: Any, root: Path, o: RemoteObject, stop: threading.Event) -> int:
     tmp_etag.write_text(f"{o.size} {o.etag}")
     os.replace(tmp_etag, etag)
     return o.size
+
+
+def _copy(fs: Any, o: RemoteObject, dst: Any, stop: threading.Event) -> bool:
+    """The object's bytes from ``dst``'s position on (a fresh open, a ranged read from there) to
+    its end, block by block; False if the run is stopping."""
+    with fs.open(o.key, "rb", block_size=BLOCK) as src:
+        if dst.tell():
+            src.seek(dst.tell())
+        while block := src.read(BLOCK):
+            if stop.is_set():
+                return False
+            dst.write(block)
+    return True

@@ -3,8 +3,8 @@
 A killed conversion leaves its finished part files in the work folder beside the output. Running
 the same command again (same options, same unchanged inputs) reuses them; anything else starts
 over. The output folder remembers which command is filling it (``.shardsmith-run.json``), so a
-different command is refused there unless ``--overwrite``. Workers, progress and ``--overwrite``
-never change the bytes, so they are not part of the identity.
+different command is refused there unless ``--overwrite``. Workers, progress, ``--overwrite`` and
+the retries of object storage never change the bytes, so they are not part of the identity.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import orjson
 from shardsmith.engine.inputs import InputFile
 
 RUN_FILE = ".shardsmith-run.json"
-_VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size"}
+_VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size", "retries", "retry_wait"}
 
 
 def _digest(value: Any) -> str:

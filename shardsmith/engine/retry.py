@@ -1,0 +1,97 @@
+"""Retries of transient storage errors, with exponential backoff and full jitter (issue 15, part 4).
+
+An object store answers a share of requests with a reset connection, a 500 or 503, a throttling
+"SlowDown" or a timeout; the same request a moment later succeeds. ``call`` repeats such a request
+up to ``retries`` more times, waiting a random time between 0 and ``min(CAP, wait * 2**n)`` before
+the n-th retry ("full jitter": many clients that failed together do not retry together). Errors
+that say something permanent (no such key or bucket, access denied) are raised at once. After the
+last retry ``GaveUp`` says how many attempts were made and what the last one raised.
+
+Only this layer retries: the storage clients are configured not to (``remote.py``), so the number
+of attempts is the one the options give and the tests measure.
+"""
+
+from __future__ import annotations
+
+import errno
+import random
+import threading
+from collections.abc import Callable
+from typing import NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+CAP = 20.0  # seconds: the longest wait before one retry
+_TRANSIENT_ERRNOS = {errno.EBUSY, errno.ECONNRESET, errno.ECONNREFUSED, errno.ECONNABORTED, errno.ETIMEDOUT,
+                     errno.EPIPE, errno.EAGAIN, getattr(errno, "EREMOTEIO", 121)}
+# the error classes of botocore, aiohttp, urllib3 and fsspec that a retry may cure, by name (none is imported)
+_TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSError", "ClientConnectionError",
+                    "ClientConnectorError", "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
+                    "ConnectTimeoutError", "IncompleteRead", "IncompleteReadError", "ResponseParserError",
+                    "FSTimeoutError", "HTTPClientError", "ProtocolError", "RemoteDisconnected"}
+_TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "RequestTimeout",
+                    "InternalError", "ServiceUnavailable", "TooManyRequests", "500", "502", "503", "504"}
+
+
+class Policy(NamedTuple):
+    """How often and how patiently to retry: ``retries`` more attempts after the first, the n-th
+    after a random wait of up to ``min(CAP, wait * 2**n)`` seconds."""
+
+    retries: int = 5
+    wait: float = 0.5
+
+    def delay(self, failures: int, rng: random.Random) -> float:
+        return rng.uniform(0.0, min(CAP, self.wait * 2 ** max(0, failures - 1)))
+
+
+class GaveUp(Exception):
+    """A transient error that outlasted every retry: ``attempts`` made, ``last`` the final error."""
+
+    def __init__(self, attempts: int, last: BaseException) -> None:
+        super().__init__(f"{attempts} attempts")
+        self.attempts = attempts
+        self.last = last
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a retry may cure ``exc``: a reset or refused connection, a timeout, a 5xx or throttling
+    answer. The error, its cause and its context are looked at (clients wrap each other's errors)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)):
+            return False
+        if isinstance(e, (ConnectionError, TimeoutError)) or type(e).__name__ in _TRANSIENT_NAMES:
+            return True
+        if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
+            return True
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", ""))
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0
+            if code in _TRANSIENT_CODES or int(status) >= 500 or int(status) == 429:
+                return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def call(fn: Callable[[], T], policy: Policy, *, stop: threading.Event | None = None,
+         progressed: Callable[[], bool] | None = None, rng: random.Random | None = None) -> T:
+    """``fn()``, retried on transient errors as ``policy`` says; ``GaveUp`` after the last attempt.
+    ``progressed()`` true after a failure (a download that got further before it broke off) starts
+    the count again: the bound is on failures in a row that made no progress. A set ``stop`` ends
+    the waiting (the run is stopping) by raising the last error."""
+    rng = rng or random.Random()
+    failures = 0
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            failures = 1 if progressed is not None and progressed() else failures + 1
+            if failures > policy.retries:
+                raise GaveUp(failures, exc) from exc
+            if (stop or threading.Event()).wait(policy.delay(failures, rng)):
+                raise

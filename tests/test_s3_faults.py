@@ -1,0 +1,173 @@
+"""Faults of object storage (issue 15, part 4): a flaky S3 endpoint (``s3_fault_proxy``, in front of
+a real moto server) fails a share of the requests with 503 SlowDown and connections closed in the
+middle of a body. Runs through it finish with the bytes of a local run; an object that stays
+unreadable stops the run with one line after a bounded number of attempts, or is left out and
+listed with ``--on-error skip``. Only shardsmith's retries are at work (s3fs's and botocore's are
+off), so the attempts counted here are ours.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+from conftest import jpeg_folder, make_docs, run_cli, tree_digest, write_jsonl
+from s3_fault_proxy import Faults, fault_proxy
+
+pytest.importorskip("s3fs", reason="S3 inputs need s3fs (pip install 'shardsmith[s3]')")
+pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
+pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
+
+from test_s3_inputs import KEYS, _same_dataset, _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
+
+FAST = ["--retry-wait", "0.01"]  # the backoff is the code's; the tests need not wait for it
+
+
+@pytest.fixture
+def flaky(s3, s3_env, monkeypatch):  # noqa: F811  (the fixtures imported above)
+    """``(client, start)``: ``start(faults)`` points the runs at a fault proxy in front of the server."""
+    proxies = []
+
+    def start(faults: Faults) -> Faults:
+        cm = fault_proxy(s3_env["AWS_ENDPOINT_URL"], faults)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", cm.__enter__())
+        proxies.append(cm)
+        return faults
+
+    yield s3, start
+    for cm in proxies:
+        cm.__exit__(None, None, None)
+
+
+def _starts(faults: Faults, key: str) -> list[int]:
+    """The first byte of every ranged GET of ``key``, in the order they came."""
+    return [int(r[2].split("=")[1].split("-")[0]) for r in faults.requests
+            if r[0] == "GET" and urlsplit(r[1]).path.endswith("/" + key) and r[2]]
+
+
+def test_jsonl_through_faults_equals_local(flaky, tmp_path, monkeypatch):
+    from shardsmith.engine import remote
+
+    monkeypatch.setattr(remote, "BLOCK", 32 << 10)  # a large object is many ranged reads: resets land inside it
+    client, start = flaky
+    local = tmp_path / "corpus"
+    write_jsonl(local / "a.jsonl", make_docs(120, seed=1))
+    write_jsonl(local / "sub" / "b.jsonl", make_docs(80, seed=2))
+    write_jsonl(local / "big.jsonl", make_docs(2500, seed=3))
+    assert (local / "big.jsonl").stat().st_size > 8 * (32 << 10)
+    _upload(client, "shardsmith-faults", local, "data")
+    common = ["--to", "webdataset", "--workers", "2", "--seed", "7", "--split", "train=0.8,val=0.2", "-q"]
+    ref = run_cli("convert", local, "-o", tmp_path / "ref", *common)
+    assert ref.exit_code == 0, ref.stderr
+    faults = start(Faults(slowdown=0.12, reset=0.2, seed=2))  # ~1 request in 4 fails
+    got = run_cli("convert", "s3://shardsmith-faults/data/", "-o", tmp_path / "got", *common, *FAST)
+    assert got.exit_code == 0, got.stderr
+    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    failed = faults.count("503") + faults.count("reset")
+    assert faults.count("503") and faults.count("reset") and 0.2 <= failed / len(faults.requests) <= 0.4, \
+        (failed, len(faults.requests))
+    starts = _starts(faults, "big.jsonl")
+    assert starts == sorted(starts), "a download that broke off resumes where it was, never from the start"
+    broken = [int(r[2].split("=")[1].split("-")[0]) for r in faults.requests
+              if r[3] == "reset" and r[1].endswith("/big.jsonl") and r[2]]
+    assert any(b > 0 for b in broken), "some reset landed in the middle of the large object"
+
+
+def test_image_folder_through_faults_equals_local(flaky, tmp_path):
+    client, start = flaky
+    local = jpeg_folder(tmp_path / "images", classes=3, per_class=4)
+    _upload(client, "shardsmith-faults-img", local, "images")
+    common = ["--to", "webdataset", "--workers", "1", "-q"]
+    assert run_cli("convert", local, "-o", tmp_path / "ref", *common).exit_code == 0
+    faults = start(Faults(slowdown=0.12, reset=0.2))
+    got = run_cli("convert", "s3://shardsmith-faults-img/images/", "-o", tmp_path / "got", *common, *FAST)
+    assert got.exit_code == 0, got.stderr
+    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    assert faults.count("503") and faults.count("reset")
+
+
+def _doomed_bucket(client, tmp_path: Path) -> Path:
+    local = tmp_path / "corpus"
+    write_jsonl(local / "a.jsonl", make_docs(60, seed=4))
+    write_jsonl(local / "b.jsonl", make_docs(40, seed=5))
+    write_jsonl(local / "bad.jsonl", make_docs(10, seed=6))
+    _upload(client, "shardsmith-doomed", local, "data")
+    return local
+
+
+def test_unreadable_object_stops_the_run_after_bounded_retries(flaky, tmp_path):
+    client, start = flaky
+    _doomed_bucket(client, tmp_path)
+    faults = start(Faults(doomed=("bad.jsonl",)))
+    began = time.monotonic()
+    res = run_cli("convert", "s3://shardsmith-doomed/data/", "-o", tmp_path / "out", "--to", "webdataset", "-q",
+                  "--retries", "3", "--retry-wait", "0.05")
+    elapsed = time.monotonic() - began
+    assert res.exit_code == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1, res.stderr
+    assert "s3://shardsmith-doomed/data/bad.jsonl: cannot read it after 4 attempts" in lines[0], res.stderr
+    assert KEYS["AWS_SECRET_ACCESS_KEY"] not in res.stderr and KEYS["AWS_ACCESS_KEY_ID"] not in res.stderr
+    assert sum(1 for r in faults.requests if r[1].endswith("/bad.jsonl")) == 4, "one request per attempt"
+    assert elapsed < 10, elapsed  # 3 waits of at most 0.05, 0.1, 0.2 s
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_object_is_skipped_and_listed(flaky, tmp_path):
+    client, start = flaky
+    local = _doomed_bucket(client, tmp_path)
+    (local / "bad.jsonl").unlink()
+    common = ["--to", "webdataset", "--workers", "1", "-q", "--on-error", "skip"]
+    assert run_cli("convert", local, "-o", tmp_path / "ref", *common).exit_code == 0
+    start(Faults(doomed=("bad.jsonl",)))
+    res = run_cli("convert", "s3://shardsmith-doomed/data/", "-o", tmp_path / "got", *common, "--retries", "2",
+                  *FAST)
+    assert res.exit_code == 0, res.stderr
+    assert tree_digest(tmp_path / "ref") == tree_digest(tmp_path / "got")
+    source = orjson.loads((tmp_path / "got" / "manifest.json").read_bytes())["source"]
+    assert source["inputs"] == ["a.jsonl", "b.jsonl"]
+    assert [s["url"] for s in source["skipped_inputs"]] == ["s3://shardsmith-doomed/data/bad.jsonl"]
+    assert "after 3 attempts" in source["skipped_inputs"][0]["reason"]
+    assert KEYS["AWS_SECRET_ACCESS_KEY"] not in orjson.dumps(source).decode()
+
+
+def test_no_retries_fail_fast(flaky, tmp_path):
+    client, start = flaky
+    _doomed_bucket(client, tmp_path)
+    faults = start(Faults(slowdown=1.0))  # every request
+    began = time.monotonic()
+    res = run_cli("convert", "s3://shardsmith-doomed/data/", "-o", tmp_path / "out", "--to", "webdataset", "-q",
+                  "--retries", "0")
+    assert time.monotonic() - began < 5
+    assert res.exit_code == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "s3://shardsmith-doomed/data/: cannot read it after 1 attempts" in lines[0], res.stderr
+    assert len(faults.requests) == 1, faults.requests
+
+
+def test_permanent_errors_are_not_retried(flaky, tmp_path):
+    _, start = flaky
+    faults = start(Faults())
+    res = run_cli("convert", "s3://shardsmith-no-such-bucket-2/data/", "-o", tmp_path / "out", "--to",
+                  "webdataset", "-q", "--retries", "5", "--retry-wait", "5")
+    assert res.exit_code == 2 and "no such bucket" in res.stderr, res.stderr
+    assert len(faults.requests) <= 2, faults.requests  # s3fs may ask twice (list, then head), never 6 times
+
+
+def test_pack_tokens_glob_through_faults_equals_local(flaky, tmp_path, bpe_tokenizer):
+    client, start = flaky
+    local = tmp_path / "text"
+    write_jsonl(local / "a.jsonl", make_docs(150, seed=3))
+    write_jsonl(local / "b.jsonl", make_docs(90, seed=4))
+    _upload(client, "shardsmith-faults-text", local, "data")
+    common = ["--tokenizer", bpe_tokenizer, "--workers", "2", "--shard-tokens", "4K", "-q"]
+    ref = run_cli("pack-tokens", local / "a.jsonl", local / "b.jsonl", "-o", tmp_path / "ref", *common)
+    assert ref.exit_code == 0, ref.stderr
+    faults = start(Faults(slowdown=0.12, reset=0.2, seed=2))
+    got = run_cli("pack-tokens", "s3://shardsmith-faults-text/data/*.jsonl", "-o", tmp_path / "got", *common, *FAST)
+    assert got.exit_code == 0, got.stderr
+    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    assert faults.count("503") and faults.count("reset")
