@@ -11,7 +11,7 @@ $(VENV)/bin/python:
 	$(PIP) install --upgrade pip
 
 $(VENV)/.core: $(VENV)/bin/python pyproject.toml
-	$(PIP) install -e '.[images,root]'
+	$(PIP) install -e '.[images,root,webdataset]'
 	touch $@
 
 $(VENV)/.dev: $(VENV)/bin/python pyproject.toml
