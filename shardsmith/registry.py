@@ -140,9 +140,14 @@ def format_named(name: str) -> Format:
     return get("format", name)()
 
 
+def formats_for(*, option: str, holds: str) -> list[Format]:
+    """The formats ``convert --to OPTION`` may write for records of kind ``holds`` (empty: none)."""
+    return [f for f in formats() if f.option == option and holds in f.accepts]
+
+
 def format_for(*, option: str, holds: str) -> Format:
     """The format that ``convert --to OPTION`` writes for records of kind ``holds``."""
-    matches = [f for f in formats() if f.option == option and holds in f.accepts]
+    matches = formats_for(option=option, holds=holds)
     if not matches:
         kinds = sorted({k for f in formats() if f.option == option for k in f.accepts})
         raise UsageError(f"--to {option} does not hold {holds}" + (f" (it holds {', '.join(kinds)})" if kinds else ""))

@@ -61,34 +61,27 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     files: list[InputFile] | None = None
     if opts.source is None:
         with no_gc():
-            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
-                                    retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error,
-                                    suffixes=tuple(s for c in sources.values() for s in c.suffixes))
+            files = remote.discover_inputs(opts, suffixes=tuple(s for c in sources.values() for s in c.suffixes))
             name = infer_source(files, sources)
     else:
         name = opts.source
     cls = sources.get(name) or registry.get("source", name)
-    if cls.events_variant and (cls.wants_events(opts) or not _holds(opts.to, cls.holds)):
+    if cls.events_variant and (cls.wants_events(opts) or not registry.formats_for(option=opts.to, holds=cls.holds)):
         cls = registry.get("source", cls.events_variant)
     fmt = registry.format_for(option=opts.to, holds=cls.holds)
     reader = cls.from_options(opts)
     if files is None:  # (inferred: the listing holds exactly that source's files)
         with no_gc():
-            files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
-                                    retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error,
-                                    suffixes=reader.suffixes)
+            files = remote.discover_inputs(opts, suffixes=reader.suffixes)
+    skipped = remote.skipped_inputs(files)  # objects --on-error skip left out while staging
     if cls.holds == "events":
         keep_freed_memory()
-        return run_events(opts, reader, fmt, files, Progress(quiet=opts.quiet), session)
-    return _samples(opts, reader, fmt, files, session)
-
-
-def _holds(option: str, holds: str) -> bool:
-    return any(f.option == option and holds in f.accepts for f in registry.formats())
+        return run_events(opts, reader, fmt, files, Progress(quiet=opts.quiet), session, skipped_inputs=skipped)
+    return _samples(opts, reader, fmt, files, session, skipped)
 
 
 def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[InputFile],
-             session: OutputRun) -> dict[str, Any]:
+             session: OutputRun, skipped_inputs: list[dict[str, str]]) -> dict[str, Any]:
     """Rows and images into tar samples."""
     images = reader.holds == "images"
     if opts.augment and not images:
@@ -130,12 +123,12 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
             make_writer=lambda split, part: fmt.writer(job, split, part))
         if done.summary is not None:
             return done.summary
-    return _commit(opts, reader, fmt, job, done, files, session, processor, classes)
+    return _commit(opts, reader, fmt, job, done, files, session, processor, classes, skipped_inputs)
 
 
 def _commit(opts: ConvertOptions, reader: Reader, fmt: Format, job: WriteJob, done: Converted,
             files: list[InputFile], session: OutputRun, processor: SampleProcessor,
-            classes: list[str] | None) -> dict[str, Any]:
+            classes: list[str] | None, skipped_inputs: list[dict[str, str]]) -> dict[str, Any]:
     extras: dict[str, Any] = {"copies": opts.copies}
     if classes is not None:
         extras["classes"] = classes
@@ -153,4 +146,4 @@ def _commit(opts: ConvertOptions, reader: Reader, fmt: Format, job: WriteJob, do
     if opts.augment:
         used.append(("transform", "augment"))
     return commit_dataset(session, fmt=fmt, job=job, done=done, files=files, source=source, schema=schema,
-                          extras=extras, copies=opts.copies, used=tuple(used))
+                          extras=extras, copies=opts.copies, used=tuple(used), skipped_inputs=skipped_inputs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from shardsmith.core.events import EventSchema
 from shardsmith.core.progress import Progress
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
@@ -26,12 +27,11 @@ if TYPE_CHECKING:
 
 
 def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[InputFile], progress: Progress,
-               session: OutputRun) -> dict[str, Any]:
+               session: OutputRun, *, skipped_inputs: list[dict[str, str]]) -> dict[str, Any]:
     """Read, shuffle and write events into the folder ``session`` holds; returns the manifest it wrote."""
     if opts.augment or opts.copies > 1 or opts.text_field:
         raise UsageError("--augment, --copies and --text-field do not apply to events")
-    files, unread = _readable(opts, reader, files)
-    schema, skipped_fields = reader.schema(files)  # type: ignore[attr-defined]
+    files, unread, (schema, skipped_fields) = _readable(opts, reader, files)
     if not schema.fields:
         raise UsageError(f"{files[0].rel}: no numeric fields to convert" + (
             f" (skipped: {', '.join(skipped_fields[:5])})" if skipped_fields else ""))
@@ -57,18 +57,19 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     return commit_dataset(session, fmt=fmt, job=job, done=done, files=files,
                           source={"reader": reader.name, **reader.source_fields(opts)}, schema=schema.to_json(),
                           extras={"events": {"counters": list(schema.counters), "skipped_fields": skipped_fields}},
-                          events=True, used=(("source", reader.name),), unread=unread)
+                          events=True, used=(("source", reader.name),), unread=unread,
+                          skipped_inputs=skipped_inputs)
 
 
 def _readable(opts: ConvertOptions, reader: Reader, files: list[InputFile]
-              ) -> tuple[list[InputFile], list[dict[str, Any]]]:
-    """The inputs whose schema can be read: with ``--on-error skip`` a file that cannot be opened at
-    all (truncated, corrupt) is left out and listed as unread; any other problem stops the run."""
+              ) -> tuple[list[InputFile], list[dict[str, Any]], tuple[EventSchema, list[str]]]:
+    """The inputs whose schema can be read, those left out, and the reader's schema of the rest: with
+    ``--on-error skip`` a file that cannot be opened at all (truncated, corrupt) is left out and
+    listed as unread; any other problem stops the run."""
     unread: list[dict[str, Any]] = []
     while True:
         try:
-            reader.schema(files)  # type: ignore[attr-defined]
-            return files, unread
+            return files, unread, reader.schema(files)  # type: ignore[attr-defined]
         except DataError as exc:
             left = [f for f in files if f.rel != exc.file]
             if opts.on_error != "skip" or not exc.skippable or exc.record is not None or len(left) == len(files):

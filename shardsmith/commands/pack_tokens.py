@@ -90,9 +90,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                                   if cls.holds == "rows"])
     fmt = registry.format_named("tokens")
     transforms = build_transforms(opts.transforms, holds="rows", opts=opts)
-    files = remote.discover(list(opts.inputs), out=opts.out, quiet=opts.quiet, stage=opts.stage,
-                            retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error,
-                            suffixes=reader.suffixes)
+    files = remote.discover_inputs(opts, suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     reader.limit_records(sizing.record_bytes)
@@ -163,7 +161,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
         extras={"tokenizer": tokenizer, "seq_len": opts.seq_len,
                 **({"transforms": [t.describe() for t in transforms]} if transforms else {})},
-        used=(*(("source", kind) for kind in reader.kinds(files)), *(("transform", t.name) for t in transforms)))
+        used=(*(("source", kind) for kind in reader.kinds(files)), *(("transform", t.name) for t in transforms)),
+        skipped_inputs=remote.skipped_inputs(files))
 
 
 def _write_changed(path: Path, data: bytes) -> None:

@@ -3,10 +3,11 @@ the format's fields, and commit the manifest (the dataset exists from that momen
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.engine.remote import input_root, skipped_inputs
+from shardsmith.engine.remote import input_root
 from shardsmith.engine.run import Converted, Tally
 
 if TYPE_CHECKING:
@@ -20,14 +21,16 @@ MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their cou
 def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Converted, files: list[InputFile],
                    source: dict[str, Any], schema: dict[str, Any], extras: dict[str, Any] | None = None,
                    copies: int = 1, events: bool = False, used: tuple[tuple[str, str], ...] = (),
-                   unread: list[dict[str, Any]] = ()) -> dict[str, Any]:
+                   unread: Sequence[dict[str, Any]] = (), skipped_inputs: Sequence[dict[str, str]] = ()
+                   ) -> dict[str, Any]:
     """The manifest of a finished run, committed; returns it.
 
     ``source``: the reader's fields (name and what it adds); ``events``: each split also counts the
     events its samples hold (several per sample with ``--events-per-sample``); ``used``: the
     registered objects the run used, as (kind, name) -- those of other packages are named with
     their distribution and version in ``plugins``; ``unread``: input files left out whole
-    (``--on-error skip`` of a file that cannot be opened), listed with the files that broke off.
+    (``--on-error skip`` of a file that cannot be opened), listed with the files that broke off;
+    ``skipped_inputs``: objects that stayed unreadable while staging (``remote.skipped_inputs``).
     """
     from shardsmith import registry
 
@@ -35,8 +38,7 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     outputs = done.outputs
     counts = {name: o.events or sum(s.samples for s in o.shards) for name, o in outputs.items()} if events else None
     tally = Tally.of(done.results, outputs, copies=copies, inputs=files,
-                     written=sum(counts.values()) if counts is not None else None)
-    tally.unread.extend(unread)
+                     written=sum(counts.values()) if counts is not None else None, unread_files=unread)
     splits: dict[str, Any] = {}
     for name, o in outputs.items():
         entry: dict[str, Any] = {"samples": sum(s.samples for s in o.shards)}
@@ -50,8 +52,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
               "limit": opts.limit}
     if (root := input_root(files)) is not None:  # inputs staged from a URL (shown without userinfo or query)
         source["input_root"] = root
-    if skipped := skipped_inputs(files):  # objects --on-error skip left out: they stayed unreadable
-        source["skipped_inputs"] = skipped
+    if skipped_inputs:  # objects --on-error skip left out: they stayed unreadable
+        source["skipped_inputs"] = list(skipped_inputs)
     fields = dict(extras or {})
     for key, value in fmt.manifest_fields(job, outputs).items():
         both = isinstance(value, dict) and isinstance(fields.get(key), dict)

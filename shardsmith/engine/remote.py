@@ -42,8 +42,8 @@ from shardsmith.errors import DataError, ShardsmithError, UsageError
 
 # scheme -> (the module its fsspec filesystem needs, the extra that installs it)
 BACKENDS = {"s3": ("s3fs", "s3"), "root": ("fsspec_xrootd", "xrootd")}
-HOSTED = {"root"}
-XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "2", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60"}  # schemes whose URL names the server a filesystem is bound to: root://HOST[:PORT]//path
+HOSTED = {"root"}  # schemes whose URL names the server a filesystem is bound to: root://HOST[:PORT]//path
+XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "2", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60"}
 LATER = ("gs", "gcs", "http", "https", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
 THREADS = 8
 BLOCK = 8 << 20  # bytes per ranged read of a download
@@ -58,6 +58,12 @@ class StagedInputs(list):  # type: ignore[type-arg]
 
 def skipped_inputs(files: list[InputFile]) -> list[dict[str, str]]:
     return list(getattr(files, "skipped", []))
+
+
+def discover_inputs(opts: Any, *, suffixes: tuple[str, ...]) -> list[InputFile]:
+    """``discover`` with a converting command's options (inputs, output, stage, retries, on-error)."""
+    return discover(list(opts.inputs), suffixes=suffixes, out=opts.out, quiet=opts.quiet, stage=opts.stage,
+                    retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error)
 
 
 class RemoteObject(NamedTuple):

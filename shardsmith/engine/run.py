@@ -9,6 +9,7 @@ A cluster stage runs its part only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,8 +141,9 @@ class Tally:
 
     @classmethod
     def of(cls, results: list[TaskResult], writers: dict[str, Any], *, copies: int = 1,
-           inputs: list[Any], written: int | None = None) -> Tally:
-        """``written``: records written, where a sample holds several (events packed into one tar sample).
+           inputs: list[Any], written: int | None = None, unread_files: Sequence[dict[str, Any]] = ()) -> Tally:
+        """``written``: records written, where a sample holds several (events packed into one tar sample);
+        ``unread_files``: inputs left out whole before reading (listed with the files that broke off).
 
         When nothing was written the run ends with an error (which releases the output folder:
         ``session``)."""
@@ -149,7 +151,7 @@ class Tally:
         tally = cls(records=sum(r.records for r in results),
                     written=sum(s.samples for w in writers.values() for s in w.shards) if written is None else written,
                     skipped=[s for s in every if not s.get("unread_tail")],
-                    unread=[s for s in every if s.get("unread_tail")])
+                    unread=[*unread_files, *(s for s in every if s.get("unread_tail"))])
         if tally.written == 0:
             raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
                             f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
