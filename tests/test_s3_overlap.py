@@ -36,7 +36,7 @@ def _fetched(faults: Faults) -> set[str]:
     return {urlsplit(r[1]).path.rsplit("/", 1)[1] for r in faults.requests if r[0] == "GET" and r[2]}
 
 
-def test_limit_stages_only_what_it_reads(flaky, tmp_path):
+def test_limit_stages_only_what_it_reads(flaky, tmp_path):  # noqa: F811  (the fixture imported above)
     client, start = flaky
     local = _many(client, tmp_path, "shardsmith-limit")
     faults = start(Faults())
@@ -53,7 +53,7 @@ def test_limit_stages_only_what_it_reads(flaky, tmp_path):
 
 
 @pytest.mark.parametrize("command", ["convert", "pack-tokens"])
-def test_staging_within_a_small_budget_equals_local(flaky, tmp_path, bpe_tokenizer, command):
+def test_staging_within_a_small_budget_equals_local(flaky, tmp_path, bpe_tokenizer, command):  # noqa: F811
     """Forked workers move the point the stager may run ahead of (shared memory): with a budget of a
     tenth of the inputs the run still finishes, with the bytes of the local run."""
     client, start = flaky
