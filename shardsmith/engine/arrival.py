@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from shardsmith.core.urls import is_url
 from shardsmith.engine.inputs import InputFile
 from shardsmith.errors import DataError
 
@@ -65,11 +66,21 @@ def failure() -> DataError | None:
     return DataError(file=url, reason=reason) if url else None
 
 
+def staged(f: InputFile) -> bool:
+    """Whether ``f`` is a copy staged from a URL (not a local file, nor a URL its source reads in place)."""
+    return bool(f.origin) and not is_url(f.path)
+
+
+def arriving(f: InputFile) -> bool:
+    """Whether ``f`` is staged from a URL and not here yet."""
+    return staged(f) and not os.path.exists(f.path)
+
+
 def wait_whole(files: Iterable[InputFile]) -> None:
     """Return once every staged one of ``files`` is whole at its path (local files at once); the
     stager's error if it stopped first. Ctrl-C ends the wait as it ends any sleep."""
     for f in files:
-        if not f.origin:
+        if not staged(f):
             continue
         reach(f.index)
         pause = 0.005

@@ -53,7 +53,10 @@ def _row(path: str, rel: str, st: os.stat_result, group: str) -> _Row:
 
 
 def changed(file: InputFile) -> str | None:
-    """Why ``file`` is not what it was when it was listed (size, content or the file itself), or None."""
+    """Why ``file`` is not what it was when it was listed (size, content or the file itself), or None.
+    An object read in place (its path a URL) is not looked at again: its listed version stands."""
+    if "://" in file.path:
+        return None
     try:
         st = os.stat(file.path)
     except OSError as exc:

@@ -10,7 +10,6 @@ fingerprint in its name stands for, so ranks racing to write it write the same b
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, overload
@@ -109,8 +108,7 @@ def plan_tasks(reader: Reader, files: list[InputFile], *, chunk_bytes: int, stag
                run: dict[str, str]) -> Sequence[Task]:
     """``reader.plan``, once per staged run; file by file as they arrive (``Planned``) when inputs
     from a URL are still being staged and the reader plans each file on its own."""
-    arriving = any(f.origin and not os.path.exists(f.path) for f in files)
-    if stage is None and arriving and reader.plans_each_file:
+    if stage is None and any(map(arrival.arriving, files)) and reader.plans_each_file:
         return Planned(reader, files, chunk_bytes=chunk_bytes)
     wait_to_plan(reader, files, chunk_bytes=chunk_bytes)
     by_index = {f.index: f for f in files}

@@ -114,10 +114,11 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
         found, entry = _list(fs, url, suffixes, root, policy)
         objects.extend(found)
         entries.extend(entry)
-    staged = {o.local for o in objects if _is_staged(root, o)}
+    in_place = {o.local for o in objects if _read_in_place(o.url)}
+    staged = {o.local for o in objects if o.local not in in_place and _is_staged(root, o)}
     _prune(root, staged)  # what is left at an input's path is whole: a reader may take it as soon as it exists
-    files = _identified(entries, objects)
-    todo = list({o.local: o for o in objects if o.index >= 0 and o.local not in staged}.values())
+    files = _identified(entries, objects, in_place)
+    todo = list({o.local: o for o in objects if o.index >= 0 and o.local not in staged | in_place}.values())
     progress = Progress(quiet=quiet)
     need = sum(o.size for o in todo)
     root.mkdir(parents=True, exist_ok=True)
@@ -150,7 +151,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
         entries = [e for e in entries if e[2]]
         if not entries:
             raise DataError(file=safe_url(urls[0]), reason=f"no input object could be read ({len(skipped)} skipped)")
-        files = _identified(entries, objects)
+        files = _identified(entries, objects, in_place)
     result = StagedInputs(files)
     result.skipped = skipped
     return result
@@ -166,14 +167,27 @@ def ahead(memory: int, free_disk: int) -> int:
 _Entry = tuple[str, bool, list[tuple[str, str, int, str, str]]]  # inputs.listed's entry, each row + its URL
 
 
-def _identified(entries: list[_Entry], objects: list[RemoteObject]) -> list[InputFile]:
-    """The listed objects as input files (identities of a local copy, ``origin`` the object), and
-    each object's ``index`` set to the file it becomes (-1: left out)."""
+def _identified(entries: list[_Entry], objects: list[RemoteObject], in_place: set[str]) -> list[InputFile]:
+    """The listed objects as input files (identities of a local copy, ``origin`` the object; the path
+    is where it is staged, or its URL when its source reads it in place), and each object's
+    ``index`` set to the file it becomes (-1: left out)."""
     files = inputs.listed([(path, folder, [r[:4] for r in rows]) for path, folder, rows in entries])
     by_local = {o.local: o for o in objects}
     index = {f.path: f.index for f in files}
     objects[:] = [o._replace(index=index.get(o.local, -1)) for o in objects]
-    return [f._replace(origin=f"{by_local[f.path].url}\0{by_local[f.path].etag}") for f in files]
+    return [f._replace(path=by_local[f.path].url if f.path in in_place else f.path,
+                       origin=f"{by_local[f.path].url}\0{by_local[f.path].etag}") for f in files]
+
+
+def _read_in_place(url: str) -> bool:
+    """Whether the object is read where it is, not staged: every source that reads files of its
+    kind opens URLs of its scheme itself (``Reader.opens_urls``: ROOT files on XRootD, through
+    uproot's XRootD source, fetch only the baskets they need). The one place that decides."""
+    from shardsmith import registry
+
+    scheme, name = url.split("://", 1)[0].lower(), url.lower()
+    readers = [cls for cls in registry.loaded("source").values() if name.endswith(cls.suffixes)]
+    return bool(readers) and all(scheme in cls.opens_urls for cls in readers)
 
 
 def origin_url(f: InputFile) -> str:

@@ -66,6 +66,9 @@ class Reader:
     byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
     columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
     events_variant: ClassVar[str | None] = None  # a source that reads the same files as events
+    # URL schemes whose inputs this source opens where they are (its own ranged reads: only the bytes
+    # it needs) instead of a staged copy; ``InputFile.path`` is then the URL (``engine/remote.py``)
+    opens_urls: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def from_options(cls, opts: Any) -> Reader:
