@@ -179,7 +179,7 @@ def test_torn_download_is_not_taken_for_a_whole_one(s3, tmp_path):
     ("s3://shardsmith-errors/nothing-here.jsonl", "s3://shardsmith-errors/nothing-here.jsonl: no such object"),
     ("s3://shardsmith-errors/data/*.parquet", "s3://shardsmith-errors/data/*.parquet: no object matches"),
     ("s3://someone:hunter2@shardsmith-errors/data/", "s3://shardsmith-errors/data/: s3:// URLs carry no credentials"),
-    ("gs://bucket/data/", "gs://bucket/data/: gs:// inputs are not supported yet"),
+    ("az://container/data/", "az://container/data/: az:// inputs are not supported yet"),
     ("nope://bucket/data/", "nope://bucket/data/: unknown URL scheme nope://"),
 ])
 def test_storage_errors_are_one_line(s3, tmp_path, url, says):

@@ -11,10 +11,17 @@ from shardsmith.core.urls import SCHEME, safe_url
 from shardsmith.errors import UsageError
 
 # scheme -> (the module its fsspec filesystem needs, the extra that installs it)
-BACKENDS = {"s3": ("s3fs", "s3"), "root": ("fsspec_xrootd", "xrootd")}
+BACKENDS = {"s3": ("s3fs", "s3"), "root": ("fsspec_xrootd", "xrootd"), "http": ("aiohttp", "http"),
+            "https": ("aiohttp", "http"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
 HOSTED = {"root"}  # schemes whose URL names the server a filesystem is bound to: root://HOST[:PORT]//path
+WHOLE_URL = {"http", "https"}  # schemes whose filesystem names an object by its whole URL; a folder is a page of links
+# the clients' own retries off (one attempt each), so ``retry`` alone decides: s3fs's loop and botocore's
+OPTIONS: dict[str, dict[str, Any]] = {"s3": {"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}}
+ATTRIBUTES: dict[str, dict[str, Any]] = {"s3": {"retries": 1}}
+CREDENTIALS = {"s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead",
+               "gs": "set GOOGLE_APPLICATION_CREDENTIALS instead", "gcs": "set GOOGLE_APPLICATION_CREDENTIALS instead"}
 XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "2", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60"}
-LATER = ("gs", "gcs", "http", "https", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
+LATER = ("az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
 
 
 def filesystem(urls: list[str]) -> Any:
@@ -27,8 +34,8 @@ def filesystem(urls: list[str]) -> Any:
     shown = safe_url(urls[0])
     if scheme not in BACKENDS:
         if scheme in LATER:
-            raise UsageError(f"{shown}: {scheme}:// inputs are not supported yet (s3:// and root:// are)")
-        raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths, s3:// or root:// URLs)")
+            raise UsageError(f"{shown}: {scheme}:// inputs are not supported yet ({_KNOWN} are)")
+        raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths or {_KNOWN} URLs)")
     module, extra = BACKENDS[scheme]
     if scheme in HOSTED:  # read by the XRootD client when it loads: before the import
         # a server that does not answer: a few seconds, not XRootD's default of 5 tries 2 minutes apart
@@ -42,24 +49,52 @@ def filesystem(urls: list[str]) -> Any:
         raise UsageError(f"{shown}: reading {scheme}:// needs {module}: pip install 'shardsmith[{extra}]'") from None
     for url in urls:
         if "@" in url[len(scheme) + 3:].split("/", 1)[0]:
-            raise UsageError(f"{safe_url(url)}: {scheme}:// URLs carry no credentials; set AWS_ACCESS_KEY_ID and "
-                             f"AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead")
+            raise UsageError(f"{safe_url(url)}: {scheme}:// URLs carry no credentials; "
+                             f"{CREDENTIALS.get(scheme, 'give the URL without user:password@')}")
     if scheme in HOSTED:
         hosts = {host(u) for u in urls}
         if len(hosts) > 1 or "" in hosts:
             raise UsageError(f"{shown}: give {scheme}:// inputs of one server, as {scheme}://HOST[:PORT]//path")
         return fsspec.filesystem(scheme, hostid=hosts.pop(), skip_instance_cache=True, use_listings_cache=False)
-    # s3fs and botocore retry on their own: off (one attempt each), so ``retry`` alone decides
-    fs = fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False,
-                           config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"}})
-    fs.retries = 1  # s3fs's own loop: one attempt
+    fs = fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False, **OPTIONS.get(scheme, {}))
+    for name, value in ATTRIBUTES.get(scheme, {}).items():
+        setattr(fs, name, value)
     return fs
+
+
+_KNOWN = ", ".join(f"{s}://" for s in BACKENDS)
 
 
 def host(url: str) -> str:
     """The server of a hosted scheme's URL (``root://HOST:PORT//path`` -> ``HOST:PORT``); "" for others."""
     scheme, _, rest = url.partition("://")
     return rest.split("/", 1)[0] if scheme.lower() in HOSTED else ""
+
+
+def local_parts(scheme: str, host: str, key: str) -> list[str]:
+    """The folders and name an object is staged as, below ``SCHEME/``: ``HOST/PATH`` for a hosted
+    scheme or a whole URL (without its query), ``BUCKET/KEY`` else."""
+    if scheme in WHOLE_URL:
+        return safe_url(key).split("://", 1)[1].split("/")
+    return [host, *key.strip("/").split("/")] if host else key.split("/")
+
+
+def shown_url(scheme: str, host: str, key: str) -> str:
+    """An object's URL as shown and recorded (never with userinfo or a query)."""
+    if scheme in WHOLE_URL:
+        return safe_url(key)
+    return f"{scheme}://{host}/{key}" if host else f"{scheme}://{key}"
+
+
+def is_folder(scheme: str, url: str, info: dict[str, Any]) -> bool:
+    """Whether a URL names a folder: a prefix of a store, or (a whole-URL scheme) a page of links named
+    with a final slash."""
+    return info.get("type") == "directory" or (scheme in WHOLE_URL and url.endswith("/"))
+
+
+def folder(scheme: str, path: str) -> str:
+    """What the filesystem lists for the folder ``path`` (a page of links is asked for with its slash)."""
+    return path + "/" if scheme in WHOLE_URL else path or "/"
 
 
 def key(scheme: str, listed: str) -> str:

@@ -254,46 +254,54 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
             matched = retry.call(lambda: fs.glob(path, detail=True), policy)
-            found = [_object(scheme, host, backends.key(scheme, key), info, root, shown)
+            found = [_object(scheme, host, backends.key(scheme, key), _sized(fs, key, info, policy), root, shown)
                      for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
                 raise UsageError(f"{shown}: no object matches")
             return found, [_one(o, suffixes) for o in found]
         info = retry.call(lambda: fs.info(path or "/"), policy)
-        if info.get("type") != "directory":
+        if not backends.is_folder(scheme, url, info):
             o = _object(scheme, host, path, info, root, shown)
             return [o], [_one(o, suffixes)]
-        listed = {backends.key(scheme, k): v for k, v in retry.call(lambda: fs.find(path or "/", detail=True), policy).items()}
+        below = backends.folder(scheme, path)
+        listed = {backends.key(scheme, k): v for k, v in retry.call(lambda: fs.find(below, detail=True), policy).items()}
     found, rows = [], []
     for key, info in sorted(listed.items()):
         rel = key[len(path) + 1:]
         if (info.get("type") != "file" or not rel or key.endswith("/") or not rel.lower().endswith(suffixes)
                 or any(part.startswith(".") for part in rel.split("/"))):
             continue
+        with _storage_errors(shown):
+            info = _sized(fs, key, info, policy)
         o = _object(scheme, host, key, info, root, shown)
         found.append(o)
         rows.append((o.local, rel, o.size, rel.split("/", 1)[0] if "/" in rel else "", o.url))
     if not found:
         raise UsageError(f"{shown}: no input files ({', '.join(suffixes)}) below this prefix")
-    return found, [(str(root.joinpath(scheme, *[p for p in (host, path.strip("/")) if p])), True, rows)]
+    return found, [(str(root.joinpath(scheme, *[p for p in backends.local_parts(scheme, host, path) if p])), True, rows)]
+
+
+def _sized(fs: Any, key: str, info: dict[str, Any], policy: retry.Policy) -> dict[str, Any]:
+    """A listed object's details, asked for when the listing had no size (links on a web page)."""
+    return info if info.get("size") is not None else retry.call(lambda: fs.info(key), policy)
 
 
 def _one(o: RemoteObject, suffixes: tuple[str, ...]) -> _Entry:
     """One object named by the command line (or matched by a glob), as a file argument."""
-    if not o.key.lower().endswith(suffixes):
+    if not o.local.lower().endswith(suffixes):  # (the key of a signed URL ends with its query)
         raise UsageError(f"{o.url}: not a supported input (expected {', '.join(suffixes)})")
     return (o.local, False, [(o.local, os.path.basename(o.local), o.size, "", o.url)])
 
 
 def _object(scheme: str, host: str, key: str, info: dict[str, Any], root: Path, shown: str) -> RemoteObject:
     """A listed object: its URL, where it is staged (``SCHEME/[HOST/]KEY``), its size and version."""
-    parts = key.strip("/").split("/") if host else key.split("/")
+    parts = backends.local_parts(scheme, host, key)
+    url = backends.shown_url(scheme, host, key)
     if any(p in ("", ".", "..") for p in parts) or "\0" in key:
-        raise UsageError(f"{shown}: object {scheme}://{key!r} cannot be staged as a file (empty, . or .. in its key)")
+        raise UsageError(f"{shown}: object {url!r} cannot be staged as a file (empty, . or .. in its key)")
     etag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or "")
-    url = f"{scheme}://{host}/{key}" if host else f"{scheme}://{key}"
     return RemoteObject(url=url, key=key, size=int(info.get("size") or 0), etag=etag,
-                        local=str(root.joinpath(scheme, *([host] if host else []), *parts)))
+                        local=str(root.joinpath(scheme, *parts)))
 
 
 # -- staging ---------------------------------------------------------------------------------------
