@@ -196,12 +196,6 @@ def test_storage_errors_are_one_line(s3, tmp_path, url, says):
         assert not left.is_file() or b"hunter2" not in left.read_bytes(), left
 
 
-def test_cluster_stages_refuse_urls(s3, tmp_path):
-    res = run_cli("convert", "s3://shardsmith-errors/data/", "-o", tmp_path / "out", "--to", "webdataset",
-                  "--stage", "scatter", "--rank", "0", "--world-size", "1", "-q")
-    assert res.exit_code == 2 and "cluster stages do not take URL inputs yet" in res.stderr, res.stderr
-
-
 _BLOCK_S3FS = """
 import sys
 class Block:

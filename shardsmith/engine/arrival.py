@@ -28,6 +28,8 @@ from shardsmith.errors import DataError
 _REACHED = mmap.mmap(-1, 8)  # MAP_SHARED and anonymous: one int64 seen by this process and its forked workers
 _INT = struct.Struct("<q")
 _INT.pack_into(_REACHED, 0, -1)
+_wanted = mmap.mmap(-1, 1)  # a byte per input: a reader asked for it (shared as ``_REACHED`` is)
+_expected: list[int] = []  # inputs the plan says this process's rank reads, in order (a cluster stage)
 _failure: Path | None = None  # where the stager of this run says why it stopped (set before workers fork)
 
 
@@ -41,12 +43,29 @@ def reach(index: int) -> None:
         _INT.pack_into(_REACHED, 0, index)
 
 
-def begin(failure: Path) -> None:
-    """A stager starts: readers have reached nothing yet, and none failed."""
-    global _failure
+def begin(failure: Path, *, count: int) -> None:
+    """A stager of ``count`` inputs starts: readers have reached and asked for nothing yet, and none failed."""
+    global _failure, _wanted
     _failure = failure
     failure.unlink(missing_ok=True)
     _INT.pack_into(_REACHED, 0, -1)
+    _wanted = mmap.mmap(-1, max(1, count))
+    _expected.clear()
+
+
+def wanted(index: int) -> bool:
+    """Whether a reader has asked for input ``index``."""
+    return 0 <= index < len(_wanted) and _wanted[index] != 0
+
+
+def expect(files: Iterable[InputFile]) -> None:
+    """The staged inputs this rank's tasks read, in their order: a cluster stage's stager fetches
+    these (and what readers ask for), not every input."""
+    _expected[:] = list(dict.fromkeys(f.index for f in files if staged(f)))
+
+
+def expected() -> list[int]:
+    return _expected
 
 
 def fail(url: str, reason: str) -> None:
@@ -83,6 +102,8 @@ def wait_whole(files: Iterable[InputFile]) -> None:
         if not staged(f):
             continue
         reach(f.index)
+        if f.index < len(_wanted):
+            _wanted[f.index] = 1
         pause = 0.005
         while True:
             if os.path.exists(f.path):

@@ -40,7 +40,7 @@ from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import is_url, safe_url
 from shardsmith.engine import backends, inputs, retry
 from shardsmith.engine.inputs import InputFile
-from shardsmith.engine.outdir import STAGED, staging_path
+from shardsmith.engine.outdir import STAGED, staging_path, work_path
 from shardsmith.engine.stager import Stager
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
@@ -62,7 +62,7 @@ def discover_inputs(opts: Any, *, suffixes: tuple[str, ...]) -> list[InputFile]:
     """``discover`` with a converting command's options (inputs, output, stage, retries, on-error)."""
     return discover(list(opts.inputs), suffixes=suffixes, out=opts.out, quiet=opts.quiet, stage=opts.stage,
                     retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error, memory=opts.memory,
-                    limit=opts.limit)
+                    limit=opts.limit, rank=opts.rank)
 
 
 _RUNNING: list[Stager] = []
@@ -90,7 +90,8 @@ class RemoteObject(NamedTuple):
 
 def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False,
              stage: str | None = None, retries: int = 5, retry_wait: float = 0.5,
-             on_error: str = "fail", memory: int = 1 << 30, limit: int | None = None) -> list[InputFile]:
+             on_error: str = "fail", memory: int = 1 << 30, limit: int | None = None, rank: int = 0
+             ) -> list[InputFile]:
     """``inputs.discover`` for every command: local paths as they are; URLs listed and given the
     identities of a local copy, staged into the scratch folder of the run into ``out`` by a stager
     that runs alongside the work (``memory`` bounds how far ahead). Transient errors are retried
@@ -102,12 +103,10 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
     if len(urls) != len(paths):
         raise UsageError("the inputs mix URLs and local paths; give one kind (stage the local files to the store, "
                          "or download the objects)")
-    if stage is not None:  # ranks would stage into one shared folder at once, replacing files others read
-        raise UsageError(f"--stage {stage}: cluster stages do not take URL inputs yet; run without --stage, or "
-                         f"download the inputs to the shared file system first")
     fs = backends.filesystem(urls)
     policy = retry.Policy(retries=retries, wait=retry_wait)
-    root = staging_path(out)
+    # a cluster stage's rank stages what it reads into a folder of its own (ranks share the scratch folder)
+    root = staging_path(out) if stage is None else work_path(out) / f"rank-{rank}" / STAGED[0]
     objects: list[RemoteObject] = []
     entries: list[_Entry] = []
     for url in urls:
@@ -123,11 +122,11 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
     need = sum(o.size for o in todo)
     root.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(root).free
-    if need > free and limit is None:
+    if need > free and limit is None and stage is None:
         raise UsageError(f"staging {len(todo)} input objects ({format_size(need)}) needs that much local disk in "
                          f"{root.parent}, beside the output; {format_size(free)} is free there")
     stager = Stager(todo=todo, fetch=lambda o, stop: _fetch(fs, root, o, stop, policy), budget=ahead(memory, free),
-                    failure=root.parent / STAGED[1] / ".failed", skip=on_error == "skip")
+                    failure=root.parent / STAGED[1] / ".failed", skip=on_error == "skip", on_demand=stage is not None)
     if on_error != "skip":  # the run starts now; its readers wait for their files (``arrival``)
         if todo:
             progress.note(f"staging {len(todo)} of {len(files)} input objects ({format_size(need)}) into {root}, "

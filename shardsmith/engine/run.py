@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardsmith.engine import arrival
 from shardsmith.engine.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.plan import task_bytes
@@ -72,6 +73,7 @@ def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor
                          n_buckets=bucket_count(estimated_bytes, sizing.group_bytes) if opts.shuffle else 1)
         if opts.stage == "scatter":
             mine = [t for t in tasks if t.index % opts.world_size == opts.rank]
+            arrival.expect(f for t in mine for f in (t.files or (t.file,)))  # inputs from a URL: only these
             with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {opts.rank}", unit="B") as bar:
                 results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
             return Converted(results=results, summary=scatter_summary(opts, results))

@@ -295,12 +295,14 @@ def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: 
             else:
                 yield t
 
-    if workers <= 1 or (isinstance(tasks, list) and len(tasks) <= 1):
+    if isinstance(tasks, list) and (workers <= 1 or len(tasks) <= 1):
         for task in todo():
             results[task.index] = _check(scatter_task(job, task))
             tick(task.nbytes)
         return [results[t.index] for t in tasks]
-    size = min(workers, len(tasks)) if isinstance(tasks, list) else workers
+    # tasks still arriving (their inputs downloaded by threads of this process): even one worker is a
+    # process of its own, so that the downloads and the work never share one interpreter lock
+    size = min(workers, len(tasks)) if isinstance(tasks, list) else max(1, workers)
     with worker_pool(size, initializer=_init_worker, initargs=(job,),
                      advice="try fewer --workers or a smaller --memory") as pool:
         running: deque[tuple[Task, Future[TaskResult]]] = deque()

@@ -5,7 +5,9 @@ file), by a few threads, and never more than ``budget`` bytes beyond the input t
 (``arrival.reached``): a reader that asks for a later file moves that point, so the file it waits
 for is always next. The first download that fails stops the stager and is told to every reader
 still waiting (``arrival.fail``), unless ``skip``: then it is left out and listed (``skipped``), for
-runs that stage every input before they start (``wait``).
+runs that stage every input before they start (``wait``). A cluster stage's stager (``on_demand``)
+fetches only what its rank reads: the inputs its readers ask for, then those of its tasks
+(``arrival.expect``), into a folder of its own.
 
 How the bytes of one object are fetched, retried and renamed into place is the caller's
 (``remote._fetch``); this module only decides when.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import accumulate
 from pathlib import Path
@@ -35,11 +37,13 @@ class Stager:
     order) with ``fetch(object, stop) -> bytes written``."""
 
     def __init__(self, *, todo: Sequence[Any], fetch: Callable[[Any, threading.Event], int], budget: int,
-                 failure: Path, skip: bool = False, progress: Callable[[int], None] | None = None) -> None:
+                 failure: Path, skip: bool = False, on_demand: bool = False,
+                 progress: Callable[[int], None] | None = None) -> None:
         self.todo = sorted(todo, key=lambda o: o.index)
         self.fetch = fetch
         self.budget = max(1, budget)
         self.skip = skip
+        self.on_demand = on_demand
         self.progress = progress
         self.skipped: list[dict[str, str]] = []
         self.error: BaseException | None = None
@@ -53,7 +57,7 @@ class Stager:
         self._pool = ThreadPoolExecutor(max_workers=max(1, min(THREADS, len(self.todo))),
                                         thread_name_prefix="shardsmith-stage")
         self._thread = threading.Thread(target=self._run, name="shardsmith-stager", daemon=True)
-        arrival.begin(failure)
+        arrival.begin(failure, count=1 + max(self._indexes, default=-1))
 
     def start(self) -> Stager:
         self._thread.start()
@@ -80,12 +84,28 @@ class Stager:
         """Bytes to download before ``todo[position]`` beyond the input the readers reached."""
         return self._before[position] - self._before[bisect_right(self._indexes, arrival.reached())]
 
-    def _run(self) -> None:
-        running: list[Future[int]] = []
-        try:
+    def _next(self) -> Iterator[Any]:
+        """The objects in the order they are started: input order, within the budget ahead of the
+        readers; on demand, what a reader asked for first, then the inputs of this rank's tasks."""
+        if not self.on_demand:
             for position, o in enumerate(self.todo):
                 while not self._stop.is_set() and o.index > arrival.reached() and self._ahead(position) >= self.budget:
                     self._stop.wait(0.02)
+                yield o
+            return
+        left = {o.index: o for o in self.todo}
+        while left and not self._stop.is_set():
+            asked = [i for i in left if arrival.wanted(i)]
+            index = min(asked) if asked else next((i for i in arrival.expected() if i in left), None)
+            if index is None:
+                self._stop.wait(0.02)
+            else:
+                yield left.pop(index)
+
+    def _run(self) -> None:
+        running: list[Future[int]] = []
+        try:
+            for o in self._next():
                 while not self._stop.is_set() and not self._slots.acquire(timeout=0.1):
                     pass
                 while not self._stop.is_set() and self._flying > 0 and self._flying + o.size > IN_FLIGHT:
