@@ -139,7 +139,9 @@ def test_killed_run_resumes_without_downloading_again(s3, s3_env, tmp_path, bpe_
             "--workers", "1", "--shard-tokens", "20K", "-q"]
     env = {**os.environ, **s3_env}
     out = tmp_path / "out"
-    killed = run_subprocess(*args, "-o", out, env={**env, "SHARDSMITH_CRASH_AT": "scatter:1"})
+    # tasks run in a worker while inputs arrive (even --workers 1): the worker takes the run down with it
+    killed = run_subprocess(*args, "-o", out, env={**env, "SHARDSMITH_CRASH_AT": "scatter:1",
+                                                   "SHARDSMITH_CRASH_PARENT": "1"})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     staged = tmp_path / ".out.shardsmith-work" / "inputs"
     first = _stats(staged)
