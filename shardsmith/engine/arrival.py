@@ -14,6 +14,7 @@ on disk (the failure, a file the stager writes before it stops).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import struct
@@ -71,10 +72,11 @@ def expected() -> list[int]:
 def fail(url: str, reason: str) -> None:
     """The stager stopped on ``url``: every reader still waiting raises this."""
     if _failure is not None:
-        _failure.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _failure.with_name(f".{_failure.name}.tmp-{os.getpid()}")
-        tmp.write_text(f"{url}\0{reason}")
-        os.replace(tmp, _failure)
+        with contextlib.suppress(OSError):  # the scratch folder is gone: the run has ended
+            _failure.parent.mkdir(parents=True, exist_ok=True)
+            tmp = _failure.with_name(f".{_failure.name}.tmp-{os.getpid()}")
+            tmp.write_text(f"{url}\0{reason}")
+            os.replace(tmp, _failure)
 
 
 def failure() -> DataError | None:

@@ -75,8 +75,14 @@ def staging_for_run() -> Iterator[None]:
     try:
         yield
     finally:
-        while _RUNNING:
-            _RUNNING.pop().stop()
+        stop_staging()
+
+
+def stop_staging() -> None:
+    """Stop this process's stagers: the run has read what it needs (a ``--limit`` run's stager may
+    still be fetching ahead), and its scratch folder is about to go."""
+    while _RUNNING:
+        _RUNNING.pop().stop()
 
 
 class RemoteObject(NamedTuple):

@@ -144,6 +144,8 @@ class Stager:
             self._slots.release()
 
     def _failed(self, exc: BaseException, url: str, reason: str) -> None:
+        if self._stop.is_set():
+            return  # the run is ending: a download cut short is no failure
         if self.error is None:
             self.error = exc
             arrival.fail(url, reason)
