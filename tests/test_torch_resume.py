@@ -36,10 +36,10 @@ L = 4  # window length: window i's x starts with token i·L, so x[:, 0] // L nam
 N = 233  # windows: a prime, so no batch layout divides it
 
 
-def token_dataset(out: Path, *, windows: int, seq_len: int = L, shards: int = 3) -> Path:
-    """Token ids 0, 1, 2, ... in ``shards`` Megatron shards, written directly (no tokenizer run)."""
+def token_dataset(out: Path, *, windows: int, seq_len: int = L, shards: int = 3, vocab: int = 65000) -> Path:
+    """Token ids 0, 1, 2, ... (mod ``vocab``) in ``shards`` Megatron shards, written directly."""
     out.mkdir(parents=True, exist_ok=True)
-    tokens = (np.arange(windows * seq_len + 1, dtype=np.int64) % 65000).astype(np.uint16)
+    tokens = (np.arange(windows * seq_len + 1, dtype=np.int64) % vocab).astype(np.uint16)
     (out / "tokenizer.json").write_text("{}")
     entries = []
     for s, part in enumerate(np.array_split(tokens, shards)):
@@ -50,7 +50,7 @@ def token_dataset(out: Path, *, windows: int, seq_len: int = L, shards: int = 3)
         entries.append({"path": files[0].name, "samples": 1, "bytes": files[0].stat().st_size, "sha256": sha[0],
                         "tokens": len(part), "index": {"path": files[1].name, "bytes": files[1].stat().st_size,
                                                        "sha256": sha[1]}})
-    tok = {"path": "tokenizer.json", "sha256": hashlib.sha256(b"{}").hexdigest(), "vocab_size": 65000,
+    tok = {"path": "tokenizer.json", "sha256": hashlib.sha256(b"{}").hexdigest(), "vocab_size": vocab,
            "dtype": "uint16"}
     m = manifest.new_manifest(fmt="tokens", seed=0, shuffle=True, source={"reader": "test", "inputs": []},
                               schema={}, splits={"train": {"samples": shards, "shards": entries}}, tokenizer=tok,
@@ -287,3 +287,19 @@ def test_event_batches_resume_and_elastic(event_dataset):
     assert len(rest[0]) == len(rest[1]) == 7 and len(rest[0][-1]) == 6  # 6 steps of 2 × 16, then 2 × 6
     flat = [v for r in rest for b in r for v in b]
     assert len(flat) == len(set(flat)) == 300 - 96 and not set(flat) & {v for b in head for v in b}
+
+
+def test_the_readmes_training_loop_runs_and_resumes(tmp_path, monkeypatch):
+    """README, "Resuming training": the loop as written, run fresh and then restarted from its save."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Resuming training"):]
+    first = section.index("```python\n") + len("```python\n")
+    code = section[first:section.index("```\n", first)]
+    out = token_dataset(tmp_path / "tokens", windows=200, seq_len=128, vocab=512)
+    monkeypatch.chdir(tmp_path)
+    for run in range(2):  # 25 batches an epoch, saved at batch 20: the second run resumes there
+        scope: dict = {"__name__": "__main__"}
+        exec(compile(code.replace('"OUT"', repr(str(out))), "README.md", "exec"), scope)
+        assert scope["epoch"] == 1 and scope["first_epoch"] == run  # the restart began in epoch 1
+        saved = json.loads((tmp_path / "loader-rank0.json").read_text())
+        assert saved["epoch"] == 1 and global_position(saved["loader"])["position"] == 20 * 8
