@@ -48,7 +48,7 @@ class _Epoch:
     """One epoch's batches for this rank from a start position, and the state that resumes them.
 
     ``start``: a position in the epoch's order (int, for epoch ``epoch``) or a ``global_position``
-    (which carries its epoch); ``set_epoch`` to any other epoch starts at 0. ``state_dict()`` holds
+    (which sets the epoch to its own); ``set_epoch`` to any other epoch starts at 0. ``state_dict()`` holds
     plain ints and strings; ``load_state_dict`` refuses a state of another dataset, order or layout
     and adopts the state's epoch and start.
     """
@@ -66,6 +66,7 @@ class _Epoch:
         self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else _distributed()
         self._identity = {"length": int(n), "order": order.name, "shuffle": bool(shuffle), "seed": int(seed)}
         self._start_epoch, self._start = resolve_start(start, epoch=epoch, identity=self._identity)
+        self.epoch = self._start_epoch  # a global position sets the epoch it is in
         self.layout()  # refuse a bad rank, batch size or start now rather than in a worker
         self._resume = 0    # batches this stream had handed over when its state was saved
         self._produced = 0  # batches this stream has handed over in the running iteration

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import textwrap
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import shardsmith
@@ -171,6 +172,8 @@ tokens_ds: shardsmith.TokenDataset
 @settings(max_examples=8, deadline=None)
 @given(before=st.tuples(st.integers(1, 4), st.integers(0, 2), st.integers(1, 8)),
        after=st.tuples(st.integers(1, 4), st.integers(0, 2), st.integers(1, 8)), stop=st.floats(0, 1))
+@example(before=(4, 2, 5), after=(2, 3, 5), stop=0.5)  # the case: 4 ranks × 2 workers to 2 × 3
+@example(before=(4, 2, 5), after=(1, 0, 7), stop=0.3)  # ... and to 1 × 0, another batch size
 def test_elastic_resume_covers_the_rest_once(tokens, before, after, stop):
     global tokens_ds
     tokens_ds = tokens
@@ -303,3 +306,9 @@ def test_the_readmes_training_loop_runs_and_resumes(tmp_path, monkeypatch):
         assert scope["epoch"] == 1 and scope["first_epoch"] == run  # the restart began in epoch 1
         saved = json.loads((tmp_path / "loader-rank0.json").read_text())
         assert saved["epoch"] == 1 and global_position(saved["loader"])["position"] == 20 * 8
+    at = section.index("```python\n", first) + len("```python\n")  # the elastic restart, after the run
+    elastic = textwrap.dedent(section[at:section.index("```\n", at)])
+    restarted = {**scope, "old_world_size": 1}
+    exec(compile(elastic, "README.md", "exec"), restarted)
+    assert restarted["first_epoch"] == 1 and restarted["batches"].start == 160
+    assert len(list(restarted["loader"])) == (200 - 160) // 8
