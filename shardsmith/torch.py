@@ -48,9 +48,9 @@ class _Epoch:
     """One epoch's batches for this rank from a start position, and the state that resumes them.
 
     ``start``: a position in the epoch's order (int, for epoch ``epoch``) or a ``global_position``
-    (which sets the epoch to its own); ``set_epoch`` to any other epoch starts at 0. ``state_dict()`` holds
-    plain ints and strings; ``load_state_dict`` refuses a state of another dataset, order or layout
-    and adopts the state's epoch and start.
+    (which sets the epoch to its own); ``set_epoch`` to any other epoch starts at 0.
+    ``state_dict()`` holds plain ints and strings; ``load_state_dict`` refuses a state of another
+    dataset, order or layout and adopts the state's epoch and start.
     """
 
     def __init__(self, n: int, *, order: EpochOrder, batch_size: int | None, shuffle: bool, seed: int, epoch: int,
@@ -72,6 +72,9 @@ class _Epoch:
         self._produced = 0  # batches this stream has handed over in the running iteration
 
     def set_epoch(self, epoch: int) -> None:
+        """Iterate epoch ``epoch`` next (a state loaded for another epoch is dropped)."""
+        if epoch != self.epoch:
+            self._resume = self._produced = 0
         self.epoch = epoch
 
     @property
