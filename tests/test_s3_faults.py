@@ -144,7 +144,7 @@ def test_no_retries_fail_fast(flaky, tmp_path):
     assert time.monotonic() - began < 5
     assert res.exit_code == 1, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "s3://shardsmith-doomed/data/: cannot read it after 1 attempts" in lines[0], res.stderr
+    assert len(lines) == 1 and "s3://shardsmith-doomed/data/: cannot list it after 1 attempt " in lines[0], res.stderr
     assert len(faults.requests) == 1, faults.requests
 
 
