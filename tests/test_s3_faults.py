@@ -132,6 +132,52 @@ def test_unreadable_object_is_skipped_and_listed(flaky, tmp_path):
     assert [s["url"] for s in source["skipped_inputs"]] == ["s3://shardsmith-doomed/data/bad.jsonl"]
     assert "after 3 attempts" in source["skipped_inputs"][0]["reason"]
     assert KEYS["AWS_SECRET_ACCESS_KEY"] not in orjson.dumps(source).decode()
+    assert res.output.strip().endswith("; 1 input object skipped (--on-error skip), listed in the manifest"), \
+        res.output
+    shown = run_cli("inspect", tmp_path / "got", "--samples", "0")
+    assert shown.exit_code == 0, shown.stderr
+    assert "  skipped inputs (--on-error skip): 1: s3://shardsmith-doomed/data/bad.jsonl" in shown.output, shown.output
+    as_json = orjson.loads(run_cli("inspect", tmp_path / "got", "--json", "--samples", "0").output)
+    assert as_json["source"]["skipped_inputs"] == source["skipped_inputs"]
+
+
+def test_pack_tokens_skips_an_unreadable_object(flaky, tmp_path, bpe_tokenizer):
+    client, start = flaky
+    local = _doomed_bucket(client, tmp_path)
+    (local / "bad.jsonl").unlink()
+    common = ["--tokenizer", bpe_tokenizer, "--workers", "1", "--shard-tokens", "4K", "--on-error", "skip"]
+    ref = run_cli("pack-tokens", local, "-o", tmp_path / "ref", "-q", *common)
+    assert ref.exit_code == 0, ref.stderr
+    start(Faults(doomed=("bad.jsonl",)))
+    res = run_cli("pack-tokens", "s3://shardsmith-doomed/data/", "-o", tmp_path / "got", "-q", *common,
+                  "--retries", "1", *FAST)
+    assert res.exit_code == 0, res.stderr
+    assert tree_digest(tmp_path / "ref") == tree_digest(tmp_path / "got")
+    source = orjson.loads((tmp_path / "got" / "manifest.json").read_bytes())["source"]
+    assert source["inputs"] == ["a.jsonl", "b.jsonl"]
+    assert source["skipped_inputs"] == [{"url": "s3://shardsmith-doomed/data/bad.jsonl", "reason": source[
+        "skipped_inputs"][0]["reason"]}]
+    assert "cannot read it after 2 attempts" in source["skipped_inputs"][0]["reason"]
+    assert "1 input object skipped (--on-error skip), listed in the manifest" in res.output, res.output
+
+
+def test_an_unlistable_input_stops_the_run_even_with_skip(flaky, tmp_path):
+    """Of two prefixes, one stays unlistable: the set of inputs is unknown, so the run stops
+    (docs/design.md: listing errors always stop), with one line saying how many attempts were made."""
+    client, start = flaky
+    local = tmp_path / "corpus"
+    write_jsonl(local / "one" / "a.jsonl", make_docs(30, seed=1))
+    write_jsonl(local / "two" / "b.jsonl", make_docs(30, seed=2))
+    _upload(client, "shardsmith-two-prefixes", local, "data")
+    faults = start(Faults(doomed=("two",)))  # every request naming the prefix data/two
+    res = run_cli("convert", "s3://shardsmith-two-prefixes/data/one/", "s3://shardsmith-two-prefixes/data/two/",
+                  "-o", tmp_path / "out", "--to", "webdataset", "-q", "--on-error", "skip", "--retries", "2", *FAST)
+    assert res.exit_code == 1, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "shardsmith: error: s3://shardsmith-two-prefixes/data/two/: cannot list it after 3 attempts (the last: "
+        "OSError: [Errno 16] Service Unavailable)"], res.stderr
+    assert faults.count("503") == 3
+    assert not (tmp_path / "out").exists()
 
 
 def test_no_retries_fail_fast(flaky, tmp_path):
