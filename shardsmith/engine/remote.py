@@ -215,8 +215,9 @@ def _one_line(exc: BaseException) -> str:
         value = os.environ.get(name)
         if value and len(value) >= 4:
             text = text.replace(value, "***")
-    text = re.sub(r"(https?://[^\s?@/]*@)", "https://", text)
-    return re.sub(r"(https?://[^\s?]*)\?\S*", r"\1", text)
+    text = re.sub(r"([A-Za-z][\w+.-]*://)[^\s?@/]*@", r"\1", text)  # userinfo of any URL
+    text = re.sub(r"([A-Za-z][\w+.-]*://[^\s?]*)\?\S*", r"\1", text)  # a URL's query
+    return re.sub(r"\?[\w.-]+=[^\s;]*", "", text)  # a query on a bare path (XRootD's messages: "/f?authz=...")
 
 
 # -- listing ---------------------------------------------------------------------------------------
