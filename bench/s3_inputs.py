@@ -119,18 +119,21 @@ def compare(name: str, command: list[str], modes: dict[str, Mode], *, work: Path
             warm(warm_paths)
             best = min(best, run([command[0], *inputs, "-o", str(out), *command[1:], *extra], env))
             got = digest(out)
+            records = json.loads((out / "manifest.json").read_bytes())["source"]["records"]
             reference = reference or got
             if got != reference:
                 raise SystemExit(f"{name} {mode}: the output differs from the {first} run's")
         clear([out])
         seconds[mode] = best
-        print(f"  {name:28s} {mode:13s} {best:7.2f} s  {best / seconds[first]:5.2f}x {first}", flush=True)
+        print(f"  {name:30s} {mode:13s} {best:7.2f} s  {best / seconds[first]:5.2f}x {first}  ({records:,} records)",
+              flush=True)
     return seconds
 
 
-def _download_child(prefix: str, threads: int) -> dict[str, float]:
+def _download_child(prefix: str, threads: int, head: bool) -> dict[str, float]:
     """In a child: every object below ``s3://BUCKET/prefix/`` read once in 8 MB ranged reads by
-    ``threads`` threads (shardsmith's staging client and block size), bytes discarded."""
+    ``threads`` threads (shardsmith's staging client and block size), bytes discarded; ``head``:
+    each open asks the object's size first (a HEAD, as an open without ``size`` does)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from shardsmith.engine import remote
@@ -141,7 +144,8 @@ def _download_child(prefix: str, threads: int) -> dict[str, float]:
 
     def read(key_size: tuple[str, int]) -> int:
         n = 0
-        with fs.open(key_size[0], "rb", block_size=remote.BLOCK, size=key_size[1]) as f:  # no HEAD: GETs only
+        size = None if head else key_size[1]  # known from the listing: GETs only
+        with fs.open(key_size[0], "rb", block_size=remote.BLOCK, size=size) as f:
             while block := f.read(remote.BLOCK):
                 n += len(block)
         return n
@@ -151,19 +155,20 @@ def _download_child(prefix: str, threads: int) -> dict[str, float]:
     return {"objects": len(listed), "bytes": total, "seconds": time.perf_counter() - began}
 
 
-def download_rate(prefix: str, env: dict[str, str], *, repeat: int) -> dict[str, float]:
+def download_rate(prefix: str, env: dict[str, str], *, repeat: int, head: bool = False) -> dict[str, float]:
     """The best of ``repeat`` child runs of ``_download_child``: objects, bytes, seconds, MB/s."""
     from shardsmith.engine import remote
 
     best: dict[str, float] = {}
     for _ in range(repeat):
-        res = subprocess.run([sys.executable, __file__, "--child-download", prefix, str(remote.THREADS)], env=env,
-                             capture_output=True, text=True, check=True)
+        res = subprocess.run([sys.executable, __file__, "--child-download", prefix, str(remote.THREADS),
+                              str(int(head))], env=env, capture_output=True, text=True, check=True)
         got = json.loads(res.stdout.strip().splitlines()[-1])
         if not best or got["seconds"] < best["seconds"]:
             best = got
     best["mb_per_s"] = best["bytes"] / 1e6 / best["seconds"]
-    print(f"  {'download ' + prefix:28s} {'moto':13s} {best['seconds']:7.2f} s  {best['mb_per_s']:6.0f} MB/s "
+    print(f"  {'download ' + prefix:30s} {'GET+HEAD' if head else 'GET':13s} {best['seconds']:7.2f} s  "
+          f"{best['mb_per_s']:6.0f} MB/s "
           f"({int(best['objects'])} objects, {best['bytes'] / 1e6:.0f} MB, {remote.THREADS} threads)", flush=True)
     return best
 
@@ -176,10 +181,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each row (best is shown); default 2")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", type=Path, default=Path("/tmp/shardsmith-bench/s3-inputs-faults"))
-    ap.add_argument("--child-download", nargs=2, metavar=("PREFIX", "THREADS"), help=argparse.SUPPRESS)
+    ap.add_argument("--child-download", nargs=3, metavar=("PREFIX", "THREADS", "HEAD"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child_download:
-        print(json.dumps(_download_child(args.child_download[0], int(args.child_download[1]))))
+        prefix, threads, head = args.child_download
+        print(json.dumps(_download_child(prefix, int(threads), head == "1")))
         return
 
     sys.path.insert(0, str(HERE))
@@ -200,9 +206,10 @@ def main(argv: list[str] | None = None) -> None:
             size = upload(s3, folder, prefix)
             print(f"uploaded {folder} ({size / 1e6:.0f} MB) to s3://{BUCKET}/{prefix}/ in "
                   f"{time.perf_counter() - began:.1f} s")
-        print(f"\n  {'':28s} {'mode':13s} {'wall':>9s}  ratio")
-        download_rate("corpus", env, repeat=args.repeat)
-        download_rate("images", env, repeat=args.repeat)
+        print(f"\n  {'':30s} {'mode':13s} {'wall':>9s}  ratio")
+        for prefix in ("corpus", "images"):  # the limit; and with a HEAD per object, as staging opens them now
+            download_rate(prefix, env, repeat=args.repeat)
+            download_rate(prefix, env, repeat=args.repeat, head=True)
         workers = ["--workers", str(args.workers), "-q"]
         tokens = compare("pack-tokens (JSONL)", ["pack-tokens", "--tokenizer", str(tokenizer), *workers],
                          {"local": ([str(corpus)], []), "s3": ([f"s3://{BUCKET}/corpus/"], [])},
