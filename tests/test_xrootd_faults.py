@@ -107,23 +107,32 @@ def _shardsmith(*args: str | Path) -> tuple[subprocess.Popen[str], float]:
     return proc, time.monotonic()
 
 
-def _when_downloading(out: Path, action: Callable[[], None]) -> threading.Thread:
-    """Run ``action`` the moment a download into ``out``'s staging folder has begun (its temporary
-    file exists)."""
-    staging = out.parent / f".{out.name}.shardsmith-work" / "inputs"
+class _WhenDownloading(threading.Thread):
+    """Runs ``action`` the moment a download into ``out``'s staging folder has begun (its temporary
+    file holds some bytes); ``fired`` says whether it did."""
 
-    def watch() -> None:
+    def __init__(self, out: Path, action: Callable[[], None]) -> None:
+        super().__init__(daemon=True)
+        self.staging = out.parent / f".{out.name}.shardsmith-work" / "inputs"
+        self.action, self.fired = action, False
+        self.start()
+
+    def run(self) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            for folder, _dirs, files in os.walk(staging):
-                if any(".tmp-" in f and os.path.getsize(os.path.join(folder, f)) > 0 for f in files):
-                    action()
+            for folder, _dirs, files in os.walk(self.staging):
+                if any(".tmp-" in f and _size(os.path.join(folder, f)) > 0 for f in files):
+                    self.fired = True
+                    self.action()
                     return
-        raise AssertionError("no download was seen")
+            time.sleep(0.002)
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    return thread
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:  # renamed meanwhile
+        return 0
 
 
 COMMON = ("--to", "webdataset", "--limit", "2000", "--workers", "1", "-q")
@@ -151,11 +160,11 @@ def test_a_server_stopped_during_a_download_then_resumed(server, tmp_path):
 
     proc, began = _shardsmith("convert", f"root://{server.host}//corpus/", "-o", out, *COMMON,
                               "--retries", "8", "--retry-wait", "0.2")
-    watcher = _when_downloading(out, pause)
+    watcher = _WhenDownloading(out, pause)
     code = proc.wait(120)
     watcher.join(10)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
-    assert stopped and time.monotonic() - began > 4, "the run waited for the stopped server"
+    assert watcher.fired and stopped and time.monotonic() - began > 4, "the run waited for the stopped server"
     assert tree_digest(out) == expected
 
 
@@ -172,10 +181,11 @@ def test_a_server_killed_during_a_download_and_started_again(server, tmp_path):
 
     proc, _ = _shardsmith("convert", f"root://{server.host}//corpus/", "-o", out, *COMMON,
                           "--retries", "8", "--retry-wait", "0.2")
-    watcher = _when_downloading(out, restart)
+    watcher = _WhenDownloading(out, restart)
     code = proc.wait(120)
     watcher.join(20)
     assert code == 0, proc.stderr.read() if proc.stderr else ""
+    assert watcher.fired, "the server was restarted in the middle of a download"
     assert tree_digest(out) == expected
 
 
@@ -184,7 +194,7 @@ def test_a_server_that_stays_away_is_one_line_after_the_retries(server, tmp_path
     out = tmp_path / "got"
     proc, began = _shardsmith("convert", f"root://{server.host}//corpus/", "-o", out, *COMMON,
                               "--retries", "2", "--retry-wait", "0.05")
-    watcher = _when_downloading(out, server.kill)
+    watcher = _WhenDownloading(out, server.kill)
     code = proc.wait(120)
     watcher.join(10)
     stderr = proc.stderr.read() if proc.stderr else ""
