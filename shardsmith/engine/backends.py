@@ -20,7 +20,12 @@ OPTIONS: dict[str, dict[str, Any]] = {"s3": {"config_kwargs": {"retries": {"tota
 ATTRIBUTES: dict[str, dict[str, Any]] = {"s3": {"retries": 1}}
 CREDENTIALS = {"s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead",
                "gs": "set GOOGLE_APPLICATION_CREDENTIALS instead", "gcs": "set GOOGLE_APPLICATION_CREDENTIALS instead"}
-XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "2", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60"}
+# XRootD's client: one connection attempt per call (``retry`` alone retries), a request waits at most 60 s,
+# and a server whose connection failed is tried again at the next call (XrdCl's default refuses it for 30 min)
+XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "1", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60",
+                   "XRD_STREAMERRORWINDOW": "0"}
+# fsspec's folder walk (XRootD's find and glob) leaves out a folder it cannot list unless told to raise
+WALK_OPTIONS: dict[str, dict[str, str]] = {"root": {"on_error": "raise"}}
 LATER = ("az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
 
 
@@ -38,7 +43,6 @@ def filesystem(urls: list[str]) -> Any:
         raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths or {_KNOWN} URLs)")
     module, extra = BACKENDS[scheme]
     if scheme in HOSTED:  # read by the XRootD client when it loads: before the import
-        # a server that does not answer: a few seconds, not XRootD's default of 5 tries 2 minutes apart
         for name, value in XROOTD_PATIENCE.items():
             os.environ.setdefault(name, value)
     try:

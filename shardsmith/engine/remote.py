@@ -215,7 +215,8 @@ def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
         raise
     except retry.GaveUp as gave_up:  # transient errors that outlasted the retries: a data error, exit 1
         last = gave_up.last
-        raise DataError(file=url, reason=f"cannot read it after {gave_up.attempts} attempts (the last: "
+        raise DataError(file=url, reason=f"cannot {'read' if reading else 'list'} it after {gave_up.attempts} "
+                                         f"attempt{'s' if gave_up.attempts > 1 else ''} (the last: "
                                          f"{type(last).__name__}: {_one_line(last)})") from None
     except FileNotFoundError as exc:
         what = "no such bucket" if "bucket" in str(exc).lower() else "no such object or prefix"
@@ -241,8 +242,9 @@ def _one_line(exc: BaseException) -> str:
         value = os.environ.get(name)
         if value and len(value) >= 4:
             text = text.replace(value, "***")
-    text = re.sub(r"(https?://[^\s?@/]*@)", "https://", text)
-    return re.sub(r"(https?://[^\s?]*)\?\S*", r"\1", text)
+    text = re.sub(r"([A-Za-z][\w+.-]*://)[^\s?@/]*@", r"\1", text)  # userinfo of any URL
+    text = re.sub(r"([A-Za-z][\w+.-]*://[^\s?]*)\?\S*", r"\1", text)  # a URL's query
+    return re.sub(r"\?[\w.-]+=[^\s;]*", "", text)  # a query on a bare path (XRootD's messages: "/f?authz=...")
 
 
 # -- listing ---------------------------------------------------------------------------------------
@@ -256,9 +258,10 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
     scheme = url.split("://", 1)[0].lower()
     host = backends.host(url)
     path = backends.key(scheme, fs._strip_protocol(url)).rstrip("/")
+    walk = backends.WALK_OPTIONS.get(scheme, {})
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
-            matched = retry.call(lambda: fs.glob(path, detail=True), policy)
+            matched = retry.call(lambda: fs.glob(path, detail=True, **walk), policy)
             found = [_object(scheme, host, backends.key(scheme, key), _sized(fs, key, info, policy), root, shown)
                      for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
@@ -269,7 +272,8 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
             o = _object(scheme, host, path, info, root, shown)
             return [o], [_one(o, suffixes)]
         below = backends.folder(scheme, path)
-        listed = {backends.key(scheme, k): v for k, v in retry.call(lambda: fs.find(below, detail=True), policy).items()}
+        found_keys = retry.call(lambda: fs.find(below, detail=True, **walk), policy)
+        listed = {backends.key(scheme, k): v for k, v in found_keys.items()}
     found, rows = [], []
     for key, info in sorted(listed.items()):
         rel = key[len(path) + 1:]
