@@ -17,6 +17,13 @@ files; ``s3`` the command on ``s3://bucket/prefix/``; the ratio s3 / local is th
 (goal: within 1.3x). ``compare`` is the reusable part: any set of modes of one command (e.g.
 staged-first vs overlapped, as ``--on-error skip`` or an option selects them), each checked against
 the first mode's bytes.
+
+``--only overlap`` (``overlap``): staging alongside the work. ``pack-tokens`` and ``convert --to
+webdataset`` on the JSONL corpus in three modes, interleaved run by run (the machine's load drifts):
+``local``; ``staged-first`` (every object downloaded before the run starts, which is what ``--on-error
+skip`` does, so that an object that stays unreadable is left out before any work); ``overlapped``
+(the default: the run starts once the objects are listed, a stager downloads them in task order
+within ``--memory`` ahead of the readers).
 """
 
 from __future__ import annotations
@@ -136,9 +143,9 @@ def _download_child(prefix: str, threads: int, head: bool) -> dict[str, float]:
     each open asks the object's size first (a HEAD, as an open without ``size`` does)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardsmith.engine import remote
+    from shardsmith.engine import backends, remote
 
-    fs = remote._filesystem([f"s3://{BUCKET}/{prefix}/"])
+    fs = backends.filesystem([f"s3://{BUCKET}/{prefix}/"])
     began = time.perf_counter()
     listed = [(k, v["size"]) for k, v in fs.find(f"{BUCKET}/{prefix}", detail=True).items() if v["type"] == "file"]
 
@@ -157,11 +164,11 @@ def _download_child(prefix: str, threads: int, head: bool) -> dict[str, float]:
 
 def download_rate(prefix: str, env: dict[str, str], *, repeat: int, head: bool = False) -> dict[str, float]:
     """The best of ``repeat`` child runs of ``_download_child``: objects, bytes, seconds, MB/s."""
-    from shardsmith.engine import remote
+    from shardsmith.engine.stager import THREADS
 
     best: dict[str, float] = {}
     for _ in range(repeat):
-        res = subprocess.run([sys.executable, __file__, "--child-download", prefix, str(remote.THREADS),
+        res = subprocess.run([sys.executable, __file__, "--child-download", prefix, str(THREADS),
                               str(int(head))], env=env, capture_output=True, text=True, check=True)
         got = json.loads(res.stdout.strip().splitlines()[-1])
         if not best or got["seconds"] < best["seconds"]:
@@ -169,8 +176,41 @@ def download_rate(prefix: str, env: dict[str, str], *, repeat: int, head: bool =
     best["mb_per_s"] = best["bytes"] / 1e6 / best["seconds"]
     print(f"  {'download ' + prefix:30s} {'GET+HEAD' if head else 'GET':13s} {best['seconds']:7.2f} s  "
           f"{best['mb_per_s']:6.0f} MB/s "
-          f"({int(best['objects'])} objects, {best['bytes'] / 1e6:.0f} MB, {remote.THREADS} threads)", flush=True)
+          f"({int(best['objects'])} objects, {best['bytes'] / 1e6:.0f} MB, {THREADS} threads)", flush=True)
     return best
+
+
+def overlap(corpus: Path, tokenizer: Path, env: dict[str, str], *, work: Path, repeat: int,
+            workers: int) -> dict[str, dict[str, float]]:
+    """Staging alongside the work: ``{command: {mode: best wall seconds}}`` for local, staged-first
+    (``--on-error skip`` stages every object first) and overlapped runs, interleaved run by run;
+    every output checked byte-identical to the local run's."""
+    prefix = f"s3://{BUCKET}/corpus/"
+    modes: dict[str, Mode] = {"local": ([str(corpus)], []), "staged-first": ([prefix], ["--on-error", "skip"]),
+                              "overlapped": ([prefix], [])}
+    commands = {"pack-tokens": ["pack-tokens", "--tokenizer", str(tokenizer)],
+                "convert --to webdataset": ["convert", "--to", "webdataset"]}
+    table: dict[str, dict[str, float]] = {}
+    for name, command in commands.items():
+        times: dict[str, list[float]] = {mode: [] for mode in modes}
+        reference: dict[str, str] | None = None
+        for _ in range(repeat):
+            for mode, (inputs, extra) in modes.items():
+                out = work / f"out-overlap-{mode}"
+                clear([out])
+                warm([str(corpus)])
+                times[mode].append(run([command[0], *inputs, "-o", str(out), *command[1:], "--workers",
+                                        str(workers), "-q", *extra], env))
+                got = digest(out)
+                reference = reference or got
+                if got != reference:
+                    raise SystemExit(f"{name} {mode}: the output differs from the local run's")
+                clear([out])
+        table[name] = {mode: min(t) for mode, t in times.items()}
+        for mode, t in times.items():
+            print(f"  {name:30s} {mode:13s} {min(t):7.2f} s  {min(t) / table[name]['local']:5.2f}x local  "
+                  f"(runs: {', '.join(f'{x:.2f}' for x in t)})", flush=True)
+    return table
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,6 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each row (best is shown); default 2")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--work", type=Path, default=Path("/tmp/shardsmith-bench/s3-inputs-faults"))
+    ap.add_argument("--only", choices=["overlap"], help="run one measurement only")
     ap.add_argument("--child-download", nargs=3, metavar=("PREFIX", "THREADS", "HEAD"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child_download:
@@ -196,11 +237,16 @@ def main(argv: list[str] | None = None) -> None:
     corpus = make_corpus(args.work / f"corpus-{args.mb:g}mb-{args.files}", args.mb, args.files)
     tokenizer = make_tokenizers(corpus / "part-000.jsonl", args.work / "tokenizers", sample_mb=2)["bpe"]
     images = args.work / f"images-{args.images}"
-    ensure_imagefolder(images, args.images)
+    if args.only is None:
+        ensure_imagefolder(images, args.images)
     print(f"S3 inputs benchmark: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; {code_version()}")
     server, s3 = moto_server()
     try:
         env = {**os.environ, **s3, "PYTHONPATH": str(HERE.parent)}
+        if args.only == "overlap":
+            upload(s3, corpus, "corpus")
+            overlap(corpus, tokenizer, env, work=args.work, repeat=args.repeat, workers=args.workers)
+            return
         for folder, prefix in ((corpus, "corpus"), (images, "images")):
             began = time.perf_counter()
             size = upload(s3, folder, prefix)

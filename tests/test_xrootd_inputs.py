@@ -1,7 +1,8 @@
 """root:// inputs from a real XRootD server: the Debian ``xrootd-server`` package, started here as its
 own unprivileged user (it refuses to run as root), serving a folder of the shared ROOT files. The
-inputs are listed and staged through fsspec-xrootd (``engine/remote.py``) and the output must equal
-a run on the same files on local disk, byte for byte.
+inputs are listed through fsspec-xrootd (``engine/remote.py``) and read in place by uproot (only the
+baskets of the branches read are fetched), and the output must equal a run on the same files on
+local disk, byte for byte.
 """
 
 from __future__ import annotations
@@ -37,6 +38,15 @@ def _why_not() -> str | None:
     return None
 
 
+_SERVED: dict[str, int] = {}  # the server's process id, to count the bytes it read for its clients
+
+
+def _bytes_served() -> int:
+    """Bytes the XRootD server process has read so far (its ``rchar``): what its clients fetched."""
+    with open(f"/proc/{_SERVED['pid']}/io") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("rchar"))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -45,7 +55,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, Path]]:
-    """``(HOST:PORT, served folder)``: events/a.root, events/more/b.root (the same tree twice)."""
+    """``(HOST:PORT, served folder)``: events/a.root, events/more/b.root (the same tree twice), and
+    big/pulses.root (9 MB of IceCube-like pulses, ten branches)."""
     why = _why_not()
     if why:
         pytest.skip(why)
@@ -56,6 +67,9 @@ def server() -> Iterator[tuple[str, Path]]:
         hzz = root_data() / "uproot-HZZ.root"
         shutil.copyfile(hzz, data / "events" / "a.root")
         shutil.copyfile(hzz, data / "events" / "more" / "b.root")
+        from shardsmith.demo.root_files import make_icecube_like
+
+        make_icecube_like(data / "big" / "pulses.root", events=40_000, mean_pulses=20, seed=1)
         for folder, _dirs, files in os.walk(base):
             os.chmod(folder, 0o755)
             for name in files:
@@ -69,6 +83,7 @@ def server() -> Iterator[tuple[str, Path]]:
         proc = subprocess.Popen(["setpriv", "--reuid=xrootd", "--regid=xrootd", "--clear-groups", "xrootd", "-c",
                                  str(config), "-l", str(run / "xrootd.log")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _SERVED["pid"] = proc.pid  # setpriv executes xrootd in its own process
         try:
             deadline = time.monotonic() + 15
             while True:
@@ -101,7 +116,23 @@ def test_a_folder_on_the_server_converts_as_its_local_copy(server, tmp_path):
     manifest = json.loads((remote / "manifest.json").read_text())
     assert manifest["source"]["inputs"] == ["a.root", "more/b.root"]
     assert manifest["source"]["input_root"] == f"root://{host}//events/"
-    assert not (tmp_path / ".remote.shardsmith-work").exists()  # the staged copies went with the run
+    assert not (tmp_path / ".remote.shardsmith-work").exists()  # nothing staged is left
+
+
+def test_a_few_branches_fetch_only_their_baskets(server, tmp_path):
+    """ROOT files are read in place (``RootReader.opens_urls``), not copied: a job reading three
+    small branches of a 9 MB file fetches a small part of it, and writes the bytes of a local run."""
+    host, data = server
+    size = (data / "big" / "pulses.root").stat().st_size
+    common = ["--to", "hdf5", "--workers", "2", "--branches", "event_id,azimuth,zenith", "-q"]
+    before = _bytes_served()
+    res = run_cli("convert", f"root://{host}//big/", "-o", tmp_path / "remote", *common)
+    assert res.exit_code == 0, res.stderr
+    served = _bytes_served() - before
+    assert run_cli("convert", data / "big", "-o", tmp_path / "local", *common).exit_code == 0
+    assert tree_digest(tmp_path / "remote") == tree_digest(tmp_path / "local")
+    print(f"fetched {served} of {size} bytes ({served / size:.1%})")
+    assert served < size * 0.25, f"{served} bytes served for a {size}-byte file"
 
 
 def test_one_file_on_the_server_into_tar(server, tmp_path):

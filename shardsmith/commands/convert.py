@@ -15,10 +15,10 @@ from shardsmith.commands.convert_events import run_events
 from shardsmith.commands.convert_options import ConvertOptions
 from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
-from shardsmith.engine import remote
+from shardsmith.engine import arrival, remote
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
-from shardsmith.engine.plan import plan_tasks
+from shardsmith.engine.plan import plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_all, scatter_summary
 from shardsmith.engine.session import OutputRun, output_run
@@ -52,7 +52,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     if opts.idle_rank():
         return scatter_summary(opts, None)
     with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
-                    quiet=opts.quiet) as session:
+                    quiet=opts.quiet) as session, remote.staging_for_run():
         return _run(opts, session)
 
 
@@ -102,6 +102,7 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
               and opts.on_error == "fail")
     with no_gc():
         classes = reader.classes(files) if images else None  # type: ignore[attr-defined]
+        wait_to_check(reader, files)  # inputs from a URL that the check reads
         reader.check(files, opts)
         sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=sum(f.size for f in files))
         reader.limit_records(sizing.record_bytes)
@@ -115,6 +116,7 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
     progress = Progress(quiet=opts.quiet)
     processor = SampleProcessor(reader=reader, classes=classes, opts=opts, transforms=transforms)
     if direct:
+        arrival.wait_whole(files)  # images written in shuffled order: every one staged first
         done = fmt.write_files(job, files, samples=processor, progress=progress)
     else:
         done = convert_all(

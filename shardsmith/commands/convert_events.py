@@ -13,7 +13,7 @@ from shardsmith.core.events import EventSchema
 from shardsmith.core.progress import Progress
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
-from shardsmith.engine.plan import plan_tasks
+from shardsmith.engine.plan import plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all
 from shardsmith.errors import DataError, UsageError
@@ -31,6 +31,7 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     """Read, shuffle and write events into the folder ``session`` holds; returns the manifest it wrote."""
     if opts.augment or opts.copies > 1 or opts.text_field:
         raise UsageError("--augment, --copies and --text-field do not apply to events")
+    wait_to_check(reader, files)  # inputs from a URL: the schema reads every one
     files, unread, (schema, skipped_fields) = _readable(opts, reader, files)
     if not schema.fields:
         raise UsageError(f"{files[0].rel}: no numeric fields to convert" + (

@@ -12,7 +12,7 @@ from shardsmith import registry
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.memory import keep_freed_memory
 from shardsmith.core.progress import Progress
-from shardsmith.engine import remote
+from shardsmith.engine import arrival, remote
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.outdir import work_path
@@ -54,6 +54,7 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
            transforms: list[Transform]) -> Iterator[str]:
     """The text of every good record in input order, after the transforms (for training and sampling)."""
     for task in tasks:
+        arrival.wait_whole((task.file,))  # an input still being staged from a URL
         for record, value in reader.read(task):
             why = None
             try:
@@ -76,7 +77,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     if opts.idle_rank():
         return scatter_summary(opts, None)
     with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
-                    quiet=opts.quiet) as session:
+                    quiet=opts.quiet) as session, remote.staging_for_run():
         return _run(opts, session)
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.engine.remote import input_root
+from shardsmith.engine.remote import input_root, stop_staging
 from shardsmith.engine.run import Converted, Tally
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     """
     from shardsmith import registry
 
+    stop_staging()  # before the commit removes the scratch folder the stager writes into
     opts = job.opts
     outputs = done.outputs
     counts = {name: o.events or sum(s.samples for s in o.shards) for name, o in outputs.items()} if events else None

@@ -53,7 +53,10 @@ def _row(path: str, rel: str, st: os.stat_result, group: str) -> _Row:
 
 
 def changed(file: InputFile) -> str | None:
-    """Why ``file`` is not what it was when it was listed (size, content or the file itself), or None."""
+    """Why ``file`` is not what it was when it was listed (size, content or the file itself), or None.
+    An object read in place (its path a URL) is not looked at again: its listed version stands."""
+    if "://" in file.path:
+        return None
     try:
         st = os.stat(file.path)
     except OSError as exc:
@@ -126,7 +129,25 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
             raise UsageError(f"{raw}: not a regular file or folder")
         else:
             raise UsageError(f"{raw}: no such file or folder")
-    if len(paths) == 1 and Path(paths[0]).is_dir():
+    return _identified(found, roots, one_folder=len(paths) == 1 and Path(paths[0]).is_dir())
+
+
+def listed(entries: list[tuple[str, bool, list[tuple[str, str, int, str]]]]) -> list[InputFile]:
+    """``discover`` of a tree that is not on disk yet (inputs listed in object storage, staged
+    later): each entry is (the local path an argument stands for, whether it is a folder, its files
+    as (absolute path, path relative to it, size, group)). The identities are those ``discover``
+    gives the same tree on disk; the files carry no times or inode (nothing to stat yet)."""
+    found: list[_Row] = []
+    roots: list[str] = []
+    for path, folder, rows in entries:
+        roots.append(path if folder else os.path.dirname(path))
+        found.extend((absolute, rel, size, 0, group, 0, 0) for absolute, rel, size, group in rows)
+    return _identified(found, roots, one_folder=len(entries) == 1 and entries[0][1])
+
+
+def _identified(found: list[_Row], roots: list[str], *, one_folder: bool) -> list[InputFile]:
+    """The files found below ``roots``, named relative to the deepest folder that holds them all."""
+    if one_folder:
         found.sort(key=itemgetter(1))  # the usual case: one folder, the paths already relative to it (and distinct)
     else:
         root = os.path.commonpath(roots)

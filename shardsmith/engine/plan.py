@@ -10,13 +10,14 @@ fingerprint in its name stands for, so ranks racing to write it write the same b
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import orjson
 
 from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.engine import arrival
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.outdir import work_path
 from shardsmith.sources.base import Reader, Task
@@ -40,9 +41,76 @@ def cached(name: str, compute: Callable[[], T], *, stage: str | None, out: Path,
     return value
 
 
+def wait_to_check(reader: Reader, files: list[InputFile]) -> None:
+    """Wait for the inputs still being staged from a URL that ``check`` (or ``schema``) reads."""
+    arrival.wait_whole([f for f in files if f.origin and reader.reads_to_check(f)])
+
+
+def wait_to_plan(reader: Reader, files: list[InputFile], *, chunk_bytes: int) -> None:
+    """Wait for the inputs still being staged from a URL that checking and planning read
+    (``Reader.reads_to_plan``); the others arrive while the run works."""
+    arrival.wait_whole([f for f in files if f.origin and reader.reads_to_plan(f, chunk_bytes=chunk_bytes)])
+
+
+class Planned(Sequence[Task]):
+    """The tasks of inputs still arriving from a URL, planned file by file as they are read: the
+    first file's tasks are ready once that file is here (when planning reads it), while the stager
+    fetches the next. The same tasks, in the same order, as ``reader.plan(files)``; asking for its
+    length or an item plans the files up to there (and waits for them)."""
+
+    def __init__(self, reader: Reader, files: list[InputFile], *, chunk_bytes: int) -> None:
+        self.reader = reader
+        self.chunk_bytes = chunk_bytes
+        self.nbytes = sum(f.size for f in files)  # the tasks' bytes: exact for byte ranges, within a file's rounding else
+        self._files = iter(files)
+        self._tasks: list[Task] = []
+
+    def _more(self) -> bool:
+        f = next(self._files, None)
+        if f is None:
+            return False
+        wait_to_plan(self.reader, [f], chunk_bytes=self.chunk_bytes)
+        for t in self.reader.plan([f], chunk_bytes=self.chunk_bytes):
+            self._tasks.append(Task(index=len(self._tasks), file=f, start=t.start, stop=t.stop,
+                                    first_record=t.first_record, nbytes=t.nbytes, files=t.files))
+        return True
+
+    def __iter__(self) -> Iterator[Task]:
+        i = 0
+        while i < len(self._tasks) or self._more():
+            if i < len(self._tasks):
+                yield self._tasks[i]
+                i += 1
+
+    def __len__(self) -> int:
+        while self._more():
+            pass
+        return len(self._tasks)
+
+    @overload
+    def __getitem__(self, i: int) -> Task: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Task]: ...
+    def __getitem__(self, i: int | slice) -> Task | list[Task]:
+        if isinstance(i, slice) or i < 0:
+            len(self)
+        while isinstance(i, int) and i >= len(self._tasks) and self._more():
+            pass
+        return self._tasks[i]
+
+
+def task_bytes(tasks: Sequence[Task]) -> int:
+    """The bytes of every task (a progress bar's total), without planning tasks not planned yet."""
+    return tasks.nbytes if isinstance(tasks, Planned) else sum(t.nbytes for t in tasks)
+
+
 def plan_tasks(reader: Reader, files: list[InputFile], *, chunk_bytes: int, stage: str | None, out: Path,
-               run: dict[str, str]) -> list[Task]:
-    """``reader.plan``, once per staged run."""
+               run: dict[str, str]) -> Sequence[Task]:
+    """``reader.plan``, once per staged run; file by file as they arrive (``Planned``) when inputs
+    from a URL are still being staged and the reader plans each file on its own."""
+    if stage is None and any(map(arrival.arriving, files)) and reader.plans_each_file:
+        return Planned(reader, files, chunk_bytes=chunk_bytes)
+    wait_to_plan(reader, files, chunk_bytes=chunk_bytes)
     by_index = {f.index: f for f in files}
 
     def dump(tasks: list[Task]) -> list[list[Any]]:

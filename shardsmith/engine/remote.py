@@ -1,10 +1,14 @@
 """Inputs named by URL (``s3://bucket/prefix/``, ``root://host:port//folder/``, one object or file,
 or a glob on them), for every command.
 
-The objects are listed (size and ETag), then *staged*: downloaded into the run's scratch folder
-(``outdir.staging_path``), laid out as ``SCHEME/BUCKET/KEY``, so the unchanged pipeline reads local
-files whose identities (the path relative to the input root, an image's class folder) are those of
-a local copy of the same tree: the output is byte-identical to a run on that copy.
+The objects are listed (size and ETag) and given the identities of a local copy of the same tree
+(the path relative to the input root, an image's class folder), so the output is byte-identical to
+a run on that copy. The run starts then; the objects are *staged* meanwhile, by a background stager
+(``engine/stager.py``) in the order the tasks read them and within a budget ahead of the readers:
+downloaded into the run's scratch folder (``outdir.staging_path``), laid out as ``SCHEME/BUCKET/KEY``,
+where a reader waits for its file to be whole (``engine/arrival.py``). What planning reads
+(``Reader.reads_to_plan``) is waited for before the plan; with ``--on-error skip`` every object is
+staged before the run starts, so one that stays unreadable is left out as if it were not there.
 
 Each download goes to a temporary name and is renamed when whole; the object's ETag is written
 beside it (``inputs.etags``) afterwards, so a file is reused only when its size and ETag match the
@@ -28,29 +32,18 @@ import re
 import shutil
 import threading
 from collections.abc import Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
-from shardsmith.core.urls import SCHEME, is_url, safe_url
-from shardsmith.engine import inputs, retry
+from shardsmith.core.urls import is_url, safe_url
+from shardsmith.engine import backends, inputs, retry
 from shardsmith.engine.inputs import InputFile
-from shardsmith.engine.outdir import STAGED, staging_path
+from shardsmith.engine.outdir import STAGED, staging_path, work_path
+from shardsmith.engine.stager import Stager
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
-# scheme -> (the module its fsspec filesystem needs, the extra that installs it)
-BACKENDS = {"s3": ("s3fs", "s3"), "root": ("fsspec_xrootd", "xrootd")}
-HOSTED = {"root"}  # schemes whose URL names the server a filesystem is bound to: root://HOST[:PORT]//path
-# XRootD's client: one connection attempt per call (``retry`` alone retries), a request waits at most 60 s,
-# and a server whose connection failed is tried again at the next call (XrdCl's default refuses it for 30 min)
-XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "1", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60",
-                   "XRD_STREAMERRORWINDOW": "0"}
-# fsspec's folder walk (XRootD's find and glob) leaves out a folder it cannot list unless told to raise
-WALK_OPTIONS: dict[str, dict[str, str]] = {"root": {"on_error": "raise"}}
-LATER = ("gs", "gcs", "http", "https", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
-THREADS = 8
 BLOCK = 8 << 20  # bytes per ranged read of a download
 _SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
@@ -68,7 +61,28 @@ def skipped_inputs(files: list[InputFile]) -> list[dict[str, str]]:
 def discover_inputs(opts: Any, *, suffixes: tuple[str, ...]) -> list[InputFile]:
     """``discover`` with a converting command's options (inputs, output, stage, retries, on-error)."""
     return discover(list(opts.inputs), suffixes=suffixes, out=opts.out, quiet=opts.quiet, stage=opts.stage,
-                    retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error)
+                    retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error, memory=opts.memory,
+                    limit=opts.limit, rank=opts.rank)
+
+
+_RUNNING: list[Stager] = []
+
+
+@contextlib.contextmanager
+def staging_for_run() -> Iterator[None]:
+    """Around a command: the stagers ``discover`` starts in the block stop when it ends (the run is
+    done, failed or interrupted), before the command's cleanup removes the staging folder."""
+    try:
+        yield
+    finally:
+        stop_staging()
+
+
+def stop_staging() -> None:
+    """Stop this process's stagers: the run has read what it needs (a ``--limit`` run's stager may
+    still be fetching ahead), and its scratch folder is about to go."""
+    while _RUNNING:
+        _RUNNING.pop().stop()
 
 
 class RemoteObject(NamedTuple):
@@ -77,44 +91,108 @@ class RemoteObject(NamedTuple):
     size: int
     etag: str
     local: str  # where it is staged
+    index: int = -1  # the input file it becomes (the order the tasks read them in)
 
 
 def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False,
              stage: str | None = None, retries: int = 5, retry_wait: float = 0.5,
-             on_error: str = "fail") -> list[InputFile]:
-    """``inputs.discover`` for every command: local paths as they are; URLs listed, staged into the
-    scratch folder of the run into ``out``, and given the identities of a local copy. Transient
-    errors are retried ``retries`` times; with ``on_error="skip"`` an object that stays unreadable
-    is left out (listed in the result's ``skipped``)."""
+             on_error: str = "fail", memory: int = 1 << 30, limit: int | None = None, rank: int = 0
+             ) -> list[InputFile]:
+    """``inputs.discover`` for every command: local paths as they are; URLs listed and given the
+    identities of a local copy, staged into the scratch folder of the run into ``out`` by a stager
+    that runs alongside the work (``memory`` bounds how far ahead). Transient errors are retried
+    ``retries`` times; with ``on_error="skip"`` every object is staged first and one that stays
+    unreadable is left out (listed in the result's ``skipped``)."""
     urls = [p for p in paths if is_url(p)]
     if not urls:
         return inputs.discover(paths, suffixes=suffixes)
     if len(urls) != len(paths):
         raise UsageError("the inputs mix URLs and local paths; give one kind (stage the local files to the store, "
                          "or download the objects)")
-    if stage is not None:  # ranks would stage into one shared folder at once, replacing files others read
-        raise UsageError(f"--stage {stage}: cluster stages do not take URL inputs yet; run without --stage, or "
-                         f"download the inputs to the shared file system first")
-    fs = _filesystem(urls)
+    fs = backends.filesystem(urls)
     policy = retry.Policy(retries=retries, wait=retry_wait)
-    root = staging_path(out)
+    # a cluster stage's rank stages what it reads into a folder of its own (ranks share the scratch folder)
+    root = staging_path(out) if stage is None else work_path(out) / f"rank-{rank}" / STAGED[0]
     objects: list[RemoteObject] = []
-    local_args: list[str] = []
+    entries: list[_Entry] = []
     for url in urls:
-        found, arg = _list(fs, url, suffixes, root, policy)
+        found, entry = _list(fs, url, suffixes, root, policy)
         objects.extend(found)
-        local_args.extend(arg)
-    _prune(root, {o.local for o in objects})
-    skipped = _stage(fs, objects, root, Progress(quiet=quiet), policy, skip=on_error == "skip")
-    left_out = {o.local for o in objects if o.url in {s["url"] for s in skipped}}
-    local_args = [a for a in local_args if a not in left_out and os.path.exists(a)]
-    if not local_args:
-        raise DataError(file=safe_url(urls[0]), reason=f"no input object could be read ({len(skipped)} skipped)")
+        entries.extend(entry)
+    in_place = {o.local for o in objects if _read_in_place(o.url)}
+    staged = {o.local for o in objects if o.local not in in_place and _is_staged(root, o)}
+    _prune(root, staged)  # what is left at an input's path is whole: a reader may take it as soon as it exists
+    files = _identified(entries, objects, in_place)
+    todo = list({o.local: o for o in objects if o.index >= 0 and o.local not in staged | in_place}.values())
+    progress = Progress(quiet=quiet)
+    need = sum(o.size for o in todo)
+    root.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    if need > free and limit is None and stage is None:
+        raise UsageError(f"staging {len(todo)} input objects ({format_size(need)}) needs that much local disk in "
+                         f"{root.parent}, beside the output; {format_size(free)} is free there")
+    stager = Stager(todo=todo, fetch=lambda o, stop: _fetch(fs, root, o, stop, policy), budget=ahead(memory, free),
+                    failure=root.parent / STAGED[1] / ".failed", skip=on_error == "skip", on_demand=stage is not None)
+    if on_error != "skip":  # the run starts now; its readers wait for their files (``arrival``)
+        if todo:
+            progress.note(f"staging {len(todo)} of {len(files)} input objects ({format_size(need)}) into {root}, "
+                          f"alongside the work")
+        _RUNNING.append(stager.start())
+        return files
+    if todo:  # every object first, so that one that stays unreadable is left out before the run
+        progress.note(f"staging {len(todo)} of {len(files)} input objects ({format_size(need)}) into {root}")
+        with progress.bar(total=need, desc="stage", unit="B") as bar:
+            stager.progress = bar.update
+            try:
+                stager.start().wait()
+            finally:
+                stager.stop()
+    skipped = sorted(stager.skipped, key=lambda s: s["url"])
+    if skipped:
+        progress.note(f"skipped {len(skipped)} unreadable input objects (--on-error skip): "
+                      f"{', '.join(s['url'] for s in skipped[:3])}{' …' if len(skipped) > 3 else ''}")
+        gone = {s["url"] for s in skipped}
+        entries = [(path, folder, [r for r in rows if r[4] not in gone]) for path, folder, rows in entries]
+        entries = [e for e in entries if e[2]]
+        if not entries:
+            raise DataError(file=safe_url(urls[0]), reason=f"no input object could be read ({len(skipped)} skipped)")
+        files = _identified(entries, objects, in_place)
+    result = StagedInputs(files)
+    result.skipped = skipped
+    return result
+
+
+def ahead(memory: int, free_disk: int) -> int:
+    """How many bytes the stager may download beyond the input the readers reached: ``--memory``
+    (what was just written is still in the page cache when it is read, and a task is at most an
+    eighth of it, so several tasks' inputs are ready), never more than half the free disk."""
+    return max(1 << 20, min(memory, free_disk // 2))
+
+
+_Entry = tuple[str, bool, list[tuple[str, str, int, str, str]]]  # inputs.listed's entry, each row + its URL
+
+
+def _identified(entries: list[_Entry], objects: list[RemoteObject], in_place: set[str]) -> list[InputFile]:
+    """The listed objects as input files (identities of a local copy, ``origin`` the object; the path
+    is where it is staged, or its URL when its source reads it in place), and each object's
+    ``index`` set to the file it becomes (-1: left out)."""
+    files = inputs.listed([(path, folder, [r[:4] for r in rows]) for path, folder, rows in entries])
     by_local = {o.local: o for o in objects}
-    files = StagedInputs(f._replace(origin=f"{by_local[f.path].url}\0{by_local[f.path].etag}")
-                         for f in inputs.discover(local_args, suffixes=suffixes))
-    files.skipped = skipped
-    return files
+    index = {f.path: f.index for f in files}
+    objects[:] = [o._replace(index=index.get(o.local, -1)) for o in objects]
+    return [f._replace(path=by_local[f.path].url if f.path in in_place else f.path,
+                       origin=f"{by_local[f.path].url}\0{by_local[f.path].etag}") for f in files]
+
+
+def _read_in_place(url: str) -> bool:
+    """Whether the object is read where it is, not staged: every source that reads files of its
+    kind opens URLs of its scheme itself (``Reader.opens_urls``: ROOT files on XRootD, through
+    uproot's XRootD source, fetch only the baskets they need). The one place that decides."""
+    from shardsmith import registry
+
+    scheme, name = url.split("://", 1)[0].lower(), url.lower()
+    readers = [cls for cls in registry.loaded("source").values() if name.endswith(cls.suffixes)]
+    return bool(readers) and all(scheme in cls.opens_urls for cls in readers)
 
 
 def origin_url(f: InputFile) -> str:
@@ -125,57 +203,6 @@ def input_root(files: list[InputFile]) -> str | None:
     """The URL the staged inputs' identities are relative to (None for local inputs)."""
     roots = {origin_url(f)[:len(origin_url(f)) - len(f.rel)] for f in files if f.origin}
     return roots.pop() if len(roots) == 1 else None
-
-
-# -- the filesystem --------------------------------------------------------------------------------
-
-def _filesystem(urls: list[str]) -> Any:
-    """The fsspec filesystem of the URLs' one scheme (a fresh instance: no listing cached from
-    another run), or one line saying what to install."""
-    schemes = {SCHEME.match(u).group(1).lower() for u in urls}  # type: ignore[union-attr]
-    if len(schemes) > 1:
-        raise UsageError(f"the inputs mix URL schemes ({', '.join(sorted(schemes))}); give one kind")
-    scheme = schemes.pop()
-    shown = safe_url(urls[0])
-    if scheme not in BACKENDS:
-        if scheme in LATER:
-            raise UsageError(f"{shown}: {scheme}:// inputs are not supported yet (s3:// and root:// are)")
-        raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths, s3:// or root:// URLs)")
-    module, extra = BACKENDS[scheme]
-    if scheme in HOSTED:  # read by the XRootD client when it loads: before the import
-        for name, value in XROOTD_PATIENCE.items():
-            os.environ.setdefault(name, value)
-    try:
-        import fsspec
-
-        __import__(module)
-    except ImportError:
-        raise UsageError(f"{shown}: reading {scheme}:// needs {module}: pip install 'shardsmith[{extra}]'") from None
-    for url in urls:
-        if "@" in url[len(scheme) + 3:].split("/", 1)[0]:
-            raise UsageError(f"{safe_url(url)}: {scheme}:// URLs carry no credentials; set AWS_ACCESS_KEY_ID and "
-                             f"AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead")
-    if scheme in HOSTED:
-        hosts = {_host(u) for u in urls}
-        if len(hosts) > 1 or "" in hosts:
-            raise UsageError(f"{shown}: give {scheme}:// inputs of one server, as {scheme}://HOST[:PORT]//path")
-        return fsspec.filesystem(scheme, hostid=hosts.pop(), skip_instance_cache=True, use_listings_cache=False)
-    # s3fs and botocore retry on their own: off (one attempt each), so ``retry`` alone decides
-    fs = fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False,
-                           config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"}})
-    fs.retries = 1  # s3fs's own loop: one attempt
-    return fs
-
-
-def _host(url: str) -> str:
-    """The server of a hosted scheme's URL (``root://HOST:PORT//path`` -> ``HOST:PORT``); "" for others."""
-    scheme, _, rest = url.partition("://")
-    return rest.split("/", 1)[0] if scheme.lower() in HOSTED else ""
-
-
-def _key(scheme: str, key: str) -> str:
-    """A listed key as the filesystem opens it: XRootD lists ``//a/b`` for ``/a/b``."""
-    return "/" + key.lstrip("/") if scheme in HOSTED else key
 
 
 @contextlib.contextmanager
@@ -223,53 +250,67 @@ def _one_line(exc: BaseException) -> str:
 # -- listing ---------------------------------------------------------------------------------------
 
 def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retry.Policy
-          ) -> tuple[list[RemoteObject], list[str]]:
+          ) -> tuple[list[RemoteObject], list[_Entry]]:
     """The objects ``url`` names (a prefix: the files below it with a suffix, hidden names left out as
-    a folder walk does; a glob: every match, as a shell expands it; else the one object) and the
-    local paths to give ``inputs.discover`` for it once they are staged."""
+    a folder walk does; a glob: every match, as a shell expands it; else the one object) and what
+    ``inputs.listed`` needs of them: the local arguments they stand for once staged."""
     shown = safe_url(url)
     scheme = url.split("://", 1)[0].lower()
-    host = _host(url)
-    path = _key(scheme, fs._strip_protocol(url)).rstrip("/")
-    walk = WALK_OPTIONS.get(scheme, {})
+    host = backends.host(url)
+    path = backends.key(scheme, fs._strip_protocol(url)).rstrip("/")
+    walk = backends.WALK_OPTIONS.get(scheme, {})
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
             matched = retry.call(lambda: fs.glob(path, detail=True, **walk), policy)
-            found = [_object(scheme, host, _key(scheme, key), info, root, shown)
+            found = [_object(scheme, host, backends.key(scheme, key), _sized(fs, key, info, policy), root, shown)
                      for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
                 raise UsageError(f"{shown}: no object matches")
-            for o in found:
-                if not o.key.lower().endswith(suffixes):
-                    raise UsageError(f"{o.url}: not a supported input (expected {', '.join(suffixes)})")
-            return found, [o.local for o in found]
+            return found, [_one(o, suffixes) for o in found]
         info = retry.call(lambda: fs.info(path or "/"), policy)
-        if info.get("type") != "directory":
+        if not backends.is_folder(scheme, url, info):
             o = _object(scheme, host, path, info, root, shown)
-            return [o], [o.local]
-        found_keys = retry.call(lambda: fs.find(path or "/", detail=True, **walk), policy)
-        listed = {_key(scheme, k): v for k, v in found_keys.items()}
-    found = []
+            return [o], [_one(o, suffixes)]
+        below = backends.folder(scheme, path)
+        found_keys = retry.call(lambda: fs.find(below, detail=True, **walk), policy)
+        listed = {backends.key(scheme, k): v for k, v in found_keys.items()}
+    found, rows = [], []
     for key, info in sorted(listed.items()):
         rel = key[len(path) + 1:]
         if (info.get("type") != "file" or not rel or key.endswith("/") or not rel.lower().endswith(suffixes)
                 or any(part.startswith(".") for part in rel.split("/"))):
             continue
-        found.append(_object(scheme, host, key, info, root, shown))
+        with _storage_errors(shown):
+            info = _sized(fs, key, info, policy)
+        o = _object(scheme, host, key, info, root, shown)
+        found.append(o)
+        rows.append((o.local, rel, o.size, rel.split("/", 1)[0] if "/" in rel else "", o.url))
     if not found:
         raise UsageError(f"{shown}: no input files ({', '.join(suffixes)}) below this prefix")
-    return found, [str(root.joinpath(scheme, *[p for p in (host, path.strip("/")) if p]))]
+    return found, [(str(root.joinpath(scheme, *[p for p in backends.local_parts(scheme, host, path) if p])), True, rows)]
+
+
+def _sized(fs: Any, key: str, info: dict[str, Any], policy: retry.Policy) -> dict[str, Any]:
+    """A listed object's details, asked for when the listing had no size (links on a web page)."""
+    return info if info.get("size") is not None else retry.call(lambda: fs.info(key), policy)
+
+
+def _one(o: RemoteObject, suffixes: tuple[str, ...]) -> _Entry:
+    """One object named by the command line (or matched by a glob), as a file argument."""
+    if not o.local.lower().endswith(suffixes):  # (the key of a signed URL ends with its query)
+        raise UsageError(f"{o.url}: not a supported input (expected {', '.join(suffixes)})")
+    return (o.local, False, [(o.local, os.path.basename(o.local), o.size, "", o.url)])
 
 
 def _object(scheme: str, host: str, key: str, info: dict[str, Any], root: Path, shown: str) -> RemoteObject:
     """A listed object: its URL, where it is staged (``SCHEME/[HOST/]KEY``), its size and version."""
-    parts = key.strip("/").split("/") if host else key.split("/")
+    parts = backends.local_parts(scheme, host, key)
+    url = backends.shown_url(scheme, host, key)
     if any(p in ("", ".", "..") for p in parts) or "\0" in key:
-        raise UsageError(f"{shown}: object {scheme}://{key!r} cannot be staged as a file (empty, . or .. in its key)")
+        raise UsageError(f"{shown}: object {url!r} cannot be staged as a file (empty, . or .. in its key)")
     etag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or "")
-    url = f"{scheme}://{host}/{key}" if host else f"{scheme}://{key}"
     return RemoteObject(url=url, key=key, size=int(info.get("size") or 0), etag=etag,
-                        local=str(root.joinpath(scheme, *([host] if host else []), *parts)))
+                        local=str(root.joinpath(scheme, *parts)))
 
 
 # -- staging ---------------------------------------------------------------------------------------
@@ -295,48 +336,6 @@ def _prune(root: Path, keep: set[str]) -> None:
             path = os.path.join(folder, name)
             if path not in keep:
                 os.unlink(path)
-
-
-def _stage(fs: Any, objects: list[RemoteObject], root: Path, progress: Progress, policy: retry.Policy, *,
-           skip: bool = False) -> list[dict[str, str]]:
-    """Download the objects not staged yet, in parallel threads, within the free disk space. The
-    first that cannot be read stops the others, or (``skip``) is left out: returns those, as
-    ``{"url", "reason"}``."""
-    todo = [o for o in objects if not _is_staged(root, o)]
-    skipped: list[dict[str, str]] = []
-    if not todo:
-        return skipped
-    need = sum(o.size for o in todo)
-    root.mkdir(parents=True, exist_ok=True)
-    free = shutil.disk_usage(root).free
-    if need > free:
-        raise UsageError(f"staging {len(todo)} input objects ({format_size(need)}) needs that much local disk in "
-                         f"{root.parent}, beside the output; {format_size(free)} is free there")
-    progress.note(f"staging {len(todo)} of {len(objects)} input objects ({format_size(need)}) into {root}")
-    pool = ThreadPoolExecutor(max_workers=min(THREADS, len(todo)), thread_name_prefix="shardsmith-stage")
-    stop = threading.Event()
-    try:
-        with progress.bar(total=need, desc="stage", unit="B") as bar:
-            of = {pool.submit(_fetch, fs, root, o, stop, policy): o for o in todo}
-            pending = set(of)
-            while pending:
-                done, pending = wait(pending, timeout=0.2, return_when=FIRST_EXCEPTION)
-                for future in done:
-                    try:
-                        bar.update(future.result())  # raises the first download's error
-                    except DataError as exc:
-                        if not skip:
-                            raise
-                        skipped.append({"url": of[future].url, "reason": exc.reason})
-    except BaseException:
-        stop.set()  # Ctrl-C or a failed download: the others stop at their next block, as temporary files
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    if skipped:
-        progress.note(f"skipped {len(skipped)} unreadable input objects (--on-error skip): "
-                      f"{', '.join(s['url'] for s in skipped[:3])}{' …' if len(skipped) > 3 else ''}")
-    return sorted(skipped, key=lambda s: s["url"])
 
 
 def _fetch(fs: Any, root: Path, o: RemoteObject, stop: threading.Event, policy: retry.Policy) -> int:

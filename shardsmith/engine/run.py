@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardsmith.engine import arrival
 from shardsmith.engine.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
 from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine.plan import task_bytes
 from shardsmith.engine.scatter import Processor, ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_by_split
 from shardsmith.engine.workdir import work_folder
@@ -55,7 +57,7 @@ class Sizing:
         )
 
 
-def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor, tasks: list[Task],
+def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor, tasks: Sequence[Task],
                 sizing: Sizing, estimated_bytes: int, make_writer: MakeWriter, desc: str,
                 progress: Any, run: dict[str, str] | None = None) -> Converted:
     """Scatter every task in workers, gather every split into shards (in workers too, each a range
@@ -71,13 +73,14 @@ def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor
                          n_buckets=bucket_count(estimated_bytes, sizing.group_bytes) if opts.shuffle else 1)
         if opts.stage == "scatter":
             mine = [t for t in tasks if t.index % opts.world_size == opts.rank]
+            arrival.expect(f for t in mine for f in (t.files or (t.file,)))  # inputs from a URL: only these
             with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {opts.rank}", unit="B") as bar:
                 results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
             return Converted(results=results, summary=scatter_summary(opts, results))
         if opts.stage is not None:
             results = _scattered(job, tasks)
         else:
-            with progress.bar(total=sum(t.nbytes for t in tasks), desc=desc, unit="B") as bar:
+            with progress.bar(total=task_bytes(tasks), desc=desc, unit="B") as bar:
                 results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update)
         workers = max(1, opts.workers)
         # gather workers each hold a group at a time: share the budget between them; ranks each

@@ -9,7 +9,9 @@ again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from shardsmith.core.ragged import starts_of, take_ragged
+from shardsmith.engine import arrival
 from shardsmith.engine import keys as keymod
 from shardsmith.engine.inputs import changed
 from shardsmith.engine.resume import crash_point, die_with_parent
@@ -85,6 +88,11 @@ class TaskResult:
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
     """Read, transform, key and bucket one task's records into its part file."""
     result = TaskResult(task=task.index)
+    try:
+        arrival.wait_whole(task.files or (task.file,))  # an input still being staged from a URL
+    except DataError as exc:
+        result.error = {"file": exc.file, "record": None, "reason": exc.reason, "unit": "record", "skippable": False}
+        return result
     part = PartWriter(part_path(job.work_dir, task.index), flush_bytes=job.flush_bytes)
     rel, unit = task.file.rel, job.reader.unit_for(task.file)
     records = job.reader.read(task)
@@ -266,47 +274,77 @@ def _run_in_worker(task: Task) -> TaskResult:
     return scatter_task(_JOB, task)
 
 
-def run_scatter(job: ScatterJob, tasks: list[Task], *, workers: int, limit: int | None = None,
+def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: int | None = None,
                 progress: Callable[[int], None] | None = None) -> list[TaskResult]:
     """All tasks, in workers or in this process; the first failure in input order stops the run.
 
-    Tasks whose part files a killed run of the same command finished are not read again.
+    Tasks whose part files a killed run of the same command finished are not read again. Tasks are
+    taken as they come (``plan.Planned`` plans them as their inputs arrive from a URL): a worker
+    starts on the first while the next are planned.
     """
-    done = {t.index: r for t in tasks if (r := finished_task(job.work_dir, t)) is not None}
-    if done and progress:
-        progress(sum(t.nbytes for t in tasks if t.index in done))
-    if done and (limit is None or len(done) == len(tasks)):
-        todo = [t for t in tasks if t.index not in done]
-        fresh = run_scatter(job, todo, workers=workers, limit=None, progress=progress) if todo else []
-        by_task = {**done, **{r.task: r for r in fresh}}
-        return [by_task[t.index] for t in tasks]
-    results: list[TaskResult] = []
-    if limit is not None or workers <= 1 or len(tasks) <= 1:
-        remaining = limit
-        for task in tasks:
-            if remaining is not None and remaining <= 0:
-                break
-            res = scatter_task(job, task, max_records=remaining)
-            _check(res)
-            results.append(res)
-            if remaining is not None:
-                remaining -= res.records
-            if progress:
-                progress(task.nbytes)
-        return results
-    with worker_pool(min(workers, len(tasks)), initializer=_init_worker, initargs=(job,),
+    tick = progress or (lambda n: None)
+    if limit is not None:
+        return _limited(job, tasks, limit=limit, progress=tick)
+    results: dict[int, TaskResult] = {}
+
+    def todo() -> Iterator[Task]:
+        for t in tasks:
+            if (done := finished_task(job.work_dir, t)) is not None:
+                results[t.index] = done
+                tick(t.nbytes)
+            else:
+                yield t
+
+    if isinstance(tasks, list) and (workers <= 1 or len(tasks) <= 1):
+        for task in todo():
+            results[task.index] = _check(scatter_task(job, task))
+            tick(task.nbytes)
+        return [results[t.index] for t in tasks]
+    # tasks still arriving (their inputs downloaded by threads of this process): even one worker is a
+    # process of its own, so that the downloads and the work never share one interpreter lock
+    size = min(workers, len(tasks)) if isinstance(tasks, list) else max(1, workers)
+    with worker_pool(size, initializer=_init_worker, initargs=(job,),
                      advice="try fewer --workers or a smaller --memory") as pool:
-        for task, res in zip(tasks, pool.map(_run_in_worker, tasks)):
-            _check(res)
-            results.append(res)
-            if progress:
-                progress(task.nbytes)
+        running: deque[tuple[Task, Future[TaskResult]]] = deque()
+        for task in todo():
+            running.append((task, pool.submit(_run_in_worker, task)))
+            while running and running[0][1].done():  # the first failure in input order, early
+                first, future = running.popleft()
+                results[first.index] = _check(future.result())
+                tick(first.nbytes)
+        while running:
+            first, future = running.popleft()
+            results[first.index] = _check(future.result())
+            tick(first.nbytes)
+    return [results[t.index] for t in tasks]
+
+
+def _limited(job: ScatterJob, tasks: Sequence[Task], *, limit: int, progress: Callable[[int], None]
+             ) -> list[TaskResult]:
+    """The first ``limit`` records, in input order, in this process: tasks are planned (and their
+    inputs staged) only as far as they are read. A killed run's parts are reused only when it had
+    finished every task (the last task of a limited run holds part of its records)."""
+    if isinstance(tasks, list):
+        done = [r for t in tasks if (r := finished_task(job.work_dir, t)) is not None]
+        if tasks and len(done) == len(tasks):
+            progress(sum(t.nbytes for t in tasks))
+            return done
+    results: list[TaskResult] = []
+    remaining = limit
+    for task in tasks:
+        if remaining <= 0:
+            break
+        res = _check(scatter_task(job, task, max_records=remaining))
+        results.append(res)
+        remaining -= res.records
+        progress(task.nbytes)
     return results
 
 
-def _check(res: TaskResult) -> None:
+def _check(res: TaskResult) -> TaskResult:
     if res.error:  # a bad record (or a file's unreadable rest) that --on-error skip would have skipped
         raise DataError(**{"skippable": True, **res.error})
+    return res
 
 
 def _plural(unit: str) -> str:

@@ -66,6 +66,9 @@ class Reader:
     byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
     columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
     events_variant: ClassVar[str | None] = None  # a source that reads the same files as events
+    # URL schemes whose inputs this source opens where they are (its own ranged reads: only the bytes
+    # it needs) instead of a staged copy; ``InputFile.path`` is then the URL (``engine/remote.py``)
+    opens_urls: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def from_options(cls, opts: Any) -> Reader:
@@ -123,6 +126,24 @@ class Reader:
         """``(start, stop, first_record)`` of each task of one file; one task by default."""
         return [(0, -1, 0)]
 
+    @property
+    def plans_each_file(self) -> bool:
+        """Whether ``plan(files)`` is the tasks of ``plan([f])`` for each file in turn (renumbered),
+        so that a file's tasks can be planned before the next file is here: true of the default
+        ``plan``; a source that overrides it is taken to plan files together."""
+        return type(self).plan is Reader.plan
+
+    def reads_to_check(self, file: InputFile) -> bool:
+        """Whether ``check`` (or an events source's ``schema``) reads this file's bytes: an input
+        staged from a URL that it reads is waited for first. True unless a source knows better."""
+        return True
+
+    def reads_to_plan(self, file: InputFile, *, chunk_bytes: int) -> bool:
+        """Whether ``plan`` reads this file's bytes: an input staged from a URL is waited for before
+        its tasks are planned; the others are planned from the listing and arrive while the run
+        works. True unless a source knows better (a plugin's planner may read)."""
+        return True
+
     def unit_for(self, file: InputFile) -> str:
         """How a record of this file is named in messages: ``line``, ``row``, ``entry``…"""
         return self.unit
@@ -173,6 +194,16 @@ class MultiReader(Reader):
 
     def unit_for(self, file: InputFile) -> str:
         return self.reader_for(file).unit_for(file)
+
+    def reads_to_check(self, file: InputFile) -> bool:
+        return self.reader_for(file).reads_to_check(file)
+
+    def reads_to_plan(self, file: InputFile, *, chunk_bytes: int) -> bool:
+        return self.reader_for(file).reads_to_plan(file, chunk_bytes=chunk_bytes)
+
+    @property
+    def plans_each_file(self) -> bool:
+        return all(r.plans_each_file for r in self.readers)
 
     def describe(self, task: Task, record: int) -> tuple[str, int | None]:
         return self.reader_for(task.file).describe(task, record)

@@ -37,6 +37,12 @@ class ImageFolderReader(Reader):
                              f"this one is directly in the input folder")
         return sorted({f.group for f in files})
 
+    def reads_to_check(self, file: InputFile) -> bool:
+        return False  # classes come from the listing
+
+    def reads_to_plan(self, file: InputFile, *, chunk_bytes: int) -> bool:
+        return False  # tasks too
+
     def plan(self, files: list[InputFile], *, chunk_bytes: int) -> list[Task]:
         tasks: list[Task] = []
         run: list[InputFile] = []

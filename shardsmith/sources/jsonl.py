@@ -41,6 +41,12 @@ class JsonlReader(Reader):
             return [(0, -1, 0)]
         return _cut_at_lines(file.path, chunk_bytes)
 
+    def reads_to_check(self, file: InputFile) -> bool:
+        return False
+
+    def reads_to_plan(self, file: InputFile, *, chunk_bytes: int) -> bool:
+        return not _compression(file.path) and file.size > chunk_bytes  # lines are counted to cut it
+
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         record = task.first_record
         for line in _lines(task, max_line=self.max_record_bytes):

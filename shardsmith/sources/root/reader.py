@@ -13,7 +13,7 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.sources.base import Reader, StreamError, Task
 from shardsmith.sources.root.chunks import _split, _to_chunk
 from shardsmith.sources.root.clusters import _cluster_steps, _clusters, _cut, _NextCluster
-from shardsmith.sources.root.files import _one_line, _open
+from shardsmith.sources.root.files import URL_SOURCES, _one_line, _open
 from shardsmith.sources.root.schema import (
     _difference,
     _is_rntuple,
@@ -32,6 +32,7 @@ class RootReader(Reader):
     unit = "entry"
     holds = "events"
     columnar = True
+    opens_urls = URL_SOURCES  # root:// files read in place, by uproot (only the baskets read)
 
     @classmethod
     def from_options(cls, opts: Any) -> RootReader:
