@@ -21,7 +21,8 @@ from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.plan import plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_all, scatter_summary
-from shardsmith.engine.session import OutputRun, output_run
+from shardsmith.engine.output import output_for
+from shardsmith.engine.session import OutputRun
 from shardsmith.errors import UsageError
 from shardsmith.formats.base import Format, WriteJob
 from shardsmith.formats.webdataset.samples import SampleProcessor
@@ -51,9 +52,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     """The whole command, holding its output folder (``session``); returns the manifest it wrote."""
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
-                    quiet=opts.quiet) as session:
-        return _run(opts, session)
+    with output_for(opts) as session:
+        return _run(session.localize(opts), session)
 
 
 def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:

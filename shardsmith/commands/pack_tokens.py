@@ -19,7 +19,8 @@ from shardsmith.engine.outdir import work_path
 from shardsmith.engine.plan import cached, plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all, scatter_summary
-from shardsmith.engine.session import OutputRun, output_run
+from shardsmith.engine.output import output_for
+from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.base import WriteJob
 from shardsmith.sources.base import BadRecord, MultiReader, RecordError, Task
@@ -75,9 +76,8 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     keep_freed_memory()
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
-                    quiet=opts.quiet) as session:
-        return _run(opts, session)
+    with output_for(opts) as session:
+        return _run(session.localize(opts), session)
 
 
 def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
