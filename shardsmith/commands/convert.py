@@ -18,10 +18,10 @@ from shardsmith.core.progress import Progress
 from shardsmith.engine import remote
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
+from shardsmith.engine.output import output_for
 from shardsmith.engine.plan import plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_all, scatter_summary
-from shardsmith.engine.output import output_for
 from shardsmith.engine.session import OutputRun
 from shardsmith.errors import UsageError
 from shardsmith.formats.base import Format, WriteJob

@@ -16,10 +16,10 @@ from shardsmith.engine import remote
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.outdir import work_path
+from shardsmith.engine.output import output_for
 from shardsmith.engine.plan import cached, plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all, scatter_summary
-from shardsmith.engine.output import output_for
 from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.base import WriteJob
