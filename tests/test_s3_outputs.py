@@ -280,3 +280,30 @@ def test_manifest_of_a_bucket_run_names_no_credentials(store, corpus, bpe_tokeni
     body = client.get_object(Bucket=bucket, Key="m/manifest.json")["Body"].read()
     assert KEYS["AWS_SECRET_ACCESS_KEY"].encode() not in body and KEYS["AWS_ACCESS_KEY_ID"].encode() not in body
     assert orjson.loads(body)["splits"]["train"]["shards"]
+
+
+def test_a_failed_run_leaves_nothing_that_refuses_the_next(store, tmp_path):
+    client, _ = store
+    bucket = _bucket(client, "out-failed")
+    write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(300, seed=1))
+    with open(tmp_path / "in" / "a.jsonl", "a") as fh:
+        fh.write("{not json\n")
+    common = ["--to", "webdataset", "--text-field", "text", "-q", "--workers", "1"]
+    res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/f", *common)
+    assert res.exit_code == 1 and "pass --on-error skip" in res.stderr
+    assert _keys(client, bucket, "f") == {}, "a failed run into an empty prefix removes what it put there"
+    assert not list((tmp_path / "cache").rglob("*.json")), "and its staging folder"
+    res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/f", *common, "--on-error", "skip", "--seed", "3")
+    assert res.exit_code == 0, res.stderr
+
+
+def test_a_recipe_writes_to_the_bucket(store, tmp_path):
+    client, _ = store
+    bucket = _bucket(client, "out-recipe")
+    write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(200, seed=4))
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'command = "convert"\ninputs = ["{tmp_path / "in"}"]\nout = "s3://{bucket}/r"\n'
+                      f'[options]\nto = "webdataset"\ntext-field = "text"\nquiet = true\n')
+    res = run_cli("run", recipe)
+    assert res.exit_code == 0, res.stderr
+    assert "manifest.json" in _keys(client, bucket, "r")

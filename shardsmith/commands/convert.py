@@ -106,7 +106,7 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
         sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=sum(f.size for f in files))
         reader.limit_records(sizing.record_bytes)
         run_id = run_identity("convert", opts, files, extra_paths=reader.extra_inputs(opts))
-        if (finished := session.claim(run_id)) is not None:
+        if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
             return finished
         if not direct:
             keep_freed_memory()

@@ -95,7 +95,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     reader.limit_records(sizing.record_bytes)
     run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
-    if (finished := session.claim(run_id)) is not None:
+    if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
         return finished
     tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     progress = Progress(quiet=opts.quiet)

@@ -29,7 +29,7 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def report_skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None:
+def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -> None:
     """Which records and files were skipped (``--on-error skip``), on one line."""
     entries = [*source["skipped"]["records"], *source.get("unread", [])]
     if not entries:
@@ -43,4 +43,4 @@ def report_skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None
         tail = " on" if where and e.get("unread_tail") else ""
         names.append(f"{e['file']}" + (f" {where}{tail}" if where else " (rest of the file)"))
     more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
-    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {out / 'manifest.json'}", err=True)
+    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {str(out).rstrip('/')}/manifest.json", err=True)

@@ -21,6 +21,7 @@ import dataclasses
 import fnmatch
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ import orjson
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.manifest import MANIFEST
+from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
 from shardsmith.engine import retry
 from shardsmith.engine.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
@@ -118,7 +120,12 @@ class RemoteOutputRun(OutputRun):
     def localize(self, opts: Any) -> Any:
         return dataclasses.replace(opts, out=self.out, out_url=self.url)
 
-    def claim(self, run: dict[str, str]) -> dict[str, Any] | None:
+    def claim(self, run: dict[str, str], *, input_bytes: int = 0) -> dict[str, Any] | None:
+        free = shutil.disk_usage(self.out).free
+        if input_bytes > free:  # the dataset is about the size of its inputs (tokens: about half)
+            raise UsageError(f"-o {self.url}: the dataset is made in {self.out} before it is uploaded, which needs "
+                             f"about {format_size(input_bytes)} (the size of the inputs); {format_size(free)} is free "
+                             f"there: choose another place with --staging")
         present = claim_prefix(self.store, run, overwrite=self.overwrite)
         self.claimed = True
         if present is None:

@@ -41,9 +41,10 @@ class OutputRun:
         self.created = created  # folders this run made (deepest last): removed again if it fails
         self.claimed = False
 
-    def claim(self, run: dict[str, str]) -> dict[str, Any] | None:
+    def claim(self, run: dict[str, str], *, input_bytes: int = 0) -> dict[str, Any] | None:
         """Prepare the folder for the run ``run`` (``resume.run_identity``); returns the manifest
-        when the same run already finished it (and removes what its cleanup left), else None."""
+        when the same run already finished it (and removes what its cleanup left), else None.
+        ``input_bytes``: what the inputs weigh (a staging folder checks its free space with it)."""
         complete = prepare_output(self.out, overwrite=self.overwrite, run=run, stage=self.stage)
         self.claimed = True
         crash_point("claimed")
