@@ -13,11 +13,14 @@ credentials.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -33,6 +36,7 @@ PART_SIZE = 64 << 20  # bytes per part of a multipart upload (S3 allows 5 MiB to
 MIN_PART = 5 << 20
 MAX_PART = 5 << 30
 MAX_PARTS = 10_000
+PARTS_IN_FLIGHT = 4  # parts being uploaded at once (each held in memory)
 _SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
@@ -121,6 +125,9 @@ class Store:
     def abort(self, rel: str, upload_ids: list[str]) -> None:
         pass
 
+    def close(self) -> None:
+        """No more uploads: stop the threads the store runs (none here)."""
+
     def upload(self, rel: str, path: Path, *, known: ObjectInfo | None, resumable: list[str]) -> bool:
         """``path`` to ``rel``, unless ``known`` (the object there) has its size and checksum;
         True if uploaded."""
@@ -137,6 +144,10 @@ class S3Store(Store):
         super().__init__(**kw)
         self.bucket, _, prefix = self.root.partition("/")
         self.prefix = f"{prefix}/" if prefix else ""
+        # the parts of every file go up in parallel; at most PARTS_IN_FLIGHT of them held in memory
+        self._parts = ThreadPoolExecutor(max_workers=PARTS_IN_FLIGHT, thread_name_prefix="shardsmith-part")
+        self._inflight = threading.BoundedSemaphore(PARTS_IN_FLIGHT)
+        self._closed = False
 
     def s3(self, method: str, *, rel: str = "", claiming: bool = False, **kw: Any) -> Any:
         return self.call(lambda: self.fs.call_s3(method, Bucket=self.bucket, **kw), rel=rel, claiming=claiming)
@@ -203,7 +214,8 @@ class S3Store(Store):
             return False
         key = self.prefix + rel
         if size <= part:
-            self.s3("put_object", rel=rel, Key=key, Body=path.read_bytes())
+            body = path.read_bytes()
+            self.s3("put_object", rel=rel, Key=key, Body=body, ContentMD5=_b64md5(body))
             return True
         upload_id, have = None, {}
         for candidate in resumable:  # the newest unfinished upload of this name: its parts may be ours
@@ -212,19 +224,25 @@ class S3Store(Store):
                 break
         if upload_id is None:
             upload_id = self.s3("create_multipart_upload", rel=rel, Key=key)["UploadId"]
-        done, digests = [], []
+        futures, digests = [], []
         with open(path, "rb") as fh:
             for number in range(1, -(-size // part) + 1):
-                block = fh.read(part)
-                md5 = hashlib.md5(block)
-                digests.append(md5.digest())
-                if have.get(number) != ObjectInfo(len(block), md5.hexdigest()):
-                    etag = self.s3("upload_part", rel=rel, Key=key, UploadId=upload_id, PartNumber=number,
-                                   Body=block)["ETag"].strip('"')
-                    crash_point("upload-part")
-                else:
-                    etag = md5.hexdigest()
-                done.append({"PartNumber": number, "ETag": f'"{etag}"'})
+                while not self._inflight.acquire(timeout=0.5):  # parts held in memory, over every upload
+                    if self._closed:
+                        raise UsageError(f"-o {self.show(rel)}: the upload was stopped")
+                try:
+                    block = fh.read(part)
+                    md5 = hashlib.md5(block)
+                    digests.append(md5.digest())
+                    if have.get(number) == ObjectInfo(len(block), md5.hexdigest()):
+                        self._inflight.release()
+                        futures.append(_done(md5.hexdigest()))
+                        continue
+                    futures.append(self._parts.submit(self._part, rel, key, upload_id, number, block, md5.digest()))
+                except BaseException:
+                    self._inflight.release()
+                    raise
+        done = [{"PartNumber": n, "ETag": f'"{f.result()}"'} for n, f in enumerate(futures, 1)]
         want = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
         try:
             self.s3("complete_multipart_upload", rel=rel, Key=key, UploadId=upload_id,
@@ -234,6 +252,29 @@ class S3Store(Store):
             if head.get("ContentLength") != size or head.get("ETag", "").strip('"') != want:
                 raise
         return True
+
+    def _part(self, rel: str, key: str, upload_id: str, number: int, block: bytes, md5: bytes) -> str:
+        try:
+            etag = self.s3("upload_part", rel=rel, Key=key, UploadId=upload_id, PartNumber=number, Body=block,
+                           ContentMD5=base64.b64encode(md5).decode())["ETag"].strip('"')
+        finally:
+            self._inflight.release()
+        crash_point("upload-part")
+        return etag
+
+    def close(self) -> None:
+        self._closed = True
+        self._parts.shutdown(wait=False, cancel_futures=True)
+
+
+def _b64md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def _done(value: str) -> Future[str]:
+    f: Future[str] = Future()
+    f.set_result(value)
+    return f
 
 
 def _etag(info: dict[str, Any]) -> str:
@@ -265,7 +306,9 @@ def open_store(url: str, *, policy: retry.Policy, part_size: int = PART_SIZE) ->
                          ) from None
     # s3fs and botocore retry on their own: off (one attempt each), so ``retry`` alone decides
     fs = fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False,
-                           config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"}})
+                           config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"},
+                                          # the body's MD5 is sent (and checked by the store) instead
+                                          "request_checksum_calculation": "when_required"})
     fs.retries = 1  # s3fs's own loop: one attempt
     return STORES.get(scheme, Store)(url=url, fs=fs, policy=policy, part_size=part_size)
 

@@ -131,3 +131,4 @@ class Uploader:
         with self._lock:
             self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
