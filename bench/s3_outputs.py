@@ -2,13 +2,16 @@
 moto S3 server, timed side by side.
 
     python bench/s3_outputs.py [--mb 200] [--workdir /tmp/shardsmith-bench-s3out] [--workers 2]
+                               [--shard-bytes 64MB] [--shard-tokens 16M]
 
 One synthetic JSONL corpus (bench/corpus.py), a byte-level BPE trained on its first MB; then
 ``pack-tokens`` and ``convert --to webdataset --text-field text`` each run twice as child
 processes (wall time, start-up included): ``-o LOCAL`` and ``-o s3://bench/...`` against
 ``moto_server`` started here on a free port (in-memory objects, loopback: the cost measured is
 shardsmith's staging, hashing and upload path, not a network's). Each bucket run is checked to hold
-the local run's bytes. Goal (issue 15): the bucket run within 1.3x of the local one.
+the local run's bytes, and the time boto3's own ``upload_file`` takes to upload the same files to
+the same server is printed beside it (the server's floor). Goal (issue 15): the bucket run within
+1.3x of the local one.
 """
 
 from __future__ import annotations
@@ -73,6 +76,8 @@ def main() -> None:
     ap.add_argument("--mb", type=float, default=200, help="corpus size in MB (10**6 bytes)")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/shardsmith-bench-s3out"))
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--shard-bytes", default="64MB", help="convert --to webdataset: shard size")
+    ap.add_argument("--shard-tokens", default="16M", help="pack-tokens: tokens per shard")
     args = ap.parse_args()
     work = args.workdir
     work.mkdir(parents=True, exist_ok=True)
@@ -105,8 +110,9 @@ def main() -> None:
         client.create_bucket(Bucket="bench")
         py = [sys.executable, "-m", "shardsmith"]
         runs = {
-            "pack-tokens": [*py, "pack-tokens", str(corpus), "--tokenizer", str(tok), "--shard-tokens", "20M"],
-            "convert --to webdataset": [*py, "convert", str(corpus), "--to", "webdataset", "--text-field", "text"],
+            "pack-tokens": [*py, "pack-tokens", str(corpus), "--tokenizer", str(tok), "--shard-tokens", args.shard_tokens],
+            "convert --to webdataset": [*py, "convert", str(corpus), "--to", "webdataset", "--text-field", "text",
+                                        "--shard-bytes", args.shard_bytes],
         }
         print(f"shardsmith {code_version()}; corpus {corpus.stat().st_size / 1e6:.0f} MB, --workers {args.workers}, "
               f"moto_server on 127.0.0.1:{port}")
@@ -118,8 +124,13 @@ def main() -> None:
             t_s3, _, _ = run_children([[*cmd, "-o", f"s3://bench/run-{i}", *common]], work / "log.txt", env=env)
             size = sum(p.stat().st_size for p in local.iterdir()) / 1e6
             same = _same(client, "bench", f"run-{i}", local)
+            t0 = time.perf_counter()  # the floor: boto3's own parallel upload of the same files, nothing else
+            for p in sorted(local.iterdir()):
+                client.upload_file(str(p), "bench", f"floor-{i}/{p.name}")
+            t_floor = time.perf_counter() - t0
             ratio = t_s3 / t_local
-            print(f"  {name}: local {t_local:.2f} s, s3 {t_s3:.2f} s ({size:.0f} MB written): {ratio:.2f}x")
+            print(f"  {name}: local {t_local:.2f} s, s3 {t_s3:.2f} s ({size:.0f} MB in {len(os.listdir(local))} files; "
+                  f"boto3 upload_file of the same files alone: {t_floor:.2f} s): {ratio:.2f}x")
             verdict(f"{name} into S3 within {GOAL}x of local", ratio <= GOAL and same,
                     f"{ratio:.2f}x; same bytes: {same}")
             shutil.rmtree(local)
