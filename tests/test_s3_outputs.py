@@ -307,3 +307,21 @@ def test_a_recipe_writes_to_the_bucket(store, tmp_path):
     res = run_cli("run", recipe)
     assert res.exit_code == 0, res.stderr
     assert "manifest.json" in _keys(client, bucket, "r")
+
+
+def test_staging_folder_option(store, corpus, bpe_tokenizer, tmp_path):
+    client, _ = store
+    bucket = _bucket(client, "out-staging")
+    staging = tmp_path / "stage" / "here"
+    staging.mkdir(parents=True)
+    (staging / "mine.txt").write_text("not shardsmith's")
+    res = run_cli(*_pack(corpus, staging.parent / "x", bpe_tokenizer, "--staging", staging))
+    assert res.exit_code == 2 and "object storage" in res.stderr  # a local -o takes no staging folder
+    res = run_cli(*_pack(corpus, f"s3://{bucket}/s", bpe_tokenizer, "--staging", staging))
+    assert res.exit_code == 2 and "mine.txt" in res.stderr, res.stderr  # the folder's own checks hold
+    (staging / "mine.txt").unlink()
+    res = run_cli(*_pack(corpus, f"s3://{bucket}/s", bpe_tokenizer, "--staging", staging))
+    assert res.exit_code == 0, res.stderr
+    assert not staging.exists() and "manifest.json" in _keys(client, bucket, "s")
+    res = run_cli(*_pack(corpus, f"s3://{bucket}/t", bpe_tokenizer, "--part-size", "1MB"))
+    assert res.exit_code == 2 and "5MiB" in res.stderr

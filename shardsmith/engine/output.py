@@ -17,6 +17,9 @@ def output_for(opts: Any) -> Iterator[OutputRun]:
     """The session of a run with a converting command's options; pass ``session.localize(opts)``
     to the pipeline (for a URL, its ``out`` is the local staging folder)."""
     if not is_url(str(opts.out)):
+        if opts.staging is not None or opts.part_size is not None:
+            raise UsageError(f"--staging and --part-size apply to an output in object storage (-o s3://...), "
+                             f"not to the folder {opts.out}")
         with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
                         quiet=opts.quiet) as session:
             yield session

@@ -30,6 +30,7 @@ import orjson
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.manifest import MANIFEST
+from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
 from shardsmith.engine import retry
@@ -126,6 +127,10 @@ class RemoteOutputRun(OutputRun):
             raise UsageError(f"-o {self.url}: the dataset is made in {self.out} before it is uploaded, which needs "
                              f"about {format_size(input_bytes)} (the size of the inputs); {format_size(free)} is free "
                              f"there: choose another place with --staging")
+        foreign = sorted(p.name for p in self.out.iterdir() if not (p.is_file() and _own(p.name)))
+        if foreign:
+            raise UsageError(f"-o {self.url}: the staging folder {self.out} holds other files than shardsmith's "
+                             f"({', '.join(foreign[:3])}); give --staging an empty folder")
         present = claim_prefix(self.store, run, overwrite=self.overwrite)
         self.claimed = True
         if present is None:
@@ -154,6 +159,8 @@ class RemoteOutputRun(OutputRun):
         """Every file up, then the manifest (the dataset exists from that moment), then the record."""
         assert self.uploader is not None
         names = self.uploader.finish()
+        Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent} of {len(names)} files uploaded "
+                                        f"({len(names) - self.uploader.sent} were there already); the manifest last")
         stale = [rel for rel in self.uploader.remote if rel not in names]
         self.store.delete(sorted(stale))  # an earlier run's files this one did not make
         for rel, ids in self.store.uploads().items():
