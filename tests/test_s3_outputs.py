@@ -325,3 +325,19 @@ def test_staging_folder_option(store, corpus, bpe_tokenizer, tmp_path):
     assert not staging.exists() and "manifest.json" in _keys(client, bucket, "s")
     res = run_cli(*_pack(corpus, f"s3://{bucket}/t", bpe_tokenizer, "--part-size", "1MB"))
     assert res.exit_code == 2 and "5MiB" in res.stderr
+
+
+def test_a_finished_dataset_with_another_runs_record_is_kept(store, corpus, bpe_tokenizer):
+    """Killed after its manifest went up: another command is refused and deletes nothing."""
+    client, _ = store
+    bucket = _bucket(client, "out-record")
+    args = _pack(corpus, f"s3://{bucket}/done", bpe_tokenizer)
+    killed = run_subprocess(*args, env={**os.environ, "SHARDSMITH_CRASH_AT": "published"})
+    assert killed.returncode == -signal.SIGKILL
+    kept = _keys(client, bucket, "done")
+    res = run_cli(*_pack(corpus, f"s3://{bucket}/done", bpe_tokenizer, "--seed", "9"))
+    assert res.exit_code == 2 and "finished dataset" in res.stderr, res.stderr
+    assert _keys(client, bucket, "done") == kept
+    res = run_cli(*args)  # the run itself: complete, its record removed
+    assert res.exit_code == 0, res.stderr
+    assert ".shardsmith-run.json" not in _keys(client, bucket, "done")

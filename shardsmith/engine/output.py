@@ -36,6 +36,7 @@ def output_for(opts: Any) -> Iterator[OutputRun]:
         with held(session) as s:
             yield s
     finally:
-        if opts.staging is None:  # the cache's folder of this URL, once nothing is left in it
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # the staging folder and the cache's folder of this URL, if empty
+            session.out.rmdir()
+            if opts.staging is None:
                 session.out.parent.rmdir()

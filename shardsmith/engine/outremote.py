@@ -75,22 +75,15 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool) -> dict[
     previous = _record(store) if RUN_FILE in present else None
     if MANIFEST in present and previous == run:
         return None
-    own = all(_own(rel) for rel in present)
+    refuse_prefix(store, present, overwrite=overwrite, record=False)  # (a manifest of this very run: above)
     takeover = False
-    if present and own and MANIFEST not in present and not overwrite:
+    if present and all(_own(rel) for rel in present) and MANIFEST not in present and not overwrite:
         if previous is not None and previous.get("options") != run["options"]:
             raise UsageError(f"-o {shown}: holds the unfinished output of a different command "
                              f"({previous.get('command', '?')} with other options); rerun that command to finish "
                              f"it, or pass --overwrite to replace it")
         takeover = True  # the same command's unfinished output: keep what matches, resume
-    elif present and not overwrite:
-        what = "a finished dataset (manifest.json)" if MANIFEST in present else f"{len(present)} objects"
-        raise UsageError(f"-o {shown}: the prefix holds {what}; pass --overwrite to replace a previous dataset there")
-    elif present:
-        foreign = sorted(rel for rel in present if not _own(rel))
-        if foreign:
-            raise UsageError(f"-o {shown}: --overwrite removes only shardsmith's own objects; also found "
-                             f"{foreign[:3]}{' …' if len(foreign) > 3 else ''}")
+    elif present:  # --overwrite
         store.delete([MANIFEST] if MANIFEST in present else [])  # first: a half-cleared prefix is never a dataset
         store.delete(sorted(rel for rel in present if rel != MANIFEST))
         present = {}
@@ -105,6 +98,19 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool) -> dict[
             raise UsageError(f"-o {shown}: another run started writing into this prefix at the same moment "
                              f"({(_record(store) or {}).get('command', '?')}); wait for it to finish")
     return {rel: info for rel, info in present.items() if rel not in (RUN_FILE, MANIFEST)}
+
+
+def refuse_prefix(store: Store, present: dict[str, ObjectInfo], *, overwrite: bool, record: bool) -> None:
+    """The checks that need no run identity (made before any input is staged, and again at the
+    claim): a finished dataset or another's objects need --overwrite, which never deletes those."""
+    foreign = sorted(rel for rel in present if not _own(rel))
+    if present and not overwrite and (foreign or MANIFEST in present and not record):
+        what = "a finished dataset (manifest.json)" if MANIFEST in present else f"{len(present)} objects"
+        raise UsageError(f"-o {store.url}: the prefix holds {what}; pass --overwrite to replace a previous "
+                         f"dataset there")
+    if foreign and overwrite:
+        raise UsageError(f"-o {store.url}: --overwrite removes only shardsmith's own objects; also found "
+                         f"{foreign[:3]}{' …' if len(foreign) > 3 else ''}")
 
 
 class RemoteOutputRun(OutputRun):
@@ -205,5 +211,7 @@ def remote_session(*, url: str, staging: Path | None, overwrite: bool, quiet: bo
         raise UsageError(f"--part-size: S3 takes parts of 5MiB to 5GiB, got {part_size} bytes")
     size = int(os.environ.get("SHARDSMITH_PART_SIZE") or part_size or PART_SIZE)  # the variable: tests only
     store = open_store(url, policy=retry.Policy(retries=retries, wait=retry_wait), part_size=size)
+    present = store.list()
+    refuse_prefix(store, present, overwrite=overwrite, record=RUN_FILE in present)
     local = staging_folder(url, staging)
     return RemoteOutputRun(url=url, store=store, staging=local, overwrite=overwrite, created=[], quiet=quiet)
