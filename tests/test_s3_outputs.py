@@ -341,3 +341,28 @@ def test_a_finished_dataset_with_another_runs_record_is_kept(store, corpus, bpe_
     res = run_cli(*args)  # the run itself: complete, its record removed
     assert res.exit_code == 0, res.stderr
     assert ".shardsmith-run.json" not in _keys(client, bucket, "done")
+
+
+def test_an_object_that_cannot_be_uploaded_keeps_the_run(s3, s3_env, monkeypatch, corpus, bpe_tokenizer,  # noqa: F811
+                                                         tmp_path):
+    """An upload that fails after its retries stops the run in one line (exit 1) and keeps what is
+    made and uploaded: the same command, once the store answers, uploads only the rest."""
+    _small_parts(monkeypatch, tmp_path)
+    bucket = _bucket(s3, "out-doomed")
+    args = _pack(corpus, f"s3://{bucket}/d", bpe_tokenizer, "--retries", "2")
+    faults = Faults(doomed=("val-000000.idx",))
+    with fault_proxy(s3_env["AWS_ENDPOINT_URL"], faults) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        res = run_cli(*args)
+    assert res.exit_code == 1 and "run the same command again" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    before = _keys(s3, bucket, "d")
+    assert "manifest.json" not in before and "train-000000.bin" in before
+    faults = Faults()
+    with fault_proxy(s3_env["AWS_ENDPOINT_URL"], faults) as endpoint:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        assert run_cli(*args).exit_code == 0
+    # (the proxy passes a doomed request on before it answers 503: the object may be there already)
+    assert "manifest.json" in {name for name, _ in _puts(faults)} <= {"val-000000.idx", "manifest.json"}
+    assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
+    _same_dataset(tmp_path / "ref", _download(s3, bucket, "d", tmp_path / "got"))

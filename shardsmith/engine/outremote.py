@@ -39,7 +39,7 @@ from shardsmith.engine.outdir import OWN_PATTERNS, finish_output, prepare_output
 from shardsmith.engine.resume import RUN_FILE, crash_point
 from shardsmith.engine.session import OutputRun
 from shardsmith.engine.upload import Uploader
-from shardsmith.errors import UsageError
+from shardsmith.errors import DataError, ShardsmithError, UsageError
 
 
 def staging_folder(url: str, staging: Path | None) -> Path:
@@ -123,6 +123,7 @@ class RemoteOutputRun(OutputRun):
         self.store = store
         self.uploader: Uploader | None = None
         self.fresh = False  # the prefix was empty: a failed run removes what it uploaded
+        self.keep = False  # an upload failed after its retries: the rerun resumes, as after a kill
 
     def localize(self, opts: Any) -> Any:
         return dataclasses.replace(opts, out=self.out, out_url=self.url)
@@ -164,11 +165,17 @@ class RemoteOutputRun(OutputRun):
     def _publish(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Every file up, then the manifest (the dataset exists from that moment), then the record."""
         assert self.uploader is not None
-        names = self.uploader.finish()
+        try:
+            names = self.uploader.finish()
+        except ShardsmithError as exc:  # the store failed us, not the data: keep everything for a rerun
+            self.keep = True
+            raise DataError(file=self.url, reason=f"uploading failed ({exc}); the dataset is made: run the same "
+                                                  f"command again to upload the rest") from None
         Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent} of {len(names)} files uploaded "
                                         f"({len(names) - self.uploader.sent} were there already); the manifest last")
-        stale = [rel for rel in self.uploader.remote if rel not in names]
-        self.store.delete(sorted(stale))  # an earlier run's files this one did not make
+        # an earlier run's files this one did not make (or made and removed again)
+        stale = [rel for rel in self.store.list() if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
+        self.store.delete(sorted(stale))
         for rel, ids in self.store.uploads().items():
             self.store.abort(rel, ids)
         crash_point("uploaded-all")
@@ -190,6 +197,8 @@ class RemoteOutputRun(OutputRun):
     def abandon(self) -> None:
         """The run failed: the corrected command must not be refused, on the prefix or locally."""
         self.close()
+        if self.keep:
+            return
         if self.claimed:
             with contextlib.suppress(Exception):
                 listed = self.store.list()
