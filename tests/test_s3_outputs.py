@@ -366,3 +366,31 @@ def test_an_object_that_cannot_be_uploaded_keeps_the_run(s3, s3_env, monkeypatch
     assert "manifest.json" in {name for name, _ in _puts(faults)} <= {"val-000000.idx", "manifest.json"}
     assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
     _same_dataset(tmp_path / "ref", _download(s3, bucket, "d", tmp_path / "got"))
+
+
+def test_ctrl_c_during_an_upload_ends_soon_and_resumes(store, corpus, bpe_tokenizer, tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    client, _ = store
+    bucket = _bucket(client, "out-sigint")
+    args = [str(a) for a in _pack(corpus, f"s3://{bucket}/i", bpe_tokenizer)]
+    mark = tmp_path / "stalled"
+    env = {**os.environ, "SHARDSMITH_STALL_AT": "upload-part", "SHARDSMITH_STALL_MARK": str(mark),
+           "SHARDSMITH_STALL_SECONDS": "60"}
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *args], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not mark.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.exists(), "the run reached an upload"
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=10) == 130
+    assert time.monotonic() - t0 < 2.0, "Ctrl-C ends the run within 2 s, uploads under way or not"
+    assert "run the same command again" in proc.stderr.read()
+    assert "manifest.json" not in _keys(client, bucket, "i")
+    res = run_subprocess(*args)
+    assert res.returncode == 0, res.stderr
+    assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
+    _same_dataset(tmp_path / "ref", _download(client, bucket, "i", tmp_path / "got"))
