@@ -166,11 +166,17 @@ class RemoteOutputRun(OutputRun):
         """Every file up, then the manifest (the dataset exists from that moment), then the record."""
         assert self.uploader is not None
         try:
-            names = self.uploader.finish()
+            self._upload_all()
         except ShardsmithError as exc:  # the store failed us, not the data: keep everything for a rerun
             self.keep = True
             raise DataError(file=self.url, reason=f"uploading failed ({exc}); the dataset is made: run the same "
                                                   f"command again to upload the rest") from None
+        self._drop_staging()
+        return manifest
+
+    def _upload_all(self) -> None:
+        assert self.uploader is not None
+        names = self.uploader.finish()
         Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent} of {len(names)} files uploaded "
                                         f"({len(names) - self.uploader.sent} were there already); the manifest last")
         # an earlier run's files this one did not make (or made and removed again)
@@ -182,8 +188,6 @@ class RemoteOutputRun(OutputRun):
         self.store.put(MANIFEST, (self.out / MANIFEST).read_bytes())
         crash_point("published")
         self.store.delete([RUN_FILE])
-        self._drop_staging()
-        return manifest
 
     def _drop_staging(self) -> None:
         """The staging folder's dataset files and run state (never another file of a --staging folder)."""
