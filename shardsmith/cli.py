@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from shardsmith import __version__
-from shardsmith.commands.report import plural, report_skipped, report_stage
+from shardsmith.commands.report import inputs_left_out, plural, report_skipped, report_stage
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.engine import interrupt
 from shardsmith.errors import ShardsmithError
@@ -252,7 +252,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
     parts = ", ".join(f"{name}: {plural(s['samples'], 'document')}, {plural(s['tokens'], 'token')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
-               f"engine {manifest['tokenizer']['engine']}")
+               f"engine {manifest['tokenizer']['engine']}{inputs_left_out(src)}")
     report_skipped(out, src)
 
 
@@ -312,7 +312,8 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     src = manifest["source"]
     parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
-    click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped")
+    click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped"
+               f"{inputs_left_out(src)}")
     report_skipped(out, src)
 
 

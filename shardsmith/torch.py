@@ -1,29 +1,173 @@
-"""torch adapters over the numpy loaders: map-style windows with batched fetch, and an iterable that
-splits one epoch's order across DDP ranks and DataLoader workers without duplicates.
+"""torch adapters over the numpy loaders: map-style windows with batched fetch, iterables that deal
+one epoch's batches to DDP ranks and DataLoader workers, and a batch sampler; all of them resume.
+
+The layout (``shardsmith.formats.layout``): rank r's batch s is a fixed run of the epoch's order,
+whatever the worker count, and DataLoader worker w makes batches s ≡ w (mod workers), so the
+DataLoader yields the same batches in the same order for any ``num_workers``. ``state_dict`` counts
+the batches a worker has handed over (torchdata's ``StatefulDataLoader`` keeps one per worker and
+resumes exactly); ``global_position`` turns the ranks' saved states into one position in the
+epoch's order, and ``start=`` starts any rank and worker layout there (elastic resume).
 
 Import cost stays out of ``import shardsmith``: only this module imports torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, IterableDataset, get_worker_info
+from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
 from shardsmith.core.events import EventSchema
-from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset, event_order
-from shardsmith.formats.order import epoch_order
+from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset
+from shardsmith.formats.layout import (
+    POSITION,
+    STATE,
+    EpochLayout,
+    EpochOrder,
+    check_state,
+    global_position,
+    resolve_start,
+)
 from shardsmith.formats.tokens.dataset import TokenDataset
 from shardsmith.formats.webdataset.dataset import TarDataset
+
+__all__ = ["EpochBatchSampler", "EventBatches", "EventSamples", "TarIterable", "TarSamples", "TokenBatches",
+           "TokenWindows", "event_collate", "global_position", "loader"]
 
 
 def _distributed() -> tuple[int, int]:
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return 0, 1
+
+
+class _Epoch:
+    """One epoch's batches for this rank from a start position, and the state that resumes them.
+
+    ``start``: a position in the epoch's order (int, for epoch ``epoch``) or a ``global_position``
+    (which sets the epoch to its own); ``set_epoch`` to any other epoch starts at 0.
+    ``state_dict()`` holds plain ints and strings; ``load_state_dict`` refuses a state of another
+    dataset, order or layout and adopts the state's epoch and start.
+    """
+
+    def __init__(self, n: int, *, order: EpochOrder, batch_size: int | None, shuffle: bool, seed: int, epoch: int,
+                 rank: int | None, world_size: int | None, start: int | Mapping[str, Any] | None,
+                 drop_last: bool) -> None:
+        self.n = n
+        self.order = order
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = epoch
+        self.drop_last = drop_last
+        self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else _distributed()
+        self._identity = {"length": int(n), "order": order.name, "shuffle": bool(shuffle), "seed": int(seed)}
+        self._start_epoch, self._start = resolve_start(start, epoch=epoch, identity=self._identity)
+        self.epoch = self._start_epoch  # a global position sets the epoch it is in
+        self.layout()  # refuse a bad rank, batch size or start now rather than in a worker
+        self._resume = 0    # batches this stream had handed over when its state was saved
+        self._produced = 0  # batches this stream has handed over in the running iteration
+
+    def set_epoch(self, epoch: int) -> None:
+        """Iterate epoch ``epoch`` next (a state loaded for another epoch is dropped)."""
+        if epoch != self.epoch:
+            self._resume = self._produced = 0
+        self.epoch = epoch
+
+    @property
+    def start(self) -> int:
+        return self._start if self.epoch == self._start_epoch else 0
+
+    def layout(self) -> EpochLayout:
+        return EpochLayout(total=self.n, start=self.start, batch_size=self.batch_size, rank=self.rank,
+                           world_size=self.world_size, drop_last=self.drop_last)
+
+    def __len__(self) -> int:
+        """This rank's batches (samples, without ``batch_size``) in the epoch, from its start."""
+        return self.layout().steps
+
+    def position(self, steps: int) -> dict[str, Any]:
+        """The global position once every rank has taken ``steps`` batches of this epoch: the
+        ``start=`` of a resume after a plain ``DataLoader`` (which keeps no state) took them."""
+        return {"shardsmith": POSITION, **self._identity, "epoch": self.epoch,
+                "position": self.layout().position_after(steps)}
+
+    def _stream(self) -> tuple[int, int]:
+        """(worker, workers) of the process this runs in (0 of 1 outside DataLoader workers)."""
+        info = get_worker_info()
+        return (info.id, info.num_workers) if info else (0, 1)
+
+    def _options(self) -> dict[str, Any]:
+        worker, workers = self._stream()
+        return {**self._identity, "batch_size": self.batch_size, "world_size": self.world_size,
+                "drop_last": bool(self.drop_last), "rank": self.rank, "workers": workers, "worker": worker}
+
+    def state_dict(self) -> dict[str, Any]:
+        """How far this stream (this rank, or one DataLoader worker of it) has gone in the epoch."""
+        return {"shardsmith": STATE, **self._options(), "epoch": self.epoch, "start": self.start,
+                "produced": self._produced}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue where ``state`` was saved (the next iteration starts there)."""
+        check_state(state, self._options())
+        self.epoch = self._start_epoch = int(state["epoch"])
+        self._start = int(state["start"])
+        self.layout()
+        self._resume = self._produced = int(state["produced"])
+
+    def _walk(self) -> Iterator[np.ndarray]:
+        """This stream's batches as index arrays. Runs eagerly (the saved position is taken now,
+        once); the count goes up before each batch is handed over, so a state taken while the
+        consumer holds batch k counts k + 1."""
+        worker, workers = self._stream()
+        layout = self.layout()
+        order = self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
+        first, self._resume = self._resume, 0
+        self._produced = first
+
+        def batches() -> Iterator[np.ndarray]:
+            for step in range(worker + first * workers, layout.steps, workers):
+                indices = order[layout.positions(step)]
+                self._produced += 1
+                yield indices
+
+        return batches()
+
+
+class _EpochIterable(_Epoch, IterableDataset):
+    """An iterable adapter: ``_make`` turns one batch's indices into what the DataLoader gets."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return map(self._make, self._walk())
+
+    def _make(self, indices: np.ndarray) -> Any:
+        raise NotImplementedError
+
+
+class EpochBatchSampler(_Epoch, Sampler):
+    """A resumable batch sampler for the map-style adapters: ``DataLoader(ds, batch_sampler=...)``.
+
+    Yields this rank's batches of one epoch as index lists, in the layout of the iterable adapters
+    (``start=``, ``global_position``, ``drop_last`` alike). It runs in the main process, so its
+    ``state_dict`` counts the batches handed to the workers; torchdata's ``StatefulDataLoader``
+    pairs that with the batch it yields. ``block``: contiguous blocks in shuffled order (events).
+    """
+
+    def __init__(self, n: int | Any, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                 rank: int | None = None, world_size: int | None = None, start: int | Mapping[str, Any] | None = None,
+                 drop_last: bool = True, block: int | None = None) -> None:
+        super().__init__(n if isinstance(n, int) else len(n), order=EpochOrder(block), batch_size=batch_size,
+                         shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start,
+                         drop_last=drop_last)
+
+    def _stream(self) -> tuple[int, int]:
+        return 0, 1
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return (indices.tolist() for indices in self._walk())
 
 
 class TokenWindows(Dataset):
@@ -45,52 +189,33 @@ class TokenWindows(Dataset):
         return [(xt[k], yt[k]) for k in range(len(indices))]
 
 
-class _EpochSlices(IterableDataset):
-    """One epoch's permutation split over DDP ranks × DataLoader workers.
+class TokenBatches(_EpochIterable):
+    """Batches of windows (x, y) of one epoch of a TokenDataset (use the DataLoader's ``batch_size=None``).
 
-    Every (rank, worker) pair takes a strided slice of the same permutation: equal shares per
-    rank first (the remainder dropped), then each rank's share dealt to its workers, so together
-    they make one pass without duplicates. Call ``set_epoch`` between epochs.
+    The same batches in the same order for any ``num_workers``; every rank gets the same number
+    (``drop_last=True``: the positions after the last whole ``world_size × batch_size`` step are
+    dropped). ``start=``: a position, or a ``global_position`` (elastic resume).
     """
 
-    def __init__(self, dataset: Any, *, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
-                 epoch: int = 0, rank: int | None = None, world_size: int | None = None) -> None:
+    def __init__(self, dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True) -> None:
         self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = epoch
-        self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else _distributed()
+        super().__init__(len(dataset), order=EpochOrder(), batch_size=batch_size, shuffle=shuffle, seed=seed,
+                         epoch=epoch, rank=rank, world_size=world_size, start=start, drop_last=drop_last)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def _slice(self) -> np.ndarray:
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info else (1, 0)
-        mine = epoch_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                           rank=self.rank, world_size=self.world_size)
-        return mine[worker::workers]
-
-
-class TokenBatches(_EpochSlices):
-    """Batches of windows (x, y) for one epoch of a TokenDataset (use the DataLoader's ``batch_size=None``)."""
-
-    def __init__(self, dataset: TokenDataset, *, batch_size: int, **kwargs: Any) -> None:
-        super().__init__(dataset, batch_size=batch_size, **kwargs)
-
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        order = self._slice()
-        for start in range(0, len(order), self.batch_size):
-            x, y = self.dataset.get_batch(order[start:start + self.batch_size])
-            yield torch.from_numpy(x), torch.from_numpy(y)
+    def _make(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.dataset.get_batch(indices)
+        return torch.from_numpy(x), torch.from_numpy(y)
 
 
 def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-           num_workers: int = 0, **kwargs: Any) -> torch.utils.data.DataLoader:
+           num_workers: int = 0, start: int | Mapping[str, Any] | None = None, drop_last: bool = True,
+           **kwargs: Any) -> torch.utils.data.DataLoader:
     """A DataLoader over ``TokenBatches`` for this process's DDP rank."""
     return torch.utils.data.DataLoader(
-        TokenBatches(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch),
+        TokenBatches(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, start=start,
+                     drop_last=drop_last),
         batch_size=None, num_workers=num_workers, **kwargs)
 
 
@@ -113,17 +238,27 @@ class TarSamples(Dataset):
         return self.dataset.get_batch(indices)
 
 
-class TarIterable(_EpochSlices):
-    """Samples (or lists of them, with ``batch_size``) for one epoch of a TarDataset."""
+class TarIterable(_EpochIterable):
+    """Samples (or, with ``batch_size``, lists of them, or ``collate(list)``) of one epoch of a TarDataset.
 
-    def __iter__(self) -> Iterator[Any]:
-        order = self._slice()
+    Give ``batch_size`` here (and ``batch_size=None`` to the DataLoader) for batches that do not
+    depend on ``num_workers``, and for ``global_position`` with several workers.
+    """
+
+    def __init__(self, dataset: TarDataset, *, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = False,
+                 collate: Callable[[list[dict[str, Any]]], Any] | None = None) -> None:
+        self.dataset = dataset
+        self.collate = collate
+        super().__init__(len(dataset), order=EpochOrder(), batch_size=batch_size, shuffle=shuffle, seed=seed,
+                         epoch=epoch, rank=rank, world_size=world_size, start=start, drop_last=drop_last)
+
+    def _make(self, indices: np.ndarray) -> Any:
         if self.batch_size is None:
-            for i in order:
-                yield self.dataset[int(i)]
-            return
-        for start in range(0, len(order), self.batch_size):
-            yield self.dataset.get_batch(order[start:start + self.batch_size])
+            return self.dataset[int(indices[0])]
+        batch = self.dataset.get_batch(indices)
+        return self.collate(batch) if self.collate is not None else batch
 
 
 # -- events (HDF5 event shards) -------------------------------------------------------------------
@@ -174,32 +309,30 @@ class EventSamples(Dataset):
         return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
 
 
-class EventBatches(_EpochSlices):
-    """Batches of one epoch of an EventDataset, split over DDP ranks and DataLoader workers.
+class EventBatches(_EpochIterable):
+    """Batches of one epoch of an EventDataset, dealt to DDP ranks and DataLoader workers.
 
-    The order is ``event_order`` (contiguous blocks in shuffled order by default, ``exact=True``
-    for a per-event permutation); the rank's share is cut into batches and batch k goes to
-    worker ``k % num_workers``, so together the workers yield every event of the share once, in
-    the single-process order. ``collate`` (e.g. ``event_collate()``) runs in the workers; without
-    it an ``EventBatch`` is yielded. Use the DataLoader's ``batch_size=None``.
+    The order is contiguous blocks of ``block`` events in shuffled order (``event_order``;
+    ``exact=True``: a per-event permutation); rank r's batch s is a fixed run of it and batch s
+    goes to worker ``s % num_workers``, so the DataLoader yields the single-process batches for
+    any worker count. ``collate`` (e.g. ``event_collate()``) runs in the workers; without it an
+    ``EventBatch`` is yielded. Use the DataLoader's ``batch_size=None``.
     """
 
     def __init__(self, dataset: EventDataset, *, batch_size: int, block: int = 256, exact: bool = False,
                  drop_last: bool = False, collate: Callable[[EventBatch], Any] | None = None,
-                 **kwargs: Any) -> None:
-        super().__init__(dataset, batch_size=batch_size, **kwargs)
+                 shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int | None = None,
+                 world_size: int | None = None, start: int | Mapping[str, Any] | None = None) -> None:
+        if block < 1:
+            raise ValueError(f"block={block}: must be at least 1")
+        self.dataset = dataset
         self.block = block
         self.exact = exact
-        self.drop_last = drop_last
         self.collate = collate
+        super().__init__(len(dataset), order=EpochOrder(None if exact else block), batch_size=batch_size,
+                         shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start,
+                         drop_last=drop_last)
 
-    def __iter__(self) -> Iterator[Any]:
-        info = get_worker_info()
-        workers, worker = (info.num_workers, info.id) if info else (1, 0)
-        order = event_order(len(self.dataset), shuffle=self.shuffle, seed=self.seed, epoch=self.epoch,
-                            rank=self.rank, world_size=self.world_size, block=self.block, exact=self.exact)
-        bs = self.batch_size
-        stop = len(order) - len(order) % bs if self.drop_last else len(order)
-        for start in range(worker * bs, stop, workers * bs):
-            batch = self.dataset.get_batch(order[start:start + bs])
-            yield self.collate(batch) if self.collate is not None else batch
+    def _make(self, indices: np.ndarray) -> Any:
+        batch = self.dataset.get_batch(indices)
+        return self.collate(batch) if self.collate is not None else batch

@@ -39,6 +39,31 @@ def test_transient_errors(exc, transient):
     assert retry.is_transient(exc) is transient
 
 
+@pytest.mark.parametrize("text, transient", [  # as fsspec-xrootd raises them (seen from the Debian server)
+    ("File stat request failed: [FATAL] Connection error", True),  # refused: the server is down
+    ("File stat request failed: [ERROR] Operation expired", True),  # the server hangs (SIGSTOP)
+    ("Server failed to provide directory info: [FATAL] Socket timeout", True),
+    ("Bytes failed to read from open file: [ERROR] Socket error: Connection reset by peer", True),
+    ("File did not open properly: [ERROR] Server responded with an error: [3024] overloaded\n", True),
+    ("File did not open properly: [ERROR] Server responded with an error: [3014] no server\n", True),
+    ("File stat request failed: [ERROR] Server responded with an error: [3011] Unable to locate /x; no such "
+     "file or directory\n", False),
+    ("[ERROR] Server responded with an error: [3010] Unable to give access; Permission denied\n", False),
+    ("File did not open properly: [FATAL] Auth failed: no protocols", False),
+    ("Failed to submit <bound method FileSystem.dirlist of <XRootD.client.filesystem.FileSystem object>> "
+     "request: [FATAL] Connection error", True),
+])
+def test_xrootd_statuses(text, transient):
+    assert retry.is_transient(OSError(text)) is transient
+
+
+def test_the_xrootd_table_names_codes_of_both_kinds():
+    assert retry.xrootd_status(OSError("x: [ERROR] Server responded with an error: [3034] late\n")) == 3034
+    assert retry.xrootd_status(OSError("x: [FATAL] Connection error")) == "Connection error"
+    assert retry.xrootd_status(OSError("Service Unavailable")) is None
+    assert all(isinstance(k, str) or 3000 <= k < 3100 for k in retry.XROOTD_TRANSIENT)
+
+
 def test_backoff_is_bounded_and_jittered():
     rng = random.Random(1)
     policy = retry.Policy(retries=8, wait=0.5)

@@ -8,6 +8,7 @@ off), so the attempts counted here are ours.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -132,6 +133,52 @@ def test_unreadable_object_is_skipped_and_listed(flaky, tmp_path):
     assert [s["url"] for s in source["skipped_inputs"]] == ["s3://shardsmith-doomed/data/bad.jsonl"]
     assert "after 3 attempts" in source["skipped_inputs"][0]["reason"]
     assert KEYS["AWS_SECRET_ACCESS_KEY"] not in orjson.dumps(source).decode()
+    assert res.output.strip().endswith("; 1 input object skipped (--on-error skip), listed in the manifest"), \
+        res.output
+    shown = run_cli("inspect", tmp_path / "got", "--samples", "0")
+    assert shown.exit_code == 0, shown.stderr
+    assert "  skipped inputs (--on-error skip): 1: s3://shardsmith-doomed/data/bad.jsonl" in shown.output, shown.output
+    as_json = orjson.loads(run_cli("inspect", tmp_path / "got", "--json", "--samples", "0").output)
+    assert as_json["source"]["skipped_inputs"] == source["skipped_inputs"]
+
+
+def test_pack_tokens_skips_an_unreadable_object(flaky, tmp_path, bpe_tokenizer):
+    client, start = flaky
+    local = _doomed_bucket(client, tmp_path)
+    (local / "bad.jsonl").unlink()
+    common = ["--tokenizer", bpe_tokenizer, "--workers", "1", "--shard-tokens", "4K", "--on-error", "skip"]
+    ref = run_cli("pack-tokens", local, "-o", tmp_path / "ref", "-q", *common)
+    assert ref.exit_code == 0, ref.stderr
+    start(Faults(doomed=("bad.jsonl",)))
+    res = run_cli("pack-tokens", "s3://shardsmith-doomed/data/", "-o", tmp_path / "got", "-q", *common,
+                  "--retries", "1", *FAST)
+    assert res.exit_code == 0, res.stderr
+    assert tree_digest(tmp_path / "ref") == tree_digest(tmp_path / "got")
+    source = orjson.loads((tmp_path / "got" / "manifest.json").read_bytes())["source"]
+    assert source["inputs"] == ["a.jsonl", "b.jsonl"]
+    assert source["skipped_inputs"] == [{"url": "s3://shardsmith-doomed/data/bad.jsonl", "reason": source[
+        "skipped_inputs"][0]["reason"]}]
+    assert "cannot read it after 2 attempts" in source["skipped_inputs"][0]["reason"]
+    assert "1 input object skipped (--on-error skip), listed in the manifest" in res.output, res.output
+
+
+def test_an_unlistable_input_stops_the_run_even_with_skip(flaky, tmp_path):
+    """Of two prefixes, one stays unlistable: the set of inputs is unknown, so the run stops
+    (docs/design.md: listing errors always stop), with one line saying how many attempts were made."""
+    client, start = flaky
+    local = tmp_path / "corpus"
+    write_jsonl(local / "one" / "a.jsonl", make_docs(30, seed=1))
+    write_jsonl(local / "two" / "b.jsonl", make_docs(30, seed=2))
+    _upload(client, "shardsmith-two-prefixes", local, "data")
+    faults = start(Faults(doomed=("two",)))  # every request naming the prefix data/two
+    res = run_cli("convert", "s3://shardsmith-two-prefixes/data/one/", "s3://shardsmith-two-prefixes/data/two/",
+                  "-o", tmp_path / "out", "--to", "webdataset", "-q", "--on-error", "skip", "--retries", "2", *FAST)
+    assert res.exit_code == 1, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        "shardsmith: error: s3://shardsmith-two-prefixes/data/two/: cannot list it after 3 attempts (the last: "
+        "OSError: [Errno 16] Service Unavailable)"], res.stderr
+    assert faults.count("503") == 3
+    assert not (tmp_path / "out").exists()
 
 
 def test_no_retries_fail_fast(flaky, tmp_path):
@@ -144,7 +191,7 @@ def test_no_retries_fail_fast(flaky, tmp_path):
     assert time.monotonic() - began < 5
     assert res.exit_code == 1, res.stderr
     lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and "s3://shardsmith-doomed/data/: cannot read it after 1 attempts" in lines[0], res.stderr
+    assert len(lines) == 1 and "s3://shardsmith-doomed/data/: cannot list it after 1 attempt " in lines[0], res.stderr
     assert len(faults.requests) == 1, faults.requests
 
 
@@ -171,3 +218,70 @@ def test_pack_tokens_glob_through_faults_equals_local(flaky, tmp_path, bpe_token
     assert got.exit_code == 0, got.stderr
     _same_dataset(tmp_path / "ref", tmp_path / "got")
     assert faults.count("503") and faults.count("reset")
+
+
+SECRET, TOKEN, SIGNATURE = "s3cr3t-never-shown-7f3a", "t0ken-never-shown-91c2", "sig-never-shown-5d0e"
+
+
+def test_credentials_and_signatures_never_appear(flaky, tmp_path, monkeypatch):
+    """Secret keys and session tokens in the environment, signatures and tokens in URL queries,
+    credentials in a URL's userinfo, through runs that skip, fail and are refused: none of them is
+    in any output, error, manifest, lock or scratch file (the runs are child processes: all they
+    write is seen)."""
+    import importlib.util
+
+    from conftest import run_subprocess
+
+    client, start = flaky
+    _doomed_bucket(client, tmp_path / "in")
+    start(Faults(doomed=("bad.jsonl",)))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)  # moto takes any signature: the runs still work
+    monkeypatch.setenv("AWS_SESSION_TOKEN", TOKEN)
+    common = ["--to", "webdataset", "--workers", "1", "--retries", "1", "--retry-wait", "0.01"]
+    runs = [
+        (0, ["s3://shardsmith-doomed/data/", "-o", tmp_path / "skipped", "--on-error", "skip"]),
+        (1, ["s3://shardsmith-doomed/data/", "-o", tmp_path / "failed"]),
+        (2, [f"s3://shardsmith-doomed/data/a.jsonl?X-Amz-Credential=AKIAEXAMPLE%2F{TOKEN}&X-Amz-Signature="
+             f"{SIGNATURE}", "-o", tmp_path / "query"]),
+        (2, [f"https://shardsmith-doomed.s3.amazonaws.com/data/a.jsonl?X-Amz-Security-Token={TOKEN}&"
+             f"X-Amz-Signature={SIGNATURE}", "-o", tmp_path / "presigned"]),
+        (2, [f"s3://AKIAEXAMPLE:{SECRET}@shardsmith-doomed/data/", "-o", tmp_path / "userinfo"]),
+    ]
+    if importlib.util.find_spec("fsspec_xrootd") is not None:  # a token in an XRootD URL, no server there
+        from test_xrootd_inputs import _free_port
+
+        runs.append((1, [f"root://localhost:{_free_port()}//data/a.jsonl?authz={TOKEN}", "-o", tmp_path / "xrd"]))
+    seen = [_killed_while_staging(tmp_path / "killed", common)]
+    for code, args in runs:
+        res = run_subprocess("convert", *args, *common, env=dict(os.environ))
+        assert res.returncode == code, (args, res.stderr)
+        seen.append((f"stdout of {args[0]}", res.stdout))
+        seen.append((f"stderr of {args[0]}", res.stderr))
+    assert "skipped_inputs" in (tmp_path / "skipped" / "manifest.json").read_text()
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and "in" not in p.relative_to(tmp_path).parts[:1]]
+    assert any(p.name == "manifest.json" for p in files), files
+    assert any(".killed.shardsmith-work" in p.parts for p in files), files  # the killed run's scratch and lock
+    seen += [(str(p), p.read_bytes().decode(errors="replace")) for p in files]
+    for where, text in seen:
+        for secret in (SECRET, TOKEN, SIGNATURE):
+            assert secret not in text, f"{secret} in {where}"
+
+
+def _killed_while_staging(out: Path, common: list[str]) -> tuple[str, str]:
+    """A run killed while it waits to retry an object (the others staged): its lock and scratch
+    files stay; returns what it printed."""
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", "convert", "s3://shardsmith-doomed/data/", "-o",
+                             str(out), *common, "--retries", "5", "--retry-wait", "30"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    scratch = out.parent / f".{out.name}.shardsmith-work"
+    deadline = time.monotonic() + 30
+    while not any(p.name == "a.jsonl" and "inputs.etags" in p.parts for p in scratch.rglob("*")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    stdout, stderr = proc.communicate(timeout=10)
+    return "output of the killed run", stdout + stderr

@@ -134,11 +134,13 @@ def test_torch_adapters_split_workers_without_duplicates(packed):
     import shardsmith.torch as st_torch
 
     ds = shardsmith.TokenDataset(packed)
-    batches = list(st_torch.loader(ds, batch_size=4, shuffle=True, seed=0, num_workers=2))
+    batches = list(st_torch.loader(ds, batch_size=4, shuffle=True, seed=0, num_workers=2, drop_last=False))
     rows = torch.cat([x for x, _ in batches])
     assert rows.dtype == torch.int64 and rows.shape[1] == 16
     starts = {tuple(r.tolist()) for r in rows}
     assert len(rows) == len(ds) and len(starts) == len(ds)  # every window once across both workers
+    dropped = list(st_torch.loader(ds, batch_size=4, shuffle=True, seed=0, num_workers=2))  # drop_last by default
+    assert [len(x) for x, _ in dropped] == [4] * (len(ds) // 4)
     dl = torch.utils.data.DataLoader(st_torch.TokenWindows(ds), batch_size=8, shuffle=False)
     x, y = next(iter(dl))
     ex, ey = ds.get_batch(np.arange(8))

@@ -49,6 +49,10 @@ def run(out: Path, *, as_json: bool, samples: int) -> None:
     src = info["source"]
     echo(f"  source: {src.get('reader')} reader, {src['inputs']} input files, {src.get('records')} records, "
          f"{info['skipped']} skipped")
+    if src.get("skipped_inputs"):
+        left_out = src["skipped_inputs"]
+        echo(f"  skipped inputs (--on-error skip): {len(left_out)}: "
+             f"{', '.join(str(s.get('url')) for s in left_out[:3])}{', …' if len(left_out) > 3 else ''}")
     echo(f"  shuffle: {'exact, seed ' + str(info['seed']) if info['shuffle'] else 'off (input order)'}")
     for name, s in info["splits"].items():
         tokens = f", {s['tokens']:,} tokens" if "tokens" in s else ""

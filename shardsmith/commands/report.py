@@ -29,6 +29,14 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def inputs_left_out(source: dict[str, Any]) -> str:
+    """The closing line's note of the input objects ``--on-error skip`` left out ("" for none)."""
+    count = len(source.get("skipped_inputs") or [])
+    if not count:
+        return ""
+    return f"; {plural(count, 'input object')} skipped (--on-error skip), listed in the manifest"
+
+
 def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -> None:
     """Which records and files were skipped (``--on-error skip``), on one line."""
     entries = [*source["skipped"]["records"], *source.get("unread", [])]

@@ -12,19 +12,24 @@ def is_url(text: str) -> bool:
 
 
 def safe_url(url: str) -> str:
-    """``url`` without userinfo (``user:secret@``) and, for HTTP, without its query (signatures);
-    any other text unchanged."""
+    """``url`` without userinfo (``user:secret@``) and without its query and fragment: an HTTP
+    signature (``X-Amz-Signature=``), an XRootD token (``?authz=``) ride there, whatever the
+    scheme; any other text unchanged."""
     m = SCHEME.match(url)
     if m is None:
         return url
     scheme, rest = m.group(1), url[m.end():]
     host, slash, path = rest.partition("/")
     rest = host.rpartition("@")[2] + slash + path
-    if scheme.lower() in ("http", "https"):
-        rest = rest.split("?", 1)[0].split("#", 1)[0]
+    rest = rest.split("?", 1)[0].split("#", 1)[0]
     return f"{scheme}://{rest}"
 
 
 def safe_argv(argv: list[str]) -> list[str]:
-    """A command line as it may be recorded (the manifest, the lock file): URLs made safe."""
-    return [safe_url(a) for a in argv]
+    """A command line as it may be recorded (the manifest, the lock file): URLs made safe, also as
+    the value of an option (``--tokenizer=URL``)."""
+    safe = []
+    for a in argv:
+        name, eq, value = a.partition("=")
+        safe.append(f"{name}={safe_url(value)}" if eq and name.startswith("--") else safe_url(a))
+    return safe

@@ -43,7 +43,12 @@ from shardsmith.errors import DataError, ShardsmithError, UsageError
 # scheme -> (the module its fsspec filesystem needs, the extra that installs it)
 BACKENDS = {"s3": ("s3fs", "s3"), "root": ("fsspec_xrootd", "xrootd")}
 HOSTED = {"root"}  # schemes whose URL names the server a filesystem is bound to: root://HOST[:PORT]//path
-XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "2", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60"}
+# XRootD's client: one connection attempt per call (``retry`` alone retries), a request waits at most 60 s,
+# and a server whose connection failed is tried again at the next call (XrdCl's default refuses it for 30 min)
+XROOTD_PATIENCE = {"XRD_CONNECTIONRETRY": "1", "XRD_CONNECTIONWINDOW": "5", "XRD_REQUESTTIMEOUT": "60",
+                   "XRD_STREAMERRORWINDOW": "0"}
+# fsspec's folder walk (XRootD's find and glob) leaves out a folder it cannot list unless told to raise
+WALK_OPTIONS: dict[str, dict[str, str]] = {"root": {"on_error": "raise"}}
 LATER = ("gs", "gcs", "http", "https", "az", "abfs", "abfss", "hf")  # named in issue 15, not built yet
 THREADS = 8
 BLOCK = 8 << 20  # bytes per ranged read of a download
@@ -138,7 +143,6 @@ def _filesystem(urls: list[str]) -> Any:
         raise UsageError(f"{shown}: unknown URL scheme {scheme}:// (inputs can be local paths, s3:// or root:// URLs)")
     module, extra = BACKENDS[scheme]
     if scheme in HOSTED:  # read by the XRootD client when it loads: before the import
-        # a server that does not answer: a few seconds, not XRootD's default of 5 tries 2 minutes apart
         for name, value in XROOTD_PATIENCE.items():
             os.environ.setdefault(name, value)
     try:
@@ -184,7 +188,8 @@ def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
         raise
     except retry.GaveUp as gave_up:  # transient errors that outlasted the retries: a data error, exit 1
         last = gave_up.last
-        raise DataError(file=url, reason=f"cannot read it after {gave_up.attempts} attempts (the last: "
+        raise DataError(file=url, reason=f"cannot {'read' if reading else 'list'} it after {gave_up.attempts} "
+                                         f"attempt{'s' if gave_up.attempts > 1 else ''} (the last: "
                                          f"{type(last).__name__}: {_one_line(last)})") from None
     except FileNotFoundError as exc:
         what = "no such bucket" if "bucket" in str(exc).lower() else "no such object or prefix"
@@ -210,8 +215,9 @@ def _one_line(exc: BaseException) -> str:
         value = os.environ.get(name)
         if value and len(value) >= 4:
             text = text.replace(value, "***")
-    text = re.sub(r"(https?://[^\s?@/]*@)", "https://", text)
-    return re.sub(r"(https?://[^\s?]*)\?\S*", r"\1", text)
+    text = re.sub(r"([A-Za-z][\w+.-]*://)[^\s?@/]*@", r"\1", text)  # userinfo of any URL
+    text = re.sub(r"([A-Za-z][\w+.-]*://[^\s?]*)\?\S*", r"\1", text)  # a URL's query
+    return re.sub(r"\?[\w.-]+=[^\s;]*", "", text)  # a query on a bare path (XRootD's messages: "/f?authz=...")
 
 
 # -- listing ---------------------------------------------------------------------------------------
@@ -225,9 +231,10 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
     scheme = url.split("://", 1)[0].lower()
     host = _host(url)
     path = _key(scheme, fs._strip_protocol(url)).rstrip("/")
+    walk = WALK_OPTIONS.get(scheme, {})
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
-            matched = retry.call(lambda: fs.glob(path, detail=True), policy)
+            matched = retry.call(lambda: fs.glob(path, detail=True, **walk), policy)
             found = [_object(scheme, host, _key(scheme, key), info, root, shown)
                      for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
@@ -240,7 +247,8 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
         if info.get("type") != "directory":
             o = _object(scheme, host, path, info, root, shown)
             return [o], [o.local]
-        listed = {_key(scheme, k): v for k, v in retry.call(lambda: fs.find(path or "/", detail=True), policy).items()}
+        found_keys = retry.call(lambda: fs.find(path or "/", detail=True, **walk), policy)
+        listed = {_key(scheme, k): v for k, v in found_keys.items()}
     found = []
     for key, info in sorted(listed.items()):
         rel = key[len(path) + 1:]

@@ -7,6 +7,10 @@ the n-th retry ("full jitter": many clients that failed together do not retry to
 that say something permanent (no such key or bucket, access denied) are raised at once. After the
 last retry ``GaveUp`` says how many attempts were made and what the last one raised.
 
+XRootD's client raises plain ``OSError``s whose text holds its status (``[FATAL] Connection error``,
+``[ERROR] Operation expired``, or a server's answer ``[ERROR] Server responded with an error: [3011]
+...``): ``XROOTD_TRANSIENT`` is the one table of the statuses a retry may cure.
+
 Only this layer retries: the storage clients are configured not to (``remote.py``), so the number
 of attempts is the one the options give and the tests measure.
 """
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import random
+import re
 import threading
 from collections.abc import Callable
 from typing import NamedTuple, TypeVar
@@ -31,6 +36,25 @@ _TRANSIENT_NAMES = {"ClientPayloadError", "ServerDisconnectedError", "ClientOSEr
                     "FSTimeoutError", "HTTPClientError", "ProtocolError", "RemoteDisconnected"}
 _TRANSIENT_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "RequestTimeout",
                     "InternalError", "ServiceUnavailable", "TooManyRequests", "500", "502", "503", "504"}
+
+# The XRootD statuses a retry may cure; every other XRootD error is permanent (kXR_NotFound 3011,
+# kXR_NotAuthorized 3010, kXR_isDirectory 3016, errAuthFailed ...). XrdCl's own errors by the text
+# XrdClStatus.cc gives them (XrdClStatus.hh: a lost or refused connection, a timed-out request), the
+# server's by their kXR_* code (XProtocol.hh: busy, overloaded, no server or replica reachable now,
+# the server's own failure or timeout).
+XROOTD_TRANSIENT: dict[str | int, str] = {
+    "Socket error": "errSocketError", "Socket timeout": "errSocketTimeout",
+    "Socket disconnected": "errSocketDisconnected", "Poller error": "errPollerError",
+    "Stream disconnect": "errStreamDisconnect", "Connection error": "errConnectionError",
+    "Invalid session": "errInvalidSession", "Hand shake failed": "errHandShakeFailed",
+    "Operation expired": "errOperationExpired", "No more free SIDs": "errNoMoreFreeSIDs",
+    3003: "kXR_FileLocked", 3007: "kXR_IOError", 3008: "kXR_NoMemory", 3012: "kXR_ServerError",
+    3014: "kXR_noserver", 3020: "kXR_inProgress", 3024: "kXR_Overloaded", 3034: "kXR_ReqTimedOut",
+    3035: "kXR_TimerExpired",
+}
+# "[FATAL] Connection error", "[ERROR] Socket error: Connection refused", "[ERROR] Server responded with
+# an error: [3024] ..." (XRootDStatus::ToStr), anywhere in the text fsspec-xrootd wraps it in
+_XROOTD_STATUS = re.compile(r"\[(?:ERROR|FATAL)\] (?:Server responded with an error: \[(\d+)\]|([A-Za-z ]+))")
 
 
 class Policy(NamedTuple):
@@ -66,6 +90,8 @@ def is_transient(exc: BaseException) -> bool:
             return True
         if isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS:
             return True
+        if isinstance(e, OSError) and (status := xrootd_status(e)) is not None:
+            return status in XROOTD_TRANSIENT
         response = getattr(e, "response", None)
         if isinstance(response, dict):
             code = str(response.get("Error", {}).get("Code", ""))
@@ -74,6 +100,15 @@ def is_transient(exc: BaseException) -> bool:
                 return True
         e = e.__cause__ or e.__context__
     return False
+
+
+def xrootd_status(exc: BaseException) -> str | int | None:
+    """The XRootD status an error of its client carries: a server's kXR_* code (3011) or XrdCl's
+    error text ("Connection error"); None for an error that is not XRootD's."""
+    found = _XROOTD_STATUS.search(str(exc))
+    if found is None:
+        return None
+    return int(found.group(1)) if found.group(1) else found.group(2).strip()
 
 
 def call(fn: Callable[[], T], policy: Policy, *, stop: threading.Event | None = None,

@@ -1,0 +1,189 @@
+"""Where each batch of an epoch comes from when DDP ranks and DataLoader workers share it, and the
+loader state that says how far an epoch has gone: numpy and plain dicts only (``shardsmith.torch``
+builds its adapters and sampler on it).
+
+One epoch visits the positions of one order of all ``n`` items (``EpochOrder``: the same for any
+world size). Global step s is the ``world_size × batch_size`` positions that follow ``start``
+plus s such groups; rank r's batch s is the r-th run of ``batch_size`` of them. In DDP every rank
+takes the same number of batches, so what a run has consumed after k steps is always a prefix of
+the order: ``start + k · world_size · batch_size`` positions. That one number, the *global position*,
+is what an elastic resume needs; any rank and worker layout can start there (``EpochLayout``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardsmith.formats.hdf5.order import event_order
+from shardsmith.formats.order import epoch_order
+
+STATE = "shardsmith.epoch/1"        # marks an adapter's or sampler's state inside a loader's state
+POSITION = "shardsmith.position/1"  # marks a global position (``global_position``, ``start=``)
+# what must agree between a state and the adapter that loads it, and between the ranks of one run
+IDENTITY = ("length", "order", "shuffle", "seed")
+LAYOUT = ("batch_size", "world_size", "drop_last")
+# torchdata's StatefulDataLoader: batches yielded after its last snapshot (replayed when it resumes)
+_SINCE_SNAPSHOT = "_steps_since_snapshot"
+
+
+@dataclass(frozen=True)
+class EpochOrder:
+    """One epoch's visiting order of all items, before any rank split.
+
+    ``block=None``: a per-item permutation (``epoch_order``); else contiguous blocks of ``block``
+    items in shuffled order (``event_order``), so a batch is a few contiguous reads.
+    """
+
+    block: int | None = None
+
+    @property
+    def name(self) -> str:
+        return "permutation" if self.block is None else f"blocks:{self.block}"
+
+    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
+        if self.block is None:
+            return epoch_order(n, shuffle=shuffle, seed=seed, epoch=epoch)
+        return event_order(n, shuffle=shuffle, seed=seed, epoch=epoch, block=self.block)
+
+
+class EpochLayout:
+    """Rank ``rank``'s batches of one epoch from global position ``start`` on.
+
+    Every rank gets ``steps`` batches. With ``drop_last`` the positions after the last whole
+    global step (fewer than ``world_size × batch_size``) are dropped; without it each rank also
+    gets one short batch of ``rest // world_size`` and the last ``rest % world_size`` are dropped
+    (never padding, never a rank with a batch more than another).
+    """
+
+    def __init__(self, *, total: int, start: int, batch_size: int | None, rank: int, world_size: int,
+                 drop_last: bool) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in range for world_size {world_size}")
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size}: must be at least 1")
+        if not 0 <= start <= total:
+            raise ValueError(f"start={start} is outside the epoch's {total} positions")
+        self.start, self.rank, self.world_size = start, rank, world_size
+        self.batch = batch_size or 1
+        step = world_size * self.batch
+        self.full = (total - start) // step
+        rest = total - start - self.full * step
+        self.tail = 0 if drop_last else rest // world_size
+        self.steps = self.full + (1 if self.tail else 0)
+
+    def positions(self, step: int) -> slice:
+        """The positions in the epoch's order of this rank's batch ``step``."""
+        if step < self.full:
+            first = self.start + (step * self.world_size + self.rank) * self.batch
+            return slice(first, first + self.batch)
+        first = self.start + self.full * self.world_size * self.batch + self.rank * self.tail
+        return slice(first, first + self.tail)
+
+    def position_after(self, steps: int) -> int:
+        """The global position once every rank has taken ``steps`` batches."""
+        if not 0 <= steps <= self.steps:
+            raise ValueError(f"{steps} steps: this layout has {self.steps} batches per rank")
+        if steps <= self.full:
+            return self.start + steps * self.world_size * self.batch
+        return self.start + self.full * self.world_size * self.batch + self.world_size * self.tail
+
+
+def resolve_start(start: int | Mapping[str, Any] | None, *, epoch: int, identity: dict[str, Any]) -> tuple[int, int]:
+    """``start=`` as (epoch, position): an int is a position in ``epoch``; a ``global_position``
+    carries its own epoch and must come from the same dataset and order."""
+    if start is None:
+        return epoch, 0
+    if isinstance(start, Mapping):
+        if start.get("shardsmith") != POSITION:
+            raise ValueError("start= takes an int or what shardsmith.torch.global_position returned")
+        for key, value in identity.items():
+            if start.get(key) != value:
+                raise ValueError(f"start= was computed with {key}={start.get(key)!r}, this loader has {value!r}")
+        return int(start["epoch"]), int(start["position"])
+    if isinstance(start, bool) or not isinstance(start, (int, np.integer)):
+        raise ValueError(f"start={start!r}: give an int or a global_position")
+    return epoch, int(start)
+
+
+def check_state(state: Mapping[str, Any], expect: dict[str, Any]) -> None:
+    """Refuse a state saved for another dataset, order or layout (one line, naming the option)."""
+    if not isinstance(state, Mapping) or state.get("shardsmith") != STATE:
+        raise ValueError("not a shardsmith adapter or sampler state_dict")
+    for key, value in expect.items():
+        if state.get(key) != value:
+            raise ValueError(f"state_dict was saved with {key}={state.get(key)!r}, this loader has {value!r}")
+    produced = state.get("produced")
+    if isinstance(produced, bool) or not isinstance(produced, int) or produced < 0:
+        raise ValueError(f"state_dict 'produced' {produced!r} is not a count")
+
+
+def _ours(state: Any) -> Iterator[Mapping[str, Any]]:
+    """Every adapter or sampler state inside a loader's state (torchdata nests them per worker)."""
+    if isinstance(state, Mapping):
+        if state.get("shardsmith") == STATE:
+            yield state
+            return
+        for value in state.values():
+            yield from _ours(value)
+    elif isinstance(state, (list, tuple)):
+        for value in state:
+            yield from _ours(value)
+
+
+def _rank_steps(state: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """(the rank's options, batches its loader has yielded) from one rank's saved state."""
+    found = list(_ours(state))
+    if not found:
+        raise ValueError("no shardsmith adapter or sampler state in this loader state")
+    first = found[0]
+    options = {k: first.get(k) for k in (*IDENTITY, *LAYOUT, "epoch", "start", "rank", "workers")}
+    for other in found[1:]:
+        for key, value in options.items():
+            if other.get(key) != value:
+                raise ValueError(f"the workers' states of one loader disagree on {key}")
+    workers = sorted(s.get("worker") for s in found)
+    if workers != list(range(options["workers"])):
+        raise ValueError(f"a loader with {options['workers']} workers holds states of workers {workers}")
+    since = state.get(_SINCE_SNAPSHOT, 0)
+    if options["batch_size"] is None and (options["workers"] > 1 or since):
+        raise ValueError("a global position needs the adapter to make the batches (batch_size=B on the adapter, "
+                         "batch_size=None on the DataLoader) when samples are spread over workers")
+    return options, sum(int(s["produced"]) for s in found) + int(since)
+
+
+def global_position(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One global position in the epoch's order from the saved loader states of the ranks.
+
+    ``states``: each rank's ``StatefulDataLoader.state_dict()`` (or an adapter's or sampler's own),
+    one per rank; any subset of the ranks will do, since in DDP every rank has taken the same number
+    of batches k and together they have consumed exactly the first ``start + k · world_size ·
+    batch_size`` positions of the epoch's order. States of ranks at different steps are refused
+    (they were saved at different times: with unequal counts no prefix is consumed exactly).
+    Pass the result as ``start=`` to an adapter or sampler of any rank and worker layout.
+    """
+    states = [states] if isinstance(states, Mapping) else list(states)
+    if not states:
+        raise ValueError("global_position needs the loader state of at least one rank")
+    ranks: dict[int, tuple[dict[str, Any], int]] = {}
+    for state in states:
+        options, steps = _rank_steps(state)
+        if options["rank"] in ranks:
+            raise ValueError(f"two states of rank {options['rank']}")
+        ranks[options["rank"]] = (options, steps)
+    (options, steps), *others = ranks.values()
+    for other, _ in others:
+        for key in (*IDENTITY, *LAYOUT, "epoch", "start"):
+            if other[key] != options[key]:
+                raise ValueError(f"the ranks' states disagree on {key}: they are not of one run")
+    counts = {rank: s for rank, (_, s) in sorted(ranks.items())}
+    if len(set(counts.values())) > 1:
+        raise ValueError(f"the ranks are at different steps {counts}: in DDP every rank takes the same number "
+                         f"of batches; give the states all ranks saved at one step")
+    layout = EpochLayout(total=options["length"], start=options["start"], batch_size=options["batch_size"],
+                         rank=options["rank"], world_size=options["world_size"], drop_last=options["drop_last"])
+    return {"shardsmith": POSITION, **{k: options[k] for k in IDENTITY}, "epoch": options["epoch"],
+            "position": layout.position_after(steps)}
