@@ -106,9 +106,7 @@ def _output(ctx: click.Context, param: click.Parameter, value: str) -> Path | st
     """-o: a URL as given (a path would fold its ``//``), else a path."""
     from shardsmith.core.urls import is_url
 
-    if is_url(value):
-        return value
-    return Path(value)
+    return value if is_url(value) else Path(value)
 
 
 def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[str, float], ...]:

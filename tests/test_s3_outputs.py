@@ -83,6 +83,17 @@ def _puts(faults: Faults, since: int = 0) -> list[tuple[str, int | None]]:
     return out
 
 
+def _settled(faults: Faults) -> None:
+    """Wait until the proxy has logged the requests a killed run left in flight (it logs each when
+    the server has answered it)."""
+    import time
+
+    seen = -1
+    while seen != len(faults.requests):
+        seen = len(faults.requests)
+        time.sleep(0.3)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
     """About 400 KB of JSONL in two files: shards of several parts, several tasks at --memory 512KB."""
@@ -154,6 +165,7 @@ def test_killed_run_resumes_against_the_bucket(store, corpus, bpe_tokenizer, tmp
     args = _pack(corpus, f"s3://{bucket}/{prefix}", bpe_tokenizer)
     killed = run_subprocess(*args, env={**os.environ, "SHARDSMITH_CRASH_AT": point})
     assert killed.returncode == -signal.SIGKILL, killed.stderr
+    _settled(faults)
     before = _keys(client, bucket, prefix)
     assert ("manifest.json" in before) == (point == "published"), "the manifest goes up last"
     assert ".shardsmith-run.json" in before, "the prefix says which command is filling it"
