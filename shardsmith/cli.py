@@ -102,6 +102,13 @@ def _size(option: str) -> Callable[[click.Context, click.Parameter, Any], int | 
     return convert
 
 
+def _output(ctx: click.Context, param: click.Parameter, value: str) -> Path | str:
+    """-o: a URL as given (a path would fold its ``//``), else a path."""
+    from shardsmith.core.urls import is_url
+
+    return value if is_url(value) else Path(value)
+
+
 def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[str, float], ...]:
     if not value:  # parse_splits' default, without importing numpy (with splits) while the options are parsed
         return (("train", 1.0),)
@@ -116,7 +123,8 @@ def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
 def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by every converting command (docs/design.md, "Command line")."""
     options = [
-        click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path), help="Output folder."),
+        click.option("-o", "--out", "out", required=True, callback=_output, metavar="FOLDER|URL",
+                     help="Output folder, or a prefix in object storage (s3://BUCKET/PREFIX)."),
         click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Shuffle seed."),
         click.option("--no-shuffle", is_flag=True, help="Keep input order."),
         click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None,
@@ -131,6 +139,10 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="URL inputs: retry a transient storage error (reset, 5xx, throttling) this many times."),
         click.option("--retry-wait", type=click.FloatRange(0, 60), default=0.5, show_default=True, metavar="SECONDS",
                      help="URL inputs: the n-th retry waits a random time up to SECONDS * 2**(n-1) (at most 20 s)."),
+        click.option("--staging", type=click.Path(path_type=Path), default=None, metavar="FOLDER",
+                     help="-o URL: make the dataset in FOLDER before it is uploaded [default: under ~/.cache/shardsmith]."),
+        click.option("--part-size", default=None, callback=_size("--part-size"), metavar="SIZE",
+                     help="-o URL: the part size of multipart uploads (5MiB..5GiB) [default: 64MiB]."),
         click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=None, help="Read only the first N records."),
         click.option("--overwrite", is_flag=True, help="Replace a previous dataset in the output folder."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars."),

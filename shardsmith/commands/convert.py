@@ -18,10 +18,11 @@ from shardsmith.core.progress import Progress
 from shardsmith.engine import arrival, remote
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
+from shardsmith.engine.output import output_for
 from shardsmith.engine.plan import plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_all, scatter_summary
-from shardsmith.engine.session import OutputRun, output_run
+from shardsmith.engine.session import OutputRun
 from shardsmith.errors import UsageError
 from shardsmith.formats.base import Format, WriteJob
 from shardsmith.formats.webdataset.samples import SampleProcessor
@@ -51,9 +52,8 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     """The whole command, holding its output folder (``session``); returns the manifest it wrote."""
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
-                    quiet=opts.quiet) as session, remote.staging_for_run():
-        return _run(opts, session)
+    with output_for(opts) as session, remote.staging_for_run():
+        return _run(session.localize(opts), session)
 
 
 def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
@@ -107,7 +107,7 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
         sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=sum(f.size for f in files))
         reader.limit_records(sizing.record_bytes)
         run_id = run_identity("convert", opts, files, extra_paths=reader.extra_inputs(opts))
-        if (finished := session.claim(run_id)) is not None:
+        if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
             return finished
         if not direct:
             keep_freed_memory()

@@ -45,7 +45,7 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     run_id = run_identity("convert", opts, files, extra_paths=reader.extra_inputs(opts))
-    if (finished := session.claim(run_id)) is not None:
+    if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
         return finished
     tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     done = convert_all(

@@ -16,10 +16,11 @@ from shardsmith.engine import arrival, remote
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.outdir import work_path
+from shardsmith.engine.output import output_for
 from shardsmith.engine.plan import cached, plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all, scatter_summary
-from shardsmith.engine.session import OutputRun, output_run
+from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.base import WriteJob
 from shardsmith.sources.base import BadRecord, MultiReader, RecordError, Task
@@ -76,9 +77,8 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     keep_freed_memory()
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
-                    quiet=opts.quiet) as session, remote.staging_for_run():
-        return _run(opts, session)
+    with output_for(opts) as session, remote.staging_for_run():
+        return _run(session.localize(opts), session)
 
 
 def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
@@ -96,7 +96,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     reader.limit_records(sizing.record_bytes)
     run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
-    if (finished := session.claim(run_id)) is not None:
+    if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
         return finished
     tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     progress = Progress(quiet=opts.quiet)

@@ -37,7 +37,7 @@ def inputs_left_out(source: dict[str, Any]) -> str:
     return f"; {plural(count, 'input object')} skipped (--on-error skip), listed in the manifest"
 
 
-def report_skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None:
+def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -> None:
     """Which records and files were skipped (``--on-error skip``), on one line."""
     entries = [*source["skipped"]["records"], *source.get("unread", [])]
     if not entries:
@@ -51,4 +51,4 @@ def report_skipped(out: Path, source: dict[str, Any], *, shown: int = 5) -> None
         tail = " on" if where and e.get("unread_tail") else ""
         names.append(f"{e['file']}" + (f" {where}{tail}" if where else " (rest of the file)"))
     more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
-    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {out / 'manifest.json'}", err=True)
+    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {str(out).rstrip('/')}/manifest.json", err=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,6 +27,11 @@ class ConvertingOptions:
     # object storage: transient errors retried this many times, the n-th after up to wait * 2**n seconds
     retries: int = 5
     retry_wait: float = 0.5
+    # outputs to object storage (-o s3://...): where the dataset is made before it is uploaded, the
+    # part size of multipart uploads, and the URL itself once ``out`` names the staging folder
+    staging: Path | None = None
+    part_size: int | None = None
+    out_url: str | None = None
 
     def idle_rank(self) -> bool:
         """Whether this rank has nothing to do in its stage (finalize is one process: rank 0)."""

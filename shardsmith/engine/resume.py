@@ -22,7 +22,8 @@ import orjson
 from shardsmith.engine.inputs import InputFile
 
 RUN_FILE = ".shardsmith-run.json"
-_VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size", "retries", "retry_wait"}
+_VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size", "retries", "retry_wait", "staging",
+             "part_size", "out_url"}
 
 
 def _digest(value: Any) -> str:
@@ -41,6 +42,8 @@ def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths
     stands for its object (URL, size, ETag), so a rerun that finds it staged again resumes.
     """
     options = {k: v for k, v in dataclasses.asdict(opts).items() if k not in _VOLATILE}
+    if getattr(opts, "out_url", None):  # into object storage: the URL, not the staging folder of this machine
+        options["out"] = opts.out_url
     stats: list[Any] = [(f.rel, f.size, f.origin) if f.origin  # staged: the object, not the copy
                         else (f.rel, f.size, f.ino, f.mtime_ns, f.ctime_ns) if f.ctime_ns
                         else (f.rel, f.size, _sha256(f.path)) for f in files]

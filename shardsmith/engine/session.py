@@ -41,9 +41,10 @@ class OutputRun:
         self.created = created  # folders this run made (deepest last): removed again if it fails
         self.claimed = False
 
-    def claim(self, run: dict[str, str]) -> dict[str, Any] | None:
+    def claim(self, run: dict[str, str], *, input_bytes: int = 0) -> dict[str, Any] | None:
         """Prepare the folder for the run ``run`` (``resume.run_identity``); returns the manifest
-        when the same run already finished it (and removes what its cleanup left), else None."""
+        when the same run already finished it (and removes what its cleanup left), else None.
+        ``input_bytes``: what the inputs weigh (a staging folder checks its free space with it)."""
         complete = prepare_output(self.out, overwrite=self.overwrite, run=run, stage=self.stage)
         self.claimed = True
         crash_point("claimed")
@@ -62,6 +63,13 @@ class OutputRun:
         crash_point("committed")
         finish_output(self.out)
         return manifest
+
+    def localize(self, opts: Any) -> Any:
+        """The command's options for the local pipeline: unchanged (``outremote`` names its staging folder)."""
+        return opts
+
+    def close(self) -> None:
+        """The run ends, whichever way: stop what it runs in the background (nothing, locally)."""
 
     def abandon(self) -> None:
         """The run failed: leave nothing that would refuse the corrected command."""
@@ -94,8 +102,17 @@ def output_run(*, out: Path, overwrite: bool, stage: str | None = None, rank: in
     """Lock ``out`` for the run, and release (or keep) what the run claimed when it ends."""
     out = Path(out).absolute()
     created = _missing(out)
-    lock = OutputLock(out=out, stage=stage, rank=rank).acquire()
     session = OutputRun(out=out, overwrite=overwrite, stage=stage, created=created, quiet=quiet)
+    with held(session, rank=rank) as s:
+        yield s
+
+
+@contextlib.contextmanager
+def held(session: OutputRun, *, rank: int = 0) -> Iterator[OutputRun]:
+    """The run of ``session``, holding the lock of its (local) output folder: a failed run releases
+    what it claimed, an interrupted one keeps it for the same command to resume."""
+    stage = session.stage
+    lock = OutputLock(out=session.out, stage=stage, rank=rank).acquire()
     failed = False
     try:
         yield session
@@ -105,8 +122,9 @@ def output_run(*, out: Path, overwrite: bool, stage: str | None = None, rank: in
             session.abandon()
         raise
     finally:
+        session.close()
         lock.release()
         if failed and stage is None:
-            for folder in reversed(created):  # only if empty: never another's file
+            for folder in reversed(session.created):  # only if empty: never another's file
                 with contextlib.suppress(OSError):
                     folder.rmdir()

@@ -1,0 +1,341 @@
+"""An output prefix in object storage (``-o s3://bucket/prefix``): the few operations a run needs.
+
+Built on fsspec, so other schemes can follow: ``Store`` needs only an fsspec filesystem (whole-object
+puts, listing, deletes); ``S3Store`` adds what S3 offers through s3fs's ``call_s3`` (boto-level
+calls): multipart uploads whose parts survive a killed run and are reused when their size and MD5
+match (``list_multipart_uploads``, ``list_parts``), ETags to compare a local file with an object
+without downloading it, and conditional puts (``If-None-Match: *``) for the run record.
+
+Every call goes through ``engine/retry.py`` (the only layer that retries: s3fs's and botocore's own
+retries are off), and the storage client's errors become one line naming the URL, never with
+credentials.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from shardsmith.core.urls import SCHEME, safe_url
+from shardsmith.engine import retry
+from shardsmith.engine.resume import crash_point
+from shardsmith.errors import DataError, ShardsmithError, UsageError
+
+T = TypeVar("T")
+# scheme -> (the module its fsspec filesystem needs, the extra that installs it)
+BACKENDS = {"s3": ("s3fs", "s3")}
+PART_SIZE = 64 << 20  # bytes per part of a multipart upload (S3 allows 5 MiB to 5 GiB, 10 000 parts)
+MIN_PART = 5 << 20
+MAX_PART = 5 << 30
+MAX_PARTS = 10_000
+PARTS_IN_FLIGHT = 4  # parts being uploaded at once (each held in memory)
+_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+
+
+class ObjectInfo(NamedTuple):
+    size: int
+    etag: str  # without quotes
+
+
+def one_line(exc: BaseException) -> str:
+    """The first line of an error, without any secret or signed query it might quote."""
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    for name in _SECRETS:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    text = re.sub(r"(https?://)[^\s?@/]*@", r"\1", text)
+    return re.sub(r"(https?://[^\s?]*)\?\S*", r"\1", text)
+
+
+def file_etag(path: Path, part_size: int) -> str:
+    """The ETag S3 gives ``path`` uploaded whole (its MD5) or in parts of ``part_size`` (the MD5 of
+    the parts' MD5s, then ``-N``)."""
+    digests = []
+    with open(path, "rb") as fh:
+        while block := fh.read(part_size):
+            digests.append(hashlib.md5(block).digest())
+    if len(digests) <= 1:
+        return (digests[0] if digests else hashlib.md5(b"").digest()).hex()
+    return f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
+
+
+def part_size_for(size: int, wanted: int) -> int:
+    """``wanted``, grown where a file would need more parts than S3 allows."""
+    return max(wanted, -(-size // MAX_PARTS))
+
+
+class Store:
+    """A prefix of any fsspec filesystem: whole-object puts, no part reuse, and a run record put
+    after a check for an existing one (not atomic: see ``S3Store.put_new``)."""
+
+    def __init__(self, *, url: str, fs: Any, policy: retry.Policy, part_size: int = PART_SIZE) -> None:
+        self.url = safe_url(url).rstrip("/")
+        self.fs = fs
+        self.policy = policy
+        self.part_size = part_size
+        self.root = fs._strip_protocol(url).rstrip("/")
+
+    def show(self, rel: str = "") -> str:
+        return f"{self.url}/{rel}" if rel else self.url
+
+    def call(self, fn: Callable[[], T], *, rel: str = "", claiming: bool = False) -> T:
+        """``fn()``, retried on transient errors; the client's errors as one line."""
+        with storage_errors(self.show(rel), claiming=claiming):
+            return retry.call(fn, self.policy)
+
+    def list(self) -> dict[str, ObjectInfo]:
+        """Every object below the prefix, by its name relative to it."""
+        found = self.call(lambda: self.fs.find(self.root, detail=True), claiming=True)
+        return {k[len(self.root) + 1:]: ObjectInfo(int(v.get("size") or 0), _etag(v))
+                for k, v in found.items() if v.get("type") == "file" and k.startswith(self.root + "/")}
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return self.call(lambda: self.fs.cat_file(f"{self.root}/{rel}"), rel=rel)
+        except UsageError:
+            return None  # gone (``storage_errors`` says "no such object")
+
+    def put(self, rel: str, data: bytes) -> None:
+        self.call(lambda: self.fs.pipe_file(f"{self.root}/{rel}", data), rel=rel)
+
+    def put_new(self, rel: str, data: bytes) -> bool:
+        """Put ``rel`` unless it exists; False if it did."""
+        if self.read(rel) is not None:
+            return False
+        self.put(rel, data)
+        return True
+
+    def delete(self, rels: list[str]) -> None:
+        if rels:
+            self.call(lambda: self.fs.rm([f"{self.root}/{r}" for r in rels]))
+
+    def uploads(self) -> dict[str, list[str]]:
+        """Unfinished multipart uploads, by name: none without multipart."""
+        return {}
+
+    def abort(self, rel: str, upload_ids: list[str]) -> None:
+        pass
+
+    def close(self) -> None:
+        """No more uploads: stop the threads the store runs (none here)."""
+
+    def upload(self, rel: str, path: Path, *, known: ObjectInfo | None, resumable: list[str]) -> bool:
+        """``path`` to ``rel``, unless ``known`` (the object there) has its size and checksum;
+        True if uploaded."""
+        if known is not None and known.size == path.stat().st_size and known.etag == file_etag(path, self.part_size):
+            return False
+        self.call(lambda: self.fs.put_file(str(path), f"{self.root}/{rel}"), rel=rel)
+        return True
+
+
+class S3Store(Store):
+    """A prefix of an S3 bucket, through s3fs's boto-level calls."""
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.bucket, _, prefix = self.root.partition("/")
+        self.prefix = f"{prefix}/" if prefix else ""
+        # the parts of every file go up in parallel; at most PARTS_IN_FLIGHT of them held in memory
+        self._parts = ThreadPoolExecutor(max_workers=PARTS_IN_FLIGHT, thread_name_prefix="shardsmith-part")
+        self._inflight = threading.BoundedSemaphore(PARTS_IN_FLIGHT)
+        self._closed = False
+
+    def s3(self, method: str, *, rel: str = "", claiming: bool = False, **kw: Any) -> Any:
+        return self.call(lambda: self.fs.call_s3(method, Bucket=self.bucket, **kw), rel=rel, claiming=claiming)
+
+    def list(self) -> dict[str, ObjectInfo]:
+        found: dict[str, ObjectInfo] = {}
+        token: dict[str, str] = {}
+        while True:
+            page = self.s3("list_objects_v2", Prefix=self.prefix, claiming=True, **token)
+            for o in page.get("Contents", []):
+                found[o["Key"][len(self.prefix):]] = ObjectInfo(int(o["Size"]), o["ETag"].strip('"'))
+            if not page.get("IsTruncated"):
+                return found
+            token = {"ContinuationToken": page["NextContinuationToken"]}
+
+    def put(self, rel: str, data: bytes) -> None:
+        self.s3("put_object", rel=rel, Key=self.prefix + rel, Body=data)
+
+    def put_new(self, rel: str, data: bytes) -> bool:
+        """A conditional put (``If-None-Match: *``): of two runs that put at once, one wins."""
+        try:
+            self.s3("put_object", rel=rel, Key=self.prefix + rel, Body=data, IfNoneMatch="*")
+        except FileExistsError:  # s3fs's PreconditionFailed of If-None-Match
+            return False
+        return True
+
+    def delete(self, rels: list[str]) -> None:
+        for i in range(0, len(rels), 1000):
+            batch = [{"Key": self.prefix + r} for r in rels[i:i + 1000]]
+            self.s3("delete_objects", Delete={"Objects": batch, "Quiet": True})
+
+    def uploads(self) -> dict[str, list[str]]:
+        found: dict[str, list[tuple[Any, str]]] = {}
+        token: dict[str, str] = {}
+        while True:
+            page = self.s3("list_multipart_uploads", Prefix=self.prefix, claiming=True, **token)
+            for u in page.get("Uploads", []):
+                found.setdefault(u["Key"][len(self.prefix):], []).append((u.get("Initiated"), u["UploadId"]))
+            if not page.get("IsTruncated"):
+                break
+            token = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+        return {rel: [i for _, i in sorted(ups, key=lambda u: str(u[0]), reverse=True)] for rel, ups in found.items()}
+
+    def abort(self, rel: str, upload_ids: list[str]) -> None:
+        for upload_id in upload_ids:
+            with contextlib.suppress(UsageError):  # gone already
+                self.s3("abort_multipart_upload", rel=rel, Key=self.prefix + rel, UploadId=upload_id)
+
+    def parts(self, rel: str, upload_id: str) -> dict[int, ObjectInfo]:
+        found: dict[int, ObjectInfo] = {}
+        marker: dict[str, int] = {}
+        while True:
+            page = self.s3("list_parts", rel=rel, Key=self.prefix + rel, UploadId=upload_id, **marker)
+            for p in page.get("Parts", []):
+                found[int(p["PartNumber"])] = ObjectInfo(int(p["Size"]), p["ETag"].strip('"'))
+            if not page.get("IsTruncated"):
+                return found
+            marker = {"PartNumberMarker": int(page["NextPartNumberMarker"])}
+
+    def upload(self, rel: str, path: Path, *, known: ObjectInfo | None, resumable: list[str]) -> bool:
+        size = path.stat().st_size
+        part = part_size_for(size, self.part_size)
+        if known is not None and known.size == size and known.etag == file_etag(path, part):
+            return False
+        key = self.prefix + rel
+        if size <= part:
+            body = path.read_bytes()
+            self.s3("put_object", rel=rel, Key=key, Body=body, ContentMD5=_b64md5(body))
+            return True
+        upload_id, have = None, {}
+        for candidate in resumable:  # the newest unfinished upload of this name: its parts may be ours
+            with contextlib.suppress(UsageError):
+                have, upload_id = self.parts(rel, candidate), candidate
+                break
+        if upload_id is None:
+            upload_id = self.s3("create_multipart_upload", rel=rel, Key=key)["UploadId"]
+        futures, digests = [], []
+        with open(path, "rb") as fh:
+            for number in range(1, -(-size // part) + 1):
+                while not self._inflight.acquire(timeout=0.5):  # parts held in memory, over every upload
+                    if self._closed:
+                        raise UsageError(f"-o {self.show(rel)}: the upload was stopped")
+                try:
+                    block = fh.read(part)
+                    md5 = hashlib.md5(block)
+                    digests.append(md5.digest())
+                    if have.get(number) == ObjectInfo(len(block), md5.hexdigest()):
+                        self._inflight.release()
+                        futures.append(_done(md5.hexdigest()))
+                        continue
+                    futures.append(self._parts.submit(self._part, rel, key, upload_id, number, block, md5.digest()))
+                except BaseException:
+                    self._inflight.release()
+                    raise
+        done = [{"PartNumber": n, "ETag": f'"{f.result()}"'} for n, f in enumerate(futures, 1)]
+        want = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
+        try:
+            self.s3("complete_multipart_upload", rel=rel, Key=key, UploadId=upload_id,
+                    MultipartUpload={"Parts": done})
+        except UsageError:  # no such upload: a completion whose answer was lost, retried (then the object is there)
+            head = self.s3("head_object", rel=rel, Key=key)
+            if head.get("ContentLength") != size or head.get("ETag", "").strip('"') != want:
+                raise
+        return True
+
+    def _part(self, rel: str, key: str, upload_id: str, number: int, block: bytes, md5: bytes) -> str:
+        try:
+            etag = self.s3("upload_part", rel=rel, Key=key, UploadId=upload_id, PartNumber=number, Body=block,
+                           ContentMD5=base64.b64encode(md5).decode())["ETag"].strip('"')
+        finally:
+            self._inflight.release()
+        crash_point("upload-part")
+        return etag
+
+    def close(self) -> None:
+        self._closed = True
+        self._parts.shutdown(wait=False, cancel_futures=True)
+
+
+def _b64md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def _done(value: str) -> Future[str]:
+    f: Future[str] = Future()
+    f.set_result(value)
+    return f
+
+
+def _etag(info: dict[str, Any]) -> str:
+    return str(info.get("ETag") or info.get("etag") or "").strip('"')
+
+
+STORES: dict[str, type[Store]] = {"s3": S3Store}
+
+
+def open_store(url: str, *, policy: retry.Policy, part_size: int = PART_SIZE) -> Store:
+    """The store of an output URL (a fresh filesystem: no listing cached from another run), or one
+    line saying what to install."""
+    scheme = SCHEME.match(url).group(1).lower()  # type: ignore[union-attr]
+    shown = safe_url(url)
+    if scheme not in BACKENDS:
+        raise UsageError(f"-o {shown}: writing to {scheme}:// is not supported (s3:// is)")
+    if "@" in url[len(scheme) + 3:].split("/", 1)[0]:
+        raise UsageError(f"-o {shown}: {scheme}:// URLs carry no credentials; set AWS_ACCESS_KEY_ID and "
+                         f"AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead")
+    if not url[len(scheme) + 3:].strip("/"):
+        raise UsageError(f"-o {shown}: name a bucket (and a prefix): {scheme}://BUCKET/PREFIX")
+    module, extra = BACKENDS[scheme]
+    try:
+        import fsspec
+
+        __import__(module)
+    except ImportError:
+        raise UsageError(f"-o {shown}: writing to {scheme}:// needs {module}: pip install 'shardsmith[{extra}]'"
+                         ) from None
+    # s3fs and botocore retry on their own: off (one attempt each), so ``retry`` alone decides
+    fs = fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False,
+                           config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"},
+                                          # the body's MD5 is sent (and checked by the store) instead
+                                          "request_checksum_calculation": "when_required"})
+    fs.retries = 1  # s3fs's own loop: one attempt
+    return STORES.get(scheme, Store)(url=url, fs=fs, policy=policy, part_size=part_size)
+
+
+@contextlib.contextmanager
+def storage_errors(url: str, *, claiming: bool = False) -> Iterator[None]:
+    """The storage client's errors as one line naming ``url``: while the run claims the prefix a
+    usage error (exit 2: the -o option names something unusable), later a data error (exit 1)."""
+    try:
+        yield
+    except ShardsmithError:
+        raise
+    except retry.GaveUp as gave_up:
+        last = gave_up.last
+        raise _error(url, f"cannot reach it after {gave_up.attempts} attempts (the last: {type(last).__name__}: "
+                          f"{one_line(last)})", claiming) from None
+    except FileExistsError:
+        raise
+    except FileNotFoundError as exc:
+        if "bucket" in str(exc).lower():
+            raise UsageError(f"-o {url}: no such bucket (create it first)") from None
+        raise UsageError(f"-o {url}: no such object") from None
+    except PermissionError:
+        raise UsageError(f"-o {url}: access denied (check the credentials and the bucket's policy)") from None
+    except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
+        raise _error(url, f"cannot write it: {type(exc).__name__}: {one_line(exc)}", claiming) from None
+
+
+def _error(url: str, what: str, claiming: bool) -> ShardsmithError:
+    return UsageError(f"-o {url}: {what}") if claiming else DataError(file=url, reason=what)

@@ -1,0 +1,42 @@
+"""The output of a converting command: a local folder (``session``) or a prefix in object storage
+(``outremote``), chosen from ``-o``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from shardsmith.core.urls import is_url, safe_url
+from shardsmith.engine.session import OutputRun, held, output_run
+from shardsmith.errors import UsageError
+
+
+@contextlib.contextmanager
+def output_for(opts: Any) -> Iterator[OutputRun]:
+    """The session of a run with a converting command's options; pass ``session.localize(opts)``
+    to the pipeline (for a URL, its ``out`` is the local staging folder)."""
+    if not is_url(str(opts.out)):
+        if opts.staging is not None or opts.part_size is not None:
+            raise UsageError(f"--staging and --part-size apply to an output in object storage (-o s3://...), "
+                             f"not to the folder {opts.out}")
+        with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
+                        quiet=opts.quiet) as session:
+            yield session
+        return
+    if opts.stage is not None:
+        raise UsageError(f"-o {safe_url(str(opts.out))}: cluster stages (--stage) do not write to object storage "
+                         f"yet; run without --stage, or write to a shared folder and upload the finished dataset")
+    from shardsmith.engine.outremote import remote_session
+
+    session = remote_session(url=str(opts.out), staging=opts.staging, overwrite=opts.overwrite, quiet=opts.quiet,
+                             retries=opts.retries, retry_wait=opts.retry_wait, part_size=opts.part_size)
+    session.out.mkdir(parents=True, exist_ok=True)
+    try:
+        with held(session) as s:
+            yield s
+    finally:
+        with contextlib.suppress(OSError):  # the staging folder and the cache's folder of this URL, if empty
+            session.out.rmdir()
+            if opts.staging is None:
+                session.out.parent.rmdir()

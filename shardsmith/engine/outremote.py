@@ -1,0 +1,230 @@
+"""A run whose output is a prefix in object storage (``-o s3://bucket/prefix``).
+
+The unchanged local pipeline writes into a local *staging* folder (``--staging DIR``, by default
+one under the user's cache keyed by the output URL); its finished files are uploaded while the
+conversion goes on (``upload.Uploader``), and the manifest goes last: an object store has no
+rename, so the manifest's presence is the commit point. Then the run record goes, and the staging
+folder with it.
+
+The checks of a local output folder hold on the prefix (``claim_prefix``): a finished dataset or
+other objects need ``--overwrite`` (which deletes only shardsmith's objects, the manifest first,
+and aborts the prefix's unfinished uploads); another command's unfinished output is refused; the
+same command takes it over and resumes: objects whose size and checksum match its files stay, and
+the parts of an unfinished multipart upload are reused. The run record is put with
+``If-None-Match: *``, so of two runs that claim an empty prefix at once one is refused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.manifest import MANIFEST
+from shardsmith.core.progress import Progress
+from shardsmith.core.sizes import format_size
+from shardsmith.core.urls import safe_url
+from shardsmith.engine import retry
+from shardsmith.engine.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
+from shardsmith.engine.outdir import OWN_PATTERNS, finish_output, prepare_output
+from shardsmith.engine.resume import RUN_FILE, crash_point
+from shardsmith.engine.session import OutputRun
+from shardsmith.engine.upload import Uploader
+from shardsmith.errors import DataError, ShardsmithError, UsageError
+
+
+def staging_folder(url: str, staging: Path | None) -> Path:
+    """Where the dataset of ``url`` is made before it is uploaded: ``staging``, else a folder under
+    the user's cache named after the URL (the same URL resumes from the same folder)."""
+    if staging is not None:
+        return Path(staging).absolute()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    shown = safe_url(url).rstrip("/")
+    key = hashlib.sha256(shown.encode()).hexdigest()[:16]
+    name = shown.rsplit("/", 1)[-1] or "dataset"
+    return cache / "shardsmith" / "outputs" / key / name
+
+
+def _own(rel: str) -> bool:
+    return "/" not in rel and any(fnmatch.fnmatch(rel, pat) for pat in OWN_PATTERNS)
+
+
+def _record(store: Store) -> dict[str, Any] | None:
+    data = store.read(RUN_FILE)
+    with contextlib.suppress(ValueError):
+        found = orjson.loads(data) if data is not None else None
+        return found if isinstance(found, dict) else None
+    return None
+
+
+def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool) -> dict[str, ObjectInfo] | None:
+    """Check the prefix as ``outdir.prepare_output`` checks a folder, and put the run record;
+    returns what the prefix holds for the run to resume against, or None when this very run
+    already finished it (its manifest is there: killed before it removed its record)."""
+    present = store.list()
+    shown = store.url
+    previous = _record(store) if RUN_FILE in present else None
+    if MANIFEST in present and previous == run:
+        return None
+    refuse_prefix(store, present, overwrite=overwrite, record=False)  # (a manifest of this very run: above)
+    takeover = False
+    if present and all(_own(rel) for rel in present) and MANIFEST not in present and not overwrite:
+        if previous is not None and previous.get("options") != run["options"]:
+            raise UsageError(f"-o {shown}: holds the unfinished output of a different command "
+                             f"({previous.get('command', '?')} with other options); rerun that command to finish "
+                             f"it, or pass --overwrite to replace it")
+        takeover = True  # the same command's unfinished output: keep what matches, resume
+    elif present:  # --overwrite
+        store.delete([MANIFEST] if MANIFEST in present else [])  # first: a half-cleared prefix is never a dataset
+        store.delete(sorted(rel for rel in present if rel != MANIFEST))
+        present = {}
+    if not takeover:
+        for rel, ids in store.uploads().items():  # a replaced dataset's unfinished uploads
+            store.abort(rel, ids)
+    body = orjson.dumps(run)
+    if previous is None or previous != run:
+        if takeover and previous is not None:
+            store.put(RUN_FILE, body)  # the same options, other inputs: ours now
+        elif not store.put_new(RUN_FILE, body) and _record(store) != run:
+            raise UsageError(f"-o {shown}: another run started writing into this prefix at the same moment "
+                             f"({(_record(store) or {}).get('command', '?')}); wait for it to finish")
+    return {rel: info for rel, info in present.items() if rel not in (RUN_FILE, MANIFEST)}
+
+
+def refuse_prefix(store: Store, present: dict[str, ObjectInfo], *, overwrite: bool, record: bool) -> None:
+    """The checks that need no run identity (made before any input is staged, and again at the
+    claim): a finished dataset or another's objects need --overwrite, which never deletes those."""
+    foreign = sorted(rel for rel in present if not _own(rel))
+    if present and not overwrite and (foreign or MANIFEST in present and not record):
+        what = "a finished dataset (manifest.json)" if MANIFEST in present else f"{len(present)} objects"
+        raise UsageError(f"-o {store.url}: the prefix holds {what}; pass --overwrite to replace a previous "
+                         f"dataset there")
+    if foreign and overwrite:
+        raise UsageError(f"-o {store.url}: --overwrite removes only shardsmith's own objects; also found "
+                         f"{foreign[:3]}{' …' if len(foreign) > 3 else ''}")
+
+
+class RemoteOutputRun(OutputRun):
+    """What a command does to an output prefix: a local run into the staging folder, published."""
+
+    def __init__(self, *, url: str, store: Store, staging: Path, overwrite: bool, created: list[Path],
+                 quiet: bool = False) -> None:
+        super().__init__(out=staging, overwrite=overwrite, stage=None, created=created, quiet=quiet)
+        self.url = store.url
+        self.store = store
+        self.uploader: Uploader | None = None
+        self.fresh = False  # the prefix was empty: a failed run removes what it uploaded
+        self.keep = False  # an upload failed after its retries: the rerun resumes, as after a kill
+
+    def localize(self, opts: Any) -> Any:
+        return dataclasses.replace(opts, out=self.out, out_url=self.url)
+
+    def claim(self, run: dict[str, str], *, input_bytes: int = 0) -> dict[str, Any] | None:
+        free = shutil.disk_usage(self.out).free
+        if input_bytes > free:  # the dataset is about the size of its inputs (tokens: about half)
+            raise UsageError(f"-o {self.url}: the dataset is made in {self.out} before it is uploaded, which needs "
+                             f"about {format_size(input_bytes)} (the size of the inputs); {format_size(free)} is free "
+                             f"there: choose another place with --staging")
+        foreign = sorted(p.name for p in self.out.iterdir() if not (p.is_file() and _own(p.name)))
+        if foreign:
+            raise UsageError(f"-o {self.url}: the staging folder {self.out} holds other files than shardsmith's "
+                             f"({', '.join(foreign[:3])}); give --staging an empty folder")
+        present = claim_prefix(self.store, run, overwrite=self.overwrite)
+        self.claimed = True
+        if present is None:
+            self.store.delete([RUN_FILE])
+            self._drop_staging()
+            if not self.quiet:
+                print(f"{self.url}: already complete (the run that wrote it was stopped after its manifest); "
+                      f"removed its run record", file=sys.stderr)
+            return orjson.loads(self.store.read(MANIFEST) or b"{}")
+        self.fresh = not present
+        # the staging folder is this URL's alone: anything in it is an earlier run's into the prefix
+        complete = prepare_output(self.out, overwrite=True, run=run)
+        crash_point("claimed")
+        self.uploader = Uploader(store=self.store, folder=self.out, remote=present).start()
+        if complete:  # made and committed locally; killed while it was published
+            return self._publish(manifest_mod.load(self.out))
+        return None
+
+    def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        crash_point("manifest")
+        manifest_mod.save(self.out, manifest)
+        crash_point("committed")
+        return self._publish(manifest)
+
+    def _publish(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Every file up, then the manifest (the dataset exists from that moment), then the record."""
+        assert self.uploader is not None
+        try:
+            self._upload_all()
+        except ShardsmithError as exc:  # the store failed us, not the data: keep everything for a rerun
+            self.keep = True
+            raise DataError(file=self.url, reason=f"uploading failed ({exc}); the dataset is made: run the same "
+                                                  f"command again to upload the rest") from None
+        self._drop_staging()
+        return manifest
+
+    def _upload_all(self) -> None:
+        assert self.uploader is not None
+        names = self.uploader.finish()
+        Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent} of {len(names)} files uploaded "
+                                        f"({len(names) - self.uploader.sent} were there already); the manifest last")
+        # an earlier run's files this one did not make (or made and removed again)
+        stale = [rel for rel in self.store.list() if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
+        self.store.delete(sorted(stale))
+        for rel, ids in self.store.uploads().items():
+            self.store.abort(rel, ids)
+        crash_point("uploaded-all")
+        self.store.put(MANIFEST, (self.out / MANIFEST).read_bytes())
+        crash_point("published")
+        self.store.delete([RUN_FILE])
+
+    def _drop_staging(self) -> None:
+        """The staging folder's dataset files and run state (never another file of a --staging folder)."""
+        finish_output(self.out)
+        with contextlib.suppress(OSError):
+            for p in self.out.iterdir():
+                if p.is_file() and _own(p.name):
+                    p.unlink()
+            self.out.rmdir()
+
+    def abandon(self) -> None:
+        """The run failed: the corrected command must not be refused, on the prefix or locally."""
+        self.close()
+        if self.keep:
+            return
+        if self.claimed:
+            with contextlib.suppress(Exception):
+                listed = self.store.list()
+                doomed = [rel for rel in listed if _own(rel) and rel != MANIFEST] if self.fresh else []
+                self.store.delete(sorted(set(doomed) | ({RUN_FILE} & set(listed))))
+        super().abandon()
+        if self.claimed:
+            self._drop_staging()
+
+    def close(self) -> None:
+        if self.uploader is not None:
+            self.uploader.close()
+
+
+def remote_session(*, url: str, staging: Path | None, overwrite: bool, quiet: bool, retries: int,
+                   retry_wait: float, part_size: int | None) -> RemoteOutputRun:
+    """The session of a run into ``url`` (the store is opened and its filesystem checked)."""
+    if part_size is not None and not MIN_PART <= part_size <= MAX_PART:
+        raise UsageError(f"--part-size: S3 takes parts of 5MiB to 5GiB, got {part_size} bytes")
+    size = int(os.environ.get("SHARDSMITH_PART_SIZE") or part_size or PART_SIZE)  # the variable: tests only
+    store = open_store(url, policy=retry.Policy(retries=retries, wait=retry_wait), part_size=size)
+    present = store.list()
+    refuse_prefix(store, present, overwrite=overwrite, record=RUN_FILE in present)
+    local = staging_folder(url, staging)
+    return RemoteOutputRun(url=url, store=store, staging=local, overwrite=overwrite, created=[], quiet=quiet)

@@ -1,0 +1,134 @@
+"""Uploading a staged dataset while it is made: each finished file goes up as soon as it appears.
+
+The local pipeline writes every output file under a temporary name and renames it into place
+when whole, so a file seen under its final name in the staging folder is finished. A poller
+thread hands such files to a pool of upload threads while the conversion goes on; ``finish``
+uploads what is left once the manifest is written locally, and uploads again any file that was
+replaced after its upload began (a split-wide index rewritten at the end). An object already
+there with the file's size and checksum (a resumed run) is not uploaded again.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from shardsmith.core.manifest import MANIFEST
+from shardsmith.engine.objstore import ObjectInfo, Store
+from shardsmith.engine.outdir import OWN_PATTERNS
+from shardsmith.engine.resume import RUN_FILE, crash_point
+
+THREADS = 4  # files uploaded at once; each holds one part in memory
+POLL_SECONDS = 0.5
+
+Stamp = tuple[int, int, int]  # size, mtime_ns, inode: a file replaced by a rename has a new one
+
+
+def publishable(name: str) -> bool:
+    """A dataset file of the staging folder (not the manifest, which goes last, nor run state)."""
+    return (name not in (MANIFEST, RUN_FILE) and not name.startswith(".")
+            and any(fnmatch.fnmatch(name, pat) for pat in OWN_PATTERNS))
+
+
+def _stamp(path: Path) -> Stamp | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+class Uploader:
+    """The uploads of one run's staging folder into its store."""
+
+    def __init__(self, *, store: Store, folder: Path, remote: dict[str, ObjectInfo], threads: int = THREADS) -> None:
+        self.store = store
+        self.folder = folder
+        self.remote = dict(remote)  # what the prefix held when the run claimed it
+        self.resumable = store.uploads()  # unfinished multipart uploads, newest first
+        self.sent = 0  # files uploaded (not found there already)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-upload")
+        self._lock = threading.Lock()
+        self._running: dict[str, Future[None]] = {}
+        self._done: dict[str, Stamp] = {}  # name -> the stamp of the file its object holds
+        self._errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._poller: threading.Thread | None = None
+        self._closed = False
+        self._finishing = False
+
+    def start(self) -> Uploader:
+        self._poller = threading.Thread(target=self._poll, daemon=True, name="shardsmith-upload-poll")
+        self._poller.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.wait(POLL_SECONDS):
+            self._scan()
+
+    def _scan(self) -> None:
+        """Hand every finished file not uploaded as it is now (and not being uploaded) to the pool."""
+        try:
+            names = sorted(n for n in os.listdir(self.folder) if publishable(n))
+        except FileNotFoundError:
+            return
+        with self._lock:
+            for name in names:
+                stamp = _stamp(self.folder / name)
+                if stamp is None or self._done.get(name) == stamp or name in self._running:
+                    continue
+                if self._closed:
+                    return
+                self._running[name] = self._pool.submit(self._one, name, stamp)
+
+    def _one(self, name: str, stamp: Stamp) -> None:
+        try:
+            if self._errors or self._stop.is_set() and not self._finishing:
+                return
+            known = self.remote.get(name)
+            if self.store.upload(name, self.folder / name, known=known, resumable=self.resumable.pop(name, [])):
+                with self._lock:
+                    self.sent += 1
+                crash_point("uploaded")
+            self.remote.pop(name, None)  # a later version of the file is compared with nothing: uploaded
+            with self._lock:
+                self._done[name] = stamp
+        except BaseException as exc:
+            self._errors.append(exc)
+        finally:
+            with self._lock:
+                self._running.pop(name, None)
+
+    def finish(self) -> set[str]:
+        """Upload everything the staging folder holds (until no file changed meanwhile); returns
+        the names of the dataset's objects. Raises the first upload's error."""
+        self._finishing = True
+        self._stop.set()
+        if self._poller is not None:
+            self._poller.join()
+        while True:
+            self._scan()
+            with self._lock:
+                running = list(self._running.values())
+            for future in running:
+                future.result()
+            if self._errors:
+                self.close()
+                raise self._errors[0]
+            names = {n for n in os.listdir(self.folder) if publishable(n)}
+            with self._lock:
+                if all(self._done.get(n) == _stamp(self.folder / n) for n in names) and not self._running:
+                    break
+        self.close()
+        return names
+
+    def close(self) -> None:
+        """Stop: no new upload starts; those under way end after their current request."""
+        self._stop.set()
+        with self._lock:
+            self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.store.close()
