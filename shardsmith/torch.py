@@ -81,6 +81,7 @@ class TokenBatches(_EpochSlices):
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order = self._slice()
+        self.dataset.prefetch(order)  # a streamed dataset fetches the shards of this order ahead
         for start in range(0, len(order), self.batch_size):
             x, y = self.dataset.get_batch(order[start:start + self.batch_size])
             yield torch.from_numpy(x), torch.from_numpy(y)
@@ -118,6 +119,7 @@ class TarIterable(_EpochSlices):
 
     def __iter__(self) -> Iterator[Any]:
         order = self._slice()
+        self.dataset.prefetch(order)  # a streamed dataset fetches the shards of this order ahead
         if self.batch_size is None:
             for i in order:
                 yield self.dataset[int(i)]
@@ -200,6 +202,9 @@ class EventBatches(_EpochSlices):
                             rank=self.rank, world_size=self.world_size, block=self.block, exact=self.exact)
         bs = self.batch_size
         stop = len(order) - len(order) % bs if self.drop_last else len(order)
-        for start in range(worker * bs, stop, workers * bs):
+        mine = range(worker * bs, stop, workers * bs)
+        if len(mine):  # a streamed dataset fetches the shards of this worker's batches ahead
+            self.dataset.prefetch(np.concatenate([order[a:min(a + bs, stop)] for a in mine]))
+        for start in mine:
             batch = self.dataset.get_batch(order[start:start + bs])
             yield self.collate(batch) if self.collate is not None else batch
