@@ -242,17 +242,20 @@ class StreamedFiles:
             self._wake.set()
 
     def _window(self) -> list[int]:
-        """The next shards of the plan not read to the end yet: the current one and ``ahead`` more."""
+        """The next shards of the plan not read to the end yet: the current one and ``ahead`` more,
+        and more while they add up to a quarter of the cache's limit at most (so that four
+        processes sharing the cache fit in it; a dataset that small is read whole in any order)."""
         self._mine()
         with self._lock:
             if self._left is None:
                 return []
-            out = []
+            out, total, room = [], 0, self.cache.limit // 4
             for s in self._seq[self._head:]:
                 if self._left[s] > 0:
-                    out.append(s)
-                    if len(out) > self.ahead:
+                    total += self.entries[s]["bytes"]
+                    if len(out) > self.ahead and total > room:
                         break
+                    out.append(s)
             return out
 
     def _keep(self) -> frozenset[str]:

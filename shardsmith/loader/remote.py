@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from pathlib import PurePosixPath
 from typing import Any, BinaryIO
 
 import orjson
@@ -58,7 +57,7 @@ class RemoteStore:
 
     def key(self, rel: str) -> str:
         """``rel`` as the filesystem opens it, below the dataset's prefix and nowhere else."""
-        if not manifest_mod.safe_relative(rel) or any(p in ("", ".", "..") for p in PurePosixPath(rel).parts):
+        if not manifest_mod.safe_relative(rel) or any(p in ("", ".", "..") for p in rel.split("/")):
             raise DatasetError(f"{self.where}: refusing path {rel!r}: not inside the dataset's prefix")
         return f"{self.fs._strip_protocol(self.url)}/{rel}"
 
