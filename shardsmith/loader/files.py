@@ -14,6 +14,7 @@ Datasets report what they read (``touched``), so the window of shards moves on a
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from pathlib import Path
@@ -250,7 +251,7 @@ class StreamedFiles:
             if self._left is None:
                 return []
             out, total, room = [], 0, self.cache.limit // 4
-            for s in self._seq[self._head:]:
+            for s in itertools.islice(self._seq, self._head, None):
                 if self._left[s] > 0:
                     total += self.entries[s]["bytes"]
                     if len(out) > self.ahead and total > room:
