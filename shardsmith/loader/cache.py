@@ -86,10 +86,12 @@ class ShardCache:
         """Whether the file is cached and verified (it may be evicted a moment later)."""
         return self._trusted(item, remove=False) is not None
 
-    def open(self, item: Item, *, wait: bool = True, keep: frozenset[str] = frozenset()) -> int | None:
+    def open(self, item: Item, *, wait: bool = True, queue: bool = True,
+             keep: frozenset[str] = frozenset()) -> int | None:
         """A read-only descriptor of the cached file, held in use (``LOCK_SH``) until it and every
         duplicate of it (a ``mmap``'s) are closed; downloaded first when absent. ``keep``: files not
-        to evict for it. Without ``wait``, None when there is no room now (the caller reads ranges)."""
+        to evict for it. Without ``wait``, None when there is no room now (the caller reads ranges);
+        without ``queue``, None when another thread or process is downloading it (a prefetch)."""
         with self._locked():
             fd = self._take(item)
         if fd is not None:
@@ -98,12 +100,19 @@ class ShardCache:
             raise DatasetError(f"{item.name}: {format_size(item.size)} ({item.size} bytes) is more than the "
                                f"cache_limit of {format_size(self.limit)} ({self.limit} bytes); give a larger "
                                f"cache_limit")
-        with self._flock(self.root / "locks" / item.sha256, fcntl.LOCK_EX):
+        lock = os.open(self.root / "locks" / item.sha256, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if queue else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None  # being downloaded by another thread or process
             with self._locked():
                 fd = self._take(item)  # another process downloaded it meanwhile
             if fd is not None:
                 return fd
             return self._download(item, wait=wait, keep=keep)
+        finally:
+            os.close(lock)
 
     def usage(self) -> int:
         """Bytes the cache folder holds now (files, markers, downloads in progress)."""

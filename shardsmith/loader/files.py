@@ -117,17 +117,21 @@ class StreamedFiles:
         self._left: np.ndarray | None = None  # items of each shard the plan still reads
         self._seq: list[int] = []  # the plan's shards in the order first read
         self._head = 0
+        self._failed: set[int] = set()  # shards the prefetcher could not fetch in this plan
+        self._held: dict[int, int] = {}  # shard -> descriptor ``whole`` took for the ``open`` that follows
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_lock", "_wake", "_thread", "_left", "_seq", "_head", "_pid")}
+                if k not in ("_lock", "_wake", "_thread", "_left", "_seq", "_head", "_pid", "_held", "_failed")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
 
     def _mine(self) -> None:
-        if self._pid != os.getpid():  # a forked worker: the parent's thread and locks are not ours
+        if self._pid != os.getpid():  # a forked worker: the parent's thread, locks and descriptors are not ours
+            for fd in self._held.values():
+                os.close(fd)  # our copy: the parent's hold stays
             self._reset()
 
     # -- what the datasets ask -------------------------------------------------------------------
@@ -163,8 +167,11 @@ class StreamedFiles:
                     fetch=lambda dst: self.store.download(rel, dst, size))
 
     def open(self, s: int) -> int:
-        """Shard s from the cache (downloaded first when absent), held there until closed."""
-        fd = self.cache.open(self.item(self.entries[s]), keep=self._keep())
+        """Shard s from the cache (downloaded first when absent), held there until closed: the
+        descriptor ``whole`` took, if it did (so nothing evicts it in between)."""
+        fd = self._held.pop(s, None)
+        if fd is None:
+            fd = self.cache.open(self.item(self.entries[s]), keep=self._keep())
         assert fd is not None
         return fd
 
@@ -175,16 +182,16 @@ class StreamedFiles:
     def whole(self, s: int) -> bool:
         """Whether to read shard s whole: cached, or among the next shards of the plan (then
         downloaded now, if the cache has room for it without waiting)."""
+        self._mine()
         item = self.item(self.entries[s])
-        if self.cache.has(item):
+        if s in self._held:
             return True
-        if s not in self._window():
-            return False
-        fd = self.cache.open(item, wait=False, keep=self._keep())
-        if fd is None:
-            return False
-        os.close(fd)
-        return True
+        if self.cache.has(item) or s in self._window():
+            fd = self.cache.open(item, wait=False, keep=self._keep())  # held for ``open``, which follows
+            if fd is not None:
+                self._held[s] = fd
+                return True
+        return False
 
     def sidecar(self, entry: dict[str, Any], *, want: Stamp | None = None) -> bytes:
         """A small file of the dataset (an index) whole, through the cache: its sha256 checked."""
@@ -224,6 +231,7 @@ class StreamedFiles:
             self._left = np.bincount(shards, minlength=len(self.entries)).astype(np.int64)
             self._seq = uniq[np.argsort(first, kind="stable")].tolist()
             self._head = 0
+            self._failed = set()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._prefetch, name="shardsmith-prefetch", daemon=True)
             self._thread.start()
@@ -269,9 +277,12 @@ class StreamedFiles:
             self._wake.wait()
             self._wake.clear()
             for s in self._window():
+                if s in self._failed:
+                    continue
                 try:
-                    fd = self.cache.open(self.item(self.entries[s]), wait=False, keep=self._keep())
+                    fd = self.cache.open(self.item(self.entries[s]), wait=False, queue=False, keep=self._keep())
                 except Exception:  # noqa: BLE001  (the reader raises it, in its own process and thread)
+                    self._failed.add(s)  # not again in this plan: the reader meets the error itself
                     continue
                 if fd is not None:
                     os.close(fd)
