@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20_000)
     ap.add_argument("--shards", type=int, default=12)
     ap.add_argument("--random", type=int, default=500)
+    ap.add_argument("--limit", type=float, default=1 / 3, help="the cache limit of the 2 x 2 run, as a share of the dataset")
     args = ap.parse_args()
     import boto3
 
@@ -160,7 +161,7 @@ def main() -> None:
             for label, rate, nbytes in rows:
                 print(f"{label:58} {rate:>10,.0f} {rate / rows[0][1]:>8.3f}x {nbytes / 1e6:>11.2f}")
 
-            limit = total // 3
+            limit = int(total * args.limit)
             cache = tmp / "cache-ranks"
             script = tmp / "rank.py"
             script.write_text(RANK)

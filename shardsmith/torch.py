@@ -85,6 +85,7 @@ class TokenBatches(_EpochSlices):
         for start in range(0, len(order), self.batch_size):
             x, y = self.dataset.get_batch(order[start:start + self.batch_size])
             yield torch.from_numpy(x), torch.from_numpy(y)
+        self.dataset.release()  # done: a worker waiting for the others holds no cached shard
 
 
 def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
@@ -123,9 +124,10 @@ class TarIterable(_EpochSlices):
         if self.batch_size is None:
             for i in order:
                 yield self.dataset[int(i)]
-            return
-        for start in range(0, len(order), self.batch_size):
-            yield self.dataset.get_batch(order[start:start + self.batch_size])
+        else:
+            for start in range(0, len(order), self.batch_size):
+                yield self.dataset.get_batch(order[start:start + self.batch_size])
+        self.dataset.release()  # done: a worker waiting for the others holds no cached shard
 
 
 # -- events (HDF5 event shards) -------------------------------------------------------------------
@@ -208,3 +210,4 @@ class EventBatches(_EpochSlices):
         for start in mine:
             batch = self.dataset.get_batch(order[start:start + bs])
             yield self.collate(batch) if self.collate is not None else batch
+        self.dataset.release()  # done: a worker waiting for the others holds no cached shard

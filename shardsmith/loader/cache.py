@@ -43,7 +43,8 @@ from typing import Any, BinaryIO
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DatasetError
 
-ROOM_WAIT = 120.0  # seconds a download waits for files in use elsewhere to be let go
+ROOM_WAIT = 120.0  # seconds a download waits for room at most
+PATIENCE = 2.0  # seconds a download waits for files in use to be let go before it evicts them anyway
 LOG_VARIABLE = "SHARDSMITH_CACHE_LOG"  # set to 1: every download appends "sha256 bytes pid" to DOWNLOADS_LOG
 DOWNLOADS_LOG = "downloads.log"  # in the cache folder, outside the limit (a diagnostic: what tests count)
 
@@ -86,12 +87,14 @@ class ShardCache:
         """Whether the file is cached and verified (it may be evicted a moment later)."""
         return self._trusted(item, remove=False) is not None
 
-    def open(self, item: Item, *, wait: bool = True, queue: bool = True,
-             keep: frozenset[str] = frozenset()) -> int | None:
+    def open(self, item: Item, *, wait: bool = True, queue: bool = True, keep: frozenset[str] = frozenset(),
+             release: Callable[[], None] | None = None) -> int | None:
         """A read-only descriptor of the cached file, held in use (``LOCK_SH``) until it and every
         duplicate of it (a ``mmap``'s) are closed; downloaded first when absent. ``keep``: files not
         to evict for it. Without ``wait``, None when there is no room now (the caller reads ranges);
-        without ``queue``, None when another thread or process is downloading it (a prefetch)."""
+        without ``queue``, None when another thread or process is downloading it (a prefetch).
+        ``release``: called once when the download must wait for room, to let go of the files this
+        process holds (so that processes waiting for each other's files never wait forever)."""
         with self._locked():
             fd = self._take(item)
         if fd is not None:
@@ -103,14 +106,19 @@ class ShardCache:
         lock = os.open(self.root / "locks" / item.sha256, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | (0 if queue else fcntl.LOCK_NB))
-            except BlockingIOError:
-                return None  # being downloaded by another thread or process
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # being downloaded by another thread or process
+                if not queue:
+                    return None
+                if release is not None:  # never wait holding files: the downloader may need their room
+                    release()
+                    release = None
+                fcntl.flock(lock, fcntl.LOCK_EX)
             with self._locked():
                 fd = self._take(item)  # another process downloaded it meanwhile
             if fd is not None:
                 return fd
-            return self._download(item, wait=wait, keep=keep)
+            return self._download(item, wait=wait, keep=keep, release=release)
         finally:
             os.close(lock)
 
@@ -202,20 +210,25 @@ class ShardCache:
                 os.close(fd)
         return out
 
-    def _make_room(self, need: int, keep: frozenset[str]) -> bool:
-        """Under ``.lock``: evict least recently used files not in use until ``need`` more bytes fit."""
+    def _make_room(self, need: int, keep: frozenset[str], *, force: bool = False) -> bool:
+        """Under ``.lock``: evict least recently used files not in use until ``need`` more bytes fit
+        (``force``: files in use too; their users keep reading them, their space is freed when the
+        last user lets go)."""
         files = sorted(self._files(), key=lambda f: f[2])
         used = sum(size for _, size, _ in files) + sum(size for _, size in self._partials())
         for path, size, _ in files:
             if used + need <= self.limit:
                 break
-            if path.name in keep:
+            if path.name in keep and not force:
                 continue
             fd = os.open(path, os.O_RDONLY)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                continue  # in use by some process
+                if not force:
+                    continue  # in use by some process
+                _remove(path)
+                used -= size
             else:
                 _remove(path)
                 used -= size
@@ -223,11 +236,13 @@ class ShardCache:
                 os.close(fd)
         return used + need <= self.limit
 
-    def _download(self, item: Item, *, wait: bool, keep: frozenset[str]) -> int | None:
-        deadline = time.monotonic() + ROOM_WAIT
+    def _download(self, item: Item, *, wait: bool, keep: frozenset[str],
+                  release: Callable[[], None] | None = None) -> int | None:
+        start = time.monotonic()
         while True:
             with self._locked():
-                if self._make_room(item.size + len(_MARKER_ROOM), keep | {item.sha256}):
+                force = wait and time.monotonic() > start + PATIENCE
+                if self._make_room(item.size + len(_MARKER_ROOM), keep | {item.sha256}, force=force):
                     tmp = self.root / "tmp" / f"{item.sha256}.{os.getpid()}.{secrets.token_hex(4)}"
                     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -235,7 +250,10 @@ class ShardCache:
                     break
             if not wait:
                 return None
-            if time.monotonic() > deadline:
+            if release is not None:
+                release()  # our own mapped files first: then only other processes' holds are waited for
+                release = None
+            if time.monotonic() > start + ROOM_WAIT:
                 raise DatasetError(f"{item.name}: no room in the cache {self.root} (cache_limit "
                                    f"{format_size(self.limit)}): the cached files are in use by other processes")
             time.sleep(0.05)

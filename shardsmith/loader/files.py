@@ -52,11 +52,11 @@ class LocalFiles:
         self.stamps = [stamp(path, size=e["bytes"]) for path, e in zip(self.names, self.entries)]
         return self.manifest, self.entries
 
-    def open(self, s: int) -> int:
+    def open(self, s: int, *, release: Any = None) -> int:
         """A read-only descriptor of shard s, the file the dataset was opened on."""
         return open_checked(self.names[s], self.stamps[s])
 
-    def local(self, s: int) -> tuple[Path, Stamp, int | None]:
+    def local(self, s: int, *, release: Any = None) -> tuple[Path, Stamp, int | None]:
         """Shard s as a local path, its identity, and a descriptor to close when done with it (None)."""
         return self.names[s], self.stamps[s], None
 
@@ -93,6 +93,9 @@ class LocalFiles:
 
     def track(self, s: int, read: Any) -> Any:
         return read
+
+    def let_go(self) -> None:
+        """Nothing held here (a streamed dataset's files let go of the shards they hold)."""
 
 
 class StreamedFiles:
@@ -166,17 +169,23 @@ class StreamedFiles:
         return Item(sha256=entry["sha256"], size=size, name=self.store.name(rel),
                     fetch=lambda dst: self.store.download(rel, dst, size))
 
-    def open(self, s: int) -> int:
+    def open(self, s: int, *, release: Any = None) -> int:
         """Shard s from the cache (downloaded first when absent), held there until closed: the
-        descriptor ``whole`` took, if it did (so nothing evicts it in between)."""
+        descriptor ``whole`` took, if it did (so nothing evicts it in between). ``release``: the
+        dataset's way to let go of the shards it maps, should the download wait for room."""
         fd = self._held.pop(s, None)
         if fd is None:
-            fd = self.cache.open(self.item(self.entries[s]), keep=self._keep())
+            def let_go() -> None:
+                self.let_go()
+                if release is not None:
+                    release()
+
+            fd = self.cache.open(self.item(self.entries[s]), keep=self._keep(), release=let_go)
         assert fd is not None
         return fd
 
-    def local(self, s: int) -> tuple[Path, Stamp, int | None]:
-        fd = self.open(s)
+    def local(self, s: int, *, release: Any = None) -> tuple[Path, Stamp, int | None]:
+        fd = self.open(s, release=release)
         return self.cache.path(self.entries[s]["sha256"]), Stamp.of(os.fstat(fd)), fd
 
     def whole(self, s: int) -> bool:
@@ -187,7 +196,8 @@ class StreamedFiles:
         if s in self._held:
             return True
         if self.cache.has(item) or s in self._window():
-            fd = self.cache.open(item, wait=False, keep=self._keep())  # held for ``open``, which follows
+            # held for the ``open`` that follows; never waiting (for room, or behind another download)
+            fd = self.cache.open(item, wait=False, queue=False, keep=self._keep())
             if fd is not None:
                 self._held[s] = fd
                 return True
@@ -210,6 +220,12 @@ class StreamedFiles:
         got = self.store.read_ranges(self.entries[s]["path"], starts, ends)
         self.ranged_bytes += sum(len(g) for g in got)
         return got
+
+    def let_go(self) -> None:
+        """Close the descriptors ``whole`` took and no ``open`` used: the cache may evict those files."""
+        self._mine()
+        for k in list(self._held):
+            os.close(self._held.pop(k))
 
     def track(self, s: int, read: Any) -> Any:
         """A shard reader that reports each item it reads (``touched``)."""

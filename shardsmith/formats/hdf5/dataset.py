@@ -62,6 +62,7 @@ class EventDataset:
         self._open: list[_OpenShard | None] = [None] * len(self._paths)
         self._offsets: list[dict[str, np.ndarray] | None] = [None] * len(self._paths)  # validated, kept
         self._pins: dict[int, int] = {}  # streamed shards open: the cache's descriptor that holds each
+        self._using: list[int] = []  # the shards the current read needs
         self._pid = os.getpid()
 
     # -- metadata -------------------------------------------------------------------------------
@@ -88,7 +89,7 @@ class EventDataset:
             self._pid = os.getpid()
         shard = self._open[s]
         if shard is None:
-            path, want, pin = self._files.local(s)
+            path, want, pin = self._files.local(s, release=lambda: self._trim(self._using, keep=0))
             try:
                 shard = _OpenShard(path, samples=self._samples[s], schema=self.schema,
                                    schema_json=self._schema_json, offsets=self._offsets[s], stamp=want)
@@ -102,10 +103,11 @@ class EventDataset:
                 self._pins[s] = pin
         return shard
 
-    def _trim(self, using: list[int]) -> None:
-        """A streamed dataset keeps a few shards open: the oldest not in ``using`` are closed, so
-        the cache may evict them."""
-        keep = self._files.keep_open
+    def _trim(self, using: list[int], keep: int | None = None) -> None:
+        """A streamed dataset keeps a few shards open: the oldest not in ``using`` (the shards being
+        read) are closed, so the cache may evict them (``keep=0``: all of them)."""
+        self._using = using
+        keep = self._files.keep_open if keep is None else keep
         if keep is None or len(self._pins) <= keep:
             return
         for s in [k for k in self._pins if k not in using][:len(self._pins) - keep]:
@@ -122,6 +124,10 @@ class EventDataset:
     def close(self) -> None:
         for s in range(len(self._open)):
             self._release(s)
+
+    def release(self) -> None:
+        """Close every shard now (they open again when read): a streamed dataset's cache may evict them."""
+        self.close()
 
     def prefetch(self, indices: Any) -> None:
         """The events this process reads next, in order: a streamed dataset downloads their shards

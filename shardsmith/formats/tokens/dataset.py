@@ -59,7 +59,7 @@ class _TokenShards:
     def _map(self, s: int) -> np.ndarray:
         if not self.entries[s]["bytes"]:
             return np.zeros(0, self.dtype)
-        with os.fdopen(self._files.open(s), "rb") as fh:
+        with os.fdopen(self._files.open(s, release=self._let_go), "rb") as fh:
             return np.memmap(fh, dtype=self.dtype, mode="r")
 
     def array(self, s: int) -> np.ndarray | None:
@@ -77,6 +77,15 @@ class _TokenShards:
             if len(self._mapped) > self._files.keep_open:  # let the oldest go: the cache may evict it
                 self._some[self._mapped.pop(0)] = None
         return arr
+
+    def _let_go(self) -> None:
+        """Unmap the streamed shards (waiting for room in the cache, a process lets go of its own)."""
+        self._some, self._mapped = [None] * len(self.entries), []
+
+    def release(self) -> None:
+        """Unmap the streamed shards now (see ``TarDataset.release``); a local dataset keeps its maps."""
+        self._let_go()
+        self._files.let_go()
 
     def ranged(self, s: int, starts: np.ndarray, width: int) -> np.ndarray:
         """Tokens ``[a, a + width)`` of shard s for each start, by byte ranges."""
@@ -181,6 +190,10 @@ class TokenDataset:
         x, y = self.get_batch(np.asarray(indices))
         return list(zip(x, y))
 
+    def release(self) -> None:
+        """Let go of the streamed shards this process maps (the cache may evict them)."""
+        self._shards.release()
+
     def cu_seqlens(self, i: int) -> np.ndarray:
         """Document boundaries inside window i's ``x`` (0, ends…, L) for document-masked attention."""
         (i,) = self._check(np.array([i]))
@@ -226,6 +239,10 @@ class TokenDocuments:
         start = int(self._starts[i])
         self._shards._files.touched(int(self._shards.shard_of(start)))
         return self._shards._span(start, int(self.lengths[i])).astype(np.int64)
+
+    def release(self) -> None:
+        """Let go of the streamed shards this process maps (the cache may evict them)."""
+        self._shards.release()
 
     def get_batch(self, indices: Any) -> list[np.ndarray]:
         return [self[int(i)] for i in np.asarray(indices)]

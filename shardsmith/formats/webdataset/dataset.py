@@ -135,7 +135,7 @@ class TarDataset:
             self._pid = os.getpid()
         mm = self._maps[s]
         if mm is None:
-            fd = self._files.open(s)
+            fd = self._files.open(s, release=self._let_go)
             try:
                 with os.fdopen(fd, "rb") as fh:
                     mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -152,6 +152,18 @@ class TarDataset:
                 old = self._mapped.pop(0)
                 self._maps[old] = self._open[old] = None
         return mm
+
+    def _let_go(self) -> None:
+        """Unmap every shard (a streamed dataset waiting for room in its cache lets go of its own)."""
+        self._maps = [None] * len(self._paths)
+        self._open = [None] * len(self._paths)
+        self._mapped = []
+
+    def release(self) -> None:
+        """Unmap every shard now (they map again when read): a streamed dataset's cache may then
+        evict them. The torch adapters call it when a worker's share of the epoch is done."""
+        self._let_go()
+        self._files.let_go()
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = operator.index(i)
