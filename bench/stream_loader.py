@@ -2,8 +2,8 @@
 against a warm local read and webdataset streaming the same shards, in one run, with ratios.
 
 A moto server runs as its own process (``moto_server``), so its work is not charged to the loader's
-interpreter; the dataset (``bench_tar_loader.write_dataset``: random 1-3 KB payloads) is uploaded
-with boto3. Rows:
+interpreter; the dataset (``corpus.py``'s synthetic JSONL, ``convert --to webdataset``: one sample
+per row, version-2 offset indexes) is uploaded with boto3. Rows:
 
 - warm local read: ``TarDataset(folder).iter(shuffle=True)`` from the page cache;
 - cold cache, one epoch: ``shardsmith.open(url, cache_dir=<empty>, cache_limit=...)`` then
@@ -17,7 +17,7 @@ with boto3. Rows:
 MosaicML streaming is not compared: ``pip install --dry-run mosaicml-streaming`` in the project
 venv would replace torch 2.13.0 (CPU) by torch 2.14.1 with CUDA packages.
 
-    .venv/bin/python bench/stream_loader.py [--samples 20000] [--shards 12] [--random 500]
+    .venv/bin/python bench/stream_loader.py [--mb 40] [--shard-bytes 4MB] [--random 500] [--limit 0.34]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_tar_loader import write_dataset  # noqa: E402
+from corpus import write_corpus  # noqa: E402
 from harness import code_version  # noqa: E402
 
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
@@ -87,8 +87,8 @@ def fetched(ds) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--samples", type=int, default=20_000)
-    ap.add_argument("--shards", type=int, default=12)
+    ap.add_argument("--mb", type=float, default=40, help="the JSONL corpus converted to tar shards")
+    ap.add_argument("--shard-bytes", default="4MB")
     ap.add_argument("--random", type=int, default=500)
     ap.add_argument("--limit", type=float, default=1 / 3, help="the cache limit of the 2 x 2 run, as a share of the dataset")
     args = ap.parse_args()
@@ -106,8 +106,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-stream-") as tmp_name:
             tmp = Path(tmp_name)
             out = tmp / "ds"
-            write_dataset(out, samples=args.samples, shards=args.shards)
+            write_corpus(tmp / "corpus.jsonl", args.mb)
+            subprocess.run([sys.executable, "-m", "shardsmith", "convert", str(tmp / "corpus.jsonl"), "-o", str(out),
+                            "--to", "webdataset", "--shard-bytes", args.shard_bytes, "-q"], check=True)
             total = sum(p.stat().st_size for p in out.iterdir())
+            args.shards = len(shardsmith.open(out).manifest["splits"]["train"]["shards"])
             for _ in range(100):
                 try:
                     socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
@@ -119,7 +122,8 @@ def main() -> None:
             for p in sorted(out.iterdir()):
                 s3.upload_file(str(p), BUCKET, f"ds/{p.name}")
             url = f"s3://{BUCKET}/ds"
-            print(f"{args.samples} samples in {args.shards} shards, {total / 1e6:.1f} MB, on moto S3 at port {port}")
+            print(f"{len(shardsmith.open(out))} samples (JSONL rows) in {args.shards} shards, {total / 1e6:.1f} MB, "
+                  f"on moto S3 at port {port}")
 
             local = shardsmith.open(out)
             epoch(local, shuffle=True, seed=0)  # warm
