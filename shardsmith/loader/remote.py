@@ -42,10 +42,12 @@ class RemoteStore:
     @property
     def fs(self) -> Any:
         if self._fs is None or self._pid != os.getpid():
-            from shardsmith.engine.remote import _filesystem
-
+            try:  # main has moved the filesystem maker to engine/backends.py (branch inputs); before: remote.py
+                from shardsmith.engine.backends import filesystem
+            except ImportError:
+                from shardsmith.engine.remote import _filesystem as filesystem
             try:
-                self._fs = _filesystem([self.url])
+                self._fs = filesystem([self.url])
             except ShardsmithError as exc:  # an unknown scheme, a missing extra: one line as it is
                 raise DatasetError(str(exc)) from None
             self._pid = os.getpid()
