@@ -195,9 +195,12 @@ class StreamedFiles:
         item = self.item(self.entries[s])
         if s in self._held:
             return True
-        if self.cache.has(item) or s in self._window():
-            # held for the ``open`` that follows; never waiting (for room, or behind another download)
-            fd = self.cache.open(item, wait=False, queue=False, keep=self._keep())
+        window = self._window()
+        if self.cache.has(item) or s in window:
+            # held for the ``open`` that follows; never waiting for room, and behind another download
+            # only for the shard being read now (the prefetcher's, most likely)
+            fd = self.cache.open(item, wait=False, queue=bool(window) and s == window[0], keep=self._keep(),
+                                 release=self.let_go)
             if fd is not None:
                 self._held[s] = fd
                 return True
