@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +86,7 @@ class LocalFiles:
         except OSError as exc:
             raise DatasetError(f"{path}: cannot read the index ({exc.strerror or exc})") from None
 
-    def plan(self, shards: np.ndarray) -> None:
+    def plan(self, shards: np.ndarray, *, release: Callable[[], None] | None = None) -> None:
         """The shards this process reads next, in order: nothing to fetch here."""
 
     def touched(self, s: int, n: int = 1) -> None:
@@ -240,10 +241,14 @@ class StreamedFiles:
 
     # -- the plan and the prefetching thread ------------------------------------------------------
 
-    def plan(self, shards: np.ndarray) -> None:
+    def plan(self, shards: np.ndarray, *, release: Callable[[], None] | None = None) -> None:
         """This process's coming reads, as the shard of each item in order: the prefetcher
-        downloads the first shards of that order (a few ahead of the reader) within the limit."""
+        downloads the first shards of that order (a few ahead of the reader) within the limit.
+        ``release``: the dataset lets go of the shards it maps first (a new epoch starts), so the
+        previous order's shards never hold room the new one's need."""
         self._mine()
+        if release is not None:
+            release()
         shards = np.asarray(shards, dtype=np.int64)
         uniq, first = np.unique(shards, return_index=True)
         with self._lock:

@@ -214,7 +214,8 @@ class TokenDataset:
     def prefetch(self, indices: Any) -> None:
         """The windows this process reads next, in order: a streamed dataset downloads their shards
         a few ahead, within its cache's limit (a local one has nothing to do)."""
-        self._shards._files.plan(self._shards.shard_of(np.asarray(indices, np.int64) * self.seq_len))
+        self._shards._files.plan(self._shards.shard_of(np.asarray(indices, np.int64) * self.seq_len),
+                                 release=self.release)
 
 
 class TokenDocuments:
@@ -257,4 +258,5 @@ class TokenDocuments:
 
     def prefetch(self, indices: Any) -> None:
         """The documents this process reads next, in order (see ``TokenDataset.prefetch``)."""
-        self._shards._files.plan(self._shards.shard_of(self._starts[np.asarray(indices, np.int64)]))
+        self._shards._files.plan(self._shards.shard_of(self._starts[np.asarray(indices, np.int64)]),
+                                 release=self.release)

@@ -220,7 +220,7 @@ class TarDataset:
         """The samples this process reads next, in order: a streamed dataset downloads their shards
         a few ahead, within its cache's limit (a local one has nothing to do)."""
         self._files.plan(np.searchsorted(np.asarray(self._starts, np.int64), np.asarray(indices, np.int64),
-                                         side="right") - 1)
+                                         side="right") - 1, release=self.release)
 
     def _table(self, s: int) -> _MemberTable:
         """Every member of shard s, read and validated once (then ``ds[i]`` only slices)."""
