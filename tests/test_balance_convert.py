@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import jpeg, run_cli, tree_digest
+from conftest import jpeg, root_data, run_cli, tree_digest
 
 import shardsmith
 from shardsmith.core.sample import Identity
@@ -121,3 +121,13 @@ def test_balance_needs_a_label_for_events_and_classes_for_rows(events, tmp_path)
     rows.write_text('{"a": 1}\n')
     res = run_cli("convert", rows, "-o", tmp_path / "rows", "--to", "webdataset", "--quiet", "--balance", "max=5")
     assert res.exit_code == 2 and "image folders" in res.stderr
+
+
+def test_root_events_balanced_by_an_integer_branch(tmp_path):
+    """A real ROOT file, labels read through a reader of the label branch alone, into tar events."""
+    m = convert(root_data() / "uproot-HZZ.root", "-o", tmp_path / "hzz", "--balance", "max=300,label=NPhoton",
+                to="webdataset")
+    assert m["balance"]["before"] == {"0": 2250, "1": 125, "2": 43, "3": 3}
+    assert m["balance"]["after"] == {"0": 300, "1": 125, "2": 43, "3": 3}
+    ds = shardsmith.open(tmp_path / "hzz")
+    assert np.bincount(ds.labels("NPhoton")).tolist() == [300, 125, 43, 3]

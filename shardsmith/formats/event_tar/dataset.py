@@ -55,4 +55,5 @@ class EventTarDataset(TarDataset):
         raw = self.member_bytes(f"{field}.npy")
         if any(b is None for b in raw):
             raise DatasetError(f"{self.out_dir}: a sample has no {field}.npy member")
-        return np.array([load_npy(b).reshape(-1)[0] for b in raw], np.int64)  # type: ignore[arg-type]
+        where = f"{self.out_dir}: {field}.npy"
+        return np.array([load_npy(b, where=where).reshape(-1)[0] for b in raw], np.int64)  # type: ignore[arg-type]
