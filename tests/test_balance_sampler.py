@@ -184,3 +184,26 @@ def test_labels_come_from_the_datasets(tmp_path):
     assert ev.labels("run").tolist() == events.columns["run"].tolist()
     with pytest.raises(Exception, match="fixed integer scalar"):
         ev.labels("pos")
+
+
+def test_the_readmes_balanced_loader_runs(tmp_path, monkeypatch):
+    """README, "Class balance": the sampler example as written, on a converted image folder."""
+    from pathlib import Path
+
+    from conftest import jpeg, run_cli
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Class balance"):]
+    first = section.index("```python\n") + len("```python\n")
+    code = section[first:section.index("```\n", first)]
+    for label, (cls, n) in enumerate({"ant": 30, "bee": 5, "cat": 2}.items()):
+        (tmp_path / "imgs" / cls).mkdir(parents=True)
+        for i in range(n):
+            (tmp_path / "imgs" / cls / f"{i}.jpg").write_bytes(jpeg(label * 100 + i))
+    assert run_cli("convert", tmp_path / "imgs", "-o", tmp_path / "out", "--to", "webdataset", "--quiet").exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "__main__"}
+    exec(compile(code.replace('"OUT"', repr(str(tmp_path / "out"))), "README.md", "exec"), scope)
+    report = scope["sampler"].report().as_dict(scope["ds"].classes)
+    assert {c: r["drawn"] for c, r in report.items()} == {"ant": 13, "bee": 12, "cat": 12}
+    assert report["cat"]["repeated"] == 10 and len(scope["labels"]) == 16
