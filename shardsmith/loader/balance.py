@@ -4,10 +4,9 @@
 An epoch of ``n`` draws is built in two steps, both pure functions of (labels, weights, n, seed,
 epoch), so the order is the same on every rank and machine:
 
-1. **Which class each draw takes**: a smooth deterministic interleave. The k-th draw of class c
-   is due at time ``(k + 1/2) / w_c``; the epoch takes the ``n`` earliest (ties broken by a seeded
-   order of the classes). At every prefix of length t the count of class c stays within about one
-   draw of ``w_c · t`` (tested with hypothesis: ``|count_c − w_c · t| < 2``) -- no sampling noise.
+1. **Which class each draw takes**: a smooth deterministic interleave (``class_sequence``, WF2Q's
+   rule): at every prefix of length t the count of class c stays within one draw of ``w_c · t``
+   (tested with hypothesis), for any number of classes and weights -- no sampling noise.
 2. **Which sample of the class**: each class is read in its own shuffled order (a permutation of
    its members by the same 64-bit mixing as ``epoch_order``), without replacement, so within an
    epoch a sample repeats only after every member of its class has been drawn. A class that runs
@@ -20,6 +19,7 @@ Memory is O(classes + n) int64 arrays; the labels are read once (``read_labels``
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,15 +77,38 @@ def class_weights(counts: np.ndarray, weights: str | Mapping[Any, float] | Seque
 
 
 def class_sequence(weights: np.ndarray, n: int, *, seed: int) -> np.ndarray:
-    """The class of each of ``n`` draws: the k-th draw of class c is due at ``(k + 1/2) / w_c``,
-    and the ``n`` earliest are taken in time order (ties: a seeded order of the classes)."""
+    """The class of each of ``n`` draws, by worst-case fair weighted fair queueing (WF2Q): the k-th
+    draw of class c may start at ``k / w_c`` and should finish by ``(k + 1) / w_c``; draw t takes,
+    among the draws that may start by t, the one due first (ties: a seeded order of the classes).
+    Every prefix of length t then holds ``w_c · t`` draws of class c within one (Bennett and Zhang,
+    1996), whatever the number of classes or their weights."""
+    tie = mix64(np.uint64(path_hash("balance-ties", str(seed))) ^ mix64(np.arange(len(weights), dtype=np.uint64) + 1))
     live = np.flatnonzero(weights > 0)
-    due = np.floor(weights[live] * n).astype(np.int64) + 2  # draws of each class that can fall in n
-    cls = np.repeat(live, due)
-    k = np.arange(len(cls), dtype=np.int64) - np.repeat(np.cumsum(due) - due, due)
-    times = (k + 0.5) / weights[cls]
-    tie = mix64(np.uint64(path_hash("balance-ties", str(seed))) ^ mix64(cls.astype(np.uint64) + np.uint64(1)))
-    return cls[np.lexsort((tie, times))[:n]]
+    if np.all(weights[live] == weights[live[0]]):  # equal shares ("inverse"): the same rule is a round robin
+        turn = live[np.argsort(tie[live], kind="stable")]
+        return np.resize(turn, n).astype(np.int64)
+    return _wf2q(weights, n, np.argsort(np.argsort(tie, kind="stable"), kind="stable").tolist())
+
+
+def _wf2q(weights: np.ndarray, n: int, rank: list[int]) -> np.ndarray:
+    """``class_sequence``'s rule, one draw at a time: two heaps of the classes, O(n log classes)."""
+    live = np.flatnonzero(weights > 0).tolist()
+    w = weights.tolist()
+    waiting = [(0.0, rank[c], c) for c in live]  # (may start, tie, class)
+    heapq.heapify(waiting)
+    ready: list[tuple[float, int, int]] = []  # (due, tie, class)
+    drawn = [0] * len(weights)
+    out = np.empty(n, np.int64)
+    push, pop = heapq.heappush, heapq.heappop
+    for t in range(n):
+        while waiting and (waiting[0][0] <= t or not ready):
+            _, r, c = pop(waiting)
+            push(ready, ((drawn[c] + 1) / w[c], r, c))
+        _, r, c = pop(ready)
+        out[t] = c
+        drawn[c] += 1
+        push(waiting, (drawn[c] / w[c], r, c))
+    return out
 
 
 @dataclass(frozen=True)
