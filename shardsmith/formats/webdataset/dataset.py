@@ -266,21 +266,17 @@ class TarDataset:
         one pass over the member tables, slicing only that member (e.g. labels for balancing)."""
         out: list[bytes | None] = []
         for s in range(len(self._paths)):
-            self._reader(s)  # tabled in this process; mapped, or read by ranges (streamed, not cached)
-            table = self._tables[s]
-            assert table is not None
-            if self._files.whole(s) or self._indexes[s][1] is None:
-                mm = self._map(s)
-                fetch = mm.__getitem__
-            else:
-                fetch = (lambda shard: lambda cut: self._files.read(shard, cut.start, cut.stop))(s)
+            # mapped whole (a streamed shard: downloaded into the cache; a range per sample would cost
+            # a request each), and tabled in this process
+            mm = self._map(s)
+            table = self._tables[s] if self._tables[s] is not None else self._table(s)
             e = table.exts.index(ext) if ext in table.exts else -1
             first, ext_of = np.frombuffer(table.first, np.int64), np.frombuffer(table.ext, table.ext.typecode)
             where = np.full(len(first) - 1, -1, np.int64)
             hits = np.flatnonzero(ext_of == e) if e >= 0 else np.zeros(0, np.int64)
             where[np.searchsorted(first, hits, side="right") - 1] = hits
             data, size = table.data, table.size
-            out.extend(None if k < 0 else bytes(fetch(slice(data[k], data[k] + size[k]))) for k in where.tolist())
+            out.extend(None if k < 0 else mm[data[k]:data[k] + size[k]] for k in where.tolist())
         return out
 
     def labels(self, field: str = "cls") -> np.ndarray:
