@@ -271,6 +271,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="Augmented variants per image, each under its own key.")
 @click.option("--transform", "transforms", multiple=True, metavar="NAME[=SPEC]",
               help="A registered transform applied to each row, in order (repeatable; see `shardsmith plugins`).")
+@click.option("--balance", metavar="max=N|ratio=R[,label=F]", help="Keep <= N (R x the least) per class.")
 @click.option("--quality", default=90, show_default=True, type=click.IntRange(1, 100), help="JPEG quality of re-encoded images.")
 @click.option("--shard-samples", type=click.IntRange(1, MAX_COUNT), default=None, help="Roll over after this many samples.")
 @click.option("--shard-bytes", default="256MB", show_default=True, callback=_size("--shard-bytes"),

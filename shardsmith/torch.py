@@ -33,8 +33,9 @@ from shardsmith.formats.layout import (
 )
 from shardsmith.formats.tokens.dataset import TokenDataset
 from shardsmith.formats.webdataset.dataset import TarDataset
+from shardsmith.loader.balance_sampler import BalancedSampler
 
-__all__ = ["EpochBatchSampler", "EventBatches", "EventSamples", "TarIterable", "TarSamples", "TokenBatches",
+__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "TarIterable", "TarSamples", "TokenBatches",
            "TokenWindows", "event_collate", "global_position", "loader"]
 
 

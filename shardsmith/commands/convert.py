@@ -16,6 +16,7 @@ from shardsmith.commands.convert_options import ConvertOptions
 from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
 from shardsmith.engine import arrival, remote
+from shardsmith.engine.balance import BalancePlan, BalanceSpec, balance_files
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.output import output_for
@@ -96,6 +97,11 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
     transforms = build_transforms(opts.transforms, holds=reader.holds, opts=opts)
     # image bytes that pass through unchanged are referenced by the workers and copied by the writer
     job = WriteJob(opts=opts, out=opts.out, sources=[f.path for f in files] if images and not opts.augment else None)
+    balance: BalancePlan | None = None
+    if opts.balance is not None:  # files left out of a class keep their indexes in job.sources
+        if not images:
+            raise UsageError("--balance applies to image folders (class = folder) and events (,label=FIELD)")
+        files, balance = balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
     fmt.check(job)
     # images unchanged, in one process, stopping at the first bad one: the whole output follows from the listing
     direct = (images and fmt.copies_files and not opts.augment and opts.stage is None and opts.limit is None
@@ -125,13 +131,16 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
             make_writer=lambda split, part: fmt.writer(job, split, part))
         if done.summary is not None:
             return done.summary
-    return _commit(opts, reader, fmt, job, done, files, session, processor, classes, skipped_inputs)
+    return _commit(opts, reader, fmt, job, done, files, session, processor, classes, skipped_inputs, balance)
 
 
 def _commit(opts: ConvertOptions, reader: Reader, fmt: Format, job: WriteJob, done: Converted,
             files: list[InputFile], session: OutputRun, processor: SampleProcessor,
-            classes: list[str] | None, skipped_inputs: list[dict[str, str]]) -> dict[str, Any]:
+            classes: list[str] | None, skipped_inputs: list[dict[str, str]],
+            balance: BalancePlan | None) -> dict[str, Any]:
     extras: dict[str, Any] = {"copies": opts.copies}
+    if balance is not None:
+        extras["balance"] = balance.describe()
     if classes is not None:
         extras["classes"] = classes
         extras["max_image_pixels"] = opts.max_image_pixels  # what verify --deep and the loader accept

@@ -7,10 +7,12 @@ writer turns the shuffled records back into columns.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core.events import EventSchema
 from shardsmith.core.progress import Progress
+from shardsmith.engine.balance import BalancePlan, BalanceSpec, balance_events
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.plan import plan_tasks, wait_to_check
@@ -47,9 +49,10 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     run_id = run_identity("convert", opts, files, extra_paths=reader.extra_inputs(opts))
     if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
         return finished
+    balance = None if opts.balance is None else _balance(opts, reader, files, schema, sizing.chunk_bytes)
     tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     done = convert_all(
-        opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema), tasks=tasks, sizing=sizing,
+        opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema, balance=balance), tasks=tasks, sizing=sizing,
         # compressed inputs grow when decoded: size the shuffle's buckets for a few times the input
         estimated_bytes=4 * total_bytes, desc="convert", progress=progress, run=run_id,
         make_writer=lambda split, part: fmt.writer(job, split, part))
@@ -57,9 +60,21 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
         return done.summary
     return commit_dataset(session, fmt=fmt, job=job, done=done, files=files,
                           source={"reader": reader.name, **reader.source_fields(opts)}, schema=schema.to_json(),
-                          extras={"events": {"counters": list(schema.counters), "skipped_fields": skipped_fields}},
+                          extras={"events": {"counters": list(schema.counters), "skipped_fields": skipped_fields},
+                                  **({"balance": balance.describe()} if balance is not None else {})},
                           events=True, used=(("source", reader.name),), unread=unread,
                           skipped_inputs=skipped_inputs)
+
+
+def _balance(opts: ConvertOptions, reader: Reader, files: list[InputFile], schema: EventSchema,
+             chunk_bytes: int) -> BalancePlan:
+    """``--balance`` on events: the labels read by a reader of the label field alone (wide tables,
+    ROOT), or by the run's reader when events are grouped from rows (``--group-by``)."""
+    spec = BalanceSpec.parse(opts.balance or "")
+    narrow = reader
+    if spec.label is not None and opts.group_by is None and spec.label in {f.name for f in schema.fields}:
+        narrow = type(reader).from_options(replace(opts, branches=(spec.label,)))
+    return balance_events(spec, narrow, files, schema, seed=opts.seed, chunk_bytes=chunk_bytes)
 
 
 def _readable(opts: ConvertOptions, reader: Reader, files: list[InputFile]

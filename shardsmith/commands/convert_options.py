@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardsmith.core.images import MAX_IMAGE_PIXELS
+from shardsmith.engine.balance import BalanceSpec
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.errors import UsageError
 
@@ -23,6 +24,7 @@ class ConvertOptions(ConvertingOptions):
     copies: int = 1
     quality: int = 90
     transforms: tuple[str, ...] = ()  # --transform NAME[=SPEC], applied to rows in this order
+    balance: str | None = None  # --balance max=N|ratio=R[,label=FIELD] (engine/balance.py)
     shard_samples: int | None = None
     shard_bytes: int = 256_000_000
     wids_md5: bool = False
@@ -38,3 +40,5 @@ class ConvertOptions(ConvertingOptions):
     def __post_init__(self) -> None:
         if type(self.max_image_pixels) is not int or self.max_image_pixels < 1:
             raise UsageError(f"--max-image-pixels must be a whole number >= 1, got {self.max_image_pixels!r}")
+        if self.balance is not None:
+            BalanceSpec.parse(self.balance)  # a bad spec is refused before any work

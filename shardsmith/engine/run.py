@@ -158,7 +158,8 @@ class Tally:
         if tally.written == 0:
             raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
                             f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
-        assert tally.written == (tally.records - len(tally.skipped)) * copies, "records lost"
+        dropped = sum(r.dropped for r in results)  # left out by --balance
+        assert tally.written == (tally.records - len(tally.skipped) - dropped) * copies, "records lost"
         return tally
 
     def source(self) -> dict[str, Any]:

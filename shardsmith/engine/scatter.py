@@ -42,6 +42,7 @@ class Processed:
     # builds the payload (uint8) with the records straight in a given order, instead of a copy
     # reordering it; ``lengths`` are then bytes
     encode_in: Callable[[np.ndarray], np.ndarray] | None = None
+    dropped: int = 0  # records left out on purpose (--balance: engine/balance.py), not bad ones
 
     def byte_lengths(self) -> np.ndarray:
         size = 1 if self.payload is None else self.payload.dtype.itemsize
@@ -83,6 +84,7 @@ class TaskResult:
     records: int = 0
     skipped: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
+    dropped: int = 0  # records --balance left out
 
 
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
@@ -118,7 +120,7 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
         result.error = moved  # not a bad record: the input changed under the run, whatever --on-error says
     if result.error is None:
         part.write({"task": task.index, "plan": _task_id(task), "records": result.records,
-                    "skipped": result.skipped})
+                    "skipped": result.skipped, **({"dropped": result.dropped} if result.dropped else {})})
         crash_point(f"scatter:{task.index}")
     else:
         part.abort()
@@ -152,7 +154,8 @@ def finished_task(work_dir: str, task: Task) -> TaskResult | None:
         return None
     if meta.get("task") != task.index or meta.get("plan") != _task_id(task) or "records" not in meta:
         return None
-    return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])))
+    return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])),
+                      dropped=int(meta.get("dropped", 0)))
 
 
 def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
@@ -218,6 +221,7 @@ def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: Pa
                 chunk = job.processor.head(chunk, room)  # type: ignore[attr-defined]
         result.records += chunk.n
         out = job.processor.process_chunk(task, chunk)  # type: ignore[attr-defined]
+        result.dropped += out.dropped
         if out.bad and not _bad_records(job, task, out.bad, result, unit):
             return
         if len(out.records):

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths
+from shardsmith.engine.balance import BalancePlan, balance_hashes
 from shardsmith.engine.scatter import Processed
 from shardsmith.sources.base import Task
 
@@ -15,13 +16,21 @@ from shardsmith.sources.base import Task
 class EventProcessor:
     """Encodes a chunk's events into per-event records in the worker."""
 
-    def __init__(self, *, schema: EventSchema) -> None:
+    def __init__(self, *, schema: EventSchema, balance: BalancePlan | None = None) -> None:
         self.schema = schema
+        self.balance = balance  # --balance: which events of each label are kept
 
     def process_chunk(self, task: Task, chunk: EventChunk) -> Processed:
         records = np.arange(chunk.first, chunk.first + chunk.n, dtype=np.int64)
         schema = self.schema
-        return Processed(records=records, lengths=record_lengths(chunk, schema), payload=None,
+        dropped = 0
+        if self.balance is not None:
+            keep = self.balance.keep(chunk.columns[self.balance.spec.label or ""].reshape(-1),
+                                     balance_hashes(self.balance.seed, task.file.rel, records))
+            if not keep.all():
+                kept = np.flatnonzero(keep)
+                chunk, records, dropped = chunk.take(kept, schema), records[kept], len(records) - len(kept)
+        return Processed(records=records, lengths=record_lengths(chunk, schema), payload=None, dropped=dropped,
                          encode_in=lambda order: encode(chunk, schema, order=order)[1])
 
     def head(self, chunk: EventChunk, n: int) -> EventChunk:

@@ -14,7 +14,7 @@ import numpy as np
 
 from shardsmith.core.events import EventSchema
 from shardsmith.errors import DatasetError
-from shardsmith.formats.webdataset.dataset import TarDataset
+from shardsmith.formats.webdataset.dataset import TarDataset, load_npy
 
 
 class EventTarDataset(TarDataset):
@@ -45,3 +45,16 @@ class EventTarDataset(TarDataset):
                 raise DatasetError(f"{self.out_dir}: sample {raw['__key__']} has no array member {member}")
             out[name] = value
         return out
+
+    def labels(self, field: str = "label") -> np.ndarray:  # type: ignore[override]
+        """Every sample's integer label from the fixed scalar event field ``field`` (one event per
+        sample), reading only that member of each sample."""
+        spec = next((f for f in self.schema.fields if f.name == field), None)
+        if spec is None or spec.ragged or spec.shape or spec.np_dtype.kind not in "iu" or self.events_per_sample != 1:
+            raise DatasetError(f"{self.out_dir}: labels need a fixed integer scalar field and one event per "
+                               f"sample; {field!r} is not one here")
+        raw = self.member_bytes(f"{field}.npy")
+        if any(b is None for b in raw):
+            raise DatasetError(f"{self.out_dir}: a sample has no {field}.npy member")
+        where = f"{self.out_dir}: {field}.npy"
+        return np.array([load_npy(b, where=where).reshape(-1)[0] for b in raw], np.int64)  # type: ignore[arg-type]

@@ -297,6 +297,15 @@ class EventDataset:
             parts.append(np.diff(self._shard(s).offsets[counter]))
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
+    def labels(self, field: str = "label") -> np.ndarray:
+        """Every event's integer label: the fixed scalar field ``field``, read column by column."""
+        spec = next((f for f in self.schema.fixed if f.name == field), None)
+        if spec is None or spec.shape or spec.np_dtype.kind not in "iu":
+            raise DatasetError(f"{self.out_dir}: labels need a fixed integer scalar field; {field!r} is not one "
+                               f"(fields: {', '.join(f.name for f in self.schema.fixed)})")
+        parts = [self._shard(s).columns[field].rows(0, n).reshape(-1) for s, n in enumerate(self._samples)]
+        return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
+
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, block: int = 256, exact: bool = False,
              drop_last: bool = False) -> EventIterator:

@@ -261,6 +261,33 @@ class TarDataset:
                     raise DatasetError(f"{where}: the offset index does not describe sample {j} at byte "
                                        f"{int(np.frombuffer(offsets, np.int64)[j])} as the tar's headers do")
 
+    def member_bytes(self, ext: str) -> list[bytes | None]:
+        """Member ``ext`` of every sample in index order, raw (None where a sample has none):
+        one pass over the member tables, slicing only that member (e.g. labels for balancing)."""
+        out: list[bytes | None] = []
+        for s in range(len(self._paths)):
+            # mapped whole (a streamed shard: downloaded into the cache; a range per sample would cost
+            # a request each), and tabled in this process
+            mm = self._map(s)
+            table = self._tables[s] if self._tables[s] is not None else self._table(s)
+            e = table.exts.index(ext) if ext in table.exts else -1
+            first, ext_of = np.frombuffer(table.first, np.int64), np.frombuffer(table.ext, table.ext.typecode)
+            where = np.full(len(first) - 1, -1, np.int64)
+            hits = np.flatnonzero(ext_of == e) if e >= 0 else np.zeros(0, np.int64)
+            where[np.searchsorted(first, hits, side="right") - 1] = hits
+            data, size = table.data, table.size
+            out.extend(None if k < 0 else mm[data[k]:data[k] + size[k]] for k in where.tolist())
+        return out
+
+    def labels(self, field: str = "cls") -> np.ndarray:
+        """Every sample's integer label (member ``field``, e.g. the image folder's ``cls``), int64."""
+        raw = self.member_bytes(field)
+        try:
+            return np.array([int(b) for b in raw], np.int64)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            bad = next(i for i, b in enumerate(raw) if b is None or not b.strip().isdigit())
+            raise DatasetError(f"{self.out_dir}: sample {bad} has no integer {field!r} member") from None
+
     def _decoder_for(self, ext: str) -> Callable[[bytes], Any] | None:
         kind = self._kinds.get(ext) or _EXT_KINDS.get(ext.rsplit(".", 1)[-1].lower(), "bytes")
         if kind == "npy":
