@@ -34,8 +34,8 @@ from shardsmith.formats.layout import (
 from shardsmith.formats.tokens.dataset import TokenDataset
 from shardsmith.formats.webdataset.dataset import TarDataset
 
-__all__ = ["EpochBatchSampler", "EventBatches", "EventSamples", "TarIterable", "TarSamples", "TokenBatches",
-           "TokenWindows", "event_collate", "global_position", "loader"]
+__all__ = ["EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "TarIterable", "TarSamples",
+           "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader"]
 
 
 def _distributed() -> tuple[int, int]:
@@ -336,3 +336,40 @@ class EventBatches(_EpochIterable):
     def _make(self, indices: np.ndarray) -> Any:
         batch = self.dataset.get_batch(indices)
         return self.collate(batch) if self.collate is not None else batch
+
+
+# -- weighted mixtures (shardsmith.loader.mix) --------------------------------------------------
+
+class _MixOrder:
+    """A mixture's positions in order (it is already interleaved and shuffled per source): slices
+    of it are made on demand, so no array of the mixture's length exists."""
+
+    def __init__(self, fingerprint: str) -> None:
+        self.name = f"mix:{fingerprint}"
+
+    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> _MixOrder:
+        return self
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        return np.arange(where.start, where.stop, dtype=np.int64)
+
+
+class MixBatches(_EpochIterable):
+    """Batches of a ``Mixture`` in its order, dealt to ranks and workers as the other adapters do
+    (same ``state_dict``, ``global_position``, ``start=``). To change weights at a resume point,
+    ``m.state(global_position(states)["position"])`` is the ``start=`` of the new ``mix``."""
+
+    def __init__(self, mixture: Any, *, batch_size: int, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True,
+                 collate: Callable[[Any], Any] | None = None) -> None:
+        self.dataset = mixture
+        self.collate = collate
+        super().__init__(len(mixture), order=_MixOrder(mixture.fingerprint), batch_size=batch_size, shuffle=False,
+                         seed=mixture.seed, epoch=0, rank=rank, world_size=world_size, start=start,
+                         drop_last=drop_last)
+
+    def _make(self, indices: np.ndarray) -> Any:
+        batch = self.dataset.get_batch(indices)
+        if self.collate is not None:
+            return self.collate(batch)
+        return tuple(_to_torch(v) for v in batch) if isinstance(batch, tuple) else batch
