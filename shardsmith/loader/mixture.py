@@ -84,25 +84,41 @@ def _weight(node: _Node | int, weights: list[float]) -> float:
     return weights[node] if isinstance(node, int) else _weight(node.light, weights) + _weight(node.heavy, weights)
 
 
-def _permute(p: np.ndarray, n: int, keys: np.ndarray) -> np.ndarray:
-    """Position p of a keyed pseudo-random permutation of range(n) (4-round Feistel, cycle-walking)."""
-    if n <= 1:
-        return p
-    half = max(1, ((n - 1).bit_length() + 1) // 2)
-    mask = np.uint64((1 << half) - 1)
-    rounds = [mix64(keys ^ np.uint64(r * 0x9E3779B97F4A7C15 & (2**64 - 1))) for r in range(1, 5)]
+_GOLD, _MUL = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
+
+
+def _round(x: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """One Feistel round's mixing of a half and its key (multiply-xorshift, wrapping uint64)."""
+    h = (x ^ key) * _GOLD
+    h ^= h >> np.uint64(29)
+    h *= _MUL
+    return h ^ (h >> np.uint64(32))
+
+
+def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
+    """Position p of a keyed pseudo-random permutation of range(n) (n: one per element, >= 1): an
+    unbalanced 4-round Feistel network on the bits of n - 1 (a domain under 2n), walking each
+    cycle back into range(n). Vectorised over elements of different sources and passes at once."""
+    n = np.broadcast_to(np.asarray(n, dtype=np.uint64), p.shape)
+    bits = np.zeros(p.shape, dtype=np.uint64)
+    while (big := (n - np.uint64(1)) >> bits).any():  # bit length of n - 1, element by element
+        bits += (big > 0).astype(np.uint64)
+    one = np.uint64(1)
+    a, b = bits // np.uint64(2), bits - bits // np.uint64(2)  # halves swap sizes each round; 4 rounds restore
+    keys = [keys + np.uint64(r * 0x9E3779B97F4A7C15 % 2**64) for r in range(1, 5)]
 
     def feistel(x: np.ndarray, sel: Any) -> np.ndarray:
-        left, right = x >> np.uint64(half), x & mask
-        for k in rounds:
-            left, right = right, left ^ (mix64(right ^ k[sel]) & mask)
-        return (left << np.uint64(half)) | right
+        top, low = a[sel], b[sel]
+        hi, lo = x >> low, x & ((one << low) - one)
+        for k in keys:  # (hi: top bits, lo: low bits) -> (lo, hi ^ F(lo) masked to top bits)
+            hi, lo, top, low = lo, hi ^ (_round(lo, k[sel]) & ((one << top) - one)), low, top
+        return (hi << low) | lo
 
     y = feistel(p.astype(np.uint64), slice(None))
-    out = y >= np.uint64(n)
-    while out.any():  # walk the cycle back into range(n): a bijection stays a bijection
+    out = np.flatnonzero(y >= n)
+    while out.size:  # walk the cycle back into range(n): a bijection stays a bijection
         y[out] = feistel(y[out], out)
-        out = y >= np.uint64(n)
+        out = out[y[out] >= n[out]]
     return y.astype(np.int64)
 
 
@@ -232,21 +248,14 @@ class Mixture:
         return source, self._sample(source, pos)
 
     def _sample(self, source: np.ndarray, draw: np.ndarray) -> np.ndarray:
-        """Draw number -> sample index, in each source's own shuffled passes."""
-        out = np.empty_like(draw)
-        for s, name in enumerate(self.names):
-            rows = np.flatnonzero(source == s)
-            if not rows.size:
-                continue
-            n = self.lengths[name]
-            j = draw[rows] + self.consumed[name]
-            passes, p = np.divmod(j, n)
-            if not self.shuffle:
-                out[rows] = p
-                continue
-            keys = self._keys[s] ^ mix64(passes.astype(np.uint64) + np.uint64(1))
-            out[rows] = _permute(p, n, keys)
-        return out
+        """Draw number -> sample index, in each source's own shuffled passes (all sources at once)."""
+        lengths = np.array([self.lengths[name] for name in self.names], dtype=np.int64)[source]
+        start = np.array([self.consumed[name] for name in self.names], dtype=np.int64)[source]
+        passes, p = np.divmod(draw + start, lengths)
+        if not self.shuffle:
+            return p
+        keys = self._keys[source] ^ mix64(passes.astype(np.uint64) + np.uint64(1))
+        return _permute(p, lengths, keys)
 
     def source_of(self, i: int) -> str:
         """The name of the source that sample i comes from."""
