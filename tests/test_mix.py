@@ -210,3 +210,38 @@ def test_mix_batches_resume_exactly_through_stateful_dataloader(token_mix, worke
     follow = quiet_mix(parts, {"web": 0.1, "code": 0.1, "books": 0.8}, seed=3, num_samples=10,
                        start=m.state(position))
     assert len(follow.get_batch(np.arange(10))[0]) == 10
+
+
+# -- the README's example and the mix recipe ----------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated", "ignore:This DataLoader will create",
+                            "ignore:mix. sources")
+def test_the_readmes_mixture_runs_as_written(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from shardsmith.loader.mix_recipe import from_recipe
+    from tests.conftest import run_cli
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Weighted mixtures"):]
+    first = section.index("```python\n") + len("```python\n")
+    code = section[first:section.index("```\n", first)]
+    at = section.index("```toml\n") + len("```toml\n")
+    (tmp_path / "mix.toml").write_text(section[at:section.index("```\n", at)])
+    token_dataset(tmp_path / "shards" / "web", windows=1000, seq_len=128, vocab=512)
+    token_dataset(tmp_path / "shards" / "code", windows=100, seq_len=128, vocab=512)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "__main__"}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert capsys.readouterr().out.split()[:2] == ["1000", "web"]
+    m, m2 = scope["m"], scope["m2"]
+    assert m.cycling == ["code"] and scope["x"].shape == (8, 128)
+    assert m2.consumed == m.counts(8) and m.deviation_bound < 1
+    res = run_cli("run", "mix.toml", "--set", "code=0.7")  # weights are normalised: 0.7, 0.7
+    assert res.exit_code == 0, res.stderr
+    assert "mixture of 2 sources: 1,000 samples" in res.output and "code  weight 0.500" in res.output
+    again = from_recipe("mix.toml")
+    assert again.get_batch(np.arange(50))[0].tolist() == m.get_batch(np.arange(50))[0].tolist()
+    (tmp_path / "bad.toml").write_text('[mix]\nseed = 0\n[mix.sources.web]\npath = "shards/web"\n')
+    res = run_cli("run", "bad.toml")
+    assert res.exit_code == 2 and "needs path" in res.stderr and "Traceback" not in res.stderr
