@@ -100,9 +100,7 @@ def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
     unbalanced 4-round Feistel network on the bits of n - 1 (a domain under 2n), walking each
     cycle back into range(n). Vectorised over elements of different sources and passes at once."""
     n = np.broadcast_to(np.asarray(n, dtype=np.uint64), p.shape)
-    bits = np.zeros(p.shape, dtype=np.uint64)
-    while (big := (n - np.uint64(1)) >> bits).any():  # bit length of n - 1, element by element
-        bits += (big > 0).astype(np.uint64)
+    bits = np.frexp((n - np.uint64(1)).astype(np.float64))[1].astype(np.uint64)  # bit length (n < 2**53)
     one = np.uint64(1)
     a, b = bits // np.uint64(2), bits - bits // np.uint64(2)  # halves swap sizes each round; 4 rounds restore
     keys = [keys + np.uint64(r * 0x9E3779B97F4A7C15 % 2**64) for r in range(1, 5)]
