@@ -357,7 +357,9 @@ class _MixOrder:
 class MixBatches(_EpochIterable):
     """Batches of a ``Mixture`` in its order, dealt to ranks and workers as the other adapters do
     (same ``state_dict``, ``global_position``, ``start=``). To change weights at a resume point,
-    ``m.state(global_position(states)["position"])`` is the ``start=`` of the new ``mix``."""
+    ``m.state(global_position(states)["position"])`` is the ``start=`` of the new ``mix``. The
+    mixture is one epoch (``set_epoch`` repeats it): for more, a larger ``num_samples``, or the
+    next mixture from ``m.state(len(m))``, whose sources continue into new shuffled passes."""
 
     def __init__(self, mixture: Any, *, batch_size: int, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = True,

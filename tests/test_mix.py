@@ -245,3 +245,24 @@ def test_the_readmes_mixture_runs_as_written(tmp_path, monkeypatch, capsys):
     (tmp_path / "bad.toml").write_text('[mix]\nseed = 0\n[mix.sources.web]\npath = "shards/web"\n')
     res = run_cli("run", "bad.toml")
     assert res.exit_code == 2 and "needs path" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_events_and_tar_samples_mix_in_order(tmp_path):
+    import test_hdf5_writer as hw
+    import test_tar_loader as tl
+
+    events = [shardsmith.open(hw.write_dataset(tmp_path / f"ev{k}", {"train": hw.make_events(90 + k, seed=k)},
+                                               shard_samples=32)) for k in range(2)]
+    m = quiet_mix({"a": events[0], "b": events[1]}, {"a": 2, "b": 1}, seed=4, num_samples=60)
+    batch = m.get_batch(np.arange(60))
+    source, sample = m.locate(np.arange(60))
+    for k in range(60):
+        want = events[source[k]][int(sample[k])]
+        got = batch.event(k)
+        assert all(np.array_equal(got[f], want[f]) for f in want)
+    tars = [shardsmith.loader.TarDataset(tl.write_dataset(tmp_path / f"t{k}", {"train": tl.make_samples(20, f"t{k}")},
+                                                          per_shard=7)) for k in range(2)]
+    m = quiet_mix({"x": tars[0], "y": tars[1]}, {"x": 1, "y": 3}, seed=1, num_samples=40)
+    keys = [s["__key__"] for s in m.get_batch(np.arange(40))]
+    assert keys == [m[i]["__key__"] for i in range(40)]
+    assert sum(m.source_of(i) == "y" for i in range(40)) == 30

@@ -200,7 +200,8 @@ class Mixture:
     def _no_repeats(self) -> int:
         """The default length: the longest prefix in which no source starts a second pass."""
         room = {n: self.lengths[n] - self.consumed[n] for n in self.names}
-        lo, hi = 0, int(min(max(room[n], 0) / self.weights[n] for n in self.names)) + 2
+        slack = self.deviation_bound + 1  # counts(n) >= w·n - deviation_bound
+        lo, hi = 0, int(min((max(room[n], 0) + slack) / self.weights[n] for n in self.names)) + 1
         while lo < hi:  # counts are monotone in n
             mid = (lo + hi + 1) // 2
             counts = self.counts(mid)
@@ -275,8 +276,7 @@ class Mixture:
             return self.sources[self.names[0]].get_batch(np.zeros(0, np.int64))
         if len(parts) == 1:
             return parts[0][1]
-        inverse = np.argsort(np.concatenate([rows for rows, _ in parts]), kind="stable")
-        return _join(parts[0][1], [batch for _, batch in parts], inverse)
+        return _join(parts[0][1], parts, len(source))
 
     def __getitems__(self, indices: list[int]) -> Any:
         return self.get_batch(indices)
@@ -302,25 +302,36 @@ class Mixture:
 
 
 @singledispatch
-def _join(first: Any, parts: list[Any], inverse: np.ndarray) -> Any:
+def _join(first: Any, parts: list[tuple[np.ndarray, Any]], n: int) -> Any:
+    """The sources' batches (rows of the mixed batch, batch) as one batch of n, in the asked order."""
     raise TypeError(f"mix: cannot join batches of {type(first).__name__}")
 
 
 @_join.register(list)
-def _(first: list, parts: list[list], inverse: np.ndarray) -> list:
-    flat = [item for part in parts for item in part]
-    return [flat[k] for k in inverse.tolist()]
+def _(first: list, parts: list[tuple[np.ndarray, list]], n: int) -> list:
+    out: list[Any] = [None] * n
+    for rows, batch in parts:
+        for r, item in zip(rows.tolist(), batch):
+            out[r] = item
+    return out
 
 
 @_join.register(tuple)
-def _(first: tuple, parts: list[tuple], inverse: np.ndarray) -> tuple:
-    return tuple(np.concatenate([part[f] for part in parts])[inverse] for f in range(len(first)))
+def _(first: tuple, parts: list[tuple[np.ndarray, tuple]], n: int) -> tuple:
+    out = tuple(np.empty((n, *field.shape[1:]), dtype=field.dtype) for field in first)
+    for rows, batch in parts:  # one copy: each source's rows straight into place
+        for field, values in zip(out, batch):
+            field[rows] = values
+    return out
 
 
 @_join.register(EventBatch)
-def _(first: EventBatch, parts: list[EventBatch], inverse: np.ndarray) -> EventBatch:
-    events = [part.event(k) for part in parts for k in range(len(part))]
-    return EventBatch.from_samples([events[k] for k in inverse.tolist()], first.schema)
+def _(first: EventBatch, parts: list[tuple[np.ndarray, EventBatch]], n: int) -> EventBatch:
+    events: list[Any] = [None] * n
+    for rows, batch in parts:
+        for r, k in zip(rows.tolist(), range(len(batch))):
+            events[r] = batch.event(k)
+    return EventBatch.from_samples(events, first.schema)
 
 
 def mix(sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int, num_samples: int | None = None,
