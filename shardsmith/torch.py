@@ -355,20 +355,6 @@ class EventBatches(_EpochIterable):
 
 # -- weighted mixtures (shardsmith.loader.mix) --------------------------------------------------
 
-class _MixOrder:
-    """A mixture's positions in order (it is already interleaved and shuffled per source): slices
-    of it are made on demand, so no array of the mixture's length exists."""
-
-    def __init__(self, fingerprint: str) -> None:
-        self.name = f"mix:{fingerprint}"
-
-    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> _MixOrder:
-        return self
-
-    def __getitem__(self, where: slice) -> np.ndarray:
-        return np.arange(where.start, where.stop, dtype=np.int64)
-
-
 class MixBatches(_EpochIterable):
     """Batches of a ``Mixture`` in its order, dealt to ranks and workers as the other adapters do
     (same ``state_dict``, ``global_position``, ``start=``). To change weights at a resume point,
@@ -381,7 +367,7 @@ class MixBatches(_EpochIterable):
                  collate: Callable[[Any], Any] | None = None) -> None:
         self.dataset = mixture
         self.collate = collate
-        super().__init__(len(mixture), order=_MixOrder(mixture.fingerprint), batch_size=batch_size, shuffle=False,
+        super().__init__(len(mixture), order=mixture.order, batch_size=batch_size, shuffle=False,
                          seed=mixture.seed, epoch=0, rank=rank, world_size=world_size, start=start,
                          drop_last=drop_last)
 

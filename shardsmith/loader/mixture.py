@@ -313,11 +313,30 @@ class Mixture:
                 "lengths": lengths}
 
     @property
+    def order(self) -> _Positions:
+        """The epoch order the torch adapter deals (``shardsmith.torch.MixBatches``)."""
+        return _Positions(f"mix:{self.fingerprint}")
+
+    @property
     def fingerprint(self) -> str:
         """Names the order (weights, lengths, seed, start): a loader state of another mixture is refused."""
         text = json.dumps([self.names, self.weights, self.lengths, self.consumed, self.seed, self.shuffle],
                           sort_keys=True)
         return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+class _Positions:
+    """A mixture's positions in order (already interleaved and shuffled per source), as an epoch
+    order of ``formats/layout.py``: slices are made on demand, no array of the mixture's length."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> _Positions:
+        return self
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        return np.arange(where.start, where.stop, dtype=np.int64)
 
 
 @singledispatch
