@@ -368,23 +368,10 @@ def verify(out: Path, deep: bool, workers: int | None) -> None:
 @click.option("--dry-run", is_flag=True, help="Print the command line the recipe stands for, and stop.")
 @user_errors
 def run_recipe(recipe: Path, overrides: tuple[str, ...], dry_run: bool) -> None:
-    """Run a recipe: a TOML file holding one command's inputs, output and options."""
-    import shlex
+    """Run a recipe: a TOML file holding one command's inputs, output and options (or a training mixture)."""
+    from shardsmith.commands.run_recipe import run
 
-    from shardsmith.commands.run_recipe import argv, load
-
-    args = argv(load(recipe), overrides)
-    if dry_run:
-        # every option checked as the real run checks it (types, ranges, sizes), nothing run
-        ctx = click.get_current_context()
-        command = main.get_command(ctx, args[0])
-        assert command is not None
-        with command.make_context(args[0], list(args[1:]), parent=ctx):
-            pass
-        click.echo("shardsmith " + shlex.join(args))
-        return
-    click.echo("$ shardsmith " + shlex.join(args), err=True)
-    main.main(args=args, prog_name="shardsmith", standalone_mode=True)
+    run(recipe, overrides, dry_run=dry_run, cli=main)
 
 
 @main.command()

@@ -35,8 +35,8 @@ from shardsmith.formats.tokens.dataset import TokenDataset
 from shardsmith.formats.webdataset.dataset import TarDataset
 from shardsmith.loader.balance_sampler import BalancedSampler
 
-__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "TarIterable", "TarSamples", "TokenBatches",
-           "TokenWindows", "event_collate", "global_position", "loader"]
+__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "TarIterable",
+           "TarSamples", "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader"]
 
 
 def _distributed() -> tuple[int, int]:
@@ -352,3 +352,28 @@ class EventBatches(_EpochIterable):
     def _make(self, indices: np.ndarray) -> Any:
         batch = self.dataset.get_batch(indices)
         return self.collate(batch) if self.collate is not None else batch
+
+
+# -- weighted mixtures (shardsmith.loader.mix) --------------------------------------------------
+
+class MixBatches(_EpochIterable):
+    """Batches of a ``Mixture`` in its order, dealt to ranks and workers as the other adapters do
+    (same ``state_dict``, ``global_position``, ``start=``). To change weights at a resume point,
+    ``m.state(global_position(states)["position"])`` is the ``start=`` of the new ``mix``. The
+    mixture is one epoch (``set_epoch`` repeats it): for more, a larger ``num_samples``, or the
+    next mixture from ``m.state(len(m))``, whose sources continue into new shuffled passes."""
+
+    def __init__(self, mixture: Any, *, batch_size: int, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True,
+                 collate: Callable[[Any], Any] | None = None) -> None:
+        self.dataset = mixture
+        self.collate = collate
+        super().__init__(len(mixture), order=mixture.order, batch_size=batch_size, shuffle=False,
+                         seed=mixture.seed, epoch=0, rank=rank, world_size=world_size, start=start,
+                         drop_last=drop_last)
+
+    def _make(self, indices: np.ndarray) -> Any:
+        batch = self.dataset.get_batch(indices)
+        if self.collate is not None:
+            return self.collate(batch)
+        return tuple(_to_torch(v) for v in batch) if isinstance(batch, tuple) else batch

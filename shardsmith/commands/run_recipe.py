@@ -13,6 +13,9 @@ A recipe is a TOML file::
 
 It runs exactly what the same command line would (same checks, same errors), so a recipe and a
 shell history entry never drift apart. ``--set key=value`` overrides an option for one run.
+
+A recipe with a ``[mix]`` table instead describes a training mixture of finished datasets
+(``shardsmith.loader.mix_recipe``): ``run`` checks it and prints what it draws; nothing is written.
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ def load(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: no such recipe") from None
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UsageError(f"{path}: not a readable TOML recipe ({exc})") from None
+    if "mix" in recipe:
+        from shardsmith.loader.mix_recipe import check
+
+        unknown = set(recipe) - {"mix", "description"}
+        if unknown:
+            raise UsageError(f"{path}: a mix recipe holds [mix] and a description, not {sorted(unknown)}")
+        return {"mix": check(recipe["mix"], where=str(path))}
     command = recipe.get("command")
     if command not in COMMANDS:
         raise UsageError(f"{path}: 'command' must be one of {', '.join(COMMANDS)}, got {command!r}")
@@ -95,6 +105,33 @@ def argv(recipe: dict[str, Any], overrides: tuple[str, ...] = ()) -> list[str]:
         else:
             args += [flag, str(value)]
     return args
+
+
+def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any) -> None:
+    """``shardsmith run``: the recipe's command line through ``cli`` (the click group), or a
+    mixture's summary; ``dry_run`` prints the command line after click has checked every option."""
+    import shlex
+
+    import click
+
+    recipe = load(path)
+    if "mix" in recipe:  # a training mixture: opened, checked and printed (dry or not, nothing is written)
+        from shardsmith.loader import mix_recipe
+
+        click.echo(mix_recipe.describe(mix_recipe.build(mix_recipe.override(recipe["mix"], overrides))))
+        return
+    args = argv(recipe, overrides)
+    if dry_run:
+        # every option checked as the real run checks it (types, ranges, sizes), nothing run
+        ctx = click.get_current_context()
+        command = cli.get_command(ctx, args[0])
+        assert command is not None
+        with command.make_context(args[0], list(args[1:]), parent=ctx):
+            pass
+        click.echo("shardsmith " + shlex.join(args))
+        return
+    click.echo("$ shardsmith " + shlex.join(args), err=True)
+    cli.main(args=args, prog_name="shardsmith", standalone_mode=True)
 
 
 def _parse_value(text: str) -> Any:

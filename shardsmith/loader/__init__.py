@@ -9,14 +9,16 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["EventDataset", "EventTarDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"]
+__all__ = ["EventDataset", "EventTarDataset", "Mixture", "TarDataset", "TokenDataset", "TokenDocuments", "mix", "open"]
 
 _CLASSES = {
     "EventDataset": "shardsmith.formats.hdf5.dataset",
     "EventTarDataset": "shardsmith.formats.event_tar.dataset",
+    "Mixture": "shardsmith.loader.mixture",
     "TarDataset": "shardsmith.formats.webdataset.dataset",
     "TokenDataset": "shardsmith.formats.tokens.dataset",
     "TokenDocuments": "shardsmith.formats.tokens.dataset",
+    "mix": "shardsmith.loader.mixture",  # weighted mixtures of datasets of one kind
 }
 
 

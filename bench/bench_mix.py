@@ -1,0 +1,144 @@
+"""Weighted mixtures (issue 16, point 4): building the order, memory per fetch, mixed samples/s.
+
+Order building, --samples samples of 3 sources (weights 0.5 / 0.3 / 0.2):
+- ``megatron``: megatron-core's ``helpers.build_blending_indices`` (its compiled C++ helper, what
+  ``BlendedDataset`` runs) filling the two arrays of --samples entries it needs (allocation included);
+- ``mix``: ``shardsmith.loader.mix(...)`` ready to fetch (no order array exists: sample i is found
+  by a few roundings), then the first sample's place;
+- ``mix, all``: for comparison only, every sample's (source, index) materialised by ``locate`` in
+  chunks (the interleave alone, and with the per-source Feistel shuffle).
+Memory per fetch: tracemalloc's peak while locating one sample (megatron: its two arrays).
+Mixed samples/s: three token datasets (--windows windows each, written directly), batches of
+--batch-size from the mixture's order against each source alone in its own shuffled order.
+
+    .venv/bin/python bench/bench_mix.py [--samples 10000000] [--windows 200000] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_resume import write_tokens  # noqa: E402
+from harness import code_version  # noqa: E402
+
+import shardsmith  # noqa: E402
+from shardsmith.formats.order import epoch_order  # noqa: E402
+from shardsmith.loader import mix  # noqa: E402
+
+WEIGHTS = {"web": 0.5, "code": 0.3, "books": 0.2}
+
+
+class Sized:
+    """A source of n samples for order building (nothing is read)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+def best(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def megatron_build(n: int) -> tuple[np.ndarray, np.ndarray]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets import helpers
+    index = np.zeros(n, dtype=np.int16)
+    sample = np.zeros(n, dtype=np.int64)
+    helpers.build_blending_indices(index, sample, np.array(list(WEIGHTS.values())), len(WEIGHTS), n, False)
+    return index, sample
+
+
+def order_rows(n: int, repeat: int) -> None:
+    sources = {name: Sized(n) for name in WEIGHTS}  # big enough: nothing cycles
+    t_meg = best(lambda: megatron_build(n), repeat)
+    index, sample = megatron_build(n)
+
+    def ours():
+        m = mix(sources, WEIGHTS, seed=0, num_samples=n)
+        m.locate([n // 2])
+
+    t_mix = best(ours, max(repeat, 20))
+    m = mix(sources, WEIGHTS, seed=0, num_samples=n)
+    m_plain = mix(sources, WEIGHTS, seed=0, num_samples=n, shuffle=False)
+
+    def all_of(mx, chunk=1 << 20):
+        for lo in range(0, n, chunk):
+            mx.locate(np.arange(lo, min(n, lo + chunk)))
+
+    t_plain = best(lambda: all_of(m_plain), 1)
+    t_all = best(lambda: all_of(m), 1)
+    # the same counts as megatron's greedy at every 1000th prefix, within 1 of weight·n
+    src, _ = m_plain.locate(np.arange(min(n, 1_000_000)))
+    ours_counts = np.cumsum(np.eye(3, dtype=np.int64)[src], axis=0)[999::1000]
+    meg_counts = np.cumsum(np.eye(3, dtype=np.int64)[index[:min(n, 1_000_000)]], axis=0)[999::1000]
+    tracemalloc.start()
+    m.locate([n - 7])
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"order, {n:,} samples of 3 sources (weights 0.5/0.3/0.2)")
+    print(f"  megatron build_blending_indices (C++): {t_meg * 1e3:9.2f} ms   memory {index.nbytes + sample.nbytes:,} B")
+    print(f"  shardsmith mix, ready + 1st sample   : {t_mix * 1e3:9.3f} ms   memory per fetch {peak:,} B "
+          f"-> {t_meg / t_mix:,.0f}x faster")
+    print(f"  (mix, all {n:,} located: interleave {t_plain:.2f} s, with per-source shuffle {t_all:.2f} s)")
+    print(f"  counts differ from megatron's by at most {np.abs(ours_counts - meg_counts).max()} at every 1000th prefix")
+
+
+def throughput_rows(windows: int, batch: int, repeat: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        parts = {name: shardsmith.TokenDataset(write_tokens(Path(tmp) / name, windows=windows * (k + 1),
+                                                            seq_len=128))
+                 for k, name in enumerate(WEIGHTS)}
+        steps = windows // batch
+
+        def alone(ds):
+            order = epoch_order(len(ds), shuffle=True, seed=0, epoch=0)
+            for s in range(steps):
+                ds.get_batch(order[s * batch:(s + 1) * batch])
+
+        m = mix(parts, WEIGHTS, seed=0, num_samples=steps * batch)
+
+        def mixed():
+            for s in range(steps):
+                m.get_batch(np.arange(s * batch, (s + 1) * batch))
+
+        rates = {name: steps * batch / best(lambda ds=ds: alone(ds), repeat) for name, ds in parts.items()}
+        slowest = min(rates, key=rates.get)
+        rate = steps * batch / best(mixed, repeat)
+        print(f"mixed reading: {steps * batch:,} windows of 128 tokens, batches of {batch}")
+        print("  alone: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
+        print(f"  mixed: {rate:,.0f}/s = {rate / rates[slowest]:.2f} x the slowest source ({slowest}) alone")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--samples", type=int, default=10_000_000)
+    ap.add_argument("--windows", type=int, default=200_000)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    print(f"code {code_version()}")
+    order_rows(args.samples, args.repeat)
+    throughput_rows(args.windows, args.batch_size, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""A training mixture kept in a recipe: the ``[mix]`` table of a ``recipes/*.toml`` file.
+
+``shardsmith run mix.toml`` opens every source, checks the mixture (kinds, weights, paths) and
+prints what it will draw: each source's samples, weight, draws and passes. The training script
+builds the same mixture from the same file with ``from_recipe``, so the two never drift apart::
+
+    [mix]
+    seed = 0
+    num_samples = 100000              # optional; default: no source repeats
+    [mix.sources.web]
+    path = "shards/web"               # a finished dataset (relative to the working directory)
+    weight = 0.5
+    split = "train"                   # optional, "train" by default
+    loader = "TokenDataset"           # optional: a loader class of shardsmith.loader (default: open,
+    seq_len = 128                     # which gives documents for tokens); seq_len for TokenDataset
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from shardsmith.errors import UsageError
+
+SOURCE_KEYS = {"path", "weight", "split", "loader", "seq_len"}
+LOADERS = ("EventDataset", "EventTarDataset", "TarDataset", "TokenDataset", "TokenDocuments")
+
+
+def check(table: Any, *, where: str) -> dict[str, Any]:
+    """The ``[mix]`` table, checked: seed, optional num_samples, sources with a path and a weight."""
+    if not isinstance(table, Mapping):
+        raise UsageError(f"{where}: [mix] must be a table")
+    unknown = set(table) - {"seed", "num_samples", "sources"}
+    if unknown:
+        raise UsageError(f"{where}: unknown keys {sorted(unknown)} in [mix] (seed, num_samples, sources)")
+    seed, num = table.get("seed", 0), table.get("num_samples")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UsageError(f"{where}: [mix] seed must be an integer")
+    if num is not None and (isinstance(num, bool) or not isinstance(num, int) or num < 0):
+        raise UsageError(f"{where}: [mix] num_samples must be a count")
+    sources = table.get("sources")
+    if not isinstance(sources, Mapping) or not sources:
+        raise UsageError(f"{where}: [mix.sources.NAME] tables (path, weight) are missing")
+    for name, source in sources.items():
+        if not isinstance(source, Mapping) or not isinstance(source.get("path"), str) or "weight" not in source:
+            raise UsageError(f"{where}: [mix.sources.{name}] needs path = \"...\" and weight = ...")
+        if set(source) - SOURCE_KEYS:
+            raise UsageError(f"{where}: unknown keys {sorted(set(source) - SOURCE_KEYS)} in [mix.sources.{name}]")
+        if source.get("loader", "open") not in ("open", *LOADERS):
+            raise UsageError(f"{where}: [mix.sources.{name}] loader must be one of {', '.join(LOADERS)}")
+    return {"seed": seed, "num_samples": num, "sources": {n: dict(s) for n, s in sources.items()}}
+
+
+def override(table: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """``--set seed=N``, ``--set num_samples=N`` or ``--set NAME=WEIGHT`` (one source's weight)."""
+    table = {**table, "sources": {n: dict(s) for n, s in table["sources"].items()}}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        try:
+            if key in ("seed", "num_samples", "num-samples") and sep:
+                table[key.replace("-", "_")] = int(value)
+            elif key in table["sources"] and sep:
+                table["sources"][key]["weight"] = float(value)
+            else:
+                raise ValueError
+        except ValueError:
+            raise UsageError(f"--set {item!r}: a mix recipe takes seed=N, num_samples=N or SOURCE=WEIGHT "
+                             f"(sources: {', '.join(table['sources'])})") from None
+    return table
+
+
+def build(table: Mapping[str, Any]) -> Any:
+    """The ``Mixture`` a checked ``[mix]`` table describes (its datasets opened by their manifests)."""
+    import shardsmith.loader
+
+    datasets = {}
+    for name, source in table["sources"].items():
+        if not Path(source["path"]).is_dir():
+            raise UsageError(f"[mix.sources.{name}]: {source['path']} is not a dataset folder")
+        extra = {"seq_len": source["seq_len"]} if "seq_len" in source else {}
+        loader = getattr(shardsmith.loader, source.get("loader", "open"))
+        datasets[name] = loader(source["path"], split=source.get("split", "train"), **extra)
+    weights = {name: source["weight"] for name, source in table["sources"].items()}
+    return shardsmith.loader.mix(datasets, weights, seed=table["seed"], num_samples=table["num_samples"])
+
+
+def from_recipe(path: str | Path, *, overrides: Sequence[str] = ()) -> Any:
+    """The ``Mixture`` of a recipe file's ``[mix]`` table (what ``shardsmith run`` prints)."""
+    import tomllib
+
+    try:
+        recipe = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: not a readable TOML recipe ({exc})") from None
+    if "mix" not in recipe:
+        raise UsageError(f"{path}: the recipe has no [mix] table")
+    return build(override(check(recipe["mix"], where=str(path)), overrides))
+
+
+def describe(m: Any) -> str:
+    """What a mixture draws, one line per source."""
+    counts = m.counts(len(m))
+    lines = [f"mixture of {len(m.names)} sources: {len(m):,} samples, seed {m.seed}; every prefix of n samples "
+             f"holds each source weight·n times within {m.deviation_bound:.2f}"]
+    width = max(len(n) for n in m.names)
+    for name in m.names:
+        cycles = "  (cycles: new shuffled passes)" if name in m.cycling else ""
+        lines.append(f"  {name:<{width}}  weight {m.weights[name]:.3f}  samples {m.lengths[name]:>10,}  "
+                     f"drawn {counts[name]:>10,}  passes {m.epochs[name]:.2f}{cycles}")
+    return "\n".join(lines)

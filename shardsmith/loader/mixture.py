@@ -1,0 +1,385 @@
+"""Weighted mixtures of datasets: ``mix(sources, weights, seed=...)`` is a random-access dataset
+whose sample i is drawn from one source, in a smooth deterministic interleave, with no array of
+the mixture's length anywhere (numpy only).
+
+The interleave is a binary tree over the sources (``_Node``). A node that holds ``c`` of the
+first n samples gives its lighter child (share r <= 1/2 of the node's weight) ``round(r·c)`` of
+them and the other child the rest; so a source's count after n samples is a few roundings of n,
+and sample i goes down the tree by comparing ``round(r·(c+1))`` with ``round(r·c)``: O(depth) time
+and memory, vectorised over a batch. Error bound: each rounding is off by at most 1/2 and the error
+of node j reaches a leaf of weight w scaled by w/W_j, so a leaf's count differs from w·n by at most
+``1/2 · (1 + Σ w/W_j)`` over its ancestors below the root (``deviation_bound``). With up to four
+sources every leaf is at depth <= 2, where that sum is one term w/W_1 < 1: **every prefix of length
+n holds each source ``weight·n`` times, within 1** (tests/test_mix.py checks it with hypothesis).
+With more sources the bound is computed and reported (five or six: the tree with the lowest bound
+of all, about 1.0-1.1 at worst; more: split by weight).
+
+Each source is read in its own shuffled order: draw j of source s is position ``j mod len`` of a
+keyed Feistel permutation (cycle-walking, O(1) memory) for that source's pass ``j // len``; a
+source that runs out cycles into a new pass (``epochs``, ``cycling``). ``state(n)`` records how
+many draws each source has had after the first n samples; ``mix(..., start=state)`` with new
+weights continues every source from there (nothing is re-converted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import singledispatch
+from typing import Any
+
+import numpy as np
+
+from shardsmith.engine.keys import mix64, path_hash
+from shardsmith.errors import UsageError
+from shardsmith.formats.hdf5.batch import EventBatch
+
+MIX_STATE = "shardsmith.mix/1"  # marks what ``Mixture.state`` returns (``start=`` of ``mix``)
+
+
+@dataclass(frozen=True)
+class _Node:
+    """An inner node of the interleave: ``light`` takes ``round(share · c)`` of the node's c samples."""
+
+    share: float
+    light: _Node | int
+    heavy: _Node | int
+
+
+def _split(members: list[int], weights: list[float]) -> _Node | int:
+    """Sources (heaviest first) into a tree: two groups of balanced weight, each split again."""
+    if len(members) == 1:
+        return members[0]
+    groups: tuple[list[int], list[int]] = ([], [])
+    totals = [0.0, 0.0]
+    size = -(-len(members) // 2)
+    for s in members:  # heaviest first into the lighter group, at most half of them per group
+        g = 0 if (totals[0] <= totals[1] and len(groups[0]) < size) or len(groups[1]) >= size else 1
+        groups[g].append(s)
+        totals[g] += weights[s]
+    light, heavy = (0, 1) if totals[0] <= totals[1] else (1, 0)
+    share = totals[light] / (totals[0] + totals[1])
+    return _Node(share, _split(groups[light], weights), _split(groups[heavy], weights))
+
+
+def _trees(members: list[int], weights: list[float]) -> Iterator[_Node | int]:
+    """Every binary tree over the sources (945 for six): the best bound is picked for five or six."""
+    if len(members) == 1:
+        yield members[0]
+        return
+    first, rest = members[0], members[1:]
+    for r in range(len(rest)):
+        for combo in itertools.combinations(rest, r):
+            groups = [first, *combo], [m for m in rest if m not in combo]
+            totals = [sum(weights[m] for m in g) for g in groups]
+            light = 0 if totals[0] <= totals[1] else 1
+            for a in _trees(groups[light], weights):
+                for b in _trees(groups[1 - light], weights):
+                    yield _Node(totals[light] / sum(totals), a, b)
+
+
+def _take(share: float, c: np.ndarray) -> np.ndarray:
+    """How many of a node's first c samples go to its lighter child: round(share · c)."""
+    return np.floor(share * c + 0.5).astype(np.int64)
+
+
+def _bounds(node: _Node | int, weights: list[float], above: list[float]) -> dict[int, float]:
+    """Each source's proven deviation bound, 1/2 · (1 + Σ w/W) over the nodes below the root above it."""
+    if isinstance(node, int):
+        w = weights[node]
+        return {node: 0.5 * (1 + sum(w / W for W in above[1:]))} if above else {node: 0.0}
+    total = _weight(node, weights)
+    out = _bounds(node.light, weights, [*above, total])
+    out.update(_bounds(node.heavy, weights, [*above, total]))
+    return out
+
+
+def _weight(node: _Node | int, weights: list[float]) -> float:
+    return weights[node] if isinstance(node, int) else _weight(node.light, weights) + _weight(node.heavy, weights)
+
+
+_GOLD, _MUL = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
+
+
+def _round(x: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """One Feistel round's mixing of a half and its key (multiply-xorshift, wrapping uint64)."""
+    h = (x ^ key) * _GOLD
+    h ^= h >> np.uint64(29)
+    h *= _MUL
+    return h ^ (h >> np.uint64(32))
+
+
+def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
+    """Position p of a keyed pseudo-random permutation of range(n) (n: one per element, >= 1): an
+    unbalanced 4-round Feistel network on the bits of n - 1 (a domain under 2n), walking each
+    cycle back into range(n). Vectorised over elements of different sources and passes at once."""
+    n = np.broadcast_to(np.asarray(n, dtype=np.uint64), p.shape)
+    bits = np.frexp((n - np.uint64(1)).astype(np.float64))[1].astype(np.uint64)  # bit length (n < 2**53)
+    one = np.uint64(1)
+    a, b = bits // np.uint64(2), bits - bits // np.uint64(2)  # halves swap sizes each round; 4 rounds restore
+    keys = [keys + np.uint64(r * 0x9E3779B97F4A7C15 % 2**64) for r in range(1, 5)]
+
+    def feistel(x: np.ndarray, sel: Any) -> np.ndarray:
+        top, low = a[sel], b[sel]
+        hi, lo = x >> low, x & ((one << low) - one)
+        for k in keys:  # (hi: top bits, lo: low bits) -> (lo, hi ^ F(lo) masked to top bits)
+            hi, lo, top, low = lo, hi ^ (_round(lo, k[sel]) & ((one << top) - one)), low, top
+        return (hi << low) | lo
+
+    y = feistel(p.astype(np.uint64), slice(None))
+    out = np.flatnonzero(y >= n)
+    while out.size:  # walk the cycle back into range(n): a bijection stays a bijection
+        y[out] = feistel(y[out], out)
+        out = out[y[out] >= n[out]]
+    return y.astype(np.int64)
+
+
+def _kind(ds: Any) -> tuple[Any, ...]:
+    """What makes samples of two datasets batchable together: class, window length, schema, decoding."""
+    schema = getattr(ds, "schema", None)
+    schema = json.dumps(schema.to_json(), sort_keys=True) if hasattr(schema, "to_json") else None
+    return type(ds).__name__, getattr(ds, "seq_len", None), schema, getattr(ds, "decode", None)
+
+
+def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> dict[str, float]:
+    if not isinstance(sources, Mapping) or not sources:
+        raise UsageError("mix: give sources as a non-empty dict name -> dataset")
+    if not isinstance(weights, Mapping) or set(weights) != set(sources):
+        extra, missing = sorted(set(weights) - set(sources)), sorted(set(sources) - set(weights))
+        raise UsageError(f"mix: weights must name exactly the sources (unknown: {extra}, without a weight: {missing})")
+    for name, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w <= 0:
+            raise UsageError(f"mix: weight of {name!r} is {w!r}; weights must be positive numbers")
+    kinds = {name: _kind(ds) for name, ds in sources.items()}
+    first = next(iter(kinds))
+    for name, kind in kinds.items():
+        if kind != kinds[first]:
+            raise UsageError(f"mix: {name!r} holds another kind of sample than {first!r} "
+                             f"({kind[0]} seq_len={kind[1]} vs {kinds[first][0]} seq_len={kinds[first][1]}, or schemas)")
+        if len(sources[name]) == 0:
+            raise UsageError(f"mix: source {name!r} is empty")
+    total = float(sum(weights.values()))
+    return {name: float(weights[name]) / total for name in sources}
+
+
+class Mixture:
+    """A random-access weighted mixture (make it with ``mix``): ``len``, ``m[i]``, ``get_batch``,
+    ``source_of(i)``, ``state(n)``; ``epochs`` / ``cycling`` say which sources repeat."""
+
+    def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int,
+                 num_samples: int | None, shuffle: bool, start: Mapping[str, Any] | None) -> None:
+        self.weights = _check(sources, weights)
+        self.names = list(sources)
+        self.sources = dict(sources)
+        self.seed = int(seed)
+        self.shuffle = bool(shuffle)
+        self.lengths = {name: len(ds) for name, ds in sources.items()}
+        self.consumed = self._start(start)
+        w = [self.weights[n] for n in self.names]
+        order = sorted(range(len(w)), key=lambda s: (-w[s], s))
+        self._tree = _split(order, w)
+        if 5 <= len(w) <= 6:  # some source is three splits deep: take the tree with the lowest bound
+            self._tree = min(_trees(order, w), key=lambda t: max(_bounds(t, w, []).values()))
+        self.deviation_bound = max(_bounds(self._tree, w, []).values())  # proven; < 1 up to four sources
+        self._keys = np.array([path_hash(f"mix:{self.seed}", n) for n in self.names], dtype=np.uint64)
+        self._len = self._no_repeats() if num_samples is None else int(num_samples)
+        if self._len < 0:
+            raise UsageError(f"mix: num_samples={num_samples} must be at least 0")
+        ends = self.counts(self._len)
+        self.epochs = {n: (self.consumed[n] + ends[n]) / self.lengths[n] for n in self.names}
+        self.cycling = [n for n in self.names if self.consumed[n] + ends[n] > self.lengths[n]]
+        if self.cycling:
+            warnings.warn(f"mix: sources {self.cycling} run out and start a new shuffled pass "
+                          f"(passes: {', '.join(f'{n}={self.epochs[n]:.2f}' for n in self.cycling)})", stacklevel=3)
+
+    def _start(self, start: Mapping[str, Any] | None) -> dict[str, int]:
+        """Draws each source has had before this mixture (from ``state``); unknown sources carry over."""
+        self._carried: dict[str, Any] = {}
+        if start is None:
+            return {n: 0 for n in self.names}
+        if not isinstance(start, Mapping) or start.get("shardsmith") != MIX_STATE:
+            raise UsageError("mix: start= takes what Mixture.state(n) returned")
+        if start.get("seed") != self.seed or start.get("shuffle") != self.shuffle:
+            raise UsageError(f"mix: start= was saved with seed={start.get('seed')!r} shuffle={start.get('shuffle')!r}; "
+                             f"a continued mixture keeps them")
+        consumed, lengths = dict(start.get("consumed", {})), dict(start.get("lengths", {}))
+        for n in self.names:
+            if n in lengths and lengths[n] != self.lengths[n]:
+                raise UsageError(f"mix: source {n!r} had {lengths[n]} samples when the state was saved, now "
+                                 f"{self.lengths[n]}: its order would differ")
+            if isinstance(consumed.get(n, 0), bool) or not isinstance(consumed.get(n, 0), int) or consumed.get(n, 0) < 0:
+                raise UsageError(f"mix: start= count of {n!r} is not a count")
+        self._carried = {n: (consumed[n], lengths.get(n)) for n in consumed if n not in self.names}
+        return {n: int(consumed.get(n, 0)) for n in self.names}
+
+    def _no_repeats(self) -> int:
+        """The default length: the longest prefix in which no source starts a second pass."""
+        room = {n: self.lengths[n] - self.consumed[n] for n in self.names}
+        slack = self.deviation_bound + 1  # counts(n) >= w·n - deviation_bound
+        lo, hi = 0, int(min((max(room[n], 0) + slack) / self.weights[n] for n in self.names)) + 1
+        while lo < hi:  # counts are monotone in n
+            mid = (lo + hi + 1) // 2
+            counts = self.counts(mid)
+            lo, hi = (mid, hi) if all(counts[n] <= room[n] for n in self.names) else (lo, mid - 1)
+        return lo
+
+    def __len__(self) -> int:
+        return self._len
+
+    def counts(self, n: int) -> dict[str, int]:
+        """How many of the first n samples come from each source (O(number of sources))."""
+        out: dict[str, int] = {}
+
+        def down(node: _Node | int, c: int) -> None:
+            if isinstance(node, int):
+                out[self.names[node]] = c
+                return
+            light = int(_take(node.share, np.int64(c)))
+            down(node.light, light)
+            down(node.heavy, c - light)
+
+        down(self._tree, int(n))
+        return out
+
+    def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(source number, sample index inside that source) of mixture samples ``indices``."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < -self._len or idx.max() >= self._len):
+            raise IndexError(f"mixture index out of range for {self._len} samples")
+        pos = np.where(idx < 0, idx + self._len, idx)
+        source = np.full(len(pos), -1, dtype=np.int64)
+        stack: list[tuple[_Node | int, np.ndarray]] = [(self._tree, np.arange(len(pos)))]
+        while stack:  # down the tree: pos becomes the rank inside each node's share
+            node, rows = stack.pop()
+            if isinstance(node, int):
+                source[rows] = node
+                continue
+            p = pos[rows]
+            before = _take(node.share, p)
+            light = _take(node.share, p + 1) > before
+            pos[rows] = np.where(light, before, p - before)
+            stack += [(node.light, rows[light]), (node.heavy, rows[~light])]
+        return source, self._sample(source, pos)
+
+    def _sample(self, source: np.ndarray, draw: np.ndarray) -> np.ndarray:
+        """Draw number -> sample index, in each source's own shuffled passes (all sources at once)."""
+        lengths = np.array([self.lengths[name] for name in self.names], dtype=np.int64)[source]
+        start = np.array([self.consumed[name] for name in self.names], dtype=np.int64)[source]
+        passes, p = np.divmod(draw + start, lengths)
+        if not self.shuffle:
+            return p
+        keys = self._keys[source] ^ mix64(passes.astype(np.uint64) + np.uint64(1))
+        return _permute(p, lengths, keys)
+
+    def source_of(self, i: int) -> str:
+        """The name of the source that sample i comes from."""
+        source, _ = self.locate([i])
+        return self.names[int(source[0])]
+
+    def __getitem__(self, i: int) -> Any:
+        source, sample = self.locate([i])
+        return self.sources[self.names[int(source[0])]][int(sample[0])]
+
+    def get_batch(self, indices: Any) -> Any:
+        """Samples ``indices`` as one batch of the sources' kind: one ``get_batch`` per source touched."""
+        source, sample = self.locate(indices)
+        parts = []
+        for s in np.unique(source).tolist():
+            rows = np.flatnonzero(source == s)
+            parts.append((rows, self.sources[self.names[s]].get_batch(sample[rows])))
+        if not parts:
+            return self.sources[self.names[0]].get_batch(np.zeros(0, np.int64))
+        if len(parts) == 1:
+            return parts[0][1]
+        return _join(parts[0][1], parts, len(source))
+
+    def __getitems__(self, indices: list[int]) -> Any:
+        return self.get_batch(indices)
+
+    def state(self, n: int) -> dict[str, Any]:
+        """What ``start=`` needs to continue after the first n samples (plain ints and strings)."""
+        if not 0 <= n <= self._len:
+            raise ValueError(f"state({n}): the mixture has {self._len} samples")
+        counts = self.counts(n)
+        consumed = {name: c for name, (c, _) in self._carried.items()}
+        lengths = {name: ln for name, (_, ln) in self._carried.items() if ln is not None}
+        consumed.update({name: self.consumed[name] + counts[name] for name in self.names})
+        lengths.update(self.lengths)
+        return {"shardsmith": MIX_STATE, "seed": self.seed, "shuffle": self.shuffle, "consumed": consumed,
+                "lengths": lengths}
+
+    @property
+    def order(self) -> _Positions:
+        """The epoch order the torch adapter deals (``shardsmith.torch.MixBatches``)."""
+        return _Positions(f"mix:{self.fingerprint}")
+
+    @property
+    def fingerprint(self) -> str:
+        """Names the order (weights, lengths, seed, start): a loader state of another mixture is refused."""
+        text = json.dumps([self.names, self.weights, self.lengths, self.consumed, self.seed, self.shuffle],
+                          sort_keys=True)
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+class _Positions:
+    """A mixture's positions in order (already interleaved and shuffled per source), as an epoch
+    order of ``formats/layout.py``: slices are made on demand, no array of the mixture's length."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> _Positions:
+        return self
+
+    def __getitem__(self, where: slice) -> np.ndarray:
+        return np.arange(where.start, where.stop, dtype=np.int64)
+
+
+@singledispatch
+def _join(first: Any, parts: list[tuple[np.ndarray, Any]], n: int) -> Any:
+    """The sources' batches (rows of the mixed batch, batch) as one batch of n, in the asked order."""
+    raise TypeError(f"mix: cannot join batches of {type(first).__name__}")
+
+
+@_join.register(list)
+def _(first: list, parts: list[tuple[np.ndarray, list]], n: int) -> list:
+    out: list[Any] = [None] * n
+    for rows, batch in parts:
+        for r, item in zip(rows.tolist(), batch):
+            out[r] = item
+    return out
+
+
+@_join.register(tuple)
+def _(first: tuple, parts: list[tuple[np.ndarray, tuple]], n: int) -> tuple:
+    out = tuple(np.empty((n, *field.shape[1:]), dtype=field.dtype) for field in first)
+    for rows, batch in parts:  # one copy: each source's rows straight into place
+        for field, values in zip(out, batch):
+            field[rows] = values
+    return out
+
+
+@_join.register(EventBatch)
+def _(first: EventBatch, parts: list[tuple[np.ndarray, EventBatch]], n: int) -> EventBatch:
+    events: list[Any] = [None] * n
+    for rows, batch in parts:
+        for r, k in zip(rows.tolist(), range(len(batch))):
+            events[r] = batch.event(k)
+    return EventBatch.from_samples(events, first.schema)
+
+
+def mix(sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int, num_samples: int | None = None,
+        shuffle: bool = True, start: Mapping[str, Any] | None = None) -> Mixture:
+    """A weighted mixture of datasets of one kind of sample (``Mixture``).
+
+    ``weights``: positive, normalised here. ``num_samples``: the mixture's length; by default the
+    longest prefix in which no source repeats (give more to upsample: small sources cycle, each
+    pass in a new shuffled order; ``m.cycling`` names them and a warning says so). ``start``:
+    ``m.state(n)`` of an earlier mixture with the same seed: each source continues after the draws
+    it had, whatever the new weights.
+    """
+    return Mixture(sources, weights, seed=seed, num_samples=num_samples, shuffle=shuffle, start=start)

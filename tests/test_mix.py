@@ -1,0 +1,268 @@
+"""Weighted mixtures (shardsmith.loader.mix): the ±1 property at every prefix, determinism, each
+source's own shuffled passes, weight changes at a resume point, and the torch adapter's exact
+resume through StatefulDataLoader (docs/design.md, "Loader")."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import shardsmith
+from shardsmith.errors import UsageError
+from shardsmith.loader import mix
+from shardsmith.loader.mixture import _permute
+from tests.test_torch_resume import token_dataset
+
+
+class Ids:
+    """A stand-in source: sample i is (name, i), so a mixture's samples say where they came from."""
+
+    def __init__(self, name: str, n: int) -> None:
+        self.name, self.n = name, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[str, int]:
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self.name, int(i)
+
+    def get_batch(self, indices) -> list[tuple[str, int]]:
+        return [self[int(i)] for i in np.asarray(indices)]
+
+
+def sources(lengths: list[int]) -> dict[str, Ids]:
+    return {f"s{k}": Ids(f"s{k}", n) for k, n in enumerate(lengths)}
+
+
+weights_st = st.lists(st.floats(1e-4, 1e4, allow_nan=False), min_size=1, max_size=4)
+
+
+def quiet_mix(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return mix(*args, **kwargs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(w=weights_st, n=st.integers(0, 3000), seed=st.integers(0, 2**32))
+def test_every_prefix_holds_each_source_within_one(w, n, seed):
+    m = quiet_mix(sources([7] * len(w)), {f"s{k}": x for k, x in enumerate(w)}, seed=seed, num_samples=n)
+    source, _ = m.locate(np.arange(n))
+    share = np.array([m.weights[name] for name in m.names])
+    counts = np.cumsum(np.eye(len(w), dtype=np.int64)[source], axis=0) if n else np.zeros((0, len(w)))
+    deviation = np.abs(counts - np.arange(1, n + 1)[:, None] * share)
+    assert deviation.max(initial=0) <= 1 and m.deviation_bound < 1
+    for prefix in {0, n // 3, n}:  # counts(n) is the closed form of the same prefix
+        expect = counts[prefix - 1] if prefix else np.zeros(len(w))
+        assert [m.counts(prefix)[name] for name in m.names] == expect.tolist()
+
+
+def test_more_than_four_sources_report_their_proven_bound():
+    w = {f"s{k}": x for k, x in enumerate([0.3, 0.2, 0.2, 0.15, 0.1, 0.05])}
+    m = quiet_mix(sources([50] * 6), w, seed=0, num_samples=5000)
+    source, _ = m.locate(np.arange(5000))
+    counts = np.cumsum(np.eye(6, dtype=np.int64)[source], axis=0)
+    share = np.array([m.weights[name] for name in m.names])
+    assert np.abs(counts - np.arange(1, 5001)[:, None] * share).max() <= m.deviation_bound
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 60), min_size=1, max_size=4), seed=st.integers(0, 1000), data=st.data())
+def test_deterministic_and_each_source_cycles_through_shuffled_passes(lengths, seed, data):
+    w = {f"s{k}": data.draw(st.floats(0.1, 10)) for k in range(len(lengths))}
+    n = data.draw(st.integers(0, 400))
+    a = quiet_mix(sources(lengths), w, seed=seed, num_samples=n)
+    b = quiet_mix(sources(lengths), w, seed=seed, num_samples=n)
+    got = a.get_batch(np.arange(n))
+    assert got == b.get_batch(np.arange(n)) == [a[i] for i in range(n)]
+    assert [a.source_of(i) for i in range(n)] == [name for name, _ in got]
+    for name, length in zip(a.names, lengths):
+        drawn = [i for src, i in got if src == name]
+        for start in range(0, len(drawn), length):  # every pass is a permutation of the source
+            chunk = drawn[start:start + length]
+            assert len(set(chunk)) == len(chunk) and set(chunk) <= set(range(length))
+            if len(chunk) == length:
+                assert sorted(chunk) == list(range(length))
+        assert a.epochs[name] == pytest.approx(len(drawn) / length)
+        assert (name in a.cycling) == (len(drawn) > length)
+
+
+def test_default_length_repeats_nothing_and_cycling_warns():
+    m = mix(sources([100, 30]), {"s0": 1, "s1": 1}, seed=0)
+    assert len(m) in (60, 61) and not m.cycling  # s1 runs out first, at 30 of its samples
+    assert m.counts(len(m))["s1"] == 30
+    with pytest.warns(UserWarning, match=r"\['s1'\].*new shuffled pass"):
+        m = mix(sources([100, 30]), {"s0": 1, "s1": 1}, seed=0, num_samples=200)
+    assert m.cycling == ["s1"] and m.epochs["s1"] == pytest.approx(100 / 30)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 40), min_size=2, max_size=4), seed=st.integers(0, 99), data=st.data())
+def test_new_weights_at_a_resume_point_continue_every_source(lengths, seed, data):
+    names = [f"s{k}" for k in range(len(lengths))]
+    before = {n: data.draw(st.floats(0.1, 10)) for n in names}
+    after = {n: data.draw(st.floats(0.1, 10)) for n in names}
+    n1, n2 = data.draw(st.integers(0, 150)), data.draw(st.integers(0, 150))
+    first = quiet_mix(sources(lengths), before, seed=seed, num_samples=n1)
+    cut = data.draw(st.integers(0, n1))
+    state = json.loads(json.dumps(first.state(cut)))
+    second = quiet_mix(sources(lengths), after, seed=seed, num_samples=n2, start=state)
+    # a mixture that had every source's draws continues each source's own sequence
+    long = {n: quiet_mix({n: Ids(n, ln)}, {n: 1}, seed=seed, num_samples=500) for n, ln in zip(names, lengths)}
+    seen = first.get_batch(np.arange(cut)) + second.get_batch(np.arange(n2))
+    for n in names:
+        mine = [i for src, i in seen if src == n]
+        assert mine == [i for _, i in long[n].get_batch(np.arange(len(mine)))]
+    assert second.state(n2)["consumed"] == {n: first.counts(cut)[n] + second.counts(n2)[n] for n in names}
+
+
+def test_bad_mixtures_are_one_line_errors(tmp_path):
+    s = sources([5, 5])
+    for weights, match in [({"s0": 1}, "without a weight"), ({"s0": 1, "s1": 1, "x": 1}, "unknown"),
+                           ({"s0": 1, "s1": 0}, "positive"), ({"s0": 1, "s1": float("nan")}, "positive"),
+                           ({"s0": 1, "s1": "2"}, "positive")]:
+        with pytest.raises(UsageError, match=match) as err:
+            mix(s, weights, seed=0)
+        assert "\n" not in str(err.value)
+    a = shardsmith.TokenDataset(token_dataset(tmp_path / "a", windows=20, seq_len=4))
+    b = shardsmith.TokenDataset(token_dataset(tmp_path / "b", windows=20, seq_len=8))
+    with pytest.raises(UsageError, match="another kind of sample"):
+        mix({"a": a, "b": b}, {"a": 1, "b": 1}, seed=0)
+    with pytest.raises(UsageError, match="another kind of sample"):
+        mix({"a": a, "ids": Ids("x", 5)}, {"a": 1, "ids": 1}, seed=0)
+    with pytest.raises(UsageError, match="seed"):
+        mix(s, {"s0": 1, "s1": 1}, seed=1, start=mix(s, {"s0": 1, "s1": 1}, seed=0).state(2))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 64, 1000, 4097])
+def test_the_shuffle_is_a_permutation(n):
+    keys = np.full(n, np.uint64(0xDEADBEEF), dtype=np.uint64)
+    assert sorted(_permute(np.arange(n), n, keys).tolist()) == list(range(n))
+
+
+# -- tokens through the torch adapter ---------------------------------------------------------------
+
+torch = pytest.importorskip("torch")
+stateful = pytest.importorskip("torchdata.stateful_dataloader")
+
+
+@pytest.fixture(scope="module")
+def token_mix(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mix")
+    parts = {name: shardsmith.TokenDataset(token_dataset(root / name, windows=n)) for name, n in
+             [("web", 97), ("code", 41), ("books", 13)]}
+    return parts, {"web": 0.5, "code": 0.3, "books": 0.2}
+
+
+def test_token_batches_match_the_sources(token_mix):
+    parts, weights = token_mix
+    m = quiet_mix(parts, weights, seed=3, num_samples=150)
+    x, y = m.get_batch(np.arange(150))
+    source, sample = m.locate(np.arange(150))
+    for k in range(150):
+        px, py = parts[m.names[source[k]]][int(sample[k])]
+        assert np.array_equal(x[k], px) and np.array_equal(y[k], py)
+
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated", "ignore:This DataLoader will create",
+                            "ignore:mix. sources")
+@settings(max_examples=8, deadline=None)
+@given(workers=st.integers(0, 3), batch=st.integers(1, 9), world=st.integers(1, 3), stop=st.floats(0, 1),
+       every=st.integers(1, 3), data=st.data())
+def test_mix_batches_resume_exactly_through_stateful_dataloader(token_mix, workers, batch, world, stop, every, data):
+    from shardsmith.torch import MixBatches, global_position
+
+    parts, weights = token_mix
+    m = quiet_mix(parts, weights, seed=3, num_samples=300)
+    rank = data.draw(st.integers(0, world - 1))
+
+    def adapter():
+        return MixBatches(m, batch_size=batch, rank=rank, world_size=world)
+
+    def loader():
+        extra = {"prefetch_factor": 2} if workers else {}
+        return stateful.StatefulDataLoader(adapter(), batch_size=None, num_workers=workers,
+                                           snapshot_every_n_steps=every, **extra)
+
+    reference = list(adapter())
+    dl = loader()
+    k = int(stop * len(reference))
+    it = iter(dl)
+    head = [next(it) for _ in range(k)]
+    state = json.loads(json.dumps(dl.state_dict()))
+    tail = list(it)
+    same = all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(head + tail, reference))
+    assert same and len(head + tail) == len(reference)
+    resumed = loader()
+    resumed.load_state_dict(state)
+    again = list(resumed)
+    assert len(again) == len(tail) and all(torch.equal(a[0], b[0]) for a, b in zip(again, tail))
+    # the consumed prefix turns into a mixture state: new weights continue from there
+    position = global_position(state)["position"]
+    assert position == k * world * batch
+    follow = quiet_mix(parts, {"web": 0.1, "code": 0.1, "books": 0.8}, seed=3, num_samples=10,
+                       start=m.state(position))
+    assert len(follow.get_batch(np.arange(10))[0]) == 10
+
+
+# -- the README's example and the mix recipe ----------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore:'set_vital' is deprecated", "ignore:This DataLoader will create",
+                            "ignore:mix. sources")
+def test_the_readmes_mixture_runs_as_written(tmp_path, monkeypatch, capsys):
+    from pathlib import Path
+
+    from shardsmith.loader.mix_recipe import from_recipe
+    from tests.conftest import run_cli
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Weighted mixtures"):]
+    first = section.index("```python\n") + len("```python\n")
+    code = section[first:section.index("```\n", first)]
+    at = section.index("```toml\n") + len("```toml\n")
+    (tmp_path / "mix.toml").write_text(section[at:section.index("```\n", at)])
+    token_dataset(tmp_path / "shards" / "web", windows=1000, seq_len=128, vocab=512)
+    token_dataset(tmp_path / "shards" / "code", windows=100, seq_len=128, vocab=512)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "__main__"}
+    exec(compile(code, "README.md", "exec"), scope)
+    assert capsys.readouterr().out.split()[:2] == ["1000", "web"]
+    m, m2 = scope["m"], scope["m2"]
+    assert m.cycling == ["code"] and scope["x"].shape == (8, 128)
+    assert m2.consumed == m.counts(8) and m.deviation_bound < 1
+    res = run_cli("run", "mix.toml", "--set", "code=0.7")  # weights are normalised: 0.7, 0.7
+    assert res.exit_code == 0, res.stderr
+    assert "mixture of 2 sources: 1,000 samples" in res.output and "code  weight 0.500" in res.output
+    again = from_recipe("mix.toml")
+    assert again.get_batch(np.arange(50))[0].tolist() == m.get_batch(np.arange(50))[0].tolist()
+    (tmp_path / "bad.toml").write_text('[mix]\nseed = 0\n[mix.sources.web]\npath = "shards/web"\n')
+    res = run_cli("run", "bad.toml")
+    assert res.exit_code == 2 and "needs path" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_events_and_tar_samples_mix_in_order(tmp_path):
+    import test_hdf5_writer as hw
+    import test_tar_loader as tl
+
+    events = [shardsmith.open(hw.write_dataset(tmp_path / f"ev{k}", {"train": hw.make_events(90 + k, seed=k)},
+                                               shard_samples=32)) for k in range(2)]
+    m = quiet_mix({"a": events[0], "b": events[1]}, {"a": 2, "b": 1}, seed=4, num_samples=60)
+    batch = m.get_batch(np.arange(60))
+    source, sample = m.locate(np.arange(60))
+    for k in range(60):
+        want = events[source[k]][int(sample[k])]
+        got = batch.event(k)
+        assert all(np.array_equal(got[f], want[f]) for f in want)
+    tars = [shardsmith.loader.TarDataset(tl.write_dataset(tmp_path / f"t{k}", {"train": tl.make_samples(20, f"t{k}")},
+                                                          per_shard=7)) for k in range(2)]
+    m = quiet_mix({"x": tars[0], "y": tars[1]}, {"x": 1, "y": 3}, seed=1, num_samples=40)
+    keys = [s["__key__"] for s in m.get_batch(np.arange(40))]
+    assert keys == [m[i]["__key__"] for i in range(40)]
+    assert sum(m.source_of(i) == "y" for i in range(40)) == 30
