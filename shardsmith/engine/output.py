@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from shardsmith.core.urls import is_url, safe_url
+from shardsmith.core.urls import is_url
 from shardsmith.engine.session import OutputRun, held, output_run
 from shardsmith.errors import UsageError
 
@@ -24,16 +24,14 @@ def output_for(opts: Any) -> Iterator[OutputRun]:
                         quiet=opts.quiet) as session:
             yield session
         return
-    if opts.stage is not None:
-        raise UsageError(f"-o {safe_url(str(opts.out))}: cluster stages (--stage) do not write to object storage "
-                         f"yet; run without --stage, or write to a shared folder and upload the finished dataset")
     from shardsmith.engine.outremote import remote_session
 
     session = remote_session(url=str(opts.out), staging=opts.staging, overwrite=opts.overwrite, quiet=opts.quiet,
-                             retries=opts.retries, retry_wait=opts.retry_wait, part_size=opts.part_size)
+                             retries=opts.retries, retry_wait=opts.retry_wait, part_size=opts.part_size,
+                             stage=opts.stage, rank=opts.rank, nanogpt=getattr(opts, "nanogpt", False))
     session.out.mkdir(parents=True, exist_ok=True)
     try:
-        with held(session) as s:
+        with held(session, rank=opts.rank) as s:
             yield s
     finally:
         with contextlib.suppress(OSError):  # the staging folder and the cache's folder of this URL, if empty

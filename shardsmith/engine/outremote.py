@@ -218,12 +218,19 @@ class RemoteOutputRun(OutputRun):
 
 
 def remote_session(*, url: str, staging: Path | None, overwrite: bool, quiet: bool, retries: int,
-                   retry_wait: float, part_size: int | None) -> RemoteOutputRun:
-    """The session of a run into ``url`` (the store is opened and its filesystem checked)."""
+                   retry_wait: float, part_size: int | None, stage: str | None = None, rank: int = 0,
+                   nanogpt: bool = False) -> RemoteOutputRun:
+    """The session of a run into ``url`` (the store is opened and its filesystem checked); one
+    rank of a cluster stage shares its work with the others through the bucket (``outstages``)."""
     if part_size is not None and not MIN_PART <= part_size <= MAX_PART:
         raise UsageError(f"--part-size: S3 takes parts of 5MiB to 5GiB, got {part_size} bytes")
     size = int(os.environ.get("SHARDSMITH_PART_SIZE") or part_size or PART_SIZE)  # the variable: tests only
     store = open_store(url, policy=retry.Policy(retries=retries, wait=retry_wait), part_size=size)
+    if stage is not None:
+        from shardsmith.engine.outstages import staged_session
+
+        return staged_session(url=url, stage=stage, rank=rank, staging=staging, quiet=quiet, store=store,
+                              nanogpt=nanogpt)
     present = store.list()
     refuse_prefix(store, present, overwrite=overwrite, record=RUN_FILE in present)
     local = staging_folder(url, staging)
