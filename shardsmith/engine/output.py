@@ -24,11 +24,16 @@ def output_for(opts: Any) -> Iterator[OutputRun]:
                         quiet=opts.quiet) as session:
             yield session
         return
-    from shardsmith.engine.outremote import remote_session
+    from shardsmith.engine.outremote import output_store, remote_session
+    from shardsmith.engine.outstages import staged_session
 
-    session = remote_session(url=str(opts.out), staging=opts.staging, overwrite=opts.overwrite, quiet=opts.quiet,
-                             retries=opts.retries, retry_wait=opts.retry_wait, part_size=opts.part_size,
-                             stage=opts.stage, rank=opts.rank, nanogpt=getattr(opts, "nanogpt", False))
+    store = output_store(url=str(opts.out), retries=opts.retries, retry_wait=opts.retry_wait, part_size=opts.part_size)
+    if opts.stage is None:
+        session = remote_session(url=str(opts.out), staging=opts.staging, overwrite=opts.overwrite, quiet=opts.quiet,
+                                 store=store)
+    else:  # one rank of a cluster stage: the bucket is the place ranks share
+        session = staged_session(url=str(opts.out), stage=opts.stage, rank=opts.rank, staging=opts.staging,
+                                 quiet=opts.quiet, store=store, nanogpt=getattr(opts, "nanogpt", False))
     session.out.mkdir(parents=True, exist_ok=True)
     try:
         with held(session, rank=opts.rank) as s:

@@ -38,13 +38,20 @@ from shardsmith.core.manifest import MANIFEST
 from shardsmith.core.progress import Progress
 from shardsmith.engine.objstore import ObjectInfo, Store
 from shardsmith.engine.outdir import prepare_output, work_path
-from shardsmith.engine.outremote import RemoteOutputRun, _own, _record, refuse_prefix, staging_folder
+from shardsmith.engine.outremote import (
+    WORK_PREFIX,
+    RemoteOutputRun,
+    _own,
+    _record,
+    refuse_prefix,
+    staging_folder,
+)
 from shardsmith.engine.resume import RUN_FILE, crash_point
 from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC
 from shardsmith.engine.upload import THREADS, Stamp, _stamp, publishable
 from shardsmith.errors import DatasetError, UsageError
 
-WORK = ".shardsmith-work"  # the work prefix, below the output prefix
+WORK = WORK_PREFIX  # the work prefix, below the output prefix
 PARTS = "part-*.bin"
 RECORDS = "*.json"  # tasks-, engine-, tokenizer- (once per run), plan- and piece- (the gather's)
 TAIL = 64 << 10  # the first ranged read of a part's end: its trailer and (mostly) its footer
