@@ -22,6 +22,8 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 from test_s3_inputs import s3, s3_env  # noqa: E402,F401  (fixtures)
 from test_s3_outputs import _bucket, _download, _keys, _small_parts  # noqa: E402
 
+from shardsmith.engine import outstages  # noqa: E402
+
 WORLD = 3
 
 
@@ -49,17 +51,24 @@ def _rank(monkeypatch, tmp_path: Path, args: list, url: str, stage: str, rank: i
     return res.output + res.stderr
 
 
-def _stages(monkeypatch, tmp_path: Path, args: list, url: str) -> None:
+def _stages(monkeypatch, tmp_path: Path, args: list, url: str) -> list[tuple[int, int]]:
+    """Every stage; returns (bytes read, bytes in the bucket) of the part files, for each gather rank."""
     for rank in range(WORLD):
         _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
+    read = []
     for rank in reversed(range(WORLD)):
-        _rank(monkeypatch, tmp_path, args, url, "gather", rank)
+        said = _rank(monkeypatch, tmp_path, [*args[:-1]], url, "gather", rank)
+        got = re.search(r"read ([\d,]+) of the part files' ([\d,]+) bytes", said)
+        assert got, said
+        read.append(tuple(int(g.replace(",", "")) for g in got.groups()))
     _rank(monkeypatch, tmp_path, args, url, "finalize", 0)
+    return read
 
 
 @pytest.mark.parametrize("command", ["pack-tokens", "convert"])
 def test_stages_into_s3_equal_the_local_run(s3, corpus, tmp_path, monkeypatch, bpe_tokenizer, command):  # noqa: F811
     _small_parts(monkeypatch, tmp_path)
+    monkeypatch.setattr(outstages, "GAP", 0)  # parts of a few KiB here: read each segment's range alone
     options = (["--tokenizer", bpe_tokenizer, "--shard-tokens", "4K"] if command == "pack-tokens" else
                ["--to", "webdataset", "--shard-samples", "60"])
     args = [command, corpus, *options, "--memory", "1MB", "--split", "train=0.8,val=0.2", "-q"]
@@ -67,7 +76,8 @@ def test_stages_into_s3_equal_the_local_run(s3, corpus, tmp_path, monkeypatch, b
     assert res.exit_code == 0, res.stderr
     bucket = _bucket(s3, "shardsmith-stage-out")
     url = f"s3://{bucket}/{command}"
-    _stages(monkeypatch, tmp_path, args, url)
+    read = _stages(monkeypatch, tmp_path, args, url)
+    assert all(r < total for r, total in read), f"each gather rank reads only its groups' segments: {read}"
     keys = _keys(s3, bucket, command)
     assert not [k for k in keys if "/" in k], "the work prefix is removed at finalize"
     got = _download(s3, bucket, command, tmp_path / "got")

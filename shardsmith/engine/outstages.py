@@ -36,6 +36,7 @@ import orjson
 
 from shardsmith.core.manifest import MANIFEST
 from shardsmith.core.progress import Progress
+from shardsmith.engine import gather
 from shardsmith.engine.objstore import ObjectInfo, Store
 from shardsmith.engine.outdir import prepare_output, work_path
 from shardsmith.engine.outremote import (
@@ -47,7 +48,7 @@ from shardsmith.engine.outremote import (
     staging_folder,
 )
 from shardsmith.engine.resume import RUN_FILE, crash_point
-from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC
+from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC, Segment
 from shardsmith.engine.upload import THREADS, Stamp, _stamp, publishable
 from shardsmith.errors import DatasetError, UsageError
 
@@ -55,6 +56,7 @@ WORK = WORK_PREFIX  # the work prefix, below the output prefix
 PARTS = "part-*.bin"
 RECORDS = "*.json"  # tasks-, engine-, tokenizer- (once per run), plan- and piece- (the gather's)
 TAIL = 64 << 10  # the first ranged read of a part's end: its trailer and (mostly) its footer
+GAP = 256 << 10  # ranges of a part closer than this are read as one request
 
 
 def dataset_objects(listing: dict[str, ObjectInfo]) -> dict[str, ObjectInfo]:
@@ -80,6 +82,9 @@ class StagedRemoteRun(RemoteOutputRun):
         # finalize: local files that stand for the objects gather ranks uploaded (by their stamp:
         # one rewritten since, a split-wide file made again, is a real file)
         self.placeholders: dict[str, Stamp | None] = {}
+        self.fetched: dict[str, list[tuple[int, int]]] = {}  # a gather: the ranges of each part read so far
+        self.part_bytes = 0  # the part files' bytes in the bucket
+        self.read_bytes = 0  # ... of which a gather read (ranged reads of its groups' segments)
 
     @property
     def lock_stage(self) -> str | None:
@@ -124,25 +129,65 @@ class StagedRemoteRun(RemoteOutputRun):
             if "/" in name or name == "run.json":
                 continue
             if fnmatch.fnmatch(name, RECORDS) or (self.stage != "scatter" and fnmatch.fnmatch(name, PARTS)):
-                whole = not fnmatch.fnmatch(name, PARTS) or self.stage == "gather"
+                whole = not fnmatch.fnmatch(name, PARTS)  # parts: their footers; a gather, its segments later
                 jobs.append((name, info, whole))
+                if not whole:
+                    self.part_bytes += info.size
         with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="shardsmith-fetch") as pool:
             for _ in pool.map(lambda job: self._fetch(*job), jobs):
                 pass
         if self.stage == "finalize":
             self._stand_ins(listing)
+        if self.stage == "gather":
+            gather.fetching(self._segments)
+
+    def _segments(self, segments: list[Segment], payloads: bool) -> None:
+        """The byte ranges of ``segments`` (heads, or heads and payloads) not here yet, into their
+        sparse part files: ranged reads, neighbours less than ``GAP`` apart read as one."""
+        wanted: dict[str, list[tuple[int, int]]] = {}
+        for seg in segments:
+            end = seg.offset + (seg.nbytes if payloads else 24 * seg.count)
+            wanted.setdefault(seg.path, []).append((seg.offset, end))
+        jobs = []
+        for path, spans in wanted.items():
+            have = self.fetched.setdefault(path, [])
+            merged: list[list[int]] = []
+            for a, b in sorted(spans):
+                for ha, hb in sorted(have):  # the start of a span already here (heads read for the plan)
+                    if ha <= a < hb:
+                        a = hb
+                if a >= b:
+                    continue
+                if merged and a - merged[-1][1] < GAP:
+                    merged[-1][1] = max(merged[-1][1], b)
+                else:
+                    merged.append([a, b])
+            have += [(a, b) for a, b in merged]
+            jobs += [(path, a, b) for a, b in merged]
+
+        def one(job: tuple[str, int, int]) -> int:
+            path, a, b = job
+            data = self._range(f"{WORK}/{Path(path).name}", a, b)
+            if len(data) != b - a:
+                raise DatasetError(f"{self.store.show(WORK + '/' + Path(path).name)}: shorter than its footer says")
+            with open(path, "r+b") as fh:
+                fh.seek(a)
+                fh.write(data)
+            return len(data)
+
+        with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="shardsmith-fetch") as pool:
+            self.read_bytes += sum(pool.map(one, jobs))
 
     def _fetch(self, name: str, info: ObjectInfo, whole: bool) -> None:
         """``WORK/name`` into the local scratch folder, unless a file of its size is there; a part
         read by finalize: only its footer and trailer, at their places in a sparse file."""
         path = self.work / name
-        if path.is_file() and path.stat().st_size == info.size:
-            return
+        if whole and path.is_file() and path.stat().st_size == info.size:
+            return  # (a part is made afresh: which of its ranges a killed rank had read is not known)
         key = f"{WORK}/{name}"
         tmp = path.with_name(f".{name}.tmp-fetch")
         if whole:
-            data = self.store.call(lambda: self.store.fs.cat_file(f"{self.store.root}/{key}"), rel=key)
-            tmp.write_bytes(data)
+            tmp.write_bytes(self.store.call(lambda: self.store.fs.cat_file(f"{self.store.root}/{key}"), rel=key))
         else:
             tail = self._range(key, max(0, info.size - TAIL), info.size)
             length, magic = _TRAILER.unpack(tail[-_TRAILER.size:])
@@ -181,10 +226,13 @@ class StagedRemoteRun(RemoteOutputRun):
             return
         listing = self.store.list()
         if self.stage == "gather":  # shards first: a piece in the bucket means its shards are there
+            Progress(quiet=self.quiet).note(f"{self.url}: gather rank {self.rank}: read {self.read_bytes:,} of the "
+                                            f"part files' {self.part_bytes:,} bytes")
             self._upload(listing, [(p.name, p) for p in sorted(self.out.iterdir()) if p.is_file()
                                    and publishable(p.name)])
+        mine = (RECORDS, PARTS) if self.stage == "scatter" else (RECORDS,)  # a gather's parts are sparse copies
         shared = [(f"{WORK}/{p.name}", p) for p in sorted(self.work.iterdir()) if p.is_file()
-                  and p.name != "run.json" and (fnmatch.fnmatch(p.name, RECORDS) or fnmatch.fnmatch(p.name, PARTS))]
+                  and p.name != "run.json" and any(fnmatch.fnmatch(p.name, pat) for pat in mine)]
         self._upload(listing, sorted(shared, key=lambda s: s[0].endswith(".json")))  # parts before records
         self._drop_staging()  # all of it is in the bucket (a killed rank keeps its folder to resume from)
 
@@ -244,6 +292,7 @@ class StagedRemoteRun(RemoteOutputRun):
         self.close()
 
     def close(self) -> None:
+        gather.fetching(None)
         with contextlib.suppress(Exception):
             self.store.close()
 
