@@ -269,10 +269,12 @@ def test_storage_errors_are_one_line(store, corpus, bpe_tokenizer, where, says):
 def test_unreachable_endpoint_and_stages(store, corpus, bpe_tokenizer, monkeypatch):
     client, _ = store
     _bucket(client, "out-stage")
-    res = run_cli(*_pack(corpus, "s3://out-stage/x", bpe_tokenizer, "--stage", "scatter"))
-    assert res.exit_code == 2 and "--stage" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    res = run_cli(*_pack(corpus, "s3://out-stage/x", bpe_tokenizer, "--stage", "scatter"))  # tests/test_s3_stages_out.py
+    assert res.exit_code == 0, res.stderr
+    res = run_cli(*_pack(corpus, "s3://out-stage/x", bpe_tokenizer))  # a whole run into the stages' unfinished work
+    assert res.exit_code == 2 and "--stage finalize" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    res = run_cli(*_pack(corpus, "s3://out-stage/x", bpe_tokenizer, "--retries", "1"))
+    res = run_cli(*_pack(corpus, "s3://out-stage/y", bpe_tokenizer, "--retries", "1"))
     assert res.exit_code == 2 and "after 2 attempts" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 

@@ -33,6 +33,23 @@ from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
+# Brings the bytes of segments into their (sparse) local part files before they are read: their
+# heads, or (True) heads and payloads. Set by a rank whose parts are in a bucket (``outstages``);
+# called in this process only, before any worker starts.
+Fetch = Callable[[list[Segment], bool], None]
+_fetch: list[Fetch] = []
+
+
+def fetching(fetch: Fetch | None) -> None:
+    """Set (None: clear) what brings part files' segments here before the gather reads them."""
+    _fetch.clear()
+    if fetch is not None:
+        _fetch.append(fetch)
+
+
+def _bring(segments: list[Segment], payloads: bool) -> None:
+    for fetch in _fetch:
+        fetch(segments, payloads)
 
 
 @dataclass(frozen=True)
@@ -249,6 +266,8 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
             if rank == 0:
                 jobs.append((s, 0, 0))
             continue
+        if not (work_dir / f"plan-{split.name}.json").is_file():  # planning reads heads (or payloads)
+            _bring([seg for g in split.groups for seg in g], probe.weigh_payload)
         plan = plan_split(split, probe, work_dir)
         ranks = share(0, plan.shards, world_size)  # min(shards, world_size) ranges: later ranks have none
         mine = share(*ranks[rank], max(1, workers)) if rank < len(ranks) else []
@@ -258,6 +277,8 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
             continue
         plans.append(plan)
         jobs += [(s, a, b) for a, b in mine]
+    if _fetch:
+        _bring(_read_by(splits, plans, jobs), True)
     write_ranges(splits, plans, jobs, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir, workers=workers)
     mine_by_split: dict[str, list[int]] = {}
     for s, first, stop in jobs:
@@ -268,6 +289,19 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
             got = mine_by_split.setdefault(name, [first, stop])
             got[0], got[1] = min(got[0], first), max(got[1], stop)
     return mine_by_split
+
+
+def _read_by(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
+             ) -> list[Segment]:
+    """The segments the ranges ``jobs`` read: those of the groups their samples lie in."""
+    out: list[Segment] = []
+    for s, first, stop in jobs:
+        split, plan = splits[s], plans[s]
+        a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
+        for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):
+            if gs < b and ge > a:
+                out += group
+    return out
 
 
 def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path

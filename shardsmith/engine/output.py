@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from shardsmith.core.urls import is_url, safe_url
+from shardsmith.core.urls import is_url
 from shardsmith.engine.session import OutputRun, held, output_run
 from shardsmith.errors import UsageError
 
@@ -24,16 +24,19 @@ def output_for(opts: Any) -> Iterator[OutputRun]:
                         quiet=opts.quiet) as session:
             yield session
         return
-    if opts.stage is not None:
-        raise UsageError(f"-o {safe_url(str(opts.out))}: cluster stages (--stage) do not write to object storage "
-                         f"yet; run without --stage, or write to a shared folder and upload the finished dataset")
-    from shardsmith.engine.outremote import remote_session
+    from shardsmith.engine.outremote import output_store, remote_session
+    from shardsmith.engine.outstages import staged_session
 
-    session = remote_session(url=str(opts.out), staging=opts.staging, overwrite=opts.overwrite, quiet=opts.quiet,
-                             retries=opts.retries, retry_wait=opts.retry_wait, part_size=opts.part_size)
+    store = output_store(url=str(opts.out), retries=opts.retries, retry_wait=opts.retry_wait, part_size=opts.part_size)
+    if opts.stage is None:
+        session = remote_session(url=str(opts.out), staging=opts.staging, overwrite=opts.overwrite, quiet=opts.quiet,
+                                 store=store)
+    else:  # one rank of a cluster stage: the bucket is the place ranks share
+        session = staged_session(url=str(opts.out), stage=opts.stage, rank=opts.rank, staging=opts.staging,
+                                 quiet=opts.quiet, store=store, nanogpt=getattr(opts, "nanogpt", False))
     session.out.mkdir(parents=True, exist_ok=True)
     try:
-        with held(session) as s:
+        with held(session, rank=opts.rank) as s:
             yield s
     finally:
         with contextlib.suppress(OSError):  # the staging folder and the cache's folder of this URL, if empty

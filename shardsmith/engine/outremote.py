@@ -41,6 +41,9 @@ from shardsmith.engine.session import OutputRun
 from shardsmith.engine.upload import Uploader
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
+# where the ranks of cluster stages share their work, below the output prefix (``outstages``)
+WORK_PREFIX = ".shardsmith-work"
+
 
 def staging_folder(url: str, staging: Path | None) -> Path:
     """Where the dataset of ``url`` is made before it is uploaded: ``staging``, else a folder under
@@ -217,14 +220,20 @@ class RemoteOutputRun(OutputRun):
             self.uploader.close()
 
 
-def remote_session(*, url: str, staging: Path | None, overwrite: bool, quiet: bool, retries: int,
-                   retry_wait: float, part_size: int | None) -> RemoteOutputRun:
-    """The session of a run into ``url`` (the store is opened and its filesystem checked)."""
+def output_store(*, url: str, retries: int, retry_wait: float, part_size: int | None) -> Store:
+    """The store of an output URL, its part size checked (the filesystem it needs, too)."""
     if part_size is not None and not MIN_PART <= part_size <= MAX_PART:
         raise UsageError(f"--part-size: S3 takes parts of 5MiB to 5GiB, got {part_size} bytes")
     size = int(os.environ.get("SHARDSMITH_PART_SIZE") or part_size or PART_SIZE)  # the variable: tests only
-    store = open_store(url, policy=retry.Policy(retries=retries, wait=retry_wait), part_size=size)
+    return open_store(url, policy=retry.Policy(retries=retries, wait=retry_wait), part_size=size)
+
+
+def remote_session(*, url: str, staging: Path | None, overwrite: bool, quiet: bool, store: Store) -> RemoteOutputRun:
+    """The session of a run into ``url`` (the prefix's checks made before inputs are staged)."""
     present = store.list()
+    if any(rel.startswith(WORK_PREFIX + "/") for rel in present):
+        raise UsageError(f"-o {store.url}: holds the unfinished work of cluster stages ({WORK_PREFIX}/); finish them "
+                         f"(--stage finalize) or remove the prefix")
     refuse_prefix(store, present, overwrite=overwrite, record=RUN_FILE in present)
     local = staging_folder(url, staging)
     return RemoteOutputRun(url=url, store=store, staging=local, overwrite=overwrite, created=[], quiet=quiet)

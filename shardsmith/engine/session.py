@@ -64,9 +64,17 @@ class OutputRun:
         finish_output(self.out)
         return manifest
 
+    @property
+    def lock_stage(self) -> str | None:
+        """The stage whose rank slot the folder's lock takes (None: the whole folder is this run's)."""
+        return self.stage
+
     def localize(self, opts: Any) -> Any:
         """The command's options for the local pipeline: unchanged (``outremote`` names its staging folder)."""
         return opts
+
+    def done(self) -> None:
+        """The command's work ended without an error (a cluster stage shares what it made: ``outstages``)."""
 
     def close(self) -> None:
         """The run ends, whichever way: stop what it runs in the background (nothing, locally)."""
@@ -112,10 +120,11 @@ def held(session: OutputRun, *, rank: int = 0) -> Iterator[OutputRun]:
     """The run of ``session``, holding the lock of its (local) output folder: a failed run releases
     what it claimed, an interrupted one keeps it for the same command to resume."""
     stage = session.stage
-    lock = OutputLock(out=session.out, stage=stage, rank=rank).acquire()
+    lock = OutputLock(out=session.out, stage=session.lock_stage, rank=rank).acquire()
     failed = False
     try:
         yield session
+        session.done()
     except BaseException as exc:
         failed = not (interrupt.is_interruption(exc) or isinstance(exc, WorkerDied))
         if failed:

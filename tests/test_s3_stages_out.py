@@ -1,0 +1,135 @@
+"""Cluster stages into object storage (issue 15, part 2): the bucket is the only place the ranks
+share. Each rank runs with a cache folder of its own (a node with its own disk), and each folder
+is gone once its rank ends: scatter ranks upload their part files under the work prefix, gather
+ranks download them and upload their shards, finalize puts the manifest last and removes the
+work prefix. The dataset's objects are the files of a one-process local run, byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
+
+pytest.importorskip("s3fs", reason="S3 outputs need s3fs (pip install 'shardsmith[s3]')")
+pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
+pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
+
+from test_s3_inputs import s3, s3_env  # noqa: E402,F401  (fixtures)
+from test_s3_outputs import _bucket, _download, _keys, _small_parts  # noqa: E402
+
+from shardsmith.engine import outstages  # noqa: E402
+
+WORLD = 3
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    local = tmp_path / "corpus"
+    for i in range(6):  # a file is one task: task i is scatter rank i mod 3's
+        write_jsonl(local / f"part-{i}.jsonl", make_docs(80, seed=i, max_words=40))
+    return local
+
+
+def _node(monkeypatch, tmp_path: Path, stage: str, rank: int) -> Path:
+    """A rank's own disk: its cache (where its staging folder goes)."""
+    home = tmp_path / "nodes" / f"{stage}-{rank}"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home))
+    return home
+
+
+def _rank(monkeypatch, tmp_path: Path, args: list, url: str, stage: str, rank: int) -> str:
+    home = _node(monkeypatch, tmp_path, stage, rank)
+    res = run_cli(*args, "-o", url, "--stage", stage, "--rank", str(rank), "--world-size", str(WORLD))
+    assert res.exit_code == 0, res.stderr
+    left = [p for p in home.rglob("*") if p.is_file()] if home.exists() else []
+    assert not left, f"{stage} rank {rank} left {left[:3]} on its disk: the bucket holds what ranks share"
+    return res.output + res.stderr
+
+
+def _stages(monkeypatch, tmp_path: Path, args: list, url: str) -> list[tuple[int, int]]:
+    """Every stage; returns (bytes read, bytes in the bucket) of the part files, for each gather rank."""
+    for rank in range(WORLD):
+        _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
+    read = []
+    for rank in reversed(range(WORLD)):
+        said = _rank(monkeypatch, tmp_path, [*args[:-1]], url, "gather", rank)
+        got = re.search(r"read ([\d,]+) of the part files' ([\d,]+) bytes", said)
+        assert got, said
+        read.append(tuple(int(g.replace(",", "")) for g in got.groups()))
+    _rank(monkeypatch, tmp_path, args, url, "finalize", 0)
+    return read
+
+
+@pytest.mark.parametrize("command", ["pack-tokens", "convert"])
+def test_stages_into_s3_equal_the_local_run(s3, corpus, tmp_path, monkeypatch, bpe_tokenizer, command):  # noqa: F811
+    _small_parts(monkeypatch, tmp_path)
+    monkeypatch.setattr(outstages, "GAP", 0)  # parts of a few KiB here: read each segment's range alone
+    options = (["--tokenizer", bpe_tokenizer, "--shard-tokens", "4K"] if command == "pack-tokens" else
+               ["--to", "webdataset", "--shard-samples", "60"])
+    args = [command, corpus, *options, "--memory", "1MB", "--split", "train=0.8,val=0.2", "-q"]
+    res = run_cli(*args, "-o", tmp_path / "one")
+    assert res.exit_code == 0, res.stderr
+    bucket = _bucket(s3, "shardsmith-stage-out")
+    url = f"s3://{bucket}/{command}"
+    read = _stages(monkeypatch, tmp_path, args, url)
+    assert all(r < total for r, total in read), f"each gather rank reads only its groups' segments: {read}"
+    keys = _keys(s3, bucket, command)
+    assert not [k for k in keys if "/" in k], "the work prefix is removed at finalize"
+    got = _download(s3, bucket, command, tmp_path / "got")
+    assert tree_digest(got) == tree_digest(tmp_path / "one")
+    ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (got, tmp_path / "one"))
+    for m in (ma, mb):
+        m.pop("created"), m.pop("command")
+    assert ma == mb
+    # the prefix now holds a finished dataset: stages refuse it in one line
+    res = run_cli(*args, "-o", url, "--stage", "scatter", "--rank", "0", "--world-size", str(WORLD))
+    assert res.exit_code == 2 and "finished dataset" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_killed_rank_redoes_only_its_own_work_and_others_are_refused(s3, corpus, tmp_path, monkeypatch):  # noqa: F811
+    _small_parts(monkeypatch, tmp_path)
+    args = ["convert", corpus, "--to", "webdataset", "--shard-samples", "60", "--memory", "1MB", "-q"]
+    res = run_cli(*args, "-o", tmp_path / "one")
+    assert res.exit_code == 0, res.stderr
+    bucket = _bucket(s3, "shardsmith-stage-kill")
+    url = f"s3://{bucket}/data"
+    for rank in range(WORLD):
+        _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
+    # another command's stages into the same prefix: refused, nothing of theirs touched
+    other = ["convert", corpus, "--to", "webdataset", "--shard-samples", "70", "--memory", "1MB", "-q"]
+    res = run_cli(*other, "-o", url, "--stage", "gather", "--rank", "0", "--world-size", str(WORLD))
+    assert res.exit_code == 2 and "different run" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    res = run_cli(*args[:-1], "-o", url, "-q")  # a whole run: the prefix holds another's unfinished work
+    assert res.exit_code == 2 and "unfinished work of cluster stages" in res.stderr, res.stderr
+    # gather rank 1 killed after its shards went up, before it uploaded its piece: its rerun (same
+    # node) finds its shards in its folder and the objects in the bucket, and uploads nothing again
+    home = _node(monkeypatch, tmp_path, "gather", 1)
+    env = {**os.environ, "SHARDSMITH_CRASH_AT": "uploaded"}
+    killed = run_subprocess(*args, "-o", url, "--stage", "gather", "--rank", "1", "--world-size", str(WORLD), env=env)
+    assert killed.returncode != 0
+    before = _keys(s3, bucket, "data")
+    assert not any(k.startswith(".shardsmith-work/piece-") for k in before), "killed before its piece"
+    assert [p for p in home.rglob("*.tar")], "the killed rank keeps its local shards"
+    out = _rank(monkeypatch, tmp_path, [*args[:-1]], url, "gather", 1)
+    sent, files, there = map(int, re.search(r"gather rank 1: (\d+) of (\d+) files uploaded \((\d+) were", out).groups())
+    assert there >= 1 and sent + there == files, out
+    after = _keys(s3, bucket, "data")
+    assert all(after[k] == etag for k, etag in before.items() if "/" not in k), "its shards were not uploaded again"
+    for rank in (0, 2):
+        _rank(monkeypatch, tmp_path, args, url, "gather", rank)
+    _rank(monkeypatch, tmp_path, args, url, "finalize", 0)
+    got = _download(s3, bucket, "data", tmp_path / "got")
+    assert tree_digest(got) == tree_digest(tmp_path / "one")
+
+
+def test_nanogpt_is_refused_in_one_line(s3, corpus, tmp_path, monkeypatch, bpe_tokenizer):  # noqa: F811
+    _small_parts(monkeypatch, tmp_path)
+    bucket = _bucket(s3, "shardsmith-stage-nanogpt")
+    res = run_cli("pack-tokens", corpus, "--tokenizer", bpe_tokenizer, "--nanogpt", "-o", f"s3://{bucket}/x",
+                  "--stage", "scatter", "--world-size", "2", "-q")
+    assert res.exit_code == 2 and "--nanogpt" in res.stderr and "Traceback" not in res.stderr, res.stderr
