@@ -241,10 +241,12 @@ def check_packing(opts: PackTokensOptions) -> None:
         raise UsageError(f"--seq-len {opts.seq_len}: out of range [1, 2**31)")
     if opts.nanogpt:
         raise UsageError("--nanogpt writes documents back to back without padding: it does not combine with --pack")
+    from shardsmith.core.sizes import format_size
+
     most = opts.memory // 8 // 4 // PACK_MIN_SEQUENCES
     if opts.seq_len > most:
         raise UsageError(f"--seq-len {opts.seq_len}: the packing window (an eighth of --memory) holds at least "
-                         f"{PACK_MIN_SEQUENCES} sequences; --memory {opts.memory} allows up to {most}")
+                         f"{PACK_MIN_SEQUENCES} sequences; --memory {format_size(opts.memory)} allows up to {most}")
 
 
 def pad_id_of(opts: PackTokensOptions, hf: Any, eos_id: int | None, vocab_size: int) -> int:
