@@ -36,9 +36,9 @@ def pack(corpus: Path, out: Path, tokenizer: Path, *extra: str) -> dict:
 
 def expected_sequences(docs: TokenDocuments, seq_len: int, window: int) -> list[list[list[int]]]:
     packer = BestFitPacker(seq_len=seq_len, window_tokens=window)
-    out = [s for i in range(len(docs)) for s in packer.add(docs[i])]
-    out += list(packer.finish())
-    return [[p.tolist() for p in s.pieces] for s in out]
+    windows = [w for i in range(len(docs)) for w in packer.add_batch(docs.lengths[i:i + 1], docs[i])]
+    windows += packer.finish()
+    return [[p.tolist() for p in s] for w in windows for s in w.pieces()]
 
 
 @pytest.mark.parametrize("seq_len", [32, 256])

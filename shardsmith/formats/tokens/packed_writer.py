@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.fsutil import HashingFile
-from shardsmith.core.ragged import starts_of
-from shardsmith.formats.tokens.packing import BestFitPacker, Packed
+from shardsmith.formats.tokens.packing import BestFitPacker, Window
 from shardsmith.formats.tokens.writer import idx_bytes
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
@@ -46,7 +45,7 @@ class PackedTokensWriter(Writer):
         self.per_shard = max(1, shard_tokens // seq_len)  # whole sequences per shard
         self.packer = BestFitPacker(seq_len=seq_len, window_tokens=window_tokens)
         self._bin: HashingFile | None = None
-        self._ends: list[int] = []
+        self._ends: list[np.ndarray] = []
         self._count = self._real = self._docs = self._split = 0
         self.flat_record: dict | None = None
 
@@ -58,37 +57,29 @@ class PackedTokensWriter(Writer):
         raise NotImplementedError
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
-        tokens = np.frombuffer(payload, dtype=self.dtype)
         counts = np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
-        starts = starts_of(counts)
-        out: list[Packed] = []
-        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist()):
-            out.extend(self.packer.add(tokens[a:b]))
-            if len(out) >= 256:
-                self._write(out)
-                out = []
-        self._write(out)
+        for window in self.packer.add_batch(counts, np.frombuffer(payload, dtype=self.dtype)):
+            self._write(window)
 
-    def _write(self, packed: list[Packed]) -> None:
-        while packed:
-            if self._bin is None:
-                self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
-            take, packed = packed[:self.per_shard - self._count], packed[self.per_shard - self._count:]
-            block = np.full((len(take), self.seq_len), self.pad_id, dtype=self.dtype)
-            for row, seq in enumerate(take):
-                at = 0
-                base = (self._count + row) * self.seq_len
-                for piece in seq.pieces:
-                    block[row, at:at + len(piece)] = piece
-                    at += len(piece)
-                    self._ends.append(base + at)
-                self._real += at
-                self._docs += seq.starts
-                self._split += seq.split
-            self._bin.write(memoryview(block).cast("B"))
-            self._count += len(take)
-            if self._count == self.per_shard:
-                self._roll()
+    def _write(self, window: Window) -> None:
+        self._docs += window.empty
+        for block in window.blocks(pad_id=self.pad_id, dtype=self.dtype):
+            at, ends = 0, block.ends
+            while at < len(block.rows):
+                if self._bin is None:
+                    self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
+                take = min(len(block.rows) - at, self.per_shard - self._count)
+                upto = int(np.searchsorted(ends, (at + take) * self.seq_len, side="right"))
+                self._ends.append(ends[:upto] + (self._count - at) * self.seq_len)
+                ends = ends[upto:]
+                self._bin.write(memoryview(block.rows[at:at + take]).cast("B"))
+                self._real += int(block.real[at:at + take].sum())
+                self._docs += int(block.documents[at:at + take].sum())
+                self._split += int(block.split[at:at + take].sum())
+                self._count += take
+                at += take
+                if self._count == self.per_shard:
+                    self._roll()
 
     def _roll(self) -> None:
         assert self._bin is not None
@@ -96,7 +87,8 @@ class PackedTokensWriter(Writer):
         sha = self._bin.commit()
         extra: dict[str, Any] = {"tokens": self._count * self.seq_len}
         for key, suffix, data in (("index", ".idx", idx_bytes(np.full(self._count, self.seq_len), self.dtype)),
-                                  ("boundaries", CU_SUFFIX, npy_bytes(np.asarray(self._ends, dtype=np.int64)))):
+                                  ("boundaries", CU_SUFFIX, npy_bytes(np.concatenate([np.zeros(0, np.int64),
+                                                                                      *self._ends])))):
             f = HashingFile(self.out_dir / self.shard_name(self.next_index(), suffix))
             f.write(data)
             extra[key] = {"path": f.path.name, "bytes": f.bytes, "sha256": f.commit()}
@@ -107,9 +99,12 @@ class PackedTokensWriter(Writer):
         self._count = self._real = self._docs = self._split = 0
 
     def close(self) -> list[ShardRecord]:
-        self._write(list(self.packer.finish()))
+        for window in self.packer.finish():
+            self._write(window)
         if self._bin is not None:
             self._roll()
+        if self._docs and self.shards:  # empty documents after the last sequence
+            self.shards[-1].extra["documents"] += self._docs
         return self.shards
 
     def abort(self) -> None:
