@@ -12,7 +12,7 @@ sequence keep their order in the stream: the pieces of a split document therefor
 on the documents in order, never on the batches they came in.
 
 The placement is a loop over pieces (bisect on a sorted list of free spaces); copying tokens into
-sequences and every count are vectorized over a window (``Window.block``).
+sequences is one slice copy per piece, and every count is vectorized (``Window.block``).
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import numpy as np
 from shardsmith.core.ragged import starts_of
 
 _KEY = 1 << 32  # a free-space key: free * _KEY + sequence number (best fit, then the oldest sequence)
-BLOCK_TOKENS = 1 << 20  # tokens copied per block (the index arrays are 16 bytes a token)
+BLOCK_TOKENS = 1 << 20  # tokens per block of sequences handed to the writer
 
 
 def best_fit(lengths: list[int], seq_len: int) -> list[int]:
     """The sequence of each item under best-fit decreasing, sequences numbered in opening order."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    order = np.lexsort((np.arange(len(lengths)), -np.asarray(lengths, dtype=np.int64))).tolist()
     seq = [0] * len(lengths)
     opened = 0
     free: list[int] = []  # keys of sequences with free space, ascending
@@ -95,9 +95,9 @@ class Window:
         ln = self.len[a:b]
         dst = (self.seq[a:b] - r0) * n + self.dst[a:b]
         rows = np.full((r1 - r0) * n, pad_id, dtype=dtype)
-        k = np.arange(int(ln.sum()), dtype=np.int64)
-        base = starts_of(ln)[:-1]
-        rows[np.repeat(dst - base, ln) + k] = self.tokens[np.repeat(self.src[a:b] - base, ln) + k]
+        tokens = self.tokens
+        for d, s, m in zip(dst.tolist(), self.src[a:b].tolist(), ln.tolist()):  # pieces are long: a copy each
+            rows[d:d + m] = tokens[s:s + m]
         row = self.seq[a:b] - r0
         per_row = {name: np.bincount(row, weights=w, minlength=r1 - r0).astype(np.int64)
                    for name, w in (("real", ln), ("documents", self.first[a:b]), ("split", self.cut_first[a:b]))}
@@ -130,7 +130,8 @@ class BestFitPacker:
         self.peak_tokens = 0  # the most tokens a window held (tests check the bound)
 
     def add_batch(self, lengths: np.ndarray, tokens: np.ndarray) -> Iterator[Window]:
-        """Documents back to back in ``tokens`` with these lengths (copied: the caller may reuse them)."""
+        """Documents back to back in ``tokens`` with these lengths (views kept until their window is
+        packed: the caller must not reuse the buffer, as ``Writer.keeps_batches`` promises)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         starts = starts_of(lengths)
         at = 0
@@ -138,7 +139,7 @@ class BestFitPacker:
             reach = self._held + starts[at + 1:] - starts[at]
             stop = at + int(np.searchsorted(reach, self.window_tokens, side="left")) + 1  # the doc that reaches it
             stop = min(stop, len(lengths))
-            self._tokens.append(np.array(tokens[starts[at]:starts[stop]]))
+            self._tokens.append(tokens[starts[at]:starts[stop]])
             self._lengths.append(lengths[at:stop])
             self._held += int(starts[stop] - starts[at])
             at = stop
@@ -150,7 +151,7 @@ class BestFitPacker:
             yield self._flush()
 
     def _flush(self) -> Window:
-        tokens = np.concatenate(self._tokens) if len(self._tokens) != 1 else self._tokens[0]
+        tokens = np.concatenate(self._tokens)
         lengths = np.concatenate(self._lengths)
         self.peak_tokens = max(self.peak_tokens, self._held)
         self._tokens, self._lengths, self._held = [], [], 0
