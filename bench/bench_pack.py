@@ -6,8 +6,10 @@
 The corpus (bench/corpus.py, documents of about 250 B to 10 KB) and the byte-level BPE
 (bench/make_tokenizers.py) are made once in the work folder. Each repeat runs plain pack-tokens, then
 --pack best-fit at --seq-len 2048 and 512, one after the other (interleaved, so a busy machine slows
-all three alike); the wall times are medians of child processes (start-up included). Goals: padding
-<= 1 % at 2048, extra wall time <= 10 %.
+all three alike); the wall times are medians of child processes (start-up included). Then the
+writers alone, in this process: the plain writer against the packed writer at several windows (the
+packing's own cost, and padding against the window size). Goals: padding <= 1 % at 2048, extra wall
+time <= 10 %.
 """
 
 from __future__ import annotations
@@ -80,7 +82,50 @@ def main(argv: list[str] | None = None) -> None:
     print(f"goal padding <= 1 % at 2048: {'met' if bf['padding_fraction'] <= 0.01 else 'MISSED'} "
           f"({100 * bf['padding_fraction']:.3f} %); goal extra wall <= 10 %: "
           f"{'met' if bf['wall_s'] <= 1.10 * plain else 'MISSED'} ({100 * (bf['wall_s'] / plain - 1):+.1f} %)")
+    figures["writers"] = writers(work / "plain", work / "writers")
     print(json.dumps(figures))
+
+
+def writers(plain: Path, scratch: Path) -> list[dict]:
+    """The gather's own cost, in this process (less exposed to a busy machine than whole runs): the
+    plain run's train documents through the plain writer and the packed writer at several windows,
+    best of 3 each."""
+    import shutil
+
+    import numpy as np
+
+    from shardsmith.formats.tokens.packed_writer import PackedTokensWriter
+    from shardsmith.formats.tokens.writer import TokensWriter
+    from shardsmith.loader import TokenDocuments
+
+    docs = TokenDocuments(plain, split="train")
+    lengths = docs.lengths
+    tokens = np.concatenate([docs[i] for i in range(len(docs))]).astype(docs._shards.dtype)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    rows = []
+    for seq_len, window in ((0, 0), (2048, 1 << 20), (2048, 4 << 20), (2048, 1 << 30), (512, 1 << 20),
+                            (512, 1 << 30)):
+        best = float("inf")
+        for _ in range(3):
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            kw = dict(out_dir=scratch, split="train", dtype=tokens.dtype, shard_tokens=1 << 30)
+            w = (PackedTokensWriter(**kw, seq_len=seq_len, pad_id=0, window_tokens=window) if seq_len
+                 else TokensWriter(**kw))
+            t0 = time.perf_counter()
+            for a in range(0, len(lengths), 4096):  # batches as the gather hands them over
+                b = min(a + 4096, len(lengths))
+                w.write_batch(lengths[a:b] * tokens.itemsize, memoryview(tokens[starts[a]:starts[b]]).cast("B"))
+            w.close()
+            best = min(best, time.perf_counter() - t0)
+        extra = w.shards[0].extra
+        pad = 1 - extra.get("real_tokens", extra["tokens"]) / extra["tokens"]
+        rows.append({"seq_len": seq_len or None, "window_tokens": window or None, "seconds": round(best, 3),
+                     "padding_fraction": round(pad, 6), "documents_split": extra.get("documents_split")})
+        print(f"writer {'plain' if not seq_len else f'best-fit {seq_len}, window {window:,}':<32} "
+              f"{best:6.3f} s for {len(tokens):,} tokens" + (f", padding {100 * pad:.3f} %" if seq_len else ""))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return rows
 
 
 if __name__ == "__main__":

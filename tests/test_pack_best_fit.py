@@ -136,6 +136,18 @@ def test_a_damaged_boundaries_file_is_caught(long_corpus, bpe_tokenizer, tmp_pat
     assert res.exit_code != 0 and "train-000000.cu.npy" in res.output
 
 
+def test_a_manifest_without_boundaries_is_refused(long_corpus, bpe_tokenizer, tmp_path):
+    from shardsmith.errors import DatasetError
+
+    pack(long_corpus, tmp_path / "o", bpe_tokenizer, *SMALL, "--pack", "best-fit", "--seq-len", "64")
+    path = tmp_path / "o" / "manifest.json"
+    m = json.loads(path.read_text())
+    del m["splits"]["train"]["shards"][0]["boundaries"]
+    path.write_text(json.dumps(m))
+    with pytest.raises(DatasetError, match="boundaries"):
+        shardsmith.open(tmp_path / "o")
+
+
 @pytest.mark.parametrize("extra, message", [
     (("--pack", "best-fit"), "--pack best-fit needs --seq-len N"),
     (("--pack", "best-fit", "--seq-len", "100000", "--memory", "512KB"), "allows up to 2000"),

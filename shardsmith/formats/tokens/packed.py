@@ -41,9 +41,6 @@ class PackedSequences:
         self.seq_len = int(packing["seq_len"])
         self.pad_id = int(packing["pad_id"])
         self.split = split
-        if self._shards.tokens % self.seq_len:
-            raise DatasetError(f"{out_dir}: split {split!r} holds {self._shards.tokens} tokens, not a multiple "
-                               f"of seq_len {self.seq_len}")
         self._ends = self._boundaries(Path(out_dir))
 
     def _boundaries(self, out_dir: Path) -> np.ndarray:
@@ -59,6 +56,8 @@ class PackedSequences:
             except (OSError, ValueError) as exc:
                 raise DatasetError(f"{path}: cannot read the document boundaries ({exc})") from None
             tokens = entry["bytes"] // self._shards.dtype.itemsize
+            if tokens % self.seq_len:
+                raise DatasetError(f"{path}: its shard holds {tokens} tokens, not whole sequences of {self.seq_len}")
             if ends.ndim != 1 or ends.dtype.kind not in "iu" or (len(ends) and (
                     np.any(np.diff(ends) <= 0) or ends[0] <= 0 or ends[-1] > tokens)):
                 raise DatasetError(f"{path}: document boundaries are not increasing inside the shard")
