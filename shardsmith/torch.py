@@ -128,12 +128,16 @@ class _Epoch:
         first, self._resume = self._resume, 0
         self._produced = first
 
+        steps = range(worker + first * workers, layout.steps, workers)
+
         def batches() -> Iterator[np.ndarray]:
-            for step in range(worker + first * workers, layout.steps, workers):
+            for step in steps:
                 indices = order[layout.positions(step)]
                 self._produced += 1
                 yield indices
 
+        self._ahead = lambda: (np.concatenate([order[layout.positions(step)] for step in steps]) if len(steps)
+                               else np.zeros(0, dtype=np.int64))
         return batches()
 
 
@@ -141,7 +145,18 @@ class _EpochIterable(_Epoch, IterableDataset):
     """An iterable adapter: ``_make`` turns one batch's indices into what the DataLoader gets."""
 
     def __iter__(self) -> Iterator[Any]:
-        return map(self._make, self._walk())
+        return self._streamed(self._walk())  # _walk now: the saved position is taken when iteration starts
+
+    def _streamed(self, batches: Iterator[np.ndarray]) -> Iterator[Any]:
+        """The batches made; a streamed dataset (``shardsmith.loader.open(url, ...)``) is told this
+        stream's order first, to fetch its shards ahead, and lets go of its cached shards at the end
+        (a worker waiting for the others holds none)."""
+        prefetch, release = getattr(self.dataset, "prefetch", None), getattr(self.dataset, "release", None)
+        if prefetch is not None:
+            prefetch(self._ahead())
+        yield from map(self._make, batches)
+        if release is not None:
+            release()
 
     def _make(self, indices: np.ndarray) -> Any:
         raise NotImplementedError

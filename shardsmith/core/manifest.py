@@ -86,12 +86,17 @@ def load(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
 def load_split(out_dir: str | os.PathLike[str], *, fmt: str, split: str) -> tuple[dict[str, Any], list[dict]]:
     """(manifest, shard entries of ``split``) of a dataset that must be of format ``fmt``."""
     manifest = load(out_dir)
+    return manifest, split_of(manifest, fmt=fmt, split=split, where=out_dir)
+
+
+def split_of(manifest: dict[str, Any], *, fmt: str, split: str, where: Any) -> list[dict]:
+    """The shard entries of ``split`` of a loaded manifest that must be of format ``fmt``."""
     if manifest["format"] != fmt:
-        raise DatasetError(f"{out_dir}: a {manifest['format']} dataset, not {fmt}")
+        raise DatasetError(f"{where}: a {manifest['format']} dataset, not {fmt}")
     splits = manifest["splits"]
     if split not in splits:
-        raise DatasetError(f"{out_dir}: no split {split!r} (splits: {', '.join(splits)})")
-    return manifest, splits[split]["shards"]
+        raise DatasetError(f"{where}: no split {split!r} (splits: {', '.join(splits)})")
+    return splits[split]["shards"]
 
 
 def validate(manifest: Any, *, where: Path) -> None:

@@ -20,13 +20,20 @@ _CLASSES = {
 }
 
 
-def open(out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None) -> Any:  # noqa: A001
-    """A random-access dataset of one split, of the kind its manifest names (``decode``: for images)."""
-    from shardsmith import registry
-    from shardsmith.core import manifest as manifest_mod
+def open(where: str | os.PathLike[str], *, split: str = "train", decode: str | None = None,  # noqa: A001
+         cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str = "20GB", retries: int = 5,
+         retry_wait: float = 0.5) -> Any:
+    """A random-access dataset of one split, of the kind its manifest names (``decode``: for images).
 
-    manifest = manifest_mod.load(out_dir)
-    return registry.format_of(manifest, where=str(out_dir)).open(out_dir, split=split, decode=decode)
+    ``where``: a dataset folder, or a URL (``s3://bucket/prefix``, any fsspec scheme) read through a
+    local cache in ``cache_dir`` holding at most ``cache_limit`` (``"20GB"``, or bytes); transient
+    errors of the store are retried ``retries`` times (``engine/retry.py``)."""
+    from shardsmith import registry
+    from shardsmith.loader.files import files_for
+
+    files = files_for(where, cache_dir=cache_dir, cache_limit=cache_limit, retries=retries, retry_wait=retry_wait)
+    manifest = files.load_manifest()
+    return registry.format_of(manifest, where=files.where).open(files, split=split, decode=decode)
 
 
 def __getattr__(name: str) -> Any:

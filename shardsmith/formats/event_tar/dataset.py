@@ -21,8 +21,9 @@ class EventTarDataset(TarDataset):
     """One split of events in tar shards: ``len`` (samples), ``ds[i] -> {field: array}``; ``get_batch``
     and ``iter`` (exact permutation, rank split, resume) come from ``TarDataset``."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train") -> None:
-        super().__init__(out_dir, split=split)
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+        super().__init__(out_dir, split=split, cache_dir=cache_dir, cache_limit=cache_limit)
         events = self.manifest.get("events")
         if not isinstance(events, dict):
             raise DatasetError(f"{out_dir}: the manifest describes no events")

@@ -20,15 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.events import EventSchema
-from shardsmith.core.identity import stamp
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.errors import DatasetError
 from shardsmith.formats.hdf5.batch import EventBatch, Ragged, _join, _join_runs, _long_runs
 from shardsmith.formats.hdf5.checks import _check_schema
 from shardsmith.formats.hdf5.order import EventIterator, event_order
 from shardsmith.formats.hdf5.shard import FORMAT, FORMAT_VERSION, _OpenShard
+from shardsmith.loader.files import files_for
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "EventBatch", "EventDataset", "EventIterator", "Ragged", "event_order"]
 
@@ -36,9 +35,13 @@ __all__ = ["FORMAT", "FORMAT_VERSION", "EventBatch", "EventDataset", "EventItera
 class EventDataset:
     """One split of an hdf5 event dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``lengths``, ``iter``."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train") -> None:
-        self.out_dir = Path(out_dir)
-        self.manifest, entries = manifest_mod.load_split(out_dir, fmt="hdf5", split=split)
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+        """``out_dir``: a dataset folder, or a URL read through a local cache in ``cache_dir`` of at
+        most ``cache_limit`` bytes (``shardsmith.loader.open``): shards are downloaded whole."""
+        self._files = files_for(out_dir, cache_dir=cache_dir, cache_limit=cache_limit)
+        self.out_dir = self._files.root
+        self.manifest, entries = self._files.load_split(fmt="hdf5", split=split)
         self.split = split
         self._schema_json = self.manifest["schema"]
         try:
@@ -46,9 +49,7 @@ class EventDataset:
             _check_schema(self.schema)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"{out_dir}: the manifest's schema is not an event schema ({exc})") from None
-        self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
-        # what the lazily opened shards must still be
-        self._stamps = [stamp(path, size=e["bytes"]) for path, e in zip(self._paths, entries)]
+        self._paths = self._files.names  # with what the lazily opened shards must still be (``files``)
         self._samples = [e["samples"] for e in entries]
         self._starts = [0]
         for n in self._samples:
@@ -60,6 +61,8 @@ class EventDataset:
         self._populate = sum(e["bytes"] for e in entries) <= _memory_bytes() // 2
         self._open: list[_OpenShard | None] = [None] * len(self._paths)
         self._offsets: list[dict[str, np.ndarray] | None] = [None] * len(self._paths)  # validated, kept
+        self._pins: dict[int, int] = {}  # streamed shards open: the cache's descriptor that holds each
+        self._using: list[int] = []  # the shards the current read needs
         self._pid = os.getpid()
 
     # -- metadata -------------------------------------------------------------------------------
@@ -74,26 +77,63 @@ class EventDataset:
     def __getstate__(self) -> dict[str, Any]:
         # open files and maps do not pickle; a spawned worker opens its own
         return {**self.__dict__, "_open": [None] * len(self._paths), "_offsets": [None] * len(self._paths),
-                "_pid": -1}
+                "_pins": {}, "_pid": -1}
 
     def _shard(self, s: int) -> _OpenShard:
         """Shard s, opened (and checked) on first use in this process."""
         if self._pid != os.getpid():  # a forked child: the parent's handles are not ours to use
             self._open = [None] * len(self._paths)
+            for fd in self._pins.values():
+                os.close(fd)  # our copy only: the parent's hold on its cached files stays
+            self._pins = {}
             self._pid = os.getpid()
         shard = self._open[s]
         if shard is None:
-            shard = _OpenShard(self._paths[s], samples=self._samples[s], schema=self.schema,
-                               schema_json=self._schema_json, offsets=self._offsets[s], stamp=self._stamps[s])
+            path, want, pin = self._files.local(s, release=lambda: self._trim(self._using, keep=0))
+            try:
+                shard = _OpenShard(path, samples=self._samples[s], schema=self.schema,
+                                   schema_json=self._schema_json, offsets=self._offsets[s], stamp=want)
+            except BaseException:
+                if pin is not None:
+                    os.close(pin)
+                raise
             self._offsets[s] = shard.offsets
             self._open[s] = shard
+            if pin is not None:
+                self._pins[s] = pin
         return shard
 
+    def _trim(self, using: list[int], keep: int | None = None) -> None:
+        """A streamed dataset keeps a few shards open: the oldest not in ``using`` (the shards being
+        read) are closed, so the cache may evict them (``keep=0``: all of them)."""
+        self._using = using
+        keep = self._files.keep_open if keep is None else keep
+        if keep is None or len(self._pins) <= keep:
+            return
+        for s in [k for k in self._pins if k not in using][:len(self._pins) - keep]:
+            self._release(s)
+
+    def _release(self, s: int) -> None:
+        shard = self._open[s]
+        if shard is not None:
+            shard.close()
+            self._open[s] = None
+        if s in self._pins:
+            os.close(self._pins.pop(s))
+
     def close(self) -> None:
-        for shard in self._open:
-            if shard is not None:
-                shard.close()
-        self._open = [None] * len(self._paths)
+        for s in range(len(self._open)):
+            self._release(s)
+
+    def release(self) -> None:
+        """Close every shard now (they open again when read): a streamed dataset's cache may evict them."""
+        self.close()
+
+    def prefetch(self, indices: Any) -> None:
+        """The events this process reads next, in order: a streamed dataset downloads their shards
+        a few ahead, within its cache's limit (a local one has nothing to do)."""
+        self._files.plan(np.searchsorted(np.asarray(self._starts, np.int64), np.asarray(indices, np.int64),
+                                         side="right") - 1, release=self.release)
 
     # -- access ---------------------------------------------------------------------------------
 
@@ -111,7 +151,9 @@ class EventDataset:
             raise IndexError(f"event index {i} out of range for {self._n} events")
         i %= self._n
         s = bisect_right(self._starts, i) - 1
+        self._trim([s])
         shard = self._shard(s)
+        self._files.touched(s)
         j = i - self._starts[s]
         out = {}
         for f in self.schema.fields:
@@ -136,8 +178,12 @@ class EventDataset:
         idx = self._check(indices)
         starts = np.asarray(self._starts, dtype=np.int64)
         shard_of = np.searchsorted(starts, idx, side="right") - 1
-        touched = np.unique(shard_of).tolist()
+        touched, counts = np.unique(shard_of, return_counts=True)
+        touched = touched.tolist()
+        self._trim(touched)
         shards = {s: self._shard(s) for s in touched}
+        for s, n in zip(touched, counts.tolist()):
+            self._files.touched(s, n)
         runs = 1 + int(np.count_nonzero(np.diff(np.sort(idx)) != 1))
         if runs * 16 > len(idx) and all(shards[s].mapped for s in touched):
             return self._gather_mapped(idx, idx - starts[shard_of], shard_of, shards)
@@ -245,7 +291,10 @@ class EventDataset:
         """Every event's length in ``counter`` (int64), from the offsets alone: for length bucketing."""
         if counter not in self.schema.counters:
             raise KeyError(f"no counter {counter!r} (counters: {', '.join(self.schema.counters)})")
-        parts = [np.diff(self._shard(s).offsets[counter]) for s in range(len(self._paths))]
+        parts = []
+        for s in range(len(self._paths)):
+            self._trim([s])
+            parts.append(np.diff(self._shard(s).offsets[counter]))
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
@@ -263,6 +312,7 @@ class EventDataset:
         config = {"shuffle": bool(shuffle), "seed": int(seed), "epoch": int(epoch), "rank": int(rank),
                   "world_size": int(world_size), "batch_size": batch_size, "drop_last": bool(drop_last),
                   "block": int(block), "exact": bool(exact)}
+        self.prefetch(order)
         return EventIterator(n=self._n, order=order, get_item=self.__getitem__, get_batch=self.get_batch,
                              config=config)
 

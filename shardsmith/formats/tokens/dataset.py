@@ -7,32 +7,30 @@ Window i is tokens ``[i·L, i·L + L + 1)`` of the split's shards concatenated i
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
-from shardsmith.core.identity import Stamp, open_checked, stamp
 from shardsmith.errors import DatasetError
 from shardsmith.formats.order import ResumableIterator
-from shardsmith.formats.tokens.indexed import read_idx
+from shardsmith.formats.tokens.indexed import parse_idx
+from shardsmith.loader.files import files_for
 
 
 class _TokenShards:
     """The .bin files of one split, memory-mapped lazily (so a forked worker maps its own)."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], split: str) -> None:
-        self.out_dir = Path(out_dir)
-        self.manifest, self.entries = manifest_mod.load_split(out_dir, fmt="tokens", split=split)
+    def __init__(self, out_dir: str | os.PathLike[str], split: str, **cache: Any) -> None:
+        self._files = files_for(out_dir, **cache)
+        self.out_dir = self._files.root
+        # the shards' paths and identities (what the lazily opened files must still be) taken now
+        self.manifest, self.entries = self._files.load_split(fmt="tokens", split=split)
         self.split = split
         self.dtype = safe_dtype(self.manifest["tokenizer"]["dtype"], field="tokenizer.dtype")
-        self.paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in self.entries]
-        self.index_paths = [manifest_mod.resolve_inside(out_dir, e["index"]["path"]) for e in self.entries]
-        # what the lazily opened files must still be (``identity``)
-        self.stamps = [stamp(path, size=e["bytes"]) for path, e in zip(self.paths, self.entries)]
-        self.index_stamps = [stamp(path) for path in self.index_paths]
+        self.paths = self._files.names
+        self.index_paths = [self._files.name_of(e["index"]["path"]) for e in self.entries]
+        self.index_stamps = [self._files.stamp_of(path) for path in self.index_paths]
         for path, e in zip(self.paths, self.entries):
             if e["bytes"] % self.dtype.itemsize:
                 raise DatasetError(f"{path}: size is not a multiple of the {self.dtype.name} token size")
@@ -40,27 +38,63 @@ class _TokenShards:
         self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.tokens = int(self.starts[-1])
         self._maps: list[np.ndarray] | None = None
+        self._some: list[np.ndarray | None] = []  # a streamed dataset's maps: a few shards at a time
+        self._mapped: list[int] = []
         self._pid = -1
         self._doc_lengths: np.ndarray | None = None
         self._doc_ends: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # a memory map pickles as a copy of its data: a spawned worker maps (and checks) its own
-        return {**self.__dict__, "_maps": None, "_pid": -1}
+        return {**self.__dict__, "_maps": None, "_some": [], "_mapped": [], "_pid": -1}
 
     @property
     def maps(self) -> list[np.ndarray]:
+        """Every shard mapped (a local dataset: all at once, each checked against its identity)."""
         if self._maps is None or self._pid != os.getpid():
-            self._maps = [self._map(p, e, st) for p, e, st in zip(self.paths, self.entries, self.stamps)]
+            self._maps = [self._map(s) for s in range(len(self.entries))]
             self._pid = os.getpid()
         return self._maps
 
-    def _map(self, path: Path, entry: dict[str, Any], want: Stamp) -> np.ndarray:
-        if not entry["bytes"]:
+    def _map(self, s: int) -> np.ndarray:
+        if not self.entries[s]["bytes"]:
             return np.zeros(0, self.dtype)
-        fd = open_checked(path, want)
-        with os.fdopen(fd, "rb") as fh:
+        with os.fdopen(self._files.open(s, release=self._let_go), "rb") as fh:
             return np.memmap(fh, dtype=self.dtype, mode="r")
+
+    def array(self, s: int) -> np.ndarray | None:
+        """Shard s's tokens mapped, or None when it is read by byte ranges (streamed, not cached)."""
+        if self._files.keep_open is None:
+            return self.maps[s]
+        if self._pid != os.getpid():
+            self._some, self._mapped, self._pid = [None] * len(self.entries), [], os.getpid()
+        arr = self._some[s]
+        if arr is None:
+            if self.entries[s]["bytes"] and not self._files.whole(s):
+                return None
+            arr = self._some[s] = self._map(s)
+            self._mapped.append(s)
+            if len(self._mapped) > self._files.keep_open:  # let the oldest go: the cache may evict it
+                self._some[self._mapped.pop(0)] = None
+        return arr
+
+    def _let_go(self) -> None:
+        """Unmap the streamed shards (waiting for room in the cache, a process lets go of its own)."""
+        self._some, self._mapped = [None] * len(self.entries), []
+
+    def release(self) -> None:
+        """Unmap the streamed shards now (see ``TarDataset.release``); a local dataset keeps its maps."""
+        self._let_go()
+        self._files.let_go()
+
+    def ranged(self, s: int, starts: np.ndarray, width: int) -> np.ndarray:
+        """Tokens ``[a, a + width)`` of shard s for each start, by byte ranges."""
+        size = self.dtype.itemsize
+        got = self._files.read_ranges(s, (starts * size).tolist(), ((starts + width) * size).tolist())
+        return np.frombuffer(b"".join(got), dtype=self.dtype).reshape(len(starts), width)
+
+    def shard_of(self, starts: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.starts, starts, side="right") - 1
 
     @property
     def doc_lengths(self) -> np.ndarray:
@@ -68,7 +102,7 @@ class _TokenShards:
         if self._doc_lengths is None:
             parts = []
             for e, path, index, want in zip(self.entries, self.paths, self.index_paths, self.index_stamps):
-                idx = read_idx(index, bin_bytes=e["bytes"], stamp=want)
+                idx = parse_idx(self._files.sidecar(e["index"], want=want), index, bin_bytes=e["bytes"])
                 if idx.dtype != self.dtype:
                     raise DatasetError(f"{path}: index dtype {idx.dtype} differs from the manifest's {self.dtype}")
                 parts.append(idx.lengths)
@@ -87,12 +121,17 @@ class _TokenShards:
         out = np.empty((len(starts), width), dtype=self.dtype)
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         inside = starts + width <= self.starts[shard + 1]
-        maps = self.maps
-        for s in np.unique(shard[inside]):
+        for s in np.unique(shard[inside]).tolist():
             rows = np.flatnonzero(inside & (shard == s))
-            windows = np.lib.stride_tricks.sliding_window_view(maps[s], width)
+            self._files.touched(s, len(rows))
+            arr = self.array(s)
+            if arr is None:
+                out[rows] = self.ranged(s, starts[rows] - self.starts[s], width)
+                continue
+            windows = np.lib.stride_tricks.sliding_window_view(arr, width)
             out[rows] = windows[starts[rows] - self.starts[s]]
         for r in np.flatnonzero(~inside):  # at most one window per shard boundary
+            self._files.touched(int(shard[r]))
             out[r] = self._span(int(starts[r]), width)
         return out
 
@@ -103,7 +142,9 @@ class _TokenShards:
         while pos < end:
             s = int(np.searchsorted(self.starts, pos, side="right") - 1)
             stop = min(end, int(self.starts[s + 1]))
-            pieces.append(self.maps[s][pos - self.starts[s]: stop - self.starts[s]])
+            arr = self.array(s)
+            a, b = pos - int(self.starts[s]), stop - int(self.starts[s])
+            pieces.append(arr[a:b] if arr is not None else self.ranged(s, np.array([a]), b - a)[0])
             pos = stop
         return np.concatenate(pieces)
 
@@ -111,8 +152,11 @@ class _TokenShards:
 class TokenDataset:
     """Training windows of ``seq_len`` tokens over one split: ``ds[i] -> (x, y)``, ``get_batch``, ``iter``."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], *, seq_len: int | None = None, split: str = "train") -> None:
-        self._shards = _TokenShards(out_dir, split)
+    def __init__(self, out_dir: str | os.PathLike[str], *, seq_len: int | None = None, split: str = "train",
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+        """``out_dir``: a dataset folder, or a URL read through a local cache in ``cache_dir`` of at
+        most ``cache_limit`` bytes (``shardsmith.loader.open``)."""
+        self._shards = _TokenShards(out_dir, split, cache_dir=cache_dir, cache_limit=cache_limit)
         seq_len = seq_len or self._shards.manifest.get("seq_len")
         if not isinstance(seq_len, int) or seq_len < 1:
             raise DatasetError(f"{out_dir}: give seq_len (the manifest records none)")
@@ -146,6 +190,10 @@ class TokenDataset:
         x, y = self.get_batch(np.asarray(indices))
         return list(zip(x, y))
 
+    def release(self) -> None:
+        """Let go of the streamed shards this process maps (the cache may evict them)."""
+        self._shards.release()
+
     def cu_seqlens(self, i: int) -> np.ndarray:
         """Document boundaries inside window i's ``x`` (0, ends…, L) for document-masked attention."""
         (i,) = self._check(np.array([i]))
@@ -157,16 +205,25 @@ class TokenDataset:
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
         """Walk this rank's slice of the epoch's permutation; yields (x, y) or batches of them."""
-        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch,
-                                 shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
-                                 batch_size=batch_size, drop_last=drop_last)
+        it: ResumableIterator[Any] = ResumableIterator(
+            n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, shuffle=shuffle, seed=seed,
+            epoch=epoch, rank=rank, world_size=world_size, batch_size=batch_size, drop_last=drop_last)
+        self.prefetch(it._order)
+        return it
+
+    def prefetch(self, indices: Any) -> None:
+        """The windows this process reads next, in order: a streamed dataset downloads their shards
+        a few ahead, within its cache's limit (a local one has nothing to do)."""
+        self._shards._files.plan(self._shards.shard_of(np.asarray(indices, np.int64) * self.seq_len),
+                                 release=self.release)
 
 
 class TokenDocuments:
     """The documents of a packed split: ``ds[i]`` is document i's token ids (eos included)."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train") -> None:
-        self._shards = _TokenShards(out_dir, split)
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+        self._shards = _TokenShards(out_dir, split, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self._shards.manifest
         self.split = split
         self.lengths = self._shards.doc_lengths
@@ -180,13 +237,26 @@ class TokenDocuments:
         if not -n <= i < n:
             raise IndexError(f"document {i} out of range for {n} documents")
         i %= n
-        return self._shards._span(int(self._starts[i]), int(self.lengths[i])).astype(np.int64)
+        start = int(self._starts[i])
+        self._shards._files.touched(int(self._shards.shard_of(start)))
+        return self._shards._span(start, int(self.lengths[i])).astype(np.int64)
+
+    def release(self) -> None:
+        """Let go of the streamed shards this process maps (the cache may evict them)."""
+        self._shards.release()
 
     def get_batch(self, indices: Any) -> list[np.ndarray]:
         return [self[int(i)] for i in np.asarray(indices)]
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
-        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch,
-                                 shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
-                                 batch_size=batch_size, drop_last=drop_last)
+        it: ResumableIterator[Any] = ResumableIterator(
+            n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, shuffle=shuffle, seed=seed,
+            epoch=epoch, rank=rank, world_size=world_size, batch_size=batch_size, drop_last=drop_last)
+        self.prefetch(it._order)
+        return it
+
+    def prefetch(self, indices: Any) -> None:
+        """The documents this process reads next, in order (see ``TokenDataset.prefetch``)."""
+        self._shards._files.plan(self._shards.shard_of(self._starts[np.asarray(indices, np.int64)]),
+                                 release=self.release)

@@ -91,10 +91,11 @@ class TokensFormat(Format):
     def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
         from shardsmith.formats.tokens.dataset import TokenDocuments
         from shardsmith.formats.tokens.packed import PackedSequences
+        from shardsmith.loader.files import files_for
 
-        if manifest_mod.load(out_dir).get("packing") is not None:
-            return PackedSequences(out_dir, split=split)
-        return TokenDocuments(out_dir, split=split)
+        files = files_for(out_dir)  # a folder, or the files object ``loader.open`` passes (a URL's too)
+        kind = TokenDocuments if files.load_manifest().get("packing") is None else PackedSequences
+        return kind(files, split=split)
 
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
         """Each index against the manifest (documents, dtype), and every token inside the vocabulary."""

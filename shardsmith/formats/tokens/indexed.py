@@ -6,6 +6,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,11 @@ def read_idx(path: Path, *, bin_bytes: int | None = None, stamp: Stamp | None = 
             data = fh.read()
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read the index ({exc.strerror or exc})") from None
+    return parse_idx(data, path, bin_bytes=bin_bytes)
+
+
+def parse_idx(data: bytes, path: Any, *, bin_bytes: int | None = None) -> IndexedShard:
+    """An .idx file's bytes, checked as ``read_idx`` checks them (``path``: its name, to show)."""
     if len(data) < _HEAD.size:
         raise DatasetError(f"{path}: too short for a Megatron index")
     magic, version, code, seqs, docs = _HEAD.unpack_from(data)

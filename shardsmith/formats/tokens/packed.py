@@ -4,14 +4,12 @@ entry is the number of real tokens), ready for varlen attention."""
 
 from __future__ import annotations
 
+import io
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.identity import open_checked, stamp
 from shardsmith.errors import DatasetError
 from shardsmith.formats.order import ResumableIterator
 from shardsmith.formats.tokens.dataset import _TokenShards
@@ -32,27 +30,30 @@ def packing_stats(extras: list[dict[str, Any]], *, seq_len: int) -> dict[str, An
 class PackedSequences:
     """The packed sequences of one split: ``ds[i] -> {"tokens": int64[seq_len], "cu_seqlens": int32[k+1]}``."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train") -> None:
-        self._shards = _TokenShards(out_dir, split)
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+        self._shards = _TokenShards(out_dir, split, cache_dir=cache_dir, cache_limit=cache_limit)
         self.manifest = self._shards.manifest
         packing = self.manifest.get("packing")
         if not isinstance(packing, dict):
-            raise DatasetError(f"{out_dir}: not a packed dataset (no 'packing' in the manifest)")
+            raise DatasetError(f"{self._shards.out_dir}: not a packed dataset (no 'packing' in the manifest)")
         self.seq_len = int(packing["seq_len"])
         self.pad_id = int(packing["pad_id"])
         self.split = split
-        self._ends = self._boundaries(Path(out_dir))
+        self._ends = self._boundaries()
 
-    def _boundaries(self, out_dir: Path) -> np.ndarray:
+    def _boundaries(self) -> np.ndarray:
         """Every document piece's end in the split's token stream (from each shard's .cu.npy)."""
+        files = self._shards._files
         parts = []
         for entry, start in zip(self._shards.entries, self._shards.starts[:-1].tolist()):
-            cu = entry["boundaries"]
-            path = manifest_mod.resolve_inside(out_dir, cu["path"])
-            fd = open_checked(path, stamp(path, size=cu["bytes"]))
+            cu = entry.get("boundaries")
+            if not isinstance(cu, dict):
+                raise DatasetError(f"{entry['path']}: the manifest names no document boundaries for it")
+            path = files.name_of(cu["path"])
+            data = files.sidecar(cu)  # read now, whole: of the manifest's size (through the cache for a URL)
             try:
-                with os.fdopen(fd, "rb") as fh:
-                    ends = np.load(fh, allow_pickle=False)
+                ends = np.load(io.BytesIO(data), allow_pickle=False)
             except (OSError, ValueError) as exc:
                 raise DatasetError(f"{path}: cannot read the document boundaries ({exc})") from None
             tokens = entry["bytes"] // self._shards.dtype.itemsize

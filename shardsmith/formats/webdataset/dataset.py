@@ -25,8 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.identity import open_checked, stamp
 from shardsmith.core.images import pixel_limit  # stdlib only: no Pillow
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.order import ResumableIterator
@@ -40,8 +38,15 @@ from shardsmith.formats.webdataset.decode import (
     load_npy,
 )
 from shardsmith.formats.webdataset.shard_index import _load_index, _spot_check
-from shardsmith.formats.webdataset.shard_reader import _compact, _MemberTable, _Open, _shard_reader
+from shardsmith.formats.webdataset.shard_reader import (
+    _compact,
+    _MemberTable,
+    _Open,
+    _ranged_reader,
+    _shard_reader,
+)
 from shardsmith.formats.webdataset.tarfmt import index_members, scan_samples
+from shardsmith.loader.files import files_for
 
 __all__ = ["DECODES", "KINDS", "TarDataset", "load_npy"]
 
@@ -63,7 +68,10 @@ if hasattr(os, "register_at_fork"):
 class TarDataset:
     """One split of a webdataset-format dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``iter``."""
 
-    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None) -> None:
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+        """``out_dir``: a dataset folder, or a URL read through a local cache in ``cache_dir`` of at
+        most ``cache_limit`` bytes (``shardsmith.loader.open``)."""
         if decode not in DECODES:
             raise ValueError(f"decode={decode!r}: choose one of {DECODES}")
         if decode is not None:
@@ -71,17 +79,17 @@ class TarDataset:
                 import PIL.Image  # noqa: F401
             except ImportError:
                 raise ImportError(f"decode={decode!r} needs Pillow: pip install 'shardsmith[images]'") from None
-        self.out_dir = Path(out_dir)
-        self.manifest, entries = manifest_mod.load_split(out_dir, fmt="webdataset", split=split)
+        self._files = files_for(out_dir, cache_dir=cache_dir, cache_limit=cache_limit)
+        self.out_dir = self._files.root
+        self.manifest, entries = self._files.load_split(fmt="webdataset", split=split)
         self.split = split
         self.decode = decode
         self.max_image_pixels = pixel_limit(self.manifest)  # what decode="pil"/"numpy" accepts
         self._classes = _check_classes(self.manifest.get("classes"), out_dir)
         self._kinds = _schema_kinds(self.manifest.get("schema"))
-        self._paths = [manifest_mod.resolve_inside(out_dir, e["path"]) for e in entries]
+        self._paths = self._files.names  # what lazy maps must find: their identities, taken now (``files``)
         self._sizes = [e["bytes"] for e in entries]
-        self._stamps = [stamp(p, size=e["bytes"]) for p, e in zip(self._paths, entries)]  # what lazy maps must find
-        self._indexes = [_load_index(out_dir, e, path) for e, path in zip(entries, self._paths)]
+        self._indexes = [_load_index(self._files, e, path) for e, path in zip(entries, self._paths)]
         self._offsets = [offsets for offsets, _ in self._indexes]
         self._where = [str(p) for p in self._paths]
         self._starts = [0]
@@ -94,6 +102,7 @@ class TarDataset:
         self._open: list[_Open | None] = [None] * len(self._paths)
         self._pid = -1
         self._fork = -1
+        self._mapped: list[int] = []  # shards mapped, oldest first (a streamed dataset keeps a few)
 
     # -- metadata -------------------------------------------------------------------------------
 
@@ -107,13 +116,13 @@ class TarDataset:
 
     @property
     def shard_paths(self) -> list[Path]:
-        """Absolute paths of this split's shards, in order."""
+        """Absolute paths of this split's shards, in order (URLs for a streamed dataset)."""
         return list(self._paths)
 
     def __getstate__(self) -> dict[str, Any]:
         # mmaps (and image decoders, closures) do not pickle; a spawned DataLoader worker makes its own.
         return {**self.__dict__, "_maps": [], "_pid": -1, "_fork": -1, "_decoders": {},
-                "_tables": [None] * len(self._paths), "_open": [None] * len(self._paths)}
+                "_tables": [None] * len(self._paths), "_open": [None] * len(self._paths), "_mapped": []}
 
     # -- access ---------------------------------------------------------------------------------
 
@@ -122,10 +131,11 @@ class TarDataset:
         if self._pid != os.getpid():
             self._maps = [None] * len(self._paths)
             self._open = [None] * len(self._paths)
+            self._mapped = []
             self._pid = os.getpid()
         mm = self._maps[s]
         if mm is None:
-            fd = open_checked(self._paths[s], self._stamps[s])
+            fd = self._files.open(s, release=self._let_go)
             try:
                 with os.fdopen(fd, "rb") as fh:
                     mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -136,7 +146,24 @@ class TarDataset:
                 mm.close()
                 raise DatasetError(f"{self._where[s]}: {size} bytes, the manifest says {self._sizes[s]}")
             self._maps[s] = mm
+            self._mapped.append(s)
+            keep = self._files.keep_open
+            if keep is not None and len(self._mapped) > keep:  # let the oldest go: the cache may evict it
+                old = self._mapped.pop(0)
+                self._maps[old] = self._open[old] = None
         return mm
+
+    def _let_go(self) -> None:
+        """Unmap every shard (a streamed dataset waiting for room in its cache lets go of its own)."""
+        self._maps = [None] * len(self._paths)
+        self._open = [None] * len(self._paths)
+        self._mapped = []
+
+    def release(self) -> None:
+        """Unmap every shard now (they map again when read): a streamed dataset's cache may then
+        evict them. The torch adapters call it when a worker's share of the epoch is done."""
+        self._let_go()
+        self._files.let_go()
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = operator.index(i)
@@ -157,7 +184,10 @@ class TarDataset:
         return self._shard(s) if read is None else read
 
     def _shard(self, s: int) -> _Open:
-        """Shard s ready for ds[i] in this process: mapped, its table built, a decoder per extension."""
+        """Shard s ready for ds[i] in this process: mapped, its table built, a decoder per extension;
+        or, streamed and not cached, a reader of byte ranges."""
+        if not self._files.whole(s) and self._indexes[s][1] is not None:
+            return self._ranged(s)
         if self._fork != _forks:
             self._map(s)  # a new process (or the first call): forget the parent's maps
             self._fork = _forks
@@ -166,8 +196,31 @@ class TarDataset:
             if ext not in self._decoders:
                 self._decoders[ext] = self._decoder_for(ext)
         read = _shard_reader(self._map(s), table, [self._decoders[ext] for ext in table.exts], self._where[s])
-        self._open[s] = read
+        self._open[s] = read = self._files.track(s, read)
         return read
+
+    def _ranged(self, s: int) -> _Open:
+        """Shard s read sample by sample with byte ranges (a streamed shard not in the cache): the
+        member table from the offset index, whose sha256 the manifest vouches for."""
+        offsets, full = self._indexes[s]
+        table = self._tables[s]
+        if table is None:
+            found = index_members(full, where=self._where[s])
+            table = _MemberTable(keys=found.keys, first=_compact(found.first, "q"), data=_compact(found.data, "q"),
+                                 size=_compact(found.size, "q"), exts=found.exts,
+                                 ext=_compact(found.ext, "H" if len(found.exts) <= 1 << 16 else "q"))
+            self._tables[s] = table  # spot-checked against the tar's headers when the shard is mapped
+        for ext in table.exts:
+            if ext not in self._decoders:
+                self._decoders[ext] = self._decoder_for(ext)
+        return self._files.track(s, _ranged_reader(lambda a, b: self._files.read(s, a, b), table,
+                                                   [self._decoders[ext] for ext in table.exts], self._where[s]))
+
+    def prefetch(self, indices: Any) -> None:
+        """The samples this process reads next, in order: a streamed dataset downloads their shards
+        a few ahead, within its cache's limit (a local one has nothing to do)."""
+        self._files.plan(np.searchsorted(np.asarray(self._starts, np.int64), np.asarray(indices, np.int64),
+                                         side="right") - 1, release=self.release)
 
     def _table(self, s: int) -> _MemberTable:
         """Every member of shard s, read and validated once (then ``ds[i]`` only slices)."""
@@ -227,8 +280,11 @@ class TarDataset:
         options = {"shuffle": shuffle, "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size,
                    "batch_size": batch_size, "drop_last": drop_last}
         if batch_size is None and type(self).__getitem__ is TarDataset.__getitem__:
-            return _SampleIterator(self, **options)  # this class's own samples, one at a time
-        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, **options)
+            it: ResumableIterator[Any] = _SampleIterator(self, **options)  # this class's own samples, one at a time
+        else:
+            it = ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, **options)
+        self.prefetch(it._order)
+        return it
 
     def webdataset(self, *, decode: str | None = None, **kwargs: Any) -> Any:
         """A ``webdataset.WebDataset`` over the shards in order, for users who prefer that API.

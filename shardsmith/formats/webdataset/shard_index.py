@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardsmith.core import manifest as manifest_mod
 from shardsmith.errors import DatasetError
 from shardsmith.formats.webdataset.decode import _NPY_HEADER_MAX, load_npy
 from shardsmith.formats.webdataset.tarfmt import BLOCK, ShardMembers, index_offsets, is_index_v2, parse_sample
@@ -35,25 +33,22 @@ def _spot_check(buf: Any, found: ShardMembers, offsets: np.ndarray, *, where: st
                                f"as the tar's headers do (an index of another shard, or a shard changed since)")
 
 
-def _load_index(out_dir: Any, entry: dict[str, Any], tar: Path) -> tuple[array, np.ndarray | None]:
+def _load_index(files: Any, entry: dict[str, Any], tar: Any) -> tuple[array, np.ndarray | None]:
     """A shard's validated sample offsets (n + 1 of them) as a compact array of Python ints, and its
-    whole index when that is version 2 (its member table is checked when the shard is first used)."""
+    whole index when that is version 2 (its member table is checked when the shard is first used).
+    ``files`` (``loader/files.py``) has checked the shard's size and reads the index file."""
     size, n = entry["bytes"], entry["samples"]
-    if not tar.is_file() or tar.stat().st_size != size:
-        raise DatasetError(f"{tar}: missing or not {size} bytes as the manifest says")
     if size < 2 * BLOCK or size % BLOCK:
         raise DatasetError(f"{tar}: {size} bytes is not a whole tar archive of 512-byte blocks")
     if not isinstance(entry.get("index"), dict):
         raise DatasetError(f"{tar}: the manifest names no offset index for this shard")
-    path = manifest_mod.resolve_inside(out_dir, entry["index"]["path"])
-    if not path.is_file() or path.stat().st_size != entry["index"]["bytes"]:
-        raise DatasetError(f"{path}: missing or not {entry['index']['bytes']} bytes as the manifest says")
+    path = files.name_of(entry["index"]["path"])
     # a member needs a header block, a key or an extension at most 100 bytes: bounded by the tar's size
     if not isinstance(n, int) or entry["index"]["bytes"] > 8 * (2 * n + 10) + 240 * (size // BLOCK) \
             + 2 * _NPY_HEADER_MAX:
         raise DatasetError(f"{path}: {entry['index']['bytes']} bytes is too large an index for {n} samples of "
                            f"a {size}-byte shard")
-    raw = path.read_bytes()
+    raw = files.sidecar(entry["index"])
     arr = load_npy(raw, where=str(path))
     full = None
     if arr.dtype.kind == "i" and arr.dtype.itemsize == 8 and arr.ndim == 1 and is_index_v2(arr):

@@ -51,6 +51,29 @@ def _shard_reader(mm: mmap.mmap, table: _MemberTable, decoders: list[Callable[[b
     return read
 
 
+def _ranged_reader(read_range: Callable[[int, int], bytes], table: _MemberTable,
+                   decoders: list[Callable[[bytes], Any] | None], where: str) -> _Open:
+    """Sample j of one shard that is not local: its members' bytes in one ranged read (from the
+    first member's data to the last one's end), sliced where the table says."""
+    keys, first, data, size, ext, names = table.keys, table.first, table.data, table.size, table.ext, table.exts
+    guarded = [None if d is None else _guard(d, name, where) for d, name in zip(decoders, names)]
+
+    def read(j: int) -> dict[str, Any]:
+        a, b = first[j], first[j + 1]
+        base = data[a]
+        buf = read_range(base, data[b - 1] + size[b - 1])
+        sample: dict[str, Any] = {"__key__": keys[j]}
+        for k in range(a, b):
+            start = data[k]
+            e = ext[k]
+            decode = guarded[e]
+            raw = buf[start - base:start - base + size[k]]
+            sample[names[e]] = raw if decode is None else decode(raw, start)
+        return sample
+
+    return read
+
+
 def _compact(values: np.ndarray, code: str) -> array:
     """An int array as a compact ``array``, whose items index as Python ints faster than numpy's."""
     return array(code, values.astype(np.dtype(code), copy=False).tobytes())
