@@ -229,7 +229,10 @@ def main() -> None:
 @click.option("--transform", "transforms", multiple=True, metavar="NAME[=SPEC]",
               help="A registered transform applied to each row before its text is taken (repeatable).")
 @click.option("--seq-len", type=click.IntRange(1, MAX_INT32), default=None,
-              help="Default window length recorded for TokenDataset.")
+              help="Default window length recorded for TokenDataset; with --pack, every sequence's length.")
+@click.option("--pack", type=click.Choice(["best-fit"]), default=None,
+              help="Pack whole documents into --seq-len sequences (best-fit decreasing, padded at the end).")
+@click.option("--pad-id", type=click.IntRange(0), default=None, help="Padding id [default: the tokenizer's pad, else eos].")
 @click.option("--shard-tokens", default="1G", show_default=True, callback=_size("--shard-tokens"),
               help="Roll over to a new .bin/.idx shard after this many tokens.")
 @click.option("--nanogpt", is_flag=True, help="Also write flat {split}.bin (uint16) as nanoGPT reads them.")
@@ -237,7 +240,7 @@ def main() -> None:
 @user_errors
 def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
     """Tokenize JSONL/Parquet text into exactly shuffled Megatron indexed datasets."""
-    from shardsmith.commands.pack_tokens import PackTokensOptions, run
+    from shardsmith.commands.pack_tokens import PackTokensOptions, run, summary_line
     from shardsmith.engine.workers import default_workers
 
     kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
@@ -246,12 +249,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
     manifest = run(opts)
     if report_stage(out, manifest):
         return
-    src = manifest["source"]
-    parts = ", ".join(f"{name}: {plural(s['samples'], 'document')}, {plural(s['tokens'], 'token')} in "
-                      f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
-    click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
-               f"engine {manifest['tokenizer']['engine']}{inputs_left_out(src)}")
-    report_skipped(out, src)
+    click.echo(summary_line(out, manifest) + inputs_left_out(manifest["source"]))
+    report_skipped(out, manifest["source"])
 
 
 @main.command()

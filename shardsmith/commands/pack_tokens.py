@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ class PackTokensOptions(ConvertingOptions):
     seq_len: int | None = None
     shard_tokens: int = 1_000_000_000
     nanogpt: bool = False
+    pack: str | None = None  # "best-fit": fixed seq_len sequences of whole documents (formats.tokens.packing)
+    pad_id: int | None = None  # the id after a packed sequence's documents [default: the tokenizer's pad, else eos]
 
 
 def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
@@ -86,6 +89,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         raise UsageError("give exactly one of --tokenizer FILE and --train-tokenizer VOCAB_SIZE")
     if opts.no_eos and opts.eos_token:
         raise UsageError("--no-eos and --eos-token contradict each other")
+    check_packing(opts)
     # every source of rows reads the text field: JSONL and Parquet, and any plugin's
     reader = MultiReader(readers=[cls.for_text(opts.text_field) for cls in registry.loaded("source").values()
                                   if cls.holds == "rows"])
@@ -139,6 +143,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                                load=tuple)
     progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
                                                   f"are refused: this tokenizer's ids change when they are cut"))
+    if opts.pack is not None:
+        opts = dataclasses.replace(opts, pad_id=pad_id_of(opts, hf, eos_id, vocab_size))
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
                             piece_chars=tk.PIECE_CHARS if safe else None)
 
@@ -163,7 +169,9 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         extras={"tokenizer": tokenizer, "seq_len": opts.seq_len,
                 **({"transforms": [t.describe() for t in transforms]} if transforms else {})},
         used=(*(("source", kind) for kind in reader.kinds(files)), *(("transform", t.name) for t in transforms)),
-        skipped_inputs=remote.skipped_inputs(files))
+        skipped_inputs=remote.skipped_inputs(files),
+        written=None if opts.pack is None else sum(s.extra["documents"] for o in done.outputs.values()
+                                                   for s in o.shards))
 
 
 def _write_changed(path: Path, data: bytes) -> None:
@@ -213,3 +221,63 @@ def _inputs_digest(files: list[Any]) -> str:
     for f in files:
         h.update(f"{f.rel}\0{f.size}\n".encode())
     return h.hexdigest()
+
+
+PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<|endoftext|>")
+PACK_MIN_SEQUENCES = 8  # the packing window holds at least this many sequences
+
+
+def check_packing(opts: PackTokensOptions) -> None:
+    """The packing options together, before any work (one-line usage errors)."""
+    if opts.pack is None:
+        if opts.pad_id is not None:
+            raise UsageError("--pad-id pads packed sequences: give --pack best-fit too")
+        return
+    if opts.pack != "best-fit":
+        raise UsageError(f"--pack {opts.pack!r}: the one packing is 'best-fit'")
+    if opts.seq_len is None:
+        raise UsageError("--pack best-fit needs --seq-len N, the length of every packed sequence")
+    if not 1 <= opts.seq_len < 1 << 31:
+        raise UsageError(f"--seq-len {opts.seq_len}: out of range [1, 2**31)")
+    if opts.nanogpt:
+        raise UsageError("--nanogpt writes documents back to back without padding: it does not combine with --pack")
+    from shardsmith.core.sizes import format_size
+
+    most = opts.memory // 8 // 4 // PACK_MIN_SEQUENCES
+    if opts.seq_len > most:
+        raise UsageError(f"--seq-len {opts.seq_len}: the packing window (an eighth of --memory) holds at least "
+                         f"{PACK_MIN_SEQUENCES} sequences; --memory {format_size(opts.memory)} allows up to {most}")
+
+
+def pad_id_of(opts: PackTokensOptions, hf: Any, eos_id: int | None, vocab_size: int) -> int:
+    """``--pad-id``, else the tokenizer's padding token, else a usual pad token among its specials,
+    else the end-of-text id."""
+    if opts.pad_id is not None:
+        if not 0 <= opts.pad_id < vocab_size:
+            raise UsageError(f"--pad-id {opts.pad_id}: outside the tokenizer's vocabulary of {vocab_size}")
+        return opts.pad_id
+    padding = hf.padding
+    if padding and padding.get("pad_id") is not None and 0 <= padding["pad_id"] < vocab_size:
+        return int(padding["pad_id"])
+    specials = {t.content: i for i, t in hf.get_added_tokens_decoder().items() if t.special}
+    found = next((specials[c] for c in PAD_CANDIDATES if c in specials), eos_id)
+    if found is None:
+        raise UsageError("--pack: the tokenizer names no padding or end-of-text token; give --pad-id")
+    return int(found)
+
+
+def summary_line(out: Path, manifest: dict[str, Any]) -> str:
+    """The run's one-line summary for the CLI (with the packing figures of a packed run)."""
+    from shardsmith.commands.report import plural
+
+    src = manifest["source"]
+    unit = "sequence" if manifest.get("packing") else "document"
+    parts = ", ".join(f"{name}: {plural(s['samples'], unit)}, {plural(s['tokens'], 'token')} in "
+                      f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
+    line = (f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
+            f"engine {manifest['tokenizer']['engine']}")
+    if (p := manifest.get("packing")) is not None:
+        line += (f"; packed best-fit at {p['seq_len']}: padding {100 * p['padding_fraction']:.2f} %, "
+                 f"{plural(p['documents_split'], 'document')} split of {p['documents']:,} "
+                 f"({100 * p['split_fraction']:.2f} %)")
+    return line

@@ -22,13 +22,12 @@ from shardsmith.errors import DatasetError, ShardsmithError
 
 
 def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every file entry the manifest lists: shards, their indexes, nanoGPT files."""
+    """Every file entry the manifest lists: shards, their indexes and boundaries, nanoGPT files."""
     entries = []
     for split in m["splits"].values():
         for shard in split["shards"]:
             entries.append(shard)
-            if "index" in shard:
-                entries.append(shard["index"])
+            entries += [shard[key] for key in ("index", "boundaries") if key in shard]
     entries += [e for e in (m.get("nanogpt") or {}).values() if isinstance(e, dict)]
     entries += m.get("files") or []
     return entries

@@ -21,8 +21,8 @@ MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their cou
 def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Converted, files: list[InputFile],
                    source: dict[str, Any], schema: dict[str, Any], extras: dict[str, Any] | None = None,
                    copies: int = 1, events: bool = False, used: tuple[tuple[str, str], ...] = (),
-                   unread: Sequence[dict[str, Any]] = (), skipped_inputs: Sequence[dict[str, str]] = ()
-                   ) -> dict[str, Any]:
+                   unread: Sequence[dict[str, Any]] = (), skipped_inputs: Sequence[dict[str, str]] = (),
+                   written: int | None = None) -> dict[str, Any]:
     """The manifest of a finished run, committed; returns it.
 
     ``source``: the reader's fields (name and what it adds); ``events``: each split also counts the
@@ -30,7 +30,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     registered objects the run used, as (kind, name) -- those of other packages are named with
     their distribution and version in ``plugins``; ``unread``: input files left out whole
     (``--on-error skip`` of a file that cannot be opened), listed with the files that broke off;
-    ``skipped_inputs``: objects that stayed unreadable while staging (``remote.skipped_inputs``).
+    ``skipped_inputs``: objects that stayed unreadable while staging (``remote.skipped_inputs``);
+    ``written``: the records the shards hold, where a sample is not one record (packed sequences).
     """
     from shardsmith import registry
 
@@ -39,7 +40,7 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     outputs = done.outputs
     counts = {name: o.events or sum(s.samples for s in o.shards) for name, o in outputs.items()} if events else None
     tally = Tally.of(done.results, outputs, copies=copies, inputs=files,
-                     written=sum(counts.values()) if counts is not None else None, unread_files=unread)
+                     written=sum(counts.values()) if counts is not None else written, unread_files=unread)
     splits: dict[str, Any] = {}
     for name, o in outputs.items():
         entry: dict[str, Any] = {"samples": sum(s.samples for s in o.shards)}

@@ -47,6 +47,13 @@ class TokensFormat(Format):
         seq_len = m_.count(m, "seq_len", bad, optional=True, nullable=True, low=1)
         if seq_len is not None and seq_len >= 1 << 31:
             raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
+        packing = m_.need(m, "packing", dict, bad, optional=True, nullable=True)
+        if packing is not None:
+            m_.count(packing, "seq_len", bad, where="packing.", low=1)
+            m_.count(packing, "pad_id", bad, where="packing.")
+            for name, split in m["splits"].items():
+                for shard in split["shards"]:
+                    m_.file_entry(shard.get("boundaries"), bad, f"splits.{name}.shards[].boundaries")
         nanogpt = m_.need(m, "nanogpt", dict, bad, optional=True, nullable=True)
         for split, entry in (nanogpt or {}).items():
             if entry is not None:  # a split without tokens has no nanoGPT file
@@ -55,19 +62,40 @@ class TokensFormat(Format):
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.tokens.writer import TokensWriter
 
+        if job.opts.pack is not None:
+            return _packed_writer(job, split, part)
         return TokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
                             nanogpt=job.opts.nanogpt, part=part)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
-        return {"tokens": sum(s.extra["tokens"] for s in output.shards)}
+        fields = {"tokens": sum(s.extra["tokens"] for s in output.shards)}
+        if job.opts.pack is not None:
+            from shardsmith.formats.tokens.packed import packing_stats
+
+            fields["packing"] = packing_stats([s.extra for s in output.shards], seq_len=job.opts.seq_len)
+        return fields
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
-        return {"nanogpt": {name: o.flat_record for name, o in outputs.items()}} if job.opts.nanogpt else {}
+        fields: dict[str, Any] = {}
+        if job.opts.nanogpt:
+            fields["nanogpt"] = {name: o.flat_record for name, o in outputs.items()}
+        if job.opts.pack is not None:
+            from shardsmith.formats.tokens.packed import packing_stats
+
+            extras = [s.extra for o in outputs.values() for s in o.shards]
+            fields["packing"] = {"method": job.opts.pack, "seq_len": job.opts.seq_len, "pad_id": job.opts.pad_id,
+                                 "window_tokens": _window(job),
+                                 **packing_stats(extras, seq_len=job.opts.seq_len)}
+        return fields
 
     def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
         from shardsmith.formats.tokens.dataset import TokenDocuments
+        from shardsmith.formats.tokens.packed import PackedSequences
+        from shardsmith.loader.files import files_for
 
-        return TokenDocuments(out_dir, split=split)
+        files = files_for(out_dir)  # a folder, or the files object ``loader.open`` passes (a URL's too)
+        kind = TokenDocuments if files.load_manifest().get("packing") is None else PackedSequences
+        return kind(files, split=split)
 
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
         """Each index against the manifest (documents, dtype), and every token inside the vocabulary."""
@@ -147,3 +175,17 @@ class TokensFormat(Format):
         return Rate(tokens_per_s, "tokens/s",
                     f"{out} [{split}]: {batches / elapsed:,.0f} batches/s of {batch_size}×{ds.seq_len}, "
                     f"{tokens_per_s / 1e6:,.1f} M tokens/s (shuffled random windows, one process)")
+
+
+def _window(job: WriteJob) -> int:
+    from shardsmith.formats.tokens.packing import window_tokens
+
+    return window_tokens(memory=job.opts.memory, seq_len=job.opts.seq_len, itemsize=np.dtype(job.schema).itemsize)
+
+
+def _packed_writer(job: WriteJob, split: str, part: ShardRange) -> Writer:
+    from shardsmith.formats.tokens.packed_writer import PackedTokensWriter
+
+    return PackedTokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
+                              seq_len=job.opts.seq_len, pad_id=job.opts.pad_id, window_tokens=_window(job),
+                              part=part)

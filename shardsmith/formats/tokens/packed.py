@@ -1,0 +1,94 @@
+"""Reading packed token datasets (``pack-tokens --pack best-fit``): sequence i as ``tokens`` (seq_len
+ids, padded at the end) and ``cu_seqlens`` (int32: 0, the end of each document piece; the last
+entry is the number of real tokens), ready for varlen attention."""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any
+
+import numpy as np
+
+from shardsmith.errors import DatasetError
+from shardsmith.formats.order import ResumableIterator
+from shardsmith.formats.tokens.dataset import _TokenShards
+
+
+def packing_stats(extras: list[dict[str, Any]], *, seq_len: int) -> dict[str, Any]:
+    """The manifest's packing figures from the shards' records."""
+    tokens = sum(int(e["tokens"]) for e in extras)
+    real = sum(int(e["real_tokens"]) for e in extras)
+    docs = sum(int(e["documents"]) for e in extras)
+    split = sum(int(e["documents_split"]) for e in extras)
+    return {"sequences": tokens // seq_len, "real_tokens": real, "padding_tokens": tokens - real,
+            "padding_fraction": round((tokens - real) / tokens, 6) if tokens else 0.0,
+            "documents": docs, "documents_split": split,
+            "split_fraction": round(split / docs, 6) if docs else 0.0}
+
+
+class PackedSequences:
+    """The packed sequences of one split: ``ds[i] -> {"tokens": int64[seq_len], "cu_seqlens": int32[k+1]}``."""
+
+    def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+        self._shards = _TokenShards(out_dir, split, cache_dir=cache_dir, cache_limit=cache_limit)
+        self.manifest = self._shards.manifest
+        packing = self.manifest.get("packing")
+        if not isinstance(packing, dict):
+            raise DatasetError(f"{self._shards.out_dir}: not a packed dataset (no 'packing' in the manifest)")
+        self.seq_len = int(packing["seq_len"])
+        self.pad_id = int(packing["pad_id"])
+        self.split = split
+        self._ends = self._boundaries()
+
+    def _boundaries(self) -> np.ndarray:
+        """Every document piece's end in the split's token stream (from each shard's .cu.npy)."""
+        files = self._shards._files
+        parts = []
+        for entry, start in zip(self._shards.entries, self._shards.starts[:-1].tolist()):
+            cu = entry.get("boundaries")
+            if not isinstance(cu, dict):
+                raise DatasetError(f"{entry['path']}: the manifest names no document boundaries for it")
+            path = files.name_of(cu["path"])
+            data = files.sidecar(cu)  # read now, whole: of the manifest's size (through the cache for a URL)
+            try:
+                ends = np.load(io.BytesIO(data), allow_pickle=False)
+            except (OSError, ValueError) as exc:
+                raise DatasetError(f"{path}: cannot read the document boundaries ({exc})") from None
+            tokens = entry["bytes"] // self._shards.dtype.itemsize
+            if tokens % self.seq_len:
+                raise DatasetError(f"{path}: its shard holds {tokens} tokens, not whole sequences of {self.seq_len}")
+            if ends.ndim != 1 or ends.dtype.kind not in "iu" or (len(ends) and (
+                    np.any(np.diff(ends) <= 0) or ends[0] <= 0 or ends[-1] > tokens)):
+                raise DatasetError(f"{path}: document boundaries are not increasing inside the shard")
+            parts.append(ends.astype(np.int64) + start)
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def __len__(self) -> int:
+        return self._shards.tokens // self.seq_len
+
+    def _check(self, i: int) -> int:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"sequence {i} out of range for {n} sequences")
+        return i % n
+
+    def cu_seqlens(self, i: int) -> np.ndarray:
+        start = self._check(int(i)) * self.seq_len
+        lo, hi = np.searchsorted(self._ends, [start, start + self.seq_len], side="right")
+        return np.concatenate([[0], self._ends[lo:hi] - start]).astype(np.int32)
+
+    def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+        i = self._check(int(i))
+        tokens = self._shards._span(i * self.seq_len, self.seq_len).astype(np.int64)
+        return {"tokens": tokens, "cu_seqlens": self.cu_seqlens(i)}
+
+    def get_batch(self, indices: Any) -> list[dict[str, np.ndarray]]:
+        return [self[int(i)] for i in np.asarray(indices)]
+
+    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
+             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
+        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch,
+                                 shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
+                                 batch_size=batch_size, drop_last=drop_last)

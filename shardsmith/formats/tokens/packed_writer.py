@@ -1,0 +1,112 @@
+"""Packed sequences into Megatron shards: every ``.idx`` entry is one sequence of exactly
+``seq_len`` tokens (documents back to back, then the pad id), and a ``{shard}.cu.npy`` beside
+each shard holds where every document piece ends, in the shard's token positions (int64).
+
+Packing needs the documents in their final order, so one writer goes through a split
+(``rangeable`` False): the bytes are the same for any number of gather workers.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.fsutil import HashingFile
+from shardsmith.formats.tokens.packing import BestFitPacker, Window
+from shardsmith.formats.tokens.writer import idx_bytes
+from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+
+CU_SUFFIX = ".cu.npy"
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    """``np.save`` into memory (header and data only: the same bytes every time)."""
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()
+
+
+class PackedTokensWriter(Writer):
+    """Documents in, fixed-length packed sequences out, rolling over after ``shard_tokens``."""
+
+    name = "tokens"
+    suffix = ".bin"
+    keeps_batches = True  # the packer's window holds views of the batches
+
+    def __init__(self, *, out_dir: Path, split: str, dtype: np.dtype, shard_tokens: int, seq_len: int,
+                 pad_id: int, window_tokens: int, part: ShardRange | None = None) -> None:
+        super().__init__(out_dir=out_dir, split=split, part=part)
+        self.dtype = np.dtype(dtype)
+        self.seq_len = seq_len
+        self.pad_id = pad_id
+        self.per_shard = max(1, shard_tokens // seq_len)  # whole sequences per shard
+        self.packer = BestFitPacker(seq_len=seq_len, window_tokens=window_tokens)
+        self._bin: HashingFile | None = None
+        self._ends: list[np.ndarray] = []
+        self._count = self._real = self._docs = self._split = 0
+        self.flat_record: dict | None = None
+
+    @property
+    def rangeable(self) -> bool:
+        return False
+
+    def rollover(self) -> Any:  # never planned: the writer is not rangeable
+        raise NotImplementedError
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        counts = np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
+        for window in self.packer.add_batch(counts, np.frombuffer(payload, dtype=self.dtype)):
+            self._write(window)
+
+    def _write(self, window: Window) -> None:
+        self._docs += window.empty
+        for block in window.blocks(pad_id=self.pad_id, dtype=self.dtype):
+            at, ends = 0, block.ends
+            while at < len(block.rows):
+                if self._bin is None:
+                    self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
+                take = min(len(block.rows) - at, self.per_shard - self._count)
+                upto = int(np.searchsorted(ends, (at + take) * self.seq_len, side="right"))
+                self._ends.append(ends[:upto] + (self._count - at) * self.seq_len)
+                ends = ends[upto:]
+                self._bin.write(memoryview(block.rows[at:at + take]).cast("B"))
+                self._real += int(block.real[at:at + take].sum())
+                self._docs += int(block.documents[at:at + take].sum())
+                self._split += int(block.split[at:at + take].sum())
+                self._count += take
+                at += take
+                if self._count == self.per_shard:
+                    self._roll()
+
+    def _roll(self) -> None:
+        assert self._bin is not None
+        name = self._bin.path.name
+        sha = self._bin.commit()
+        extra: dict[str, Any] = {"tokens": self._count * self.seq_len}
+        for key, suffix, data in (("index", ".idx", idx_bytes(np.full(self._count, self.seq_len), self.dtype)),
+                                  ("boundaries", CU_SUFFIX, npy_bytes(np.concatenate([np.zeros(0, np.int64),
+                                                                                      *self._ends])))):
+            f = HashingFile(self.out_dir / self.shard_name(self.next_index(), suffix))
+            f.write(data)
+            extra[key] = {"path": f.path.name, "bytes": f.bytes, "sha256": f.commit()}
+        extra.update(real_tokens=self._real, documents=self._docs, documents_split=self._split)
+        self.shards.append(ShardRecord(path=name, samples=self._count, bytes=self._bin.bytes, sha256=sha,
+                                       extra=extra))
+        self._bin, self._ends = None, []
+        self._count = self._real = self._docs = self._split = 0
+
+    def close(self) -> list[ShardRecord]:
+        for window in self.packer.finish():
+            self._write(window)
+        if self._bin is not None:
+            self._roll()
+        if self._docs and self.shards:  # empty documents after the last sequence
+            self.shards[-1].extra["documents"] += self._docs
+        return self.shards
+
+    def abort(self) -> None:
+        if self._bin is not None:
+            self._bin.abort()

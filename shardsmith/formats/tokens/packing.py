@@ -1,0 +1,165 @@
+"""Best-fit decreasing packing of documents into fixed-length sequences, over a bounded window.
+
+Documents arrive in the run's (shuffled) order. They collect in a window until it holds
+``window_tokens`` tokens (the window closes after the document that reaches it); the window is
+then packed and handed out, and the next one starts empty, so the packer never holds more than
+``window_tokens`` plus one document. A document longer than ``seq_len`` is cut into
+``seq_len``-token pieces (the last one shorter). Inside a window the pieces are placed largest
+first, each into the open sequence whose free space is the smallest that still fits it (best fit),
+or into a new sequence. Sequences leave in the order they were opened, and the pieces inside one
+sequence keep their order in the stream: the pieces of a split document therefore appear in order
+(full pieces open their own sequences before any shorter piece is placed). Everything depends only
+on the documents in order, never on the batches they came in.
+
+The placement is a loop over pieces (bisect on a sorted list of free spaces); copying tokens into
+sequences is one slice copy per piece, and every count is vectorized (``Window.block``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardsmith.core.ragged import starts_of
+
+_KEY = 1 << 32  # a free-space key: free * _KEY + sequence number (best fit, then the oldest sequence)
+BLOCK_TOKENS = 1 << 20  # tokens per block of sequences handed to the writer
+
+
+def best_fit(lengths: list[int], seq_len: int) -> list[int]:
+    """The sequence of each item under best-fit decreasing, sequences numbered in opening order."""
+    order = np.lexsort((np.arange(len(lengths)), -np.asarray(lengths, dtype=np.int64))).tolist()
+    seq = [0] * len(lengths)
+    opened = 0
+    free: list[int] = []  # keys of sequences with free space, ascending
+    for i in order:
+        n = lengths[i]
+        at = bisect_left(free, n * _KEY)
+        if at < len(free):
+            key = free.pop(at)
+            b, left = key % _KEY, key // _KEY - n
+        else:
+            b, left = opened, seq_len - n
+            opened += 1
+        seq[i] = b
+        if left:
+            insort(free, left * _KEY + b)
+    return seq
+
+
+@dataclass(frozen=True)
+class Block:
+    """Packed sequences ``rows`` (k, seq_len) with the end of every piece (row-major positions,
+    increasing), and per row: real tokens, documents that begin there, and those of them cut."""
+
+    rows: np.ndarray
+    ends: np.ndarray
+    real: np.ndarray
+    documents: np.ndarray
+    split: np.ndarray
+
+
+class Window:
+    """One packed window: its tokens in stream order and where each piece goes."""
+
+    def __init__(self, tokens: np.ndarray, doc_lengths: np.ndarray, seq_len: int) -> None:
+        self.tokens = tokens
+        self.seq_len = seq_len
+        counts = -(-doc_lengths // seq_len)  # pieces per document
+        first = starts_of(counts)[:-1]
+        n = int(counts.sum())
+        lengths = np.full(n, seq_len, dtype=np.int64)
+        last = first + counts - 1
+        lengths[last] = doc_lengths - (counts - 1) * seq_len
+        is_first = np.zeros(n, dtype=bool)
+        is_first[first] = True
+        cut = np.repeat(doc_lengths > seq_len, counts)
+        src = starts_of(lengths)[:-1]
+        seq = np.asarray(best_fit(lengths.tolist(), seq_len), dtype=np.int64)
+        order = np.lexsort((np.arange(n), seq))  # by sequence, then stream order
+        self.seq, self.len, self.src = seq[order], lengths[order], src[order]
+        self.first, self.cut_first = is_first[order], (is_first & cut)[order]
+        group_start = np.searchsorted(self.seq, self.seq, side="left")
+        within = starts_of(self.len)[:-1]
+        self.dst = within - within[group_start]  # offset of each piece inside its sequence
+        self.sequences = int(self.seq[-1]) + 1 if n else 0
+        self.empty = 0
+
+    def block(self, r0: int, r1: int, *, pad_id: int, dtype: np.dtype) -> Block:
+        """Sequences ``[r0, r1)`` of this window."""
+        n = self.seq_len
+        a, b = np.searchsorted(self.seq, [r0, r1], side="left")
+        ln = self.len[a:b]
+        dst = (self.seq[a:b] - r0) * n + self.dst[a:b]
+        rows = np.full((r1 - r0) * n, pad_id, dtype=dtype)
+        tokens = self.tokens
+        for d, s, m in zip(dst.tolist(), self.src[a:b].tolist(), ln.tolist()):  # pieces are long: a copy each
+            rows[d:d + m] = tokens[s:s + m]
+        row = self.seq[a:b] - r0
+        per_row = {name: np.bincount(row, weights=w, minlength=r1 - r0).astype(np.int64)
+                   for name, w in (("real", ln), ("documents", self.first[a:b]), ("split", self.cut_first[a:b]))}
+        return Block(rows=rows.reshape(r1 - r0, n), ends=dst + ln, **per_row)
+
+    def blocks(self, *, pad_id: int, dtype: np.dtype) -> Iterator[Block]:
+        step = max(1, BLOCK_TOKENS // self.seq_len)
+        for r0 in range(0, self.sequences, step):
+            yield self.block(r0, min(self.sequences, r0 + step), pad_id=pad_id, dtype=dtype)
+
+    def pieces(self) -> list[list[np.ndarray]]:
+        """Each sequence's pieces (for tests and small tools)."""
+        out: list[list[np.ndarray]] = [[] for _ in range(self.sequences)]
+        for s, src, ln in zip(self.seq.tolist(), self.src.tolist(), self.len.tolist()):
+            out[s].append(self.tokens[src:src + ln])
+        return out
+
+
+class BestFitPacker:
+    """Feed documents with ``add_batch`` (windows come out as they fill), then ``finish``."""
+
+    def __init__(self, *, seq_len: int, window_tokens: int) -> None:
+        if not 1 <= seq_len < _KEY:
+            raise ValueError(f"seq_len {seq_len} out of range")
+        self.seq_len = seq_len
+        self.window_tokens = max(int(window_tokens), seq_len)
+        self._tokens: list[np.ndarray] = []
+        self._lengths: list[np.ndarray] = []
+        self._held = 0
+        self.peak_tokens = 0  # the most tokens a window held (tests check the bound)
+
+    def add_batch(self, lengths: np.ndarray, tokens: np.ndarray) -> Iterator[Window]:
+        """Documents back to back in ``tokens`` with these lengths (views kept until their window is
+        packed: the caller must not reuse the buffer, as ``Writer.keeps_batches`` promises)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        starts = starts_of(lengths)
+        at = 0
+        while at < len(lengths):
+            reach = self._held + starts[at + 1:] - starts[at]
+            stop = at + int(np.searchsorted(reach, self.window_tokens, side="left")) + 1  # the doc that reaches it
+            stop = min(stop, len(lengths))
+            self._tokens.append(tokens[starts[at]:starts[stop]])
+            self._lengths.append(lengths[at:stop])
+            self._held += int(starts[stop] - starts[at])
+            at = stop
+            if self._held >= self.window_tokens:
+                yield self._flush()
+
+    def finish(self) -> Iterator[Window]:
+        if self._lengths:
+            yield self._flush()
+
+    def _flush(self) -> Window:
+        tokens = np.concatenate(self._tokens)
+        lengths = np.concatenate(self._lengths)
+        self.peak_tokens = max(self.peak_tokens, self._held)
+        self._tokens, self._lengths, self._held = [], [], 0
+        window = Window(tokens, lengths[lengths > 0], self.seq_len)
+        window.empty = int((lengths == 0).sum())  # empty documents: counted, never placed
+        return window
+
+
+def window_tokens(*, memory: int, seq_len: int, itemsize: int) -> int:
+    """The window for a ``--memory`` budget: an eighth of it in tokens, and at least 8 sequences."""
+    return max(memory // 8 // itemsize, 8 * seq_len)
