@@ -15,7 +15,9 @@ BACKENDS = {"s3": ("s3fs", "s3"), "root": ("fsspec_xrootd", "xrootd"), "http": (
             "https": ("aiohttp", "http"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs")}
 HOSTED = {"root"}  # schemes whose URL names the server a filesystem is bound to: root://HOST[:PORT]//path
 WHOLE_URL = {"http", "https"}  # schemes whose filesystem names an object by its whole URL; a folder is a page of links
-# the clients' own retries off (one attempt each), so ``retry`` alone decides: s3fs's loop and botocore's
+# the clients' own retries off (one attempt each), so ``retry`` alone decides: s3fs's loop and botocore's.
+# gcsfs has no such switch: its HTTP retries (6 attempts, backoff up to 32 s, on 5xx/408/429 and connection
+# errors, never on 404) are fixed by a decorator when its class is defined, so they stay (docs/design.md)
 OPTIONS: dict[str, dict[str, Any]] = {"s3": {"config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}}}}
 ATTRIBUTES: dict[str, dict[str, Any]] = {"s3": {"retries": 1}}
 CREDENTIALS = {"s3": "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead",
