@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
 def is_url(text: str) -> bool:
@@ -33,3 +35,17 @@ def safe_argv(argv: list[str]) -> list[str]:
         name, eq, value = a.partition("=")
         safe.append(f"{name}={safe_url(value)}" if eq and name.startswith("--") else safe_url(a))
     return safe
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of a storage client's error, without any secret it might quote: the values of
+    the credential variables, the userinfo and query of any URL, a query on a bare path (XRootD's
+    messages: ``/f?authz=...``)."""
+    text = (str(exc).strip().splitlines() or [""])[0][:300]
+    for name in _SECRETS:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    text = re.sub(r"([A-Za-z][\w+.-]*://)[^\s?@/]*@", r"\1", text)  # userinfo of any URL
+    text = re.sub(r"([A-Za-z][\w+.-]*://[^\s?]*)\?\S*", r"\1", text)  # a URL's query
+    return re.sub(r"\?[\w.-]+=[^\s;]*", "", text)

@@ -16,15 +16,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import os
-import re
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from shardsmith.core.urls import SCHEME, safe_url
+from shardsmith.core.urls import SCHEME, error_line, safe_url
 from shardsmith.engine import retry
 from shardsmith.engine.resume import crash_point
 from shardsmith.errors import DataError, ShardsmithError, UsageError
@@ -37,23 +35,11 @@ MIN_PART = 5 << 20
 MAX_PART = 5 << 30
 MAX_PARTS = 10_000
 PARTS_IN_FLIGHT = 4  # parts being uploaded at once (each held in memory)
-_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
 class ObjectInfo(NamedTuple):
     size: int
     etag: str  # without quotes
-
-
-def one_line(exc: BaseException) -> str:
-    """The first line of an error, without any secret or signed query it might quote."""
-    text = (str(exc).strip().splitlines() or [""])[0][:300]
-    for name in _SECRETS:
-        value = os.environ.get(name)
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    text = re.sub(r"(https?://)[^\s?@/]*@", r"\1", text)
-    return re.sub(r"(https?://[^\s?]*)\?\S*", r"\1", text)
 
 
 def file_etag(path: Path, part_size: int) -> str:
@@ -324,7 +310,7 @@ def storage_errors(url: str, *, claiming: bool = False) -> Iterator[None]:
     except retry.GaveUp as gave_up:
         last = gave_up.last
         raise _error(url, f"cannot reach it after {gave_up.attempts} attempts (the last: {type(last).__name__}: "
-                          f"{one_line(last)})", claiming) from None
+                          f"{error_line(last)})", claiming) from None
     except FileExistsError:
         raise
     except FileNotFoundError as exc:
@@ -334,7 +320,7 @@ def storage_errors(url: str, *, claiming: bool = False) -> Iterator[None]:
     except PermissionError:
         raise UsageError(f"-o {url}: access denied (check the credentials and the bucket's policy)") from None
     except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
-        raise _error(url, f"cannot write it: {type(exc).__name__}: {one_line(exc)}", claiming) from None
+        raise _error(url, f"cannot write it: {type(exc).__name__}: {error_line(exc)}", claiming) from None
 
 
 def _error(url: str, what: str, claiming: bool) -> ShardsmithError:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -37,7 +36,7 @@ from typing import Any, NamedTuple
 
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
-from shardsmith.core.urls import is_url, safe_url
+from shardsmith.core.urls import error_line, is_url, safe_url
 from shardsmith.engine import backends, inputs, retry
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.outdir import STAGED, staging_path, work_path
@@ -45,7 +44,6 @@ from shardsmith.engine.stager import Stager
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
 BLOCK = 8 << 20  # bytes per ranged read of a download
-_SECRETS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 
 
 class StagedInputs(list):  # type: ignore[type-arg]
@@ -217,7 +215,7 @@ def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
         last = gave_up.last
         raise DataError(file=url, reason=f"cannot {'read' if reading else 'list'} it after {gave_up.attempts} "
                                          f"attempt{'s' if gave_up.attempts > 1 else ''} (the last: "
-                                         f"{type(last).__name__}: {_one_line(last)})") from None
+                                         f"{type(last).__name__}: {error_line(last)})") from None
     except FileNotFoundError as exc:
         what = "no such bucket" if "bucket" in str(exc).lower() else "no such object or prefix"
         raise _error(url, what, reading) from None
@@ -226,25 +224,13 @@ def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
     except OSError as exc:
         if "[3011]" in str(exc) or "no such file" in str(exc).lower():  # XRootD's kNotFound
             raise _error(url, "no such file or folder on the server", reading) from None
-        raise _error(url, f"cannot read it: {type(exc).__name__}: {_one_line(exc)}", reading) from None
+        raise _error(url, f"cannot read it: {type(exc).__name__}: {error_line(exc)}", reading) from None
     except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
-        raise _error(url, f"cannot read it: {type(exc).__name__}: {_one_line(exc)}", reading) from None
+        raise _error(url, f"cannot read it: {type(exc).__name__}: {error_line(exc)}", reading) from None
 
 
 def _error(url: str, what: str, reading: bool) -> ShardsmithError:
     return DataError(file=url, reason=what) if reading else UsageError(f"{url}: {what}")
-
-
-def _one_line(exc: BaseException) -> str:
-    """The first line of an error, without any secret it might quote."""
-    text = (str(exc).strip().splitlines() or [""])[0][:300]
-    for name in _SECRETS:
-        value = os.environ.get(name)
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    text = re.sub(r"([A-Za-z][\w+.-]*://)[^\s?@/]*@", r"\1", text)  # userinfo of any URL
-    text = re.sub(r"([A-Za-z][\w+.-]*://[^\s?]*)\?\S*", r"\1", text)  # a URL's query
-    return re.sub(r"\?[\w.-]+=[^\s;]*", "", text)  # a query on a bare path (XRootD's messages: "/f?authz=...")
 
 
 # -- listing ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.urls import safe_url
+from shardsmith.core.urls import error_line, safe_url
 from shardsmith.engine import retry
 from shardsmith.errors import DatasetError, ShardsmithError
 
@@ -120,8 +120,6 @@ class RemoteStore:
     @contextlib.contextmanager
     def errors(self, where: str, *, missing: str = "no such object") -> Iterator[None]:
         """The storage client's errors as one DatasetError line naming ``where`` (never a credential)."""
-        from shardsmith.engine.remote import _one_line
-
         try:
             yield
         except ShardsmithError:
@@ -129,10 +127,10 @@ class RemoteStore:
         except retry.GaveUp as gave_up:
             last = gave_up.last
             raise DatasetError(f"{where}: cannot read it after {gave_up.attempts} attempts (the last: "
-                               f"{type(last).__name__}: {_one_line(last)})") from None
+                               f"{type(last).__name__}: {error_line(last)})") from None
         except FileNotFoundError:
             raise DatasetError(f"{where}: {missing}") from None
         except PermissionError:
             raise DatasetError(f"{where}: access denied (check the credentials and the bucket's policy)") from None
         except Exception as exc:  # botocore's and aiohttp's many kinds
-            raise DatasetError(f"{where}: cannot read it: {type(exc).__name__}: {_one_line(exc)}") from None
+            raise DatasetError(f"{where}: cannot read it: {type(exc).__name__}: {error_line(exc)}") from None
