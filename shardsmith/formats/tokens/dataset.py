@@ -205,11 +205,8 @@ class TokenDataset:
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
         """Walk this rank's slice of the epoch's permutation; yields (x, y) or batches of them."""
-        it: ResumableIterator[Any] = ResumableIterator(
-            n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, shuffle=shuffle, seed=seed,
-            epoch=epoch, rank=rank, world_size=world_size, batch_size=batch_size, drop_last=drop_last)
-        self.prefetch(it._order)
-        return it
+        return _walk(self, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
+                     batch_size=batch_size, drop_last=drop_last)
 
     def prefetch(self, indices: Any) -> None:
         """The windows this process reads next, in order: a streamed dataset downloads their shards
@@ -250,13 +247,18 @@ class TokenDocuments:
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
-        it: ResumableIterator[Any] = ResumableIterator(
-            n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, shuffle=shuffle, seed=seed,
-            epoch=epoch, rank=rank, world_size=world_size, batch_size=batch_size, drop_last=drop_last)
-        self.prefetch(it._order)
-        return it
+        return _walk(self, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
+                     batch_size=batch_size, drop_last=drop_last)
 
     def prefetch(self, indices: Any) -> None:
         """The documents this process reads next, in order (see ``TokenDataset.prefetch``)."""
         self._shards._files.plan(self._shards.shard_of(self._starts[np.asarray(indices, np.int64)]),
                                  release=self.release)
+
+
+def _walk(ds: TokenDataset | TokenDocuments, **options: Any) -> ResumableIterator[Any]:
+    """``ds.iter``: this rank's slice of the epoch, its order told to ``ds.prefetch`` first."""
+    it: ResumableIterator[Any] = ResumableIterator(n=len(ds), get_item=ds.__getitem__, get_batch=ds.get_batch,
+                                                   **options)
+    ds.prefetch(it._order)
+    return it
