@@ -3,182 +3,35 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
 from shardsmith import __version__
+from shardsmith.cli_options import (
+    MAX_COPIES,
+    MAX_COUNT,
+    MAX_INT32,
+    MAX_VOCAB,
+    MAX_WORKERS,
+    Registered,
+    cluster_rank,
+    converting_options,
+    interrupted,
+    size_option,
+    user_errors,
+)
 from shardsmith.commands.report import inputs_left_out, plural, report_skipped, report_stage
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.engine import interrupt
-from shardsmith.errors import ShardsmithError
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
 # and keeps it spinning for a while (0.1 s of a core here), beside the workers; one thread starts none.
 # Set before numpy is imported, and only for the command line (``import shardsmith`` leaves it).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-
-# The ranges of numeric options: past them a value is a typo, and would overflow what is made of it
-MAX_SEED = (1 << 64) - 1  # a 64-bit seed, as the manifest stores it
-MAX_COUNT = (1 << 62) - 1  # records, samples: 64-bit sums stay exact
-MAX_INT32 = (1 << 31) - 1  # lengths stored as int32 (Megatron's sequence lengths, cu_seqlens)
-MAX_VOCAB = 1 << 24  # tokenizers trains vocabularies far below this
-MAX_WORKERS = 1024
-MAX_RANKS = 1 << 20
-MAX_COPIES = 10_000
-
-
-class Registered(click.Choice):
-    """The names the registry holds, plugins' too, listed when click first asks (help or a check)."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__([])
-        self.kind = kind
-
-    @property  # type: ignore[override]
-    def choices(self) -> list[str]:
-        from shardsmith import registry
-
-        return registry.to_options() if self.kind == "format" else registry.names(self.kind)
-
-    @choices.setter
-    def choices(self, value: Any) -> None:
-        pass
-
-
-def _fail(message: str, code: int) -> None:
-    click.echo(f"shardsmith: error: {message}", err=True)
-    sys.exit(code)
-
-
-def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the user's mistakes (bad data, options, full disks) into one line and an exit code."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except BaseException as exc:
-            if isinstance(exc, SystemExit | click.exceptions.Exit):
-                raise
-            if interrupt.is_interruption(exc):  # whatever a library made of the KeyboardInterrupt
-                _interrupted(exc)
-            if isinstance(exc, ShardsmithError):
-                _fail(str(exc), exc.exit_code)
-            if isinstance(exc, BrokenPipeError):  # the reader of our output went away (`| head`)
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-                sys.exit(141)
-            if isinstance(exc, OSError):
-                where = f"{exc.filename}: " if exc.filename else ""
-                _fail(f"{where}{exc.strerror or exc}", 1)
-            raise
-
-    return wrapper
-
-
-def _interrupted(exc: BaseException | None = None) -> None:
-    """One line, and the exit status of a process ended by the signal (130 Ctrl-C, 143 SIGTERM)."""
-    click.echo(f"{interrupt.line_start()}shardsmith: {interrupt.MESSAGE}", err=True)
-    sys.exit(interrupt.exit_code(exc))
-
-
-def _size(option: str) -> Callable[[click.Context, click.Parameter, Any], int | None]:
-    def convert(ctx: click.Context, param: click.Parameter, value: Any) -> int | None:
-        from shardsmith.core.sizes import parse_size
-
-        if value is None:
-            return None
-        try:
-            return parse_size(value, option=option)
-        except ShardsmithError as exc:
-            raise click.BadParameter(str(exc)) from None
-
-    return convert
-
-
-def _output(ctx: click.Context, param: click.Parameter, value: str) -> Path | str:
-    """-o: a URL as given (a path would fold its ``//``), else a path."""
-    from shardsmith.core.urls import is_url
-
-    return value if is_url(value) else Path(value)
-
-
-def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[str, float], ...]:
-    if not value:  # parse_splits' default, without importing numpy (with splits) while the options are parsed
-        return (("train", 1.0),)
-    from shardsmith.engine.splits import parse_splits
-
-    try:
-        return tuple(parse_splits(value).items())
-    except ShardsmithError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
-def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by every converting command (docs/design.md, "Command line")."""
-    options = [
-        click.option("-o", "--out", "out", required=True, callback=_output, metavar="FOLDER|URL",
-                     help="Output folder, or a prefix in object storage (s3://BUCKET/PREFIX)."),
-        click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Shuffle seed."),
-        click.option("--no-shuffle", is_flag=True, help="Keep input order."),
-        click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None,
-                     help="Worker processes [default: all cores]; never changes the output bytes."),
-        click.option("--memory", default="1GB", show_default=True, callback=_size("--memory"),
-                     help="Memory budget of the shuffle; beyond it, samples spill to disk."),
-        click.option("--split", "splits", default=None, callback=_splits,
-                     help="Named fractions, e.g. train=0.98,val=0.02 (by a hash of each record's identity)."),
-        click.option("--on-error", type=click.Choice(["fail", "skip"]), default="fail", show_default=True,
-                     help="Stop at the first bad record, or skip it and list it in the manifest."),
-        click.option("--retries", type=click.IntRange(0, 100), default=5, show_default=True,
-                     help="URL inputs: retry a transient storage error (reset, 5xx, throttling) this many times."),
-        click.option("--retry-wait", type=click.FloatRange(0, 60), default=0.5, show_default=True, metavar="SECONDS",
-                     help="URL inputs: the n-th retry waits a random time up to SECONDS * 2**(n-1) (at most 20 s)."),
-        click.option("--staging", type=click.Path(path_type=Path), default=None, metavar="FOLDER",
-                     help="-o URL: make the dataset in FOLDER before it is uploaded [default: under ~/.cache/shardsmith]."),
-        click.option("--part-size", default=None, callback=_size("--part-size"), metavar="SIZE",
-                     help="-o URL: the part size of multipart uploads (5MiB..5GiB) [default: 64MiB]."),
-        click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=None, help="Read only the first N records."),
-        click.option("--overwrite", is_flag=True, help="Replace a previous dataset in the output folder."),
-        click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
-        click.option("--stage", type=click.Choice(["scatter", "gather", "finalize"]), default=None,
-                     help="Clusters: run one stage (scatter and gather on every rank, then finalize once) "
-                          "[default: all three, here]."),
-        click.option("--rank", type=click.IntRange(0, MAX_RANKS - 1), default=None,
-                     help="This rank [default: $SLURM_ARRAY_TASK_ID, else $RANK, else 0]."),
-        click.option("--world-size", type=click.IntRange(1, MAX_RANKS), default=None,
-                     help="Ranks in all [default: $SLURM_ARRAY_TASK_COUNT, else $WORLD_SIZE, else 1]."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def cluster_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world size) from the options, else SLURM array variables, else torchrun-style ones."""
-    def env(*names: str) -> int | None:
-        for name in names:
-            value = os.environ.get(name, "").strip()
-            if value:
-                try:
-                    return int(value)
-                except ValueError:
-                    raise click.BadParameter(f"${name}={value!r} is not a number") from None
-        return None
-
-    if rank is None:
-        rank = env("SLURM_ARRAY_TASK_ID", "RANK")
-    if world_size is None:
-        world_size = env("SLURM_ARRAY_TASK_COUNT", "WORLD_SIZE")
-    rank, world_size = rank or 0, world_size or 1
-    if not 0 <= rank < world_size:
-        raise click.BadParameter(f"rank {rank} is not below the world size {world_size}", param_hint="--rank")
-    return rank, world_size
 
 
 class _Main(click.Group):
@@ -194,7 +47,7 @@ class _Main(click.Group):
             try:
                 self.main(*args, **kwargs)
             except KeyboardInterrupt as exc:  # while click parsed the options (commands catch their own)
-                _interrupted(exc)
+                interrupted(exc)
         except SystemExit as exc:
             code = exc.code
         else:  # pragma: no cover - click's standalone mode always ends with SystemExit
@@ -233,7 +86,7 @@ def main() -> None:
 @click.option("--pack", type=click.Choice(["best-fit"]), default=None,
               help="Pack whole documents into --seq-len sequences (best-fit decreasing, padded at the end).")
 @click.option("--pad-id", type=click.IntRange(0), default=None, help="Padding id [default: the tokenizer's pad, else eos].")
-@click.option("--shard-tokens", default="1G", show_default=True, callback=_size("--shard-tokens"),
+@click.option("--shard-tokens", default="1G", show_default=True, callback=size_option("--shard-tokens"),
               help="Roll over to a new .bin/.idx shard after this many tokens.")
 @click.option("--nanogpt", is_flag=True, help="Also write flat {split}.bin (uint16) as nanoGPT reads them.")
 @converting_options
@@ -273,13 +126,13 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 @click.option("--balance", metavar="max=N|ratio=R[,label=F]", help="Keep <= N (R x the least) per class.")
 @click.option("--quality", default=90, show_default=True, type=click.IntRange(1, 100), help="JPEG quality of re-encoded images.")
 @click.option("--shard-samples", type=click.IntRange(1, MAX_COUNT), default=None, help="Roll over after this many samples.")
-@click.option("--shard-bytes", default="256MB", show_default=True, callback=_size("--shard-bytes"),
+@click.option("--shard-bytes", default="256MB", show_default=True, callback=size_option("--shard-bytes"),
               help="Roll over before a shard grows past this size.")
 @click.option("--wids-md5", is_flag=True, help="Also record each shard's md5 in the wids index (costs a pass).")
 @click.option("--tree", default=None, help="Events: the ROOT TTree or RNTuple [default: the only one].")
 @click.option("--branches", "--columns", "branches", default=None, metavar="GLOBS",
               help='Events: comma-separated globs of branches/columns, e.g. "Jet_*,nJet" [default: every numeric one].')
-@click.option("--step-size", default="64MB", show_default=True, callback=_size("--step-size"),
+@click.option("--step-size", default="64MB", show_default=True, callback=size_option("--step-size"),
               help="Events: read at most this much (uncompressed) at a time, so memory stays flat.")
 @click.option("--group-by", default=None, metavar="COLUMN",
               help="Parquet events in long format: consecutive rows with the same COLUMN value are one event.")
