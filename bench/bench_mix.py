@@ -20,10 +20,8 @@ Mixed samples/s: three token datasets (--windows windows each, written directly)
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -32,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_resume import write_tokens  # noqa: E402
-from harness import code_version  # noqa: E402
+from harness import code_version, median_time  # noqa: E402
 
 import shardsmith  # noqa: E402
 from shardsmith.formats.order import epoch_order  # noqa: E402
@@ -51,15 +49,6 @@ class Sized:
         return self.n
 
 
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def megatron_build(n: int, weights: dict[str, float] = WEIGHTS) -> tuple[np.ndarray, np.ndarray]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -73,14 +62,14 @@ def megatron_build(n: int, weights: dict[str, float] = WEIGHTS) -> tuple[np.ndar
 
 def order_rows(n: int, repeat: int) -> None:
     sources = {name: Sized(n) for name in WEIGHTS}  # big enough: nothing cycles
-    t_meg = best(lambda: megatron_build(n), repeat)
+    t_meg = median_time(lambda: megatron_build(n), repeat)
     index, sample = megatron_build(n)
 
     def ours():
         m = mix(sources, WEIGHTS, seed=0, num_samples=n)
         m.locate([n // 2])
 
-    t_mix = best(ours, max(repeat, 20))
+    t_mix = median_time(ours, max(repeat, 20))
     m = mix(sources, WEIGHTS, seed=0, num_samples=n)
     m_plain = mix(sources, WEIGHTS, seed=0, num_samples=n, shuffle=False)
 
@@ -88,8 +77,8 @@ def order_rows(n: int, repeat: int) -> None:
         for lo in range(0, n, chunk):
             mx.locate(np.arange(lo, min(n, lo + chunk)))
 
-    t_plain = best(lambda: all_of(m_plain), 1)
-    t_all = best(lambda: all_of(m), 1)
+    t_plain = median_time(lambda: all_of(m_plain), 1)
+    t_all = median_time(lambda: all_of(m), 1)
     # the same counts as megatron's greedy at every 1000th prefix, within 1 of weight·n
     src, _ = m_plain.locate(np.arange(min(n, 1_000_000)))
     ours_counts = np.cumsum(np.eye(3, dtype=np.int64)[src], axis=0)[999::1000]
@@ -116,13 +105,13 @@ def many_sources_rows(n: int, repeat: int) -> None:
     rng = np.random.default_rng(7)
     weights = {f"s{k}": float(x) for k, x in enumerate(rng.random(8) ** 2 + 0.01)}
     sources = {name: Sized(n) for name in weights}
-    t_meg = best(lambda: megatron_build(n, weights), repeat)
+    t_meg = median_time(lambda: megatron_build(n, weights), repeat)
     index, _ = megatron_build(n, weights)
 
     def ours():
         mix(sources, weights, seed=0, num_samples=n).locate([n // 2])
 
-    t_mix = best(ours, repeat)
+    t_mix = median_time(ours, repeat)
     m = mix(sources, weights, seed=0, num_samples=n, shuffle=False)
     tracemalloc.start()
     m.locate([n - 7])
@@ -159,9 +148,9 @@ def throughput_rows(windows: int, batch: int, repeat: int) -> None:
             for s in range(steps):
                 m.get_batch(np.arange(s * batch, (s + 1) * batch))
 
-        rates = {name: steps * batch / best(lambda ds=ds: alone(ds), repeat) for name, ds in parts.items()}
+        rates = {name: steps * batch / median_time(lambda ds=ds: alone(ds), repeat) for name, ds in parts.items()}
         slowest = min(rates, key=rates.get)
-        rate = steps * batch / best(mixed, repeat)
+        rate = steps * batch / median_time(mixed, repeat)
         print(f"mixed reading: {steps * batch:,} windows of 128 tokens, batches of {batch}")
         print("  alone: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
         print(f"  mixed: {rate:,.0f}/s = {rate / rates[slowest]:.2f} x the slowest source ({slowest}) alone")
