@@ -122,8 +122,8 @@ def fault_proxy(endpoint: str, faults: Faults) -> Iterator[str]:
 
 
 @pytest.fixture
-def proxied(s3_env, monkeypatch):
-    """``start(faults)``: from then on the test's runs reach the moto server (``s3_env``, imported by
+def proxied(s3, s3_env, monkeypatch):
+    """``start(faults)``: from then on the test's runs reach the moto server (``s3``, ``s3_env``, imported by
     the test module) through a fault proxy; every proxy started is closed at the end."""
     proxies = []
 

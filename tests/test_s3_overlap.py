@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from conftest import make_docs, run_cli, same_dataset, write_jsonl
-from s3_fault_proxy import Faults
+from s3_fault_proxy import Faults, proxied  # noqa: F401  (a fixture)
 
 pytest.importorskip("s3fs", reason="S3 inputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
