@@ -15,14 +15,13 @@ import contextlib
 import hashlib
 import io
 import os
-import statistics
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
+from harness import median_time
 
 from shardsmith.core import manifest
 from shardsmith.formats.webdataset.dataset import TarDataset
@@ -65,15 +64,6 @@ def write_dataset(out: Path, *, samples: int, shards: int, seed: int = 0) -> Non
     manifest.save(out, m)
 
 
-def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=20_000)
@@ -104,9 +94,9 @@ def main() -> None:
             for _ in ds.webdataset():
                 pass
 
-        rows = {"TarDataset[i], random order": timed(random_access, args.repeat),
-                "TarDataset.iter(shuffle=True)": timed(shuffled_iter, args.repeat),
-                "webdataset.WebDataset, in order": timed(wds_iter, args.repeat)}
+        rows = {"TarDataset[i], random order": median_time(random_access, args.repeat),
+                "TarDataset.iter(shuffle=True)": median_time(shuffled_iter, args.repeat),
+                "webdataset.WebDataset, in order": median_time(wds_iter, args.repeat)}
         with contextlib.suppress(ImportError):
             import wids
 
@@ -121,7 +111,7 @@ def main() -> None:
                 for i in order:
                     wd[i]
 
-            rows["wids.ShardListDataset[i], random order"] = timed(wids_random, args.repeat)
+            rows["wids.ShardListDataset[i], random order"] = median_time(wids_random, args.repeat)
 
         for name, sec in rows.items():
             print(f"{name:42s} {sec:7.3f} s  {n / sec:10,.0f} samples/s")

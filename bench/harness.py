@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -85,3 +86,13 @@ def last_json(out: str) -> dict:
         if line.startswith("{"):
             return json.loads(line)
     return {}
+
+
+def median_time(fn, repeat: int) -> float:
+    """The median wall time of ``fn()`` over ``repeat`` calls (seconds)."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)

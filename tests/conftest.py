@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -103,6 +104,24 @@ def tree_digest(folder: Path, *, skip: tuple[str, ...] = ("manifest.json",)) -> 
     """sha256 of every file in a folder, for byte-identity checks."""
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.iterdir()) if p.is_file() and p.name not in skip}
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a test server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def same_dataset(a: Path, b: Path) -> None:
+    """Two output folders hold the same dataset: every file's bytes, and the manifests apart from
+    when and by which command (and from where the inputs were read)."""
+    assert tree_digest(a) == tree_digest(b)
+    ma, mb = (json.loads((d / "manifest.json").read_text()) for d in (a, b))
+    for m in (ma, mb):
+        m.pop("created"), m.pop("command")
+        m["source"].pop("input_root", None)
+    assert ma == mb
+
 
 
 @dataclass

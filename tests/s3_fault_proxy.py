@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+import pytest
+
 SLOWDOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
             b"<Message>Please reduce your request rate.</Message><RequestId>fault-proxy</RequestId></Error>")
 _HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer", "upgrade"}
@@ -117,3 +119,20 @@ def fault_proxy(endpoint: str, faults: Faults) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def proxied(s3, s3_env, monkeypatch):
+    """``start(faults)``: from then on the test's runs reach the moto server (``s3``, ``s3_env``, imported by
+    the test module) through a fault proxy; every proxy started is closed at the end."""
+    proxies = []
+
+    def start(faults: Faults) -> Faults:
+        cm = fault_proxy(s3_env["AWS_ENDPOINT_URL"], faults)
+        monkeypatch.setenv("AWS_ENDPOINT_URL", cm.__enter__())
+        proxies.append(cm)
+        return faults
+
+    yield start
+    for cm in proxies:
+        cm.__exit__(None, None, None)

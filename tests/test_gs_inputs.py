@@ -17,7 +17,6 @@ back to for an ordinary bucket.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,17 +25,13 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import jpeg_folder, make_docs, run_cli, tree_digest, write_jsonl
+from conftest import free_port, jpeg_folder, make_docs, run_cli, same_dataset, write_jsonl
 
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 gcsfs = pytest.importorskip("gcsfs", reason="GCS inputs need gcsfs (pip install 'shardsmith[gcs]')")
 pytest.importorskip("gcp_storage_emulator", reason="the GCS tests need gcp-storage-emulator (the dev extra)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # the emulator's command, its server answering each connection in a thread of its own: its plain
@@ -59,7 +54,7 @@ def gs_env(tmp_path_factory) -> dict[str, str]:
     if gcsfs.GCSFileSystem.__name__ != "GCSFileSystem":
         pytest.skip("gcsfs was imported before GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false was set: its extended "
                     "filesystem needs the Storage Control gRPC API, which the emulator lacks")
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("gcs-emulator") / "emulator.log"
     with open(log, "wb") as sink:
         server = subprocess.Popen([sys.executable, "-c", _SERVE, "start", "--host", "127.0.0.1", "--port", str(port),
@@ -107,13 +102,6 @@ def _upload(fs, bucket: str, local: Path, prefix: str) -> None:
             fs.pipe_file(f"{bucket}/{prefix}/{p.relative_to(local).as_posix()}", p.read_bytes())
 
 
-def _same_dataset(a: Path, b: Path) -> None:
-    assert tree_digest(a) == tree_digest(b)
-    ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (a, b))
-    for m in (ma, mb):
-        m.pop("created"), m.pop("command")
-        m["source"].pop("input_root", None)
-    assert ma == mb
 
 
 def test_convert_jsonl_from_gs_equals_local(gs, tmp_path):
@@ -128,7 +116,7 @@ def test_convert_jsonl_from_gs_equals_local(gs, tmp_path):
     got = run_cli("convert", "gs://shardsmith-jsonl/data/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
     assert got.stderr == "", got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     manifest = orjson.loads((tmp_path / "got" / "manifest.json").read_bytes())
     assert manifest["source"]["inputs"] == ["a.jsonl", "sub/b.jsonl"]
     assert manifest["source"]["input_root"] == "gs://shardsmith-jsonl/data/"
@@ -137,7 +125,7 @@ def test_convert_jsonl_from_gs_equals_local(gs, tmp_path):
     one = run_cli("convert", "gs://shardsmith-jsonl/data/a.jsonl", "-o", tmp_path / "one", *common)
     ref_one = run_cli("convert", local / "a.jsonl", "-o", tmp_path / "ref-one", *common)
     assert one.exit_code == 0 and ref_one.exit_code == 0, one.stderr + ref_one.stderr
-    _same_dataset(tmp_path / "ref-one", tmp_path / "one")
+    same_dataset(tmp_path / "ref-one", tmp_path / "one")
 
 
 def test_image_folder_from_gs_keeps_classes(gs, tmp_path):
@@ -147,7 +135,7 @@ def test_image_folder_from_gs_keeps_classes(gs, tmp_path):
     assert run_cli("convert", local, "-o", tmp_path / "ref", *common).exit_code == 0
     got = run_cli("convert", "gs://shardsmith-images/images/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     assert orjson.loads((tmp_path / "got" / "manifest.json").read_bytes())["classes"] == ["c0", "c1", "c2"]
 
 
@@ -161,11 +149,11 @@ def test_pack_tokens_from_gs_prefix_and_glob_equals_local(gs, tmp_path, bpe_toke
     assert ref.exit_code == 0, ref.stderr
     got = run_cli("pack-tokens", "gs://shardsmith-text/data/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     globbed = run_cli("pack-tokens", "gs://shardsmith-text/data/*.jsonl", "-o", tmp_path / "glob", *common)
     ref_files = run_cli("pack-tokens", local / "a.jsonl", local / "b.jsonl", "-o", tmp_path / "ref-files", *common)
     assert globbed.exit_code == 0 and ref_files.exit_code == 0, globbed.stderr + ref_files.stderr
-    _same_dataset(tmp_path / "ref-files", tmp_path / "glob")
+    same_dataset(tmp_path / "ref-files", tmp_path / "glob")
 
 
 @pytest.mark.parametrize("url, says", [

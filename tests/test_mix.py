@@ -64,13 +64,36 @@ def test_every_prefix_holds_each_source_within_one(w, n, seed):
         assert [m.counts(prefix)[name] for name in m.names] == expect.tolist()
 
 
-def test_more_than_four_sources_report_their_proven_bound():
-    w = {f"s{k}": x for k, x in enumerate([0.3, 0.2, 0.2, 0.15, 0.1, 0.05])}
-    m = quiet_mix(sources([50] * 6), w, seed=0, num_samples=5000)
-    source, _ = m.locate(np.arange(5000))
-    counts = np.cumsum(np.eye(6, dtype=np.int64)[source], axis=0)
+@settings(max_examples=40, deadline=None)
+@given(w=st.lists(st.floats(1e-4, 1e4, allow_nan=False), min_size=5, max_size=12), n=st.integers(0, 3000),
+       far=st.integers(0, 10**12), seed=st.integers(0, 2**32))
+def test_many_sources_hold_every_prefix_within_one(w, n, far, seed):
+    """Five sources or more: one period of a quota schedule (loader/interleave.py), any weights."""
+    m = quiet_mix(sources([7] * len(w)), {f"s{k}": x for k, x in enumerate(w)}, seed=seed, num_samples=n)
     share = np.array([m.weights[name] for name in m.names])
-    assert np.abs(counts - np.arange(1, 5001)[:, None] * share).max() <= m.deviation_bound
+    assert abs(share.sum() - 1) < 1e-12 and np.abs(share - np.array(w) / sum(w)).max() <= len(w) * 2 ** -16
+    source, _ = m.locate(np.arange(n))
+    counts = np.cumsum(np.eye(len(w), dtype=np.int64)[source], axis=0) if n else np.zeros((0, len(w)))
+    assert np.abs(counts - np.arange(1, n + 1)[:, None] * share).max(initial=0) < 1 and m.deviation_bound < 1
+    for prefix in (far, far + 1, n):  # far prefixes by the closed form; locate agrees with counts
+        c = np.array([m.counts(prefix)[name] for name in m.names])
+        assert c.sum() == prefix and np.abs(c - prefix * share).max() < 1
+    late = far + np.arange(64)
+    src, draw = m._interleave.locate(late)
+    before = m._interleave.counts(far)
+    for s, d in zip(src.tolist(), draw.tolist()):
+        assert d == before[s]  # each late sample is its source's next draw
+        before[s] += 1
+    assert (before == m._interleave.counts(far + 64)).all()
+
+
+def test_decimal_and_ratio_weights_are_kept_exactly():
+    m = quiet_mix(sources([50] * 6), {f"s{k}": x for k, x in enumerate([0.3, 0.2, 0.2, 0.15, 0.1, 0.05])},
+                  seed=0, num_samples=5000)
+    assert [m.weights[f"s{k}"] for k in range(6)] == [0.3, 0.2, 0.2, 0.15, 0.1, 0.05]
+    assert m._interleave.period == 20 and m.counts(20) == {"s0": 6, "s1": 4, "s2": 4, "s3": 3, "s4": 2, "s5": 1}
+    thirds = quiet_mix(sources([9] * 6), {f"s{k}": 1 for k in range(6)}, seed=0, num_samples=12)
+    assert [thirds.source_of(i) for i in range(12)] == [f"s{k}" for k in range(6)] * 2
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,14 +8,14 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from conftest import root_data, run_cli
+from conftest import root_data, run_cli, same_dataset
 
 pytest.importorskip("s3fs", reason="S3 inputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
 pytest.importorskip("uproot", reason="ROOT files need uproot (pip install 'shardsmith[root]')")
 
-from test_s3_inputs import _same_dataset, _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
+from test_s3_inputs import _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
 
 
 @pytest.mark.parametrize("to, extra", [("hdf5", ["--step-size", "64KB"]),
@@ -30,7 +30,7 @@ def test_root_files_from_s3_equal_local(s3, tmp_path, to, extra):  # noqa: F811 
     assert run_cli("convert", local, "-o", tmp_path / "ref", *common).exit_code == 0
     got = run_cli("convert", "s3://shardsmith-root/events/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
 
 
 @pytest.mark.parametrize("to", ["hdf5", "webdataset"])
@@ -47,4 +47,4 @@ def test_parquet_events_from_s3_equal_local(s3, tmp_path, to):  # noqa: F811
     got = run_cli("convert", "s3://shardsmith-parquet/batches/batch_*.parquet", "--events-table", meta,
                   "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")

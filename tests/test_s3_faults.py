@@ -15,32 +15,22 @@ from urllib.parse import urlsplit
 
 import orjson
 import pytest
-from conftest import jpeg_folder, make_docs, run_cli, tree_digest, write_jsonl
-from s3_fault_proxy import Faults, fault_proxy
+from conftest import jpeg_folder, make_docs, run_cli, same_dataset, tree_digest, write_jsonl
+from s3_fault_proxy import Faults, proxied  # noqa: F401  (a fixture)
 
 pytest.importorskip("s3fs", reason="S3 inputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
 
-from test_s3_inputs import KEYS, _same_dataset, _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
+from test_s3_inputs import KEYS, _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
 
 FAST = ["--retry-wait", "0.01"]  # the backoff is the code's; the tests need not wait for it
 
 
 @pytest.fixture
-def flaky(s3, s3_env, monkeypatch):  # noqa: F811  (the fixtures imported above)
+def flaky(s3, proxied):  # noqa: F811  (the fixtures imported above)
     """``(client, start)``: ``start(faults)`` points the runs at a fault proxy in front of the server."""
-    proxies = []
-
-    def start(faults: Faults) -> Faults:
-        cm = fault_proxy(s3_env["AWS_ENDPOINT_URL"], faults)
-        monkeypatch.setenv("AWS_ENDPOINT_URL", cm.__enter__())
-        proxies.append(cm)
-        return faults
-
-    yield s3, start
-    for cm in proxies:
-        cm.__exit__(None, None, None)
+    return s3, proxied
 
 
 def _starts(faults: Faults, key: str) -> list[int]:
@@ -66,7 +56,7 @@ def test_jsonl_through_faults_equals_local(flaky, tmp_path, monkeypatch):
     faults = start(Faults(slowdown=0.12, reset=0.2, seed=2))  # ~1 request in 4 fails
     got = run_cli("convert", "s3://shardsmith-faults/data/", "-o", tmp_path / "got", *common, *FAST)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     failed = faults.count("503") + faults.count("reset")
     assert faults.count("503") and faults.count("reset") and 0.2 <= failed / len(faults.requests) <= 0.4, \
         (failed, len(faults.requests))
@@ -86,7 +76,7 @@ def test_image_folder_through_faults_equals_local(flaky, tmp_path):
     faults = start(Faults(slowdown=0.12, reset=0.2))
     got = run_cli("convert", "s3://shardsmith-faults-img/images/", "-o", tmp_path / "got", *common, *FAST)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     assert faults.count("503") and faults.count("reset")
 
 
@@ -216,7 +206,7 @@ def test_pack_tokens_glob_through_faults_equals_local(flaky, tmp_path, bpe_token
     faults = start(Faults(slowdown=0.12, reset=0.2, seed=2))
     got = run_cli("pack-tokens", "s3://shardsmith-faults-text/data/*.jsonl", "-o", tmp_path / "got", *common, *FAST)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     assert faults.count("503") and faults.count("reset")
 
 
@@ -248,9 +238,9 @@ def test_credentials_and_signatures_never_appear(flaky, tmp_path, monkeypatch):
         (2, [f"s3://AKIAEXAMPLE:{SECRET}@shardsmith-doomed/data/", "-o", tmp_path / "userinfo"]),
     ]
     if importlib.util.find_spec("fsspec_xrootd") is not None:  # a token in an XRootD URL, no server there
-        from test_xrootd_inputs import _free_port
+        from test_xrootd_inputs import free_port
 
-        runs.append((1, [f"root://localhost:{_free_port()}//data/a.jsonl?authz={TOKEN}", "-o", tmp_path / "xrd"]))
+        runs.append((1, [f"root://localhost:{free_port()}//data/a.jsonl?authz={TOKEN}", "-o", tmp_path / "xrd"]))
     seen = [_killed_while_staging(tmp_path / "killed", common)]
     for code, args in runs:
         res = run_subprocess("convert", *args, *common, env=dict(os.environ))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,11 +16,12 @@ from pathlib import Path
 import orjson
 import pytest
 from conftest import (
+    free_port,
     jpeg_folder,
     make_docs,
     run_cli,
     run_subprocess,
-    tree_digest,
+    same_dataset,
     two_file_corpus,
     write_jsonl,
 )
@@ -34,16 +34,12 @@ KEYS = {"AWS_ACCESS_KEY_ID": "shardsmith-test-key", "AWS_SECRET_ACCESS_KEY": "sh
         "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3_env() -> dict[str, str]:
     """A moto S3 server for the module; the variables that point every client at it."""
-    port = _free_port()
+    port = free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     try:
         server.start()
@@ -70,13 +66,6 @@ def _upload(client, bucket: str, local: Path, prefix: str) -> None:
             client.put_object(Bucket=bucket, Key=f"{prefix}/{p.relative_to(local).as_posix()}", Body=p.read_bytes())
 
 
-def _same_dataset(a: Path, b: Path) -> None:
-    assert tree_digest(a) == tree_digest(b)
-    ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (a, b))
-    for m in (ma, mb):
-        m.pop("created"), m.pop("command")
-        m["source"].pop("input_root", None)
-    assert ma == mb
 
 
 def test_convert_jsonl_from_s3_equals_local(s3, tmp_path):
@@ -90,7 +79,7 @@ def test_convert_jsonl_from_s3_equals_local(s3, tmp_path):
     assert ref.exit_code == 0, ref.stderr
     got = run_cli("convert", "s3://shardsmith-jsonl/data/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     manifest = orjson.loads((tmp_path / "got" / "manifest.json").read_bytes())
     assert manifest["source"]["inputs"] == ["a.jsonl", "sub/b.jsonl"]
     assert manifest["source"]["input_root"] == "s3://shardsmith-jsonl/data/"
@@ -99,7 +88,7 @@ def test_convert_jsonl_from_s3_equals_local(s3, tmp_path):
     one = run_cli("convert", "s3://shardsmith-jsonl/data/a.jsonl", "-o", tmp_path / "one", *common)
     ref_one = run_cli("convert", local / "a.jsonl", "-o", tmp_path / "ref-one", *common)
     assert one.exit_code == 0 and ref_one.exit_code == 0, one.stderr + ref_one.stderr
-    _same_dataset(tmp_path / "ref-one", tmp_path / "one")
+    same_dataset(tmp_path / "ref-one", tmp_path / "one")
 
 
 def test_image_folder_from_s3_keeps_classes(s3, tmp_path):
@@ -109,7 +98,7 @@ def test_image_folder_from_s3_keeps_classes(s3, tmp_path):
     assert run_cli("convert", local, "-o", tmp_path / "ref", *common).exit_code == 0
     got = run_cli("convert", "s3://shardsmith-images/images/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     assert orjson.loads((tmp_path / "got" / "manifest.json").read_bytes())["classes"] == ["c0", "c1", "c2"]
 
 
@@ -124,7 +113,7 @@ def test_pack_tokens_from_s3_glob_equals_local(s3, tmp_path, bpe_tokenizer):
     assert ref.exit_code == 0, ref.stderr
     got = run_cli("pack-tokens", "s3://shardsmith-text/data/*.jsonl", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
 
 
 def _stats(folder: Path) -> dict[str, tuple[int, int]]:
@@ -157,7 +146,7 @@ def test_killed_run_resumes_without_downloading_again(s3, s3_env, tmp_path, bpe_
     assert not staged.exists()
     ref = run_subprocess(*args[:1], corpus, *args[2:], "-o", tmp_path / "ref", env=env)
     assert ref.returncode == 0, ref.stderr
-    _same_dataset(tmp_path / "ref", out)
+    same_dataset(tmp_path / "ref", out)
 
 
 def test_torn_download_is_not_taken_for_a_whole_one(s3, tmp_path):
@@ -173,7 +162,7 @@ def test_torn_download_is_not_taken_for_a_whole_one(s3, tmp_path):
     assert run_cli("convert", local, "-o", tmp_path / "ref", *common).exit_code == 0
     got = run_cli("convert", "s3://shardsmith-torn/data", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
 
 
 @pytest.mark.parametrize("url, says", [

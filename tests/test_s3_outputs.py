@@ -16,14 +16,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import orjson
 import pytest
-from conftest import make_docs, root_data, run_cli, run_subprocess, two_file_corpus, write_jsonl
+from conftest import make_docs, root_data, run_cli, run_subprocess, same_dataset, two_file_corpus, write_jsonl
 from s3_fault_proxy import Faults, fault_proxy
 
 pytest.importorskip("s3fs", reason="S3 outputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
 
-from test_s3_inputs import KEYS, _same_dataset, s3, s3_env  # noqa: E402,F401  (fixtures)
+from test_s3_inputs import KEYS, s3, s3_env  # noqa: E402,F401  (fixtures)
 
 PART = 64 << 10  # multipart uploads of 64 KiB parts: the shards here are several parts long
 
@@ -114,7 +114,7 @@ def test_pack_tokens_to_s3_equals_local_and_loads(store, corpus, bpe_tokenizer, 
     assert any(number == 2 for _, number in _puts(faults)), "the shards went up in several parts"
     got = _download(client, bucket, "runs/tok", tmp_path / "got")
     assert ".shardsmith-run.json" not in os.listdir(got)
-    _same_dataset(tmp_path / "ref", got)
+    same_dataset(tmp_path / "ref", got)
     assert run_cli("verify", got).exit_code == 0
     from shardsmith.loader import open as open_dataset
 
@@ -134,7 +134,7 @@ def test_convert_webdataset_to_s3_equals_local(store, tmp_path):
     res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/wds", *common)
     assert res.exit_code == 0, res.stderr
     got = _download(client, bucket, "wds", tmp_path / "got")
-    _same_dataset(tmp_path / "ref", got)
+    same_dataset(tmp_path / "ref", got)
     assert run_cli("verify", got).exit_code == 0
 
 
@@ -147,7 +147,7 @@ def test_convert_hdf5_to_s3_equals_local(store, tmp_path):
     res = run_cli("convert", src, "-o", f"s3://{bucket}/events/hzz", *common)
     assert res.exit_code == 0, res.stderr
     got = _download(client, bucket, "events/hzz", tmp_path / "got")
-    _same_dataset(tmp_path / "ref", got)
+    same_dataset(tmp_path / "ref", got)
     assert run_cli("verify", got).exit_code == 0
 
 
@@ -183,7 +183,7 @@ def test_killed_run_resumes_against_the_bucket(store, corpus, bpe_tokenizer, tmp
         assert again == [], "a finished dataset is not uploaded again"
     after = _keys(client, bucket, prefix)
     assert ".shardsmith-run.json" not in after
-    _same_dataset(tmp_path / "ref", _download(client, bucket, prefix, tmp_path / "got"))
+    same_dataset(tmp_path / "ref", _download(client, bucket, prefix, tmp_path / "got"))
     assert not list(client.list_multipart_uploads(Bucket=bucket, Prefix=prefix + "/").get("Uploads", []))
 
 
@@ -201,7 +201,7 @@ def test_overwrite_and_the_checks_of_a_folder(store, corpus, bpe_tokenizer, tmp_
     assert res.exit_code == 0, res.stderr
     assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer, "--seed", "1", "--shard-tokens", "200K")
                    ).exit_code == 0
-    _same_dataset(tmp_path / "ref", _download(client, bucket, "ds", tmp_path / "got"))
+    same_dataset(tmp_path / "ref", _download(client, bucket, "ds", tmp_path / "got"))
     # an object shardsmith did not write: refused, with or without --overwrite, and nothing is deleted
     client.put_object(Bucket=bucket, Key="ds/notes/readme.txt", Body=b"mine")
     kept = _keys(client, bucket, "ds")
@@ -224,7 +224,7 @@ def test_another_commands_unfinished_output_is_refused(store, corpus, bpe_tokeni
     assert len(res.stderr.strip().splitlines()) == 1
     assert run_cli(*args).exit_code == 0  # the same command takes it over
     assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
-    _same_dataset(tmp_path / "ref", _download(client, bucket, "half", tmp_path / "got"))
+    same_dataset(tmp_path / "ref", _download(client, bucket, "half", tmp_path / "got"))
 
 
 def test_the_run_record_is_put_once(store):
@@ -250,7 +250,7 @@ def test_through_faults_the_bytes_are_the_same(s3, s3_env, monkeypatch, corpus, 
     assert res.exit_code == 0, res.stderr
     assert faults.count("503") > 3
     assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
-    _same_dataset(tmp_path / "ref", _download(s3, bucket, "flaky", tmp_path / "got"))
+    same_dataset(tmp_path / "ref", _download(s3, bucket, "flaky", tmp_path / "got"))
     assert not s3.list_multipart_uploads(Bucket=bucket, Prefix="flaky/").get("Uploads"), "stale uploads aborted"
 
 
@@ -379,7 +379,7 @@ def test_an_object_that_cannot_be_uploaded_keeps_the_run(s3, s3_env, monkeypatch
     # (the proxy passes a doomed request on before it answers 503: the object may be there already)
     assert "manifest.json" in {name for name, _ in _puts(faults)} <= {"val-000000.idx", "manifest.json"}
     assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
-    _same_dataset(tmp_path / "ref", _download(s3, bucket, "d", tmp_path / "got"))
+    same_dataset(tmp_path / "ref", _download(s3, bucket, "d", tmp_path / "got"))
 
 
 def test_ctrl_c_during_an_upload_ends_soon_and_resumes(store, corpus, bpe_tokenizer, tmp_path):
@@ -407,4 +407,4 @@ def test_ctrl_c_during_an_upload_ends_soon_and_resumes(store, corpus, bpe_tokeni
     res = run_subprocess(*args)
     assert res.returncode == 0, res.stderr
     assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
-    _same_dataset(tmp_path / "ref", _download(client, bucket, "i", tmp_path / "got"))
+    same_dataset(tmp_path / "ref", _download(client, bucket, "i", tmp_path / "got"))

@@ -9,15 +9,15 @@ from __future__ import annotations
 from urllib.parse import urlsplit
 
 import pytest
-from conftest import make_docs, run_cli, write_jsonl
-from s3_fault_proxy import Faults
+from conftest import make_docs, run_cli, same_dataset, write_jsonl
+from s3_fault_proxy import Faults, proxied  # noqa: F401  (a fixture)
 
 pytest.importorskip("s3fs", reason="S3 inputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
 
 from test_s3_faults import flaky  # noqa: E402,F401  (fixtures)
-from test_s3_inputs import _same_dataset, _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
+from test_s3_inputs import _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
 
 FILES = 40
 
@@ -44,7 +44,7 @@ def test_limit_stages_only_what_it_reads(flaky, tmp_path):  # noqa: F811  (the f
     assert run_cli("convert", local, "-o", tmp_path / "ref", *common).exit_code == 0
     got = run_cli("convert", "s3://shardsmith-limit/data/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     fetched = _fetched(faults)
     # 700 records are in the first two files; the budget is 1 MB (the least) ahead of the readers
     assert {"part-000.jsonl", "part-001.jsonl"} <= fetched, fetched
@@ -65,5 +65,5 @@ def test_staging_within_a_small_budget_equals_local(flaky, tmp_path, bpe_tokeniz
     assert run_cli(command, local, "-o", tmp_path / "ref", *common).exit_code == 0
     got = run_cli(command, "s3://shardsmith-budget/data/", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
-    _same_dataset(tmp_path / "ref", tmp_path / "got")
+    same_dataset(tmp_path / "ref", tmp_path / "got")
     assert len(_fetched(faults)) == FILES

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pytest
 from conftest import make_docs, run_cli, write_jsonl
-from s3_fault_proxy import Faults, fault_proxy
+from s3_fault_proxy import Faults, proxied  # noqa: F401  (a fixture)
 
 pytest.importorskip("s3fs", reason="streaming from S3 needs s3fs (pip install 'shardsmith[s3]')")
 boto3 = pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
@@ -227,21 +227,6 @@ def test_a_tampered_shard_is_one_error_line_and_is_removed(s3, bucket, local, tm
 
 # -- random access by byte ranges: counted by the proxy ----------------------------------------------
 
-@pytest.fixture
-def proxied(s3, s3_env, monkeypatch):  # noqa: F811
-    """``start(faults)``: the runs go through a fault proxy in front of the server from now on."""
-    proxies = []
-
-    def start(faults: Faults) -> Faults:
-        cm = fault_proxy(s3_env["AWS_ENDPOINT_URL"], faults)
-        monkeypatch.setenv("AWS_ENDPOINT_URL", cm.__enter__())
-        proxies.append(cm)
-        return faults
-
-    yield start
-    for cm in proxies:
-        cm.__exit__(None, None, None)
-
 
 def fetched_bytes(faults: Faults, key: str) -> int:
     """Bytes the proxy passed for GETs of ``key`` (a GET without a Range counts as the whole object)."""
@@ -256,7 +241,7 @@ def fetched_bytes(faults: Faults, key: str) -> int:
 
 
 @pytest.mark.parametrize("name", ["webdataset", "tokens"])
-def test_random_access_on_an_uncached_dataset_fetches_byte_ranges(proxied, bucket, local, tmp_path, name):
+def test_random_access_on_an_uncached_dataset_fetches_byte_ranges(proxied, bucket, local, tmp_path, name):  # noqa: F811
     faults = proxied(Faults())
     entries = shards(local[name])
     shard = entries[2]
@@ -323,7 +308,7 @@ def test_two_ranks_of_two_workers_share_one_cache(s3, s3_env, bucket, local, tmp
 # -- faults and safety ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ["webdataset", "tokens", "hdf5"])
-def test_an_epoch_through_a_flaky_store_yields_the_same_samples(proxied, bucket, local, tmp_path, name):
+def test_an_epoch_through_a_flaky_store_yields_the_same_samples(proxied, bucket, local, tmp_path, name):  # noqa: F811
     faults = proxied(Faults(slowdown=0.15, reset=0.15, seed=5))
     want = shardsmith.open(local[name])
     got = opened(bucket[name], tmp_path / "cache", retries=10)

@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import tree_digest
-from test_xrootd_inputs import _free_port, _why_not
+from conftest import free_port, tree_digest
+from test_xrootd_inputs import _why_not
 
 QUICK = {"XRD_REQUESTTIMEOUT": "2", "XRD_TIMEOUTRESOLUTION": "1", "XRD_CONNECTIONWINDOW": "2"}
 LINE = b'{"id": %d, "text": "document %d: the same few words again and again, then a number %d"}\n'
@@ -37,7 +37,7 @@ class Server:
 
     def __init__(self, base: Path) -> None:
         self.data, self.run = base / "data", base / "run"
-        self.port = _free_port()
+        self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import root_data, run_cli, tree_digest
+from conftest import free_port, root_data, run_cli, tree_digest
 
 
 def _why_not() -> str | None:
@@ -47,10 +47,6 @@ def _bytes_served() -> int:
         return next(int(line.split()[1]) for line in fh if line.startswith("rchar"))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +72,7 @@ def server() -> Iterator[tuple[str, Path]]:
                 os.chmod(os.path.join(folder, name), 0o644)
         run.mkdir()
         shutil.chown(run, user="xrootd", group="xrootd")
-        port = _free_port()
+        port = free_port()
         config = run / "xrootd.cfg"
         config.write_text(f"all.export /\noss.localroot {data}\nxrd.port {port}\nall.adminpath {run}\n"
                           f"all.pidpath {run}\n")
@@ -152,7 +148,7 @@ def test_a_missing_path_and_a_silent_server_are_one_line(server, tmp_path):
     assert res.stderr.strip().splitlines() == [f"shardsmith: error: root://{host}//nope/: no such file or folder "
                                                f"on the server"]
     t0 = time.monotonic()
-    res = run_cli("convert", f"root://localhost:{_free_port()}//events/", "--to", "hdf5", "-o", tmp_path / "b", "-q",
+    res = run_cli("convert", f"root://localhost:{free_port()}//events/", "--to", "hdf5", "-o", tmp_path / "b", "-q",
                   "--retries", "1", "--retry-wait", "0.05")  # a refused connection is retried (test_xrootd_faults)
     assert res.exit_code == 1 and len(res.stderr.strip().splitlines()) == 1 and "Connection" in res.stderr
     assert "cannot list it after 2 attempts" in res.stderr

@@ -17,14 +17,15 @@ import base64
 import contextlib
 import hashlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
-from shardsmith.core.urls import SCHEME, error_line, safe_url
+from shardsmith.core.urls import SCHEME, safe_url
 from shardsmith.engine import retry
 from shardsmith.engine.resume import crash_point
+from shardsmith.engine.storage_errors import one_line
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
 T = TypeVar("T")
@@ -299,29 +300,16 @@ def open_store(url: str, *, policy: retry.Policy, part_size: int = PART_SIZE) ->
     return STORES.get(scheme, Store)(url=url, fs=fs, policy=policy, part_size=part_size)
 
 
-@contextlib.contextmanager
-def storage_errors(url: str, *, claiming: bool = False) -> Iterator[None]:
-    """The storage client's errors as one line naming ``url``: while the run claims the prefix a
-    usage error (exit 2: the -o option names something unusable), later a data error (exit 1)."""
-    try:
-        yield
-    except ShardsmithError:
-        raise
-    except retry.GaveUp as gave_up:
-        last = gave_up.last
-        raise _error(url, f"cannot reach it after {gave_up.attempts} attempts (the last: {type(last).__name__}: "
-                          f"{error_line(last)})", claiming) from None
-    except FileExistsError:
-        raise
-    except FileNotFoundError as exc:
-        if "bucket" in str(exc).lower():
-            raise UsageError(f"-o {url}: no such bucket (create it first)") from None
-        raise UsageError(f"-o {url}: no such object") from None
-    except PermissionError:
-        raise UsageError(f"-o {url}: access denied (check the credentials and the bucket's policy)") from None
-    except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
-        raise _error(url, f"cannot write it: {type(exc).__name__}: {error_line(exc)}", claiming) from None
+def storage_errors(url: str, *, claiming: bool = False) -> contextlib.AbstractContextManager[None]:
+    """The storage client's errors as one line naming ``url``: a missing bucket, a missing object or
+    a denied access, and anything while the run claims the prefix, is a usage error (exit 2: the -o
+    option names something unusable); later a data error (exit 1). FileExistsError goes through
+    (a conditional put that lost: the caller's decision)."""
 
+    def error(kind: str, text: str) -> ShardsmithError:
+        if claiming or kind in ("no-bucket", "missing", "denied"):
+            return UsageError(f"-o {url}: {text}")
+        return DataError(file=url, reason=text)
 
-def _error(url: str, what: str, claiming: bool) -> ShardsmithError:
-    return UsageError(f"-o {url}: {what}") if claiming else DataError(file=url, reason=what)
+    return one_line(error, verb="write", words={"no-bucket": "no such bucket (create it first)"},
+                    passing=(FileExistsError,))

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
-from shardsmith.core.urls import error_line, is_url, safe_url
-from shardsmith.engine import backends, inputs, retry
+from shardsmith.core.urls import is_url, safe_url
+from shardsmith.engine import backends, inputs, retry, storage_errors
 from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.outdir import STAGED, staging_path, work_path
 from shardsmith.engine.stager import Stager
@@ -203,34 +203,15 @@ def input_root(files: list[InputFile]) -> str | None:
     return roots.pop() if len(roots) == 1 else None
 
 
-@contextlib.contextmanager
-def _storage_errors(url: str, *, reading: bool = False) -> Iterator[None]:
+def _storage_errors(url: str, *, reading: bool = False) -> contextlib.AbstractContextManager[None]:
     """The storage client's errors as one line naming ``url`` (listing: a usage error, exit 2;
-    downloading: a data error, exit 1)."""
-    try:
-        yield
-    except ShardsmithError:
-        raise
-    except retry.GaveUp as gave_up:  # transient errors that outlasted the retries: a data error, exit 1
-        last = gave_up.last
-        raise DataError(file=url, reason=f"cannot {'read' if reading else 'list'} it after {gave_up.attempts} "
-                                         f"attempt{'s' if gave_up.attempts > 1 else ''} (the last: "
-                                         f"{type(last).__name__}: {error_line(last)})") from None
-    except FileNotFoundError as exc:
-        what = "no such bucket" if "bucket" in str(exc).lower() else "no such object or prefix"
-        raise _error(url, what, reading) from None
-    except PermissionError:
-        raise _error(url, "access denied (check the credentials and the bucket's policy)", reading) from None
-    except OSError as exc:
-        if "[3011]" in str(exc) or "no such file" in str(exc).lower():  # XRootD's kNotFound
-            raise _error(url, "no such file or folder on the server", reading) from None
-        raise _error(url, f"cannot read it: {type(exc).__name__}: {error_line(exc)}", reading) from None
-    except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
-        raise _error(url, f"cannot read it: {type(exc).__name__}: {error_line(exc)}", reading) from None
+    downloading, or transient errors that outlasted the retries: a data error, exit 1)."""
 
+    def error(kind: str, text: str) -> ShardsmithError:
+        return DataError(file=url, reason=text) if reading or kind == "gave-up" else UsageError(f"{url}: {text}")
 
-def _error(url: str, what: str, reading: bool) -> ShardsmithError:
-    return DataError(file=url, reason=what) if reading else UsageError(f"{url}: {what}")
+    return storage_errors.one_line(error, verb="read" if reading else "list",
+                                   words={"missing": "no such object or prefix"})
 
 
 # -- listing ---------------------------------------------------------------------------------------

@@ -103,7 +103,7 @@ def describe(m: Any) -> str:
     """What a mixture draws, one line per source."""
     counts = m.counts(len(m))
     lines = [f"mixture of {len(m.names)} sources: {len(m):,} samples, seed {m.seed}; every prefix of n samples "
-             f"holds each source weight·n times within {m.deviation_bound:.2f}"]
+             f"holds each source weight·n times within {m.deviation_bound:.3f}"]
     width = max(len(n) for n in m.names)
     for name in m.names:
         cycles = "  (cycles: new shuffled passes)" if name in m.cycling else ""

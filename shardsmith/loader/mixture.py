@@ -2,17 +2,9 @@
 whose sample i is drawn from one source, in a smooth deterministic interleave, with no array of
 the mixture's length anywhere (numpy only).
 
-The interleave is a binary tree over the sources (``_Node``). A node that holds ``c`` of the
-first n samples gives its lighter child (share r <= 1/2 of the node's weight) ``round(r·c)`` of
-them and the other child the rest; so a source's count after n samples is a few roundings of n,
-and sample i goes down the tree by comparing ``round(r·(c+1))`` with ``round(r·c)``: O(depth) time
-and memory, vectorised over a batch. Error bound: each rounding is off by at most 1/2 and the error
-of node j reaches a leaf of weight w scaled by w/W_j, so a leaf's count differs from w·n by at most
-``1/2 · (1 + Σ w/W_j)`` over its ancestors below the root (``deviation_bound``). With up to four
-sources every leaf is at depth <= 2, where that sum is one term w/W_1 < 1: **every prefix of length
-n holds each source ``weight·n`` times, within 1** (tests/test_mix.py checks it with hypothesis).
-With more sources the bound is computed and reported (five or six: the tree with the lowest bound
-of all, about 1.0-1.1 at worst; more: split by weight).
+Which source sample i comes from is the interleave's decision (``loader/interleave.py``): every
+prefix of length n holds each source ``weight·n`` times, within 1, for any number of sources
+(``deviation_bound`` is the proven bound, below 1; tests/test_mix.py checks it with hypothesis).
 
 Each source is read in its own shuffled order: draw j of source s is position ``j mod len`` of a
 keyed Feistel permutation (cycle-walking, O(1) memory) for that source's pass ``j // len``; a
@@ -24,11 +16,9 @@ weights continues every source from there (nothing is re-converted).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import warnings
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from functools import singledispatch
 from typing import Any
 
@@ -37,69 +27,9 @@ import numpy as np
 from shardsmith.engine.keys import mix64, path_hash
 from shardsmith.errors import UsageError
 from shardsmith.formats.hdf5.batch import EventBatch
+from shardsmith.loader.interleave import interleave
 
 MIX_STATE = "shardsmith.mix/1"  # marks what ``Mixture.state`` returns (``start=`` of ``mix``)
-
-
-@dataclass(frozen=True)
-class _Node:
-    """An inner node of the interleave: ``light`` takes ``round(share · c)`` of the node's c samples."""
-
-    share: float
-    light: _Node | int
-    heavy: _Node | int
-
-
-def _split(members: list[int], weights: list[float]) -> _Node | int:
-    """Sources (heaviest first) into a tree: two groups of balanced weight, each split again."""
-    if len(members) == 1:
-        return members[0]
-    groups: tuple[list[int], list[int]] = ([], [])
-    totals = [0.0, 0.0]
-    size = -(-len(members) // 2)
-    for s in members:  # heaviest first into the lighter group, at most half of them per group
-        g = 0 if (totals[0] <= totals[1] and len(groups[0]) < size) or len(groups[1]) >= size else 1
-        groups[g].append(s)
-        totals[g] += weights[s]
-    light, heavy = (0, 1) if totals[0] <= totals[1] else (1, 0)
-    share = totals[light] / (totals[0] + totals[1])
-    return _Node(share, _split(groups[light], weights), _split(groups[heavy], weights))
-
-
-def _trees(members: list[int], weights: list[float]) -> Iterator[_Node | int]:
-    """Every binary tree over the sources (945 for six): the best bound is picked for five or six."""
-    if len(members) == 1:
-        yield members[0]
-        return
-    first, rest = members[0], members[1:]
-    for r in range(len(rest)):
-        for combo in itertools.combinations(rest, r):
-            groups = [first, *combo], [m for m in rest if m not in combo]
-            totals = [sum(weights[m] for m in g) for g in groups]
-            light = 0 if totals[0] <= totals[1] else 1
-            for a in _trees(groups[light], weights):
-                for b in _trees(groups[1 - light], weights):
-                    yield _Node(totals[light] / sum(totals), a, b)
-
-
-def _take(share: float, c: np.ndarray) -> np.ndarray:
-    """How many of a node's first c samples go to its lighter child: round(share · c)."""
-    return np.floor(share * c + 0.5).astype(np.int64)
-
-
-def _bounds(node: _Node | int, weights: list[float], above: list[float]) -> dict[int, float]:
-    """Each source's proven deviation bound, 1/2 · (1 + Σ w/W) over the nodes below the root above it."""
-    if isinstance(node, int):
-        w = weights[node]
-        return {node: 0.5 * (1 + sum(w / W for W in above[1:]))} if above else {node: 0.0}
-    total = _weight(node, weights)
-    out = _bounds(node.light, weights, [*above, total])
-    out.update(_bounds(node.heavy, weights, [*above, total]))
-    return out
-
-
-def _weight(node: _Node | int, weights: list[float]) -> float:
-    return weights[node] if isinstance(node, int) else _weight(node.light, weights) + _weight(node.heavy, weights)
 
 
 _GOLD, _MUL = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
@@ -145,7 +75,7 @@ def _kind(ds: Any) -> tuple[Any, ...]:
     return type(ds).__name__, getattr(ds, "seq_len", None), schema, getattr(ds, "decode", None)
 
 
-def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> dict[str, float]:
+def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
     if not isinstance(sources, Mapping) or not sources:
         raise UsageError("mix: give sources as a non-empty dict name -> dataset")
     if not isinstance(weights, Mapping) or set(weights) != set(sources):
@@ -162,8 +92,6 @@ def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> dict[str
                              f"({kind[0]} seq_len={kind[1]} vs {kinds[first][0]} seq_len={kinds[first][1]}, or schemas)")
         if len(sources[name]) == 0:
             raise UsageError(f"mix: source {name!r} is empty")
-    total = float(sum(weights.values()))
-    return {name: float(weights[name]) / total for name in sources}
 
 
 class Mixture:
@@ -172,19 +100,18 @@ class Mixture:
 
     def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int,
                  num_samples: int | None, shuffle: bool, start: Mapping[str, Any] | None) -> None:
-        self.weights = _check(sources, weights)
+        _check(sources, weights)
         self.names = list(sources)
+        self._interleave = interleave([weights[n] for n in self.names])
+        # the effective shares: the given ones normalised (with five sources or more, rounded to a
+        # period of at most 65,536 positions when their common denominator is larger)
+        self.weights = {n: float(w) for n, w in zip(self.names, self._interleave.weights)}
+        self.deviation_bound = float(self._interleave.bound)  # proven, below 1
         self.sources = dict(sources)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.lengths = {name: len(ds) for name, ds in sources.items()}
         self.consumed = self._start(start)
-        w = [self.weights[n] for n in self.names]
-        order = sorted(range(len(w)), key=lambda s: (-w[s], s))
-        self._tree = _split(order, w)
-        if 5 <= len(w) <= 6:  # some source is three splits deep: take the tree with the lowest bound
-            self._tree = min(_trees(order, w), key=lambda t: max(_bounds(t, w, []).values()))
-        self.deviation_bound = max(_bounds(self._tree, w, []).values())  # proven; < 1 up to four sources
         self._keys = np.array([path_hash(f"mix:{self.seed}", n) for n in self.names], dtype=np.uint64)
         self._len = self._no_repeats() if num_samples is None else int(num_samples)
         if self._len < 0:
@@ -231,39 +158,16 @@ class Mixture:
         return self._len
 
     def counts(self, n: int) -> dict[str, int]:
-        """How many of the first n samples come from each source (O(number of sources))."""
-        out: dict[str, int] = {}
-
-        def down(node: _Node | int, c: int) -> None:
-            if isinstance(node, int):
-                out[self.names[node]] = c
-                return
-            light = int(_take(node.share, np.int64(c)))
-            down(node.light, light)
-            down(node.heavy, c - light)
-
-        down(self._tree, int(n))
-        return out
+        """How many of the first n samples come from each source."""
+        return dict(zip(self.names, self._interleave.counts(int(n)).tolist()))
 
     def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """(source number, sample index inside that source) of mixture samples ``indices``."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if idx.size and (idx.min() < -self._len or idx.max() >= self._len):
             raise IndexError(f"mixture index out of range for {self._len} samples")
-        pos = np.where(idx < 0, idx + self._len, idx)
-        source = np.full(len(pos), -1, dtype=np.int64)
-        stack: list[tuple[_Node | int, np.ndarray]] = [(self._tree, np.arange(len(pos)))]
-        while stack:  # down the tree: pos becomes the rank inside each node's share
-            node, rows = stack.pop()
-            if isinstance(node, int):
-                source[rows] = node
-                continue
-            p = pos[rows]
-            before = _take(node.share, p)
-            light = _take(node.share, p + 1) > before
-            pos[rows] = np.where(light, before, p - before)
-            stack += [(node.light, rows[light]), (node.heavy, rows[~light])]
-        return source, self._sample(source, pos)
+        source, draw = self._interleave.locate(np.where(idx < 0, idx + self._len, idx))
+        return source, self._sample(source, draw)
 
     def _sample(self, source: np.ndarray, draw: np.ndarray) -> np.ndarray:
         """Draw number -> sample index, in each source's own shuffled passes (all sources at once)."""

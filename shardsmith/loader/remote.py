@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import orjson
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.urls import error_line, safe_url
+from shardsmith.core.urls import safe_url
 from shardsmith.engine import retry
+from shardsmith.engine.storage_errors import one_line
 from shardsmith.errors import DatasetError, ShardsmithError
 
 BLOCK = 8 << 20  # bytes per read of a whole-file download
@@ -117,20 +117,6 @@ class RemoteStore:
         with self.errors(self.name(rel)):
             retry.call(copy, self.policy, progressed=progressed)
 
-    @contextlib.contextmanager
-    def errors(self, where: str, *, missing: str = "no such object") -> Iterator[None]:
+    def errors(self, where: str, *, missing: str = "no such object") -> contextlib.AbstractContextManager[None]:
         """The storage client's errors as one DatasetError line naming ``where`` (never a credential)."""
-        try:
-            yield
-        except ShardsmithError:
-            raise
-        except retry.GaveUp as gave_up:
-            last = gave_up.last
-            raise DatasetError(f"{where}: cannot read it after {gave_up.attempts} attempts (the last: "
-                               f"{type(last).__name__}: {error_line(last)})") from None
-        except FileNotFoundError:
-            raise DatasetError(f"{where}: {missing}") from None
-        except PermissionError:
-            raise DatasetError(f"{where}: access denied (check the credentials and the bucket's policy)") from None
-        except Exception as exc:  # botocore's and aiohttp's many kinds
-            raise DatasetError(f"{where}: cannot read it: {type(exc).__name__}: {error_line(exc)}") from None
+        return one_line(lambda kind, text: DatasetError(f"{where}: {text}"), verb="read", words={"missing": missing})
