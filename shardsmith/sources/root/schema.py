@@ -110,7 +110,23 @@ def _rntuple_leaves(ntuple: Any) -> tuple[list[_Leaf], list[str]]:
         names = (key, name, alias.get(key, key), *(".".join(parts[:i]) for i in range(1, len(parts))))
         leaves.append(_Leaf(Field(name=name, dtype=dtype, shape=shape, counter=counter), key, tuple(path),
                             names))
-    return leaves, skipped
+    return leaves, skipped + _unaccounted(records, leaves, skipped)
+
+
+def _unaccounted(records: Any, leaves: list[_Leaf], skipped: list[str]) -> list[str]:
+    """Top-level fields neither read (themselves, a leaf below them, or the leaf they project) nor
+    already named as skipped: named too, so that no field of an RNTuple is ever dropped silently."""
+    shown = {n for leaf in leaves for n in leaf.names}
+    named = set(skipped)
+    out = []
+    for i, r in enumerate(records):
+        if r.parent_field_id != i:
+            continue  # not a top-level field
+        top = r.field_name
+        if top in shown or top in named or any(k.startswith(top + ".") for k in (*shown, *named)):
+            continue
+        out.append(top)
+    return out
 
 
 def _projected_leaf(records: Any, children: dict[int, list[int]], field_id: int,
