@@ -64,7 +64,7 @@ def test_a_nested_collection_is_named_in_one_warning_line(tmp_path):
             "v": [[1.5], [], [2.5, 3.5]],
         }))
     out = tmp_path / "out"
-    res = run_cli("convert", path, "-o", out, "--to", "hdf5", "--workers", "1", "-q")
+    res = run_cli("convert", path, "-o", out, "--to", "hdf5", "--workers", "1")
     assert res.exit_code == 0, res.stderr
     warnings = [line for line in res.stderr.splitlines() if "warning" in line]
     assert len(warnings) == 1 and warnings[0].endswith(": hits") and "nested collections" in warnings[0], res.stderr

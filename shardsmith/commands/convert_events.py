@@ -7,7 +7,6 @@ writer turns the shuffled records back into columns.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -42,11 +41,9 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
             f" (skipped: {', '.join(skipped_fields[:5])})" if skipped_fields else ""))
     if skipped_fields:
         more = f" and {len(skipped_fields) - 8} more" if len(skipped_fields) > 8 else ""
-        # a warning, not progress: shown with --quiet too (which only hides the bars)
         fields = f"{len(skipped_fields)} field" + ("s" if len(skipped_fields) > 1 else "")
-        print(f"shardsmith: warning: skipping {fields} not numbers or lists of numbers "
-              f"(strings, records, nested collections): "
-              f"{', '.join(skipped_fields[:8])}{more}", file=sys.stderr)
+        progress.note(f"shardsmith: warning: skipping {fields} not numbers or lists of numbers "
+                      f"(strings, records, nested collections): {', '.join(skipped_fields[:8])}{more}")
     processor = EventProcessor(schema=schema, balance=None,
                                provenance=[f.rel for f in files] if opts.provenance else None)
     job = WriteJob(opts=opts, out=opts.out, schema=processor.out_schema)
