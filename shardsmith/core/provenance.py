@@ -22,6 +22,7 @@ from shardsmith.errors import UsageError
 FILE_FIELD = "_file"
 ENTRY_FIELD = "_entry"
 FIELDS = (Field(name=FILE_FIELD, dtype="<i4"), Field(name=ENTRY_FIELD, dtype="<i8"))
+FIELD_DTYPES = {f.name: f.dtype for f in FIELDS}
 MAX_FILES = 1 << 31  # the file index is an int32
 
 
@@ -36,7 +37,7 @@ def with_provenance(schema: EventSchema) -> EventSchema:
 
 def describe(entry: str) -> dict[str, Any]:
     """The manifest's ``events.provenance``: the two fields, and what an entry counts (``entry``,
-    ``row``, ``first row of the group``)."""
+    ``row``, ``first row of the event's group``: ``Reader.provenance_entry``)."""
     return {"file": FILE_FIELD, "entry": ENTRY_FIELD, "entry_is": entry}
 
 
@@ -81,6 +82,3 @@ def check_manifest(m: dict[str, Any], bad: Any) -> None:
     inputs = m.get("source", {}).get("inputs")
     if not isinstance(inputs, list) or not all(isinstance(x, str) for x in inputs):
         raise bad("'source.inputs' must list every input when 'events.provenance' is set")
-
-
-FIELD_DTYPES = {f.name: f.dtype for f in FIELDS}

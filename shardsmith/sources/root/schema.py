@@ -116,17 +116,8 @@ def _rntuple_leaves(ntuple: Any) -> tuple[list[_Leaf], list[str]]:
 def _unaccounted(records: Any, leaves: list[_Leaf], skipped: list[str]) -> list[str]:
     """Top-level fields neither read (themselves, a leaf below them, or the leaf they project) nor
     already named as skipped: named too, so that no field of an RNTuple is ever dropped silently."""
-    shown = {n for leaf in leaves for n in leaf.names}
-    named = set(skipped)
-    out = []
-    for i, r in enumerate(records):
-        if r.parent_field_id != i:
-            continue  # not a top-level field
-        top = r.field_name
-        if top in shown or top in named or any(k.startswith(top + ".") for k in (*shown, *named)):
-            continue
-        out.append(top)
-    return out
+    tops = {name.split(".", 1)[0] for leaf in leaves for name in leaf.names} | {s.split(".", 1)[0] for s in skipped}
+    return [r.field_name for i, r in enumerate(records) if r.parent_field_id == i and r.field_name not in tops]
 
 
 def _projected_leaf(records: Any, children: dict[int, list[int]], field_id: int,
