@@ -142,6 +142,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               show_default=True, help="HDF5 compression of the event arrays (gzip is the portable choice).")
 @click.option("--events-per-sample", default=1, show_default=True, type=click.IntRange(1, MAX_INT32),
               help="Events into tar: pack windows of N events into one sample.")
+@click.option("--provenance", is_flag=True,
+              help="Events: store each event's input file (index into the manifest's inputs) and entry.")
 @converting_options
 @user_errors
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,

@@ -85,6 +85,8 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
              session: OutputRun, skipped_inputs: list[dict[str, str]]) -> dict[str, Any]:
     """Rows and images into tar samples."""
     images = reader.holds == "images"
+    if opts.provenance:
+        raise UsageError("--provenance applies to events (ROOT, Parquet events)")
     if opts.augment and not images:
         raise UsageError("--augment applies to image folders")
     if opts.copies > 1 and not opts.augment:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from shardsmith.core import provenance
 from shardsmith.core.events import EventSchema
 from shardsmith.core.progress import Progress
 from shardsmith.engine.balance import BalancePlan, BalanceSpec, balance_events
@@ -40,30 +41,37 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
             f" (skipped: {', '.join(skipped_fields[:5])})" if skipped_fields else ""))
     if skipped_fields:
         more = f" and {len(skipped_fields) - 8} more" if len(skipped_fields) > 8 else ""
-        progress.note(f"shardsmith: warning: skipping {len(skipped_fields)} non-numeric fields: "
-                      f"{', '.join(skipped_fields[:8])}{more}")
-    job = WriteJob(opts=opts, out=opts.out, schema=schema)
+        fields = f"{len(skipped_fields)} field" + ("s" if len(skipped_fields) > 1 else "")
+        progress.note(f"shardsmith: warning: skipping {fields} not numbers or lists of numbers "
+                      f"(strings, records, nested collections): {', '.join(skipped_fields[:8])}{more}")
+    processor = EventProcessor(schema=schema, balance=None,
+                               provenance=[f.rel for f in files] if opts.provenance else None)
+    job = WriteJob(opts=opts, out=opts.out, schema=processor.out_schema)
     fmt.check(job)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     run_id = run_identity("convert", opts, files, extra_paths=reader.extra_inputs(opts))
     if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
         return finished
-    balance = None if opts.balance is None else _balance(opts, reader, files, schema, sizing.chunk_bytes)
+    processor.balance = None if opts.balance is None else _balance(opts, reader, files, schema, sizing.chunk_bytes)
     tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
     done = convert_all(
-        opts=opts, out=opts.out, reader=reader, processor=EventProcessor(schema=schema, balance=balance), tasks=tasks, sizing=sizing,
+        opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
         # compressed inputs grow when decoded: size the shuffle's buckets for a few times the input
         estimated_bytes=4 * total_bytes, desc="convert", progress=progress, run=run_id,
         make_writer=lambda split, part: fmt.writer(job, split, part))
     if done.summary is not None:
         return done.summary
+    events: dict[str, Any] = {"counters": list(schema.counters), "skipped_fields": skipped_fields}
+    if opts.provenance:
+        events["provenance"] = provenance.describe(reader.provenance_entry())
+    balance = processor.balance
     return commit_dataset(session, fmt=fmt, job=job, done=done, files=files,
-                          source={"reader": reader.name, **reader.source_fields(opts)}, schema=schema.to_json(),
-                          extras={"events": {"counters": list(schema.counters), "skipped_fields": skipped_fields},
-                                  **({"balance": balance.describe()} if balance is not None else {})},
+                          source={"reader": reader.name, **reader.source_fields(opts)},
+                          schema=job.schema.to_json(),
+                          extras={"events": events, **({"balance": balance.describe()} if balance is not None else {})},
                           events=True, used=(("source", reader.name),), unread=unread,
-                          skipped_inputs=skipped_inputs)
+                          skipped_inputs=skipped_inputs, list_inputs=opts.provenance)
 
 
 def _balance(opts: ConvertOptions, reader: Reader, files: list[InputFile], schema: EventSchema,

@@ -36,6 +36,7 @@ class ConvertOptions(ConvertingOptions):
     events_table: str | None = None
     compression: str = "none"
     events_per_sample: int = 1
+    provenance: bool = False  # events: store each event's input file index and entry (core/provenance.py)
 
     def __post_init__(self) -> None:
         if type(self.max_image_pixels) is not int or self.max_image_pixels < 1:

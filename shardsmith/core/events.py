@@ -113,13 +113,16 @@ class EventChunk:
 
     ``columns[name]`` is ``(n, *shape)`` for a fixed field and the flat ``(total, *shape)`` values
     for a ragged one; ``offsets[counter]`` is int64 ``(n + 1,)`` starting at 0. ``first`` is the
-    record number (entry) of the first event in its file.
+    record number (entry) of the first event in its file. ``entries``: where each event starts in
+    its file when that is not its record number (events grouped from rows: each one's first row),
+    for ``--provenance``; None otherwise.
     """
 
     first: int
     n: int
     columns: dict[str, np.ndarray]
     offsets: dict[str, np.ndarray] = field(default_factory=dict)
+    entries: np.ndarray | None = None
 
     def counts(self, counter: str) -> np.ndarray:
         return np.diff(self.offsets[counter])
@@ -151,7 +154,8 @@ class EventChunk:
                 src = np.repeat(off[:-1][index] - offsets[c][:-1], counts) + np.arange(offsets[c][-1])
             for f in schema.members(c):
                 columns[f.name] = self.columns[f.name][src]
-        return EventChunk(first=self.first, n=len(index), columns=columns, offsets=offsets)
+        entries = None if self.entries is None else self.entries[index]
+        return EventChunk(first=self.first, n=len(index), columns=columns, offsets=offsets, entries=entries)
 
 
 def check_chunk(chunk: EventChunk, schema: EventSchema) -> None:

@@ -219,6 +219,9 @@ def check_events_schema(m: dict[str, Any], bad: Any) -> None:
         counter = need(field, "counter", str, bad, where=f"schema.{name}.", optional=True, nullable=True)
         if counter == "":
             raise bad(f"'schema.{name}.counter' is empty")
+    from shardsmith.core.provenance import check_manifest
+
+    check_manifest(m, bad)
 
 
 def dtype_of(value: str, bad: Any, name: str) -> Any:

@@ -22,7 +22,7 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
                    source: dict[str, Any], schema: dict[str, Any], extras: dict[str, Any] | None = None,
                    copies: int = 1, events: bool = False, used: tuple[tuple[str, str], ...] = (),
                    unread: Sequence[dict[str, Any]] = (), skipped_inputs: Sequence[dict[str, str]] = (),
-                   written: int | None = None) -> dict[str, Any]:
+                   written: int | None = None, list_inputs: bool = False) -> dict[str, Any]:
     """The manifest of a finished run, committed; returns it.
 
     ``source``: the reader's fields (name and what it adds); ``events``: each split also counts the
@@ -31,7 +31,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     their distribution and version in ``plugins``; ``unread``: input files left out whole
     (``--on-error skip`` of a file that cannot be opened), listed with the files that broke off;
     ``skipped_inputs``: objects that stayed unreadable while staging (``remote.skipped_inputs``);
-    ``written``: the records the shards hold, where a sample is not one record (packed sequences).
+    ``written``: the records the shards hold, where a sample is not one record (packed sequences);
+    ``list_inputs``: name every input, however many (``--provenance`` indexes them).
     """
     from shardsmith import registry
 
@@ -49,7 +50,7 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
         entry.update(fmt.split_fields(job, name, o))
         entry["shards"] = [s.to_json() for s in o.shards]
         splits[name] = entry
-    inputs: Any = [f.rel for f in files] if len(files) <= MAX_LISTED_INPUTS else len(files)
+    inputs: Any = [f.rel for f in files] if list_inputs or len(files) <= MAX_LISTED_INPUTS else len(files)
     source = {**source, "inputs": inputs, "input_bytes": sum(f.size for f in files), **tally.source(),
               "limit": opts.limit}
     if (root := input_root(files)) is not None:  # inputs staged from a URL (shown without userinfo or query)

@@ -148,6 +148,11 @@ class Reader:
         """How a record of this file is named in messages: ``line``, ``row``, ``entry``…"""
         return self.unit
 
+    def provenance_entry(self) -> str:
+        """What the entry of ``convert --provenance`` counts in this source's files (the manifest's
+        ``events.provenance.entry_is``): the record unit unless the source says otherwise."""
+        return self.unit
+
     def describe(self, task: Task, record: int) -> tuple[str, int | None]:
         """(file, record number) to name a record in messages and in the manifest's skip list."""
         return task.file.rel, record

@@ -8,17 +8,24 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths
+from shardsmith.core.provenance import Stamp, with_provenance
 from shardsmith.engine.balance import BalancePlan, balance_hashes
 from shardsmith.engine.scatter import Processed
 from shardsmith.sources.base import Task
 
 
 class EventProcessor:
-    """Encodes a chunk's events into per-event records in the worker."""
+    """Encodes a chunk's events into per-event records in the worker.
 
-    def __init__(self, *, schema: EventSchema, balance: BalancePlan | None = None) -> None:
+    ``schema`` is what the reader gives; with ``provenance`` (the run's input names, in manifest
+    order) each event also gets its file index and entry, and the records follow ``out_schema``."""
+
+    def __init__(self, *, schema: EventSchema, balance: BalancePlan | None = None,
+                 provenance: list[str] | None = None) -> None:
         self.schema = schema
         self.balance = balance  # --balance: which events of each label are kept
+        self.stamp = None if provenance is None else Stamp(inputs=provenance)
+        self.out_schema = schema if provenance is None else with_provenance(schema)
 
     def process_chunk(self, task: Task, chunk: EventChunk) -> Processed:
         records = np.arange(chunk.first, chunk.first + chunk.n, dtype=np.int64)
@@ -30,6 +37,8 @@ class EventProcessor:
             if not keep.all():
                 kept = np.flatnonzero(keep)
                 chunk, records, dropped = chunk.take(kept, schema), records[kept], len(records) - len(kept)
+        if self.stamp is not None:
+            chunk, schema = self.stamp(chunk, task.file.rel, records), self.out_schema
         return Processed(records=records, lengths=record_lengths(chunk, schema), payload=None, dropped=dropped,
                          encode_in=lambda order: encode(chunk, schema, order=order)[1])
 

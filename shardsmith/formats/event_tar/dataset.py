@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventSchema
+from shardsmith.core.provenance import inputs_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.webdataset.dataset import TarDataset, load_npy
 
@@ -33,6 +34,8 @@ class EventTarDataset(TarDataset):
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise DatasetError(f"{out_dir}: the manifest's event schema is malformed ({exc})") from None
         self._members = {f"{f.name}.npy": f.name for f in self.schema.fields}
+        # with --provenance: the input names the ``_file`` field indexes (``_entry``: where in that file)
+        self.inputs: list[str] | None = inputs_of(self.manifest)
         if self.events_per_sample > 1:
             self._members.update({f"{c}.offsets.npy": f"{c}.offsets" for c in self.schema.counters})
 

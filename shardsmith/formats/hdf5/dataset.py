@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventSchema
+from shardsmith.core.provenance import inputs_of
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.errors import DatasetError
 from shardsmith.formats.hdf5.batch import EventBatch, Ragged, _join, _join_runs, _long_runs
@@ -44,6 +45,8 @@ class EventDataset:
         self.manifest, entries = self._files.load_split(fmt="hdf5", split=split)
         self.split = split
         self._schema_json = self.manifest["schema"]
+        # with --provenance: the input names the ``_file`` field indexes (``_entry``: where in that file)
+        self.inputs: list[str] | None = inputs_of(self.manifest)
         try:
             self.schema = EventSchema.from_json(self._schema_json)
             _check_schema(self.schema)

@@ -48,6 +48,9 @@ class ParquetEventReader(Reader):
     def source_fields(self, opts: Any) -> dict[str, Any]:
         return {"group_by": self.group_by}
 
+    def provenance_entry(self) -> str:
+        return "row" if self.group_by is None else "first row of the event's group"
+
     def extra_inputs(self, opts: Any) -> tuple[str | None, ...]:
         return (self.events_table,)
 
@@ -274,19 +277,23 @@ class ParquetEventReader(Reader):
         open_key: int | None = None
         open_parts: list[dict[str, np.ndarray]] = []  # rows of the open event, batch by batch
 
-        def emit(event_keys: np.ndarray, starts: np.ndarray, rows: int, cols: dict[str, np.ndarray]) -> EventChunk:
+        open_row = 0  # the open event's first row in the file
+
+        def emit(event_keys: np.ndarray, starts: np.ndarray, rows: int, cols: dict[str, np.ndarray],
+                 first_rows: np.ndarray) -> EventChunk:
             offsets = np.empty(len(starts) + 1, dtype=np.int64)
             offsets[:-1], offsets[-1] = starts, rows
             columns = {key: event_keys.astype(np.int64, copy=False), **cols}
             if join is not None:
                 columns.update(join.take(event_keys, rel, first))
-            return EventChunk(first=first, n=len(starts), columns=columns, offsets={ROWS_COUNTER: offsets})
+            return EventChunk(first=first, n=len(starts), columns=columns, offsets={ROWS_COUNTER: offsets},
+                              entries=first_rows)
 
         def close() -> EventChunk:
             cols = {n: np.concatenate([p[n] for p in open_parts]) for n in open_parts[0]}
             rows = sum(len(p[key]) for p in open_parts)
             return emit(np.array([open_key], dtype=np.int64), np.zeros(1, dtype=np.int64), rows,
-                        {n: c for n, c in cols.items() if n != key})
+                        {n: c for n, c in cols.items() if n != key}, np.array([open_row], dtype=np.int64))
 
         for piece in pieces:
             if isinstance(piece, StreamError):
@@ -309,8 +316,8 @@ class ParquetEventReader(Reader):
             s0, last = int(starts[0]), int(starts[-1])
             if len(starts) > 1:
                 body = {n: c[s0:last] for n, c in cols.items() if n != key}
-                yield emit(k[starts[:-1]], starts[:-1] - s0, last - s0, body)
+                yield emit(k[starts[:-1]], starts[:-1] - s0, last - s0, body, row0 + starts[:-1])
                 first += len(starts) - 1
-            open_key, open_parts = int(k[last]), [{n: c[last:] for n, c in cols.items()}]
+            open_key, open_parts, open_row = int(k[last]), [{n: c[last:] for n, c in cols.items()}], row0 + last
         if open_key is not None:
             yield close()

@@ -110,7 +110,14 @@ def _rntuple_leaves(ntuple: Any) -> tuple[list[_Leaf], list[str]]:
         names = (key, name, alias.get(key, key), *(".".join(parts[:i]) for i in range(1, len(parts))))
         leaves.append(_Leaf(Field(name=name, dtype=dtype, shape=shape, counter=counter), key, tuple(path),
                             names))
-    return leaves, skipped
+    return leaves, skipped + _unaccounted(records, leaves, skipped)
+
+
+def _unaccounted(records: Any, leaves: list[_Leaf], skipped: list[str]) -> list[str]:
+    """Top-level fields neither read (themselves, a leaf below them, or the leaf they project) nor
+    already named as skipped: named too, so that no field of an RNTuple is ever dropped silently."""
+    tops = {name.split(".", 1)[0] for leaf in leaves for name in leaf.names} | {s.split(".", 1)[0] for s in skipped}
+    return [r.field_name for i, r in enumerate(records) if r.parent_field_id == i and r.field_name not in tops]
 
 
 def _projected_leaf(records: Any, children: dict[int, list[int]], field_id: int,
