@@ -86,6 +86,9 @@ def main() -> None:
 @click.option("--pack", type=click.Choice(["best-fit"]), default=None,
               help="Pack whole documents into --seq-len sequences (best-fit decreasing, padded at the end).")
 @click.option("--pad-id", type=click.IntRange(0), default=None, help="Padding id [default: the tokenizer's pad, else eos].")
+@click.option("--pack-window", default=None, callback=size_option("--pack-window"), metavar="TOKENS",
+              help="Tokens of documents best-fit packs at once (--memory must hold 32 bytes per token) "
+                   "[default: 4M].")
 @click.option("--shard-tokens", default="1G", show_default=True, callback=size_option("--shard-tokens"),
               help="Roll over to a new .bin/.idx shard after this many tokens.")
 @click.option("--nanogpt", is_flag=True, help="Also write flat {split}.bin (uint16) as nanoGPT reads them.")
