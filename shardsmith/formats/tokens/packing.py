@@ -161,7 +161,7 @@ class BestFitPacker:
         return window
 
 
-DEFAULT_WINDOW_TOKENS = 4_000_000  # --pack-window: padding 0.08 % at 2048 on the bench corpus (bench_pack.py)
+DEFAULT_WINDOW_TOKENS = 4_000_000  # --pack-window: padding 0.10 % at 2048 on the bench corpus (bench_pack.py)
 MIN_SEQUENCES = 8  # a window holds at least this many sequences
 TOKEN_BYTES = 4  # the widest token dtype (int32): what --memory must hold per window token
 
