@@ -24,7 +24,7 @@ from shardsmith.cli_options import (
     size_option,
     user_errors,
 )
-from shardsmith.commands.report import inputs_left_out, plural, report_skipped, report_stage
+from shardsmith.commands.report import balance_dropped, inputs_left_out, plural, report_skipped, report_stage
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.engine import interrupt
 
@@ -167,7 +167,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped"
-               f"{inputs_left_out(src)}")
+               f"{balance_dropped(manifest)}{inputs_left_out(src)}")
     report_skipped(out, src)
 
 
