@@ -25,11 +25,13 @@ from shardsmith.formats.epoch import EpochStream
 from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset
 from shardsmith.formats.layout import EpochOrder, global_position
 from shardsmith.formats.tokens.dataset import TokenDataset
+from shardsmith.formats.tokens.packed import PackedSequences, varlen_batch
 from shardsmith.formats.webdataset.dataset import TarDataset
 from shardsmith.loader.balance_sampler import BalancedSampler
 
-__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "TarIterable",
-           "TarSamples", "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader"]
+__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "PackedBatches",
+           "TarIterable", "TarSamples", "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader",
+           "varlen_collate"]
 
 
 class _Epoch(EpochStream):
@@ -119,6 +121,41 @@ class TokenBatches(_EpochIterable):
     def _make(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = self.dataset.get_batch(indices)
         return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def varlen_collate(items: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Packed sequences (``PackedSequences`` items, or a ``MixBatches`` batch of a mixture of packed
+    datasets) into one varlen batch of tensors: ``tokens`` (B, N), flat int32 ``cu_seqlens`` with
+    each row's padding as a segment of its own, ``max_seqlen``, ``real`` (B,), ``position_ids``
+    (``formats/tokens/packed.py`` ``varlen_batch``)."""
+    if not items:
+        raise ValueError("varlen_collate: an empty batch")
+    batch = varlen_batch(items, seq_len=len(items[0]["tokens"]))
+    return {k: v if isinstance(v, int) else torch.from_numpy(v) for k, v in batch.items()}
+
+
+class PackedBatches(_EpochIterable):
+    """Batches of packed sequences (``pack-tokens --pack best-fit``) of one epoch, for varlen attention.
+
+    Each batch is a dict: ``tokens`` int64 (B, N); ``cu_seqlens`` int32, **flat over the batch**
+    (row j's document ends + j·N, its padding tail as one more segment, last entry B·N), as
+    ``flash_attn_varlen_func(q, k, v, cu, cu, max_seqlen, max_seqlen)`` takes it for
+    ``tokens.reshape(-1)``; ``max_seqlen`` (int); ``real`` int32 (B,): row j's tokens from
+    ``real[j]`` on are padding (mask them out of the loss); ``position_ids`` (B, N), restarting at
+    every segment. A row's own boundaries stay ``dataset.cu_seqlens(i)``. Dealt, resumed
+    (``state_dict``, ``global_position``, ``start=``) and independent of ``num_workers`` as
+    ``TokenBatches``; use the DataLoader's ``batch_size=None``.
+    """
+
+    def __init__(self, dataset: PackedSequences, *, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True) -> None:
+        self.dataset = dataset
+        super().__init__(len(dataset), order=EpochOrder(), batch_size=batch_size, shuffle=shuffle, seed=seed,
+                         epoch=epoch, rank=rank, world_size=world_size, start=start, drop_last=drop_last)
+
+    def _make(self, indices: np.ndarray) -> dict[str, Any]:
+        return varlen_collate(self.dataset.get_batch(indices))
 
 
 def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
