@@ -24,7 +24,7 @@ from shardsmith.cli_options import (
     size_option,
     user_errors,
 )
-from shardsmith.commands.report import inputs_left_out, plural, report_skipped, report_stage
+from shardsmith.commands.report import balance_dropped, inputs_left_out, plural, report_skipped, report_stage
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.engine import interrupt
 
@@ -86,6 +86,9 @@ def main() -> None:
 @click.option("--pack", type=click.Choice(["best-fit"]), default=None,
               help="Pack whole documents into --seq-len sequences (best-fit decreasing, padded at the end).")
 @click.option("--pad-id", type=click.IntRange(0), default=None, help="Padding id [default: the tokenizer's pad, else eos].")
+@click.option("--pack-window", default=None, callback=size_option("--pack-window"), metavar="TOKENS",
+              help="Tokens of documents best-fit packs at once (--memory must hold 32 bytes per token) "
+                   "[default: 4M].")
 @click.option("--shard-tokens", default="1G", show_default=True, callback=size_option("--shard-tokens"),
               help="Roll over to a new .bin/.idx shard after this many tokens.")
 @click.option("--nanogpt", is_flag=True, help="Also write flat {split}.bin (uint16) as nanoGPT reads them.")
@@ -166,7 +169,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped"
-               f"{inputs_left_out(src)}")
+               f"{balance_dropped(manifest)}{inputs_left_out(src)}")
     report_skipped(out, src)
 
 

@@ -21,125 +21,26 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
 from shardsmith.core.events import EventSchema
+from shardsmith.formats.epoch import EpochStream
 from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset
-from shardsmith.formats.layout import (
-    POSITION,
-    STATE,
-    EpochLayout,
-    EpochOrder,
-    check_state,
-    global_position,
-    resolve_start,
-)
+from shardsmith.formats.layout import EpochOrder, global_position
 from shardsmith.formats.tokens.dataset import TokenDataset
+from shardsmith.formats.tokens.packed import PackedSequences, varlen_batch
 from shardsmith.formats.webdataset.dataset import TarDataset
 from shardsmith.loader.balance_sampler import BalancedSampler
 
-__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "TarIterable",
-           "TarSamples", "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader"]
+__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "PackedBatches",
+           "TarIterable", "TarSamples", "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader",
+           "varlen_collate"]
 
 
-def _distributed() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
-class _Epoch:
-    """One epoch's batches for this rank from a start position, and the state that resumes them.
-
-    ``start``: a position in the epoch's order (int, for epoch ``epoch``) or a ``global_position``
-    (which sets the epoch to its own); ``set_epoch`` to any other epoch starts at 0.
-    ``state_dict()`` holds plain ints and strings; ``load_state_dict`` refuses a state of another
-    dataset, order or layout and adopts the state's epoch and start.
-    """
-
-    def __init__(self, n: int, *, order: EpochOrder, batch_size: int | None, shuffle: bool, seed: int, epoch: int,
-                 rank: int | None, world_size: int | None, start: int | Mapping[str, Any] | None,
-                 drop_last: bool) -> None:
-        self.n = n
-        self.order = order
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = epoch
-        self.drop_last = drop_last
-        self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else _distributed()
-        self._identity = {"length": int(n), "order": order.name, "shuffle": bool(shuffle), "seed": int(seed)}
-        self._start_epoch, self._start = resolve_start(start, epoch=epoch, identity=self._identity)
-        self.epoch = self._start_epoch  # a global position sets the epoch it is in
-        self.layout()  # refuse a bad rank, batch size or start now rather than in a worker
-        self._resume = 0    # batches this stream had handed over when its state was saved
-        self._produced = 0  # batches this stream has handed over in the running iteration
-
-    def set_epoch(self, epoch: int) -> None:
-        """Iterate epoch ``epoch`` next (a state loaded for another epoch is dropped)."""
-        if epoch != self.epoch:
-            self._resume = self._produced = 0
-        self.epoch = epoch
-
-    @property
-    def start(self) -> int:
-        return self._start if self.epoch == self._start_epoch else 0
-
-    def layout(self) -> EpochLayout:
-        return EpochLayout(total=self.n, start=self.start, batch_size=self.batch_size, rank=self.rank,
-                           world_size=self.world_size, drop_last=self.drop_last)
-
-    def __len__(self) -> int:
-        """This rank's batches (samples, without ``batch_size``) in the epoch, from its start."""
-        return self.layout().steps
-
-    def position(self, steps: int) -> dict[str, Any]:
-        """The global position once every rank has taken ``steps`` batches of this epoch: the
-        ``start=`` of a resume after a plain ``DataLoader`` (which keeps no state) took them."""
-        return {"shardsmith": POSITION, **self._identity, "epoch": self.epoch,
-                "position": self.layout().position_after(steps)}
+class _Epoch(EpochStream):
+    """``EpochStream`` (``formats/epoch.py``) whose streams are the DataLoader's workers."""
 
     def _stream(self) -> tuple[int, int]:
         """(worker, workers) of the process this runs in (0 of 1 outside DataLoader workers)."""
         info = get_worker_info()
         return (info.id, info.num_workers) if info else (0, 1)
-
-    def _options(self) -> dict[str, Any]:
-        worker, workers = self._stream()
-        return {**self._identity, "batch_size": self.batch_size, "world_size": self.world_size,
-                "drop_last": bool(self.drop_last), "rank": self.rank, "workers": workers, "worker": worker}
-
-    def state_dict(self) -> dict[str, Any]:
-        """How far this stream (this rank, or one DataLoader worker of it) has gone in the epoch."""
-        return {"shardsmith": STATE, **self._options(), "epoch": self.epoch, "start": self.start,
-                "produced": self._produced}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue where ``state`` was saved (the next iteration starts there)."""
-        check_state(state, self._options())
-        self.epoch = self._start_epoch = int(state["epoch"])
-        self._start = int(state["start"])
-        self.layout()
-        self._resume = self._produced = int(state["produced"])
-
-    def _walk(self) -> Iterator[np.ndarray]:
-        """This stream's batches as index arrays. Runs eagerly (the saved position is taken now,
-        once); the count goes up before each batch is handed over, so a state taken while the
-        consumer holds batch k counts k + 1."""
-        worker, workers = self._stream()
-        layout = self.layout()
-        order = self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
-        first, self._resume = self._resume, 0
-        self._produced = first
-
-        steps = range(worker + first * workers, layout.steps, workers)
-
-        def batches() -> Iterator[np.ndarray]:
-            for step in steps:
-                indices = order[layout.positions(step)]
-                self._produced += 1
-                yield indices
-
-        self._ahead = lambda: (np.concatenate([order[layout.positions(step)] for step in steps]) if len(steps)
-                               else np.zeros(0, dtype=np.int64))
-        return batches()
 
 
 class _EpochIterable(_Epoch, IterableDataset):
@@ -163,7 +64,7 @@ class _EpochIterable(_Epoch, IterableDataset):
         raise NotImplementedError
 
 
-class EpochBatchSampler(_Epoch, Sampler):
+class EpochBatchSampler(EpochStream, Sampler):
     """A resumable batch sampler for the map-style adapters: ``DataLoader(ds, batch_sampler=...)``.
 
     Yields this rank's batches of one epoch as index lists, in the layout of the iterable adapters
@@ -178,9 +79,6 @@ class EpochBatchSampler(_Epoch, Sampler):
         super().__init__(n if isinstance(n, int) else len(n), order=EpochOrder(block), batch_size=batch_size,
                          shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start,
                          drop_last=drop_last)
-
-    def _stream(self) -> tuple[int, int]:
-        return 0, 1
 
     def __iter__(self) -> Iterator[list[int]]:
         return (indices.tolist() for indices in self._walk())
@@ -223,6 +121,41 @@ class TokenBatches(_EpochIterable):
     def _make(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = self.dataset.get_batch(indices)
         return torch.from_numpy(x), torch.from_numpy(y)
+
+
+def varlen_collate(items: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+    """Packed sequences (``PackedSequences`` items, or a ``MixBatches`` batch of a mixture of packed
+    datasets) into one varlen batch of tensors: ``tokens`` (B, N), flat int32 ``cu_seqlens`` with
+    each row's padding as a segment of its own, ``max_seqlen``, ``real`` (B,), ``position_ids``
+    (``formats/tokens/packed.py`` ``varlen_batch``)."""
+    if not items:
+        raise ValueError("varlen_collate: an empty batch")
+    batch = varlen_batch(items, seq_len=len(items[0]["tokens"]))
+    return {k: v if isinstance(v, int) else torch.from_numpy(v) for k, v in batch.items()}
+
+
+class PackedBatches(_EpochIterable):
+    """Batches of packed sequences (``pack-tokens --pack best-fit``) of one epoch, for varlen attention.
+
+    Each batch is a dict: ``tokens`` int64 (B, N); ``cu_seqlens`` int32, **flat over the batch**
+    (row j's document ends + j·N, its padding tail as one more segment, last entry B·N), as
+    ``flash_attn_varlen_func(q, k, v, cu, cu, max_seqlen, max_seqlen)`` takes it for
+    ``tokens.reshape(-1)``; ``max_seqlen`` (int); ``real`` int32 (B,): row j's tokens from
+    ``real[j]`` on are padding (mask them out of the loss); ``position_ids`` (B, N), restarting at
+    every segment. A row's own boundaries stay ``dataset.cu_seqlens(i)``. Dealt, resumed
+    (``state_dict``, ``global_position``, ``start=``) and independent of ``num_workers`` as
+    ``TokenBatches``; use the DataLoader's ``batch_size=None``.
+    """
+
+    def __init__(self, dataset: PackedSequences, *, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True) -> None:
+        self.dataset = dataset
+        super().__init__(len(dataset), order=EpochOrder(), batch_size=batch_size, shuffle=shuffle, seed=seed,
+                         epoch=epoch, rank=rank, world_size=world_size, start=start, drop_last=drop_last)
+
+    def _make(self, indices: np.ndarray) -> dict[str, Any]:
+        return varlen_collate(self.dataset.get_batch(indices))
 
 
 def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,

@@ -1,6 +1,7 @@
 """``convert --balance``: seeded hash downsampling of majority classes (issue 16 point 5): at most N
 per class, the kept set a function of the seed and the inputs only (the same for any --workers
-and for the direct and shuffled image paths), counts before and after in the manifest."""
+and for the direct and shuffled image paths, and for cluster stages), counts before and after and the
+dropped count in the manifest and the closing line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import jpeg, root_data, run_cli, tree_digest
+from test_stages import one_process, staged
 
 import shardsmith
 from shardsmith.core.sample import Identity
@@ -55,7 +57,7 @@ def convert(*args, to: str = "webdataset") -> dict:
 def test_image_folders_keep_at_most_n_per_class_stable_for_any_workers(images, tmp_path):
     m = convert(images, "-o", tmp_path / "w1", "--balance", "max=5", "--seed", "3")
     assert m["balance"] == {"max": 5, "seed": 3, "before": {"ant": 20, "bee": 6, "cat": 3},
-                            "after": {"ant": 5, "bee": 5, "cat": 3}}
+                            "after": {"ant": 5, "bee": 5, "cat": 3}, "dropped": 16}
     ds = shardsmith.open(tmp_path / "w1")
     assert np.bincount(ds.labels()).tolist() == [5, 5, 3] and m["splits"]["train"]["samples"] == 13
     keys = {ds[i]["__key__"] for i in range(len(ds))}
@@ -131,3 +133,32 @@ def test_root_events_balanced_by_an_integer_branch(tmp_path):
     assert m["balance"]["after"] == {"0": 300, "1": 125, "2": 43, "3": 3}
     ds = shardsmith.open(tmp_path / "hzz")
     assert np.bincount(ds.labels("NPhoton")).tolist() == [300, 125, 43, 3]
+
+
+def test_the_closing_line_counts_the_dropped_samples(images, events, tmp_path):
+    res = run_cli("convert", images, "-o", tmp_path / "img", "--to", "webdataset", "--balance", "max=5", "-q")
+    assert res.exit_code == 0, res.stderr
+    assert "13 samples in 1 shard; 13 records read, 0 skipped; 16 samples dropped by --balance max=5" in res.output
+    res = run_cli("convert", *events, "-o", tmp_path / "ev", "--to", "hdf5", "--balance", "ratio=2,label=label", "-q")
+    assert res.exit_code == 0, res.stderr
+    m = json.loads((tmp_path / "ev" / "manifest.json").read_text())
+    dropped = m["balance"]["dropped"]
+    assert dropped == 600 - m["splits"]["train"]["events"] > 0
+    assert f"600 records read, 0 skipped; {dropped} samples dropped by --balance ratio=2.0,label=label" in res.output
+
+
+@pytest.mark.parametrize("kind", ["images", "events"])
+def test_cluster_stages_give_the_bytes_of_one_machine(images, events, tmp_path, kind):
+    """scatter on 2 ranks (one rerun), gather, finalize: the balanced shards and manifest of a one-process run."""
+    if kind == "images":
+        args = ["convert", images, "--to", "webdataset", "--balance", "max=5", "--seed", "3", "--shard-samples", "4",
+                "--memory", "64KB", "-q"]
+    else:
+        args = ["convert", *events, "--to", "hdf5", "--balance", "max=40,label=label", "--shard-samples", "50",
+                "--memory", "64KB", "-q"]
+    one_process(args, tmp_path / "one")
+    staged(args, tmp_path / "staged", 2)
+    assert tree_digest(tmp_path / "staged") == tree_digest(tmp_path / "one")
+    one, two = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in ("one", "staged"))
+    assert one["balance"] == two["balance"] and two["balance"]["dropped"] > 0
+    assert one["source"]["records"] == two["source"]["records"]

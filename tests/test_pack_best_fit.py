@@ -1,6 +1,6 @@
 """pack-tokens --pack best-fit end to end: the sequences are exactly the packer's over the run's shuffled
 documents, the loader gives tokens + cu_seqlens, megatron-core reads the shards, the bytes do not depend
-on workers or on a kill, and the options are checked in one line."""
+on workers, --memory or a kill, and the options are checked in one line."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import shardsmith
 from shardsmith.formats.tokens.packing import BestFitPacker
 from shardsmith.loader import TokenDocuments
 
-SMALL = ("--memory", "512KB", "--shard-tokens", "8K", "--split", "train=0.9,val=0.1", "--seed", "5")
+SMALL = ("--shard-tokens", "8K", "--split", "train=0.9,val=0.1", "--seed", "5")
+WINDOW = ("--pack-window", "16K")  # several packing windows over the corpus
 
 
 @pytest.fixture(scope="module")
@@ -44,9 +45,10 @@ def expected_sequences(docs: TokenDocuments, seq_len: int, window: int) -> list[
 @pytest.mark.parametrize("seq_len", [32, 256])
 def test_sequences_are_the_packers_over_the_shuffled_documents(long_corpus, bpe_tokenizer, tmp_path, seq_len):
     plain = pack(long_corpus, tmp_path / "plain", bpe_tokenizer, *SMALL)
-    m = pack(long_corpus, tmp_path / "packed", bpe_tokenizer, *SMALL, "--pack", "best-fit", "--seq-len", str(seq_len))
+    m = pack(long_corpus, tmp_path / "packed", bpe_tokenizer, *SMALL, *WINDOW, "--pack", "best-fit",
+             "--seq-len", str(seq_len))
     p = m["packing"]
-    assert p["method"] == "best-fit" and p["seq_len"] == seq_len
+    assert p["method"] == "best-fit" and p["seq_len"] == seq_len and p["window_tokens"] == 16_000
     assert p["window_tokens"] < sum(s["tokens"] for s in plain["splits"].values())  # several windows
     for split in ("train", "val"):
         docs = TokenDocuments(tmp_path / "plain", split=split)
@@ -86,11 +88,13 @@ def test_megatron_core_reads_one_sequence_per_entry(long_corpus, bpe_tokenizer, 
     assert at == len(ds)
 
 
-def test_same_bytes_for_any_worker_count(long_corpus, bpe_tokenizer, tmp_path):
-    args = (*SMALL, "--pack", "best-fit", "--seq-len", "64")
+def test_same_bytes_for_any_worker_count_and_memory(long_corpus, bpe_tokenizer, tmp_path):
+    """The window is --pack-window, not a share of --memory: the bytes depend on neither."""
+    args = (*SMALL, *WINDOW, "--pack", "best-fit", "--seq-len", "64")
     digests = []
-    for workers in (1, 2, 3):
-        pack(long_corpus, tmp_path / f"w{workers}", bpe_tokenizer, *args, "--workers", str(workers))
+    for workers, memory in ((1, "512KB"), (2, "1GB"), (3, "3MB")):
+        pack(long_corpus, tmp_path / f"w{workers}", bpe_tokenizer, *args, "--workers", str(workers),
+             "--memory", memory)
         digests.append(tree_digest(tmp_path / f"w{workers}"))
     assert digests[0] == digests[1] == digests[2]
 
@@ -102,7 +106,7 @@ def test_resumes_after_kill_9_with_the_same_bytes(tmp_path, bpe_tokenizer, point
 
     corpus = two_file_corpus(tmp_path / "c", 3000, seed=3, max_words=50, first=1700)
     args = ["pack-tokens", corpus, "--tokenizer", bpe_tokenizer, "--memory", "512KB", "--shard-tokens", "20K",
-            "--split", "train=0.9,val=0.1", "--pack", "best-fit", "--seq-len", "512", "-q"]
+            "--split", "train=0.9,val=0.1", "--pack", "best-fit", "--seq-len", "512", "--pack-window", "8K", "-q"]
     ref = run_subprocess(*args, "-o", tmp_path / "ref", "--workers", "1")
     assert ref.returncode == 0, ref.stderr
     killed = run_subprocess(*args, "-o", tmp_path / "out", "--workers", "1",
@@ -150,7 +154,11 @@ def test_a_manifest_without_boundaries_is_refused(long_corpus, bpe_tokenizer, tm
 
 @pytest.mark.parametrize("extra, message", [
     (("--pack", "best-fit"), "--pack best-fit needs --seq-len N"),
-    (("--pack", "best-fit", "--seq-len", "100000", "--memory", "512KB"), "allows up to 2000"),
+    (("--pack", "best-fit", "--seq-len", "100000", "--pack-window", "16K"),
+     "--pack-window 16,000 tokens holds fewer than 8 sequences of --seq-len 100,000: give --pack-window 800000"),
+    (("--pack", "best-fit", "--seq-len", "64", "--memory", "64MB"),
+     "--memory 64.0 MB cannot hold a packing window of --pack-window 4,000,000 tokens: give --memory 128.0 MB"),
+    (("--pack-window", "1M",), "--pack-window sizes packed sequences: give --pack best-fit too"),
     (("--pack", "best-fit", "--seq-len", "64", "--pad-id", "400"), "--pad-id 400: outside the tokenizer's "
                                                                      "vocabulary of 400"),
     (("--pad-id", "3",), "--pad-id pads packed sequences: give --pack best-fit too"),

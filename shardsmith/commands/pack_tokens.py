@@ -52,6 +52,7 @@ class PackTokensOptions(ConvertingOptions):
     nanogpt: bool = False
     pack: str | None = None  # "best-fit": fixed seq_len sequences of whole documents (formats.tokens.packing)
     pad_id: int | None = None  # the id after a packed sequence's documents [default: the tokenizer's pad, else eos]
+    pack_window: int | None = None  # tokens per best-fit window [default: packing.DEFAULT_WINDOW_TOKENS]
 
 
 def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
@@ -144,7 +145,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
                                                   f"are refused: this tokenizer's ids change when they are cut"))
     if opts.pack is not None:
-        opts = dataclasses.replace(opts, pad_id=pad_id_of(opts, hf, eos_id, vocab_size))
+        opts = dataclasses.replace(opts, pad_id=pad_id_of(opts, hf, eos_id, vocab_size),
+                                   pack_window=window_of(opts))
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
                             piece_chars=tk.PIECE_CHARS if safe else None)
 
@@ -224,14 +226,20 @@ def _inputs_digest(files: list[Any]) -> str:
 
 
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<|endoftext|>")
-PACK_MIN_SEQUENCES = 8  # the packing window holds at least this many sequences
+def window_of(opts: PackTokensOptions) -> int:
+    """``--pack-window``, else the default: the tokens best-fit packs at once (never from --memory, so
+    the packed bytes do not depend on it)."""
+    from shardsmith.formats.tokens.packing import DEFAULT_WINDOW_TOKENS
+
+    return opts.pack_window or DEFAULT_WINDOW_TOKENS
 
 
 def check_packing(opts: PackTokensOptions) -> None:
     """The packing options together, before any work (one-line usage errors)."""
     if opts.pack is None:
-        if opts.pad_id is not None:
-            raise UsageError("--pad-id pads packed sequences: give --pack best-fit too")
+        for given, option in ((opts.pad_id, "--pad-id pads"), (opts.pack_window, "--pack-window sizes")):
+            if given is not None:
+                raise UsageError(f"{option} packed sequences: give --pack best-fit too")
         return
     if opts.pack != "best-fit":
         raise UsageError(f"--pack {opts.pack!r}: the one packing is 'best-fit'")
@@ -242,11 +250,16 @@ def check_packing(opts: PackTokensOptions) -> None:
     if opts.nanogpt:
         raise UsageError("--nanogpt writes documents back to back without padding: it does not combine with --pack")
     from shardsmith.core.sizes import format_size
+    from shardsmith.formats.tokens.packing import MIN_SEQUENCES, window_bytes
 
-    most = opts.memory // 8 // 4 // PACK_MIN_SEQUENCES
-    if opts.seq_len > most:
-        raise UsageError(f"--seq-len {opts.seq_len}: the packing window (an eighth of --memory) holds at least "
-                         f"{PACK_MIN_SEQUENCES} sequences; --memory {format_size(opts.memory)} allows up to {most}")
+    window = window_of(opts)
+    if window < MIN_SEQUENCES * opts.seq_len:
+        raise UsageError(f"--pack-window {window:,} tokens holds fewer than {MIN_SEQUENCES} sequences of --seq-len "
+                         f"{opts.seq_len:,}: give --pack-window {MIN_SEQUENCES * opts.seq_len} or more")
+    if opts.memory < window_bytes(window):
+        raise UsageError(f"--memory {format_size(opts.memory)} cannot hold a packing window of --pack-window "
+                         f"{window:,} tokens: give --memory {format_size(window_bytes(window))} or more, "
+                         f"or a smaller --pack-window")
 
 
 def pad_id_of(opts: PackTokensOptions, hf: Any, eos_id: int | None, vocab_size: int) -> int:

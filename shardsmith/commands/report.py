@@ -20,7 +20,8 @@ def report_stage(out: Path, result: dict[str, Any]) -> bool:
                  for split, (a, b) in result["shards"].items()]
         click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards, or a format one writer makes on rank 0)'}")
     else:
-        click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped")
+        click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped"
+                   + (f", {result['dropped']} dropped by --balance" if result.get("dropped") else ""))
     return True
 
 
@@ -35,6 +36,15 @@ def inputs_left_out(source: dict[str, Any]) -> str:
     if not count:
         return ""
     return f"; {plural(count, 'input object')} skipped (--on-error skip), listed in the manifest"
+
+
+def balance_dropped(manifest: dict[str, Any]) -> str:
+    """The closing line's note of the samples ``--balance`` left out ("" without --balance)."""
+    balance = manifest.get("balance")
+    if not isinstance(balance, dict):
+        return ""
+    rule = ",".join(f"{k}={balance[k]}" for k in ("max", "ratio", "label") if k in balance)
+    return f"; {plural(balance['dropped'], 'sample')} dropped by --balance {rule}"
 
 
 def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -> None:

@@ -9,7 +9,7 @@ plan or order, and a larger N keeps a superset. The plan is made before the run 
 sample's class and hash (image folders: the listing; events: one pass over the label field), and
 applied where the samples are made: image files left out of the listing (their bytes are never
 read), events left out of their chunk in the worker (``keep``). The manifest's ``balance`` records
-the spec, the seed and each class's count before and after.
+the spec, the seed, each class's count before and after, and the samples dropped.
 """
 
 from __future__ import annotations
@@ -105,8 +105,14 @@ class BalancePlan:
                 mask[at] = hashes[at] <= np.uint64(limit)
         return mask
 
+    @property
+    def dropped(self) -> int:
+        """Samples the plan leaves out, over every class."""
+        return sum(self.before.values()) - sum(self.after.values())
+
     def describe(self) -> dict[str, Any]:
-        return {**self.spec.describe(), "seed": self.seed, "before": self.before, "after": self.after}
+        return {**self.spec.describe(), "seed": self.seed, "before": self.before, "after": self.after,
+                "dropped": self.dropped}
 
 
 def balance_files(files: list[InputFile], spec: BalanceSpec, *, seed: int) -> tuple[list[InputFile], BalancePlan]:

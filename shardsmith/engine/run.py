@@ -114,7 +114,7 @@ def scatter_summary(opts: ConvertingOptions, results: list[TaskResult] | None) -
     if results is None:
         return {**_stage(opts), "idle": True}
     return {**_stage(opts), "tasks": len(results), "records": sum(r.records for r in results),
-            "skipped": sum(len(r.skipped) for r in results)}
+            "skipped": sum(len(r.skipped) for r in results), "dropped": sum(r.dropped for r in results)}
 
 
 def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["EventDataset", "EventTarDataset", "Mixture", "TarDataset", "TokenDataset", "TokenDocuments", "mix", "open"]
+__all__ = ["EventDataset", "EventTarDataset", "Mixture", "PackedSequences", "TarDataset", "TokenDataset",
+           "TokenDocuments", "mix", "open"]
 
 _CLASSES = {
     "EventDataset": "shardsmith.formats.hdf5.dataset",
     "EventTarDataset": "shardsmith.formats.event_tar.dataset",
     "Mixture": "shardsmith.loader.mixture",
+    "PackedSequences": "shardsmith.formats.tokens.packed",  # pack-tokens --pack: {tokens, cu_seqlens}
     "TarDataset": "shardsmith.formats.webdataset.dataset",
     "TokenDataset": "shardsmith.formats.tokens.dataset",
     "TokenDocuments": "shardsmith.formats.tokens.dataset",

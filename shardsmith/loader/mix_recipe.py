@@ -12,7 +12,8 @@ builds the same mixture from the same file with ``from_recipe``, so the two neve
     weight = 0.5
     split = "train"                   # optional, "train" by default
     loader = "TokenDataset"           # optional: a loader class of shardsmith.loader (default: open,
-    seq_len = 128                     # which gives documents for tokens); seq_len for TokenDataset
+    seq_len = 128                     # which gives documents for tokens, PackedSequences for packed
+                                      # tokens); seq_len for TokenDataset
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from shardsmith.errors import UsageError
 
 SOURCE_KEYS = {"path", "weight", "split", "loader", "seq_len"}
-LOADERS = ("EventDataset", "EventTarDataset", "TarDataset", "TokenDataset", "TokenDocuments")
+LOADERS = ("EventDataset", "EventTarDataset", "PackedSequences", "TarDataset", "TokenDataset", "TokenDocuments")
 
 
 def check(table: Any, *, where: str) -> dict[str, Any]:

@@ -84,7 +84,7 @@ class TokensFormat(Format):
 
             extras = [s.extra for o in outputs.values() for s in o.shards]
             fields["packing"] = {"method": job.opts.pack, "seq_len": job.opts.seq_len, "pad_id": job.opts.pad_id,
-                                 "window_tokens": _window(job),
+                                 "window_tokens": job.opts.pack_window,
                                  **packing_stats(extras, seq_len=job.opts.seq_len)}
         return fields
 
@@ -177,15 +177,9 @@ class TokensFormat(Format):
                     f"{tokens_per_s / 1e6:,.1f} M tokens/s (shuffled random windows, one process)")
 
 
-def _window(job: WriteJob) -> int:
-    from shardsmith.formats.tokens.packing import window_tokens
-
-    return window_tokens(memory=job.opts.memory, seq_len=job.opts.seq_len, itemsize=np.dtype(job.schema).itemsize)
-
-
 def _packed_writer(job: WriteJob, split: str, part: ShardRange) -> Writer:
     from shardsmith.formats.tokens.packed_writer import PackedTokensWriter
 
     return PackedTokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
-                              seq_len=job.opts.seq_len, pad_id=job.opts.pad_id, window_tokens=_window(job),
+                              seq_len=job.opts.seq_len, pad_id=job.opts.pad_id, window_tokens=job.opts.pack_window,
                               part=part)

@@ -1,6 +1,7 @@
 """Reading packed token datasets (``pack-tokens --pack best-fit``): sequence i as ``tokens`` (seq_len
 ids, padded at the end) and ``cu_seqlens`` (int32: 0, the end of each document piece; the last
-entry is the number of real tokens), ready for varlen attention."""
+entry is the number of real tokens), ready for varlen attention; ``varlen_batch`` joins a batch of them
+into one flat ``cu_seqlens`` (what ``shardsmith.torch.PackedBatches`` yields)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,33 @@ def packing_stats(extras: list[dict[str, Any]], *, seq_len: int) -> dict[str, An
             "padding_fraction": round((tokens - real) / tokens, 6) if tokens else 0.0,
             "documents": docs, "documents_split": split,
             "split_fraction": round(split / docs, 6) if docs else 0.0}
+
+
+def varlen_batch(items: list[dict[str, np.ndarray]], *, seq_len: int) -> dict[str, Any]:
+    """Packed sequences (``ds[i]`` items) as one batch for varlen attention over ``tokens.reshape(-1)``.
+
+    ``tokens`` int64 (B, seq_len); ``cu_seqlens`` int32, flat over the batch as flash-attn's
+    ``flash_attn_varlen_func`` takes it: row j's document ends plus ``j·seq_len``, then its padding
+    tail as one segment of its own (so padding never joins the next row's first document), the last
+    entry ``B·seq_len``; ``max_seqlen`` the longest segment; ``real`` int32 (B,) the real tokens of
+    each row (``tokens[j, real[j]:]`` is padding: mask it out of the loss); ``position_ids`` int64
+    (B, seq_len), restarting at 0 at every segment (what HF models take for packed rows).
+    """
+    rows = len(items)
+    if rows * seq_len >= 1 << 31:
+        raise ValueError(f"a batch of {rows} x {seq_len} tokens: cu_seqlens are int32, keep it under 2**31")
+    tokens = np.stack([it["tokens"] for it in items]) if rows else np.zeros((0, seq_len), np.int64)
+    real = np.array([int(it["cu_seqlens"][-1]) for it in items], dtype=np.int32)
+    ends: list[np.ndarray] = [np.zeros(1, np.int64)]
+    for j, it in enumerate(items):
+        ends.append(it["cu_seqlens"][1:].astype(np.int64) + j * seq_len)
+        if real[j] < seq_len:
+            ends.append(np.array([(j + 1) * seq_len], np.int64))
+    cu = np.concatenate(ends)
+    lengths = np.diff(cu)
+    positions = np.arange(rows * seq_len, dtype=np.int64) - np.repeat(cu[:-1], lengths)
+    return {"tokens": tokens, "cu_seqlens": cu.astype(np.int32), "max_seqlen": int(lengths.max(initial=0)),
+            "real": real, "position_ids": positions.reshape(rows, seq_len)}
 
 
 class PackedSequences:
@@ -86,6 +114,10 @@ class PackedSequences:
 
     def get_batch(self, indices: Any) -> list[dict[str, np.ndarray]]:
         return [self[int(i)] for i in np.asarray(indices)]
+
+    def get_varlen(self, indices: Any) -> dict[str, Any]:
+        """Sequences ``indices`` as one varlen batch (``varlen_batch``: flat ``cu_seqlens``)."""
+        return varlen_batch(self.get_batch(indices), seq_len=self.seq_len)
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:

@@ -3,7 +3,8 @@
 Documents arrive in the run's (shuffled) order. They collect in a window until it holds
 ``window_tokens`` tokens (the window closes after the document that reaches it); the window is
 then packed and handed out, and the next one starts empty, so the packer never holds more than
-``window_tokens`` plus one document. A document longer than ``seq_len`` is cut into
+``window_tokens`` plus one document (``--pack-window``: an option of its own, so the sequences never
+depend on ``--memory`` or ``--workers``). A document longer than ``seq_len`` is cut into
 ``seq_len``-token pieces (the last one shorter). Inside a window the pieces are placed largest
 first, each into the open sequence whose free space is the smallest that still fits it (best fit),
 or into a new sequence. Sequences leave in the order they were opened, and the pieces inside one
@@ -160,6 +161,12 @@ class BestFitPacker:
         return window
 
 
-def window_tokens(*, memory: int, seq_len: int, itemsize: int) -> int:
-    """The window for a ``--memory`` budget: an eighth of it in tokens, and at least 8 sequences."""
-    return max(memory // 8 // itemsize, 8 * seq_len)
+DEFAULT_WINDOW_TOKENS = 4_000_000  # --pack-window: padding 0.10 % at 2048 on the bench corpus (bench_pack.py)
+MIN_SEQUENCES = 8  # a window holds at least this many sequences
+TOKEN_BYTES = 4  # the widest token dtype (int32): what --memory must hold per window token
+
+
+def window_bytes(window_tokens: int) -> int:
+    """The ``--memory`` a window of ``window_tokens`` needs: the window is an eighth of it at most
+    (views of the gather's batches, then one copy while it is packed)."""
+    return 8 * TOKEN_BYTES * window_tokens
