@@ -160,6 +160,12 @@ def test_bad_mixtures_are_one_line_errors(tmp_path):
         mix({"a": a, "b": b}, {"a": 1, "b": 1}, seed=0)
     with pytest.raises(UsageError, match="another kind of sample"):
         mix({"a": a, "ids": Ids("x", 5)}, {"a": 1, "ids": 1}, seed=0)
+    other = token_dataset(tmp_path / "other", windows=20, seq_len=4)  # the same ids from another tokenizer
+    m = json.loads((other / "manifest.json").read_text())
+    m["tokenizer"]["sha256"] = "0" * 64
+    (other / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(UsageError, match="tokenizers"):
+        mix({"a": a, "other": shardsmith.TokenDataset(other)}, {"a": 1, "other": 1}, seed=0)
     with pytest.raises(UsageError, match="seed"):
         mix(s, {"s0": 1, "s1": 1}, seed=1, start=mix(s, {"s0": 1, "s1": 1}, seed=0).state(2))
 

@@ -69,10 +69,15 @@ def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
 
 
 def _kind(ds: Any) -> tuple[Any, ...]:
-    """What makes samples of two datasets batchable together: class, window length, schema, decoding."""
+    """What makes samples of two datasets batchable together: class, window length, schema, decoding,
+    and for token ids the tokenizer that made them (its sha256) and the padding id."""
     schema = getattr(ds, "schema", None)
     schema = json.dumps(schema.to_json(), sort_keys=True) if hasattr(schema, "to_json") else None
-    return type(ds).__name__, getattr(ds, "seq_len", None), schema, getattr(ds, "decode", None)
+    manifest = getattr(ds, "manifest", None)
+    tokenizer = manifest.get("tokenizer") if isinstance(manifest, dict) else None
+    tokenizer = tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
+    return (type(ds).__name__, getattr(ds, "seq_len", None), schema, getattr(ds, "decode", None), tokenizer,
+            getattr(ds, "pad_id", None))
 
 
 def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
@@ -88,8 +93,9 @@ def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
     first = next(iter(kinds))
     for name, kind in kinds.items():
         if kind != kinds[first]:
-            raise UsageError(f"mix: {name!r} holds another kind of sample than {first!r} "
-                             f"({kind[0]} seq_len={kind[1]} vs {kinds[first][0]} seq_len={kinds[first][1]}, or schemas)")
+            raise UsageError(f"mix: {name!r} holds another kind of sample than {first!r} ({kind[0]} "
+                             f"seq_len={kind[1]} vs {kinds[first][0]} seq_len={kinds[first][1]}, or their schemas, "
+                             f"tokenizers or pad ids differ)")
         if len(sources[name]) == 0:
             raise UsageError(f"mix: source {name!r} is empty")
 
