@@ -55,6 +55,25 @@ def code_version() -> str:
     return f"commit {head}{' (+ uncommitted changes)' if dirty else ''}, sources {digest.hexdigest()[:12]}"
 
 
+ANCHOR_PY = HERE / ".venv-anchors" / "bin" / "python"
+
+
+def anchor_python(module: str) -> str | None:
+    """The interpreter that runs a peer tool: bench/.venv-anchors (bench/anchors/setup.sh) if it has
+    `module`, else this one if it has it (megatron-core comes with the project's dev venv), else None:
+    the tool is not installed here and its rows say so."""
+    import sys
+
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    for python in (ANCHOR_PY, Path(sys.executable)):
+        if python.exists() and subprocess.run([str(python), "-c", probe], capture_output=True).returncode == 0:
+            return str(python)
+    return None
+
+
+NOT_INSTALLED = "not installed here (bash bench/anchors/setup.sh)"
+
+
 def verdict(label: str, ok: bool, detail: str) -> None:
     print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
 

@@ -54,17 +54,20 @@ def drain(samples: Iterable[dict], clock: Clock, **fields: object) -> None:
     clock.report(samples=n, bytes=size, **fields)
 
 
-def cli(doc: str | None, write: Callable[..., None], iterate: Callable[[str], None], *, workers: bool = False) -> None:
-    """``ANCHOR write FOLDER -o OUT [--workers N]`` or ``ANCHOR iterate OUT``."""
+def cli(doc: str | None, write: Callable[..., None], iterate: Callable[..., None], *, workers: bool = False,
+        shuffle: bool = False) -> None:
+    """``ANCHOR write FOLDER -o OUT [--workers N]`` or ``ANCHOR iterate OUT [--shuffle]``."""
     ap = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     ap.add_argument("action", choices=["write", "iterate"])
     ap.add_argument("path")
     ap.add_argument("-o", "--out")
     if workers:
         ap.add_argument("--workers", type=int, default=2)
+    if shuffle:
+        ap.add_argument("--shuffle", action="store_true", help="iterate with the tool's own shuffle")
     args = ap.parse_args()
     if args.action == "iterate":
-        iterate(args.path)
+        iterate(args.path, **({"shuffle": args.shuffle} if shuffle else {}))
     elif workers:
         write(args.path, args.out, args.workers)
     else:

@@ -10,7 +10,10 @@
 #
 # torch==2.13.0 is the CPU build that lies in /opt/wheels on these machines (pip's find-links); elsewhere
 # pip would fetch a multi-GB CUDA build. `tokenizers` is pinned to the project venv's version, so that
-# every tool in the benchmark encodes with the same library.
+# datatrove, Megatron, the bare HF script and `shardsmith pack-tokens --engine hf` encode with the same
+# library and version. shardsmith's default engine does not: for byte-level BPE it picks gigatoken (after
+# checking its ids against tokenizers' on a sample), so bench_pack_tokens.py shows both the end-to-end rows
+# as a user runs each tool and a same-library table with --engine hf (issue 18, point 4).
 #
 # Usage: bash bench/anchors/setup.sh          (idempotent; about 1 GB on disk)
 set -euo pipefail
