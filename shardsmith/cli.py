@@ -142,6 +142,12 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               show_default=True, help="HDF5 compression of the event arrays (gzip is the portable choice).")
 @click.option("--events-per-sample", default=1, show_default=True, type=click.IntRange(1, MAX_INT32),
               help="Events into tar: pack windows of N events into one sample.")
+@click.option("--max-len", type=click.IntRange(1, MAX_INT32), default=None, metavar="L",
+              help="Events into memmap: values per event; longer events are truncated (--keep), shorter padded with 0.")
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
+              help="Events into memmap: the dtype of the N x L x F values.")
+@click.option("--keep", default="first", show_default=True, metavar="first|last|top:FIELD",
+              help="Events into memmap: which L values an event longer than --max-len keeps (top: highest FIELD).")
 @converting_options
 @user_errors
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,

@@ -36,6 +36,10 @@ class ConvertOptions(ConvertingOptions):
     events_table: str | None = None
     compression: str = "none"
     events_per_sample: int = 1
+    # fixed-shape events (--to memmap): rows of --max-len values in --dtype, truncated by --keep
+    max_len: int | None = None
+    dtype: str = "float32"
+    keep: str = "first"
 
     def __post_init__(self) -> None:
         if type(self.max_image_pixels) is not int or self.max_image_pixels < 1:

@@ -52,6 +52,9 @@ class Format:
     accepts: ClassVar[tuple[str, ...]] = ()  # the record kinds it holds: "images", "rows", "events", "tokens"
     sample_unit: ClassVar[str] = "sample"  # what ``len(dataset)`` counts
     copies_files: ClassVar[bool] = False  # whether ``write_files`` can write whole input files as samples
+    # options of the converting command only this format reads (``ConvertOptions`` field names): given
+    # with another format they are refused, never ignored
+    own_options: ClassVar[tuple[str, ...]] = ()
 
     # -- writing ------------------------------------------------------------------------------
     def check(self, job: WriteJob) -> None:

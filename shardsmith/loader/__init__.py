@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["EventDataset", "EventTarDataset", "Mixture", "TarDataset", "TokenDataset", "TokenDocuments", "mix", "open"]
+__all__ = ["EventDataset", "EventTarDataset", "MemmapDataset", "Mixture", "TarDataset", "TokenDataset", "TokenDocuments", "mix", "open"]
 
 _CLASSES = {
     "EventDataset": "shardsmith.formats.hdf5.dataset",
     "EventTarDataset": "shardsmith.formats.event_tar.dataset",
+    "MemmapDataset": "shardsmith.formats.memmap.dataset",
     "Mixture": "shardsmith.loader.mixture",
     "TarDataset": "shardsmith.formats.webdataset.dataset",
     "TokenDataset": "shardsmith.formats.tokens.dataset",
