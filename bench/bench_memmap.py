@@ -8,6 +8,8 @@ fields and 3 event scalars, every event padded or cut to --max-len:
   - ``shardsmith``: ``convert --to memmap`` (exact global shuffle, sha256 of every file, fsync), wall s;
   - ``bare``: uproot + awkward + numpy in one process, the few lines a user writes (read the branches whole,
     ``ak.pad_none(clip=True)``, ``fill_none(0)``, stack, ``tofile``, fsync): no shuffle, no hash, no resume;
+  - ``hdf5``: the same conversion into ``--to hdf5`` (context: what the engine's read, shuffle and decode cost
+    whatever the writer);
   - ``disk``: writing the same number of bytes from memory with fsync: what no converter beats.
 Each runs as a child process (start-up included); the median of --repeat runs. The input is read once first.
 """
@@ -81,6 +83,8 @@ def main() -> None:
     ours = timed([py, "-m", "shardsmith", "convert", str(src), "-o", str(out), "--to", "memmap", "--overwrite", "-q",
                   "--max-len", str(a.max_len), "--branches", ",".join((*PULSES, *SCALARS)),
                   "--workers", str(a.workers)], a.repeat)
+    hdf5 = timed([py, "-m", "shardsmith", "convert", str(src), "-o", str(a.workdir / "h5"), "--to", "hdf5", "-q",
+                  "--overwrite", "--branches", ",".join((*PULSES, *SCALARS)), "--workers", str(a.workers)], a.repeat)
     written = sum(f.stat().st_size for f in out.iterdir() if f.name != "manifest.json")
     bare_out = a.workdir / "bare"
     bare_out.mkdir(exist_ok=True)
@@ -91,7 +95,8 @@ def main() -> None:
     mb = written / 1e6
     print(f"{a.events:,} events, ~{a.mean_pulses:g} pulses, L={a.max_len}, F={len(PULSES)}: input "
           f"{src.stat().st_size / 1e6:,.0f} MB, output {mb:,.0f} MB; median of {a.repeat}, {os.cpu_count()} cores")
-    for name, t in ((f"shardsmith (--workers {a.workers})", ours), ("bare uproot+numpy", bare), ("disk write", disk)):
+    for name, t in ((f"shardsmith (--workers {a.workers})", ours), ("bare uproot+numpy", bare),
+                    ("shardsmith --to hdf5", hdf5), ("disk write", disk)):
         print(f"  {name:26s} {t:6.2f} s  {mb / t:7,.0f} MB/s written")
     print(f"  shardsmith / bare = {ours / bare:.2f}x, shardsmith / disk = {ours / disk:.2f}x; "
           f"load average at end: {os.getloadavg()[0]:.2f}")

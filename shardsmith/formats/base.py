@@ -90,6 +90,11 @@ class Format:
         """The loader's dataset of one split (``shardsmith.loader.open``)."""
         raise NotImplementedError
 
+    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """``verify`` (also without ``--deep``): what the format's own descriptions say of the files,
+        checked without reading the data (cheap); the problems found, one line each."""
+        return []
+
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
         """``verify --deep``: every sample opened; the problems found, one line each."""
         return []

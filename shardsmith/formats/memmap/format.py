@@ -80,6 +80,16 @@ class MemmapFormat(Format):
 
         return MemmapDataset(out_dir, split=split)
 
+    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """The split's JSON against the manifest and the file sizes (shape x itemsize = bytes)."""
+        from shardsmith.formats.memmap.meta import read_meta
+
+        try:
+            read_meta(out, manifest, split)
+        except DatasetError as exc:
+            return [str(exc)]
+        return []
+
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
         """The JSON against the manifest and the file sizes, every length within L and at most its
         count, and every row zero past its length (the documented padding)."""
