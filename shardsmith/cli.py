@@ -152,7 +152,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 @user_errors
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,
             **kw: Any) -> None:
-    """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar or HDF5)."""
+    """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar, HDF5, or fixed-shape memmap arrays)."""
     from shardsmith.engine.inputs import walk_soon
 
     with walk_soon(inputs):  # a child lists the input folders while this process loads the converter

@@ -34,3 +34,23 @@ def test_memmap_to_s3_equals_local(store, tmp_path):  # noqa: F811
     values = np.memmap(got / meta["values"]["path"], dtype=meta["values"]["dtype"], mode="r",
                        shape=tuple(meta["values"]["shape"]))
     assert values.shape[1:] == (4, 6)
+
+
+def test_memmap_stages_into_s3_equal_the_local_run(s3, tmp_path, monkeypatch):  # noqa: F811
+    """Cluster stages whose only shared place is the bucket: rank 0 of the gather writes the arrays
+    (one writer per split), uploads them; finalize puts the manifest. Objects = the local files."""
+    from test_s3_outputs import _small_parts
+
+    _small_parts(monkeypatch, tmp_path)
+    args = ["convert", root_data() / "uproot-HZZ.root", "--to", "memmap", "--branches", "Jet_*,NJet",
+            "--max-len", "4", "--split", "train=0.8,val=0.2", "-q"]
+    assert run_cli(*args, "-o", tmp_path / "one").exit_code == 0
+    bucket = _bucket(s3, "memmap-stages")
+    url = f"s3://{bucket}/mm"
+    for stage, ranks in (("scatter", (0, 1)), ("gather", (1, 0)), ("finalize", (0,))):
+        for rank in ranks:
+            monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "nodes" / f"{stage}-{rank}"))
+            res = run_cli(*args, "-o", url, "--stage", stage, "--rank", str(rank), "--world-size", "2")
+            assert res.exit_code == 0, (stage, rank, res.stderr)
+    got = _download(s3, bucket, "mm", tmp_path / "got")
+    _same_dataset(tmp_path / "one", got)
