@@ -166,6 +166,7 @@ def test_parquet_events_read_with_plain_memmap_equal_pyarrow(icecube, tmp_path):
 
 
 def test_same_bytes_for_any_workers_memory_and_after_a_kill(icecube, tmp_path):
+    """~3.5 s: two killed child processes (kill -9 in the scatter, then in the gather) and the rerun."""
     import os
     import signal
 

@@ -186,3 +186,23 @@ def test_kept_values_equal_a_per_event_reference(keep):
             want += sorted(rank[:length])
     assert index.tolist() == want
     np.testing.assert_array_equal(lengths, np.minimum(counts, length))
+
+
+def test_wide_parquet_one_row_per_event(tmp_path):
+    """A list column is the collection, the other columns event-level arrays (an empty list: length 0)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    hits = [[1.5, 2.5, 3.5, 4.5], [], [7.0]]
+    pq.write_table(pa.table({"label": pa.array([1, 0, 1], pa.int8()), "hits": pa.array(hits, pa.list_(pa.float64()))}),
+                   tmp_path / "wide.parquet")
+    res = run_cli("convert", tmp_path / "wide.parquet", "-o", tmp_path / "mm", "--to", "memmap", "--max-len", "2",
+                  "--keep", "last", "--no-shuffle", "-q")
+    assert res.exit_code == 0, res.stderr
+    meta = json.loads((tmp_path / "mm" / "train.memmap.json").read_text())
+    values = np.fromfile(tmp_path / "mm" / meta["values"]["path"], dtype=meta["values"]["dtype"])
+    np.testing.assert_array_equal(values.reshape(meta["values"]["shape"])[:, :, 0], [[3.5, 4.5], [0, 0], [7.0, 0]])
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "mm" / "train.lengths.bin", "<i8"), [2, 0, 1])
+    label = meta["scalars"]["label"]
+    assert label["dtype"] == "|i1"
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "mm" / label["path"], label["dtype"]), [1, 0, 1])

@@ -84,7 +84,7 @@ def layout_of(schema: EventSchema, *, max_len: int | None, dtype: str, keep: str
                          "(only one value per event); use --to hdf5")
     if len(counters) > 1:
         raise UsageError(f"--to memmap pads one collection per dataset; the inputs have {len(counters)} "
-                         f"({', '.join(counters)}): choose one with --branches")
+                         f"({', '.join(counters)}): choose one with --branches (--columns)")
     features = schema.members(counters[0])
     shaped = [f.name for f in features if f.shape]
     if shaped:
