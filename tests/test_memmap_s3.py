@@ -34,6 +34,11 @@ def test_memmap_to_s3_equals_local(store, tmp_path):  # noqa: F811
     values = np.memmap(got / meta["values"]["path"], dtype=meta["values"]["dtype"], mode="r",
                        shape=tuple(meta["values"]["shape"]))
     assert values.shape[1:] == (4, 6)
+    import shardsmith
+    from shardsmith.errors import DatasetError
+
+    with pytest.raises(DatasetError, match="mapped from a local folder; download it first"):
+        shardsmith.open(f"s3://{bucket}/events/hzz", cache_dir=tmp_path / "cache")
 
 
 def test_memmap_stages_into_s3_equal_the_local_run(s3, tmp_path, monkeypatch):  # noqa: F811
