@@ -206,3 +206,33 @@ def test_wide_parquet_one_row_per_event(tmp_path):
     label = meta["scalars"]["label"]
     assert label["dtype"] == "|i1"
     np.testing.assert_array_equal(np.fromfile(tmp_path / "mm" / label["path"], label["dtype"]), [1, 0, 1])
+
+
+def test_record_columns_equal_the_engine_decode():
+    """``memmap.records.columns`` (one gather per field) against ``core.events.decode`` on records of
+    every dtype kind, empty events, and records read at scattered ``starts``."""
+    from shardsmith.core.events import EventChunk, EventSchema, Field, decode, encode
+    from shardsmith.formats.memmap.records import columns
+
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 9, 300)
+    offsets = np.concatenate([[0], np.cumsum(counts)])
+    total = int(offsets[-1])
+    schema = EventSchema((Field(name="id", dtype="<i8"), Field(name="pos", dtype="<f4", shape=(3,)),
+                          Field(name="flag", dtype="|b1"), Field(name="t", dtype="<f8", counter="n"),
+                          Field(name="q", dtype="<f2", counter="n"), Field(name="aux", dtype="|b1", counter="n"),
+                          Field(name="dom", dtype="<i2", counter="n")))
+    chunk = EventChunk(first=0, n=len(counts), offsets={"n": offsets}, columns={
+        "id": np.arange(len(counts), dtype="<i8"), "pos": rng.random((len(counts), 3)).astype("<f4"),
+        "flag": rng.random(len(counts)) < 0.5, "t": rng.random(total), "q": rng.random(total).astype("<f2"),
+        "aux": rng.random(total) < 0.3, "dom": rng.integers(-99, 99, total).astype("<i2")})
+    order = rng.permutation(len(counts))
+    lengths, payload = encode(chunk, schema, order=order)
+    starts = np.concatenate([[0], np.cumsum(lengths[order])])[:-1][np.argsort(order)]  # record k's place
+    pick = rng.permutation(len(counts))[:200]
+    want = decode(lengths[pick], payload, schema, starts=starts[pick])
+    got = columns(lengths[pick], payload, schema, starts=starts[pick])
+    np.testing.assert_array_equal(got.offsets["n"], want.offsets["n"])
+    for f in schema.fields:
+        assert got.columns[f.name].dtype == want.columns[f.name].dtype
+        np.testing.assert_array_equal(got.columns[f.name], want.columns[f.name], err_msg=f.name)

@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardsmith.core.events import EventChunk, decode
+from shardsmith.core.events import EventChunk
 from shardsmith.core.fsutil import HashingFile, _tmp
 from shardsmith.formats.memmap.layout import Layout, file_names
 from shardsmith.formats.memmap.meta import meta_bytes
 from shardsmith.formats.memmap.pad import fill_rows
+from shardsmith.formats.memmap.records import columns
 from shardsmith.formats.rollover import UNLIMITED, Rollover
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
@@ -62,11 +63,11 @@ class MemmapWriter(Writer):
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         if len(lengths):
-            self._write(decode(lengths, payload, self.layout.schema))
+            self._write(columns(lengths, payload, self.layout.schema))
 
     def write_sorted(self, batch: SortedBatch) -> None:
         if len(batch.lengths):
-            self._write(decode(batch.lengths, batch.source, self.layout.schema, starts=batch.starts))
+            self._write(columns(batch.lengths, batch.source, self.layout.schema, starts=batch.starts))
 
     def _write(self, chunk: EventChunk) -> None:
         files = self._open()
