@@ -147,11 +147,17 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="Events into tar: pack windows of N events into one sample.")
 @click.option("--provenance", is_flag=True,
               help="Events: store each event's input file (index into the manifest's inputs) and entry.")
+@click.option("--max-len", type=click.IntRange(1, MAX_INT32), default=None, metavar="L",
+              help="Events into memmap: values per event; longer events are truncated (--keep), shorter padded with 0.")
+@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
+              help="Events into memmap: the dtype of the N x L x F values.")
+@click.option("--keep", default="first", show_default=True, metavar="first|last|top:FIELD",
+              help="Events into memmap: which L values an event longer than --max-len keeps (top: highest FIELD).")
 @converting_options
 @user_errors
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,
             **kw: Any) -> None:
-    """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar or HDF5)."""
+    """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar, HDF5, or fixed-shape memmap arrays)."""
     from shardsmith.engine.inputs import walk_soon
 
     with walk_soon(inputs):  # a child lists the input folders while this process loads the converter

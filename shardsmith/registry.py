@@ -73,6 +73,7 @@ BUILTIN = (
     Plugin("format", "webdataset", "shardsmith.formats.webdataset.format:WebDatasetFormat"),
     Plugin("format", "hdf5", "shardsmith.formats.hdf5.format:HDF5Format", ("h5py",)),
     Plugin("format", "event-tar", "shardsmith.formats.event_tar.format:EventTarFormat"),
+    Plugin("format", "memmap", "shardsmith.formats.memmap.format:MemmapFormat", ("numpy",)),
 )
 
 

@@ -11,12 +11,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import jpeg, jpeg_folder, make_docs, root_data, write_jsonl
 
 from shardsmith import registry
 from shardsmith.testing import FormatContract, SourceContract
-from shardsmith.testing.runs import manifest, run_ok
+from shardsmith.testing.runs import manifest, run, run_ok
 
 CSV_PROJECT = Path(__file__).resolve().parents[1] / "examples/plugins/shardsmith-csv"
 # the folder that holds the package shardsmith_csv: src/ (the layout asked for), else the project itself
@@ -177,6 +178,31 @@ class TestEventTarFormat(FormatContract):
 
     def make_inputs(self, folder: Path) -> None:
         pulses(folder, seed=3)
+
+
+class TestMemmapFormat(FormatContract):
+    format = "memmap"
+    convert_args = ["--group-by", "event_id", "--max-len", "5", "--keep", "top:charge"]
+
+    def make_inputs(self, folder: Path) -> None:
+        pulses(folder, seed=4)
+
+    def batch_items(self, batch: Any) -> list[Any]:
+        """A batch is columns: ``values (B, L, F)``, ``lengths``, ``counts``, ``scalars``."""
+        return [{"values": batch["values"][k], "length": int(batch["lengths"][k]), "count": int(batch["counts"][k]),
+                 "scalars": {name: np.array(v[k]) for name, v in batch["scalars"].items()}}
+                for k in range(len(batch["lengths"]))]
+
+    def test_a_flipped_byte_fails_verify_naming_the_file(self, contract_output: Path, tmp_path: Path) -> None:
+        """One array set per split (no second shard to flip): a byte of the values and of a scalar array."""
+        for rel in ("train.values.bin", "train.event_id.bin"):
+            out = tmp_path / rel
+            shutil.copytree(contract_output, out)
+            data = bytearray((out / rel).read_bytes())
+            data[len(data) // 2] ^= 0x01
+            (out / rel).write_bytes(bytes(data))
+            res = run(["verify", str(out)])
+            assert res.exit_code == 1 and f"FAIL {rel}" in res.output, res.output
 
 
 class TestTokensFormat(FormatContract):

@@ -1,4 +1,4 @@
-"""``shardsmith convert`` for physics events: ROOT or Parquet events into HDF5 or tar shards.
+"""``shardsmith convert`` for physics events: ROOT or Parquet events into HDF5 or tar shards, or memmap arrays.
 
 Readers yield columns for many events at once; each chunk becomes one payload per event (see
 ``shardsmith.core.events``), goes through the same keyed shuffle as every other sample, and the

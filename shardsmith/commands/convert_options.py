@@ -37,6 +37,10 @@ class ConvertOptions(ConvertingOptions):
     compression: str = "none"
     events_per_sample: int = 1
     provenance: bool = False  # events: store each event's input file index and entry (core/provenance.py)
+    # fixed-shape events (--to memmap): rows of --max-len values in --dtype, truncated by --keep
+    max_len: int | None = None
+    dtype: str = "float32"
+    keep: str = "first"
 
     def __post_init__(self) -> None:
         if type(self.max_image_pixels) is not int or self.max_image_pixels < 1:

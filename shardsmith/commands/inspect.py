@@ -69,6 +69,8 @@ def run(out: Path, *, as_json: bool, samples: int) -> None:
         e = info["events"]
         echo(f"  events: {e['fields']} fields, counters {', '.join(map(str, e.get('counters') or []))}"
              + (f", {e['events_per_sample']} per sample" if "events_per_sample" in e else ""))
+    for line in info.get("format_lines", []):  # what the format's ``describe`` says of itself
+        echo(f"  {line}")
     if info.get("augment"):
         echo(f"  augment: {info['augment']}")
     for s in info.get("samples", []):

@@ -102,13 +102,15 @@ def run(out: Path, *, deep: bool, workers: int) -> bool:
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         problems = [p for p in pool.map(lambda e: _check_file(out, e), entries) if p]
     problems += _unlisted_files(out, m)
-    if deep and not problems:
+    if not problems:
         try:
             fmt = registry.format_of(m, where=str(out))
         except DatasetError as exc:
             problems.append(str(exc))
         else:
             for split in m["splits"]:
+                problems += fmt.verify_layout(out, m, split)
+            for split in m["splits"] if deep and not problems else ():
                 problems += fmt.verify_deep(out, m, split)
     elapsed = time.perf_counter() - t0
     size = sum(e["bytes"] for e in entries)

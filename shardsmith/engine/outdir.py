@@ -21,7 +21,7 @@ from shardsmith.errors import UsageError
 
 # What a shardsmith conversion may leave in its folder; --overwrite removes only these.
 OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*", "*.bin", "*.idx",
-                "*.wids.json", ".*.tmp-*", RUN_FILE)
+                "*.wids.json", "*.memmap.json", ".*.tmp-*", RUN_FILE)
 
 
 def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:

@@ -52,6 +52,9 @@ class Format:
     accepts: ClassVar[tuple[str, ...]] = ()  # the record kinds it holds: "images", "rows", "events", "tokens"
     sample_unit: ClassVar[str] = "sample"  # what ``len(dataset)`` counts
     copies_files: ClassVar[bool] = False  # whether ``write_files`` can write whole input files as samples
+    # options of the converting command only this format reads (``ConvertOptions`` field names): given
+    # with another format they are refused, never ignored
+    own_options: ClassVar[tuple[str, ...]] = ()
 
     # -- writing ------------------------------------------------------------------------------
     def check(self, job: WriteJob) -> None:
@@ -86,6 +89,11 @@ class Format:
     def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
         """The loader's dataset of one split (``shardsmith.loader.open``)."""
         raise NotImplementedError
+
+    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """``verify`` (also without ``--deep``): what the format's own descriptions say of the files,
+        checked without reading the data (cheap); the problems found, one line each."""
+        return []
 
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
         """``verify --deep``: every sample opened; the problems found, one line each."""

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["EventDataset", "EventTarDataset", "Mixture", "PackedSequences", "TarDataset", "TokenDataset",
-           "TokenDocuments", "mix", "open"]
+__all__ = ["EventDataset", "EventTarDataset", "MemmapDataset", "Mixture", "PackedSequences", "TarDataset",
+           "TokenDataset", "TokenDocuments", "mix", "open"]
 
 _CLASSES = {
     "EventDataset": "shardsmith.formats.hdf5.dataset",
     "EventTarDataset": "shardsmith.formats.event_tar.dataset",
+    "MemmapDataset": "shardsmith.formats.memmap.dataset",
     "Mixture": "shardsmith.loader.mixture",
     "PackedSequences": "shardsmith.formats.tokens.packed",  # pack-tokens --pack: {tokens, cu_seqlens}
     "TarDataset": "shardsmith.formats.webdataset.dataset",

@@ -1,0 +1,1 @@
+"""Fixed-shape event arrays (N x L x F) that a model reads with plain ``np.memmap``."""

@@ -1,0 +1,137 @@
+"""Fixed-shape event arrays as a registered format (``convert --to memmap``): per split one
+``N x L x F`` float array, the lengths, one N-row array per event-level field, and a JSON that
+says how to ``np.memmap`` them (docs/design.md, "On-disk formats")."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core import manifest as m_
+from shardsmith.errors import DatasetError, UsageError
+from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.formats.memmap.layout import Layout, layout_of
+from shardsmith.formats.writer import ShardRange, Writer
+
+
+def job_layout(job: WriteJob) -> Layout:
+    o = job.opts
+    return layout_of(job.schema, max_len=o.max_len, dtype=o.dtype, keep=o.keep)
+
+
+class MemmapFormat(Format):
+    name = "memmap"
+    manifest_format = "memmap"
+    option = "memmap"
+    accepts = ("events",)
+    sample_unit = "event"
+    own_options = ("max_len", "dtype", "keep")
+
+    def check(self, job: WriteJob) -> None:
+        if job.opts.events_per_sample > 1:
+            raise UsageError("--events-per-sample packs events into tar samples: it needs --to webdataset")
+        job_layout(job)
+
+    def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
+        from shardsmith.formats.memmap.writer import MemmapWriter
+
+        return MemmapWriter(out_dir=job.out, split=split, layout=job_layout(job), part=part)
+
+    def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
+        return {"memmap": output.shards[0].extra["arrays"]["meta"]["path"]} if output.shards else {}
+
+    def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
+        files = []  # every array beside the values, checked by verify like the values themselves
+        for o in outputs.values():
+            for shard in o.shards:
+                arrays = shard.extra["arrays"]
+                files += [arrays["meta"], arrays["lengths"], arrays["counts"], *arrays["scalars"].values()]
+        return {"memmap": job_layout(job).describe(), "files": files}
+
+    def validate(self, m: dict[str, Any], bad: Any) -> None:
+        """The manifest fields the readers read, typed (the JSON is checked against them on open)."""
+        mm = m_.need(m, "memmap", dict, bad)
+        m_.count(mm, "max_len", bad, where="memmap.", low=1)
+        m_.dtype_of(m_.need(mm, "dtype", str, bad, where="memmap."), bad, "'memmap.dtype'")
+        for key in ("fields", "scalars"):
+            names = m_.need(mm, key, list, bad, where="memmap.")
+            if not all(isinstance(x, str) for x in names):
+                raise bad(f"'memmap.{key}' must be a list of names")
+        m_.check_events_schema(m, bad)
+        for name, split in m["splits"].items():
+            if len(split["shards"]) > 1:
+                raise bad(f"split {name!r}: a memmap split is one array set, the manifest lists "
+                          f"{len(split['shards'])}")
+            for shard in split["shards"]:
+                arrays = m_.need(shard, "arrays", dict, bad, where=f"splits.{name}.shards[].")
+                for key in ("meta", "lengths", "counts"):
+                    m_.file_entry(arrays.get(key), bad, f"splits.{name}.shards[].arrays.{key}")
+                scalars = m_.need(arrays, "scalars", dict, bad, where=f"splits.{name}.shards[].arrays.")
+                for field, entry in scalars.items():
+                    m_.file_entry(entry, bad, f"splits.{name}.shards[].arrays.scalars.{field}")
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
+        from shardsmith.formats.memmap.dataset import MemmapDataset
+
+        return MemmapDataset(out_dir, split=split)
+
+    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """The split's JSON against the manifest and the file sizes (shape x itemsize = bytes)."""
+        from shardsmith.formats.memmap.meta import read_meta
+
+        try:
+            read_meta(out, manifest, split)
+        except DatasetError as exc:
+            return [str(exc)]
+        return []
+
+    def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """The JSON against the manifest and the file sizes, every length within L and at most its
+        count, and every row zero past its length (the documented padding)."""
+        try:
+            ds = self.open(out, split=split)
+            return ds.check()
+        except DatasetError as exc:
+            return [str(exc)]
+
+    def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+        mm = manifest["memmap"]
+        line = (f"memmap: N x {mm['max_len']} x {len(mm['fields'])} {np.dtype(mm['dtype']).name} "
+                f"({', '.join(mm['fields'][:8])}{', …' if len(mm['fields']) > 8 else ''}), keep {mm.get('keep')}, "
+                f"pad {mm.get('pad_value')}; {len(mm['scalars'])} event-level arrays")
+        return {"memmap": mm, "format_lines": [line]}
+
+    def show_one(self, sample: Any) -> dict[str, Any]:
+        """An event: its length and first rows, then its scalars."""
+        n = int(sample["length"])
+        fields = {"values": {"shape": [n, sample["values"].shape[1]],
+                             "first": sample["values"][:1].reshape(-1)[:4].tolist()}}
+        fields.update({k: {"shape": list(np.shape(v)), "first": np.reshape(v, -1)[:3].tolist()}
+                       for k, v in sample["scalars"].items()})
+        return {"fields": fields}
+
+    def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
+        """Shuffled batches of padded events: events/s and MB/s."""
+        ds = self.open(out, split=split)
+        if len(ds) == 0:
+            raise DatasetError(f"{out}: split {split!r} is empty")
+        events = nbytes = epoch = 0
+        it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            batch = next(it, None)
+            if batch is None:
+                epoch += 1
+                it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
+                continue
+            events += len(batch["lengths"])
+            nbytes += batch["values"].nbytes
+        elapsed = time.perf_counter() - t0
+        rate = events / elapsed
+        return Rate(rate, "events/s", f"{out} [{split}]: {rate:,.0f} events/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
+                    f"(batches of {batch_size}, exact shuffle, one process)")

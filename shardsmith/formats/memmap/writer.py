@@ -1,0 +1,130 @@
+"""One split's events as fixed-shape arrays, in output order: ``{split}.values.bin`` (N x L x F),
+``{split}.lengths.bin`` and ``{split}.counts.bin`` (N int64), one N-row array per fixed field, and
+``{split}.memmap.json`` describing them (``meta.py``).
+
+One writer goes through a split (``rangeable`` False): the arrays are single files whose every
+byte depends only on the shuffled events in order, so the bytes are the same for any ``--workers``
+(which still share the reading, the shuffle and the splits). The values are padded straight into
+``HashingFile``'s batch buffers (hashed and written on its threads, with O_DIRECT where the file
+system takes it), a slice of events at a time, so memory stays at a few batches whatever N is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from shardsmith.core.events import EventChunk
+from shardsmith.core.fsutil import HashingFile, _tmp
+from shardsmith.formats.memmap.layout import Layout, file_names
+from shardsmith.formats.memmap.meta import meta_bytes
+from shardsmith.formats.memmap.pad import fill_rows
+from shardsmith.formats.memmap.records import columns
+from shardsmith.formats.rollover import UNLIMITED, Rollover
+from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+
+if TYPE_CHECKING:
+    from shardsmith.engine.shuffle import SortedBatch
+
+BATCH_BYTES = 8 << 20  # HashingFile batches of the values file; a slice of events fills at most one
+
+
+class MemmapWriter(Writer):
+    name = "memmap"
+    suffix = ".bin"
+    keeps_batches = False  # batches are decoded into new arrays
+
+    def __init__(self, *, out_dir: Path, split: str, layout: Layout, part: ShardRange | None = None) -> None:
+        super().__init__(out_dir=out_dir, split=split, part=part)
+        self.layout = layout
+        self.names = file_names(split, layout)
+        self.events = 0
+        self.truncated = 0
+        self._files: dict[str, HashingFile] | None = None  # opened on first use: a probe writer makes none
+
+    @property
+    def rangeable(self) -> bool:
+        return False
+
+    def rollover(self) -> Rollover:
+        return Rollover(max_weight=UNLIMITED)  # one array set per split
+
+    def _open(self) -> dict[str, HashingFile]:
+        if self._files is None:
+            files = {"values": HashingFile(self.out_dir / self.names["values"], batch_bytes=BATCH_BYTES),
+                     "lengths": HashingFile(self.out_dir / self.names["lengths"]),
+                     "counts": HashingFile(self.out_dir / self.names["counts"])}
+            for name, rel in self.names["scalars"].items():
+                files[f"scalar:{name}"] = HashingFile(self.out_dir / rel)
+            self._files = files
+        return self._files
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        if len(lengths):
+            self._write(columns(lengths, payload, self.layout.schema))
+
+    def write_sorted(self, batch: SortedBatch) -> None:
+        if len(batch.lengths):
+            self._write(columns(batch.lengths, batch.source, self.layout.schema, starts=batch.starts))
+
+    def _write(self, chunk: EventChunk) -> None:
+        files = self._open()
+        layout = self.layout
+        row = max(1, layout.row_bytes)
+        step = max(1, BATCH_BYTES // row)
+        off = chunk.offsets[layout.counter]
+        for a in range(0, chunk.n, step):
+            b = min(a + step, chunk.n)
+            piece = _events(chunk, a, b, layout)
+            view = files["values"].reserve((b - a) * layout.row_bytes)
+            rows = np.frombuffer(view, dtype=layout.dtype).reshape(b - a, layout.max_len, len(layout.features))
+            kept = fill_rows(rows, piece, layout, where=self.names["values"])
+            counts = np.diff(off[a:b + 1])
+            files["lengths"].write(kept.astype("<i8").tobytes())
+            files["counts"].write(counts.astype("<i8").tobytes())
+            self.truncated += int((counts > layout.max_len).sum())
+        for f in layout.scalars:
+            column = np.ascontiguousarray(chunk.columns[f.name], dtype=f.np_dtype.newbyteorder("<"))
+            files[f"scalar:{f.name}"].write(column.tobytes())
+        self.events += chunk.n
+
+    def close(self) -> list[ShardRecord]:
+        files = self._open()  # an empty split still gets its (empty) arrays and their description
+        records = {key: _entry(fh) for key, fh in files.items()}
+        meta = HashingFile(self.out_dir / self.names["meta"])
+        meta.write(meta_bytes(split=self.split, layout=self.layout, names=self.names, events=self.events,
+                              truncated=self.truncated))
+        records["meta"] = _entry(meta)
+        values = records.pop("values")
+        arrays = {"lengths": records["lengths"], "counts": records["counts"], "meta": records["meta"],
+                  "scalars": {f.name: records[f"scalar:{f.name}"] for f in self.layout.scalars}}
+        self.shards = [ShardRecord(path=values["path"], samples=self.events, bytes=values["bytes"],
+                                   sha256=values["sha256"], extra={"truncated": self.truncated, "arrays": arrays})]
+        return self.shards
+
+    def abort(self) -> None:
+        for fh in (self._files or {}).values():
+            fh.abort()
+        self._files = None
+        _tmp(self.out_dir / self.names["meta"]).unlink(missing_ok=True)
+
+    def piece(self) -> dict[str, Any]:
+        return {**super().piece(), "events": self.events}
+
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"events": sum(int(p.get("events", 0)) for p in pieces)}
+
+
+def _entry(fh: HashingFile) -> dict[str, Any]:
+    sha = fh.commit()
+    return {"path": fh.path.name, "bytes": fh.bytes, "sha256": sha}
+
+
+def _events(chunk: EventChunk, a: int, b: int, layout: Layout) -> EventChunk:
+    """Events ``[a, b)`` of a chunk, their features as views (no copy)."""
+    off = chunk.offsets[layout.counter]
+    lo, hi = int(off[a]), int(off[b])
+    columns = {f.name: chunk.columns[f.name][lo:hi] for f in layout.features}
+    return EventChunk(first=chunk.first + a, n=b - a, columns=columns, offsets={layout.counter: off[a:b + 1] - lo})
