@@ -295,3 +295,27 @@ def test_without_provenance_nothing_is_added(root_inputs, tmp_path):
     m = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert "provenance" not in m["events"] and not set(PROVENANCE) & set(m["schema"])
     assert shardsmith.open(tmp_path / "o").inputs is None
+
+
+def test_fixed_shape_arrays_carry_provenance_as_event_scalars(tmp_path):
+    """--to memmap: ``_file`` and ``_entry`` are two N-row arrays beside the values; each event's
+    scalar and first jet values equal uproot's at that entry."""
+    import uproot
+
+    name = "uproot-HZZ.root"
+    out = tmp_path / "out"
+    res = run_cli("convert", root_data() / name, "-o", out, "--to", "memmap", "--max-len", "4",
+                  "--branches", "Jet_Px,Jet_Py,EventWeight", "--provenance", "--workers", "2", "-q")
+    assert res.exit_code == 0, res.stderr
+    ds = shardsmith.open(out)
+    assert ds.inputs == [name] and len(ds) == 2421
+    with uproot.open(root_data() / name) as f:
+        arrays = f["events"].arrays(["Jet_Px", "EventWeight"], library="np")
+    batch = ds.get_batch(np.arange(len(ds)))
+    entry = batch["scalars"][ENTRY_FIELD]
+    assert (batch["scalars"][FILE_FIELD] == 0).all() and sorted(entry.tolist()) == list(range(2421))
+    assert np.array_equal(batch["scalars"]["EventWeight"], arrays["EventWeight"][entry])
+    px = ds.fields.index("Jet_Px")
+    for row, e in enumerate(entry[:200].tolist()):
+        jets = arrays["Jet_Px"][e][:4]
+        assert np.array_equal(batch["values"][row, :len(jets), px], jets.astype(np.float32))

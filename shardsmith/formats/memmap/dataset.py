@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.identity import Stamp, open_checked, stamp
+from shardsmith.core.provenance import inputs_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.meta import Array, SplitArrays, read_meta
 from shardsmith.formats.order import ResumableIterator
@@ -45,6 +46,7 @@ class MemmapDataset:
         self.dtype = self.arrays.values.dtype
         self.pad_value = float(meta["pad_value"])
         self.keep = str(meta["keep"])
+        self.inputs: list[str] | None = inputs_of(self.manifest)  # what ``_file`` indexes (--provenance)
         self._n = self.arrays.values.shape[0]
         self._maps: dict[Path, np.ndarray] = {}
         self._pid = os.getpid()
