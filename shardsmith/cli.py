@@ -25,6 +25,7 @@ from shardsmith.cli_options import (
     user_errors,
 )
 from shardsmith.commands.report import balance_dropped, inputs_left_out, plural, report_skipped, report_stage
+from shardsmith.core import invocation
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.engine import interrupt
 
@@ -40,6 +41,14 @@ class _Main(click.Group):
     teardown: every file a command writes is flushed and synced before it returns, and freeing a
     conversion's objects one by one takes longer (tens of milliseconds) than listing them took.
     Tests call ``main.main()`` and keep their process."""
+
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
+        """Click's entry, the arguments recorded first (``core.invocation``: the manifest's command)."""
+        invocation.record(sys.argv[1:] if args is None else list(args))
+        try:
+            return super().main(args, *rest, **kwargs)
+        finally:
+            invocation.record(None)  # a library call after this one records its own process's arguments
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         interrupt.install()

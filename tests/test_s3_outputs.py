@@ -136,6 +136,9 @@ def test_convert_webdataset_to_s3_equals_local(store, tmp_path):
     got = _download(client, bucket, "wds", tmp_path / "got")
     same_dataset(tmp_path / "ref", got)
     assert run_cli("verify", got).exit_code == 0
+    # the dataset card goes up with the shards; only its command line differs (-o names the bucket)
+    card, ref = ((d / "README.md").read_text().split("## Command")[0] for d in (got, tmp_path / "ref"))
+    assert card == ref and f"shardsmith convert in -o s3://{bucket}/wds --to webdataset" in (got / "README.md").read_text()
 
 
 def test_convert_hdf5_to_s3_equals_local(store, tmp_path):

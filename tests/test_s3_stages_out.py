@@ -80,6 +80,7 @@ def test_stages_into_s3_equal_the_local_run(s3, corpus, tmp_path, monkeypatch, b
     assert all(r < total for r, total in read), f"each gather rank reads only its groups' segments: {read}"
     keys = _keys(s3, bucket, command)
     assert not [k for k in keys if "/" in k], "the work prefix is removed at finalize"
+    assert "README.md" in keys, "finalize writes the dataset card and uploads it before the manifest"
     got = _download(s3, bucket, command, tmp_path / "got")
     assert tree_digest(got) == tree_digest(tmp_path / "one")
     ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (got, tmp_path / "one"))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import sys
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -17,7 +16,7 @@ import orjson
 
 from shardsmith import __version__
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.core.urls import safe_argv
+from shardsmith.core.invocation import command_line
 from shardsmith.errors import DatasetError
 
 MANIFEST = "manifest.json"
@@ -34,7 +33,7 @@ def new_manifest(*, fmt: str, seed: int, shuffle: bool, source: dict[str, Any], 
         "format": fmt,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "tool_version": __version__,
-        "command": safe_argv(sys.argv),
+        "command": command_line(),
         "seed": seed,
         "shuffle": shuffle,
         "source": source,

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.card import write_card
 from shardsmith.engine.remote import input_root, stop_staging
 from shardsmith.engine.run import Converted, Tally
 
@@ -66,4 +67,5 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
         fields["plugins"] = made_by
     manifest = manifest_mod.new_manifest(fmt=fmt.manifest_format, seed=opts.seed, shuffle=opts.shuffle,
                                          source=source, schema=schema, splits=splits, **fields)
+    write_card(session.out, manifest, fmt)  # README.md, before the manifest (uploaded with the shards)
     return session.commit(manifest)

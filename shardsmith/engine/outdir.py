@@ -14,6 +14,7 @@ from pathlib import Path
 
 import orjson
 
+from shardsmith.core.card import CARD
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST
 from shardsmith.engine.resume import RUN_FILE, read_run_file
@@ -21,7 +22,7 @@ from shardsmith.errors import UsageError
 
 # What a shardsmith conversion may leave in its folder; --overwrite removes only these.
 OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*", "*.bin", "*.idx",
-                "*.wids.json", "*.memmap.json", ".*.tmp-*", RUN_FILE)
+                "*.wids.json", "*.memmap.json", ".*.tmp-*", RUN_FILE, CARD)
 
 
 def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:
@@ -107,8 +108,15 @@ def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
 
 
+def _ours(p: Path, *, card: bool) -> bool:
+    """A file shardsmith writes; a dataset card only where a dataset or a run record says so (``card``):
+    a ``README.md`` alone in a folder is the user's."""
+    return p.is_file() and (card or p.name != CARD) and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS)
+
+
 def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, str] | None) -> None:
-    own = all(p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
+    card = (out / MANIFEST).exists() or read_run_file(out) is not None
+    own = all(_ours(p, card=card) for p in present)
     if own and not (out / MANIFEST).exists() and not overwrite:
         previous = read_run_file(out)
         same = previous is not None and run is not None and previous.get("options") == run["options"]
@@ -122,7 +130,7 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
                          f"a previous dataset there")
     (out / MANIFEST).unlink(missing_ok=True)  # first, so a half-cleaned folder is never a dataset
     for p in present:
-        if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS):
+        if _ours(p, card=card):
             p.unlink()
     left = [p.name for p in out.iterdir()]
     if left:

@@ -26,6 +26,17 @@ class WriteJob:
     sources: list[str] | None = None  # input files whose bytes a writer may copy unchanged (images)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CardData:
+    """What a format says of its dataset in the dataset card (``core.card``): how HuggingFace
+    ``datasets`` reads it, in the YAML that library reads from ``README.md``, and what it cannot."""
+
+    builder: str | None = None  # the ``datasets`` builder that reads the shards (None: it has none)
+    pattern: str = ""  # a split's shards, relative to the folder: "{split}-*.tar"
+    features: list[dict[str, Any]] | None = None  # ``dataset_info.features`` (None: ``datasets`` infers them)
+    notes: tuple[str, ...] = ()  # lines of text: what ``datasets`` leaves out, what it needs
+
+
 @dataclass(frozen=True)
 class Rate:
     """A loader throughput that ``bench`` measured: the figure, its unit, and a line saying it."""
@@ -102,6 +113,11 @@ class Format:
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         """``inspect``: what this format adds to the summary (shown as ``key: value`` lines)."""
         return {}
+
+    def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
+        """What the dataset card (``README.md``) says of this format; made from the manifest (and the
+        shards' own indexes where it helps), never from the time or the folder's place."""
+        return CardData()
 
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """``inspect``: the first ``n`` samples of the first split that has any, each as a dict of short

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
+CARD = "README.md"  # the dataset card (shardsmith.core.card)
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,11 @@ def stable_manifest(out: Path) -> dict[str, Any]:
 
 
 def digest(out: Path) -> dict[str, str]:
-    """sha256 of every file of a dataset folder (sub-folders too), the manifest left out."""
+    """sha256 of every file of a dataset folder (sub-folders too), the manifest and the dataset card
+    left out (they record the command line, which differs between the runs compared)."""
     out = Path(out)
     return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.rglob("*")) if p.is_file() and p.name != MANIFEST}
+            for p in sorted(out.rglob("*")) if p.is_file() and p.name not in (MANIFEST, CARD)}
 
 
 def listed_files(node: Any) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.formats.base import CardData, Format, Rate, WriteJob
 from shardsmith.formats.webdataset.format import WebDatasetFormat, timed_samples
 from shardsmith.formats.writer import ShardRange, Writer
 
@@ -54,6 +54,17 @@ class EventTarFormat(Format):
 
     def reads(self, manifest: dict[str, Any]) -> bool:
         return super().reads(manifest) and "events" in manifest
+
+    def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
+        """The ``webdataset`` builder reads the ``.npy`` members as arrays; the events within a sample
+        are the user's to cut (or shardsmith's loader's)."""
+        from shardsmith.formats.webdataset.card import tar_card
+
+        per = (manifest.get("events") or {}).get("events_per_sample") or 1
+        note = (f"Each sample holds up to {per} events, one `.npy` member per field; a ragged field's values "
+                f"are cut into events by its counter's `.offsets.npy` member." if per > 1 else
+                "Each sample is one event, one `.npy` member per field.")
+        return tar_card(out, manifest, notes=(note,))
 
     def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
         from shardsmith.formats.event_tar.dataset import EventTarDataset

@@ -11,7 +11,7 @@ import numpy as np
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.formats.base import CardData, Format, Rate, WriteJob
 from shardsmith.formats.writer import ShardRange, Writer
 
 
@@ -43,6 +43,12 @@ class HDF5Format(Format):
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
         return {"hdf5": {"compression": job.opts.compression}}
+
+    def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
+        """``datasets``' ``hdf5`` builder reads the fixed-shape fields (``formats/hdf5/card.py``)."""
+        from shardsmith.formats.hdf5.card import hdf5_card
+
+        return hdf5_card(manifest)
 
     def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
         from shardsmith.formats.hdf5.dataset import EventDataset

@@ -13,7 +13,7 @@ from shardsmith.core import manifest as m_
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
-from shardsmith.formats.base import Format, Rate, WriteJob, first_split
+from shardsmith.formats.base import CardData, Format, Rate, WriteJob, first_split
 from shardsmith.formats.writer import ShardRange, Writer
 
 
@@ -87,6 +87,12 @@ class TokensFormat(Format):
                                  "window_tokens": job.opts.pack_window,
                                  **packing_stats(extras, seq_len=job.opts.seq_len)}
         return fields
+
+    def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
+        """``datasets`` reads no token shards: the card describes them (``formats/tokens/card.py``)."""
+        from shardsmith.formats.tokens.card import tokens_card
+
+        return tokens_card(manifest)
 
     def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
         from shardsmith.formats.tokens.dataset import TokenDocuments

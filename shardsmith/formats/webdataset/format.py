@@ -10,7 +10,7 @@ from typing import Any
 from shardsmith.core import manifest as m_
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import DatasetError
-from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.formats.base import CardData, Format, Rate, WriteJob
 from shardsmith.formats.writer import ShardRange, Writer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -88,6 +88,12 @@ class WebDatasetFormat(Format):
 
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         return {"classes": manifest.get("classes"), "augment": manifest.get("augment")}
+
+    def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
+        """The ``webdataset`` builder of ``datasets`` reads the shards; ``cls`` is named by the classes."""
+        from shardsmith.formats.webdataset.card import tar_card
+
+        return tar_card(out, manifest)
 
     def show_one(self, sample: Any) -> dict[str, Any]:
         """A sample: its key, and each member's size (or an array's dtype and shape)."""

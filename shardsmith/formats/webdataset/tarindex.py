@@ -96,3 +96,18 @@ def index_members(arr: np.ndarray, *, where: str) -> ShardMembers:
     if len(exts) != e or len(set(exts)) != e or any(not x or "/" in x or x[0] == "." or ".." in x for x in exts):
         raise bad(f"expected {e} distinct extensions, each non-empty without '/', a leading dot or '..'")
     return ShardMembers(keys, first, data, size, ext, exts)
+
+
+def index_extensions(arr: np.ndarray, *, where: str) -> list[str]:
+    """The member extensions a version-2 index names (its head and names only: the dataset card's
+    look at a shard, which reads nothing else of it)."""
+    _, _, n, m, e, nkey, next_, _ = (int(x) for x in arr[:_INDEX_HEAD])
+    index_offsets(arr, where=where)  # the head against the array's length
+    blob = np.asarray(arr[_INDEX_HEAD + 2 * (n + 1) + 3 * m:]).tobytes()
+    try:
+        exts = blob[nkey:nkey + next_].decode("utf-8").split("\x00")
+    except UnicodeDecodeError:
+        raise DatasetError(f"{where}: offset index: an extension is not UTF-8") from None
+    if len(exts) != e:
+        raise DatasetError(f"{where}: offset index: expected {e} extensions, found {len(exts)}")
+    return exts

@@ -1,0 +1,82 @@
+"""What the dataset card says of tar shards: the features HuggingFace ``datasets`` gives each member
+extension (its ``webdataset`` builder decodes by extension), found in the shards' offset indexes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.manifest import resolve_inside
+from shardsmith.errors import ShardsmithError
+from shardsmith.formats.base import CardData
+from shardsmith.formats.webdataset.tarindex import index_extensions, is_index_v2
+
+# what ``datasets``' webdataset builder makes of a member, by extension (datasets 5.2,
+# packaged_modules/webdataset): images become Image features, these decode to text, JSON and ints
+IMAGE_EXTS = frozenset({"jpg", "jpeg", "png", "webp", "bmp", "gif", "tif", "tiff"})
+TEXT_EXTS = frozenset({"txt", "text", "transcript"})
+JSON_EXTS = frozenset({"json", "jsn"})
+INT_EXTS = frozenset({"cls", "cls2", "index", "inx", "id"})
+# decoded to values whose type only the data tells (arrays, msgpack, ...): ``datasets`` infers those
+INFERRED_EXTS = frozenset({"npy", "npz", "ten", "tb", "mp", "msg", "cbor", "pth"})
+KEYS = [{"name": "__key__", "dtype": "string"}, {"name": "__url__", "dtype": "string"}]
+
+
+def tar_card(out: Path, manifest: dict[str, Any], *, notes: tuple[str, ...] = ()) -> CardData:
+    """Tar shards as the ``webdataset`` builder reads them, with features when every member's is known."""
+    notes = (*notes, "`load_dataset(\"webdataset\", data_dir=...)` reads no card and takes every file named after a "
+             "split, the `.offsets.npy` and `.wids.json` indexes too: name the shards instead, "
+             "`data_files={\"train\": \"train-*.tar\"}`.")
+    exts = member_exts(out, manifest)
+    features = None if exts is None else tar_features(exts, classes=manifest.get("classes"))
+    if features is None:
+        notes = (*notes, "`datasets` infers the features from the first samples (this card does not name them).")
+    elif any(f["dtype"] == "json" for f in features):
+        notes = (*notes, "The `json` feature (each row as it was read) needs `datasets` 4.7 or later.")
+    return CardData(builder="webdataset", pattern="{split}-*.tar", features=features, notes=notes)
+
+
+def tar_features(exts: list[str], *, classes: Any) -> list[dict[str, Any]] | None:
+    """``dataset_info.features`` for samples of these member extensions; None when one of them
+    decodes to a type the data alone tells."""
+    features = []
+    for ext in exts:
+        last = ext.rsplit(".", 1)[-1].lower()
+        if last in INFERRED_EXTS:
+            return None
+        if last == "cls" and isinstance(classes, list) and classes:
+            dtype: Any = {"class_label": {"names": {str(i): str(c) for i, c in enumerate(classes)}}}
+        elif last in IMAGE_EXTS:
+            dtype = "image"
+        elif last in TEXT_EXTS:
+            dtype = "string"
+        elif last in JSON_EXTS:
+            dtype = "json"
+        elif last in INT_EXTS:
+            dtype = "int64"
+        else:
+            dtype = "binary"
+        features.append({"name": ext, "dtype": dtype})
+    return [*features, *KEYS]
+
+
+def member_exts(out: Path, manifest: dict[str, Any]) -> list[str] | None:
+    """Every member extension of the dataset's shards, in order of first use, from their offset
+    indexes (the head and the names only). None if an index cannot tell: an old index, or a
+    stand-in of a cluster stage's finalize whose shards are in object storage."""
+    seen: dict[str, None] = {}
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            index = shard.get("index")
+            if not isinstance(index, dict):
+                return None
+            try:
+                arr = np.load(resolve_inside(out, index["path"]), mmap_mode="r", allow_pickle=False)
+                if arr.dtype != np.int64 or not is_index_v2(arr):
+                    return None
+                seen.update(dict.fromkeys(index_extensions(arr, where=index["path"])))
+            except (OSError, ValueError, ShardsmithError):
+                return None
+    return list(seen)

@@ -1,0 +1,138 @@
+"""The dataset card (issue 17, point 3): ``README.md`` with the YAML HuggingFace ``datasets`` reads.
+
+Loaded with the real ``datasets`` (5.2 here): an image webdataset with classes shows its
+``ClassLabel`` names, JSONL text in tars its ``json`` and ``txt`` columns, HDF5 events their
+fixed-shape fields (through ``datasets``' ``hdf5`` builder); token shards, which ``datasets`` cannot
+read, get a card that describes them. The card is the same bytes wherever the run's files were,
+holds no credentials, and is the user's to edit (``verify`` does not check it); ``--overwrite``
+replaces it, and never a ``README.md`` of the user's.
+
+``import datasets`` takes about 1.5 s: one test imports it, and loads the three datasets there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import jpeg_folder, make_docs, run_cli, write_jsonl
+
+from shardsmith.core.card import command_line
+
+GOLDEN_INPUTS = Path(__file__).parent / "golden" / "inputs"
+
+
+def _front(card: Path) -> dict:
+    yaml = pytest.importorskip("yaml", reason="the card's YAML is read with PyYAML (as datasets reads it)")
+    text = card.read_text(encoding="utf-8")
+    assert text.startswith("---\n")
+    return yaml.safe_load(text.split("---\n", 2)[1])
+
+
+@pytest.fixture(scope="module")
+def outputs(tmp_path_factory) -> dict[str, Path]:
+    """Small datasets of each kind: images with classes, JSONL text in tars, HDF5 events, tokens."""
+    root = tmp_path_factory.mktemp("card")
+    images = jpeg_folder(root / "images", classes=3, per_class=4)
+    write_jsonl(root / "text" / "a.jsonl", make_docs(60, seed=1))
+    made = {name: root / name for name in ("img", "txt", "h5", "tok")}
+    for args in (
+        ["convert", images, "--to", "webdataset", "--split", "train=0.75,val=0.25", "-o", made["img"]],
+        ["convert", root / "text", "--to", "webdataset", "--text-field", "text", "--split", "train=0.8,val=0.2",
+         "-o", made["txt"]],
+        ["convert", GOLDEN_INPUTS / "hits.parquet", "--to", "hdf5", "--group-by", "event_id", "--events-table",
+         GOLDEN_INPUTS / "events_meta.parquet", "--shard-samples", "12", "-o", made["h5"]],
+        ["pack-tokens", root / "text", "--tokenizer", GOLDEN_INPUTS / "tokenizer.json", "--engine", "hf", "-o", made["tok"]],
+    ):
+        res = run_cli(*args, "-q", "--workers", "1")
+        assert res.exit_code == 0, res.stderr
+    return made
+
+
+def test_datasets_loads_the_folders_with_their_features(outputs, tmp_path):
+    """``load_dataset(OUT)`` reads the card: class names, splits, the JSON and text columns, the
+    fixed fields of HDF5 events; the token folder has a card but no builder in ``datasets``."""
+    datasets = pytest.importorskip("datasets", reason="the dataset card is tested with HuggingFace datasets")
+    datasets.disable_progress_bars()
+    cache = str(tmp_path / "hf")
+
+    def counts(out: Path) -> dict[str, int]:
+        return {s: v["samples"] for s, v in orjson.loads((out / "manifest.json").read_bytes())["splits"].items()}
+
+    img = datasets.load_dataset(str(outputs["img"]), cache_dir=cache)
+    assert {s: len(d) for s, d in img.items()} == counts(outputs["img"]) and sum(counts(outputs["img"]).values()) == 12
+    assert img["train"].features["cls"].names == ["c0", "c1", "c2"]
+    first = img["train"][0]
+    assert first["jpg"].size == (48, 40) and 0 <= first["cls"] < 3
+    assert img["train"].features["cls"].int2str(first["cls"]) == f"c{first['cls']}"
+
+    txt = datasets.load_dataset(str(outputs["txt"]), cache_dir=cache)
+    assert {s: len(d) for s, d in txt.items()} == counts(outputs["txt"])
+    row = txt["train"][0]
+    assert row["txt"] == row["json"]["text"] and row["txt"].startswith("doc ")
+
+    h5 = datasets.load_dataset(str(outputs["h5"]), cache_dir=cache)
+    assert len(h5["train"]) == 27 and set(h5["train"].features) == {"event_id", "label"}
+    from shardsmith.loader import open as open_dataset
+
+    ours = open_dataset(outputs["h5"], split="train")
+    assert h5["train"]["event_id"] == [int(ours[i]["event_id"]) for i in range(len(ours))]
+
+    with pytest.raises(datasets.exceptions.DataFilesNotFoundError):  # no builder reads .bin/.idx: said on the card
+        datasets.load_dataset(str(outputs["tok"]), cache_dir=cache)
+    front = _front(outputs["tok"] / "README.md")
+    assert "configs" not in front
+    assert datasets.Features._from_yaml_list(front["dataset_info"]["features"]) == datasets.Features(
+        {"tokens": datasets.List(datasets.Value("uint16"))})
+
+
+def test_the_card_says_counts_files_and_command(outputs):
+    for name, out in outputs.items():
+        text = (out / "README.md").read_text(encoding="utf-8")
+        manifest = orjson.loads((out / "manifest.json").read_bytes())
+        front = _front(out / "README.md")
+        assert [(s["name"], s["num_examples"]) for s in front["dataset_info"]["splits"]] == [
+            (s, v["samples"]) for s, v in manifest["splits"].items()], name
+        for split in manifest["splits"].values():
+            for shard in split["shards"]:
+                assert f"| {shard['path']} | {shard['bytes']} | `{shard['sha256']}` |" in text
+        assert "\nshardsmith " in text and "--workers 1" in text
+        assert str(out.parent) not in text, "no absolute path"
+    assert "| 0 | c0 |" in (outputs["img"] / "README.md").read_text()
+    assert "`x`, `y`" in (outputs["h5"] / "README.md").read_text(), "the ragged fields datasets cannot read"
+
+
+def test_the_card_is_the_same_bytes_anywhere_and_verify_leaves_it_to_the_user(outputs, tmp_path):
+    again = tmp_path / "elsewhere" / "img"
+    res = run_cli("convert", outputs["img"].parent / "images", "--to", "webdataset", "--split", "train=0.75,val=0.25",
+                  "-o", again, "-q", "--workers", "1")
+    assert res.exit_code == 0, res.stderr
+    assert (again / "README.md").read_bytes() == (outputs["img"] / "README.md").read_bytes()
+    with open(again / "README.md", "a") as fh:
+        fh.write("\nNotes of the user.\n")
+    assert run_cli("verify", again).exit_code == 0  # a card is documentation: edited, the dataset is intact
+    res = run_cli("convert", outputs["img"].parent / "images", "--to", "webdataset", "-o", again, "-q", "--overwrite")
+    assert res.exit_code == 0, res.stderr
+    assert "Notes of the user" not in (again / "README.md").read_text()
+    assert [d["split"] for d in _front(again / "README.md")["configs"][0]["data_files"]] == ["train"]
+
+
+def test_a_readme_of_the_users_is_never_removed(tmp_path):
+    write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(10, seed=1))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_text("my notes\n")
+    for extra in ([], ["--overwrite"]):
+        res = run_cli("convert", tmp_path / "in", "--to", "webdataset", "-o", out, "-q", *extra)
+        assert res.exit_code == 2 and ("README.md" in res.stderr or "not empty" in res.stderr), res.stderr
+        assert (out / "README.md").read_text() == "my notes\n"
+    assert sorted(p.name for p in out.iterdir()) == ["README.md"]
+
+
+def test_the_command_line_holds_no_secret_and_no_absolute_path():
+    line = command_line(["/venv/bin/shardsmith", "convert", "s3://KEY:SECRET@bucket/in?X-Amz-Signature=abc",
+                         "--tokenizer=https://u:p@host/t.json?sig=1", "/home/someone/data/images", "-o",
+                         "C:\\Users\\x\\out", "--split", "train=0.9,val=0.1"])
+    assert line == ("shardsmith convert s3://bucket/in --tokenizer=https://host/t.json images -o out "
+                    "--split train=0.9,val=0.1")
