@@ -7,13 +7,13 @@ import json
 
 import numpy as np
 import pytest
-from conftest import root_data, run_cli
+from conftest import root_data, run_cli, same_dataset
 
 pytest.importorskip("s3fs", reason="S3 outputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
 
-from test_s3_inputs import _same_dataset, s3, s3_env  # noqa: E402,F401  (fixtures)
+from test_s3_inputs import s3, s3_env  # noqa: E402,F401  (fixtures)
 from test_s3_outputs import _bucket, _download, store  # noqa: E402,F401  (fixtures)
 
 
@@ -27,7 +27,7 @@ def test_memmap_to_s3_equals_local(store, tmp_path):  # noqa: F811
     res = run_cli("convert", src, "-o", f"s3://{bucket}/events/hzz", *common)
     assert res.exit_code == 0, res.stderr
     got = _download(client, bucket, "events/hzz", tmp_path / "got")
-    _same_dataset(tmp_path / "ref", got)
+    same_dataset(tmp_path / "ref", got)
     assert {p.name for p in got.iterdir()} >= {"train.memmap.json", "val.values.bin", "val.NJet.bin"}
     assert run_cli("verify", got, "--deep").exit_code == 0
     meta = json.loads((got / "val.memmap.json").read_text())
@@ -58,4 +58,4 @@ def test_memmap_stages_into_s3_equal_the_local_run(s3, tmp_path, monkeypatch):  
             res = run_cli(*args, "-o", url, "--stage", stage, "--rank", str(rank), "--world-size", "2")
             assert res.exit_code == 0, (stage, rank, res.stderr)
     got = _download(s3, bucket, "mm", tmp_path / "got")
-    _same_dataset(tmp_path / "one", got)
+    same_dataset(tmp_path / "one", got)
