@@ -95,6 +95,12 @@ class Format:
         """``inspect``: what this format adds to the summary (shown as ``key: value`` lines)."""
         return {}
 
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """``inspect --report``: this format's sections of the HTML report (``shardsmith.report``
+        ``Section`` objects), after the splits and shards every dataset has. ``sampling``
+        (``report.model.Sampling``) bounds what they read: a seeded sample, a deadline."""
+        return []
+
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """``inspect``: the first ``n`` samples of the first split that has any, each as a dict of short
         values (``show_one``)."""

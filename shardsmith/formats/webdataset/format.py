@@ -89,6 +89,12 @@ class WebDatasetFormat(Format):
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         return {"classes": manifest.get("classes"), "augment": manifest.get("augment")}
 
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """Classes and image sizes when the samples hold images; bytes per sample and per member."""
+        from shardsmith.report.tar import tar_sections
+
+        return tar_sections(out, manifest, sampling)
+
     def show_one(self, sample: Any) -> dict[str, Any]:
         """A sample: its key, and each member's size (or an array's dtype and shape)."""
         return {"key": sample["__key__"], "members": {k: _member(v) for k, v in sample.items() if k != "__key__"}}
