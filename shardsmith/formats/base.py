@@ -2,7 +2,7 @@
 
 A format is the unit of extension. It says which records it can hold, makes the writers the
 gather feeds, adds its fields to the manifest, and reads its datasets back for the loader,
-``verify --deep``, ``inspect`` and ``bench``. Commands never ask which format they hold: they
+``verify --deep``, ``inspect`` (and its HTML ``--report``) and ``bench``. Commands never ask which format they hold: they
 call these methods on the object ``shardsmith.registry`` returns.
 """
 

@@ -17,8 +17,9 @@ from shardsmith.report import figures
 from shardsmith.report.model import SUMMARY_HEADER, Section, Table, summary_row
 
 MAX_VALUES = 1_000_000  # values kept per field (the statistics count what was kept)
-MAX_PANELS = 36  # fields drawn (12 a figure); every field is in the table
+MAX_PANELS = 24  # fields drawn (12 a figure); every field is in the table
 MAX_CATEGORIES = 20  # a fixed integer field with more distinct values is not a category
+MAX_BALANCE = 9  # categorical fields drawn (one figure)
 
 
 @dataclass(kw_only=True)
@@ -111,7 +112,7 @@ def _fields(sample: EventSample, said: str) -> Section:
         rows.append((f.name, kind, f.dtype, shape, len(v), nan, pinf, ninf, *stats))
         if len(panels) < MAX_PANELS:
             bad = f" (NaN {nan:,}, inf {pinf + ninf:,})" if nan or pinf or ninf else ""
-            panels.append((f"{f.name}{bad}", good, f"{f.name} ({kind})"))
+            panels.append((f"{f.name}{bad}", good, f"value ({kind})"))
     section.tables.append(Table(caption="Every field (over the values read)",
                                 header=("field", "kind", "dtype", "shape", "values", "NaN", "+inf", "-inf",
                                         "min", "mean", "max"), rows=rows))
@@ -140,10 +141,13 @@ def _categories(sample: EventSample) -> Section | None:
     section = Section(title="Label balance")
     section.notes.append(f"Fixed integer fields with 2 to {MAX_CATEGORIES} distinct values in the events read "
                          "(labels, flavours, flags).")
-    for name, values, n in found[:6]:
+    for name, values, n in found:
         section.tables.append(Table(caption=f"Field {name}", header=("value", "events", "share"),
                                     rows=[(int(a), int(b), f"{b / n.sum():.2%}") for a, b in zip(values, n)]))
-        section.figures.append(figures.bar(f"balance-{len(section.figures) + 1}", title=f"Balance of {name}",
-                                           labels=[str(int(a)) for a in values], values=n, xlabel=f"{name} value",
-                                           ylabel="events"))
+    panels = [(f"Balance of {name}", [str(int(a)) for a in values], n, f"{name} value")
+              for name, values, n in found[:MAX_BALANCE]]
+    section.figures.append(figures.bar_grid("balance", title="Label balance: events per value", panels=panels,
+                                            ylabel="events"))
+    if len(found) > MAX_BALANCE:
+        section.notes.append(f"The first {MAX_BALANCE} are drawn; every one is in the tables.")
     return section

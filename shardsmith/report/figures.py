@@ -21,13 +21,16 @@ DPI = 100
 _RC = {"text.parse_math": False, "font.size": 9, "axes.titlesize": 10}
 
 
-def _draw(name: str, title: str, paint: Callable[[Any], None], *, size: tuple[float, float] = SIZE) -> Figure:
+def _draw(name: str, title: str, paint: Callable[[Any], None], *, size: tuple[float, float] = SIZE,
+          layout: str | None = "constrained") -> Figure:
+    """``layout=None``: the painter places the axes (a grid of panels: constrained layout costs
+    about a second for twelve of them)."""
     import matplotlib
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure as MplFigure
 
     with matplotlib.rc_context(_RC):
-        fig = MplFigure(figsize=size, dpi=DPI, layout="constrained")
+        fig = MplFigure(figsize=size, dpi=DPI, layout=layout)
         FigureCanvasAgg(fig)
         paint(fig)
         buf = io.BytesIO()
@@ -110,21 +113,56 @@ def per_index(name: str, *, title: str, values: Sequence[float], xlabel: str, yl
 def hist_grid(name: str, *, title: str, panels: list[tuple[str, np.ndarray, str]], ylabel: str = "count",
               cols: int = 3) -> Figure:
     """Small histograms side by side: ``(panel title, finite values, x label)`` each."""
+    def draw(ax: Any, panel: tuple[str, np.ndarray, str]) -> None:
+        head, v, xlabel = panel
+        _hist_into(ax, np.asarray(v, np.float64), bins=40, log_x=False)
+        _label(ax, head, xlabel, ylabel)
+
+    return _grid(name, title=title, panels=panels, cols=cols, draw=draw)
+
+
+def bar_grid(name: str, *, title: str, panels: list[tuple[str, list[str], np.ndarray, str]], ylabel: str,
+             cols: int = 3) -> Figure:
+    """Small bar charts side by side: ``(panel title, labels, values, x label)`` each (label balance)."""
+    def draw(ax: Any, panel: tuple[str, list[str], np.ndarray, str]) -> None:
+        head, labels, values, xlabel = panel
+        ax.bar(range(len(values)), values, color="#4477aa")
+        ax.set_xticks(range(len(labels)), [_short(s, 10) for s in labels], fontsize=6,
+                      rotation=90 if len(labels) > 6 or max(map(len, labels), default=0) > 4 else 0)
+        _label(ax, head, xlabel, ylabel)
+
+    return _grid(name, title=title, panels=panels, cols=cols, draw=draw)
+
+
+def _grid(name: str, *, title: str, panels: list[Any], cols: int, draw: Callable[[Any, Any], None]) -> Figure:
+    cols = max(1, min(cols, len(panels)))
     rows = max(1, -(-len(panels) // cols))
+    height = max(2.6, 2.1 * rows + 0.5)
 
     def paint(fig: Any) -> None:
         fig.suptitle(title)
+        # fixed margins, in inches turned into fractions: room for the title, tick labels and axis labels
+        fig.subplots_adjust(left=0.7 / SIZE[0], right=1 - 0.35 / SIZE[0], top=1 - 0.5 / height,
+                            bottom=0.45 / height, wspace=0.35, hspace=0.75)
         axes = fig.subplots(rows, cols, squeeze=False)
-        for ax, (head, v, xlabel) in zip(axes.flat, panels):
-            _hist_into(ax, np.asarray(v, np.float64), bins=40, log_x=False)
-            ax.set_title(_short(head, 60), fontsize=8)
-            ax.set_xlabel(xlabel, fontsize=7)
-            ax.set_ylabel(ylabel, fontsize=7)
-            ax.tick_params(labelsize=6)
+        for ax, panel in zip(axes.flat, panels):
+            draw(ax, panel)
         for ax in list(axes.flat)[len(panels):]:
             ax.set_axis_off()
 
-    return _draw(name, title, paint, size=(SIZE[0], max(2.4, 2.0 * rows + 0.4)))
+    return _draw(name, title, paint, size=(SIZE[0], height), layout=None)
+
+
+def _label(ax: Any, head: str, xlabel: str, ylabel: str) -> None:
+    from matplotlib.ticker import ScalarFormatter
+
+    if isinstance(ax.xaxis.get_major_formatter(), ScalarFormatter):  # whole values, no "+2.27e6" offset
+        ax.xaxis.get_major_formatter().set_useOffset(False)
+        ax.locator_params(axis="x", nbins=4)
+    ax.set_title(_short(head, 60), fontsize=8)
+    ax.set_xlabel(_short(xlabel, 50), fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=7)
+    ax.tick_params(labelsize=6)
 
 
 def _short(text: str, width: int = 24) -> str:

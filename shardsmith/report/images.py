@@ -51,6 +51,8 @@ def image_sections(sample: ImageSample, *, counted: str) -> list[Section]:
                                for g, v in sample.labels.items() if len(v)}
     if counts:
         out.append(_classes(counts, sample.classes, counted))
+    if not sample.nbytes:
+        return out
     section = Section(title="Images")
     w, h = np.asarray(sample.widths, np.float64), np.asarray(sample.heights, np.float64)
     section.notes.append(f"{len(sample.nbytes):,} images read; sizes from the image headers (no pixel decoded).")
