@@ -14,6 +14,7 @@ from shardsmith.report import figures
 from shardsmith.report.model import SUMMARY_HEADER, Section, Table, summary_row
 
 MAX_BARS = 50  # classes drawn; every class is in the table
+MAX_LABEL = 1 << 20  # labels counted (a crafted label of 10**12 must not allocate its count array)
 
 
 @dataclass(kw_only=True)
@@ -47,10 +48,14 @@ class ImageSample:
 def image_sections(sample: ImageSample, *, counted: str) -> list[Section]:
     """Class counts (``counted``: how they were counted, said in the report), then sizes and bytes."""
     out = []
-    counts = sample.counts or {g: np.bincount(np.asarray(v, np.int64), minlength=len(sample.classes or ()))
-                               for g, v in sample.labels.items() if len(v)}
+    labels = {g: np.asarray(v, np.int64) for g, v in sample.labels.items() if len(v)}
+    odd = sum(int(((v < 0) | (v >= MAX_LABEL)).sum()) for v in labels.values())
+    counts = sample.counts or {g: np.bincount(v[(v >= 0) & (v < MAX_LABEL)], minlength=len(sample.classes or ()))
+                               for g, v in labels.items()}
     if counts:
         out.append(_classes(counts, sample.classes, counted))
+        if odd:
+            out[-1].notes.append(f"{odd:,} labels below 0 or from {MAX_LABEL:,} up are left out of the counts.")
     if not sample.nbytes:
         return out
     section = Section(title="Images")

@@ -54,7 +54,7 @@ def token_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> l
                                              xlabel="shard (all splits, in order)", ylabel="tokens"))
     section.tables.append(_cut_table(manifest, lens, seq_len, packing))
     sections = [section]
-    counts, counted = _counts(out, shards, spans, dtype, int(tok["vocab_size"]), sampling)
+    counts, counted = _counts(out, shards, spans, dtype, sampling)
     if counted:
         sections.append(_top_tokens(out, tok, counts, counted, sampling))
     return sections
@@ -99,43 +99,41 @@ def _cut_table(manifest: dict[str, Any], lens: np.ndarray, seq_len: int, packing
 
 
 def _counts(out: Path, shards: list[tuple[str, dict[str, Any]]], spans: list[tuple[int, np.ndarray, np.ndarray]],
-            dtype: np.dtype, vocab: int, sampling: Sampling) -> tuple[np.ndarray, int]:
-    """Token counts over a seeded sample of the documents of the sampled shards (``max_tokens`` at most)."""
-    counts = np.zeros(vocab, np.int64)
-    counted = 0
+            dtype: np.dtype, sampling: Sampling) -> tuple[tuple[np.ndarray, np.ndarray], int]:
+    """(ids, counts) over a seeded sample of the documents of the sampled shards (``max_tokens`` at
+    most: memory bounded by the sample, whatever the vocabulary's size)."""
+    parts = []
     budget = max(1, sampling.max_tokens // max(len(spans), 1))
     for k, starts, lens in spans:
         if not len(lens) or sampling.late():
             continue
-        shard = shards[k][1]
-        ids = np.memmap(manifest_mod.resolve_inside(out, shard["path"]), dtype=dtype, mode="r")
+        ids = np.memmap(manifest_mod.resolve_inside(out, shards[k][1]["path"]), dtype=dtype, mode="r")
         order = sampling.rng(2 + k).permutation(len(lens))
         take = np.searchsorted(np.cumsum(lens[order]), budget) + 1
-        for d in order[:take].tolist():
-            part = np.asarray(ids[starts[d]:starts[d] + lens[d]], np.int64)
-            part = part[(part >= 0) & (part < vocab)]
-            counts += np.bincount(part, minlength=vocab)
-            counted += len(part)
+        parts.extend(np.array(ids[starts[d]:starts[d] + lens[d]]) for d in order[:take].tolist())
         del ids
-    return counts, counted
+    joined = np.concatenate(parts) if parts else np.zeros(0, dtype)
+    return np.unique(joined, return_counts=True), len(joined)
 
 
-def _top_tokens(out: Path, tok: dict[str, Any], counts: np.ndarray, counted: int, sampling: Sampling) -> Section:
+def _top_tokens(out: Path, tok: dict[str, Any], found: tuple[np.ndarray, np.ndarray], counted: int,
+                sampling: Sampling) -> Section:
     decode = _decoder(out, tok)
-    top = np.argsort(-counts, kind="stable")[:50]
-    top = top[counts[top] > 0]
+    ids, n = found
+    order = np.argsort(-n, kind="stable")[:50]
+    top, counts = ids[order].astype(np.int64), n[order]
     section = Section(title="Most frequent tokens")
     section.notes.append(f"Counted over {counted:,} tokens of a seeded sample of documents (seed {sampling.seed}); "
                          f"decoded with the dataset's {tok['path']}" + ("" if decode else " (not readable: ids only)")
                          + ". Whitespace is shown as Python escapes (repr).")
-    rows = [(i + 1, int(t), repr(decode(int(t))) if decode else "", int(counts[t]), f"{counts[t] / counted:.3%}")
-            for i, t in enumerate(top)]
+    rows = [(i + 1, int(t), repr(decode(int(t))) if decode else "", int(c), f"{c / counted:.3%}")
+            for i, (t, c) in enumerate(zip(top, counts))]
     section.tables.append(Table(caption="Most frequent tokens", header=("rank", "id", "token", "count", "share"),
                                 rows=rows))
     shown = top[:TOP]
     section.figures.append(figures.bar("top-tokens", title=f"The {len(shown)} most frequent tokens",
                                        labels=[repr(decode(int(t))) if decode else str(int(t)) for t in shown],
-                                       values=counts[shown] / counted * 100, xlabel="token (decoded)",
+                                       values=counts[:TOP] / counted * 100, xlabel="token (decoded)",
                                        ylabel="share of tokens (%)"))
     return section
 
@@ -148,4 +146,10 @@ def _decoder(out: Path, tok: dict[str, Any]) -> Any:
         t = Tokenizer.from_file(str(manifest_mod.resolve_inside(out, tok["path"])))
     except Exception:
         return None
-    return lambda i: t.decode([i], skip_special_tokens=False) or (t.id_to_token(i) or "")
+    def decode(i: int) -> str:
+        try:
+            return t.decode([i], skip_special_tokens=False) or (t.id_to_token(i) or "")
+        except Exception:  # an id the tokenizer does not know (verify --deep names it)
+            return f"<id {i}>"
+
+    return decode
