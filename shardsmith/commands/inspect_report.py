@@ -11,6 +11,7 @@ import click
 from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
+from shardsmith.errors import UsageError
 
 
 def is_dataset(paths: tuple[str, ...]) -> bool:
@@ -48,7 +49,10 @@ def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, s
         files = discover(list(paths), suffixes=tuple(s for c in sources.values() for s in c.suffixes))
         source = infer_source(files, sources)
     cls = sources.get(source) or registry.get("source", source)
-    reader = cls()
+    try:
+        reader = cls()
+    except TypeError as exc:  # a source that needs convert's options to be made
+        raise UsageError(f"source {source!r} cannot be read without its conversion options ({exc})") from None
     files = discover(list(paths), suffixes=reader.suffixes)
     sampling = Sampling(seed=seed)
     sections = reader.report(files, sampling)
