@@ -189,15 +189,37 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
 
 
 @main.command()
-@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, required=True, metavar="OUT | INPUT...")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--samples", default=1, show_default=True, type=click.IntRange(0, 10_000), help="Samples to show.")
+@click.option("--report", "report", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
+              help="Write an HTML report with figures into DIR (needs shardsmith[report]); of a dataset, or of "
+                   "raw inputs before any conversion (a seeded sample).")
+@click.option("--seq-len", type=click.IntRange(1, MAX_INT32), default=None,
+              help="Report: documents longer than this are cut [default: manifest or 1024].")
+@click.option("--from", "source", type=Registered("source"), default=None,
+              help="Report of raw inputs: their kind [default: inferred from the inputs].")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_INT32),
+              help="Report: the seed of the sample it reads.")
 @user_errors
-def inspect(out: Path, as_json: bool, samples: int) -> None:
-    """Summary of a dataset's manifest and a few samples."""
+def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | None, seq_len: int | None,
+            source: str | None, seed: int) -> None:
+    """Summary of a dataset's manifest and a few samples; with --report, an HTML report of a dataset or of raw inputs."""
+    from shardsmith.commands.inspect_report import dataset_report, inputs_report, is_dataset
+    from shardsmith.errors import UsageError
+
+    if not is_dataset(paths):
+        if report is None:
+            raise UsageError(f"{paths[0]}: not a dataset folder (no manifest.json); to look at raw inputs, "
+                             f"give --report DIR")
+        inputs_report(paths, report, source=source, seed=seed)
+        return
+    if report is not None:
+        dataset_report(Path(paths[0]), report, seq_len=seq_len, seed=seed)
+        return
     from shardsmith.commands.inspect import run
 
-    run(out, as_json=as_json, samples=samples)
+    run(Path(paths[0]), as_json=as_json, samples=samples)
 
 
 @main.command()

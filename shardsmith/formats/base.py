@@ -2,7 +2,7 @@
 
 A format is the unit of extension. It says which records it can hold, makes the writers the
 gather feeds, adds its fields to the manifest, and reads its datasets back for the loader,
-``verify --deep``, ``inspect`` and ``bench``. Commands never ask which format they hold: they
+``verify --deep``, ``inspect`` (and its HTML ``--report``) and ``bench``. Commands never ask which format they hold: they
 call these methods on the object ``shardsmith.registry`` returns.
 """
 
@@ -118,6 +118,12 @@ class Format:
         """What the dataset card (``README.md``) says of this format; made from the manifest (and the
         shards' own indexes where it helps), never from the time or the folder's place."""
         return CardData()
+
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """``inspect --report``: this format's sections of the HTML report (``shardsmith.report``
+        ``Section`` objects), after the splits and shards every dataset has. ``sampling``
+        (``report.model.Sampling``) bounds what they read: a seeded sample, a deadline."""
+        return []
 
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """``inspect``: the first ``n`` samples of the first split that has any, each as a dict of short

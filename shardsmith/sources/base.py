@@ -126,6 +126,15 @@ class Reader:
         """``(start, stop, first_record)`` of each task of one file; one task by default."""
         return [(0, -1, 0)]
 
+    def sample_tasks(self, file: InputFile, *, count: int, chunk_bytes: int, rng: Any) -> list[Task]:
+        """At most ``count`` tasks of one file, chosen with ``rng`` (a numpy Generator), in file order:
+        what ``inspect --report`` reads of it. By default a seeded choice among ``plan_file``'s."""
+        cuts = self.plan_file(file, chunk_bytes=chunk_bytes)
+        chosen = sorted(rng.choice(len(cuts), size=min(count, len(cuts)), replace=False).tolist())
+        return [Task(index=k, file=file, start=a, stop=b, first_record=r,
+                     nbytes=(b - a) if self.byte_ranges and b >= 0 else file.size // len(cuts))
+                for k, (a, b, r) in enumerate(cuts[i] for i in chosen)]
+
     @property
     def plans_each_file(self) -> bool:
         """Whether ``plan(files)`` is the tasks of ``plan([f])`` for each file in turn (renumbered),
@@ -167,6 +176,14 @@ class Reader:
 
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         raise NotImplementedError
+
+    def report(self, files: list[InputFile], sampling: Any) -> list[Any]:
+        """``inspect INPUT... --report``: sections of the HTML report on these inputs before any
+        conversion, from a seeded sample of files and records (``report.raw``, by what the source
+        ``holds``). A source may override it with its own."""
+        from shardsmith.report.raw import raw_sections
+
+        return raw_sections(self, files, sampling)
 
 
 class MultiReader(Reader):

@@ -47,6 +47,21 @@ class JsonlReader(Reader):
     def reads_to_plan(self, file: InputFile, *, chunk_bytes: int) -> bool:
         return not _compression(file.path) and file.size > chunk_bytes  # lines are counted to cut it
 
+    def sample_tasks(self, file: InputFile, *, count: int, chunk_bytes: int, rng: Any) -> list[Task]:
+        """A big plain file: tasks from seeded offsets (each from the next line on, to the end of the
+        file; the report stops early), without the pass that counts lines to plan it. Their record
+        numbers are unknown (0)."""
+        if _compression(file.path) or file.size <= chunk_bytes:
+            return super().sample_tasks(file, count=count, chunk_bytes=chunk_bytes, rng=rng)
+        starts = set()
+        with open(file.path, "rb") as fh:
+            for offset in sorted(rng.integers(0, file.size, count).tolist()):
+                fh.seek(offset)
+                newline = fh.read(1 << 20).find(b"\n")
+                if newline >= 0 and offset + newline + 1 < file.size:
+                    starts.add(offset + newline + 1)
+        return [Task(index=k, file=file, start=s, stop=-1, nbytes=file.size - s) for k, s in enumerate(sorted(starts))]
+
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         record = task.first_record
         for line in _lines(task, max_line=self.max_record_bytes):

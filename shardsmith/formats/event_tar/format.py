@@ -85,6 +85,12 @@ class EventTarFormat(Format):
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         return WebDatasetFormat().describe(out, manifest)
 
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """The events' sections (as for HDF5), then the tar members'."""
+        from shardsmith.report.event_data import event_tar_sections
+
+        return event_tar_sections(out, manifest, sampling)
+
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
         return WebDatasetFormat().show(out, manifest, n)  # the raw members: .npy arrays by dtype and shape
 

@@ -68,6 +68,12 @@ class HDF5Format(Format):
             problems.append(f"{out} [{split}]: cannot read the events ({type(exc).__name__}: {exc})")
         return problems
 
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """Values per event, a histogram per field (NaN and infinities counted), label balance."""
+        from shardsmith.report.event_data import hdf5_sections
+
+        return hdf5_sections(out, manifest, sampling)
+
     def show_one(self, sample: Any) -> dict[str, Any]:
         """An event: each field's shape and first values."""
         return {"fields": {k: {"shape": list(v.shape), "first": v.reshape(-1)[:3].tolist()}

@@ -134,6 +134,12 @@ class TokensFormat(Format):
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         return {"tokenizer": manifest["tokenizer"]}
 
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """Document lengths, tokens per shard, the most frequent tokens, documents cut, padding."""
+        from shardsmith.report.tokens import token_sections
+
+        return token_sections(out, manifest, sampling)
+
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """The first documents: their length, first ids and decoded text."""
         from tokenizers import Tokenizer

@@ -279,6 +279,15 @@ class TarDataset:
             out.extend(None if k < 0 else mm[data[k]:data[k] + size[k]] for k in where.tolist())
         return out
 
+    def member_sizes(self, i: int) -> dict[str, int]:
+        """Sample ``i``'s members and their sizes in bytes, from its shard's member table: nothing
+        decoded (``inspect --report``'s bytes per sample)."""
+        i = operator.index(i) % max(self._n, 1)
+        s = bisect_right(self._starts, i) - 1
+        table = self._tables[s] if self._tables[s] is not None else self._table(s)
+        j = i - self._starts[s]
+        return {table.exts[table.ext[k]]: int(table.size[k]) for k in range(table.first[j], table.first[j + 1])}
+
     def labels(self, field: str = "cls") -> np.ndarray:
         """Every sample's integer label (member ``field``, e.g. the image folder's ``cls``), int64."""
         raw = self.member_bytes(field)

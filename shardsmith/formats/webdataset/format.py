@@ -95,6 +95,12 @@ class WebDatasetFormat(Format):
 
         return tar_card(out, manifest)
 
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """Classes and image sizes when the samples hold images; bytes per sample and per member."""
+        from shardsmith.report.tar import tar_sections
+
+        return tar_sections(out, manifest, sampling)
+
     def show_one(self, sample: Any) -> dict[str, Any]:
         """A sample: its key, and each member's size (or an array's dtype and shape)."""
         return {"key": sample["__key__"], "members": {k: _member(v) for k, v in sample.items() if k != "__key__"}}

@@ -1,0 +1,76 @@
+"""``shardsmith inspect ... --report DIR``: the HTML report of a dataset (its format's sections)
+or of raw inputs (their source's sections), written by ``shardsmith.report``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from shardsmith import registry
+from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.sizes import format_size
+from shardsmith.errors import UsageError
+
+
+def is_dataset(paths: tuple[str, ...]) -> bool:
+    """One folder holding a manifest: a dataset; anything else: raw inputs."""
+    return len(paths) == 1 and (Path(paths[0]) / manifest_mod.MANIFEST).is_file()
+
+
+def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -> Path:
+    from shardsmith.report import need_matplotlib
+    from shardsmith.report.dataset import splits_section
+    from shardsmith.report.model import Sampling
+
+    need_matplotlib()
+    m = manifest_mod.load(out)
+    fmt = registry.format_of(m, where=str(out))
+    sampling = Sampling(seed=seed, seq_len=seq_len)
+    sections = [splits_section(m, unit=fmt.sample_unit), *fmt.report(out, m, sampling)]
+    intro = [f"{out.name}: a {fmt.name} dataset written by shardsmith {m['tool_version']} on {m['created']}.",
+             f"Command: {' '.join(map(str, m.get('command') or []))}",
+             f"Large datasets are sampled (a seeded sample, seed {seed}, of at most {sampling.max_samples:,} "
+             f"samples, {sampling.max_documents:,} document lengths and {sampling.max_tokens:,} tokens, read for "
+             f"at most {sampling.seconds:.0f} s); each section says what it read."]
+    return _write(folder, f"shardsmith report: {out.name}", intro, sections, sampling)
+
+
+def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, seed: int) -> Path:
+    from shardsmith.commands.convert import infer_source
+    from shardsmith.engine.inputs import discover
+    from shardsmith.report import need_matplotlib
+    from shardsmith.report.model import Sampling
+
+    need_matplotlib()
+    sources = registry.loaded("source")
+    if source is None:
+        files = discover(list(paths), suffixes=tuple(s for c in sources.values() for s in c.suffixes))
+        source = infer_source(files, sources)
+    cls = sources.get(source) or registry.get("source", source)
+    try:
+        reader = cls()
+    except TypeError as exc:  # a source that needs convert's options to be made
+        raise UsageError(f"source {source!r} cannot be read without its conversion options ({exc})") from None
+    files = discover(list(paths), suffixes=reader.suffixes)
+    sampling = Sampling(seed=seed)
+    sections = reader.report(files, sampling)
+    intro = [f"Raw inputs read as {reader.name}: {len(files):,} files, {format_size(sum(f.size for f in files))}, "
+             f"before any conversion.",
+             "What was read: every file is listed; then a seeded sample (seed "
+             f"{seed}) of at most {sampling.max_files} files and {sampling.max_tasks} byte ranges of each, the first "
+             f"{sampling.records_per_task:,} records of each range (images: {sampling.max_samples:,} files at most), "
+             f"for at most {sampling.seconds:.0f} s. Each section says what share it read."]
+    return _write(folder, f"shardsmith report: {len(files):,} {reader.name} inputs", intro, sections, sampling)
+
+
+def _write(folder: Path, title: str, intro: list[str], sections: list, sampling: object) -> Path:
+    from shardsmith.report import html
+
+    t0 = getattr(sampling, "started", time.monotonic())
+    path = html.write(folder, title=title, intro=intro, sections=sections)
+    figures = sum(len(s.figures) for s in sections)
+    click.echo(f"{path}: {len(sections)} sections, {figures} figures (PNG beside it), "
+               f"in {time.monotonic() - t0:.1f} s", err=True)
+    return path

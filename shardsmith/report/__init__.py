@@ -1,0 +1,23 @@
+"""``shardsmith inspect --report DIR``: a self-contained HTML report of a dataset or of raw inputs.
+
+What a person looks at before training (class counts, lengths, value ranges), drawn with
+matplotlib's Agg backend and embedded in one HTML file that opens offline. The content of each
+kind of data sits beside the objects that read it: a format's ``report`` hook
+(``formats.base.Format``) and a source's (``sources.base.Reader``) return ``Section`` objects
+built with the helpers here; this package only samples, draws and writes. matplotlib is the
+``shardsmith[report]`` extra.
+"""
+
+from __future__ import annotations
+
+from shardsmith.errors import UsageError
+
+HINT = "the report needs matplotlib, which is not installed; install it with: pip install 'shardsmith[report]'"
+
+
+def need_matplotlib() -> None:
+    """Fail in one line, before any work, when the extra is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise UsageError(HINT) from None

@@ -1,0 +1,42 @@
+"""The section every dataset has, from its manifest alone: split sizes, shard sizes, samples per shard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.sizes import format_size
+from shardsmith.report import figures
+from shardsmith.report.model import SUMMARY_HEADER, Section, Table, summary_row
+
+MAX_SHARD_ROWS = 200
+
+
+def splits_section(manifest: dict[str, Any], *, unit: str) -> Section:
+    """Splits (samples, shards, bytes) and each shard's size and sample count (``unit``: what a sample is)."""
+    splits = manifest["splits"]
+    rows = [(name, s["samples"], len(s["shards"]), sum(x["bytes"] for x in s["shards"]),
+             format_size(sum(x["bytes"] for x in s["shards"]))) for name, s in splits.items()]
+    section = Section(title="Splits and shards")
+    section.tables.append(Table(caption="Splits", header=("split", f"{unit}s", "shards", "bytes", "size"), rows=rows))
+    shards = [(name, x) for name, s in splits.items() for x in s["shards"]]
+    if not shards:
+        section.notes.append("The dataset holds no shards.")
+        return section
+    sizes = np.array([x["bytes"] for _, x in shards], np.float64)
+    samples = np.array([x["samples"] for _, x in shards], np.float64)
+    section.tables.append(Table(caption="Shards", header=SUMMARY_HEADER, rows=[
+        summary_row("shard size", sizes / 1e6, "MB"), summary_row(f"{unit}s per shard", samples, unit + "s")]))
+    shown = shards[:MAX_SHARD_ROWS]
+    section.tables.append(Table(
+        caption="Every shard", header=("split", "shard", f"{unit}s", "bytes"),
+        rows=[(name, x["path"], x["samples"], x["bytes"]) for name, x in shown],
+        note=f"the first {len(shown):,} of {len(shards):,} shards" if len(shards) > len(shown) else ""))
+    section.figures.append(figures.per_index("shard-sizes", title="Shard sizes, in manifest order",
+                                             values=sizes / 1e6, xlabel="shard (all splits, in order)",
+                                             ylabel="size (MB)"))
+    section.figures.append(figures.per_index("samples-per-shard", title=f"{unit.capitalize()}s per shard",
+                                             values=samples, xlabel="shard (all splits, in order)",
+                                             ylabel=f"{unit}s"))
+    return section

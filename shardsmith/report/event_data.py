@@ -1,0 +1,53 @@
+"""The events that the report of an event dataset reads: a seeded sample of each split, through
+the loader's datasets (``EventDataset`` batches for HDF5, ``EventTarDataset`` samples for tar)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.events import EventSchema
+from shardsmith.formats.event_tar.dataset import EventTarDataset
+from shardsmith.formats.hdf5.dataset import EventDataset
+from shardsmith.report.events import EventSample, event_sections
+from shardsmith.report.model import Sampling, Section
+from shardsmith.report.tar import picked, sampled_note, tar_sections
+
+BLOCK = 4096  # events a batch reads
+
+
+def hdf5_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> list[Section]:
+    chosen = picked(manifest, sampling, cap=sampling.max_samples)
+    sample = EventSample(schema=EventSchema.from_json(manifest["schema"]))
+    for split, (_, idx) in chosen.items():
+        ds = EventDataset(out, split=split)
+        for a in range(0, len(idx), BLOCK):
+            if sampling.late():
+                break
+            batch = ds.get_batch(idx[a:a + BLOCK])
+            columns = {**batch.fixed, **{name: r.values for name, r in batch.ragged.items()}}
+            sample.add(batch.n, columns, {c: batch.offsets(c) for c in sample.schema.counters})
+        ds.close()
+    return event_sections(sample, said=_said(chosen, sampling, sample.events, "events"))
+
+
+def event_tar_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> list[Section]:
+    chosen = picked(manifest, sampling, cap=sampling.max_samples)
+    sample = EventSample(schema=EventSchema.from_json(manifest["schema"]))
+    for split, (_, idx) in chosen.items():
+        ds = EventTarDataset(out, split=split)
+        for i in idx.tolist():
+            if sampling.late():
+                break
+            sample.add_sample(ds[i], per_sample=ds.events_per_sample)
+        ds.release()
+    said = _said(chosen, sampling, sample.events, "samples")
+    return event_sections(sample, said=said) + tar_sections(out, manifest, sampling, images=False)
+
+
+def _said(chosen: dict[str, tuple[int, np.ndarray]], sampling: Sampling, events: int, unit: str) -> str:
+    read = sum(len(i) for _, i in chosen.values())
+    late = " Stopped at the time limit." if sampling.late() else ""
+    return f"{sampled_note(chosen, sampling, unit)} {events:,} events read.{late}" if read else "No events."

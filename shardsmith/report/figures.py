@@ -1,0 +1,170 @@
+"""The figures, drawn with matplotlib's Agg backend (no display, no pyplot state) into PNG bytes.
+
+Every figure has a title, axis labels with units, and stays small (about 700 x 400 pixels).
+Text from data (class names, tokens, field names) is drawn as plain text: mathtext is off, so
+a ``$`` in a name is a dollar sign, never a formula or an error.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from shardsmith.report.model import Figure
+
+SIZE = (7.0, 4.0)  # inches, at DPI: 700 x 400 pixels
+DPI = 100
+_RC = {"text.parse_math": False, "font.size": 9, "axes.titlesize": 10}
+
+
+def _draw(name: str, title: str, paint: Callable[[Any], None], *, size: tuple[float, float] = SIZE,
+          layout: str | None = "constrained") -> Figure:
+    """``layout=None``: the painter places the axes (a grid of panels: constrained layout costs
+    about a second for twelve of them)."""
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    with matplotlib.rc_context(_RC):
+        fig = MplFigure(figsize=size, dpi=DPI, layout=layout)
+        FigureCanvasAgg(fig)
+        paint(fig)
+        buf = io.BytesIO()
+        with warnings.catch_warnings():  # a glyph the font lacks (CJK tokens) is drawn as a box: no warning
+            warnings.filterwarnings("ignore", message="Glyph .* missing from font", category=UserWarning)
+            fig.savefig(buf, format="png", metadata={"Software": None})
+    return Figure(name=name, title=title, png=buf.getvalue())
+
+
+def bar(name: str, *, title: str, labels: Sequence[str], values: Sequence[float], xlabel: str,
+        ylabel: str) -> Figure:
+    """One bar per label (class counts, label balance); labels turned when there are many."""
+    def paint(fig: Any) -> None:
+        ax = fig.add_subplot()
+        ax.bar(range(len(values)), values, color="#4477aa")
+        ax.set_xticks(range(len(labels)), [_short(s) for s in labels],
+                      rotation=90 if len(labels) > 8 else 0, fontsize=8 if len(labels) <= 30 else 6)
+        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+
+    return _draw(name, title, paint)
+
+
+def hist(name: str, *, title: str, values: np.ndarray, xlabel: str, ylabel: str = "count",
+         log_x: bool = False, log_y: bool = False, bins: int = 50, mark: tuple[float, str] | None = None) -> Figure:
+    """A histogram; ``log_x`` puts logarithmic bins on a logarithmic axis (lengths, sizes);
+    ``mark``: a vertical line at a value, with its legend (``--seq-len``)."""
+    v = np.asarray(values, dtype=np.float64)
+
+    def paint(fig: Any) -> None:
+        ax = fig.add_subplot()
+        _hist_into(ax, v, bins=bins, log_x=log_x)
+        if log_y:
+            ax.set_yscale("log")
+        if mark is not None:
+            ax.axvline(mark[0], color="#cc3311", linestyle="--", linewidth=1, label=mark[1])
+            ax.legend(loc="upper right")
+        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+
+    return _draw(name, title, paint)
+
+
+def _hist_into(ax: Any, v: np.ndarray, *, bins: int, log_x: bool) -> None:
+    if not len(v):
+        ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
+        return
+    lo, hi = float(v.min()), float(v.max())
+    if log_x and lo > 0 and hi > lo:
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.hist(v, bins=np.geomspace(lo, hi, bins + 1), color="#4477aa")
+        ax.set_xscale("log")  # plain tick labels: mathtext (10^2) is off
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.hist(v, bins=bins if hi > lo else 1, color="#4477aa")
+
+
+def scatter(name: str, *, title: str, x: np.ndarray, y: np.ndarray, xlabel: str, ylabel: str) -> Figure:
+    def paint(fig: Any) -> None:
+        ax = fig.add_subplot()
+        ax.scatter(x, y, s=6, alpha=0.4, color="#4477aa", edgecolors="none")
+        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+
+    return _draw(name, title, paint)
+
+
+def per_index(name: str, *, title: str, values: Sequence[float], xlabel: str, ylabel: str) -> Figure:
+    """A value per shard (tokens per shard, samples per shard): bars, or a line past 200 shards."""
+    def paint(fig: Any) -> None:
+        ax = fig.add_subplot()
+        if len(values) <= 200:
+            ax.bar(range(len(values)), values, color="#4477aa", width=0.9)
+        else:
+            ax.plot(range(len(values)), values, color="#4477aa", linewidth=0.8)
+        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+
+    return _draw(name, title, paint)
+
+
+def hist_grid(name: str, *, title: str, panels: list[tuple[str, np.ndarray, str]], ylabel: str = "count",
+              cols: int = 3) -> Figure:
+    """Small histograms side by side: ``(panel title, finite values, x label)`` each."""
+    def draw(ax: Any, panel: tuple[str, np.ndarray, str]) -> None:
+        head, v, xlabel = panel
+        _hist_into(ax, np.asarray(v, np.float64), bins=40, log_x=False)
+        _label(ax, head, xlabel, ylabel)
+
+    return _grid(name, title=title, panels=panels, cols=cols, draw=draw)
+
+
+def bar_grid(name: str, *, title: str, panels: list[tuple[str, list[str], np.ndarray, str]], ylabel: str,
+             cols: int = 3) -> Figure:
+    """Small bar charts side by side: ``(panel title, labels, values, x label)`` each (label balance)."""
+    def draw(ax: Any, panel: tuple[str, list[str], np.ndarray, str]) -> None:
+        head, labels, values, xlabel = panel
+        ax.bar(range(len(values)), values, color="#4477aa")
+        ax.set_xticks(range(len(labels)), [_short(s, 10) for s in labels], fontsize=6,
+                      rotation=90 if len(labels) > 6 or max(map(len, labels), default=0) > 4 else 0)
+        _label(ax, head, xlabel, ylabel)
+
+    return _grid(name, title=title, panels=panels, cols=cols, draw=draw)
+
+
+def _grid(name: str, *, title: str, panels: list[Any], cols: int, draw: Callable[[Any, Any], None]) -> Figure:
+    cols = max(1, min(cols, len(panels)))
+    rows = max(1, -(-len(panels) // cols))
+    height = max(2.6, 2.1 * rows + 0.5)
+
+    def paint(fig: Any) -> None:
+        fig.suptitle(title)
+        # fixed margins, in inches turned into fractions: room for the title, tick labels and axis labels
+        fig.subplots_adjust(left=0.7 / SIZE[0], right=1 - 0.35 / SIZE[0], top=1 - 0.5 / height,
+                            bottom=0.45 / height, wspace=0.35, hspace=0.75)
+        axes = fig.subplots(rows, cols, squeeze=False)
+        for ax, panel in zip(axes.flat, panels):
+            draw(ax, panel)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.set_axis_off()
+
+    return _draw(name, title, paint, size=(SIZE[0], height), layout=None)
+
+
+def _label(ax: Any, head: str, xlabel: str, ylabel: str) -> None:
+    from matplotlib.ticker import ScalarFormatter
+
+    if isinstance(ax.xaxis.get_major_formatter(), ScalarFormatter):  # whole values, no "+2.27e6" offset
+        ax.xaxis.get_major_formatter().set_useOffset(False)
+        ax.locator_params(axis="x", nbins=4)
+    ax.set_title(_short(head, 60), fontsize=8)
+    ax.set_xlabel(_short(xlabel, 50), fontsize=7)
+    ax.set_ylabel(ylabel, fontsize=7)
+    ax.tick_params(labelsize=6)
+
+
+def _short(text: str, width: int = 24) -> str:
+    text = str(text).replace("\n", " ")
+    return text if len(text) <= width else text[:width - 1] + "…"

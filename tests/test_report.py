@@ -1,0 +1,184 @@
+"""``shardsmith inspect --report``: the HTML report of every format and of raw inputs, as a user runs it.
+
+Each report's PNGs are opened with Pillow (valid images of a sane size), its numbers are looked
+for as text in the HTML, and strings from data (a crafted class name) come out escaped."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+from PIL import Image
+
+from tests.conftest import jpeg_folder, make_docs, run_cli, write_jsonl
+
+pytest.importorskip("matplotlib")
+
+CRAFTED = "<img src=x onerror=alert(1)>"
+
+
+def _report(*args: str | Path) -> tuple[str, list[Path]]:
+    """Run inspect --report; the HTML and its PNG files, each checked to be a real image."""
+    folder = Path(str(args[-1]))
+    res = run_cli("inspect", *args[:-1], "--report", folder)
+    assert res.exit_code == 0, res.output + res.stderr
+    page = (folder / "report.html").read_text()
+    pngs = sorted(folder.glob("*.png"))
+    assert pngs and page.count("data:image/png;base64,") == len(pngs)
+    for png in pngs:
+        assert png.stat().st_size > 5_000, png
+        with Image.open(png) as im:
+            im.verify()
+        with Image.open(png) as im:
+            assert im.format == "PNG" and 400 <= im.width <= 2000 and 200 <= im.height <= 2000, (png, im.size)
+    assert "<script" not in page
+    return page, pngs
+
+
+def _text(page: str) -> str:
+    """The page's text without tags and embedded images."""
+    return re.sub(r"<[^>]+>", " ", re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    write_jsonl(root / "a.jsonl", make_docs(300, seed=1, max_words=200))
+    return root
+
+
+def test_tokens_report(corpus: Path, bpe_tokenizer: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tok"
+    assert run_cli("pack-tokens", corpus, "-o", out, "--tokenizer", bpe_tokenizer, "--seq-len", "64",
+                   "--quiet").exit_code == 0
+    page, pngs = _report(out, "--seq-len", "100", tmp_path / "r")
+    text = _text(page)
+    m = orjson.loads((out / "manifest.json").read_bytes())
+    lengths = np.concatenate([np.fromfile(out / s["index"]["path"], np.int32, offset=34, count=s["samples"])
+                              for s in m["splits"]["train"]["shards"]])
+    longer = int((lengths > 100).sum())
+    assert f"{longer:,} of {len(lengths):,}" in text and "seq_len 100" in text
+    assert f"{m['splits']['train']['tokens']:,}" in text
+    assert "Most frequent tokens" in text and "document-lengths" in " ".join(p.name for p in pngs)
+    assert "&#x27;" in page or "&quot;" in page or "'" in text  # decoded tokens shown as repr
+
+
+def test_packed_tokens_report(corpus: Path, bpe_tokenizer: Path, tmp_path: Path) -> None:
+    out = tmp_path / "packed"
+    assert run_cli("pack-tokens", corpus, "-o", out, "--tokenizer", bpe_tokenizer, "--seq-len", "128",
+                   "--pack", "best-fit", "--quiet").exit_code == 0
+    page, _ = _report(out, tmp_path / "r")
+    p = orjson.loads((out / "manifest.json").read_bytes())["packing"]
+    text = _text(page)
+    assert f"{p['padding_fraction']:.2%}" in text and f"{p['documents_split']:,} of {p['documents']:,}" in text
+    assert "document pieces" in text
+
+
+def test_images_report_escapes_class_names(tmp_path: Path) -> None:
+    src = jpeg_folder(tmp_path / "img", classes=2, per_class=6)
+    (src / "c1").rename(src / CRAFTED)
+    (src / "c0" / "big.jpg").write_bytes(__import__("tests.conftest", fromlist=["jpeg"]).jpeg(7, (120, 90)))
+    out = tmp_path / "wds"
+    assert run_cli("convert", src, "-o", out, "--to", "webdataset", "--shard-samples", "4", "--quiet").exit_code == 0
+    page, pngs = _report(out, tmp_path / "r")
+    assert CRAFTED not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    text = _text(page)
+    assert re.search(r"\b1\s+c0\s+7\s+7\b", text)  # label (classes sorted: "<" before "c"), class, split, total
+    assert "120" in text and "90" in text and "Images per class" in text
+    assert {"class-counts", "image-sizes", "bytes-per-image", "shard-sizes"} <= {p.stem[3:] for p in pngs}
+
+
+def test_jsonl_tar_report(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "rows"
+    assert run_cli("convert", corpus, "-o", out, "--to", "webdataset", "--text-field", "text",
+                   "--quiet").exit_code == 0
+    page, _ = _report(out, tmp_path / "r")
+    text = _text(page)
+    assert "member .json" in text and "member .txt" in text and "all 300 samples" in text
+    from shardsmith.core import manifest as manifest_mod
+    from shardsmith.report.model import Sampling
+    from shardsmith.report.tar import tar_sections
+
+    (late,) = tar_sections(out, manifest_mod.load(out), Sampling(seconds=0.0))  # the deadline: said, not hidden
+    assert "Stopped at the time limit (0 s) after 0" in late.notes[0]
+
+
+def _events_root(path: Path) -> Path:
+    """A small ROOT tree: a label, a float with NaN and infinities, and a jagged branch."""
+    ak = pytest.importorskip("awkward")
+    uproot = pytest.importorskip("uproot")
+    rng = np.random.default_rng(0)
+    n = 400
+    x = rng.normal(size=n).astype(np.float32)
+    x[:5] = np.nan
+    x[5:7] = np.inf
+    hits = ak.Array([rng.uniform(0, 10, size=k).astype(np.float32) for k in rng.integers(0, 6, size=n)])
+    with uproot.recreate(path) as f:
+        f["events"] = {"label": (np.arange(n) % 3).astype(np.int32), "x": x, "hits": hits}
+    return path
+
+
+@pytest.fixture(scope="module")
+def root_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _events_root(tmp_path_factory.mktemp("root") / "ev.root")
+
+
+@pytest.mark.parametrize("to", [["--to", "hdf5"], ["--to", "webdataset", "--events-per-sample", "3"]],
+                         ids=["hdf5", "event-tar"])
+def test_events_report(root_file: Path, tmp_path: Path, to: list[str]) -> None:
+    out = tmp_path / "ev"
+    assert run_cli("convert", root_file, "-o", out, *to, "--quiet").exit_code == 0
+    page, pngs = _report(out, tmp_path / "r")
+    text = _text(page)
+    assert re.search(r"\bx\s+per event\s+&lt;f4\s+scalar\s+400\s+5\s+2\s+0\b", text), text[:3000]  # NaN, +inf, -inf
+    assert re.search(r"Field label .*?\b0\s+134\b.*?\b1\s+133\b.*?\b2\s+133\b", text)  # label balance
+    assert "Multiplicity" in text and any("multiplicity" in p.name for p in pngs)
+
+
+def test_raw_inputs_report(corpus: Path, root_file: Path, tmp_path: Path) -> None:
+    images = jpeg_folder(tmp_path / "img", classes=3, per_class=4)
+    page, _ = _report(images, tmp_path / "r-img")
+    assert re.search(r"\b2\s+c2\s+4\s+4\b", _text(page)) and "exact" in page
+    page, _ = _report(corpus, tmp_path / "r-jsonl")
+    text = _text(page)
+    assert "300 records read" in text and re.search(r"\btext\s+300\s+100.0%\s+str 300\b", text)
+    page, _ = _report(root_file, tmp_path / "r-root")
+    text = _text(page)
+    assert "400 events read" in text and "Label balance" in text
+
+
+def test_big_jsonl_is_sampled_from_line_starts(corpus: Path) -> None:
+    """A JSONL file bigger than a range is read from seeded offsets, each from the next line on,
+    without the pass that counts its lines (the bound that keeps a 10 GB input under a minute)."""
+    from shardsmith.engine.inputs import discover
+    from shardsmith.sources.jsonl import JsonlReader
+
+    reader = JsonlReader()
+    (f,) = discover([str(corpus)], suffixes=reader.suffixes)
+    data = Path(f.path).read_bytes()
+    tasks = reader.sample_tasks(f, count=5, chunk_bytes=4096, rng=np.random.default_rng(0))
+    assert 1 <= len(tasks) <= 5 and all(data[t.start - 1:t.start] == b"\n" for t in tasks)
+    for t in tasks:
+        first = next(iter(reader.read(t)))[1]
+        assert isinstance(first, dict) and first["text"] == make_docs(300, seed=1, max_words=200)[first["id"]]
+
+
+def test_raw_inputs_need_report_and_matplotlib_hint(corpus: Path, tmp_path: Path) -> None:
+    res = run_cli("inspect", corpus)
+    assert res.exit_code == 2 and "--report" in res.stderr
+    code = ("import sys; sys.modules['matplotlib'] = None; from shardsmith.cli import main; "
+            "sys.argv = ['shardsmith', 'inspect', sys.argv[1], '--report', sys.argv[2]]; main()")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, "-c", code, str(corpus), str(tmp_path / "r")], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "shardsmith: error: the report needs matplotlib, which is not installed; install it with: "
+        "pip install 'shardsmith[report]'"]
+    assert not (tmp_path / "r").exists()
