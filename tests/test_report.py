@@ -129,8 +129,9 @@ def root_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _events_root(tmp_path_factory.mktemp("root") / "ev.root")
 
 
-@pytest.mark.parametrize("to", [["--to", "hdf5"], ["--to", "webdataset", "--events-per-sample", "3"]],
-                         ids=["hdf5", "event-tar"])
+@pytest.mark.parametrize("to", [["--to", "hdf5"], ["--to", "webdataset", "--events-per-sample", "3"],
+                                ["--to", "memmap", "--max-len", "8"]],
+                         ids=["hdf5", "event-tar", "memmap"])
 def test_events_report(root_file: Path, tmp_path: Path, to: list[str]) -> None:
     out = tmp_path / "ev"
     assert run_cli("convert", root_file, "-o", out, *to, "--quiet").exit_code == 0

@@ -1,5 +1,6 @@
 """The events that the report of an event dataset reads: a seeded sample of each split, through
-the loader's datasets (``EventDataset`` batches for HDF5, ``EventTarDataset`` samples for tar)."""
+the loader's datasets (``EventDataset`` batches for HDF5, ``EventTarDataset`` samples for tar,
+``MemmapDataset`` rows for the fixed-shape arrays)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from shardsmith.core.events import EventSchema
 from shardsmith.formats.event_tar.dataset import EventTarDataset
 from shardsmith.formats.hdf5.dataset import EventDataset
+from shardsmith.formats.memmap.dataset import MemmapDataset
 from shardsmith.report.events import EventSample, event_sections
 from shardsmith.report.model import Sampling, Section
 from shardsmith.report.tar import picked, sampled_note, tar_sections
@@ -45,6 +47,26 @@ def event_tar_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) 
         ds.release()
     said = _said(chosen, sampling, sample.events, "samples")
     return event_sections(sample, said=said) + tar_sections(out, manifest, sampling, images=False)
+
+
+def memmap_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> list[Section]:
+    """The values as stored (in the arrays' dtype, truncated to --max-len); the multiplicity is the
+    count of values each event had before truncation."""
+    chosen = picked(manifest, sampling, cap=sampling.max_samples)
+    sample = EventSample(schema=EventSchema.from_json(manifest["schema"]))
+    counter = manifest["memmap"]["counter"]
+    for split, (_, idx) in chosen.items():
+        ds = MemmapDataset(out, split=split)
+        for a in range(0, len(idx), BLOCK):
+            if sampling.late():
+                break
+            batch = ds.get_batch(idx[a:a + BLOCK])
+            kept = np.arange(ds.max_len)[None, :] < batch["lengths"][:, None]  # (B, L): stored, not padding
+            columns = {name: batch["values"][..., f][kept] for f, name in enumerate(ds.fields)}
+            columns.update(batch["scalars"])
+            offsets = np.concatenate([[0], np.cumsum(batch["counts"])])
+            sample.add(len(batch["lengths"]), columns, {counter: offsets})
+    return event_sections(sample, said=_said(chosen, sampling, sample.events, "events"))
 
 
 def _said(chosen: dict[str, tuple[int, np.ndarray]], sampling: Sampling, events: int, unit: str) -> str:

@@ -106,6 +106,12 @@ class MemmapFormat(Format):
                 f"pad {mm.get('pad_value')}; {len(mm['scalars'])} event-level arrays")
         return {"memmap": mm, "format_lines": [line]}
 
+    def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
+        """Values per event (before truncation), a histogram per stored field and scalar, label balance."""
+        from shardsmith.report.event_data import memmap_sections
+
+        return memmap_sections(out, manifest, sampling)
+
     def show_one(self, sample: Any) -> dict[str, Any]:
         """An event: its length and first rows, then its scalars."""
         n = int(sample["length"])
