@@ -23,8 +23,9 @@ install-dev: $(VENV)/.dev
 demo: $(VENV)/.core
 	$(PY) examples/demo.py --out demo-out
 
+# two processes, each taking whole test files (a file's module fixtures, e.g. its S3 server, start once)
 test: $(VENV)/.dev
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2 --dist loadfile
 
 # make data RECIPE=recipes/NAME.toml: run a data-preparation recipe on this machine
 data: $(VENV)/.core
