@@ -100,7 +100,8 @@ def main() -> None:
                    "[default: 4M].")
 @click.option("--shard-tokens", default="1G", show_default=True, callback=size_option("--shard-tokens"),
               help="Roll over to a new .bin/.idx shard after this many tokens.")
-@click.option("--nanogpt", is_flag=True, help="Also write flat {split}.bin (uint16) as nanoGPT reads them.")
+@click.option("--nanogpt", is_flag=True, help="Also write flat train.bin/val.bin (uint16) and meta.pkl as nanoGPT "
+              "reads them [default --split: a val share of 0.0005, more for a small corpus].")
 @converting_options
 @user_errors
 def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
@@ -169,7 +170,8 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar, HDF5, or fixed-shape memmap arrays)."""
     from shardsmith.engine.inputs import walk_soon
 
-    with walk_soon(inputs):  # a child lists the input folders while this process loads the converter
+    # a child lists the input folders while this process loads the converter
+    with walk_soon(inputs, quiet=kw["quiet"]):
         from shardsmith.commands.convert import ConvertOptions, run
         from shardsmith.engine.workers import default_workers
 

@@ -226,10 +226,12 @@ def test_output_folder_is_not_clobbered(corpus, bpe_tokenizer, tmp_path):
 def test_empty_documents_and_nanogpt_for_a_vocab_just_under_uint16(tmp_path):
     word_level_tokenizer(tmp_path / "wl.json", 65510)
     write_jsonl(tmp_path / "in" / "a.jsonl", ["w1 w65509", "", "w65000"])
-    m = pack(tmp_path / "in", tmp_path / "out", tmp_path / "wl.json", "--no-shuffle", "--nanogpt")
+    # nanoGPT needs a val.bin: the split draws of the three documents are 0.561, 0.556, 0.505
+    m = pack(tmp_path / "in", tmp_path / "out", tmp_path / "wl.json", "--no-shuffle", "--nanogpt",
+             "--split", "train=0.56,val=0.44")
     assert m["tokenizer"]["dtype"] == "int32" and m["nanogpt"]["train"]["dtype"] == "uint16"
-    flat = np.fromfile(tmp_path / "out" / "train.bin", dtype=np.uint16)
-    assert flat.tolist() == [1, 65509, 65511, 65511, 65000, 65511]
+    flat = [np.fromfile(tmp_path / "out" / f"{split}.bin", dtype=np.uint16).tolist() for split in ("train", "val")]
+    assert flat == [[65511, 65000, 65511], [1, 65509, 65511]]
     pack(tmp_path / "in", tmp_path / "none", tmp_path / "wl.json", "--no-shuffle", "--no-eos")
     docs = shardsmith.open(tmp_path / "none")
     assert [docs[i].tolist() for i in range(3)] == [[1, 65509], [], [65000]]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shardsmith import registry
+from shardsmith.commands import nanogpt_split
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.memory import keep_freed_memory
 from shardsmith.core.progress import Progress
@@ -18,12 +19,13 @@ from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.outdir import work_path
 from shardsmith.engine.output import output_for
-from shardsmith.engine.plan import cached, plan_tasks
+from shardsmith.engine.plan import cached, plan_tasks, task_bytes
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all, scatter_summary
 from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.base import WriteJob
+from shardsmith.formats.tokens import neighbours
 from shardsmith.sources.base import BadRecord, MultiReader, RecordError, Task
 from shardsmith.transforms import tokenize as tk
 from shardsmith.transforms.base import Transform, apply_all, build_transforms
@@ -56,8 +58,9 @@ class PackTokensOptions(ConvertingOptions):
 
 
 def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
-           transforms: list[Transform]) -> Iterator[str]:
-    """The text of every good record in input order, after the transforms (for training and sampling)."""
+           transforms: list[Transform], tick: Callable[[int], Any] | None = None) -> Iterator[str]:
+    """The text of every good record in input order, after the transforms (for training and sampling);
+    ``tick`` is told the bytes of each task read."""
     for task in tasks:
         arrival.wait_whole((task.file,))  # an input still being staged from a URL
         for record, value in reader.read(task):
@@ -74,6 +77,8 @@ def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
                 reason = why or (value.reason if isinstance(value, BadRecord) else why_no_text(value, field))
                 raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file),
                                 skippable=True)
+        if tick is not None:
+            tick(task.nbytes)
 
 
 def run(opts: PackTokensOptions) -> dict[str, Any]:
@@ -91,6 +96,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     if opts.no_eos and opts.eos_token:
         raise UsageError("--no-eos and --eos-token contradict each other")
     check_packing(opts)
+    default_val = opts.nanogpt and nanogpt_split.check_names(opts.splits)  # the share comes with the sample
     # every source of rows reads the text field: JSONL and Parquet, and any plugin's
     reader = MultiReader(readers=[cls.for_text(opts.text_field) for cls in registry.loaded("source").values()
                                   if cls.holds == "rows"])
@@ -131,22 +137,32 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
 
     loaded = None
 
-    def check_engine() -> tuple[str, str, bool]:
+    def check_engine() -> tuple[str, str, bool, float | None]:
         nonlocal loaded
-        sample = _sample(reader, tasks, opts.text_field, transforms)
-        safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS])
-        # the engines must agree on the pieces long documents are cut into, too
-        cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
-        engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut)
-        return engine, why, safe
+        with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
+            got = _sample(reader, tasks, opts.text_field, transforms)
+            sample = got.texts
+            safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS])
+            # the engines must agree on the pieces long documents are cut into, too
+            cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
+            engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut, tick=bar.update)
+        share = nanogpt_split.default_share(got, input_bytes=total_bytes) if default_val else None
+        return engine, why, safe, share
 
-    engine, why, safe = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id, dump=list,
-                               load=tuple)
+    engine, why, safe, val_share = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id,
+                                          dump=list, load=tuple)
     progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
                                                   f"are refused: this tokenizer's ids change when they are cut"))
     if opts.pack is not None:
         opts = dataclasses.replace(opts, pad_id=pad_id_of(opts, hf, eos_id, vocab_size),
                                    pack_window=window_of(opts))
+    if val_share is not None:
+        opts = dataclasses.replace(opts, splits=nanogpt_split.splits_with(val_share))
+    companions = neighbours.hf_files(neighbours.SpecialTokens(
+        eos=eos, bos=opts.bos_token, pad=neighbours.found_pad(hf, opts.pad_id)))
+    if opts.nanogpt:
+        companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(vocab_size)
+    companion_names = neighbours.write_companions(home, companions, write=_write_changed)
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
                             piece_chars=tk.PIECE_CHARS if safe else None)
 
@@ -160,6 +176,9 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         make_writer=lambda split, part: fmt.writer(job, split, part))
     if done.summary is not None:
         return done.summary
+    if opts.nanogpt:
+        nanogpt_split.check_filled({name: sum(s.samples for s in o.shards) for name, o in done.outputs.items()},
+                                   default=val_share is not None)
     tokenizer = {"path": "tokenizer.json", "sha256": tok_sha, "vocab_size": vocab_size, "eos_token": eos,
                  "eos_id": eos_id, "bos_token": opts.bos_token, "bos_id": bos_id, "dtype": spec.dtype.name,
                  "engine": engine, "engine_reason": why, "trained": opts.train_tokenizer is not None}
@@ -168,7 +187,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,
                 "inputs_sha256": _inputs_digest(files)},
         schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
-        extras={"tokenizer": tokenizer, "seq_len": opts.seq_len,
+        extras={"tokenizer": tokenizer, "seq_len": opts.seq_len, "companions": companion_names,
+                **({"nanogpt_default_val": val_share} if val_share is not None else {}),
                 **({"transforms": [t.describe() for t in transforms]} if transforms else {})},
         used=(*(("source", kind) for kind in reader.kinds(files)), *(("transform", t.name) for t in transforms)),
         skipped_inputs=remote.skipped_inputs(files),
@@ -193,28 +213,40 @@ def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], pr
 
     def train() -> str:
         progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
-        texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error, transforms=transforms)
-        # long documents in pieces cut at spaces: the same words to count, in bounded memory
-        return tk.train_bpe((p for t in texts for p in (tk.pieces(t) or [t[:tk.PIECE_CHARS]])),
-                            vocab_size=opts.train_tokenizer)
+        with progress.bar(total=task_bytes(tasks), desc="train tokenizer: counting words", unit="B") as bar:
+            texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error, transforms=transforms,
+                           tick=bar.update)
+
+            def words() -> Iterator[str]:
+                # long documents in pieces cut at spaces: the same words to count, in bounded memory
+                for t in texts:
+                    yield from tk.pieces(t) or [t[:tk.PIECE_CHARS]]
+                bar.set_description("train tokenizer: merging")  # every input read; the merges take a while
+
+            return tk.train_bpe(words(), vocab_size=opts.train_tokenizer)
 
     return cached("tokenizer", train, stage=opts.stage, out=opts.out, run=run_id, dump=str, load=str).encode()
 
 
-def _sample(reader: MultiReader, tasks: list[Task], field: str, transforms: list[Transform]) -> list[str]:
-    """The first documents of the input, to check that an engine matches the reference."""
+def _sample(reader: MultiReader, tasks: list[Task], field: str, transforms: list[Transform]
+            ) -> nanogpt_split.Sample:
+    """The first documents of the input, to check that an engine matches the reference (and to
+    estimate how many documents the input holds)."""
     out: list[str] = []
-    size = 0
+    size = chars = 0
+    whole = True
     try:
         for text in _texts(reader, tasks, field, on_error="skip", transforms=transforms):
+            chars += len(text)
             text = text[:SAMPLE_DOC_CHARS]  # any text is a probe: never encode a huge document whole here
             out.append(text)
             size += len(text)
             if len(out) >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
+                whole = False
                 break
     except DataError:
-        pass  # the real pass reports it with the user's --on-error
-    return out
+        whole = False  # the real pass reports it with the user's --on-error
+    return nanogpt_split.Sample(texts=out, chars=chars, whole=whole)
 
 
 def _inputs_digest(files: list[Any]) -> str:
@@ -289,6 +321,8 @@ def summary_line(out: Path, manifest: dict[str, Any]) -> str:
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     line = (f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
             f"engine {manifest['tokenizer']['engine']}")
+    if (share := manifest.get("nanogpt_default_val")) is not None:
+        line += f"; --nanogpt without --split: val holds the default share {share:g} of the documents"
     if (p := manifest.get("packing")) is not None:
         line += (f"; packed best-fit at {p['seq_len']}: padding {100 * p['padding_fraction']:.2f} %, "
                  f"{plural(p['documents_split'], 'document')} split of {p['documents']:,} "

@@ -44,12 +44,13 @@ def new_manifest(*, fmt: str, seed: int, shuffle: bool, source: dict[str, Any], 
 
 
 def split_wide_files(manifest: dict[str, Any]) -> list[str]:
-    """The dataset's files that are not shards (a tokenizer, wids indexes), as the manifest names them."""
+    """The dataset's files that are not shards (a tokenizer, wids indexes, the ``companions`` other
+    tools read beside them), as the manifest names them."""
     names = [s["wids"] for s in manifest["splits"].values() if isinstance(s.get("wids"), str)]
     tok = manifest.get("tokenizer")
     if isinstance(tok, dict) and isinstance(tok.get("path"), str):
         names.insert(0, tok["path"])
-    return names
+    return names + [c for c in manifest.get("companions") or () if isinstance(c, str)]
 
 
 def save(out_dir: Path, manifest: dict[str, Any]) -> None:
@@ -202,6 +203,9 @@ def _check_common(m: dict[str, Any], bad: Any) -> None:
         wids = need(split, "wids", str, bad, where=f"splits.{name}.", optional=True)
         if wids is not None and not safe_relative(wids):
             raise bad(f"'splits.{name}.wids' {wids!r} is not a plain relative path inside the dataset folder")
+    for rel in need(m, "companions", list, bad, optional=True) or ():
+        if not isinstance(rel, str) or not safe_relative(rel):
+            raise bad(f"'companions' holds {rel!r}, not a plain relative path inside the dataset folder")
     files = need(m, "files", list, bad, optional=True)
     for entry in files or ():
         file_entry(entry, bad, "files[]")

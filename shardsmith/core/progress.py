@@ -12,6 +12,9 @@ class _Silent:
     def update(self, n: int = 1) -> None:
         pass
 
+    def set_description(self, desc: str) -> None:
+        pass
+
 
 class Progress:
     def __init__(self, *, quiet: bool) -> None:
@@ -22,12 +25,14 @@ class Progress:
             print(message, file=sys.stderr)
 
     @contextmanager
-    def bar(self, *, total: int, desc: str, unit: str = "it") -> Iterator[Any]:
+    def bar(self, *, total: int | None, desc: str, unit: str = "it") -> Iterator[Any]:
+        """A bar to ``total`` (None: a counter, for work whose size is not known before it ends);
+        bytes in kB/MB/GB, counts as they are."""
         if self.quiet:
             yield _Silent()
             return
         from tqdm import tqdm
 
-        with tqdm(total=total, desc=desc, unit=unit, unit_scale=True, file=sys.stderr, leave=False,
+        with tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", file=sys.stderr, leave=False,
                   dynamic_ncols=True) as bar:
             yield bar

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ import numpy as np
 import orjson
 
 from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.progress import Progress
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.resume import crash_point, die_with_parent
 from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, sort_group, sorted_lengths
@@ -173,9 +175,10 @@ def _intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) ->
 
 
 def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, *, make_writer: MakeWriter,
-                work_dir: Path, out_dir: Path) -> None:
+                work_dir: Path, out_dir: Path, tick: Callable[[int], Any] | None = None) -> None:
     """Shards ``[first, stop)`` of a split (``plan`` None: every shard, by one writer), and their
-    piece; a range whose piece a previous run of the same command finished is left as it is."""
+    piece; a range whose piece a previous run of the same command finished is left as it is.
+    ``tick``: told the samples of each group as it is sorted and written."""
     whole = plan is None
     if not whole:
         path = _piece_path(work_dir, split.name, first, stop)
@@ -197,6 +200,8 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
                 continue
             batch = sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into)
             writer.write_sorted(batch)
+            if tick is not None:
+                tick(min(b, ge) - max(a, gs))
             crash_point(f"gather:{split.name}:{batches}")
             batches += 1
         writer.close()
@@ -233,30 +238,41 @@ def _range_in_worker(job: tuple[int, int, int]) -> None:
 
 
 def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]], *,
-                 make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int) -> None:
-    """``(split, first, stop)`` ranges, in worker processes when there are several."""
+                 make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,
+                 tick: Callable[[int], Any] | None = None) -> None:
+    """``(split, first, stop)`` ranges, in worker processes when there are several; ``tick`` is told
+    the samples written (a group at a time here, a range at a time from workers)."""
     if workers <= 1 or len(jobs) <= 1:
         for s, first, stop in jobs:
             write_range(splits[s], plans[s], first, stop, make_writer=make_writer, work_dir=work_dir,
-                        out_dir=out_dir)
+                        out_dir=out_dir, tick=tick)
         return
     from shardsmith.engine.workers import worker_pool
 
     state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir, "out_dir": out_dir}
     with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
                      advice="try fewer --workers or a smaller --memory") as pool:
-        for _ in pool.map(_range_in_worker, jobs):
-            pass
+        running = {pool.submit(_range_in_worker, job): job for job in jobs}
+        for done in as_completed(running):
+            done.result()
+            if tick is not None:
+                tick(_job_samples(splits, plans, running[done]))
+
+
+def _job_samples(splits: list[SplitGather], plans: list[SplitPlan | None], job: tuple[int, int, int]) -> int:
+    plan = plans[job[0]]
+    return splits[job[0]].samples if plan is None else plan.bounds[job[2]] - plan.bounds[job[1]]
 
 
 # -- the stages ------------------------------------------------------------------------------------
 
 
 def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,
-           rank: int = 0, world_size: int = 1) -> dict[str, list[int]]:
+           rank: int = 0, world_size: int = 1, progress: Any = None) -> dict[str, list[int]]:
     """This rank's share of every split's shards (all of them on one rank), over ``workers``
     processes; returns the shard range (first, stop) of each split it wrote a part of ([0, -1]:
-    every shard, by one writer)."""
+    every shard, by one writer). ``progress`` (``core.progress.Progress``): a bar of the samples
+    sorted into output order and written."""
     plans: list[SplitPlan | None] = []
     jobs: list[tuple[int, int, int]] = []
     for s, split in enumerate(splits):
@@ -279,7 +295,11 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
         jobs += [(s, a, b) for a, b in mine]
     if _fetch:
         _bring(_read_by(splits, plans, jobs), True)
-    write_ranges(splits, plans, jobs, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir, workers=workers)
+    total = sum(_job_samples(splits, plans, job) for job in jobs)
+    desc = "gather" if world_size == 1 else f"gather rank {rank}"
+    with (progress or Progress(quiet=True)).bar(total=total, desc=desc, unit=" samples") as bar:
+        write_ranges(splits, plans, jobs, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir,
+                     workers=workers, tick=bar.update)
     mine_by_split: dict[str, list[int]] = {}
     for s, first, stop in jobs:
         name = splits[s].name

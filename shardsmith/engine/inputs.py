@@ -13,11 +13,11 @@ import struct
 import sys
 import threading
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from shardsmith.errors import UsageError
 
@@ -68,24 +68,31 @@ def changed(file: InputFile) -> str | None:
     return None
 
 
-def _walk(folder: str, suffixes: tuple[str, ...] | None) -> list[_Row]:
+TICK_ENTRIES = 4096  # a listing reports its count at least this often (one folder of a million files moves too)
+
+
+def _walk(folder: str, suffixes: tuple[str, ...] | None, tick: Callable[[int], Any] | None = None) -> list[_Row]:
     """(absolute path, path relative to ``folder`` in POSIX form, size, mtime, group, ctime, inode)
     of every non-hidden file below it whose name ends with one of ``suffixes`` (any case; None: any
     name); the group is the first folder of the relative path ("" for files directly in ``folder``).
 
     One ``scandir`` pass per folder: the kind of each entry comes from the folder listing itself,
     and only the files that match are stat'ed (once each, for the size and mtime), so a folder of
-    a million images is listed in seconds.
+    a million images is listed in seconds. ``tick``: told the files found, as they are found.
     """
     found: list[_Row] = []
     append = found.append
     top = os.stat(folder)
     seen = {(top.st_dev, top.st_ino)}  # symlinked folders are followed once
     stack = [(folder, "", "")]
+    told = 0
     while stack:
         path, rel, group = stack.pop()
         with os.scandir(path) as entries:
             for entry in entries:
+                if tick is not None and len(found) - told >= TICK_ENTRIES:
+                    tick(len(found) - told)
+                    told = len(found)
                 name = entry.name
                 if name[0] == ".":
                     continue
@@ -97,14 +104,18 @@ def _walk(folder: str, suffixes: tuple[str, ...] | None) -> list[_Row]:
                     if (st.st_dev, st.st_ino) not in seen:
                         seen.add((st.st_dev, st.st_ino))
                         stack.append((entry.path, f"{rel}{name}/", group or name))
+        if tick is not None and len(found) > told:
+            tick(len(found) - told)
+            told = len(found)
     return found
 
 
-def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
+def discover(paths: list[str], *, suffixes: tuple[str, ...], progress: Any = None) -> list[InputFile]:
     """Files named on the command line plus those found in folders, sorted by identity.
 
     The root is the deepest folder that holds every input, so the identities (and so the shuffle
-    and the splits) stay the same when the whole tree moves.
+    and the splits) stay the same when the whole tree moves. ``progress`` (``core.progress.Progress``):
+    a counter of the files found while a folder is listed here.
     """
     if not paths:
         raise UsageError("no inputs given")
@@ -114,7 +125,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...]) -> list[InputFile]:
         p = Path(raw)
         if p.is_dir():
             base = os.path.abspath(p)
-            matched = _walked(base, suffixes)
+            matched = _walked(base, suffixes, progress)
             if not matched:
                 raise UsageError(f"{raw}: no input files ({', '.join(suffixes)}) in this folder")
             roots.append(base)
@@ -179,7 +190,7 @@ _MAGIC = b"SSW2"
 class _Walk:
     """``_walk(folder, None)`` in a forked child, read back through a pipe."""
 
-    def __init__(self, folder: str) -> None:
+    def __init__(self, folder: str, *, quiet: bool = True) -> None:
         self.folder = folder
         read, write = os.pipe()
         self.pid = os.fork()
@@ -190,7 +201,7 @@ class _Walk:
 
                 end_with_parent()  # it ignores Ctrl-C (interrupt.install): an interrupted run must not leave it listing
                 os.close(read)
-                found = _walk(folder, None)
+                found = _listed_here(folder, None, None if quiet else _child_progress())
                 found.sort(key=itemgetter(1))  # as discover sorts them, so that its sort finds them in order
                 with os.fdopen(write, "wb") as out:
                     out.write(_encode(found))
@@ -244,27 +255,42 @@ def _decode(folder: str, data: bytes) -> list[_Row] | None:
                     numbers[2 * n:].tolist(), inos.tolist()))
 
 
-def _walked(folder: str, suffixes: tuple[str, ...]) -> list[_Row]:
+def _walked(folder: str, suffixes: tuple[str, ...], progress: Any = None) -> list[_Row]:
     """``_walk(folder, suffixes)``, from the listing ``walk_soon`` started if there is one."""
     soon = _SOON.pop(folder, None)
     found = soon.result() if soon is not None else None
     if found is None:
-        return _walk(folder, suffixes)
+        return _listed_here(folder, suffixes, progress)
     return [row for row in found if row[1].lower().endswith(suffixes)]
 
 
+def _listed_here(folder: str, suffixes: tuple[str, ...] | None, progress: Any) -> list[_Row]:
+    """``_walk``, counting the files it finds on ``progress``'s bar (none: silently)."""
+    if progress is None:
+        return _walk(folder, suffixes)
+    with progress.bar(total=None, desc=f"listing {os.path.basename(folder) or folder}", unit=" files") as bar:
+        return _walk(folder, suffixes, bar.update)
+
+
+def _child_progress() -> Any:
+    from shardsmith.core.progress import Progress
+
+    return Progress(quiet=False)
+
+
 @contextlib.contextmanager
-def walk_soon(paths: Sequence[str]) -> Iterator[None]:
+def walk_soon(paths: Sequence[str], *, quiet: bool = True) -> Iterator[None]:
     """Within the block, ``discover`` takes the folders among ``paths`` as a child process listed
     them when the block began (POSIX, and only from a single-threaded process: fork copies no
-    other thread). Listings nobody took are reaped when the block ends."""
+    other thread). Listings nobody took are reaped when the block ends. Unless ``quiet``, the
+    child counts the files it finds on a bar of its own (on the same stderr)."""
     started: list[str] = []
     if hasattr(os, "fork") and sys.platform != "win32" and threading.active_count() == 1:
         for raw in paths:
             folder = os.path.abspath(raw)
             if folder not in _SOON and os.path.isdir(folder):
                 try:
-                    _SOON[folder] = _Walk(folder)
+                    _SOON[folder] = _Walk(folder, quiet=quiet)
                 except OSError:  # no process to spare (EAGAIN, ENOMEM): discover lists it itself
                     continue
                 started.append(folder)

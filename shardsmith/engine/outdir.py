@@ -22,7 +22,9 @@ from shardsmith.errors import UsageError
 
 # What a shardsmith conversion may leave in its folder; --overwrite removes only these.
 OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*", "*.bin", "*.idx",
-                "*.wids.json", "*.memmap.json", ".*.tmp-*", RUN_FILE, CARD)
+                "*.wids.json", "*.memmap.json", ".*.tmp-*", RUN_FILE, CARD,
+                # the files other tools read beside the shards (formats/tokens/neighbours.py)
+                "tokenizer_config.json", "special_tokens_map.json", "meta.pkl")
 
 
 def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:

@@ -103,7 +103,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
     unreadable is left out (listed in the result's ``skipped``)."""
     urls = [p for p in paths if is_url(p)]
     if not urls:
-        return inputs.discover(paths, suffixes=suffixes)
+        return inputs.discover(paths, suffixes=suffixes, progress=Progress(quiet=quiet))
     if len(urls) != len(paths):
         raise UsageError("the inputs mix URLs and local paths; give one kind (stage the local files to the store, "
                          "or download the objects)")

@@ -89,7 +89,8 @@ def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor
         splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // share))
         if opts.stage != "finalize":
             ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
-                            rank=opts.rank if opts.stage else 0, world_size=opts.world_size if opts.stage else 1)
+                            rank=opts.rank if opts.stage else 0, world_size=opts.world_size if opts.stage else 1,
+                            progress=progress)
         if opts.stage == "gather":
             return Converted(results=results, summary={**_stage(opts), "shards": ranges})
         outputs = finish(splits, make_writer=make_writer, work_dir=work, out_dir=out)

@@ -8,7 +8,7 @@ input (plus a few awkward probes), so the output never depends on the engine.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -130,9 +130,10 @@ def default_eos(tok: Any) -> str | None:
     return next((c for c in EOS_CANDIDATES if c in specials), None)
 
 
-def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -> tuple[str, str, Any]:
+def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str],
+                  tick: Callable[[int], Any] | None = None) -> tuple[str, str, Any]:
     """(engine, reason, loaded gigatoken tokenizer or None): gigatoken when it loads and matches
-    tokenizers on the sample, else hf."""
+    tokenizers on the sample, else hf; ``tick`` is told the documents the reference has encoded."""
     if requested == "hf":
         return "hf", "requested", None
     try:
@@ -146,7 +147,11 @@ def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str]) -
     texts = _PROBES + sample
     # one document at a time on both sides: batch encodes would start thread pools in this process,
     # and tokenizers then refuses parallelism in forked workers
-    expected = [tok.encode(t, add_special_tokens=False).ids for t in texts]
+    expected = []
+    for t in texts:
+        expected.append(tok.encode(t, add_special_tokens=False).ids)
+        if tick is not None:
+            tick(1)
     got = giga.encode_batch_list(texts, parallel=False)
     for text, want, have in zip(texts, expected, got):
         if list(have) != want:
