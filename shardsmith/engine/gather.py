@@ -16,7 +16,6 @@ through the scratch folder, and a rank rerun finds its finished piece and does n
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
@@ -29,9 +28,9 @@ import orjson
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
 from shardsmith.core.ragged import starts_of
+from shardsmith.engine.pieces import cover, is_intact, piece_path
 from shardsmith.engine.resume import crash_point, die_with_parent
 from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, sort_group, sorted_lengths
-from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
@@ -139,41 +138,6 @@ def share(first: int, stop: int, parts: int) -> list[tuple[int, int]]:
 # -- writing a range ----------------------------------------------------------------------------------
 
 
-def _piece_path(work_dir: Path, split: str, first: int, stop: int) -> Path:
-    return work_dir / f"piece-{split}-{first:06d}-{stop:06d}.json"
-
-
-def _pieces(work_dir: Path, split: str) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted(work_dir.glob(f"piece-{split}-*.json")):
-        try:
-            out.append(orjson.loads(path.read_bytes()))
-        except (OSError, ValueError):
-            continue  # torn: its range is missing, and finishing says so
-    return out
-
-
-def _intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) -> bool:
-    """Whether every file a piece names is still there, with its size (for a stretch of the
-    nanoGPT file: the scratch file, or the file finalize moved into place, reaches its end)."""
-    entries = [e for shard in piece["shards"] for e in (shard, shard.get("index")) if e is not None]
-    flat = piece.get("flat")
-    if flat and "path" in flat:
-        entries.append(flat)
-    for entry in entries:
-        try:
-            if os.path.getsize(out_dir / entry["path"]) != int(entry["bytes"]):
-                return False
-        except OSError:
-            return False
-    if flat and "offset" in flat:
-        end = int(flat["offset"]) + 2 * int(flat["tokens"])
-        sizes = [os.path.getsize(p) for p in (work_dir / f"flat-{split}.bin", out_dir / f"{split}.bin") if p.is_file()]
-        if not sizes or max(sizes) < end:
-            return False
-    return True
-
-
 def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, *, make_writer: MakeWriter,
                 work_dir: Path, out_dir: Path, tick: Callable[[int], Any] | None = None) -> None:
     """Shards ``[first, stop)`` of a split (``plan`` None: every shard, by one writer), and their
@@ -181,10 +145,10 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     ``tick``: told the samples of each group as it is sorted and written."""
     whole = plan is None
     if not whole:
-        path = _piece_path(work_dir, split.name, first, stop)
+        path = piece_path(work_dir, split.name, first, stop)
         if path.is_file():
             try:
-                if _intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split.name):
+                if is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split.name):
                     return
             except (OSError, ValueError):
                 pass
@@ -218,7 +182,7 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
             raise AssertionError(f"split {split.name}: shards {first}..{stop} planned with {want} samples, "
                                  f"written with {got}")
     piece = {**writer.piece(), "stop": first + made, "whole": whole}
-    atomic_write_bytes(_piece_path(work_dir, split.name, first, first + made), orjson.dumps(piece))
+    atomic_write_bytes(piece_path(work_dir, split.name, first, first + made), orjson.dumps(piece))
 
 
 # -- in worker processes ---------------------------------------------------------------------------
@@ -329,7 +293,7 @@ def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     """Every split's shards from the pieces, checked complete, and its split-wide files."""
     outputs: dict[str, SplitOutput] = {}
     for split in splits:
-        chain = _cover(split, work_dir, out_dir)
+        chain = cover(split.name, split.samples, work_dir, out_dir)
         for stale in (*out_dir.glob(f".{split.name}-*.tmp-*"), *out_dir.glob(f".{split.name}.*.tmp-*")):
             # what killed writers left
             stale.unlink(missing_ok=True)
@@ -339,62 +303,3 @@ def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
             shards=[ShardRecord.from_json(s) for p in chain for s in p["shards"]],
             md5s=[m for p in chain for m in p["md5s"]], flat_record=extras.get("flat"), events=extras.get("events"))
     return outputs
-
-
-def _cover(split: SplitGather, work_dir: Path, out_dir: Path) -> list[dict[str, Any]]:
-    """Pieces that cover the split's shards once each, in order (ranks of different runs' world
-    sizes may have left overlapping ones: their shards are the same)."""
-    pieces = _pieces(work_dir, split.name)
-    whole = [p for p in pieces if p.get("whole") and _intact(p, out_dir, work_dir, split.name)]
-    if whole:
-        return whole[:1]
-    plan_path = work_dir / f"plan-{split.name}.json"
-    if not split.samples:
-        shards = 0
-    elif plan_path.is_file():
-        shards = len(orjson.loads(plan_path.read_bytes())["bounds"]) - 1
-    else:
-        raise UsageError(f"split {split.name}: no shard is written yet: run the gather (--stage gather on every "
-                         f"rank) first")
-    ranged = [p for p in pieces if not p.get("whole")]
-    chain = _chain(ranged, 0, shards, {})
-    if chain is None:
-        at = _reach(ranged, shards)
-        later = sorted(int(p["first_shard"]) for p in ranged if int(p["first_shard"]) > at)
-        upto = later[0] if later else shards
-        raise UsageError(f"split {split.name}: shards {at}..{upto - 1} of {shards} are not written: run --stage "
-                         f"gather on every rank first (rank r of W writes the r-th W-th of them)")
-    for p in chain:
-        if not _intact(p, out_dir, work_dir, split.name):
-            raise DatasetError(f"split {split.name}: a file of shards {p['first_shard']}..{int(p['stop']) - 1} is "
-                               f"missing or changed in {out_dir}: rerun the gather rank that wrote them")
-    return chain
-
-
-def _chain(pieces: list[dict[str, Any]], at: int, shards: int, memo: dict[int, Any]) -> list[dict[str, Any]] | None:
-    """Pieces back to back from shard ``at`` to ``shards`` (longest first; ranks of reruns with
-    other world sizes may have left pieces that overlap), or None."""
-    if at == shards:
-        return []
-    if at not in memo:
-        memo[at] = None
-        for p in sorted((p for p in pieces if int(p["first_shard"]) == at), key=lambda p: -int(p["stop"])):
-            rest = _chain(pieces, int(p["stop"]), shards, memo) if int(p["stop"]) > at else None
-            if rest is not None:
-                memo[at] = [p, *rest]
-                break
-    return memo[at]
-
-
-def _reach(pieces: list[dict[str, Any]], shards: int) -> int:
-    """The furthest shard a chain of pieces from shard 0 reaches: where the gap starts (for the
-    error message)."""
-    reached, frontier = {0}, [0]
-    while frontier:
-        at = frontier.pop()
-        for p in pieces:
-            stop = int(p["stop"])
-            if int(p["first_shard"]) == at and stop not in reached:
-                reached.add(stop)
-                frontier.append(stop)
-    return max(r for r in reached if r < shards)

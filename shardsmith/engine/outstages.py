@@ -208,7 +208,7 @@ class StagedRemoteRun(RemoteOutputRun):
 
     def _stand_ins(self, listing: dict[str, ObjectInfo]) -> None:
         """Finalize: a sparse local file of each dataset object's size, for the checks that every
-        shard a piece names is there (``gather._intact``); they are never uploaded."""
+        shard a piece names is there (``pieces.is_intact``); they are never uploaded."""
         for rel, info in dataset_objects(listing).items():
             if not (publishable(rel) and _own(rel)):
                 continue
