@@ -8,9 +8,13 @@ call these methods on the object ``shardsmith.registry`` returns.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from shardsmith.errors import DatasetError
 
 if TYPE_CHECKING:
     from shardsmith.formats.writer import ShardRange, Writer
@@ -44,6 +48,29 @@ class Rate:
     value: float
     unit: str
     line: str
+
+
+def timed_batches(ds: Any, *, out: Path, split: str, batch_size: int, seconds: float,
+                  measure: Callable[[Any], tuple[int, int]], how: str) -> Rate:
+    """``bench`` of a batch loader: shuffled epochs (seed 0, a new one whenever one ends) for
+    ``seconds``; ``measure(batch)`` is its (events, bytes); ``how`` says how the batches were read."""
+    if len(ds) == 0:
+        raise DatasetError(f"{out}: split {split!r} is empty")
+    events = nbytes = epoch = 0
+    it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        batch = next(it, None)
+        if batch is None:
+            epoch += 1
+            it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
+            continue
+        n, b = measure(batch)
+        events, nbytes = events + n, nbytes + b
+    elapsed = time.perf_counter() - t0
+    rate = events / elapsed
+    return Rate(rate, "events/s", f"{out} [{split}]: {rate:,.0f} events/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
+                f"(batches of {batch_size}, {how}, one process)")
 
 
 class Format:

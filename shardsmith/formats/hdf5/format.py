@@ -3,7 +3,6 @@ offsets shared by the fields of one counter, optionally compressed."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +10,7 @@ import numpy as np
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import CardData, Format, Rate, WriteJob
+from shardsmith.formats.base import CardData, Format, Rate, WriteJob, timed_batches
 from shardsmith.formats.writer import ShardRange, Writer
 
 
@@ -81,21 +80,7 @@ class HDF5Format(Format):
 
     def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
         """Block-shuffled batches of events (the loader's default): events/s and MB/s of decoded arrays."""
-        ds = self.open(out, split=split)
-        if len(ds) == 0:
-            raise DatasetError(f"{out}: split {split!r} is empty")
-        events = nbytes = epoch = 0
-        it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            batch = next(it, None)
-            if batch is None:
-                epoch += 1
-                it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
-                continue
-            events += batch.n
-            nbytes += sum(a.nbytes for a in batch.fixed.values()) + sum(r.values.nbytes for r in batch.ragged.values())
-        elapsed = time.perf_counter() - t0
-        rate = events / elapsed
-        return Rate(rate, "events/s", f"{out} [{split}]: {rate:,.0f} events/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
-                    f"(batches of {batch_size}, block shuffle, one process)")
+        return timed_batches(self.open(out, split=split), out=out, split=split, batch_size=batch_size,
+                             seconds=seconds, how="block shuffle", measure=lambda batch: (
+                                 batch.n, sum(a.nbytes for a in batch.fixed.values())
+                                 + sum(r.values.nbytes for r in batch.ragged.values())))

@@ -4,7 +4,6 @@ says how to ``np.memmap`` them (docs/design.md, "On-disk formats")."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import numpy as np
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.formats.base import Format, Rate, WriteJob, timed_batches
 from shardsmith.formats.memmap.layout import Layout, layout_of
 from shardsmith.formats.writer import ShardRange, Writer
 
@@ -123,21 +122,6 @@ class MemmapFormat(Format):
 
     def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
         """Shuffled batches of padded events: events/s and MB/s."""
-        ds = self.open(out, split=split)
-        if len(ds) == 0:
-            raise DatasetError(f"{out}: split {split!r} is empty")
-        events = nbytes = epoch = 0
-        it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
-        t0 = time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            batch = next(it, None)
-            if batch is None:
-                epoch += 1
-                it = ds.iter(shuffle=True, seed=0, epoch=epoch, batch_size=batch_size)
-                continue
-            events += len(batch["lengths"])
-            nbytes += batch["values"].nbytes
-        elapsed = time.perf_counter() - t0
-        rate = events / elapsed
-        return Rate(rate, "events/s", f"{out} [{split}]: {rate:,.0f} events/s, {nbytes / elapsed / 1e6:,.0f} MB/s "
-                    f"(batches of {batch_size}, exact shuffle, one process)")
+        return timed_batches(self.open(out, split=split), out=out, split=split, batch_size=batch_size,
+                             seconds=seconds, how="exact shuffle",
+                             measure=lambda batch: (len(batch["lengths"]), batch["values"].nbytes))
