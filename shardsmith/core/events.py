@@ -24,7 +24,7 @@ from shardsmith.core.memory import no_gc
 from shardsmith.core.ragged import join, slices, starts_of, take_ragged
 
 
-def _pad8(n: Any) -> Any:
+def pad8(n: Any) -> Any:
     return (n + 7) // 8 * 8
 
 
@@ -175,10 +175,10 @@ def check_chunk(chunk: EventChunk, schema: EventSchema) -> None:
 
 def record_lengths(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
     """Bytes of each event's record."""
-    fixed = sum(_pad8(f.item_bytes) for f in schema.fixed) + 8 * len(schema.counters)
+    fixed = sum(pad8(f.item_bytes) for f in schema.fixed) + 8 * len(schema.counters)
     lengths = np.full(chunk.n, fixed, dtype=np.int64)
     for f in schema.ragged:
-        lengths += _pad8(chunk.counts(f.counter) * f.item_bytes)
+        lengths += pad8(chunk.counts(f.counter) * f.item_bytes)
     return lengths
 
 
@@ -213,13 +213,11 @@ def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> 
     return join([piece for pieces in zip(*columns) for piece in pieces])
 
 
-def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema,
-           *, first: int = 0, starts: np.ndarray | None = None) -> EventChunk:
-    """The inverse of ``encode``: columns of a batch of records, back to back in the payload, or
-    (with ``starts``, each record's byte offset) anywhere in it, so a sorted batch is decoded
-    straight from the unsorted payload."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(lengths)
+def record_starts(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes,
+                  starts: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The payload as 8-byte-aligned bytes, and each record's byte offset in it: ``starts`` as
+    given (checked inside the payload and aligned), or the records back to back (their lengths
+    must add up to the payload's size)."""
     raw = np.frombuffer(payload, dtype=np.uint8)
     if raw.ctypes.data % 8:
         raw = raw.copy()
@@ -227,14 +225,24 @@ def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema
         ends = starts_of(lengths)
         if int(ends[-1]) != len(raw):
             raise ValueError(f"payload holds {len(raw)} bytes, lengths say {int(ends[-1])}")
-        starts = ends[:-1]
-    else:
-        starts = np.asarray(starts, dtype=np.int64)
-        if n and (int((starts + lengths).max()) > len(raw) or int(starts.min()) < 0 or np.any(starts % 8)):
-            raise ValueError(f"record positions outside the payload's {len(raw)} bytes or not 8-byte aligned")
+        return raw, ends[:-1]
+    starts = np.asarray(starts, dtype=np.int64)
+    if len(lengths) and (int((starts + lengths).max()) > len(raw) or int(starts.min()) < 0 or np.any(starts % 8)):
+        raise ValueError(f"record positions outside the payload's {len(raw)} bytes or not 8-byte aligned")
+    return raw, starts
+
+
+def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema,
+           *, first: int = 0, starts: np.ndarray | None = None) -> EventChunk:
+    """The inverse of ``encode``: columns of a batch of records, back to back in the payload, or
+    (with ``starts``, each record's byte offset) anywhere in it, so a sorted batch is decoded
+    straight from the unsorted payload."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    n = len(lengths)
+    raw, starts = record_starts(lengths, payload, starts)
     words = raw[: len(raw) // 8 * 8].view(np.uint64)
     w0 = starts // 8
-    head_words = sum(_pad8(f.item_bytes) for f in schema.fixed) // 8
+    head_words = sum(pad8(f.item_bytes) for f in schema.fixed) // 8
     columns: dict[str, np.ndarray] = {}
     if head_words:
         head = words[w0[:, None] + np.arange(head_words)].view(np.uint8).reshape(n, 8 * head_words)
@@ -242,7 +250,7 @@ def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema
         for f in schema.fixed:
             b = f.item_bytes
             columns[f.name] = np.ascontiguousarray(head[:, at:at + b]).view(f.np_dtype).reshape(n, *f.shape)
-            at += _pad8(b)
+            at += pad8(b)
     pos = starts + 8 * head_words
     offsets: dict[str, np.ndarray] = {}
     for c in schema.counters:
@@ -252,7 +260,7 @@ def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema
         nbytes = np.diff(offsets[f.counter]) * f.item_bytes
         values = take_ragged(raw, nbytes, np.arange(n), starts=pos)  # bytes: one run per record
         columns[f.name] = values.view(f.np_dtype).reshape(-1, *f.shape)
-        pos = pos + _pad8(nbytes)
+        pos = pos + pad8(nbytes)
     return EventChunk(first=first, n=n, columns=columns, offsets=offsets)
 
 
@@ -284,12 +292,12 @@ def _bytes_of(values: np.ndarray, f: Field) -> memoryview:
 
 def _fixed_block(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
     """The fixed fields of every event side by side, each padded to 8 bytes: ``(n, words)`` uint64."""
-    width = sum(_pad8(f.item_bytes) for f in schema.fixed)
+    width = sum(pad8(f.item_bytes) for f in schema.fixed)
     block = np.zeros((chunk.n, width), dtype=np.uint8)
     at = 0
     for f in schema.fixed:
         b = f.item_bytes
         col = np.ascontiguousarray(chunk.columns[f.name], dtype=f.np_dtype)
         block[:, at:at + b] = col.reshape(-1).view(np.uint8).reshape(chunk.n, b)
-        at += _pad8(b)
+        at += pad8(b)
     return block.view(np.uint64)

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardsmith.core.events import EventChunk, EventSchema
+from shardsmith.core.events import EventChunk, EventSchema, pad8, record_starts
 from shardsmith.core.ragged import starts_of
-
-
-def _pad8(n: np.ndarray | int) -> np.ndarray | int:
-    return (n + 7) // 8 * 8
 
 
 def columns(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema, *,
@@ -25,16 +21,9 @@ def columns(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schem
     (counter,) = schema.counters
     lengths = np.asarray(lengths, dtype=np.int64)
     n = len(lengths)
-    raw = np.frombuffer(payload, dtype=np.uint8)
-    if raw.ctypes.data % 8:
-        raw = raw.copy()
-    if starts is None:
-        ends = starts_of(lengths)
-        if int(ends[-1]) != len(raw):
-            raise ValueError(f"payload holds {len(raw)} bytes, lengths say {int(ends[-1])}")
-        starts = ends[:-1]
-    starts = np.asarray(starts, dtype=np.int64)
-    if n and (int((starts + lengths).max()) > len(raw) or int(starts.min()) < 0 or np.any(starts % 8)):
+    back_to_back = starts is None
+    raw, starts = record_starts(lengths, payload, starts)
+    if back_to_back and n and np.any(starts % 8):  # then each record must be padded to 8 bytes
         raise ValueError(f"record positions outside the payload's {len(raw)} bytes or not 8-byte aligned")
     words = raw[: len(raw) // 8 * 8].view("<i8")
     out: dict[str, np.ndarray] = {}
@@ -43,7 +32,7 @@ def columns(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schem
         b = f.item_bytes
         cells = raw[(starts + at)[:, None] + np.arange(b)] if b else np.zeros((n, 0), np.uint8)
         out[f.name] = cells.view(f.np_dtype).reshape(n, *f.shape)
-        at += _pad8(b)
+        at += pad8(b)
     counts = words[(starts + at) // 8].astype(np.int64)
     offsets = starts_of(counts)
     pos = starts + at + 8  # where each record's first ragged field begins
@@ -52,5 +41,5 @@ def columns(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schem
         size = f.np_dtype.itemsize
         view = raw[: len(raw) // size * size].view(f.np_dtype)
         out[f.name] = view[np.repeat(pos // size, counts) + within]  # 8-aligned: a whole number of items
-        pos = pos + _pad8(counts * size)
+        pos = pos + pad8(counts * size)
     return EventChunk(first=0, n=n, columns=out, offsets={counter: offsets})
