@@ -4,6 +4,7 @@ the loader's datasets (``EventDataset`` batches for HDF5, ``EventTarDataset`` sa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +24,9 @@ BLOCK = 4096  # events a batch reads
 def hdf5_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> list[Section]:
     chosen = picked(manifest, sampling, cap=sampling.max_samples)
     sample = EventSample(schema=EventSchema.from_json(manifest["schema"]))
-    for split, (_, idx) in chosen.items():
-        ds = EventDataset(out, split=split)
-        for a in range(0, len(idx), BLOCK):
-            if sampling.late():
-                break
-            batch = ds.get_batch(idx[a:a + BLOCK])
-            columns = {**batch.fixed, **{name: r.values for name, r in batch.ragged.items()}}
-            sample.add(batch.n, columns, {c: batch.offsets(c) for c in sample.schema.counters})
-        ds.close()
+    for _, batch in _batches(EventDataset, out, chosen, sampling):
+        columns = {**batch.fixed, **{name: r.values for name, r in batch.ragged.items()}}
+        sample.add(batch.n, columns, {c: batch.offsets(c) for c in sample.schema.counters})
     return event_sections(sample, said=_said(chosen, sampling, sample.events, "events"))
 
 
@@ -55,18 +50,30 @@ def memmap_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> 
     chosen = picked(manifest, sampling, cap=sampling.max_samples)
     sample = EventSample(schema=EventSchema.from_json(manifest["schema"]))
     counter = manifest["memmap"]["counter"]
-    for split, (_, idx) in chosen.items():
-        ds = MemmapDataset(out, split=split)
-        for a in range(0, len(idx), BLOCK):
-            if sampling.late():
-                break
-            batch = ds.get_batch(idx[a:a + BLOCK])
-            kept = np.arange(ds.max_len)[None, :] < batch["lengths"][:, None]  # (B, L): stored, not padding
-            columns = {name: batch["values"][..., f][kept] for f, name in enumerate(ds.fields)}
-            columns.update(batch["scalars"])
-            offsets = np.concatenate([[0], np.cumsum(batch["counts"])])
-            sample.add(len(batch["lengths"]), columns, {counter: offsets})
+    for ds, batch in _batches(MemmapDataset, out, chosen, sampling):
+        kept = np.arange(ds.max_len)[None, :] < batch["lengths"][:, None]  # (B, L): stored, not padding
+        columns = {name: batch["values"][..., f][kept] for f, name in enumerate(ds.fields)}
+        columns.update(batch["scalars"])
+        offsets = np.concatenate([[0], np.cumsum(batch["counts"])])
+        sample.add(len(batch["lengths"]), columns, {counter: offsets})
     return event_sections(sample, said=_said(chosen, sampling, sample.events, "events"))
+
+
+def _batches(dataset: Any, out: Path, chosen: dict[str, tuple[int, np.ndarray]], sampling: Sampling
+             ) -> Iterator[tuple[Any, Any]]:
+    """(dataset, batch) for each chosen split's sampled events, ``BLOCK`` at a time through
+    ``dataset(out, split=)``'s ``get_batch``, until the report's deadline."""
+    for split, (_, idx) in chosen.items():
+        ds = dataset(out, split=split)
+        try:
+            for a in range(0, len(idx), BLOCK):
+                if sampling.late():
+                    break
+                yield ds, ds.get_batch(idx[a:a + BLOCK])
+        finally:
+            close = getattr(ds, "close", None)
+            if close is not None:
+                close()
 
 
 def _said(chosen: dict[str, tuple[int, np.ndarray]], sampling: Sampling, events: int, unit: str) -> str:
