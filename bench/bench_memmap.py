@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import median_time  # noqa: E402
 
 PULSES = ("pulses_time", "pulses_charge", "pulses_dom_x", "pulses_dom_y", "pulses_dom_z")
 SCALARS = ("event_id", "azimuth", "zenith")
@@ -53,12 +54,8 @@ with open(path, "wb") as fh:
 
 
 def timed(cmd: list[str], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """The median wall time of a child command (its output captured)."""
+    return median_time(lambda: subprocess.run(cmd, check=True, capture_output=True), repeat)
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import NOT_INSTALLED, anchor_python  # noqa: E402
+from harness import NOT_INSTALLED, anchor_python, tree_rss_kb  # noqa: E402
 
 WORKERS = 2
 BATCH_DOCS = 1000
@@ -117,21 +117,6 @@ class Result:
     out: str = ""
 
 
-def _tree_rss(pid: int) -> int:
-    """Summed VmRSS (kB) of `pid` and its descendants, from /proc."""
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += sum(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
-            for task in os.listdir(f"/proc/{p}/task"):
-                stack += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            pass
-    return total
-
-
 def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Result:
     """Run `cmd` to completion; stdout is kept, stderr goes to `log`; raise on failure."""
     with open(log, "wb") as err:
@@ -142,7 +127,7 @@ def run(cmd: list[str], log: Path, env: dict[str, str] | None = None) -> Result:
 
         def sample() -> None:
             while not done.wait(0.05):
-                peak[0] = max(peak[0], _tree_rss(proc.pid))
+                peak[0] = max(peak[0], tree_rss_kb(proc.pid))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()

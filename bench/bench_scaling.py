@@ -55,7 +55,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import code_version, warm  # noqa: E402
+from harness import code_version, tree_rss_kb, warm  # noqa: E402
 
 WORKERS = 2
 ROOT_BYTES_PER_EVENT = 2579  # make_icecube_like at 240 pulses, seed 0: a 20k-event file is 51.6 MB
@@ -122,20 +122,6 @@ def input_path(work: Path, load: Workload, gb: float) -> Path:
 
 
 # ---------------------------------------------------------------- running a child and sampling its tree
-
-def tree_rss_kb(pid: int) -> int:
-    """Summed VmRSS (kB) of `pid` and all its descendants, from /proc (children of every thread)."""
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += sum(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
-            for task in os.listdir(f"/proc/{p}/task"):
-                stack += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            pass
-    return total
 
 
 def folder_bytes(path: Path) -> int:

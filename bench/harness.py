@@ -115,3 +115,18 @@ def median_time(fn, repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
+
+
+def tree_rss_kb(pid: int) -> int:
+    """Summed VmRSS (kB) of `pid` and all its descendants, from /proc (children of every thread)."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            status = Path(f"/proc/{p}/status").read_text()
+            total += sum(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            for task in os.listdir(f"/proc/{p}/task"):
+                stack += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            pass
+    return total
