@@ -1,11 +1,9 @@
-"""``convert --to memmap -o s3://...`` against a real S3 server (moto in server mode): the objects
-equal a local run's files, and the downloaded folder verifies and reads with ``np.memmap``."""
+"""``convert --to memmap`` cluster stages into a real S3 server (moto in server mode): the objects
+equal a local run's files (one machine into S3: ``test_s3_outputs.py``'s
+``test_convert_events_to_s3_equals_local``)."""
 
 from __future__ import annotations
 
-import json
-
-import numpy as np
 import pytest
 from conftest import root_data, run_cli, same_dataset
 
@@ -15,30 +13,6 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 
 from test_s3_inputs import s3, s3_env  # noqa: E402,F401  (fixtures)
 from test_s3_outputs import _bucket, _download, store  # noqa: E402,F401  (fixtures)
-
-
-def test_memmap_to_s3_equals_local(store, tmp_path):  # noqa: F811
-    client, _ = store
-    bucket = _bucket(client, "out-memmap")
-    common = ["--to", "memmap", "--branches", "Jet_*,NJet", "--max-len", "4", "--split", "train=0.8,val=0.2",
-              "-q", "--workers", "1"]
-    src = root_data() / "uproot-HZZ.root"
-    assert run_cli("convert", src, "-o", tmp_path / "ref", *common).exit_code == 0
-    res = run_cli("convert", src, "-o", f"s3://{bucket}/events/hzz", *common)
-    assert res.exit_code == 0, res.stderr
-    got = _download(client, bucket, "events/hzz", tmp_path / "got")
-    same_dataset(tmp_path / "ref", got)
-    assert {p.name for p in got.iterdir()} >= {"train.memmap.json", "val.values.bin", "val.NJet.bin"}
-    assert run_cli("verify", got, "--deep").exit_code == 0
-    meta = json.loads((got / "val.memmap.json").read_text())
-    values = np.memmap(got / meta["values"]["path"], dtype=meta["values"]["dtype"], mode="r",
-                       shape=tuple(meta["values"]["shape"]))
-    assert values.shape[1:] == (4, 6)
-    import shardsmith
-    from shardsmith.errors import DatasetError
-
-    with pytest.raises(DatasetError, match="mapped from a local folder; download it first"):
-        shardsmith.open(f"s3://{bucket}/events/hzz", cache_dir=tmp_path / "cache")
 
 
 def test_memmap_stages_into_s3_equal_the_local_run(s3, tmp_path, monkeypatch):  # noqa: F811

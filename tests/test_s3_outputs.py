@@ -141,17 +141,23 @@ def test_convert_webdataset_to_s3_equals_local(store, tmp_path):
     assert card == ref and f"shardsmith convert in -o s3://{bucket}/wds --to webdataset" in (got / "README.md").read_text()
 
 
-def test_convert_hdf5_to_s3_equals_local(store, tmp_path):
+@pytest.mark.parametrize("fmt, options, files", [
+    ("hdf5", [], set()),
+    ("memmap", ["--branches", "Jet_*,NJet", "--max-len", "4", "--split", "train=0.8,val=0.2"],
+     {"train.memmap.json", "val.values.bin", "val.NJet.bin"}),
+])
+def test_convert_events_to_s3_equals_local(store, tmp_path, fmt, options, files):
     client, _ = store
-    bucket = _bucket(client, "out-hdf5")
-    common = ["--to", "hdf5", "-q", "--workers", "1"]
+    bucket = _bucket(client, f"out-{fmt}")
+    common = ["--to", fmt, *options, "-q", "--workers", "1"]
     src = root_data() / "uproot-HZZ.root"
     assert run_cli("convert", src, "-o", tmp_path / "ref", *common).exit_code == 0
     res = run_cli("convert", src, "-o", f"s3://{bucket}/events/hzz", *common)
     assert res.exit_code == 0, res.stderr
     got = _download(client, bucket, "events/hzz", tmp_path / "got")
     same_dataset(tmp_path / "ref", got)
-    assert run_cli("verify", got).exit_code == 0
+    assert {p.name for p in got.iterdir()} >= files
+    assert run_cli("verify", got, *(["--deep"] if files else [])).exit_code == 0
 
 
 @pytest.mark.parametrize("point", [
