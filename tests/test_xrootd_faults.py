@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import free_port, tree_digest
@@ -145,6 +146,18 @@ def _local_reference(server: Server, tmp_path: Path) -> dict[str, str]:
     return tree_digest(ref)
 
 
+def _convert_while(server: Any, out: Path, disrupt: Any, *, join: float) -> tuple[float, Any]:
+    """Convert the served corpus (8 retries) while ``disrupt`` runs once a download is under way;
+    the run must succeed. Returns when it began and the watcher that ran ``disrupt``."""
+    proc, began = _shardsmith("convert", f"root://{server.host}//corpus/", "-o", out, *COMMON,
+                              "--retries", "8", "--retry-wait", "0.2")
+    watcher = _WhenDownloading(out, disrupt)
+    code = proc.wait(120)
+    watcher.join(join)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    return began, watcher
+
+
 def test_a_server_stopped_during_a_download_then_resumed(server, tmp_path):
     """SIGSTOP in the middle of the download, SIGCONT 4 s later: requests expire meanwhile
     ("Operation expired"), are retried, and the download goes on from the byte it reached."""
@@ -158,12 +171,7 @@ def test_a_server_stopped_during_a_download_then_resumed(server, tmp_path):
         time.sleep(4)
         server.signal(signal.SIGCONT)
 
-    proc, began = _shardsmith("convert", f"root://{server.host}//corpus/", "-o", out, *COMMON,
-                              "--retries", "8", "--retry-wait", "0.2")
-    watcher = _WhenDownloading(out, pause)
-    code = proc.wait(120)
-    watcher.join(10)
-    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    began, watcher = _convert_while(server, out, pause, join=10)
     assert watcher.fired and stopped and time.monotonic() - began > 4, "the run waited for the stopped server"
     assert tree_digest(out) == expected
 
@@ -179,12 +187,7 @@ def test_a_server_killed_during_a_download_and_started_again(server, tmp_path):
         time.sleep(2)
         server.start()
 
-    proc, _ = _shardsmith("convert", f"root://{server.host}//corpus/", "-o", out, *COMMON,
-                          "--retries", "8", "--retry-wait", "0.2")
-    watcher = _WhenDownloading(out, restart)
-    code = proc.wait(120)
-    watcher.join(20)
-    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    _, watcher = _convert_while(server, out, restart, join=20)
     assert watcher.fired, "the server was restarted in the middle of a download"
     assert tree_digest(out) == expected
 
