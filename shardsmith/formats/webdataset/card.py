@@ -40,7 +40,7 @@ def data_dir_note(*, named: bool) -> str:
     """What ``load_dataset("webdataset", data_dir=...)`` makes of the folder (datasets 5.2): it takes
     the files named after its split keywords, which are the shards alone (the indexes are in
     ``__index__/``, a folder it skips), and reads no card."""
-    what = ("`cls` is then a plain `int64`: the class names come with `load_dataset(\"path/to/this/folder\")`, "
+    what = ("`cls` is then a plain `int64`; the class names come with `load_dataset(\"path/to/this/folder\")`, "
             "or by passing `features=` (this card's `dataset_info.features`)" if named else
             "the features are then inferred from the first samples")
     return ("`load_dataset(\"webdataset\", data_dir=\"path/to/this/folder\")` reads the shards too (the indexes "
