@@ -171,7 +171,7 @@ def _wids_getitem(out: str) -> dict:
     try:
         import wids
 
-        ds = wids.ShardListDataset(os.path.join(out, "train.wids.json"), transformations=[])
+        ds = wids.ShardListDataset(os.path.join(out, "__index__", "train.wids.json"), transformations=[])
         _touch(ds[0])
     except Exception as e:
         return {"skip": f"wids: {type(e).__name__}: {str(e).splitlines()[0][:90]}"}

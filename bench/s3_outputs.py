@@ -50,12 +50,17 @@ def _wait(port: int, seconds: float = 20.0) -> None:
     raise RuntimeError(f"moto_server did not answer on port {port}")
 
 
+def _files(local: Path) -> list[str]:
+    """A dataset folder's files by relative path (the index folder's too): its objects' names."""
+    return sorted(p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file())
+
+
 def _same(client, bucket: str, prefix: str, local: Path) -> bool:
     """Every local file is an object with its sha256 (the manifest but for created/command)."""
     import orjson
 
     names = {o["Key"][len(prefix) + 1:] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]}
-    if names != {p.name for p in local.iterdir()}:
+    if names != set(_files(local)):
         return False
     for name in names:
         body = client.get_object(Bucket=bucket, Key=f"{prefix}/{name}")["Body"].read()
@@ -122,14 +127,15 @@ def main() -> None:
             common = ["-q", "--workers", str(args.workers)]
             t_local, _, _ = run_children([[*cmd, "-o", str(local), *common]], work / "log.txt", env=env)
             t_s3, _, _ = run_children([[*cmd, "-o", f"s3://bench/run-{i}", *common]], work / "log.txt", env=env)
-            size = sum(p.stat().st_size for p in local.iterdir()) / 1e6
+            files = _files(local)
+            size = sum((local / rel).stat().st_size for rel in files) / 1e6
             same = _same(client, "bench", f"run-{i}", local)
             t0 = time.perf_counter()  # the floor: boto3's own parallel upload of the same files, nothing else
-            for p in sorted(local.iterdir()):
-                client.upload_file(str(p), "bench", f"floor-{i}/{p.name}")
+            for rel in files:
+                client.upload_file(str(local / rel), "bench", f"floor-{i}/{rel}")
             t_floor = time.perf_counter() - t0
             ratio = t_s3 / t_local
-            print(f"  {name}: local {t_local:.2f} s, s3 {t_s3:.2f} s ({size:.0f} MB in {len(os.listdir(local))} files; "
+            print(f"  {name}: local {t_local:.2f} s, s3 {t_s3:.2f} s ({size:.0f} MB in {len(files)} files; "
                   f"boto3 upload_file of the same files alone: {t_floor:.2f} s): {ratio:.2f}x")
             verdict(f"{name} into S3 within {GOAL}x of local", ratio <= GOAL and same,
                     f"{ratio:.2f}x; same bytes: {same}")

@@ -109,7 +109,8 @@ def main() -> None:
             write_corpus(tmp / "corpus.jsonl", args.mb)
             subprocess.run([sys.executable, "-m", "shardsmith", "convert", str(tmp / "corpus.jsonl"), "-o", str(out),
                             "--to", "webdataset", "--shard-bytes", args.shard_bytes, "-q"], check=True)
-            total = sum(p.stat().st_size for p in out.iterdir())
+            files = sorted(p for p in out.rglob("*") if p.is_file())  # the index folder's too
+            total = sum(p.stat().st_size for p in files)
             args.shards = len(shardsmith.open(out).manifest["splits"]["train"]["shards"])
             for _ in range(100):
                 try:
@@ -119,8 +120,8 @@ def main() -> None:
                     time.sleep(0.1)
             s3 = boto3.client("s3")
             s3.create_bucket(Bucket=BUCKET)
-            for p in sorted(out.iterdir()):
-                s3.upload_file(str(p), BUCKET, f"ds/{p.name}")
+            for p in files:
+                s3.upload_file(str(p), BUCKET, f"ds/{p.relative_to(out).as_posix()}")
             url = f"s3://{BUCKET}/ds"
             print(f"{len(shardsmith.open(out))} samples (JSONL rows) in {args.shards} shards, {total / 1e6:.1f} MB, "
                   f"on moto S3 at port {port}")

@@ -101,10 +101,11 @@ def root_data() -> Path:
 
 
 def tree_digest(folder: Path, *, skip: tuple[str, ...] = ("manifest.json", "README.md")) -> dict[str, str]:
-    """sha256 of every file in a folder, for byte-identity checks (the manifest records the time, and it
-    and the dataset card the command line, which differs between the runs compared: tests/test_card.py)."""
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.iterdir()) if p.is_file() and p.name not in skip}
+    """sha256 of every file in a folder and its subfolders (the index folder), by relative path, for
+    byte-identity checks (the manifest records the time, and it and the dataset card the command
+    line, which differs between the runs compared: tests/test_card.py)."""
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder).as_posix() not in skip}
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a test server)."""

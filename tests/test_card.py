@@ -32,11 +32,11 @@ def _front(card: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory) -> dict[str, Path]:
-    """Small datasets of each kind: images with classes, JSONL text in tars, HDF5 events, tokens."""
+    """Small datasets of each kind: images with classes, JSONL text in tars, HDF5 events, tokens, events in tars."""
     root = tmp_path_factory.mktemp("card")
     images = jpeg_folder(root / "images", classes=3, per_class=4)
     write_jsonl(root / "text" / "a.jsonl", make_docs(60, seed=1))
-    made = {name: root / name for name in ("img", "txt", "h5", "tok")}
+    made = {name: root / name for name in ("img", "txt", "h5", "tok", "ev")}
     for args in (
         ["convert", images, "--to", "webdataset", "--split", "train=0.75,val=0.25", "-o", made["img"]],
         ["convert", root / "text", "--to", "webdataset", "--text-field", "text", "--split", "train=0.8,val=0.2",
@@ -44,6 +44,8 @@ def outputs(tmp_path_factory) -> dict[str, Path]:
         ["convert", GOLDEN_INPUTS / "hits.parquet", "--to", "hdf5", "--group-by", "event_id", "--events-table",
          GOLDEN_INPUTS / "events_meta.parquet", "--shard-samples", "12", "-o", made["h5"]],
         ["pack-tokens", root / "text", "--tokenizer", GOLDEN_INPUTS / "tokenizer.json", "--engine", "hf", "-o", made["tok"]],
+        ["convert", GOLDEN_INPUTS / "hits.parquet", "--to", "webdataset", "--group-by", "event_id", "--shard-samples",
+         "12", "-o", made["ev"]],
     ):
         res = run_cli(*args, "-q", "--workers", "1")
         assert res.exit_code == 0, res.stderr
@@ -87,6 +89,42 @@ def test_datasets_loads_the_folders_with_their_features(outputs, tmp_path):
         {"tokens": datasets.List(datasets.Value("uint16"))})
 
 
+def test_the_webdataset_builder_reads_the_tar_folders(outputs, tmp_path):
+    """``load_dataset("webdataset", data_dir=OUT)``: ``datasets`` skips ``__index__/`` (where the offset
+    and wids indexes are) and reads the tars, in our order; it reads no card, so ``cls`` is a plain
+    int there and the card's features, passed as ``features=``, give the class names. Events in tars
+    come as one row per event, each ``.npy`` member a column (``datasets`` infers their types)."""
+    datasets = pytest.importorskip("datasets", reason="the webdataset builder is tested with HuggingFace datasets")
+    datasets.disable_progress_bars()
+    from shardsmith.loader import open as open_dataset
+
+    cache = str(tmp_path / "hf")
+
+    def load(name: str, **kw):
+        ds = datasets.load_dataset("webdataset", data_dir=str(outputs[name]), split="train", cache_dir=cache, **kw)
+        ours = open_dataset(outputs[name], split="train")
+        assert ds["__key__"] == [ours[i]["__key__"] for i in range(len(ours))], name
+        return ds, ours
+
+    img, ours = load("img")
+    assert len(img) == 8 and img.features["cls"] == datasets.Value("int64")
+    assert [(row["jpg"].size, row["cls"]) for row in img] == [((48, 40), s["cls"]) for s in ours]
+    features = datasets.Features._from_yaml_list(_front(outputs["img"] / "README.md")["dataset_info"]["features"])
+    named, _ = load("img", features=features)
+    assert named.features["cls"].names == ["c0", "c1", "c2"] and named["cls"] == img["cls"]
+    both = datasets.load_dataset("webdataset", data_dir=str(outputs["img"]), cache_dir=cache)
+    assert {s: len(d) for s, d in both.items()} == {"train": 8, "validation": 4}  # its name for our "val"
+
+    txt, ours = load("txt")
+    assert [(row["txt"], row["json"]) for row in txt] == [(s["txt"], s["json"]) for s in ours]
+
+    ev, ours = load("ev")
+    assert len(ev) == 27 and set(ev.features) == {"event_id.npy", "x.npy", "y.npy", "__key__", "__url__"}
+    for row, event in zip(ev, ours):
+        assert row["event_id.npy"] == int(event["event_id"]) and row["x.npy"] == event["x"].tolist()
+        assert row["y.npy"] == pytest.approx(event["y"].tolist())
+
+
 def test_the_card_says_counts_files_and_command(outputs):
     for name, out in outputs.items():
         text = (out / "README.md").read_text(encoding="utf-8")
@@ -100,6 +138,10 @@ def test_the_card_says_counts_files_and_command(outputs):
         assert "\nshardsmith " in text and "--workers 1" in text
         assert str(out.parent) not in text, "no absolute path"
     assert "| 0 | c0 |" in (outputs["img"] / "README.md").read_text()
+    for name in ("img", "txt", "ev"):  # what the webdataset builder reads, and what it does not
+        text = " ".join((outputs[name] / "README.md").read_text().split())
+        assert "`__index__/`, which `datasets` skips" in text, name
+        assert ("`features=`" in text) == (name == "img"), name
     assert "`x`, `y`" in (outputs["h5"] / "README.md").read_text(), "the ragged fields datasets cannot read"
 
 

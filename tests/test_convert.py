@@ -63,7 +63,7 @@ def test_wids_and_gnu_tar_read_the_shards(image_folder, tmp_path):
 
     root, expected = image_folder
     convert(root, "-o", tmp_path / "out", "--shard-samples", "8")
-    ds = wids.ShardListDataset(str(tmp_path / "out" / "train.wids.json"), transformations=[],
+    ds = wids.ShardListDataset(str(tmp_path / "out" / "__index__" / "train.wids.json"), transformations=[],
                                cache_dir=str(tmp_path / "wids-cache"))
     assert len(ds) == len(expected)
     blobs = sorted(ds[i].get(".jpg", ds[i].get(".png")).read() for i in range(len(ds)))

@@ -178,7 +178,7 @@ def test_token_ids_are_integers_and_the_format_version_is_not_a_bool(datasets, t
 
 @pytest.mark.parametrize("kind, target", [("tokens", "manifest.json"), ("tokens", "shard"), ("tokens", "index"),
                                           ("tokens", "tokenizer.json"), ("image-tar", "shard"), ("image-tar", "index"),
-                                          ("image-tar", "train.wids.json"), ("hdf5", "shard")])
+                                          ("image-tar", "__index__/train.wids.json"), ("hdf5", "shard")])
 def test_a_symlink_leading_out_of_the_folder_is_refused(datasets, tmp_path, kind, target):
     if kind not in datasets:
         pytest.skip(f"needs the real ROOT files in {root_data()}")
@@ -207,7 +207,7 @@ def test_a_symlink_leading_out_of_the_folder_is_refused(datasets, tmp_path, kind
     assert len(shardsmith.open(out, split="train")[0]) > 1
 
 
-@pytest.mark.parametrize("target", ["tokenizer.json", "train.wids.json"])
+@pytest.mark.parametrize("target", ["tokenizer.json", "__index__/train.wids.json"])
 @pytest.mark.parametrize("legacy", [False, True, "unlisted"], ids=["files", "legacy manifest", "not in files"])
 def test_verify_covers_the_tokenizer_and_wids_index(datasets, tmp_path, target, legacy):
     kind = "tokens" if target == "tokenizer.json" else "jsonl-tar"

@@ -86,6 +86,7 @@ def test_images_resume_after_a_kill_while_writing_shards(tmp_path):
     _ok([*args, "-o", tmp_path / "ref"])
     _crash([*args, "-o", tmp_path / "out"], "shard:train:1")
     assert not (tmp_path / "out" / "manifest.json").exists()
+    assert (tmp_path / "out" / "__index__" / "train-000001.offsets.npy").is_file()  # taken over by the rerun
     _ok([*args, "-o", tmp_path / "out"])
     assert tree_digest(tmp_path / "out") == tree_digest(tmp_path / "ref")
 

@@ -272,4 +272,4 @@ def test_an_empty_split_of_images_gets_its_wids_index(tmp_path):
     assert res.exit_code == 0, res.stderr
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["splits"]["test"]["samples"] == 0
-    assert json.loads((tmp_path / "out" / "test.wids.json").read_text())["shardlist"] == []
+    assert json.loads((tmp_path / "out" / "__index__" / "test.wids.json").read_text())["shardlist"] == []

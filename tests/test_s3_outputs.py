@@ -62,7 +62,8 @@ def _download(client, bucket: str, prefix: str, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", []):
         rel = o["Key"][len(prefix) + 1:]
-        assert "/" not in rel, rel
+        assert rel.rpartition("/")[0] in ("", "__index__"), rel  # the dataset's files and its index folder
+        (dest / rel).parent.mkdir(exist_ok=True)
         (dest / rel).write_bytes(client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())
     return dest
 
@@ -139,6 +140,14 @@ def test_convert_webdataset_to_s3_equals_local(store, tmp_path):
     # the dataset card goes up with the shards; only its command line differs (-o names the bucket)
     card, ref = ((d / "README.md").read_text().split("## Command")[0] for d in (got, tmp_path / "ref"))
     assert card == ref and f"shardsmith convert in -o s3://{bucket}/wds --to webdataset" in (got / "README.md").read_text()
+    # the indexes go up below __index__/, beside no shard; --overwrite removes them with the rest
+    keys = set(_keys(client, bucket, "wds"))
+    assert {"__index__/train.wids.json", "__index__/val.wids.json", "__index__/val-000000.offsets.npy"} <= keys
+    assert not [k for k in keys if k.endswith((".npy", ".wids.json")) and not k.startswith("__index__/")]
+    res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/wds", *common[:4], "-q", "--overwrite")
+    assert res.exit_code == 0, res.stderr
+    assert sorted(k for k in _keys(client, bucket, "wds") if k.startswith("__index__/")) == [
+        "__index__/train-000000.offsets.npy", "__index__/train.wids.json"], "the val split's indexes are gone"
 
 
 @pytest.mark.parametrize("fmt, options, files", [

@@ -79,7 +79,7 @@ def test_stages_into_s3_equal_the_local_run(s3, corpus, tmp_path, monkeypatch, b
     read = _stages(monkeypatch, tmp_path, args, url)
     assert all(r < total for r, total in read), f"each gather rank reads only its groups' segments: {read}"
     keys = _keys(s3, bucket, command)
-    assert not [k for k in keys if "/" in k], "the work prefix is removed at finalize"
+    assert not [k for k in keys if k.startswith(".shardsmith-work/")], "the work prefix is removed at finalize"
     assert "README.md" in keys, "finalize writes the dataset card and uploads it before the manifest"
     got = _download(s3, bucket, command, tmp_path / "got")
     assert tree_digest(got) == tree_digest(tmp_path / "one")
@@ -120,7 +120,8 @@ def test_a_killed_rank_redoes_only_its_own_work_and_others_are_refused(s3, corpu
     sent, files, there = map(int, re.search(r"gather rank 1: (\d+) of (\d+) files uploaded \((\d+) were", out).groups())
     assert there >= 1 and sent + there == files, out
     after = _keys(s3, bucket, "data")
-    assert all(after[k] == etag for k, etag in before.items() if "/" not in k), "its shards were not uploaded again"
+    assert all(after[k] == etag for k, etag in before.items() if not k.startswith(".shardsmith-work/")), \
+        "its shards and their indexes were not uploaded again"
     for rank in (0, 2):
         _rank(monkeypatch, tmp_path, args, url, "gather", rank)
     _rank(monkeypatch, tmp_path, args, url, "finalize", 0)

@@ -27,6 +27,7 @@ from shardsmith.formats.webdataset.tarfmt import (
     is_index_v2,
     parse_members,
 )
+from shardsmith.formats.webdataset.writer import offsets_name
 from shardsmith.loader import TarDataset
 
 
@@ -41,7 +42,7 @@ def shards(out: Path) -> list[Path]:
 
 
 def index_of(tar: Path) -> Path:
-    return tar.with_name(tar.name.replace(".tar", ".offsets.npy"))
+    return tar.parent / offsets_name(tar.name)
 
 
 def rewrite_manifest_entry(out: Path, tar: Path) -> None:

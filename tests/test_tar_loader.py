@@ -64,7 +64,9 @@ def make_samples(n: int, prefix: str) -> list[tuple[str, Fields]]:
 
 
 def write_split(out: Path, split: str, samples: list[tuple[str, Fields]], per_shard: int) -> dict[str, Any]:
-    """Shards and offset indexes as the webdataset writer lays them out; returns the manifest's split entry."""
+    """Shards and offset indexes as the webdataset writer laid them out before the index folder (each
+    index beside its shard, version 1): the loader follows the manifest's paths. Returns the
+    manifest's split entry."""
     entries = []
     for s, first in enumerate(range(0, len(samples), per_shard)):
         archive, offsets = tar_archive(samples[first:first + per_shard])

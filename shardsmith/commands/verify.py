@@ -7,6 +7,7 @@ Problems are collected, not raised: the user gets the whole list and a non-zero 
 from __future__ import annotations
 
 import hashlib
+import posixpath
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -59,7 +60,9 @@ def _unlisted_files(out: Path, m: dict[str, Any]) -> list[str]:
 def _check_wids(out: Path, rel: str, shards: list[dict[str, Any]]) -> list[str]:
     try:
         index = orjson.loads(manifest_mod.resolve_inside(out, rel).read_bytes())
-        listed = [(e["url"], e["nsamples"], e["filesize"]) for e in index["shardlist"]]
+        here = posixpath.dirname(rel)  # urls are relative to the index (``__index__/``: ``../train-000000.tar``)
+        listed = [(posixpath.normpath(posixpath.join(here, e["url"])), e["nsamples"], e["filesize"])
+                  for e in index["shardlist"]]
     except DatasetError as exc:
         return [str(exc)]
     except OSError as exc:

@@ -19,12 +19,58 @@ from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST
 from shardsmith.engine.resume import RUN_FILE, read_run_file
 from shardsmith.errors import UsageError
+from shardsmith.formats.writer import INDEX_DIR
 
 # What a shardsmith conversion may leave in its folder; --overwrite removes only these.
 OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*", "*.bin", "*.idx",
                 "*.wids.json", "*.memmap.json", ".*.tmp-*", RUN_FILE, CARD,
                 # the files other tools read beside the shards (formats/tokens/neighbours.py)
                 "tokenizer_config.json", "special_tokens_map.json", "meta.pkl")
+# The folders a conversion may make in its output, and what each may hold: the index folder holds the
+# tar shards' offset indexes and the wids shard lists (``formats/webdataset/writer.py``).
+OWN_FOLDERS = {INDEX_DIR: ("*-[0-9][0-9][0-9][0-9][0-9][0-9].offsets.npy", "*.wids.json", ".*.tmp-*")}
+
+
+def own_file(rel: str) -> bool:
+    """Whether a file shardsmith writes into an output has this path (relative to the output: a
+    top-level name, or one in an own folder). Object keys are checked with it too."""
+    head, _, name = rel.rpartition("/")
+    patterns = OWN_PATTERNS if not head else OWN_FOLDERS.get(head, ())
+    return any(fnmatch.fnmatch(name, pat) for pat in patterns)
+
+
+def _own_folder(p: Path) -> bool:
+    """An entry of an output that is one of its own folders (a real folder: a link to one is foreign)."""
+    return p.name in OWN_FOLDERS and p.is_dir() and not p.is_symlink()
+
+
+def own_files(out: Path) -> list[str]:
+    """shardsmith's files in an output folder (own folders' too), as relative paths, sorted."""
+    found = []
+    for p in out.iterdir():
+        if _own_folder(p):
+            found += [f"{p.name}/{q.name}" for q in p.iterdir() if q.is_file() and own_file(f"{p.name}/{q.name}")]
+        elif p.is_file() and own_file(p.name):
+            found.append(p.name)
+    return sorted(found)
+
+
+def foreign(out: Path, *, card: bool = True) -> list[str]:
+    """The names of the entries of ``out`` that are not shardsmith's (``card``: as ``_ours``)."""
+    return sorted(p.name for p in out.iterdir() if not _ours(p, card=card))
+
+
+def remove_own(out: Path, *, card: bool = True) -> None:
+    """Remove shardsmith's files from ``out``, and its own folders once they are empty."""
+    for p in sorted(out.iterdir()):
+        if _own_folder(p):
+            for q in p.iterdir():
+                if q.is_file() and own_file(f"{p.name}/{q.name}"):
+                    q.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        elif _ours(p, card=card):
+            p.unlink(missing_ok=True)
 
 
 def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:
@@ -95,7 +141,7 @@ def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None
     run's files (its record says so)."""
     if present:
         # by name only: other ranks rename their temporary files meanwhile
-        own = all(any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS) for p in present)
+        own = all(p.name in OWN_FOLDERS or own_file(p.name) for p in present)
         previous = read_run_file(out)
         other = previous is not None and run is not None and previous.get("options") != run["options"]
         if (out / MANIFEST).exists():
@@ -111,9 +157,11 @@ def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None
 
 
 def _ours(p: Path, *, card: bool) -> bool:
-    """A file shardsmith writes; a dataset card only where a dataset or a run record says so (``card``):
-    a ``README.md`` alone in a folder is the user's."""
-    return p.is_file() and (card or p.name != CARD) and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS)
+    """A file shardsmith writes, or an own folder holding only such files; a dataset card only where
+    a dataset or a run record says so (``card``): a ``README.md`` alone in a folder is the user's."""
+    if _own_folder(p):
+        return all(q.is_file() and own_file(f"{p.name}/{q.name}") for q in p.iterdir())
+    return p.is_file() and (card or p.name != CARD) and own_file(p.name)
 
 
 def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, str] | None) -> None:
@@ -131,9 +179,9 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
         raise UsageError(f"-o {out}: folder is not empty ({len(present)} entries); pass --overwrite to replace "
                          f"a previous dataset there")
     (out / MANIFEST).unlink(missing_ok=True)  # first, so a half-cleaned folder is never a dataset
-    for p in present:
-        if _ours(p, card=card):
-            p.unlink()
-    left = [p.name for p in out.iterdir()]
+    remove_own(out, card=card)
+    left: list[str] = []  # (what is left in an own folder by its path: the user's file, not the folder)
+    for p in sorted(out.iterdir()):
+        left += [f"{p.name}/{q.name}" for q in sorted(p.iterdir())] if _own_folder(p) else [p.name]
     if left:
         raise UsageError(f"-o {out}: --overwrite removes only shardsmith's own files; also found {left[:3]}")

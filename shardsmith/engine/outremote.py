@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import hashlib
 import os
 import shutil
@@ -35,7 +34,7 @@ from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
 from shardsmith.engine import retry
 from shardsmith.engine.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
-from shardsmith.engine.outdir import OWN_PATTERNS, finish_output, prepare_output
+from shardsmith.engine.outdir import finish_output, foreign, own_file, prepare_output, remove_own
 from shardsmith.engine.resume import RUN_FILE, crash_point
 from shardsmith.engine.session import OutputRun
 from shardsmith.engine.upload import Uploader
@@ -58,7 +57,8 @@ def staging_folder(url: str, staging: Path | None) -> Path:
 
 
 def _own(rel: str) -> bool:
-    return "/" not in rel and any(fnmatch.fnmatch(rel, pat) for pat in OWN_PATTERNS)
+    """An object of the prefix that shardsmith writes (its index folder's too; never the work prefix)."""
+    return own_file(rel)
 
 
 def _record(store: Store) -> dict[str, Any] | None:
@@ -137,10 +137,10 @@ class RemoteOutputRun(OutputRun):
             raise UsageError(f"-o {self.url}: the dataset is made in {self.out} before it is uploaded, which needs "
                              f"about {format_size(input_bytes)} (the size of the inputs); {format_size(free)} is free "
                              f"there: choose another place with --staging")
-        foreign = sorted(p.name for p in self.out.iterdir() if not (p.is_file() and _own(p.name)))
-        if foreign:
+        others = foreign(self.out)
+        if others:
             raise UsageError(f"-o {self.url}: the staging folder {self.out} holds other files than shardsmith's "
-                             f"({', '.join(foreign[:3])}); give --staging an empty folder")
+                             f"({', '.join(others[:3])}); give --staging an empty folder")
         present = claim_prefix(self.store, run, overwrite=self.overwrite)
         self.claimed = True
         if present is None:
@@ -196,9 +196,7 @@ class RemoteOutputRun(OutputRun):
         """The staging folder's dataset files and run state (never another file of a --staging folder)."""
         finish_output(self.out)
         with contextlib.suppress(OSError):
-            for p in self.out.iterdir():
-                if p.is_file() and _own(p.name):
-                    p.unlink()
+            remove_own(self.out)
             self.out.rmdir()
 
     def abandon(self) -> None:

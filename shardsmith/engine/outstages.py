@@ -4,7 +4,7 @@ shared place, for clusters whose nodes share no file system.
 Every rank works in a local staging folder of its own (``--staging DIR``, else one under the
 user's cache keyed by the URL, the stage and the rank), with the unchanged local pipeline. What
 the ranks share goes through a work prefix in the bucket, ``PREFIX/.shardsmith-work/`` (never a
-dataset object: its names hold a slash, and finalize removes it):
+dataset object: no own folder of ``outdir.own_file``, and finalize removes it):
 
 - scatter ranks upload their finished part files, and the records computed once per run (the
   task plan, the tokenizer engine check, a trained tokenizer);
@@ -49,7 +49,7 @@ from shardsmith.engine.outremote import (
 )
 from shardsmith.engine.resume import RUN_FILE, crash_point
 from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC, Segment
-from shardsmith.engine.upload import THREADS, Stamp, _stamp, publishable
+from shardsmith.engine.upload import THREADS, Stamp, _stamp, publishable, published
 from shardsmith.errors import DatasetError, UsageError
 
 WORK = WORK_PREFIX  # the work prefix, below the output prefix
@@ -213,6 +213,7 @@ class StagedRemoteRun(RemoteOutputRun):
             if not (publishable(rel) and _own(rel)):
                 continue
             path = self.out / rel  # made afresh even if there: a killed finalize's stand-in is no shard
+            path.parent.mkdir(exist_ok=True)  # (the index folder)
             path.unlink(missing_ok=True)
             with open(path, "wb") as fh:
                 fh.truncate(info.size)
@@ -228,8 +229,7 @@ class StagedRemoteRun(RemoteOutputRun):
         if self.stage == "gather":  # shards first: a piece in the bucket means its shards are there
             Progress(quiet=self.quiet).note(f"{self.url}: gather rank {self.rank}: read {self.read_bytes:,} of the "
                                             f"part files' {self.part_bytes:,} bytes")
-            self._upload(listing, [(p.name, p) for p in sorted(self.out.iterdir()) if p.is_file()
-                                   and publishable(p.name)])
+            self._upload(listing, [(rel, self.out / rel) for rel in published(self.out)])
         mine = (RECORDS, PARTS) if self.stage == "scatter" else (RECORDS,)  # a gather's parts are sparse copies
         shared = [(f"{WORK}/{p.name}", p) for p in sorted(self.work.iterdir()) if p.is_file()
                   and p.name != "run.json" and any(fnmatch.fnmatch(p.name, pat) for pat in mine)]
@@ -258,7 +258,7 @@ class StagedRemoteRun(RemoteOutputRun):
         """The split-wide files up, stale objects gone, then the manifest (the commit point), then the
         run record and the work prefix."""
         listing = self.store.list()
-        names = {p.name for p in self.out.iterdir() if p.is_file() and publishable(p.name)}
+        names = set(published(self.out))
         stand_ins = {n for n, stamp in self.placeholders.items() if _stamp(self.out / n) == stamp}
         self._upload(listing, [(n, self.out / n) for n in sorted(names - stand_ins)])
         present = dataset_objects(listing)

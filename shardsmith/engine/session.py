@@ -15,7 +15,6 @@ keeps everything: the same command resumes from its finished parts.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.engine import interrupt
-from shardsmith.engine.outdir import OWN_PATTERNS, drop_staged, finish_output, prepare_output
+from shardsmith.engine.outdir import drop_staged, finish_output, prepare_output, remove_own
 from shardsmith.engine.outlock import OutputLock
 from shardsmith.engine.resume import crash_point
 from shardsmith.errors import WorkerDied
@@ -89,9 +88,7 @@ class OutputRun:
         finish_output(self.out)
         if self.out in self.created and not (self.out / manifest_mod.MANIFEST).exists():
             with contextlib.suppress(OSError):
-                for p in self.out.iterdir():
-                    if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in OWN_PATTERNS):
-                        p.unlink()
+                remove_own(self.out)
 
 
 def _missing(path: Path) -> list[Path]:

@@ -10,7 +10,6 @@ there with the file's size and checksum (a resumed run) is not uploaded again.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from shardsmith.core.manifest import MANIFEST
 from shardsmith.engine.objstore import ObjectInfo, Store
-from shardsmith.engine.outdir import OWN_PATTERNS
+from shardsmith.engine.outdir import own_file, own_files
 from shardsmith.engine.resume import RUN_FILE, crash_point
 
 THREADS = 4  # files uploaded at once; each holds one part in memory
@@ -27,10 +26,15 @@ POLL_SECONDS = 0.5
 Stamp = tuple[int, int, int]  # size, mtime_ns, inode: a file replaced by a rename has a new one
 
 
-def publishable(name: str) -> bool:
-    """A dataset file of the staging folder (not the manifest, which goes last, nor run state)."""
-    return (name not in (MANIFEST, RUN_FILE) and not name.startswith(".")
-            and any(fnmatch.fnmatch(name, pat) for pat in OWN_PATTERNS))
+def publishable(rel: str) -> bool:
+    """A dataset file of the staging folder, by its relative path (not the manifest, which goes last,
+    nor run state or a temporary file)."""
+    return rel not in (MANIFEST, RUN_FILE) and not rel.rpartition("/")[2].startswith(".") and own_file(rel)
+
+
+def published(folder: Path) -> list[str]:
+    """The dataset files of a staging folder to upload, by their relative paths (the object keys)."""
+    return [rel for rel in own_files(folder) if publishable(rel)]
 
 
 def _stamp(path: Path) -> Stamp | None:
@@ -72,7 +76,7 @@ class Uploader:
     def _scan(self) -> None:
         """Hand every finished file not uploaded as it is now (and not being uploaded) to the pool."""
         try:
-            names = sorted(n for n in os.listdir(self.folder) if publishable(n))
+            names = published(self.folder)
         except FileNotFoundError:
             return
         with self._lock:
@@ -118,7 +122,7 @@ class Uploader:
             if self._errors:
                 self.close()
                 raise self._errors[0]
-            names = {n for n in os.listdir(self.folder) if publishable(n)}
+            names = set(published(self.folder))
             with self._lock:
                 if all(self._done.get(n) == _stamp(self.folder / n) for n in names) and not self._running:
                     break

@@ -47,7 +47,9 @@ class EventTarFormat(Format):
                               shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, part=part)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
-        return {"wids": f"{split}.wids.json"}
+        from shardsmith.formats.webdataset.writer import wids_name
+
+        return {"wids": wids_name(split)}
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
         return {"events": {"events_per_sample": job.opts.events_per_sample}}

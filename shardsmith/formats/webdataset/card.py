@@ -26,16 +26,28 @@ KEYS = [{"name": "__key__", "dtype": "string"}, {"name": "__url__", "dtype": "st
 
 def tar_card(out: Path, manifest: dict[str, Any], *, notes: tuple[str, ...] = ()) -> CardData:
     """Tar shards as the ``webdataset`` builder reads them, with features when every member's is known."""
-    notes = (*notes, "`load_dataset(\"webdataset\", data_dir=...)` reads no card and takes every file named after a "
-             "split, the `.offsets.npy` and `.wids.json` indexes too: name the shards instead, "
-             "`data_files={\"train\": \"train-*.tar\"}`.")
     exts = member_exts(out, manifest)
     features = None if exts is None else tar_features(exts, classes=manifest.get("classes"))
+    notes = (*notes, data_dir_note(named=any(isinstance(f["dtype"], dict) for f in features or ())))
     if features is None:
         notes = (*notes, "`datasets` infers the features from the first samples (this card does not name them).")
     elif any(f["dtype"] == "json" for f in features):
         notes = (*notes, "The `json` feature (each row as it was read) needs `datasets` 4.7 or later.")
     return CardData(builder="webdataset", pattern="{split}-*.tar", features=features, notes=notes)
+
+
+def data_dir_note(*, named: bool) -> str:
+    """What ``load_dataset("webdataset", data_dir=...)`` makes of the folder (datasets 5.2): it takes
+    the files named after its split keywords, which are the shards alone (the indexes are in
+    ``__index__/``, a folder it skips), and reads no card."""
+    what = ("`cls` is then a plain `int64`; the class names come with `load_dataset(\"path/to/this/folder\")`, "
+            "or by passing `features=` (this card's `dataset_info.features`)" if named else
+            "the features are then inferred from the first samples")
+    return ("`load_dataset(\"webdataset\", data_dir=\"path/to/this/folder\")` reads the shards too (the indexes "
+            "are in `__index__/`, which `datasets` skips) but not this card: " + what + ". It finds the splits "
+            "by keywords in the file names (`train`; `val` becomes `validation`; `test`) and leaves out the "
+            "shards of a split named otherwise (when no split has such a name, it takes `manifest.json` for "
+            "a shard and fails).")
 
 
 def tar_features(exts: list[str], *, classes: Any) -> list[dict[str, Any]] | None:

@@ -55,7 +55,9 @@ class WebDatasetFormat(Format):
                          outputs={name: SplitOutput(shards=s) for name, s in shards.items()})
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
-        return {"wids": f"{split}.wids.json"}
+        from shardsmith.formats.webdataset.writer import wids_name
+
+        return {"wids": wids_name(split)}
 
     def reads(self, manifest: dict[str, Any]) -> bool:
         return super().reads(manifest) and "events" not in manifest

@@ -42,7 +42,7 @@ from shardsmith.formats.webdataset.tarfmt import (
     index_array,
     member_header,
 )
-from shardsmith.formats.webdataset.writer import finish_shard, max_tar_weight, write_wids
+from shardsmith.formats.webdataset.writer import finish_shard, max_tar_weight, offsets_name, write_wids
 from shardsmith.formats.writer import ShardRecord
 
 _CLS_BYTES = 2 * BLOCK  # the label member: a header and one block of digits
@@ -156,7 +156,7 @@ def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
             _members_around(view, key, ext, size, body, label)
             exts.append(ext)
         index = _index(starts, tar.bytes, [f.size for f in files], keys, exts, [len(b) for b in labels])
-        done = finish_shard(tar, index, out / job.name.replace(".tar", ".offsets.npy"))
+        done = finish_shard(tar, index, out)
         crash_point(f"shard:{job.split}:{job.index}")
         return done
     except BaseException:
@@ -325,6 +325,6 @@ def _remove(plans: dict[str, list[ShardJob]]) -> None:
     """A failed run leaves none of its shards behind."""
     for split_jobs in plans.values():
         for job in split_jobs:
-            for name in (job.name, job.name.replace(".tar", ".offsets.npy")):
+            for name in (job.name, offsets_name(job.name)):
                 with contextlib.suppress(FileNotFoundError):
                     (Path(job.out_dir) / name).unlink()

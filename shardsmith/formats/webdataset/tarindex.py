@@ -1,4 +1,4 @@
-"""The offset index of a tar shard (``{split}-{000000}.offsets.npy``): written (``index_array``),
+"""The offset index of a tar shard (``__index__/{split}-{000000}.offsets.npy``): written (``index_array``),
 recognised (``is_index_v2``) and read back checked (``index_offsets``, ``index_members``).
 """
 
@@ -12,7 +12,7 @@ from shardsmith.errors import DatasetError
 from shardsmith.formats.webdataset.tarheader import BLOCK, MAX_SIZE
 from shardsmith.formats.webdataset.tarscan import ShardMembers
 
-# ``{split}-{000000}.offsets.npy`` is one int64 array. Version 1 held only where each of the n
+# ``__index__/{split}-{000000}.offsets.npy`` is one int64 array. Version 1 held only where each of the n
 # samples' first header starts, then where the end-of-archive blocks start (n + 1 offsets). Version
 # 2 (written since) starts with a head of 8 numbers, then holds those offsets, each sample's first
 # member (n + 1), each member's data offset, size and extension number (m each), and a blob of

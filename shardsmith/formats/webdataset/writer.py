@@ -2,14 +2,17 @@
 
 Samples arrive as complete tar members (headers, data and padding built by the workers, see
 ``shardsmith.formats.webdataset.tarfmt``), so writing a shard is appending bytes. Each shard gets
-``{split}-{000000}.offsets.npy`` (``tarfmt.index_array``: where each sample and each of its members
-starts, member sizes and extensions, sample keys) for O(1) random access without reading the tar's
-headers, and the split gets ``{split}.wids.json``.
+``__index__/{split}-{000000}.offsets.npy`` (``tarfmt.index_array``: where each sample and each of its
+members starts, member sizes and extensions, sample keys) for O(1) random access without reading the
+tar's headers, and the split gets ``__index__/{split}.wids.json``. The indexes live in their own
+folder (``formats.writer.INDEX_DIR``) so that a reader of the folder's files by name (HuggingFace
+``datasets``' ``webdataset`` builder) finds the tars alone; the manifest names where they are.
 """
 
 from __future__ import annotations
 
 import io
+import posixpath
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -19,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shardsmith.core.fsutil import HashingFile, atomic_write_bytes
+from shardsmith.core.fsutil import HashingFile, atomic_write_bytes, fsync_dir
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DataError
 from shardsmith.formats.rollover import Rollover, runs
@@ -32,7 +35,7 @@ from shardsmith.formats.webdataset.tarfmt import (
     parse_members,
     scan_samples,
 )
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.formats.writer import INDEX_DIR, ShardRange, ShardRecord, Writer
 
 _REF = struct.Struct("<8sQQ")
 REF_MAGIC = b"SSREF\x00\x00\x01"
@@ -108,32 +111,58 @@ def npy_bytes(arr: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def finish_shard(tar: HashingFile, index: ShardIndex | np.ndarray, index_path: Path) -> tuple[ShardRecord, str | None]:
-    """End the archive, commit it, and write its offset index (``index``: the samples appended, or
-    the index array of them, ``index_array`` with the end of the data last among the offsets)."""
+def offsets_name(shard: str) -> str:
+    """Where a shard's offset index goes, relative to the dataset folder (as the manifest names it)."""
+    return f"{INDEX_DIR}/{shard.removesuffix('.tar')}.offsets.npy"
+
+
+def wids_name(split: str) -> str:
+    """Where a split's wids index goes, relative to the dataset folder (the manifest's ``wids``)."""
+    return f"{INDEX_DIR}/{split}.wids.json"
+
+
+def index_folder(out_dir: Path) -> Path:
+    """The dataset's index folder, made when missing (its entry in ``out_dir`` made durable)."""
+    folder = Path(out_dir) / INDEX_DIR
+    if not folder.is_dir():
+        folder.mkdir(exist_ok=True)  # (gather ranks of one split may make it at once)
+        fsync_dir(Path(out_dir))
+    return folder
+
+
+def finish_shard(tar: HashingFile, index: ShardIndex | np.ndarray, out_dir: Path) -> tuple[ShardRecord, str | None]:
+    """End the archive, commit it, and write its offset index into the index folder (``index``: the
+    samples appended, or the index array of them, ``index_array`` with the end of the data last
+    among the offsets)."""
     end = tar.bytes
     tar.write(end_of_archive(end))
     sha = tar.commit()
     arr = index.array(end) if isinstance(index, ShardIndex) else index
     samples = len(index.starts) if isinstance(index, ShardIndex) else int(arr[2])
-    idx = HashingFile(index_path)
+    rel = offsets_name(tar.path.name)
+    index_folder(out_dir)
+    idx = HashingFile(Path(out_dir) / rel)
     idx.write(npy_bytes(arr))
     idx_sha = idx.commit()
     record = ShardRecord(path=tar.path.name, samples=samples, bytes=tar.bytes, sha256=sha,
-                         extra={"index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}})
+                         extra={"index": {"path": rel, "bytes": idx.bytes, "sha256": idx_sha}})
     return record, tar.md5
 
 
 def write_wids(out_dir: Path, split: str, shards: list[ShardRecord], md5s: list[str | None]) -> None:
-    """``{split}.wids.json``: the shard list wids' ShardListDataset reads (urls relative to it)."""
+    """``__index__/{split}.wids.json``: the shard list wids' ShardListDataset reads, each url relative
+    to the file (``../{split}-000000.tar``: wids resolves it against the folder the list was read from)."""
+    rel = wids_name(split)
     shardlist = []
     for shard, md5 in zip(shards, md5s):
-        entry: dict = {"url": shard.path, "nsamples": shard.samples, "filesize": shard.bytes}
+        url = posixpath.relpath(shard.path, posixpath.dirname(rel))
+        entry: dict = {"url": url, "nsamples": shard.samples, "filesize": shard.bytes}
         if md5:
             entry["md5sum"] = md5
         shardlist.append(entry)
     index = {"__kind__": "wids-shard-index-v1", "wids_version": 1, "name": split, "shardlist": shardlist}
-    atomic_write_bytes(out_dir / f"{split}.wids.json", orjson.dumps(index, option=orjson.OPT_INDENT_2))
+    index_folder(out_dir)
+    atomic_write_bytes(Path(out_dir) / rel, orjson.dumps(index, option=orjson.OPT_INDENT_2))
 
 
 def closed_size(size: int) -> int:
@@ -268,7 +297,7 @@ class TarWriter(Writer):
                     pieces, pending = [], 0
             if pieces:
                 tar.write(b"".join(pieces))
-            return self._finish_shard(tar, shard_index, plan.index)
+            return finish_shard(tar, shard_index, self.out_dir)
         except BaseException:
             tar.abort()
             raise
@@ -276,13 +305,10 @@ class TarWriter(Writer):
     def _roll(self) -> None:
         tar = self._tar
         assert tar is not None
-        record, md5 = self._finish_shard(tar, self._index, self.next_index())
+        record, md5 = finish_shard(tar, self._index, self.out_dir)
         self.shards.append(record)
         self.md5s.append(md5)
         self._tar, self._index = None, ShardIndex()
-
-    def _finish_shard(self, tar: HashingFile, index: ShardIndex, number: int) -> tuple[ShardRecord, str | None]:
-        return finish_shard(tar, index, self.out_dir / self.shard_name(number, ".offsets.npy"))
 
     def close(self) -> list[ShardRecord]:
         if self._tar is not None:
