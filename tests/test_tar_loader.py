@@ -25,6 +25,7 @@ import shardsmith
 from shardsmith.core import manifest
 from shardsmith.errors import DatasetError
 from shardsmith.formats.order import epoch_order
+from shardsmith.formats.webdataset.sample_walk import SampleIterator
 from shardsmith.formats.webdataset.tarfmt import BLOCK, parse_members
 from shardsmith.loader import TarDataset
 
@@ -149,6 +150,35 @@ def test_rank_split_and_exact_resume(dataset):
     assert head + [[s["__key__"] for s in b] for b in again] == full
     with pytest.raises(ValueError):
         ds.iter(seed=9, epoch=2, rank=1, world_size=2, batch_size=3).load_state_dict(state)
+
+
+def test_sample_iteration_slices_ahead_exactly(tmp_path, monkeypatch):
+    """iter() one sample at a time slices a block of samples ahead: a member that does not decode
+    raises at its own sample (after the ones before it), a resume lands inside a block, and shards
+    whose samples differ in members are read sample by sample, in the same order."""
+    samples = make_samples(40, "m")
+    samples[30] = (samples[30][0], [("cls", b"junk") if k == "cls" else (k, v) for k, v in samples[30][1]])
+    ds = TarDataset(write_dataset(tmp_path / "bad", {"train": samples}))
+    order = epoch_order(40, shuffle=True, seed=1, epoch=0)
+    bad = int(np.flatnonzero(order == 30)[0])
+    it = ds.iter(seed=1)
+    assert [next(it)["__key__"] for _ in range(bad)] == [samples[i][0] for i in order[:bad]]
+    with pytest.raises(DatasetError, match=r"member \.cls at byte"):
+        next(it)
+    it = ds.iter(seed=1, shuffle=False)
+    state = [next(it) for _ in range(5)] and it.state_dict()
+    again = ds.iter(seed=1, shuffle=False)
+    again.load_state_dict(state)
+    assert next(again)["__key__"] == samples[5][0]
+    monkeypatch.setattr(SampleIterator, "_BLOCK_BYTES", 1)  # a block of one sample each
+    it = ds.iter(seed=1, shuffle=False)
+    assert [next(it)["__key__"] for _ in range(30)] == [k for k, _ in samples[:30]]
+    mixed = make_samples(12, "x")
+    mixed[3] = (mixed[3][0], mixed[3][1][:2])
+    ds = TarDataset(write_dataset(tmp_path / "mixed", {"train": mixed}, per_shard=5))
+    assert [s["__key__"] for s in ds.iter(seed=2)] == [mixed[i][0] for i in epoch_order(12, shuffle=True, seed=2,
+                                                                                              epoch=0)]
+    assert set(ds[3]) == {"__key__", "jpg", "cls"}
 
 
 def test_decode_modes(dataset):

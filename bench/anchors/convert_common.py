@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+PAGE = 4096  # touch reads one byte a page
 
 
 def list_images(folder: str) -> list[tuple[str, str, int]]:
@@ -30,8 +31,16 @@ def list_images(folder: str) -> list[tuple[str, str, int]]:
 
 
 def touch(sample: dict) -> int:
-    """Bytes in a sample's bytes-like fields (accessing them, without decoding)."""
-    return sum(len(v) for v in sample.values() if isinstance(v, bytes | bytearray | memoryview))
+    """Bytes in a sample's bytes-like fields, reading one byte of every 4 KB page of each: a loader
+    that hands out views into its map (LitData's ``memoryview``s) then reads them from the page
+    cache, as one that copies (shardsmith, webdataset) already has; a view never read cost nothing
+    (issue 18: LitData's iteration was timed without reading its samples' bytes)."""
+    size = 0
+    for v in sample.values():
+        if isinstance(v, bytes | bytearray | memoryview):
+            size += len(v)
+            bytes(memoryview(v).cast("B")[::PAGE])
+    return size
 
 
 class Clock:

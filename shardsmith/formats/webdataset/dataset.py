@@ -37,6 +37,7 @@ from shardsmith.formats.webdataset.decode import (
     _schema_kinds,
     load_npy,
 )
+from shardsmith.formats.webdataset.sample_walk import SampleIterator
 from shardsmith.formats.webdataset.shard_index import _load_index, _spot_check
 from shardsmith.formats.webdataset.shard_reader import (
     _compact,
@@ -316,7 +317,7 @@ class TarDataset:
         options = {"shuffle": shuffle, "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size,
                    "batch_size": batch_size, "drop_last": drop_last}
         if batch_size is None and type(self).__getitem__ is TarDataset.__getitem__:
-            it: ResumableIterator[Any] = _SampleIterator(self, **options)  # this class's own samples, one at a time
+            it: ResumableIterator[Any] = SampleIterator(self, **options)  # this class's own samples, one at a time
         else:
             it = ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, **options)
         self.prefetch(it._order)
@@ -339,35 +340,6 @@ class TarDataset:
         if decode is not None:
             pipeline = pipeline.decode(decode, pre=[], post=[_safe_field_handler])
         return pipeline
-
-
-class _SampleIterator(ResumableIterator[dict[str, Any]]):
-    """``iter()`` over a TarDataset's own samples one at a time: the epoch's order is turned into
-    (shard, sample in shard) a chunk at a time in numpy, so a step is a few list lookups and the
-    shard's reader (no bisect, no bounds checks: the order holds valid indexes only)."""
-
-    _CHUNK = 4096
-
-    def __init__(self, ds: TarDataset, **options: Any) -> None:
-        super().__init__(n=len(ds), get_item=ds._sample, get_batch=ds.get_batch, **options)
-        self._ds = ds
-        self._starts = np.asarray(ds._starts, np.int64)
-        self._first = 0  # the chunk's first position in the order
-        self._shard: list[int] = []
-        self._local: list[int] = []
-
-    def __next__(self) -> dict[str, Any]:
-        pos = self.position
-        k = pos - self._first
-        if not 0 <= k < len(self._shard):
-            if pos >= len(self._order):
-                raise StopIteration
-            order = self._order[pos:pos + self._CHUNK]
-            shard = np.searchsorted(self._starts, order, side="right") - 1
-            self._first, self._shard, self._local = pos, shard.tolist(), (order - self._starts[shard]).tolist()
-            k = 0
-        self.position = pos + 1
-        return self._ds._reader(self._shard[k])(self._local[k])
 
 
 def _check_classes(classes: Any, out_dir: Any) -> list[str] | None:
