@@ -52,7 +52,7 @@ class BufferPool:
         # an array over a buffer view, not a slice of ``block``: every view of it (a reshape, a slice, a
         # view of those) has it as ``base`` (numpy collapses bases down to it, never past it to block)
         owner = np.frombuffer(memoryview(block), dtype=dtype, count=count)
-        weakref.finalize(owner, self._give_back, block)
+        weakref.finalize(owner, self._give_back, block).atexit = False
         return owner.reshape(shape)
 
     def _give_back(self, block: np.ndarray) -> None:
