@@ -16,8 +16,8 @@ import weakref
 import numpy as np
 
 SMALLEST = 64 << 10  # smaller arrays come from malloc's bins, which keep their memory anyway
-LARGEST = 256 << 20  # larger ones are rare enough to allocate afresh
-KEEP_BYTES = 256 << 20  # free memory kept for reuse, at most (about)
+LARGEST = 32 << 20  # larger ones (a batch of 8000 such events) are rare enough to allocate afresh
+KEEP_BYTES = 64 << 20  # free memory kept for reuse per process, at most (about)
 
 
 def _capacity(nbytes: int) -> int:
