@@ -56,7 +56,8 @@ def test_get_batch_in_any_order_with_repeats(dataset, events):
     ds = EventDataset(dataset)
     rng = np.random.default_rng(0)
     for idx in (rng.integers(0, N, 256), np.array([5, 5, 4, 127, 128, 129, -1, 0]), np.arange(100, 400),
-                np.array([20, 3, 3, 100, 50]), np.array([3, 2, 1]), np.array([], dtype=np.int64)):
+                np.array([20, 3, 3, 100, 50]), np.array([3, 2, 1]), np.array([], dtype=np.int64),
+                np.arange(130, 250), np.arange(256, 384), np.array([N - 1]), np.arange(-5, 0)):  # windows
         batch = ds.get_batch(idx)
         assert isinstance(batch, EventBatch) and len(batch) == len(idx)
         assert batch.fixed["pos"].shape == (len(idx), 3)
@@ -64,6 +65,7 @@ def test_get_batch_in_any_order_with_repeats(dataset, events):
         for k, i in enumerate(idx):
             same_event(batch.event(k), events["train"].event(int(i) % N, hw.SCHEMA))
         assert np.array_equal(batch.lengths("nhit"), np.diff(events["train"].offsets["nhit"])[idx % N])
+        assert all(col.flags.writeable for col in batch.fixed.values())
     with pytest.raises(IndexError):
         ds.get_batch([0, N])
 

@@ -109,11 +109,14 @@ def test_shuffled_splits_hold_every_event_once_and_the_loader_agrees(hzz, tmp_pa
             np.testing.assert_array_equal(event["values"], got["values"][i])
             assert event["length"] == got["lengths"][i] and event["count"] == got["counts"][i]
             assert event["scalars"]["MET_px"] == got["scalars"]["MET_px"][i]
+        for idx in (np.array([5, 1, 5, len(ds) - 1]), np.arange(3, 40), np.array([-2, -1]), np.array([], int)):
+            batch = ds.get_batch(idx)  # scattered with repeats; windows (one slice per array); empty
+            for name in ("values", "lengths", "counts"):
+                np.testing.assert_array_equal(batch[name], got[name][idx])
+                assert batch[name].dtype == got[name].dtype and batch[name].flags.writeable
+            np.testing.assert_array_equal(batch["scalars"]["NJet"], got["scalars"]["NJet"][idx])
         idx = np.array([5, 1, 5, len(ds) - 1])
         batch = ds.get_batch(idx)
-        np.testing.assert_array_equal(batch["values"], got["values"][idx])
-        np.testing.assert_array_equal(batch["lengths"], got["lengths"][idx])
-        np.testing.assert_array_equal(batch["scalars"]["NJet"], got["scalars"]["NJet"][idx])
         assert ds.mask(batch["lengths"]).sum() == batch["lengths"].sum()
         it = ds.iter(shuffle=True, seed=1, batch_size=64)
         first = next(it)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ from shardsmith.core.memory import no_gc
 RUN_BYTES = 128
 
 
-def join(pieces: Sequence[Any]) -> np.ndarray:
+def join(pieces: Iterable[Any]) -> np.ndarray:
     """Buffers back to back as one new, writable, 8-byte aligned uint8 array (a join moves runs of
     hundreds of bytes several times faster than a numpy gather with one index per item)."""
     with no_gc():

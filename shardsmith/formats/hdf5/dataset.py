@@ -24,7 +24,7 @@ from shardsmith.core.events import EventSchema
 from shardsmith.core.provenance import inputs_of
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.errors import DatasetError
-from shardsmith.formats.hdf5.batch import EventBatch, Ragged, _join, _join_runs, _long_runs
+from shardsmith.formats.hdf5.batch import EventBatch, Member, Ragged, _join, _join_runs, _long_runs
 from shardsmith.formats.hdf5.checks import _check_schema
 from shardsmith.formats.hdf5.order import EventIterator, event_order
 from shardsmith.formats.hdf5.shard import FORMAT, FORMAT_VERSION, _OpenShard
@@ -52,6 +52,10 @@ class EventDataset:
             _check_schema(self.schema)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             raise DatasetError(f"{out_dir}: the manifest's schema is not an event schema ({exc})") from None
+        # the schema's field lists, looked up once (its properties build tuples on every call)
+        self._fixed_names = tuple(f.name for f in self.schema.fixed)
+        self._groups = tuple((c, tuple(f.name for f in self.schema.members(c))) for c in self.schema.counters)
+        self._members = {c: tuple(Member.of(f) for f in self.schema.members(c)) for c in self.schema.counters}
         self._paths = self._files.names  # with what the lazily opened shards must still be (``files``)
         self._samples = [e["samples"] for e in entries]
         self._starts = [0]
@@ -179,6 +183,12 @@ class EventDataset:
         gathered directly, one take per field and shard.
         """
         idx = self._check(indices)
+        n = len(idx)
+        if n and int(idx[-1]) - int(idx[0]) == n - 1 and (n == 1 or bool(np.all(idx[1:] > idx[:-1]))):
+            a = int(idx[0])
+            s = bisect_right(self._starts, a) - 1
+            if a + n <= self._starts[s + 1]:
+                return self._window(s, a - self._starts[s], n)
         starts = np.asarray(self._starts, dtype=np.int64)
         shard_of = np.searchsorted(starts, idx, side="right") - 1
         touched, counts = np.unique(shard_of, return_counts=True)
@@ -192,6 +202,23 @@ class EventDataset:
             return self._gather_mapped(idx, idx - starts[shard_of], shard_of, shards)
         return self._read_runs(idx)
 
+    def _window(self, s: int, a: int, n: int) -> EventBatch:
+        """Events a..a+n-1 of shard s (a window, or a block of an epoch): one slice per field."""
+        self._trim([s])
+        shard = self._shard(s)
+        self._files.touched(s, n)
+        b = a + n
+        columns = shard.columns
+        fixed = {name: columns[name].rows(a, b) for name in self._fixed_names}
+        ragged: dict[str, Ragged] = {}
+        for c, members in self._groups:
+            off = shard.offsets[c]
+            va, vb = int(off[a]), int(off[b])
+            offsets = off[a:b + 1] - va
+            for name in members:
+                ragged[name] = Ragged(columns[name].rows(va, vb), offsets)
+        return EventBatch(schema=self.schema, fixed=fixed, ragged=ragged, n=n)
+
     def _gather_mapped(self, idx: np.ndarray, local: np.ndarray, shard_of: np.ndarray,
                        shards: dict[int, _OpenShard]) -> EventBatch:
         """Straight into the requested order from memory-mapped shards, one take (or, for long
@@ -201,36 +228,45 @@ class EventDataset:
             for shard in shards.values():
                 if not shard.populated:
                     shard.populate()
-        groups: list[tuple[_OpenShard, Any]] = []
+        # each shard's events (where they go in the batch, and their place in the shard), found once;
+        # every field then costs O(its values)
+        groups: list[tuple[_OpenShard, Any, np.ndarray]] = []
         if len(shards) == 1:
-            groups = [(next(iter(shards.values())), slice(None))]
-        elif len(shards) > 1:
-            # each shard's events, found once; every field then costs O(its values)
+            groups = [(next(iter(shards.values())), slice(None), local)]
+        elif shards:
             by_shard = np.argsort(shard_of, kind="stable")
-            cuts = np.flatnonzero(np.diff(shard_of[by_shard])) + 1
-            groups = [(shards[int(shard_of[ks[0]])], ks) for ks in np.split(by_shard, cuts)]
+            ordered = shard_of[by_shard]
+            bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(idx)]
+            groups = []
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                ks = by_shard[lo:hi]
+                groups.append((shards[int(ordered[lo])], ks, local[ks]))
         fixed = {}
         for f in schema.fixed:
+            if len(groups) == 1:
+                fixed[f.name] = groups[0][0].columns[f.name].array[local]
+                continue
             out = np.empty((len(idx), *f.shape), dtype=f.np_dtype)
-            for shard, ks in groups:
-                out[ks] = shard.columns[f.name].array[local[ks]]
+            for shard, ks, loc in groups:
+                out[ks] = shard.columns[f.name].array[loc]
             fixed[f.name] = out
         ragged: dict[str, Ragged] = {}
         for c in schema.counters:
-            first = np.zeros(len(idx), dtype=np.int64)
-            counts = np.zeros(len(idx), dtype=np.int64)
-            for shard, ks in groups:
-                off, loc = shard.offsets[c], local[ks]
+            first = np.empty(len(idx), dtype=np.int64)
+            counts = np.empty(len(idx), dtype=np.int64)
+            for shard, ks, loc in groups:
+                off = shard.offsets[c]
                 first[ks] = off[loc]
-                counts[ks] = off[loc + 1] - off[loc]
+                counts[ks] = off[loc + 1] - first[ks]
             offsets = starts_of(counts)
             members = schema.members(c)
-            if int(offsets[-1]) and _long_runs(counts, members):
-                for f in members:
-                    ragged[f.name] = Ragged(_join_runs(f, shards, shard_of, first, counts), offsets)
+            layout = self._members[c]
+            if int(offsets[-1]) and _long_runs(counts, min(f.item_bytes for f in layout)):
+                for name, values in _join_runs(layout, shards, shard_of, first, counts).items():
+                    ragged[name] = Ragged(values, offsets)
                 continue
             plans = []  # per shard: (where its values come from, where they go; None = everywhere, in order)
-            for shard, ks in groups:
+            for shard, ks, _ in groups:
                 n_k = counts[ks]
                 inner = starts_of(n_k)
                 step = np.arange(int(inner[-1]), dtype=np.int64) - np.repeat(inner[:-1], n_k)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core import recycle
 from shardsmith.core.events import EventSchema
 from shardsmith.core.identity import Stamp, check_fd, open_checked
 from shardsmith.core.ragged import starts_of
@@ -45,16 +46,17 @@ def _h5_ranges(ds: Any, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
 
 
 def _np_ranges(arr: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """The same for an in-memory (memory-mapped) array: one gather for short ranges, slices for long."""
+    """The same for an in-memory (memory-mapped) array: one gather for short ranges, slices for long
+    (copied into recycled memory: ``core.recycle``)."""
     lens = stops - starts
     total = int(lens.sum())
     if len(starts) == 1:
-        return np.array(arr[int(starts[0]):int(stops[0])])
+        return recycle.copy(arr[int(starts[0]):int(stops[0])])
     if total <= 64 * len(starts):
         index = np.repeat(starts - starts_of(lens)[:-1], lens) + np.arange(total, dtype=np.int64)
         return arr[index]
     parts = [arr[a:b] for a, b in zip(starts.tolist(), stops.tolist())]
-    return np.concatenate(parts) if parts else arr[:0].copy()
+    return recycle.concatenate(parts) if parts else arr[:0].copy()
 
 
 class _Column:
@@ -68,7 +70,7 @@ class _Column:
 
     def rows(self, a: int, b: int) -> np.ndarray:
         if self.array is not None:
-            return np.array(self.array[a:b])
+            return recycle.copy(self.array[a:b])
         with self._reading():
             return self.ds[a:b]
 
