@@ -147,11 +147,12 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
             got = _sample(reader, tasks, opts.text_field, transforms)
             sample = got.texts
-            safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS])
+            ids = tk.reference_ids(hf)  # the two checks share the reference's ids
+            safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS], ids)
             # the engines must agree on the pieces long documents are cut into, too
             cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
             engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut, tick=bar.update,
-                                                   warm=warm)
+                                                   warm=warm, ids=ids)
         share = nanogpt_split.default_share(got, input_bytes=total_bytes) if default_val else None
         return engine, why, safe, share
 

@@ -54,15 +54,30 @@ def pieces(text: str, size: int = PIECE_CHARS) -> list[str] | None:
     return out
 
 
-def piece_safe(tok: Any, texts: list[str]) -> bool:
+def reference_ids(tok: Any) -> Callable[[str], list[int]]:
+    """``tok``'s ids of a text (no specials), remembered: the piece check and the engine check encode
+    many of the same sample documents and pieces, and the reference is the slow side of both."""
+    seen: dict[str, list[int]] = {}
+
+    def ids(text: str) -> list[int]:
+        got = seen.get(text)
+        if got is None:
+            got = seen[text] = tok.encode(text, add_special_tokens=False).ids
+        return got
+
+    return ids
+
+
+def piece_safe(tok: Any, texts: list[str], ids: Callable[[str], list[int]] | None = None) -> bool:
     """Whether ``tok`` gives the same ids for texts cut by ``pieces`` as for them whole (tried on
-    the probes and the sample, cut every few words)."""
+    the probes and the sample, cut every few words); ``ids``: ``reference_ids(tok)``, shared."""
+    ids = ids or reference_ids(tok)
     for text in [*_PROBES, *_LONG_PROBES, *texts]:
         cut = pieces(text, _CHECK_PIECE)
         if cut is None or len(cut) == 1:
             continue
-        whole = tok.encode(text, add_special_tokens=False).ids
-        joined = [i for piece in cut for i in tok.encode(piece, add_special_tokens=False).ids]
+        whole = ids(text)
+        joined = [i for piece in cut for i in ids(piece)]
         if whole != joined:
             return False
     return True
@@ -163,19 +178,22 @@ class GigaWarmup:
 
 
 def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str],
-                  tick: Callable[[int], Any] | None = None, warm: GigaWarmup | None = None) -> tuple[str, str, Any]:
+                  tick: Callable[[int], Any] | None = None, warm: GigaWarmup | None = None,
+                  ids: Callable[[str], list[int]] | None = None) -> tuple[str, str, Any]:
     """(engine, reason, loaded gigatoken tokenizer or None): gigatoken when it loads and matches
     tokenizers on the sample, else hf; ``tick`` is told the documents the reference has encoded;
-    ``warm``: gigatoken already loading (``GigaWarmup`` of ``json_text``)."""
+    ``warm``: gigatoken already loading (``GigaWarmup`` of ``json_text``); ``ids``: the reference's
+    ids (``reference_ids(tok)``, shared with ``piece_safe``)."""
     if requested == "hf":
         return "hf", "requested", None
     warm = warm or GigaWarmup(json_text)
+    ids = ids or reference_ids(tok)
     texts = _PROBES + sample
     # the reference first, while gigatoken loads; one document at a time: batch encodes would
     # start thread pools in this process, and tokenizers then refuses parallelism in forked workers
     expected = []
     for t in texts:
-        expected.append(tok.encode(t, add_special_tokens=False).ids)
+        expected.append(ids(t))
         if tick is not None:
             tick(1)
     try:
