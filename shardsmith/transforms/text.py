@@ -35,11 +35,6 @@ class TokenProcessor:
         return value.get(self.text_field) if isinstance(value, dict) else None
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
-        if not self.transforms:  # the usual batch, every row a short text: one pass, no call per row
-            field, limit = self.text_field, tk.PIECE_CHARS
-            texts = [value.get(field) if isinstance(value, dict) else None for _, value in batch]
-            if all(isinstance(t, str) and len(t) <= limit for t in texts):
-                return self._encoded(texts, [record for record, _ in batch], [])
         texts, records, bad = [], [], []
         for record, value in batch:
             try:
@@ -54,9 +49,6 @@ class TokenProcessor:
             else:
                 texts.append(text)
                 records.append(record)
-        return self._encoded(texts, records, bad)
-
-    def _encoded(self, texts: list[str], records: list[int], bad: list[tuple[int, str]]) -> Processed:
         if self._encoder is None:
             self._encoder = tk.Encoder(self.spec)
         flat, lengths = self._encoder.encode(texts) if texts else (np.zeros(0, self.spec.dtype), np.zeros(0, np.int64))
