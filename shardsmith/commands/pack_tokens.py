@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 from collections.abc import Callable, Iterator
@@ -135,6 +136,10 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     if opts.nanogpt and vocab_size > 65536:
         raise UsageError(f"--nanogpt: nanoGPT reads uint16 tokens, but the vocabulary has {vocab_size} entries")
 
+    tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
+    # gigatoken's set-up runs while the sample is read and encoded by the reference (and while a
+    # scatter rank with a cached decision gets ready)
+    warm = tk.GigaWarmup(json_text) if tokenizing and opts.engine != "hf" else None
     loaded = None
 
     def check_engine() -> tuple[str, str, bool, float | None]:
@@ -142,15 +147,20 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
             got = _sample(reader, tasks, opts.text_field, transforms)
             sample = got.texts
-            safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS])
+            ids = tk.reference_ids(hf)  # the two checks share the reference's ids
+            safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS], ids)
             # the engines must agree on the pieces long documents are cut into, too
             cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
-            engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut, tick=bar.update)
+            engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut, tick=bar.update,
+                                                   warm=warm, ids=ids)
         share = nanogpt_split.default_share(got, input_bytes=total_bytes) if default_val else None
         return engine, why, safe, share
 
     engine, why, safe, val_share = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id,
                                           dump=list, load=tuple)
+    if warm is not None and loaded is None:  # the decision came from the cache: the thread ends before any fork
+        with contextlib.suppress(Exception):
+            loaded = warm.result() if engine == "gigatoken" else None
     progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
                                                   f"are refused: this tokenizer's ids change when they are cut"))
     if opts.pack is not None:
@@ -166,7 +176,6 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
                             piece_chars=tk.PIECE_CHARS if safe else None)
 
-    tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
     processor = TokenProcessor(spec=spec, text_field=opts.text_field, transforms=transforms,
                                encoder=tk.Encoder(spec, loaded=loaded) if tokenizing else None)
     job = WriteJob(opts=opts, out=opts.out, schema=spec.dtype)

@@ -8,6 +8,7 @@ input (plus a few awkward probes), so the output never depends on the engine.
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import chain
@@ -53,15 +54,30 @@ def pieces(text: str, size: int = PIECE_CHARS) -> list[str] | None:
     return out
 
 
-def piece_safe(tok: Any, texts: list[str]) -> bool:
+def reference_ids(tok: Any) -> Callable[[str], list[int]]:
+    """``tok``'s ids of a text (no specials), remembered: the piece check and the engine check encode
+    many of the same sample documents and pieces, and the reference is the slow side of both."""
+    seen: dict[str, list[int]] = {}
+
+    def ids(text: str) -> list[int]:
+        got = seen.get(text)
+        if got is None:
+            got = seen[text] = tok.encode(text, add_special_tokens=False).ids
+        return got
+
+    return ids
+
+
+def piece_safe(tok: Any, texts: list[str], ids: Callable[[str], list[int]] | None = None) -> bool:
     """Whether ``tok`` gives the same ids for texts cut by ``pieces`` as for them whole (tried on
-    the probes and the sample, cut every few words)."""
+    the probes and the sample, cut every few words); ``ids``: ``reference_ids(tok)``, shared."""
+    ids = ids or reference_ids(tok)
     for text in [*_PROBES, *_LONG_PROBES, *texts]:
         cut = pieces(text, _CHECK_PIECE)
         if cut is None or len(cut) == 1:
             continue
-        whole = tok.encode(text, add_special_tokens=False).ids
-        joined = [i for piece in cut for i in tok.encode(piece, add_special_tokens=False).ids]
+        whole = ids(text)
+        joined = [i for piece in cut for i in ids(piece)]
         if whole != joined:
             return False
     return True
@@ -130,28 +146,62 @@ def default_eos(tok: Any) -> str | None:
     return next((c for c in EOS_CANDIDATES if c in specials), None)
 
 
+class GigaWarmup:
+    """gigatoken's tokenizer built and its first encode done in a background thread (its one-time
+    set-up takes hundreds of milliseconds, most of it in the first encode), while this process reads
+    its sample and encodes it with the reference: the engine check then costs the longer of the two,
+    not their sum. Both sides release the GIL for their Rust work. ``result`` joins the thread:
+    call it before any worker is forked (a fork must never see the thread running)."""
+
+    def __init__(self, json_text: str) -> None:
+        self._giga: Any = None
+        self._error: Exception | None = None
+        self._thread = threading.Thread(target=self._load, args=(json_text,), name="gigatoken-warmup", daemon=True)
+        self._thread.start()
+
+    def _load(self, json_text: str) -> None:
+        try:
+            import gigatoken
+
+            giga = gigatoken.Tokenizer.from_json(json_text)
+            giga.encode_batch_list(_PROBES, parallel=False)  # the first encode does the lazy set-up
+            self._giga = giga
+        except Exception as exc:  # reported by result(), in the caller's thread
+            self._error = exc
+
+    def result(self) -> Any:
+        """The warmed tokenizer; the exception gigatoken raised when it could not load the file."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._giga
+
+
 def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str],
-                  tick: Callable[[int], Any] | None = None) -> tuple[str, str, Any]:
+                  tick: Callable[[int], Any] | None = None, warm: GigaWarmup | None = None,
+                  ids: Callable[[str], list[int]] | None = None) -> tuple[str, str, Any]:
     """(engine, reason, loaded gigatoken tokenizer or None): gigatoken when it loads and matches
-    tokenizers on the sample, else hf; ``tick`` is told the documents the reference has encoded."""
+    tokenizers on the sample, else hf; ``tick`` is told the documents the reference has encoded;
+    ``warm``: gigatoken already loading (``GigaWarmup`` of ``json_text``); ``ids``: the reference's
+    ids (``reference_ids(tok)``, shared with ``piece_safe``)."""
     if requested == "hf":
         return "hf", "requested", None
+    warm = warm or GigaWarmup(json_text)
+    ids = ids or reference_ids(tok)
+    texts = _PROBES + sample
+    # the reference first, while gigatoken loads; one document at a time: batch encodes would
+    # start thread pools in this process, and tokenizers then refuses parallelism in forked workers
+    expected = []
+    for t in texts:
+        expected.append(ids(t))
+        if tick is not None:
+            tick(1)
     try:
-        import gigatoken
-
-        giga = gigatoken.Tokenizer.from_json(json_text)
+        giga = warm.result()
     except Exception as exc:
         if requested == "gigatoken":
             raise UsageError(f"--engine gigatoken: gigatoken cannot load this tokenizer ({exc})") from None
         return "hf", f"gigatoken does not support this tokenizer ({' '.join(str(exc).split())})", None
-    texts = _PROBES + sample
-    # one document at a time on both sides: batch encodes would start thread pools in this process,
-    # and tokenizers then refuses parallelism in forked workers
-    expected = []
-    for t in texts:
-        expected.append(tok.encode(t, add_special_tokens=False).ids)
-        if tick is not None:
-            tick(1)
     got = giga.encode_batch_list(texts, parallel=False)
     for text, want, have in zip(texts, expected, got):
         if list(have) != want:
