@@ -14,6 +14,7 @@ Without shuffling the key is the input order itself and each task is its own buc
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -278,6 +279,44 @@ def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, into
     assert payload is not None
     perm = output_order(keys, order)[lo:hi]
     return SortedBatch(lengths=lengths[perm], source=payload, starts=starts_of(lengths)[perm])
+
+
+@dataclass(slots=True)
+class MappedBatch:
+    """Samples of one bucket range in output order, their payloads left in the part files' pages
+    (memory-mapped, read only): sample k is ``sources[src[k]][starts[k]:starts[k] + lengths[k]]``.
+    A writer that copies payloads once into its output (``Writer.maps_parts``) reads them there,
+    instead of from a copy in fresh memory."""
+
+    lengths: np.ndarray
+    sources: list[np.ndarray]
+    src: np.ndarray
+    starts: np.ndarray
+
+
+def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: dict[str, mmap.mmap]
+              ) -> MappedBatch:
+    """``sort_group`` with the payloads mapped from the part files instead of read into memory;
+    ``maps``: the part files mapped so far, by path (each mapped once)."""
+    keys, order, lengths, _ = _load_group(group, payloads=False)
+    sources: list[np.ndarray] = []
+    src = np.empty(len(lengths), dtype=np.int64)
+    starts = np.empty(len(lengths), dtype=np.int64)
+    row = 0
+    for i, seg in enumerate(group):
+        mm = maps.get(seg.path)
+        if mm is None:
+            with open(seg.path, "rb") as fh:
+                mm = maps[seg.path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        at = seg.offset + 24 * seg.count
+        if at + seg.payload_bytes > len(mm):
+            raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+        sources.append(np.frombuffer(mm, dtype=np.uint8, count=seg.payload_bytes, offset=at))
+        src[row:row + seg.count] = i
+        starts[row:row + seg.count] = starts_of(lengths[row:row + seg.count])[:-1]
+        row += seg.count
+    perm = output_order(keys, order)[lo:hi]
+    return MappedBatch(lengths=lengths[perm], sources=sources, src=src[perm], starts=starts[perm])
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:

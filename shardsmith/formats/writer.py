@@ -11,7 +11,7 @@ import numpy as np
 from shardsmith.formats.rollover import Rollover
 
 if TYPE_CHECKING:
-    from shardsmith.engine.shuffle import SortedBatch
+    from shardsmith.engine.shuffle import MappedBatch, SortedBatch
 
 
 @dataclass(slots=True)
@@ -113,6 +113,13 @@ class Writer:
         """A gathered batch; writers that decode records read them in place (``batch.source`` at
         ``batch.starts``) instead of from a sorted copy."""
         self.write_batch(batch.lengths, batch.payload)
+
+    # True: the gather hands ``write_mapped`` batches whose payloads lie in the part files' mapped
+    # pages (a writer that copies each payload once, into its output, spares a copy in fresh memory)
+    maps_parts: ClassVar[bool] = False
+
+    def write_mapped(self, batch: MappedBatch) -> None:
+        raise NotImplementedError
 
     def close(self) -> list[ShardRecord]:
         raise NotImplementedError
