@@ -200,6 +200,14 @@ def encode(chunk: EventChunk, schema: EventSchema, *, order: np.ndarray | None =
 
 
 def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> np.ndarray:
+    return join(record_pieces(chunk, schema, order)[0])
+
+
+def record_pieces(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> tuple[list[Any], int]:
+    """``encode``'s records ``order`` as the buffers that make them up, in order, and how many
+    buffers each record has (the same for every record): the scatter writes them to its part
+    file as they are (``PartWriter.add_pieces``), with no joined copy in fresh memory first."""
+    order = np.asarray(order, dtype=np.int64)
     head = _head_rows(chunk, schema)
     columns: list[list[Any]] = [_rows(head, order)]
     for f in schema.ragged:
@@ -210,7 +218,8 @@ def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> 
         pad = (-(hi - lo)) % 8
         if pad.any():
             columns.append([_ZEROS[p] for p in pad.tolist()])
-    return join([piece for pieces in zip(*columns) for piece in pieces])
+    with no_gc():
+        return [piece for pieces in zip(*columns) for piece in pieces], len(columns)
 
 
 def record_starts(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes,

@@ -31,6 +31,7 @@ from shardsmith.engine.keys import output_order
 from shardsmith.errors import DatasetError
 
 PART_MAGIC = b"SSPART01"
+_PIECE_BYTES = 200  # a memoryview object and its list slot
 _TRAILER = struct.Struct("<Q8s")
 
 
@@ -123,15 +124,24 @@ class PartWriter:
 
     def add(
         self, *, split: int, bucket: int, keys: np.ndarray, order: np.ndarray, lengths: np.ndarray,
-        payload: bytes | memoryview,
+        payload: bytes | memoryview | list[Any],
     ) -> None:
+        """Samples with their payloads back to back: one buffer, or a list of buffers that make
+        them up (written as they are: no joined copy)."""
         run = self._runs.setdefault((split, bucket), _Run())
         run.keys.append(keys.astype(np.uint64, copy=False))
         run.order.append(order.astype(np.uint64, copy=False))
         run.lengths.append(lengths.astype(np.uint64, copy=False))
-        run.payload.append(payload)
-        run.nbytes += len(payload)
-        self._buffered += len(payload) + 24 * len(keys)
+        held = 0
+        if isinstance(payload, list):
+            size = int(lengths.sum())
+            run.payload.extend(payload)
+            held = _PIECE_BYTES * len(payload)  # each piece is a Python object: counted against flush_bytes
+        else:
+            size = len(payload)
+            run.payload.append(payload)
+        run.nbytes += size
+        self._buffered += size + 24 * len(keys) + held
         if self._buffered >= self.flush_bytes:
             self._flush()
 
@@ -142,15 +152,15 @@ class PartWriter:
 
     def _write_runs(self) -> None:
         if self._fh is None:
-            self._fh = open(self._tmp, "wb")  # noqa: SIM115 (closed in write/abort)
+            # a large buffer: payloads may come as many small pieces (``add``)
+            self._fh = open(self._tmp, "wb", buffering=1 << 20)  # noqa: SIM115 (closed in write/abort)
         for (split, bucket), run in sorted(self._runs.items()):
             arrays = [np.concatenate(a) for a in (run.keys, run.order, run.lengths)]
             count = len(arrays[0])
             self._segments.append([split, bucket, self._offset, count, run.nbytes])
             for a in arrays:
                 self._fh.write(memoryview(a).cast("B"))
-            for piece in run.payload:
-                self._fh.write(piece)
+            self._fh.writelines(run.payload)
             self._offset += 24 * count + run.nbytes
         self._runs.clear()
         self._buffered = 0
