@@ -291,12 +291,15 @@ def _run_in_worker(task: Task) -> TaskResult:
 
 
 def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: int | None = None,
-                progress: Callable[[int], None] | None = None) -> list[TaskResult]:
+                progress: Callable[[int], None] | None = None, idle: Callable[[], None] | None = None
+                ) -> list[TaskResult]:
     """All tasks, in workers or in this process; the first failure in input order stops the run.
 
     Tasks whose part files a killed run of the same command finished are not read again. Tasks are
     taken as they come (``plan.Planned`` plans them as their inputs arrive from a URL): a worker
-    starts on the first while the next are planned.
+    starts on the first while the next are planned. ``idle``: run in this process once every task
+    is handed to the workers (which are forked by then), while they work: e.g. imports the gather
+    needs, which its forked workers then inherit instead of each paying for them.
     """
     tick = progress or (lambda n: None)
     if limit is not None:
@@ -328,6 +331,8 @@ def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: 
                 first, future = running.popleft()
                 results[first.index] = _check(future.result())
                 tick(first.nbytes)
+        if idle is not None:
+            idle()
         while running:
             first, future = running.popleft()
             results[first.index] = _check(future.result())

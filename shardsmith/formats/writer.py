@@ -121,5 +121,9 @@ class Writer:
     def write_mapped(self, batch: MappedBatch) -> None:
         raise NotImplementedError
 
+    def preload(self) -> None:
+        """Import what writing needs (called in the parent while the scatter runs, so that forked
+        gather workers inherit the modules)."""
+
     def close(self) -> list[ShardRecord]:
         raise NotImplementedError

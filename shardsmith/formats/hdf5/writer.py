@@ -131,6 +131,9 @@ class HDF5Writer(Writer):
         self._pool: ThreadPoolExecutor | None = None
         self._futures: list[Future[ShardRecord]] = []
 
+    def preload(self) -> None:
+        libver()  # imports h5py
+
     # -- rollover -------------------------------------------------------------------------------
 
     def rollover(self) -> Rollover:
