@@ -321,12 +321,24 @@ def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps:
         at = seg.offset + 24 * seg.count
         if at + seg.payload_bytes > len(mm):
             raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+        _populate(mm, at, seg.payload_bytes)
         sources.append(np.frombuffer(mm, dtype=np.uint8, count=seg.payload_bytes, offset=at))
         src[row:row + seg.count] = i
         starts[row:row + seg.count] = starts_of(lengths[row:row + seg.count])[:-1]
         row += seg.count
     perm = output_order(keys, order)[lo:hi]
     return MappedBatch(lengths=lengths[perm], sources=sources, src=src[perm], starts=starts[perm])
+
+
+def _populate(mm: mmap.mmap, start: int, size: int) -> None:
+    """Map a range's pages now, in one call (``MADV_POPULATE_READ``, Linux 5.14+), instead of one
+    fault per page when they are copied; elsewhere they fault in as they are read."""
+    advice = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
+    if advice is None or size <= 0:
+        return
+    first = start - start % mmap.PAGESIZE
+    with contextlib.suppress(OSError, ValueError):
+        mm.madvise(advice, first, start + size - first)
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:
