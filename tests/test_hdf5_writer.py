@@ -140,6 +140,41 @@ def test_bytes_do_not_depend_on_batching(tmp_path):
     assert [s["samples"] for s in a] == [100, 100, 57]
 
 
+def test_sorted_and_mapped_batches_write_the_same_bytes(tmp_path):
+    """The gather's two ways in (``write_sorted``: records anywhere in one payload; ``write_mapped``:
+    records in several payloads, as in the part files' mapped pages) write what ``write_batch`` of
+    the records back to back writes: the ragged values are copied straight into the shard."""
+    from shardsmith.engine.shuffle import MappedBatch, SortedBatch
+
+    chunk = make_events(257, seed=4)
+    lengths, payload = encode(chunk, SCHEMA)
+    starts = starts_of(lengths)[:-1]
+    rng = np.random.default_rng(0)
+    got = {}
+    for way in ("batch", "sorted", "mapped"):
+        (tmp_path / way).mkdir()
+        w = HDF5Writer(out_dir=tmp_path / way, split="train", schema=SCHEMA, shard_samples=100, shard_bytes=1 << 30)
+        for a, b in ((0, 90), (90, 91), (91, 257)):
+            idx = np.arange(a, b)
+            if way == "batch":
+                w.write_batch(lengths[idx], memoryview(payload[starts[a]:starts[b] if b < 257 else None]))
+                continue
+            where = rng.permutation(len(idx))  # the records stored in another order than they are written
+            stored = np.concatenate([payload[starts[i]:starts[i] + lengths[i]] for i in idx[where]])
+            at = np.empty(len(idx), dtype=np.int64)
+            at[where] = starts_of(lengths[idx[where]])[:-1]
+            if way == "sorted":
+                w.write_sorted(SortedBatch(lengths=lengths[idx], source=stored, starts=at))
+            else:  # the same records split between two sources
+                cut = int(starts_of(lengths[idx[where]])[len(idx) // 2])
+                src = (at >= cut).astype(np.int64)
+                w.write_mapped(MappedBatch(lengths=lengths[idx], sources=[stored[:cut], stored[cut:].copy()],
+                                           src=src, starts=at - cut * src))
+        got[way] = [s.to_json() for s in w.close()]
+    assert got["batch"] == got["sorted"] == got["mapped"]
+    assert [s["samples"] for s in got["mapped"]] == [100, 100, 57]
+
+
 def test_rollover_by_bytes_and_an_event_larger_than_a_shard(tmp_path):
     chunk = make_events(200, seed=3)
     writer_bytes, _ = encode(chunk, SCHEMA)  # shards hold at most shard_bytes of event records

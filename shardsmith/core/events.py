@@ -21,7 +21,7 @@ import numpy as np
 
 from shardsmith.core.dtypes import allowed, safe_dtype
 from shardsmith.core.memory import no_gc
-from shardsmith.core.ragged import join, slices, starts_of, take_ragged
+from shardsmith.core.ragged import Runs, join, slices, starts_of
 
 
 def pad8(n: Any) -> Any:
@@ -200,6 +200,14 @@ def encode(chunk: EventChunk, schema: EventSchema, *, order: np.ndarray | None =
 
 
 def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> np.ndarray:
+    return join(record_pieces(chunk, schema, order)[0])
+
+
+def record_pieces(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> tuple[list[Any], int]:
+    """``encode``'s records ``order`` as the buffers that make them up, in order, and how many
+    buffers each record has (the same for every record): the scatter writes them to its part
+    file as they are (``PartWriter.add_pieces``), with no joined copy in fresh memory first."""
+    order = np.asarray(order, dtype=np.int64)
     head = _head_rows(chunk, schema)
     columns: list[list[Any]] = [_rows(head, order)]
     for f in schema.ragged:
@@ -210,7 +218,8 @@ def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> 
         pad = (-(hi - lo)) % 8
         if pad.any():
             columns.append([_ZEROS[p] for p in pad.tolist()])
-    return join([piece for pieces in zip(*columns) for piece in pieces])
+    with no_gc():
+        return [piece for pieces in zip(*columns) for piece in pieces], len(columns)
 
 
 def record_starts(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes,
@@ -237,31 +246,58 @@ def decode(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema
     """The inverse of ``encode``: columns of a batch of records, back to back in the payload, or
     (with ``starts``, each record's byte offset) anywhere in it, so a sorted batch is decoded
     straight from the unsorted payload."""
+    chunk, runs = decode_heads(lengths, payload, schema, first=first, starts=starts)
+    for f in schema.ragged:
+        chunk.columns[f.name] = runs[f.name].joined().view(f.np_dtype).reshape(-1, *f.shape)
+    return chunk
+
+
+def decode_heads(lengths: np.ndarray, payload: np.ndarray | memoryview | bytes, schema: EventSchema,
+                 *, first: int = 0, starts: np.ndarray | None = None) -> tuple[EventChunk, dict[str, Runs]]:
+    """``decode`` without copying the ragged values: the chunk holds the fixed fields and the
+    offsets, and each ragged field's values are left where they lie in the payload, as ``Runs``
+    (bytes) that a writer copies once, straight into its output."""
     lengths = np.asarray(lengths, dtype=np.int64)
-    n = len(lengths)
     raw, starts = record_starts(lengths, payload, starts)
-    words = raw[: len(raw) // 8 * 8].view(np.uint64)
-    w0 = starts // 8
+    return decode_from([raw], np.zeros(len(lengths), dtype=np.int64), starts, lengths, schema, first=first)
+
+
+def decode_from(sources: list[np.ndarray], src: np.ndarray, starts: np.ndarray, lengths: np.ndarray,
+                schema: EventSchema, *, first: int = 0) -> tuple[EventChunk, dict[str, Runs]]:
+    """``decode_heads`` of records lying in several payloads: record k at ``starts[k]`` of
+    ``sources[src[k]]`` (each source 8-byte aligned, e.g. a part file's mapped pages)."""
+    n = len(lengths)
     head_words = sum(pad8(f.item_bytes) for f in schema.fixed) // 8
+    width = head_words + len(schema.counters)
+    heads = np.empty((n, width), dtype=np.uint64)
+    for s, raw in enumerate(sources):
+        rows = np.flatnonzero(src == s) if len(sources) > 1 else slice(None)
+        at = starts[rows]
+        if not len(at):
+            continue
+        if raw.ctypes.data % 8 or np.any(at % 8) or int(at.min()) < 0 or \
+                int((at + np.maximum(lengths[rows], 8 * width)).max()) > len(raw):
+            raise ValueError(f"record positions outside the payload's {len(raw)} bytes or not 8-byte aligned")
+        words = raw[: len(raw) // 8 * 8].view(np.uint64)
+        heads[rows] = words[(at // 8)[:, None] + np.arange(width)]
     columns: dict[str, np.ndarray] = {}
     if head_words:
-        head = words[w0[:, None] + np.arange(head_words)].view(np.uint8).reshape(n, 8 * head_words)
+        head = heads[:, :head_words].view(np.uint8).reshape(n, 8 * head_words)
         at = 0
         for f in schema.fixed:
             b = f.item_bytes
             columns[f.name] = np.ascontiguousarray(head[:, at:at + b]).view(f.np_dtype).reshape(n, *f.shape)
             at += pad8(b)
-    pos = starts + 8 * head_words
-    offsets: dict[str, np.ndarray] = {}
-    for c in schema.counters:
-        offsets[c] = starts_of(words[pos // 8].astype(np.int64))
-        pos = pos + 8
+    offsets = {c: starts_of(heads[:, head_words + i].astype(np.int64)) for i, c in enumerate(schema.counters)}
+    pos = starts + 8 * width
+    runs: dict[str, Runs] = {}
     for f in schema.ragged:
         nbytes = np.diff(offsets[f.counter]) * f.item_bytes
-        values = take_ragged(raw, nbytes, np.arange(n), starts=pos)  # bytes: one run per record
-        columns[f.name] = values.view(f.np_dtype).reshape(-1, *f.shape)
+        runs[f.name] = Runs(sources, src, pos, nbytes, check=False)  # bytes: one run per record
         pos = pos + pad8(nbytes)
-    return EventChunk(first=first, n=n, columns=columns, offsets=offsets)
+    if n and np.any(pos > starts + np.maximum(lengths, 8 * width)):  # every run lies inside its record
+        raise ValueError("records whose counts claim more bytes than the records hold")
+    return EventChunk(first=first, n=n, columns=columns, offsets=offsets), runs
 
 
 _ZEROS = [bytes(k) for k in range(8)]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -64,3 +64,63 @@ def take_ragged(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, *,
     if len(out) != total * row:  # a slice past the end comes back short, where an index would raise
         raise ValueError(f"records claim {total * row} bytes, {len(out)} of them are there")
     return out.view(flat.dtype).reshape(-1, *flat.shape[1:])
+
+
+
+class Runs:
+    """Records not yet copied: record k is ``sources[src[k]][pos[k]:pos[k] + nbytes[k]]`` (bytes;
+    the sources are e.g. the pages of the gather's part files). A writer keeps these instead of a
+    joined copy and copies them once, straight into the buffer they are written from
+    (``write_to``): no fresh array per column, whose first touch costs more than the copy."""
+
+    __slots__ = ("nbytes", "pos", "sources", "src")
+
+    def __init__(self, sources: list[np.ndarray], src: np.ndarray, pos: np.ndarray, nbytes: np.ndarray, *,
+                 check: bool = True) -> None:
+        if check:
+            for s, raw in enumerate(sources):
+                rows = src == s
+                if rows.any() and int((pos[rows] + nbytes[rows]).max()) > len(raw):
+                    raise ValueError(f"records claim bytes past their payload's {len(raw)}")
+        self.sources, self.src, self.pos, self.nbytes = sources, src, pos, nbytes
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    @property
+    def total(self) -> int:
+        return int(self.nbytes.sum())
+
+    def __getitem__(self, rows: slice) -> Runs:
+        return Runs(self.sources, self.src[rows], self.pos[rows], self.nbytes[rows], check=False)
+
+    def joined(self) -> np.ndarray:
+        """The records back to back, as a new uint8 array."""
+        if len(self.sources) == 1:
+            return take_ragged(self.sources[0], self.nbytes, np.arange(len(self.pos)), starts=self.pos)
+        out = np.empty(self.total, dtype=np.uint8)
+        self._copy(out)
+        return out
+
+    def write_to(self, reserve: Callable[[int], memoryview], limit: int) -> None:
+        """The records back to back through ``reserve(n)`` (the next ``n`` bytes of a file to fill),
+        in pieces of at most ``limit`` bytes (or one record, if longer)."""
+        ends = np.cumsum(self.nbytes)
+        a, done = 0, 0
+        while a < len(self.pos):
+            b = max(a + 1, int(np.searchsorted(ends, done + limit, side="right")))
+            size = int(ends[b - 1]) - done
+            self[a:b]._copy(np.frombuffer(reserve(size), dtype=np.uint8))
+            a, done = b, done + size
+
+    def _copy(self, dst: np.ndarray) -> None:
+        """The records back to back into ``dst``: one slice each (one index per byte for short ones)."""
+        if not len(self.pos):
+            return
+        if len(self.sources) == 1 and len(dst) < RUN_BYTES * len(self.pos):
+            dst[:] = self.joined()
+            return
+        with no_gc():
+            views = [self.sources[s][p:p + n]
+                     for s, p, n in zip(self.src.tolist(), self.pos.tolist(), self.nbytes.tolist())]
+        np.concatenate(views, out=dst)

@@ -30,7 +30,7 @@ from shardsmith.core.progress import Progress
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.pieces import cover, is_intact, piece_path
 from shardsmith.engine.resume import crash_point, die_with_parent
-from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, sort_group, sorted_lengths
+from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, map_group, sort_group, sorted_lengths
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
@@ -156,14 +156,18 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
     writer = make_writer(split.name, ShardRange(first_shard=first, first_sample=a, weight_before=weight_before,
                                                 whole=whole, work_dir=work_dir))
-    into = None if writer.keeps_batches else LoadBuffer()
+    # a mapped part file holds a file descriptor while any batch of it is alive: not for thousands
+    maps: dict[str, Any] | None = {} if writer.maps_parts and _part_files(split) <= MAX_MAPPED_PARTS else None
+    into = None if writer.keeps_batches or maps is not None else LoadBuffer()
     try:
         batches = 0
         for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):
             if ge <= a or gs >= b:
                 continue
-            batch = sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into)
-            writer.write_sorted(batch)
+            if maps is not None:
+                writer.write_mapped(map_group(group, max(a, gs) - gs, min(b, ge) - gs, maps=maps))
+            else:
+                writer.write_sorted(sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into))
             if tick is not None:
                 tick(min(b, ge) - max(a, gs))
             crash_point(f"gather:{split.name}:{batches}")
@@ -183,6 +187,13 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
                                  f"written with {got}")
     piece = {**writer.piece(), "stop": first + made, "whole": whole}
     atomic_write_bytes(piece_path(work_dir, split.name, first, first + made), orjson.dumps(piece))
+
+
+MAX_MAPPED_PARTS = 512
+
+
+def _part_files(split: SplitGather) -> int:
+    return len({seg.path for g in split.groups for seg in g})
 
 
 # -- in worker processes ---------------------------------------------------------------------------

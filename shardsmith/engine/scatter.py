@@ -43,6 +43,9 @@ class Processed:
     # reordering it; ``lengths`` are then bytes
     encode_in: Callable[[np.ndarray], np.ndarray] | None = None
     dropped: int = 0  # records left out on purpose (--balance: engine/balance.py), not bad ones
+    # the records in a given order as the buffers that make them up, and how many each record has
+    # (the same for all): written to the part file as they are, with no joined payload
+    pieces_in: Callable[[np.ndarray], tuple[list[Any], int]] | None = None
 
     def byte_lengths(self) -> np.ndarray:
         size = 1 if self.payload is None else self.payload.dtype.itemsize
@@ -244,15 +247,24 @@ def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter
         perm = np.argsort(group, kind="stable")
         sorted_groups = group[perm]
         bounds = [0, *np.flatnonzero(sorted_groups[1:] != sorted_groups[:-1]) + 1, len(recs)]
-    payload = out.payload_in(perm, byte_lengths)
-    pstarts = starts_of(byte_lengths[perm])
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    # pieces as they are when they are long (a joined copy costs more than a write per piece),
+    # one joined payload when they are short (a Python object per few bytes costs more)
+    if out.pieces_in is not None and int(byte_lengths.sum()) >= _PIECES_MIN_BYTES * len(recs):
+        pieces, k = out.pieces_in(perm)
+        payloads = [pieces[a * k:b * k] for a, b in zip(bounds[:-1], bounds[1:])]
+    else:
+        payload = out.payload_in(perm, byte_lengths)
+        pstarts = starts_of(byte_lengths[perm])
+        payloads = [memoryview(payload[pstarts[a]:pstarts[b]]) for a, b in zip(bounds[:-1], bounds[1:])]
+    for a, b, chunk in zip(bounds[:-1], bounds[1:], payloads):
         idx = perm[a:b]
         g = int(group[idx[0]])
         s = g >> 32
-        chunk = payload[pstarts[a]:pstarts[b]]
         part.add(split=s, bucket=g & 0xFFFFFFFF, keys=keys[idx], order=order[idx], lengths=byte_lengths[idx],
-                 payload=memoryview(chunk))
+                 payload=chunk)
+
+
+_PIECES_MIN_BYTES = 1024  # mean record bytes from which records go to the part file piece by piece
 
 
 def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
@@ -279,12 +291,15 @@ def _run_in_worker(task: Task) -> TaskResult:
 
 
 def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: int | None = None,
-                progress: Callable[[int], None] | None = None) -> list[TaskResult]:
+                progress: Callable[[int], None] | None = None, idle: Callable[[], None] | None = None
+                ) -> list[TaskResult]:
     """All tasks, in workers or in this process; the first failure in input order stops the run.
 
     Tasks whose part files a killed run of the same command finished are not read again. Tasks are
     taken as they come (``plan.Planned`` plans them as their inputs arrive from a URL): a worker
-    starts on the first while the next are planned.
+    starts on the first while the next are planned. ``idle``: run in this process once every task
+    is handed to the workers (which are forked by then), while they work: e.g. imports the gather
+    needs, which its forked workers then inherit instead of each paying for them.
     """
     tick = progress or (lambda n: None)
     if limit is not None:
@@ -316,6 +331,8 @@ def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: 
                 first, future = running.popleft()
                 results[first.index] = _check(future.result())
                 tick(first.nbytes)
+        if idle is not None:
+            idle()
         while running:
             first, future = running.popleft()
             results[first.index] = _check(future.result())

@@ -14,6 +14,7 @@ Without shuffling the key is the input order itself and each task is its own buc
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import struct
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from shardsmith.engine.keys import output_order
 from shardsmith.errors import DatasetError
 
 PART_MAGIC = b"SSPART01"
+_PIECE_BYTES = 200  # a memoryview object and its list slot
 _TRAILER = struct.Struct("<Q8s")
 
 
@@ -122,15 +124,24 @@ class PartWriter:
 
     def add(
         self, *, split: int, bucket: int, keys: np.ndarray, order: np.ndarray, lengths: np.ndarray,
-        payload: bytes | memoryview,
+        payload: bytes | memoryview | list[Any],
     ) -> None:
+        """Samples with their payloads back to back: one buffer, or a list of buffers that make
+        them up (written as they are: no joined copy)."""
         run = self._runs.setdefault((split, bucket), _Run())
         run.keys.append(keys.astype(np.uint64, copy=False))
         run.order.append(order.astype(np.uint64, copy=False))
         run.lengths.append(lengths.astype(np.uint64, copy=False))
-        run.payload.append(payload)
-        run.nbytes += len(payload)
-        self._buffered += len(payload) + 24 * len(keys)
+        held = 0
+        if isinstance(payload, list):
+            size = int(lengths.sum())
+            run.payload.extend(payload)
+            held = _PIECE_BYTES * len(payload)  # each piece is a Python object: counted against flush_bytes
+        else:
+            size = len(payload)
+            run.payload.append(payload)
+        run.nbytes += size
+        self._buffered += size + 24 * len(keys) + held
         if self._buffered >= self.flush_bytes:
             self._flush()
 
@@ -141,15 +152,15 @@ class PartWriter:
 
     def _write_runs(self) -> None:
         if self._fh is None:
-            self._fh = open(self._tmp, "wb")  # noqa: SIM115 (closed in write/abort)
+            # a large buffer: payloads may come as many small pieces (``add``)
+            self._fh = open(self._tmp, "wb", buffering=1 << 20)  # noqa: SIM115 (closed in write/abort)
         for (split, bucket), run in sorted(self._runs.items()):
             arrays = [np.concatenate(a) for a in (run.keys, run.order, run.lengths)]
             count = len(arrays[0])
             self._segments.append([split, bucket, self._offset, count, run.nbytes])
             for a in arrays:
                 self._fh.write(memoryview(a).cast("B"))
-            for piece in run.payload:
-                self._fh.write(piece)
+            self._fh.writelines(run.payload)
             self._offset += 24 * count + run.nbytes
         self._runs.clear()
         self._buffered = 0
@@ -278,6 +289,56 @@ def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, into
     assert payload is not None
     perm = output_order(keys, order)[lo:hi]
     return SortedBatch(lengths=lengths[perm], source=payload, starts=starts_of(lengths)[perm])
+
+
+@dataclass(slots=True)
+class MappedBatch:
+    """Samples of one bucket range in output order, their payloads left in the part files' pages
+    (memory-mapped, read only): sample k is ``sources[src[k]][starts[k]:starts[k] + lengths[k]]``.
+    A writer that copies payloads once into its output (``Writer.maps_parts``) reads them there,
+    instead of from a copy in fresh memory."""
+
+    lengths: np.ndarray
+    sources: list[np.ndarray]
+    src: np.ndarray
+    starts: np.ndarray
+
+
+def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: dict[str, mmap.mmap]
+              ) -> MappedBatch:
+    """``sort_group`` with the payloads mapped from the part files instead of read into memory;
+    ``maps``: the part files mapped so far, by path (each mapped once)."""
+    keys, order, lengths, _ = _load_group(group, payloads=False)
+    sources: list[np.ndarray] = []
+    src = np.empty(len(lengths), dtype=np.int64)
+    starts = np.empty(len(lengths), dtype=np.int64)
+    row = 0
+    for i, seg in enumerate(group):
+        mm = maps.get(seg.path)
+        if mm is None:
+            with open(seg.path, "rb") as fh:
+                mm = maps[seg.path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        at = seg.offset + 24 * seg.count
+        if at + seg.payload_bytes > len(mm):
+            raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+        _populate(mm, at, seg.payload_bytes)
+        sources.append(np.frombuffer(mm, dtype=np.uint8, count=seg.payload_bytes, offset=at))
+        src[row:row + seg.count] = i
+        starts[row:row + seg.count] = starts_of(lengths[row:row + seg.count])[:-1]
+        row += seg.count
+    perm = output_order(keys, order)[lo:hi]
+    return MappedBatch(lengths=lengths[perm], sources=sources, src=src[perm], starts=starts[perm])
+
+
+def _populate(mm: mmap.mmap, start: int, size: int) -> None:
+    """Map a range's pages now, in one call (``MADV_POPULATE_READ``, Linux 5.14+), instead of one
+    fault per page when they are copied; elsewhere they fault in as they are read."""
+    advice = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
+    if advice is None or size <= 0:
+        return
+    first = start - start % mmap.PAGESIZE
+    with contextlib.suppress(OSError, ValueError):
+        mm.madvise(advice, first, start + size - first)
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:

@@ -17,7 +17,7 @@ from shardsmith.formats.rollover import Rollover
 INDEX_DIR = "__index__"
 
 if TYPE_CHECKING:
-    from shardsmith.engine.shuffle import SortedBatch
+    from shardsmith.engine.shuffle import MappedBatch, SortedBatch
 
 
 @dataclass(slots=True)
@@ -119,6 +119,17 @@ class Writer:
         """A gathered batch; writers that decode records read them in place (``batch.source`` at
         ``batch.starts``) instead of from a sorted copy."""
         self.write_batch(batch.lengths, batch.payload)
+
+    # True: the gather hands ``write_mapped`` batches whose payloads lie in the part files' mapped
+    # pages (a writer that copies each payload once, into its output, spares a copy in fresh memory)
+    maps_parts: ClassVar[bool] = False
+
+    def write_mapped(self, batch: MappedBatch) -> None:
+        raise NotImplementedError
+
+    def preload(self) -> None:
+        """Import what writing needs (called in the parent while the scatter runs, so that forked
+        gather workers inherit the modules)."""
 
     def close(self) -> list[ShardRecord]:
         raise NotImplementedError

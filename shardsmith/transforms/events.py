@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths
+from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths, record_pieces
 from shardsmith.core.provenance import Stamp, with_provenance
 from shardsmith.engine.balance import BalancePlan, balance_hashes
 from shardsmith.engine.scatter import Processed
@@ -40,7 +40,8 @@ class EventProcessor:
         if self.stamp is not None:
             chunk, schema = self.stamp(chunk, task.file.rel, records), self.out_schema
         return Processed(records=records, lengths=record_lengths(chunk, schema), payload=None, dropped=dropped,
-                         encode_in=lambda order: encode(chunk, schema, order=order)[1])
+                         encode_in=lambda order: encode(chunk, schema, order=order)[1],
+                         pieces_in=lambda order: record_pieces(chunk, schema, order))
 
     def head(self, chunk: EventChunk, n: int) -> EventChunk:
         """The first ``n`` events (for ``--limit``)."""
