@@ -20,7 +20,9 @@ manifest.json without its `created` and `command` entries.
 To tell the fixed cost of a process from the cost of the work, the same command with `--limit 1`
 (start-up, imports, tokenizer or schema loading, one record, one shard, the manifest) is timed too:
 a staged run of W ranks starts 2W+1 processes where the one-process run starts one.
-Wall times include start-up. µs/sample = seconds / samples of the output * 1e6.
+Wall times include start-up. µs/sample = seconds / samples of the output * 1e6. The shardsmith package
+under test is byte-compiled first (harness.byte_compiled), as an installed one is: with
+PYTHONDONTWRITEBYTECODE=1 and an editable install, every process would compile its modules from source.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
@@ -38,7 +41,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import clear, code_version, run_children, verdict, warm  # noqa: E402
+from harness import byte_compiled, clear, code_version, run_children, verdict, warm  # noqa: E402
 
 TARGET = 1.3  # issue 6: staged cost per sample within 1.3x of one process's
 SHARDS = 8  # shards aimed at, so that several gather ranks have a range to write
@@ -67,7 +70,9 @@ def run(cmd: list[str], log: Path) -> Proc:
 
 def tree_digest(folder: Path) -> dict[str, str]:
     """sha256 of every file under `folder` (relative paths), manifest.json without its run-specific
-    entries (`created`, `command`): what must not depend on how many ranks wrote the dataset."""
+    entries (`created`, `command`) and README.md without its "## Command" section (the dataset card
+    shows the command line, which names the output and the stage): what must not depend on how many
+    ranks wrote the dataset."""
     digest: dict[str, str] = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = str(path.relative_to(folder))
@@ -76,6 +81,10 @@ def tree_digest(folder: Path) -> dict[str, str]:
             manifest.pop("created", None)
             manifest.pop("command", None)
             digest[name] = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+            continue
+        if name == "README.md":
+            card = re.sub(r"## Command\n\n```\n.*?\n```\n", "", path.read_text(), flags=re.S)
+            digest[name] = hashlib.sha256(card.encode()).hexdigest()
             continue
         h = hashlib.sha256()
         with open(path, "rb") as f:
@@ -345,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"shardsmith stages benchmark: W in {worlds}, {os.cpu_count()} cores, workdir {args.workdir}, "
           f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     version = code_version()
-    print(f"shardsmith under test: {version}")
+    print(f"shardsmith under test: {version}; byte-compiled {byte_compiled()}")
     for wl in workloads(args):
         runner = Runner(wl, worlds)
         for _ in range(args.repeat):  # interleaved, so that drift on a shared machine hits every row alike

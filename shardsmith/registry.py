@@ -79,10 +79,13 @@ BUILTIN = (
 
 @cache
 def _installed() -> tuple[Plugin, ...]:
-    """Plugins of installed packages, from their entry points (read once per process)."""
+    """Plugins of installed packages, from their entry points (read once per process). One scan of
+    the installed distributions for the three groups: each ``entry_points(group=...)`` call reads
+    every distribution's metadata again (tens of milliseconds of start-up per call in a large venv)."""
+    installed = entry_points()
     found = []
     for kind, group in GROUPS.items():
-        for ep in entry_points(group=group):
+        for ep in installed.select(group=group):
             origin = ep.dist.name if ep.dist is not None else "an entry point"
             found.append(Plugin(kind, ep.name, ep.value, origin=origin))
     return tuple(found)

@@ -85,13 +85,10 @@ def test_not_json_manifest(dataset):
 
 
 def test_plugins_lists_builtins_and_entry_points(monkeypatch):
-    class FakeEntryPoint:
-        name = "fancy"
-        value = "json:JSONDecoder"
-        dist = None
+    from importlib.metadata import EntryPoint, EntryPoints
 
-    monkeypatch.setattr(registry, "entry_points",
-                        lambda group: [FakeEntryPoint()] if group == registry.GROUPS["source"] else [])
+    fancy = EntryPoint("fancy", "json:JSONDecoder", registry.GROUPS["source"])
+    monkeypatch.setattr(registry, "entry_points", lambda: EntryPoints([fancy]))
     registry._installed.cache_clear()
     try:
         names = {(p.kind, p.name) for p in registry.plugins()}

@@ -16,10 +16,10 @@ from shardsmith.core.progress import Progress
 from shardsmith.engine.balance import BalancePlan, BalanceSpec, balance_events
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.inputs import InputFile
-from shardsmith.engine.plan import plan_tasks, wait_to_check
+from shardsmith.engine.plan import cached, plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all
-from shardsmith.errors import DataError, UsageError
+from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.formats.base import Format, WriteJob
 from shardsmith.sources.base import Reader
 from shardsmith.transforms.events import EventProcessor
@@ -35,7 +35,7 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
     if opts.augment or opts.copies > 1 or opts.text_field:
         raise UsageError("--augment, --copies and --text-field do not apply to events")
     wait_to_check(reader, files)  # inputs from a URL: the schema reads every one
-    files, unread, (schema, skipped_fields) = _readable(opts, reader, files)
+    files, unread, (schema, skipped_fields) = _schema_once(opts, reader, files)
     if not schema.fields:
         raise UsageError(f"{files[0].rel}: no numeric fields to convert" + (
             f" (skipped: {', '.join(skipped_fields[:5])})" if skipped_fields else ""))
@@ -83,6 +83,35 @@ def _balance(opts: ConvertOptions, reader: Reader, files: list[InputFile], schem
     if spec.label is not None and opts.group_by is None and spec.label in {f.name for f in schema.fields}:
         narrow = type(reader).from_options(replace(opts, branches=(spec.label,)))
     return balance_events(spec, narrow, files, schema, seed=opts.seed, chunk_bytes=chunk_bytes)
+
+
+def _schema_once(opts: ConvertOptions, reader: Reader, files: list[InputFile]
+                 ) -> tuple[list[InputFile], list[dict[str, Any]], tuple[EventSchema, list[str]]]:
+    """``_readable``, read once per staged run: the first process saves the answer in the scratch
+    folder (``engine.plan.cached``, named by the inputs' identity and the options), the others take
+    it instead of opening every input (the ROOT schema: importing uproot and awkward, reading each
+    file's header: most of a gather or finalize process). The scatter still checks every file it
+    reads against this schema (``RootReader._file_leaves``)."""
+    if opts.stage is None or reader.schema_memo() is None:  # one process, or a reader that cannot recall
+        return _readable(opts, reader, files)
+    by_rel = {f.rel: f for f in files}
+
+    def dump(value: tuple[list[InputFile], list[dict[str, Any]], tuple[EventSchema, list[str]]]) -> Any:
+        readable, unread, (schema, skipped) = value
+        return {"files": [f.rel for f in readable], "unread": unread, "schema": schema.to_json(),
+                "skipped": skipped, "memo": reader.schema_memo()}
+
+    def load(d: Any) -> tuple[list[InputFile], list[dict[str, Any]], tuple[EventSchema, list[str]]]:
+        try:
+            schema = EventSchema.from_json(d["schema"])
+        except DatasetError as exc:
+            raise ValueError(str(exc)) from None
+        reader.recall_schema(schema, d["memo"])
+        return [by_rel[rel] for rel in d["files"]], d["unread"], (schema, d["skipped"])
+
+    run = run_identity("convert", opts, files, extra_paths=reader.extra_inputs(opts))
+    return cached("schema", lambda: _readable(opts, reader, files), stage=opts.stage, out=opts.out, run=run,
+                  dump=dump, load=load)
 
 
 def _readable(opts: ConvertOptions, reader: Reader, files: list[InputFile]

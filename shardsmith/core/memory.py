@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import gc
 import sys
 from collections.abc import Iterator
@@ -23,8 +22,9 @@ def keep_freed_memory() -> bool:
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        # the process's own symbols, libc's among them: ``ctypes.util.find_library`` would run
+        # ``ldconfig -p`` in a child (40-100 ms of every converting process's start-up)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     # 512 MiB is glibc's ceiling for the mmap threshold on 64-bit systems

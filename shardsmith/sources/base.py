@@ -104,6 +104,16 @@ class Reader:
         """Files besides the inputs that the output depends on (part of the run's fingerprint)."""
         return ()
 
+    def schema_memo(self) -> dict[str, Any] | None:
+        """Events sources: what reading the schema set on this reader, as JSON, so that the later
+        processes of a staged run take the schema from the run's scratch folder instead of opening
+        the inputs again (``recall_schema``); None (a property of the class): every process reads it."""
+        return None
+
+    def recall_schema(self, schema: Any, memo: dict[str, Any]) -> None:
+        """Take the ``EventSchema`` an earlier process of the run read, with its ``schema_memo``."""
+        raise NotImplementedError(f"{self.name} reads its schema in every process")
+
     max_record_bytes: int | None = None  # a record longer than this is a bad record, never held whole
 
     def limit_records(self, max_bytes: int) -> None:

@@ -106,8 +106,10 @@ def _corpus(folder: Path) -> list[str]:
 
 
 def _digests(out: Path) -> dict[str, str]:
+    """sha256 of every file but the manifest (the time) and the dataset card (the command line, which
+    names the output and the stage: tests/test_card.py), as conftest.tree_digest."""
     return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(out.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+            for p in sorted(out.rglob("*")) if p.is_file() and p.name not in ("manifest.json", "README.md")}
 
 
 def _job_states(job: str, env: dict[str, str]) -> dict[str, str]:

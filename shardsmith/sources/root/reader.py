@@ -75,6 +75,12 @@ class RootReader(Reader):
         self._schema = first
         return first, skipped
 
+    def schema_memo(self) -> dict[str, Any] | None:
+        return {"tree_name": self.tree_name}
+
+    def recall_schema(self, schema: EventSchema, memo: dict[str, Any]) -> None:
+        self._schema, self.tree_name = schema, memo["tree_name"]
+
     def _leaves(self, file: InputFile) -> tuple[list[_Leaf], list[str]]:
         """The selected leaves of a file and the names skipped (memoized while the file is open)."""
         obj, memo = _open(file, self.tree)

@@ -1,0 +1,58 @@
+"""Start-up stays light (issue 18): a cluster run starts 2W+1 processes where a local run starts one,
+so what every process imports before it works is paid 2W+1 times. Checked on ``sys.modules`` of a
+fresh interpreter, not on time (which a loaded machine makes meaningless)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import root_data, same_dataset
+
+# what no command needs before it runs, and what --version and --help never need
+HEAVY = ("numpy", "pyarrow", "h5py", "uproot", "awkward", "tokenizers", "gigatoken", "fsspec", "torch",
+         "PIL", "orjson", "tqdm", "importlib.metadata")
+
+
+def _imported(code: str) -> list[str]:
+    """The modules of ``HEAVY`` a fresh interpreter holds after running ``code`` (then ``report()``)."""
+    script = (f"import sys\ndef report(names={list(HEAVY)!r}):\n"
+              "    print('\\n' + __import__('json').dumps([n for n in names if n in sys.modules]))\n"
+              f"{code}\nreport()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _cli(args: list[str]) -> str:
+    """Run the command line in the interpreter (keeping it: ``main.main``, not the program's exit)."""
+    return (f"from shardsmith.cli import main\ntry:\n    main.main({args!r}, standalone_mode=False)\n"
+            "except SystemExit:\n    pass\n")
+
+
+def test_importing_the_command_line_imports_nothing_heavy() -> None:
+    assert _imported("import shardsmith.cli") == []
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["pack-tokens", "--help"], ["verify", "--help"]])
+def test_version_and_help_import_nothing_heavy(args: list[str]) -> None:
+    assert _imported(_cli(args)) == []
+
+
+def test_later_stages_of_a_root_run_do_not_open_the_inputs(tmp_path: Path) -> None:
+    """The scatter saves the ROOT schema in the run's scratch folder; gather and finalize take it from
+    there instead of importing uproot and opening every input, and the dataset is the same bytes."""
+    root = root_data() / "uproot-HZZ.root"
+    args = ["convert", str(root), "--to", "hdf5", "--shard-samples", "700", "--workers", "1", "-q"]
+    one, staged = tmp_path / "one", tmp_path / "staged"
+    subprocess.run([sys.executable, "-m", "shardsmith", *args, "-o", str(one)], check=True, timeout=120)
+    stage = [*args, "-o", str(staged), "--world-size", "2"]
+    assert "uproot" in _imported(_cli([*stage, "--stage", "scatter", "--rank", "0"]))
+    _imported(_cli([*stage, "--stage", "scatter", "--rank", "1"]))
+    for rank in (0, 1):
+        assert "uproot" not in _imported(_cli([*stage, "--stage", "gather", "--rank", str(rank)]))
+    assert "uproot" not in _imported(_cli([*stage, "--stage", "finalize", "--rank", "0"]))
+    same_dataset(one, staged)
