@@ -30,7 +30,15 @@ from shardsmith.core.progress import Progress
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.pieces import cover, is_intact, piece_path
 from shardsmith.engine.resume import crash_point, die_with_parent
-from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, map_group, sort_group, sorted_lengths
+from shardsmith.engine.shuffle import (
+    LoadBuffer,
+    PartMaps,
+    Segment,
+    groups,
+    map_group,
+    sort_group,
+    sorted_lengths,
+)
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
@@ -156,8 +164,11 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
     writer = make_writer(split.name, ShardRange(first_shard=first, first_sample=a, weight_before=weight_before,
                                                 whole=whole, work_dir=work_dir))
-    # a mapped part file holds a file descriptor while any batch of it is alive: not for thousands
-    maps: dict[str, Any] | None = {} if writer.maps_parts and _part_files(split) <= MAX_MAPPED_PARTS else None
+    # a mapped part file holds a file descriptor while any batch of it is alive: not for thousands. Its
+    # pages stay resident up to two groups' payloads (the group being copied and the one before it), the
+    # memory the reading path spends on one group and its buffer
+    maps = (PartMaps(resident=2 * max(sum(s.payload_bytes for s in g) for g in split.groups))
+            if writer.maps_parts and split.groups and _part_files(split) <= MAX_MAPPED_PARTS else None)
     into = None if writer.keeps_batches or maps is not None else LoadBuffer()
     try:
         batches = 0

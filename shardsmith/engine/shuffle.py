@@ -304,25 +304,55 @@ class MappedBatch:
     starts: np.ndarray
 
 
-def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: dict[str, mmap.mmap]
-              ) -> MappedBatch:
-    """``sort_group`` with the payloads mapped from the part files instead of read into memory;
-    ``maps``: the part files mapped so far, by path (each mapped once)."""
+class PartMaps:
+    """The part files a gather maps (each once, by path), with the pages they keep resident bounded.
+
+    A page of a file mapping counts in the process's resident memory until it is unmapped or let go,
+    so a gather that kept every part file mapped would show its whole split as memory (14 GB at a
+    10 GB input), which a batch system's memory limit counts and kills for. Each time ``resident``
+    bytes more have been populated, every page of every map is let go (``MADV_DONTNEED``): the page
+    cache keeps the data, and the ranges still to be read (the group being copied, a shard still
+    being streamed) fault the same bytes in again from there."""
+
+    def __init__(self, *, resident: int) -> None:
+        self._maps: dict[str, mmap.mmap] = {}
+        self._since = 0
+        self._resident = resident
+
+    def payload(self, seg: Segment) -> np.ndarray:
+        """A segment's payload bytes, read only, straight from its part file's mapped pages."""
+        mm = self._maps.get(seg.path)
+        if mm is None:
+            with open(seg.path, "rb") as fh:
+                mm = self._maps[seg.path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        at = seg.offset + 24 * seg.count
+        if at + seg.payload_bytes > len(mm):
+            raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+        if seg.payload_bytes > 0:
+            first = at - at % mmap.PAGESIZE
+            size = at + seg.payload_bytes - first
+            if self._since + size > self._resident:
+                self.let_go()
+            _advise(mm, _POPULATE_READ, first, size)
+            self._since += size
+        return np.frombuffer(mm, dtype=np.uint8, count=seg.payload_bytes, offset=at)
+
+    def let_go(self) -> None:
+        """Every mapped page out of this process's resident set (the data stays in the page cache)."""
+        for mm in self._maps.values():
+            _advise(mm, _DONTNEED, 0, len(mm))
+        self._since = 0
+
+
+def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: PartMaps) -> MappedBatch:
+    """``sort_group`` with the payloads mapped from the part files instead of read into memory."""
     keys, order, lengths, _ = _load_group(group, payloads=False)
     sources: list[np.ndarray] = []
     src = np.empty(len(lengths), dtype=np.int64)
     starts = np.empty(len(lengths), dtype=np.int64)
     row = 0
     for i, seg in enumerate(group):
-        mm = maps.get(seg.path)
-        if mm is None:
-            with open(seg.path, "rb") as fh:
-                mm = maps[seg.path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        at = seg.offset + 24 * seg.count
-        if at + seg.payload_bytes > len(mm):
-            raise DatasetError(f"{seg.path}: part file shorter than its footer says")
-        _populate(mm, at, seg.payload_bytes)
-        sources.append(np.frombuffer(mm, dtype=np.uint8, count=seg.payload_bytes, offset=at))
+        sources.append(maps.payload(seg))
         src[row:row + seg.count] = i
         starts[row:row + seg.count] = starts_of(lengths[row:row + seg.count])[:-1]
         row += seg.count
@@ -330,15 +360,17 @@ def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps:
     return MappedBatch(lengths=lengths[perm], sources=sources, src=src[perm], starts=starts[perm])
 
 
-def _populate(mm: mmap.mmap, start: int, size: int) -> None:
-    """Map a range's pages now, in one call (``MADV_POPULATE_READ``, Linux 5.14+), instead of one
-    fault per page when they are copied; elsewhere they fault in as they are read."""
-    advice = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
+# Linux's advice values (``mmap`` names them only where the build knew them): populate a range in one
+# call (5.14+) instead of one fault per page when it is copied; let a range's pages go
+_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
+_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+
+
+def _advise(mm: mmap.mmap, advice: int | None, first: int, size: int) -> None:
     if advice is None or size <= 0:
         return
-    first = start - start % mmap.PAGESIZE
     with contextlib.suppress(OSError, ValueError):
-        mm.madvise(advice, first, start + size - first)
+        mm.madvise(advice, first, size)
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:
