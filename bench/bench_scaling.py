@@ -139,6 +139,7 @@ class Measure:
     wall: float
     peak_rss_mb: float
     peak_disk_mb: float
+    peak_pss_mb: float = 0.0
 
 
 def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
@@ -147,12 +148,13 @@ def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
     with open(log, "wb") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
-        rss, disk, done = [0], [0], threading.Event()
+        rss, pss, disk, done = [0], [0], [0], threading.Event()
 
         def sample() -> None:
             tick = 0
             while not done.wait(SAMPLE_S):
                 rss[0] = max(rss[0], tree_rss_kb(proc.pid))
+                pss[0] = max(pss[0], tree_rss_kb(proc.pid, proportional=True))
                 if out is not None and tick % DISK_EVERY == 0:
                     disk[0] = max(disk[0], folder_bytes(out))
                 tick += 1
@@ -168,7 +170,7 @@ def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
         raise RuntimeError(f"{' '.join(cmd)} exited {code}; stderr tail:\n{tail}")
     if out is not None:
         disk[0] = max(disk[0], folder_bytes(out))
-    return Measure(wall, rss[0] / 1024, disk[0] / 1e6)
+    return Measure(wall, rss[0] / 1024, disk[0] / 1e6, pss[0] / 1024)
 
 
 def ensure_input(work: Path, load: Workload, gb: float) -> Path:
@@ -206,6 +208,7 @@ class Point:
     walls: list[float] = field(default_factory=list)
     peak_rss_mb: float = 0.0
     peak_disk_mb: float = 0.0
+    peak_pss_mb: float = 0.0
 
     @property
     def wall(self) -> float:
@@ -231,6 +234,7 @@ def run_point(point: Point, load: Workload, src: Path, work: Path, tokenizer: Pa
     point.walls.append(m.wall)
     point.peak_rss_mb = max(point.peak_rss_mb, m.peak_rss_mb)
     point.peak_disk_mb = max(point.peak_disk_mb, m.peak_disk_mb)
+    point.peak_pss_mb = max(point.peak_pss_mb, m.peak_pss_mb)
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:
@@ -246,11 +250,13 @@ def linear_fit(points: list[Point]) -> tuple[float, float] | None:
 def print_table(name: str, points: list[Point]) -> None:
     ref = points[0]
     print(f"\n{name} (--workers {WORKERS}), {len(ref.walls)} run(s) each, median wall")
-    print(f"  {'size GB':>8s} {'wall s':>8s} {'MB/s':>7s} {'peak RSS MB':>12s} {'x s/GB':>7s} "
-          f"{'peak disk MB':>13s}  cache")
+    print(f"  {'size GB':>8s} {'wall s':>8s} {'MB/s':>7s} {'peak RSS MB':>12s} {'peak PSS MB':>12s} "
+          f"{'x s/GB':>7s} {'peak disk MB':>13s}  cache")
     for p in points:
         print(f"  {p.input_bytes / 1e9:8.3f} {p.wall:8.2f} {p.input_bytes / 1e6 / p.wall:7.1f} "
-              f"{p.peak_rss_mb:12,.0f} {p.s_per_gb / ref.s_per_gb:7.2f} {p.peak_disk_mb:13,.0f}  {p.cache}")
+              f"{p.peak_rss_mb:12,.0f} {p.peak_pss_mb:12,.0f} {p.s_per_gb / ref.s_per_gb:7.2f} "
+              f"{p.peak_disk_mb:13,.0f}  {p.cache}")
+    print("  RSS: summed over the process tree (a page forked workers share counts in each); PSS: each page once")
     if fit := linear_fit(points):
         fixed, per_gb = fit
         marginal = f", marginal {1000 / per_gb:.0f} MB/s" if per_gb > 0 else ""
@@ -272,10 +278,11 @@ def plot(points: dict[str, list[Point]], path: Path, subtitle: str) -> None:
         if fit := linear_fit(pts):
             ax_t.loglog(gb, [fit[0] + fit[1] * g for g in gb], ":", color=line.get_color(),
                         label=f"{name}: fit {fit[0]:.2f} s + {fit[1]:.1f} s/GB")
-        ax_m.semilogx(gb, [p.peak_rss_mb for p in pts], "o-", label=name)
+        ax_m.semilogx(gb, [p.peak_pss_mb for p in pts], "o-", color=line.get_color(), label=f"{name}: PSS")
+        ax_m.semilogx(gb, [p.peak_rss_mb for p in pts], "x--", color=line.get_color(), label=f"{name}: RSS summed")
     ax_t.set(title="Wall time vs input size", xlabel="input size (GB, log)", ylabel="wall time (s, log)")
     ax_m.set(title="Peak memory of the process tree vs input size", xlabel="input size (GB, log)",
-             ylabel="peak RSS, summed over processes (MB)")
+             ylabel="peak memory of the process tree (MB)")
     ax_m.set_ylim(bottom=0)
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
     sizes = sorted({round(p.input_bytes / 1e9, 3) for pts in points.values() for p in pts})

@@ -117,14 +117,18 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def tree_rss_kb(pid: int) -> int:
-    """Summed VmRSS (kB) of `pid` and all its descendants, from /proc (children of every thread)."""
+def tree_rss_kb(pid: int, *, proportional: bool = False) -> int:
+    """Summed VmRSS (kB) of `pid` and all its descendants, from /proc (children of every thread).
+    ``proportional``: summed Pss instead (smaps_rollup): a page shared by forked workers (the
+    parent's memory they inherit copy-on-write, the page cache they map) counts once in the sum,
+    where VmRSS counts it in every process that maps it."""
     total, stack = 0, [pid]
+    source, key = ("smaps_rollup", "Pss:") if proportional else ("status", "VmRSS:")
     while stack:
         p = stack.pop()
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += sum(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:"))
+            status = Path(f"/proc/{p}/{source}").read_text()
+            total += sum(int(line.split()[1]) for line in status.splitlines() if line.startswith(key))
             for task in os.listdir(f"/proc/{p}/task"):
                 stack += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError, ValueError):
