@@ -275,7 +275,8 @@ def plot(points: dict[str, list[Point]], path: Path, subtitle: str) -> None:
     for name, pts in points.items():
         gb = [p.input_bytes / 1e9 for p in pts]
         line, = ax_t.loglog(gb, [p.wall for p in pts], "o-", label=name)
-        if fit := linear_fit(pts):
+        fit = linear_fit(pts)
+        if fit and all(fit[0] + fit[1] * g > 0 for g in gb):  # a log axis cannot draw a fit below zero
             ax_t.loglog(gb, [fit[0] + fit[1] * g for g in gb], ":", color=line.get_color(),
                         label=f"{name}: fit {fit[0]:.2f} s + {fit[1]:.1f} s/GB")
         ax_m.semilogx(gb, [p.peak_pss_mb for p in pts], "o-", color=line.get_color(), label=f"{name}: PSS")
@@ -285,7 +286,7 @@ def plot(points: dict[str, list[Point]], path: Path, subtitle: str) -> None:
              ylabel="peak memory of the process tree (MB)")
     ax_m.set_ylim(bottom=0)
     plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-    sizes = sorted({round(p.input_bytes / 1e9, 3) for pts in points.values() for p in pts})
+    sizes = sorted({float(f"{p.input_bytes / 1e9:.2g}") for pts in points.values() for p in pts})
     for ax in (ax_t, ax_m):
         ax.set_xticks(sizes)  # one labelled tick per measured size
         ax.xaxis.set_major_formatter(plain)
