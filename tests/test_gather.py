@@ -51,6 +51,15 @@ def test_rollover_matches_the_rule_for_any_batching(weights, max_weight, max_sam
     if weights:
         got.append(len(weights))
     assert got == want
+    # the gather's plan: a batch that fits whole is taken by its sum (``takes_whole``), the others cut
+    roller = Rollover(max_weight=max_weight, max_samples=max_samples)
+    got = [0]
+    for a, b in zip(edges[:-1], edges[1:]):
+        if not roller.takes_whole(sum(weights[a:b]), b - a):
+            got += [a + c for c in roller.cut(np.asarray(weights[a:b], dtype=np.int64))]
+    if weights:
+        got.append(len(weights))
+    assert got == want
 
 
 @settings(max_examples=100, deadline=None)

@@ -24,6 +24,16 @@ class Rollover:
         self.count = 0
         self.weight = 0
 
+    def takes_whole(self, weight: int, count: int) -> bool:
+        """Take ``count`` samples of total ``weight`` into the shard being filled if they fit in it
+        whole (then ``cut`` of them would find no boundary, and their weights one by one are not
+        needed: the gather's plan skips reading such a group); otherwise take nothing."""
+        if self.weight + weight > self.max_weight or self.count + count > self.max_samples:
+            return False
+        self.weight += weight
+        self.count += count
+        return True
+
     def cut(self, weights: np.ndarray) -> list[int]:
         """The positions in ``weights`` before which a new shard starts (0 when the shard being
         filled is full), taking the samples into the shard being filled."""

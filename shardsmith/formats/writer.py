@@ -94,6 +94,12 @@ class Writer:
         """Each sample's weight in the rollover's units (``payload`` only if ``weigh_payload``)."""
         return np.asarray(lengths, dtype=np.int64)
 
+    def total_weight(self, payload_bytes: int) -> int | None:
+        """The summed ``weights`` of samples whose payloads total ``payload_bytes``, when that sum
+        follows from it alone (weights that are the lengths); None when it does not (a subclass
+        with its own ``weights``)."""
+        return payload_bytes if type(self).weights is Writer.weights else None
+
     def sorted_weights(self, batch: SortedBatch) -> np.ndarray:
         """``weights`` of a gathered batch (a writer that reads records in place skips the sorted copy)."""
         return self.weights(batch.lengths, batch.payload)
