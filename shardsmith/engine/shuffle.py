@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from shardsmith.core import pages
 from shardsmith.core.fsutil import naming
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.engine.keys import output_order
@@ -333,14 +334,14 @@ class PartMaps:
             size = at + seg.payload_bytes - first
             if self._since + size > self._resident:
                 self.let_go()
-            _advise(mm, _POPULATE_READ, first, size)
+            pages.populate(mm, first, size)
             self._since += size
         return np.frombuffer(mm, dtype=np.uint8, count=seg.payload_bytes, offset=at)
 
     def let_go(self) -> None:
         """Every mapped page out of this process's resident set (the data stays in the page cache)."""
         for mm in self._maps.values():
-            _advise(mm, _DONTNEED, 0, len(mm))
+            pages.let_go(mm)
         self._since = 0
 
 
@@ -358,19 +359,6 @@ def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps:
         row += seg.count
     perm = output_order(keys, order)[lo:hi]
     return MappedBatch(lengths=lengths[perm], sources=sources, src=src[perm], starts=starts[perm])
-
-
-# Linux's advice values (``mmap`` names them only where the build knew them): populate a range in one
-# call (5.14+) instead of one fault per page when it is copied; let a range's pages go
-_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
-_DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
-
-
-def _advise(mm: mmap.mmap, advice: int | None, first: int, size: int) -> None:
-    if advice is None or size <= 0:
-        return
-    with contextlib.suppress(OSError, ValueError):
-        mm.madvise(advice, first, size)
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core import recycle
+from shardsmith.core import pages, recycle
 from shardsmith.core.events import EventSchema
 from shardsmith.core.identity import Stamp, check_fd, open_checked
 from shardsmith.core.ragged import starts_of
@@ -189,10 +189,8 @@ class _OpenShard:
         events/s against over 200k/s with the pages mapped; 255 MB map in 45-75 ms from the page
         cache). Where the kernel lacks it (before Linux 5.14), pages fault in as before."""
         self.populated = True
-        advice = getattr(mmap, "MADV_POPULATE_READ", 22 if os.uname().sysname == "Linux" else None)
-        if self.mm is not None and advice is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self.mm.madvise(advice)
+        if self.mm is not None:
+            pages.populate(self.mm)
 
     def _counter(self, c: str, schema: EventSchema, samples: int, known: np.ndarray | None) -> None:
         members = schema.members(c)
