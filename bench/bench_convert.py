@@ -54,6 +54,9 @@ sys.path.insert(0, str(HERE))
 from harness import NOT_INSTALLED, anchor_python, clear, code_version, last_json, run_children, verdict, warm  # noqa: E402,E501
 
 ANCHORS = HERE / "anchors"
+sys.path.insert(0, str(ANCHORS))
+from convert_common import list_images, touch  # noqa: E402  (what every iteration loop reads of a sample)
+
 SKIPPED = "skipped (--skip-anchors)"
 WORKERS = 2
 MDS_BATCH = 256  # bench/anchors/convert_mds.py's StreamingDataset batch_size: a training loop's
@@ -61,15 +64,11 @@ AUGMENT = "random-resized-crop=224,hflip"
 AUG_SIZE = 224
 AUG_QUALITY = 90  # shardsmith's default --quality
 AUG_CHROMA = "420"  # the chroma subsampling shardsmith's augmenter encodes with
-PAGE = 4096  # _touch reads one byte a page (as convert_common.touch)
 
 
 # ---------------------------------------------------------------- child baselines (run in a fresh process)
 
 def _images(folder: str, limit: int | None = None) -> list[tuple[str, str, int]]:
-    sys.path.insert(0, str(ANCHORS))
-    from convert_common import list_images
-
     images = list_images(folder)
     return images[:limit] if limit else images
 
@@ -125,19 +124,6 @@ def _open_shardsmith(out: str):
         return None, f"shardsmith.open raised {type(e).__name__}: {str(e).splitlines()[0][:90]}"
 
 
-def _touch(sample: dict) -> int:
-    """Bytes in a sample's bytes-like fields, reading one byte of every 4 KB page of each: a loader
-    that hands out views into its map (LitData's ``memoryview``s) then reads them from the page
-    cache, as one that copies (shardsmith, webdataset) already has; a view never read cost nothing
-    (issue 18: LitData's iteration was timed without reading its samples' bytes)."""
-    size = 0
-    for v in sample.values():
-        if isinstance(v, bytes | bytearray | memoryview):
-            size += len(v)
-            bytes(memoryview(v).cast("B")[::PAGE])
-    return size
-
-
 def _ss_iter(out: str, order: str) -> dict:
     # start-up before the clock starts, as the anchors import theirs before theirs: ``import
     # shardsmith.loader`` alone imports neither the loaders nor numpy (the CLI needs neither), so the
@@ -154,7 +140,7 @@ def _ss_iter(out: str, order: str) -> dict:
     n = size = 0
     for sample in ds.iter(shuffle=order == "shuffled", seed=0):
         n += 1
-        size += _touch(sample)
+        size += touch(sample)
     return {"seconds": time.perf_counter() - t0, "samples": n, "bytes": size, "len": len(ds)}
 
 
@@ -180,9 +166,9 @@ def _ss_getitem(out: str) -> dict:
     if skip:
         return {"skip": skip}
     sample = ds[0]
-    if not isinstance(sample, dict) or not _touch(sample):
+    if not isinstance(sample, dict) or not touch(sample):
         return {"skip": f"ds[0] returned {type(sample).__name__} without bytes fields"}
-    return {"rates": _rates(lambda i: _touch(ds[i]), len(ds)), "len": len(ds)}
+    return {"rates": _rates(lambda i: touch(ds[i]), len(ds)), "len": len(ds)}
 
 
 def _wids_getitem(out: str) -> dict:
@@ -190,10 +176,10 @@ def _wids_getitem(out: str) -> dict:
         import wids
 
         ds = wids.ShardListDataset(os.path.join(out, "__index__", "train.wids.json"), transformations=[])
-        _touch(ds[0])
+        touch(ds[0])
     except Exception as e:
         return {"skip": f"wids: {type(e).__name__}: {str(e).splitlines()[0][:90]}"}
-    return {"rates": _rates(lambda i: _touch(ds[i]), len(ds)), "len": len(ds)}
+    return {"rates": _rates(lambda i: touch(ds[i]), len(ds)), "len": len(ds)}
 
 
 def _rrc_params(rng, width: int, height: int) -> tuple[int, int, int, int]:

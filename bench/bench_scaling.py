@@ -55,7 +55,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import code_version, tree_rss_kb, warm  # noqa: E402
+from harness import code_version, tree_memory_kb, warm  # noqa: E402
 
 WORKERS = 2
 ROOT_BYTES_PER_EVENT = 2579  # make_icecube_like at 240 pulses, seed 0: a 20k-event file is 51.6 MB
@@ -153,8 +153,8 @@ def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
         def sample() -> None:
             tick = 0
             while not done.wait(SAMPLE_S):
-                rss[0] = max(rss[0], tree_rss_kb(proc.pid))
-                pss[0] = max(pss[0], tree_rss_kb(proc.pid, proportional=True))
+                now_rss, now_pss = tree_memory_kb(proc.pid, keys=("VmRSS:", "Pss:"))
+                rss[0], pss[0] = max(rss[0], now_rss), max(pss[0], now_pss)
                 if out is not None and tick % DISK_EVERY == 0:
                     disk[0] = max(disk[0], folder_bytes(out))
                 tick += 1

@@ -117,23 +117,31 @@ def median_time(fn, repeat: int) -> float:
     return statistics.median(times)
 
 
-def tree_rss_kb(pid: int, *, proportional: bool = False) -> int:
-    """Summed VmRSS (kB) of `pid` and all its descendants, from /proc (children of every thread).
-    ``proportional``: summed Pss instead (smaps_rollup): a page shared by forked workers (the
-    parent's memory they inherit copy-on-write, the page cache they map) counts once in the sum,
+_PROC_FILE = {"VmRSS:": "status", "Pss:": "smaps_rollup"}  # where /proc/PID gives each of tree_memory_kb's keys
+
+
+def tree_memory_kb(pid: int, *, keys: tuple[str, ...] = ("VmRSS:",)) -> list[int]:
+    """Each of ``keys`` summed (kB) over `pid` and all its descendants (children of every thread), in
+    one walk of /proc: ``VmRSS:`` from status, ``Pss:`` from smaps_rollup. Pss counts a page shared by
+    forked workers (the parent's memory they inherit copy-on-write, the page cache they map) once,
     where VmRSS counts it in every process that maps it."""
-    total, stack = 0, [pid]
-    source, key = ("smaps_rollup", "Pss:") if proportional else ("status", "VmRSS:")
+    totals, stack = [0] * len(keys), [pid]
     while stack:
         p = stack.pop()
         try:
-            status = Path(f"/proc/{p}/{source}").read_text()
-            total += sum(int(line.split()[1]) for line in status.splitlines() if line.startswith(key))
+            for i, key in enumerate(keys):
+                text = Path(f"/proc/{p}/{_PROC_FILE[key]}").read_text()
+                totals[i] += sum(int(line.split()[1]) for line in text.splitlines() if line.startswith(key))
             for task in os.listdir(f"/proc/{p}/task"):
                 stack += [int(c) for c in Path(f"/proc/{p}/task/{task}/children").read_text().split()]
         except (FileNotFoundError, ProcessLookupError, ValueError):
             pass
-    return total
+    return totals
+
+
+def tree_rss_kb(pid: int) -> int:
+    """Summed VmRSS (kB) of `pid` and all its descendants."""
+    return tree_memory_kb(pid)[0]
 
 
 def byte_compiled() -> Path:
