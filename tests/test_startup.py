@@ -56,3 +56,23 @@ def test_later_stages_of_a_root_run_do_not_open_the_inputs(tmp_path: Path) -> No
         assert "uproot" not in _imported(_cli([*stage, "--stage", "gather", "--rank", str(rank)]))
     assert "uproot" not in _imported(_cli([*stage, "--stage", "finalize", "--rank", "0"]))
     same_dataset(one, staged)
+
+
+def test_gigatoken_never_imports_awkward_in_the_check_or_in_a_worker(corpus, bpe_tokenizer, tmp_path: Path) -> None:
+    """gigatoken's batch calls import awkward on first use (0.2-0.3 s, what the check used to wait
+    for): the engine check and forked workers encode one document at a time instead."""
+    root, docs = corpus
+    run = _cli(["pack-tokens", str(root), "--tokenizer", str(bpe_tokenizer), "--workers", "2", "-q",
+                "-o", str(tmp_path / "out")])
+    worker = ("import multiprocessing, json as _json\n"
+              "from shardsmith.transforms import tokenize as tk\n"
+              f"spec = tk.TokenizerSpec(json=open({str(bpe_tokenizer)!r}).read(), engine='gigatoken', eos_id=0,"
+              " bos_id=None, vocab_size=400)\n"
+              "def encode(texts):\n"
+              "    import sys\n"
+              "    tk.Encoder(spec).encode(texts)\n"
+              "    return 'awkward' in sys.modules\n"
+              "with multiprocessing.get_context('fork').Pool(1) as pool:\n"
+              f"    assert pool.apply(encode, ({docs[:5]!r},)) is False\n")
+    assert "awkward" not in _imported(run + worker)
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]["engine"] == "gigatoken"
