@@ -60,9 +60,10 @@ def test_later_stages_of_a_root_run_do_not_open_the_inputs(tmp_path: Path) -> No
 
 def test_gigatoken_never_imports_awkward_in_the_check_or_in_a_worker(corpus, bpe_tokenizer, tmp_path: Path) -> None:
     """gigatoken's batch calls import awkward on first use (0.2-0.3 s, what the check used to wait
-    for): the engine check and forked workers encode one document at a time instead."""
+    for, and each cluster rank paid): the check, a run in one process and a forked worker encode
+    one document at a time instead."""
     root, docs = corpus
-    run = _cli(["pack-tokens", str(root), "--tokenizer", str(bpe_tokenizer), "--workers", "2", "-q",
+    run = _cli(["pack-tokens", str(root), "--tokenizer", str(bpe_tokenizer), "--workers", "1", "-q",
                 "-o", str(tmp_path / "out")])
     worker = ("import multiprocessing, json as _json\n"
               "from shardsmith.transforms import tokenize as tk\n"
@@ -76,3 +77,21 @@ def test_gigatoken_never_imports_awkward_in_the_check_or_in_a_worker(corpus, bpe
               f"    assert pool.apply(encode, ({docs[:5]!r},)) is False\n")
     assert "awkward" not in _imported(run + worker)
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["tokenizer"]["engine"] == "gigatoken"
+
+
+def test_later_stages_of_a_token_run_do_not_load_the_tokenizer(corpus, bpe_tokenizer, tmp_path: Path) -> None:
+    """The first process saves what the run takes from the tokenizer (``commands.token_facts``);
+    gather and finalize take it from there instead of importing tokenizers and parsing the file,
+    and the dataset is the same bytes."""
+    root, _ = corpus
+    args = ["pack-tokens", str(root), "--tokenizer", str(bpe_tokenizer), "--shard-tokens", "2000", "--workers", "1",
+            "--nanogpt", "-q"]
+    one, staged = tmp_path / "one", tmp_path / "staged"
+    subprocess.run([sys.executable, "-m", "shardsmith", *args, "-o", str(one)], check=True, timeout=120)
+    stage = [*args, "-o", str(staged), "--world-size", "2"]
+    for rank in (0, 1):
+        assert "tokenizers" in _imported(_cli([*stage, "--stage", "scatter", "--rank", str(rank)]))
+    for rank in (0, 1):
+        assert "tokenizers" not in _imported(_cli([*stage, "--stage", "gather", "--rank", str(rank)]))
+    assert "tokenizers" not in _imported(_cli([*stage, "--stage", "finalize", "--rank", "0"]))
+    same_dataset(one, staged)

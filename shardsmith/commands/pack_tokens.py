@@ -12,6 +12,7 @@ from typing import Any
 
 from shardsmith import registry
 from shardsmith.commands import nanogpt_split
+from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.memory import keep_freed_memory
 from shardsmith.core.progress import Progress
@@ -122,21 +123,22 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
         tok_path = home / "tokenizer.json"
     else:
         tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
-    hf, json_text, tok_sha = tk.load_hf(tok_path)
-    if tok_path != home / "tokenizer.json":
-        _write_changed(home / "tokenizer.json", tok_path.read_bytes())
-
-    eos = None if opts.no_eos else (opts.eos_token or tk.default_eos(hf))
-    if eos is None and not opts.no_eos:
-        raise UsageError(f"--tokenizer {tok_path}: no end-of-text token among its special tokens; "
-                         f"name one with --eos-token or pass --no-eos")
-    eos_id = tk.special_id(hf, eos, "--eos-token") if eos else None
-    bos_id = tk.special_id(hf, opts.bos_token, "--bos-token") if opts.bos_token else None
-    vocab_size = hf.get_vocab_size(with_added_tokens=True)
-    if opts.nanogpt and vocab_size > 65536:
-        raise UsageError(f"--nanogpt: nanoGPT reads uint16 tokens, but the vocabulary has {vocab_size} entries")
-
     tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
+    hf = json_text = None
+
+    def read_facts() -> TokenizerFacts:
+        nonlocal hf, json_text
+        hf, json_text, sha = tk.load_hf(tok_path)
+        return TokenizerFacts.of(opts, hf, sha256=sha, source=tok_path)
+
+    facts = cached("tokenizer-facts", read_facts, stage=opts.stage, out=opts.out, run=run_id,
+                   dump=TokenizerFacts.dump, load=TokenizerFacts.load)
+    if tokenizing and hf is None:  # the facts came from the run's scratch folder
+        hf, json_text, _ = tk.load_hf(tok_path)
+    if tok_path != home / "tokenizer.json":
+        _write_changed(home / "tokenizer.json", tk.tokenizer_bytes(tok_path))
+    eos, eos_id, bos_id, vocab_size = facts.eos, facts.eos_id, facts.bos_id, facts.vocab_size
+
     # gigatoken's set-up runs while the sample is read and encoded by the reference (and while a
     # scatter rank with a cached decision gets ready)
     warm = tk.GigaWarmup(json_text) if tokenizing and opts.engine != "hf" else None
@@ -164,16 +166,15 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
                                                   f"are refused: this tokenizer's ids change when they are cut"))
     if opts.pack is not None:
-        opts = dataclasses.replace(opts, pad_id=pad_id_of(opts, hf, eos_id, vocab_size),
-                                   pack_window=window_of(opts))
+        opts = dataclasses.replace(opts, pad_id=facts.pad_id, pack_window=window_of(opts))
     if val_share is not None:
         opts = dataclasses.replace(opts, splits=nanogpt_split.splits_with(val_share))
     companions = neighbours.hf_files(neighbours.SpecialTokens(
-        eos=eos, bos=opts.bos_token, pad=neighbours.found_pad(hf, opts.pad_id)))
+        eos=eos, bos=opts.bos_token, pad=facts.pad))
     if opts.nanogpt:
         companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(vocab_size)
     companion_names = neighbours.write_companions(home, companions, write=_write_changed)
-    spec = tk.TokenizerSpec(json=json_text, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
+    spec = tk.TokenizerSpec(json=json_text or "", engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
                             piece_chars=tk.PIECE_CHARS if safe else None)
 
     processor = TokenProcessor(spec=spec, text_field=opts.text_field, transforms=transforms,
@@ -188,7 +189,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     if opts.nanogpt:
         nanogpt_split.check_filled({name: sum(s.samples for s in o.shards) for name, o in done.outputs.items()},
                                    default=val_share is not None)
-    tokenizer = {"path": "tokenizer.json", "sha256": tok_sha, "vocab_size": vocab_size, "eos_token": eos,
+    tokenizer = {"path": "tokenizer.json", "sha256": facts.sha256, "vocab_size": vocab_size, "eos_token": eos,
                  "eos_id": eos_id, "bos_token": opts.bos_token, "bos_id": bos_id, "dtype": spec.dtype.name,
                  "engine": engine, "engine_reason": why, "trained": opts.train_tokenizer is not None}
     return commit_dataset(
@@ -266,7 +267,6 @@ def _inputs_digest(files: list[Any]) -> str:
     return h.hexdigest()
 
 
-PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<|endoftext|>")
 def window_of(opts: PackTokensOptions) -> int:
     """``--pack-window``, else the default: the tokens best-fit packs at once (never from --memory, so
     the packed bytes do not depend on it)."""
@@ -302,22 +302,6 @@ def check_packing(opts: PackTokensOptions) -> None:
                          f"{window:,} tokens: give --memory {format_size(window_bytes(window))} or more, "
                          f"or a smaller --pack-window")
 
-
-def pad_id_of(opts: PackTokensOptions, hf: Any, eos_id: int | None, vocab_size: int) -> int:
-    """``--pad-id``, else the tokenizer's padding token, else a usual pad token among its specials,
-    else the end-of-text id."""
-    if opts.pad_id is not None:
-        if not 0 <= opts.pad_id < vocab_size:
-            raise UsageError(f"--pad-id {opts.pad_id}: outside the tokenizer's vocabulary of {vocab_size}")
-        return opts.pad_id
-    padding = hf.padding
-    if padding and padding.get("pad_id") is not None and 0 <= padding["pad_id"] < vocab_size:
-        return int(padding["pad_id"])
-    specials = {t.content: i for i, t in hf.get_added_tokens_decoder().items() if t.special}
-    found = next((specials[c] for c in PAD_CANDIDATES if c in specials), eos_id)
-    if found is None:
-        raise UsageError("--pack: the tokenizer names no padding or end-of-text token; give --pad-id")
-    return int(found)
 
 
 def summary_line(out: Path, manifest: dict[str, Any]) -> str:

@@ -8,7 +8,6 @@ input (plus a few awkward probes), so the output never depends on the engine.
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -116,15 +115,20 @@ def load_hf(path: str | Path) -> tuple[Any, str, str]:
     """(tokenizer with truncation and padding off, its JSON, sha256 of the file as given)."""
     from tokenizers import Tokenizer
 
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--tokenizer: {path}: no such file")
-    raw = p.read_bytes()
+    raw = tokenizer_bytes(path)
     try:
         tok = Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # tokenizers raises plain Exception subclasses from Rust
         raise UsageError(f"--tokenizer: {path}: not a HuggingFace tokenizer.json ({str(exc)[:200]})") from None
     return _plain(tok), tok.to_str(), hashlib.sha256(raw).hexdigest()
+
+
+def tokenizer_bytes(path: str | Path) -> bytes:
+    """The tokenizer file's bytes; a usage error when it is not there."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"--tokenizer: {path}: {exc.strerror or 'cannot read'}") from None
 
 
 def _plain(tok: Any) -> Any:
@@ -261,20 +265,14 @@ class Encoder:
     def _raw(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The texts' ids back to back (no specials) and their counts."""
         if self.spec.engine == "gigatoken":
-            if multiprocessing.parent_process() is not None:
-                # a worker, where gigatoken's batch call runs on this thread too: one document at a
-                # time gives the same ids as fast, and spares each worker awkward's import
-                encode = self._giga.encode
-                arrays = [encode(t) for t in texts]
-                raw_lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
-                return (np.concatenate(arrays) if arrays else np.empty(0, np.uint32)), raw_lengths
-            layout = self._giga.encode_batch(texts).layout  # in parallel on gigatoken's threads
-            offsets = np.asarray(layout.offsets.data, dtype=np.int64)
-            content = np.asarray(layout.content.data)
-            if offsets[0]:
-                content = content[offsets[0]:]
-                offsets = offsets - offsets[0]
-            raw_lengths = np.diff(offsets)
+            # one document at a time, on this thread: the same ids as gigatoken's batch call, as fast
+            # where that call runs serially too (a forked worker), and without awkward, which the
+            # batch call imports (0.2-0.3 s a process). ``--workers`` is the cores a run takes: the
+            # batch call would spread even ``--workers 1`` over every core of the machine.
+            encode = self._giga.encode
+            arrays = [encode(t) for t in texts]
+            raw_lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
+            content = np.concatenate(arrays) if arrays else np.empty(0, np.uint32)
         else:
             ids = [e.ids for e in self._hf.encode_batch_fast(texts, add_special_tokens=False)]
             raw_lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
