@@ -124,28 +124,28 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     else:
         tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
     tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
-    hf = json_text = None
+    hf = None  # the reference tokenizer, loaded only by a process that checks the engine
 
     def read_facts() -> TokenizerFacts:
-        nonlocal hf, json_text
+        nonlocal hf
         hf, json_text, sha = tk.load_hf(tok_path)
-        return TokenizerFacts.of(opts, hf, sha256=sha, source=tok_path)
+        return TokenizerFacts.of(opts, hf, json=json_text, sha256=sha, source=tok_path)
 
     facts = cached("tokenizer-facts", read_facts, stage=opts.stage, out=opts.out, run=run_id,
                    dump=TokenizerFacts.dump, load=TokenizerFacts.load)
-    if tokenizing and hf is None:  # the facts came from the run's scratch folder
-        hf, json_text, _ = tk.load_hf(tok_path)
     if tok_path != home / "tokenizer.json":
         _write_changed(home / "tokenizer.json", tk.tokenizer_bytes(tok_path))
     eos, eos_id, bos_id, vocab_size = facts.eos, facts.eos_id, facts.bos_id, facts.vocab_size
 
     # gigatoken's set-up runs while the sample is read and encoded by the reference (and while a
     # scatter rank with a cached decision gets ready)
-    warm = tk.GigaWarmup(json_text) if tokenizing and opts.engine != "hf" else None
+    warm = tk.GigaWarmup(facts.json) if tokenizing and opts.engine != "hf" else None
     loaded = None
 
     def check_engine() -> tuple[str, str, bool, float | None]:
-        nonlocal loaded
+        nonlocal loaded, hf
+        if hf is None:  # the facts came from the run's scratch folder
+            hf = tk.load_hf(tok_path)[0]
         with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
             got = _sample(reader, tasks, opts.text_field, transforms)
             sample = got.texts
@@ -153,7 +153,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
             safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS], ids)
             # the engines must agree on the pieces long documents are cut into, too
             cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
-            engine, why, loaded = tk.choose_engine(opts.engine, hf, json_text, sample + cut, tick=bar.update,
+            engine, why, loaded = tk.choose_engine(opts.engine, hf, facts.json, sample + cut, tick=bar.update,
                                                    warm=warm, ids=ids)
         share = nanogpt_split.default_share(got, input_bytes=total_bytes) if default_val else None
         return engine, why, safe, share
@@ -174,7 +174,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     if opts.nanogpt:
         companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(vocab_size)
     companion_names = neighbours.write_companions(home, companions, write=_write_changed)
-    spec = tk.TokenizerSpec(json=json_text or "", engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
+    spec = tk.TokenizerSpec(json=facts.json, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
                             piece_chars=tk.PIECE_CHARS if safe else None)
 
     processor = TokenProcessor(spec=spec, text_field=opts.text_field, transforms=transforms,

@@ -2,7 +2,8 @@
 
 Worked out once, by the first process of a run (``engine.plan.cached``): the gather and finalize
 stages of a cluster run read them from the run's scratch folder instead of loading the tokenizer
-again (importing and parsing it with ``tokenizers`` was 0.07 s of a 0.27 s gather process). Every
+again (importing and parsing it with ``tokenizers`` was 0.07 s of a 0.27 s gather process), nor
+does a scatter rank whose engine decision was saved too. Every
 usage error about the tokenizer is raised here, so the first process reports it.
 """
 
@@ -22,6 +23,7 @@ NANOGPT_VOCAB = 65536  # nanoGPT reads uint16 tokens
 
 @dataclass(frozen=True, kw_only=True)
 class TokenizerFacts:
+    json: str  # the tokenizer as tokenizers writes it back: what every engine is built from
     sha256: str  # of the tokenizer file as given
     eos: str | None  # appended to every document (None: --no-eos)
     eos_id: int | None
@@ -31,7 +33,7 @@ class TokenizerFacts:
     pad: str | None  # the padding token the companion files name
 
     @classmethod
-    def of(cls, opts: Any, hf: Any, *, sha256: str, source: Path) -> TokenizerFacts:
+    def of(cls, opts: Any, hf: Any, *, json: str, sha256: str, source: Path) -> TokenizerFacts:
         """The facts of ``hf`` (loaded from ``source``) under the run's options."""
         eos = None if opts.no_eos else (opts.eos_token or tk.default_eos(hf))
         if eos is None and not opts.no_eos:
@@ -43,7 +45,7 @@ class TokenizerFacts:
         if opts.nanogpt and vocab_size > NANOGPT_VOCAB:
             raise UsageError(f"--nanogpt: nanoGPT reads uint16 tokens, but the vocabulary has {vocab_size} entries")
         pad_id = pad_id_of(opts, hf, eos_id, vocab_size) if opts.pack is not None else None
-        return cls(sha256=sha256, eos=eos, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size, pad_id=pad_id,
+        return cls(json=json, sha256=sha256, eos=eos, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size, pad_id=pad_id,
                    pad=neighbours.found_pad(hf, pad_id if pad_id is not None else opts.pad_id))
 
     def dump(self) -> dict[str, Any]:
