@@ -3,8 +3,9 @@
     python bench/bench_pack_tokens.py [--mb 100] [--workdir /tmp/shardsmith-bench] [--skip-anchors] [--big]
 
 On one synthetic corpus (bench/corpus.py) and one tokenizer (bench/make_tokenizers.py), warm page cache:
-  * byte-level BPE: shardsmith vs the bare read, gigatoken's raw encode (the physical limit), bare HF
-    tokenizers, datatrove's tokenizer + merger and Megatron's preprocess_data (from bench/.venv-anchors,
+  * byte-level BPE: shardsmith vs the bare read, gigatoken's raw encode (the physical limit), nanoGPT's
+    prepare.py recipe on gigatoken's encode_files (the limit for a tool that also writes its tokens:
+    train.bin through np.memmap, in input order, without a split, hash or fsync), bare HF tokenizers, datatrove's tokenizer + merger and Megatron's preprocess_data (from bench/.venv-anchors,
     made by bench/anchors/setup.sh; Megatron from the project venv when megatron-core is there).
     Two truths side by side (issue 18, point 4): end to end as a user runs each tool (shardsmith's
     default engine picks gigatoken; datatrove and Megatron encode with HF `tokenizers`), and the same
@@ -84,6 +85,8 @@ def child(name: str, corpus: str, tokenizer: str) -> dict[str, int]:
 
         encoded = gigatoken.Tokenizer(tokenizer).encode_files(gigatoken.JsonlFileSource([corpus], field="text"))
         return {"docs": len(encoded), "tokens": int(_count(encoded))}
+    if name == "gigatoken-prepare":
+        return _prepare_with_gigatoken(corpus, tokenizer)
     if name in ("hf-batch", "hf-batch-fast"):
         from tokenizers import Tokenizer
 
@@ -98,6 +101,39 @@ def child(name: str, corpus: str, tokenizer: str) -> dict[str, int]:
             tokens += sum(len(e.ids) for e in encoded)
         return {"docs": docs, "tokens": tokens}
     raise SystemExit(f"unknown baseline {name}")
+
+
+def _prepare_with_gigatoken(corpus: str, tokenizer: str) -> dict[str, int]:
+    """nanoGPT's `data/openwebtext/prepare.py` recipe with the fastest encoder: every document's ids
+    plus one eot, in input order, written to `train.bin` through `np.memmap(mode="w+")` and flushed
+    (no shuffle, no validation split, no hash, no fsync: what a user writes instead of pack-tokens
+    --nanogpt; the file lands beside the corpus and is removed)."""
+    import gigatoken
+    import numpy as np
+
+    tok = gigatoken.Tokenizer(tokenizer)
+    layout = tok.encode_files(gigatoken.JsonlFileSource([corpus], field="text")).layout
+    offsets = np.asarray(layout.offsets.data, dtype=np.int64)
+    content = np.asarray(layout.content.data)[offsets[0]:offsets[-1]]
+    ends = (offsets[1:] - offsets[0]) + np.arange(1, len(offsets))  # each document's end, eot included
+    out_path = Path(corpus).with_name("prepare-train.bin")
+    arr = np.memmap(out_path, dtype=np.uint16, mode="w+", shape=(int(ends[-1]) if len(ends) else 0,))
+    room = np.ones(len(arr), dtype=bool)
+    room[ends - 1] = False
+    arr[room] = content
+    arr[ends - 1] = _eot(tokenizer)
+    arr.flush()
+    docs, total = len(ends), len(arr)
+    del arr
+    out_path.unlink()
+    return {"docs": docs, "tokens": total - docs}
+
+
+def _eot(tokenizer: str) -> int:
+    """The id of `<|endoftext|>` among the tokenizer's added tokens (bench/make_tokenizers.py's BPE has it)."""
+    with open(tokenizer, "rb") as f:
+        added = json.load(f)["added_tokens"]
+    return next(int(t["id"]) for t in added if t["content"] == "<|endoftext|>")
 
 
 def _count(encoded: object) -> int:
@@ -265,6 +301,7 @@ def bpe_section(b: Bench, corpus: Path, tok: Path, anchors: dict[str, str | None
     size = corpus.stat().st_size
     read, giga, giga_files, hf = Row("bare read of the file"), Row("gigatoken encode_batch (read+orjson+encode)"), \
         Row("gigatoken encode_files (Rust JSONL reader)"), Row("HF tokenizers encode_batch_fast (bare script)")
+    prep = Row("nanoGPT prepare.py recipe on encode_files (writes train.bin)")
     ss = Row(f"shardsmith pack-tokens --workers {WORKERS} --nanogpt")
     ss_hf = Row(f"shardsmith pack-tokens --workers {WORKERS} --nanogpt --engine hf")
     dt, meg = Row("datatrove tokenizer + merger (2 tasks)"), Row("Megatron preprocess_data (2 workers) [re-creation]")
@@ -274,6 +311,7 @@ def bpe_section(b: Bench, corpus: Path, tok: Path, anchors: dict[str, str | None
         b.baseline(read, "read", corpus, tok)
         b.baseline(giga, "gigatoken-batch", corpus, tok)
         b.baseline(giga_files, "gigatoken-files", corpus, tok)
+        b.baseline(prep, "gigatoken-prepare", corpus, tok)
         b.baseline(hf, "hf-batch-fast", corpus, tok)
         for row, dest, extra in ((ss, out, ()), (ss_hf, out_hf, ("--engine", "hf"))):
             try:
@@ -292,7 +330,7 @@ def bpe_section(b: Bench, corpus: Path, tok: Path, anchors: dict[str, str | None
     title = (f"pack-tokens, byte-level BPE ({tok.name}), {size / 1e6:.1f} MB JSONL, {WORKERS} cores, median of "
              f"{b.repeat}  [tokens include one eos per document]")
     table(f"{title}\n  end to end, as a user runs each tool (shardsmith's default engine):",
-          [read, giga, giga_files, ss, dt, meg], size, ss)
+          [read, giga, giga_files, prep, ss, dt, meg], size, ss)
     table("  the same library (HF tokenizers) everywhere: the pipelines' own cost", [ss_hf, hf, dt, meg], size, ss_hf)
     if ss.walls:
         verdict("issue 2: >= 50 MB/s end to end", size / 1e6 / ss.wall >= 50, f"{size / 1e6 / ss.wall:.1f} MB/s")
@@ -306,6 +344,9 @@ def bpe_section(b: Bench, corpus: Path, tok: Path, anchors: dict[str, str | None
                 print(f"  same library: --engine hf at {r.wall / ss_hf.wall:.2f}x the speed of {r.name.split(' (')[0]}")
     if ss.walls and giga_files.walls:
         print(f"  shardsmith end to end at {giga_files.wall / ss.wall:.2f}x the speed of gigatoken's encode_files")
+    if ss.walls and prep.walls:
+        print(f"  shardsmith end to end at {prep.wall / ss.wall:.2f}x the speed of nanoGPT's prepare.py recipe on "
+              f"encode_files (which also writes its tokens: in input order, no val split, no hash, no fsync)")
     return out
 
 

@@ -14,19 +14,24 @@ from hypothesis import strategies as st
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.engine.keys import input_order, mix64, shuffle_keys, split_draws
 from shardsmith.engine.shuffle import (
+    PartMaps,
     PartWriter,
     bucket_count,
     bucket_of,
+    groups,
+    map_group,
     read_part_footer,
     segments_by_split,
     sorted_batches,
 )
 from shardsmith.engine.splits import assign_splits, parse_splits
+from shardsmith.errors import DatasetError
 
 
 def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, budget: int, cut: int,
-                      flush: int = 1 << 30) -> list[bytes]:
-    """Run samples (file f has files[f] records, payload = its identity) through parts and gather."""
+                      flush: int = 1 << 30, mapped: bool = False) -> list[bytes]:
+    """Run samples (file f has files[f] records, payload = its identity) through parts and gather
+    (reading each group into memory, or ``mapped``: from the part files' pages, as ``map_group``)."""
     parts = []
     task = 0
     for f, n in enumerate(files):
@@ -50,6 +55,12 @@ def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, bu
             task += 1
     table = segments_by_split(parts, 1)
     out: list[bytes] = []
+    if mapped:
+        maps = PartMaps(resident=1 << 12)  # pages let go all the time: what is read must not depend on it
+        for group in groups(table[0], budget=budget):
+            got = map_group(group, maps=maps)
+            out += [bytes(got.sources[s][p:p + n]) for s, p, n in zip(got.src, got.starts, got.lengths)]
+        return out
     for batch in sorted_batches(table[0], budget=budget):
         data = bytes(batch.payload)
         pos = 0
@@ -71,6 +82,33 @@ def test_shuffle_is_a_permutation_independent_of_buckets_budget_and_tasks(tmp_pa
     assert sorted(got) == sorted(every)  # a permutation: nothing lost, nothing doubled
     ref = shuffle_via_parts(tmp_path_factory.mktemp("ref"), files, seed, 1, 10**9, 10**9)
     assert got == ref  # same order for any partitioning
+
+
+@settings(max_examples=30, deadline=None)
+@given(files=st.lists(st.integers(0, 40), min_size=1, max_size=4), seed=st.integers(0, 2**32),
+       n_buckets=st.sampled_from([1, 2, 8, 64]), budget=st.integers(1, 4000), cut=st.integers(1, 50),
+       flush=st.sampled_from([1, 64, 1 << 30]))
+def test_a_mapped_gather_reads_what_a_read_gather_reads(tmp_path_factory, files, seed, n_buckets, budget, cut, flush):
+    """``map_group`` (one source per part file, samples located through every segment of a group,
+    parts flushed in several runs of segments) hands on the same samples in the same order."""
+    read = shuffle_via_parts(tmp_path_factory.mktemp("read"), files, seed, n_buckets, budget, cut, flush)
+    mapped = shuffle_via_parts(tmp_path_factory.mktemp("mapped"), files, seed, n_buckets, budget, cut, flush,
+                               mapped=True)
+    assert mapped == read
+
+
+def test_a_part_file_cut_short_is_refused_by_the_mapped_gather(tmp_path):
+    path = tmp_path / "part-0.bin"
+    w = PartWriter(path)
+    keys = shuffle_keys(1, "f", np.arange(50))
+    w.add(split=0, bucket=0, keys=keys, order=input_order(0, np.arange(50)), lengths=np.full(50, 100),
+          payload=bytes(5000))
+    w.write({"task": 0})
+    table = segments_by_split([(path, read_part_footer(path))], 1)
+    with open(path, "r+b") as fh:
+        fh.truncate(3000)  # inside the segment's payload
+    with pytest.raises(DatasetError, match="shorter than its footer"):
+        map_group(groups(table[0], budget=1 << 20)[0], maps=PartMaps(resident=1 << 20))
 
 
 def test_order_is_sorted_by_key():
@@ -176,7 +214,8 @@ def test_mapped_part_pages_stay_bounded(tmp_path: Path) -> None:
     before = _rss_file_mb()
     peak = 0.0
     for i in range(n):
-        got = maps.payload(Segment(path=str(part), offset=i * seg_bytes, count=0, payload_bytes=seg_bytes))
+        maps.bring_in([Segment(path=str(part), offset=i * seg_bytes, count=0, payload_bytes=seg_bytes)])
+        got = maps.source(str(part))[i * seg_bytes:(i + 1) * seg_bytes]
         assert int(got[::4096].astype(np.int64).sum()) == int(data[i * seg_bytes:(i + 1) * seg_bytes:4096]
                                                               .astype(np.int64).sum())
         peak = max(peak, _rss_file_mb() - before)

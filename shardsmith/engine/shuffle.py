@@ -317,26 +317,48 @@ class PartMaps:
 
     def __init__(self, *, resident: int) -> None:
         self._maps: dict[str, mmap.mmap] = {}
+        self._arrays: dict[str, np.ndarray] = {}
         self._since = 0
         self._resident = resident
 
-    def payload(self, seg: Segment) -> np.ndarray:
-        """A segment's payload bytes, read only, straight from its part file's mapped pages."""
-        mm = self._maps.get(seg.path)
-        if mm is None:
-            with open(seg.path, "rb") as fh:
-                mm = self._maps[seg.path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        at = seg.offset + 24 * seg.count
-        if at + seg.payload_bytes > len(mm):
-            raise DatasetError(f"{seg.path}: part file shorter than its footer says")
-        if seg.payload_bytes > 0:
-            first = at - at % mmap.PAGESIZE
-            size = at + seg.payload_bytes - first
-            if self._since + size > self._resident:
+    def source(self, path: str) -> np.ndarray:
+        """A part file's bytes, read only, as its mapped pages (mapped once)."""
+        arr = self._arrays.get(path)
+        if arr is None:
+            with open(path, "rb") as fh:
+                mm = self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            arr = self._arrays[path] = np.frombuffer(mm, dtype=np.uint8)
+        return arr
+
+    def bring_in(self, group: list[Segment]) -> None:
+        """Map the segments' pages (heads and payloads) now, a run of adjacent segments of one file
+        at a time (a group's buckets lie side by side in each part file it reads)."""
+        ranges: list[tuple[str, int, int]] = []
+        for seg in sorted(group, key=lambda seg: (seg.path, seg.offset)):
+            end = seg.offset + seg.nbytes
+            if end > len(self.source(seg.path)):
+                raise DatasetError(f"{seg.path}: part file shorter than its footer says")
+            if ranges and ranges[-1][0] == seg.path and ranges[-1][2] >= seg.offset:
+                ranges[-1] = (seg.path, ranges[-1][1], max(end, ranges[-1][2]))
+            elif seg.nbytes:
+                ranges.append((seg.path, seg.offset, end))
+        for path, start, stop in ranges:
+            first = start - start % mmap.PAGESIZE
+            if self._since + stop - first > self._resident:
                 self.let_go()
-            pages.populate(mm, first, size)
-            self._since += size
-        return np.frombuffer(mm, dtype=np.uint8, count=seg.payload_bytes, offset=at)
+            pages.populate(self._maps[path], first, stop - first)
+            self._since += stop - first
+
+    def heads(self, group: list[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``_load_group``'s keys, input order and lengths, from the mapped pages (``bring_in``
+        first): no read call per segment."""
+        heads = np.empty((3, sum(s.count for s in group)), dtype=np.uint64)
+        row = 0
+        for seg in group:
+            heads[:, row:row + seg.count] = self.source(seg.path)[seg.offset:seg.offset + 24 * seg.count] \
+                .view(np.uint64).reshape(3, seg.count)
+            row += seg.count
+        return heads[0], heads[1], heads[2].astype(np.int64)
 
     def let_go(self) -> None:
         """Every mapped page out of this process's resident set (the data stays in the page cache)."""
@@ -346,19 +368,24 @@ class PartMaps:
 
 
 def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: PartMaps) -> MappedBatch:
-    """``sort_group`` with the payloads mapped from the part files instead of read into memory."""
-    keys, order, lengths, _ = _load_group(group, payloads=False)
-    sources: list[np.ndarray] = []
-    src = np.empty(len(lengths), dtype=np.int64)
-    starts = np.empty(len(lengths), dtype=np.int64)
-    row = 0
-    for i, seg in enumerate(group):
-        sources.append(maps.payload(seg))
-        src[row:row + seg.count] = i
-        starts[row:row + seg.count] = starts_of(lengths[row:row + seg.count])[:-1]
-        row += seg.count
+    """``sort_group`` with the payloads mapped from the part files instead of read into memory:
+    one source per part file (not per segment: a group holds thousands of small segments)."""
+    maps.bring_in(group)
+    keys, order, lengths = maps.heads(group)
+    paths: dict[str, int] = {}
+    seg_src = np.fromiter((paths.setdefault(s.path, len(paths)) for s in group), dtype=np.int64, count=len(group))
+    seg_at = np.fromiter((s.offset + 24 * s.count for s in group), dtype=np.int64, count=len(group))
+    counts = np.fromiter((s.count for s in group), dtype=np.int64, count=len(group))
+    row_seg = np.repeat(np.arange(len(group), dtype=np.int64), counts)
+    if not np.array_equal(np.bincount(row_seg, weights=lengths, minlength=len(group)),
+                          np.fromiter((s.payload_bytes for s in group), dtype=np.float64, count=len(group))):
+        raise DatasetError(f"{group[0].path}: part file's sample lengths disagree with its footer")
+    before = starts_of(lengths)[:-1]  # each sample's offset in the group's payloads back to back
+    seg_before = starts_of(np.fromiter((s.payload_bytes for s in group), dtype=np.int64, count=len(group)))[:-1]
+    starts = seg_at[row_seg] + before - seg_before[row_seg]
     perm = output_order(keys, order)[lo:hi]
-    return MappedBatch(lengths=lengths[perm], sources=sources, src=src[perm], starts=starts[perm])
+    return MappedBatch(lengths=lengths[perm], sources=[maps.source(p) for p in paths], src=seg_src[row_seg][perm],
+                       starts=starts[perm])
 
 
 def sorted_lengths(group: list[Segment]) -> np.ndarray:

@@ -156,7 +156,8 @@ class GigaWarmup:
     process reads its sample and encodes it with the reference: the engine check then costs the
     longer of the two, not their sum. The first encode builds gigatoken's lazy tables (~0.05 s);
     it goes through ``encode``, one document: gigatoken's batch calls import awkward (0.2-0.3 s)
-    on their first use, which a forked worker never needs (``Encoder``). ``result`` joins the
+    on their first use, which no process of a run needs (``Encoder`` encodes one document at a
+    time too). ``result`` joins the
     thread: call it before any worker is forked (a fork must never see the thread running)."""
 
     def __init__(self, json_text: str) -> None:
