@@ -16,8 +16,9 @@ Size is the input file's bytes (GB = 10**9 B); MB/s is input MB per wall second.
 `python -m shardsmith ...`; its wall time includes start-up. Before a run the input is read once (warm
 page cache) when it fits in half the available memory; larger inputs are read cold (the "cache" column).
 Peak RSS is the largest sum of VmRSS over the child and all its descendants, read from /proc every 50 ms
-(no psutil here): a page shared by processes (libraries, file mappings) counts in each, so the sum
-overstates a little. Both commands keep the shuffle within --memory (default 1GB; --memory passes one
+(no psutil here): a page shared by processes (libraries, file mappings, the pages forked workers
+inherit) counts in each, so the sum overstates; peak PSS, read in the same walk, counts each page
+once (what a batch system's memory limit sees is closer to it). Both commands keep the shuffle within --memory (default 1GB; --memory passes one
 to both), so peak memory grows with the input only until the budget (or a read step) is full, then stays
 flat. Peak disk: the largest size of the output folder and its spill folder beside it, every 0.1 s.
 "x s/GB" is the time per GB over the smallest size's (1.0 everywhere: linear; start-up inflates the
@@ -33,8 +34,8 @@ extrapolated from the 0.02-0.1 GB check (under load 2-4): generating the inputs 
 47-64 MB/s; the 10 GB runs spill to disk, and a 10 GB input may not stay in the page cache). So ~25 min
 the first time and ~10 min with the inputs reused; two to three times that under a load of 10. Disk:
 ~22 GB of inputs plus ~30 GB while the 10 GB conversion runs (spill and output: 3.0x its input;
-the check asks for 4x).
-Validated only up to 0.1 GB (a shared machine); the 10 GB size has not been run.
+the check asks for 4x). The default run was measured on an idle machine (bench/README.md has the
+figures; bench/figures/scaling.png the plot).
 """
 
 from __future__ import annotations

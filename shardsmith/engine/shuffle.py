@@ -14,6 +14,7 @@ Without shuffling the key is the input order itself and each task is its own buc
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
 import struct
@@ -153,16 +154,18 @@ class PartWriter:
 
     def _write_runs(self) -> None:
         if self._fh is None:
-            # a large buffer: payloads may come as many small pieces (``add``)
-            self._fh = open(self._tmp, "wb", buffering=1 << 20)  # noqa: SIM115 (closed in write/abort)
+            # unbuffered: payloads may come as many small pieces (``add``), which go to the kernel as
+            # they are, many to a call (``_write_all``), not copied into a buffer first
+            self._fh = open(self._tmp, "wb", buffering=0)  # noqa: SIM115 (closed in write/abort)
+        buffers: list[Any] = []
         for (split, bucket), run in sorted(self._runs.items()):
             arrays = [np.concatenate(a) for a in (run.keys, run.order, run.lengths)]
             count = len(arrays[0])
             self._segments.append([split, bucket, self._offset, count, run.nbytes])
-            for a in arrays:
-                self._fh.write(memoryview(a).cast("B"))
-            self._fh.writelines(run.payload)
+            buffers += [memoryview(a).cast("B") for a in arrays]
+            buffers += run.payload
             self._offset += 24 * count + run.nbytes
+        _write_all(self._fh.fileno(), buffers)
         self._runs.clear()
         self._buffered = 0
 
@@ -177,8 +180,7 @@ class PartWriter:
             self._flush()
             footer = orjson.dumps({"meta": meta, "segments": self._segments})
             with naming(self.path):
-                self._fh.write(footer)
-                self._fh.write(_TRAILER.pack(len(footer), PART_MAGIC))
+                _write_all(self._fh.fileno(), [footer, _TRAILER.pack(len(footer), PART_MAGIC)])
                 self._fh.close()
             os.replace(self._tmp, self.path)
         except BaseException:
@@ -191,6 +193,29 @@ class PartWriter:
                 self._fh.close()
         with contextlib.suppress(OSError):
             self._tmp.unlink()
+
+
+def _write_all(fd: int, buffers: list[Any]) -> None:
+    """Byte buffers one after another, ``_IOV_MAX`` to a system call: the kernel copies each piece
+    once (a buffered ``writelines`` copied it into its buffer first, at a call per piece; 500k ROOT
+    events, --stage scatter --workers 2: 4.61 -> 4.50 s). A write the kernel takes only in part
+    goes on from where it stopped."""
+    i = 0
+    while i < len(buffers):
+        chunk = buffers[i:i + _IOV_MAX]
+        done = os.writev(fd, chunk)
+        if done == sum(map(len, chunk)):
+            i += len(chunk)
+            continue
+        if done == 0:
+            raise OSError(errno.EIO, "the file system took none of a write")
+        while done >= len(buffers[i]):
+            done -= len(buffers[i])
+            i += 1
+        buffers[i] = memoryview(buffers[i])[done:]
+
+
+_IOV_MAX = 1024  # buffers per writev: Linux's limit
 
 
 def read_part_footer(path: Path) -> dict:
