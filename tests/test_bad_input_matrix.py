@@ -303,11 +303,31 @@ def test_full_disk_while_writing_image_shards(tmp_path, monkeypatch):
     assert not list(out.glob("train-*"))
 
 
-def test_full_disk_while_spilling(tmp_path, monkeypatch):
-    import shardsmith.engine.shuffle as shuffle
+def fill_disk_writev(monkeypatch: pytest.MonkeyPatch, match: str, *, room: int) -> None:
+    """``os.writev`` to files whose path contains ``match`` lands on a full disk: a write takes what
+    still fits (a short count, as the kernel returns), the next one fails with ENOSPC."""
+    real = os.writev
+    left = [room]
 
+    def fake_writev(fd: int, buffers: Any) -> int:
+        if match not in os.readlink(f"/proc/self/fd/{fd}"):
+            return real(fd, buffers)
+        data = b"".join(bytes(memoryview(b).cast("B")) for b in buffers)
+        n = min(len(data), left[0])
+        if n == 0 and data:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        left[0] -= n
+        return os.write(fd, data[:n])
+
+    monkeypatch.setattr(os, "writev", fake_writev)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="names a descriptor's file through Linux's /proc")
+def test_full_disk_while_spilling(tmp_path, monkeypatch):
+    """Part files are written with writev: the disk fills in the middle of one (a short write, then
+    ENOSPC), and the run stops with one line that names the part."""
     write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(300))
-    fill_disk(monkeypatch, shuffle, "part-", room=5000)
+    fill_disk_writev(monkeypatch, "part-", room=5000)
     out = tmp_path / "out"
     res = run_cli("convert", tmp_path / "in", "-o", out, "--to", "webdataset", "-q", "--workers", "1",
                   "--memory", "64KB")

@@ -13,13 +13,12 @@ from hypothesis import strategies as st
 
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.engine.keys import input_order, mix64, shuffle_keys, split_draws
+from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.shuffle import (
-    PartMaps,
     PartWriter,
     bucket_count,
     bucket_of,
     groups,
-    map_group,
     read_part_footer,
     segments_by_split,
     sorted_batches,
@@ -204,7 +203,8 @@ def test_mapped_part_pages_stay_bounded(tmp_path: Path) -> None:
     """A gather that maps part files lets their pages go every `resident` bytes: mapping 96 MB of
     segments keeps the process's file-backed resident memory near the bound, not near 96 MB (it did
     grow by the whole split before, 14 GB at a 10 GB input), and the bytes read stay right."""
-    from shardsmith.engine.shuffle import PartMaps, Segment
+    from shardsmith.engine.mapped import PartMaps
+    from shardsmith.engine.shuffle import Segment
 
     part = tmp_path / "part.bin"
     seg_bytes, n = 8 << 20, 12

@@ -28,14 +28,13 @@ import orjson
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
 from shardsmith.core.ragged import starts_of
+from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, is_intact, piece_path
 from shardsmith.engine.resume import crash_point, die_with_parent
 from shardsmith.engine.shuffle import (
     LoadBuffer,
-    PartMaps,
     Segment,
     groups,
-    map_group,
     sort_group,
     sorted_lengths,
 )

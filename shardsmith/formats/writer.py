@@ -17,7 +17,8 @@ from shardsmith.formats.rollover import Rollover
 INDEX_DIR = "__index__"
 
 if TYPE_CHECKING:
-    from shardsmith.engine.shuffle import MappedBatch, SortedBatch
+    from shardsmith.engine.mapped import MappedBatch
+    from shardsmith.engine.shuffle import SortedBatch
 
 
 @dataclass(slots=True)

@@ -127,6 +127,8 @@ def tokenizer_bytes(path: str | Path) -> bytes:
     """The tokenizer file's bytes; a usage error when it is not there."""
     try:
         return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"--tokenizer: {path}: no such file") from None
     except OSError as exc:
         raise UsageError(f"--tokenizer: {path}: {exc.strerror or 'cannot read'}") from None
 

@@ -52,7 +52,8 @@ from shardsmith.formats.rollover import Rollover, runs
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
 if TYPE_CHECKING:
-    from shardsmith.engine.shuffle import MappedBatch, SortedBatch
+    from shardsmith.engine.mapped import MappedBatch
+    from shardsmith.engine.shuffle import SortedBatch
 
 FORMAT = "shardsmith-events"
 FORMAT_VERSION = 1
