@@ -16,21 +16,23 @@ from shardsmith.engine.keys import input_order, mix64, shuffle_keys, split_draws
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.shuffle import (
     PartWriter,
+    Segment,
     bucket_count,
     bucket_of,
     groups,
     read_part_footer,
     segments_by_split,
+    sort_group,
     sorted_batches,
 )
 from shardsmith.engine.splits import assign_splits, parse_splits
 from shardsmith.errors import DatasetError
 
 
-def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, budget: int, cut: int,
-                      flush: int = 1 << 30, mapped: bool = False) -> list[bytes]:
-    """Run samples (file f has files[f] records, payload = its identity) through parts and gather
-    (reading each group into memory, or ``mapped``: from the part files' pages, as ``map_group``)."""
+def parts_table(tmp: Path, files: list[int], seed: int, n_buckets: int, cut: int, flush: int = 1 << 30
+                ) -> dict[int, list[Segment]]:
+    """Samples (file f has files[f] records, payload = its identity) scattered into part files:
+    the bucket -> segments table of the one split."""
     parts = []
     task = 0
     for f, n in enumerate(files):
@@ -52,7 +54,14 @@ def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, bu
             w.write({"task": task})
             parts.append((path, read_part_footer(path)))
             task += 1
-    table = segments_by_split(parts, 1)
+    return segments_by_split(parts, 1)[0]
+
+
+def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, budget: int, cut: int,
+                      flush: int = 1 << 30, mapped: bool = False) -> list[bytes]:
+    """Run the samples through parts and gather (reading each group into memory, or ``mapped``:
+    from the part files' pages, as ``map_group``)."""
+    table = [parts_table(tmp, files, seed, n_buckets, cut, flush)]
     out: list[bytes] = []
     if mapped:
         maps = PartMaps(resident=1 << 12)  # pages let go all the time: what is read must not depend on it
@@ -96,7 +105,27 @@ def test_a_mapped_gather_reads_what_a_read_gather_reads(tmp_path_factory, files,
     assert mapped == read
 
 
-def test_a_part_file_cut_short_is_refused_by_the_mapped_gather(tmp_path):
+@settings(max_examples=30, deadline=None)
+@given(files=st.lists(st.integers(1, 40), min_size=1, max_size=4), seed=st.integers(0, 2**32),
+       n_buckets=st.sampled_from([1, 8]), budget=st.integers(50, 4000), flush=st.sampled_from([64, 1 << 30]),
+       cuts=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1)), min_size=1, max_size=8))
+def test_a_mapped_group_cut_to_a_gather_range_is_the_read_one(tmp_path_factory, files, seed, n_buckets, budget,
+                                                              flush, cuts):
+    """A gather range that starts or ends inside a group (``lo``, ``hi``): the same samples mapped
+    as read."""
+    table = parts_table(tmp_path_factory.mktemp("parts"), files, seed, n_buckets, cut=7, flush=flush)
+    maps = PartMaps(resident=1 << 12)
+    for k, group in enumerate(groups(table, budget=budget)):
+        n = sum(seg.count for seg in group)
+        a, b = sorted(int(x * n) for x in cuts[k % len(cuts)])
+        read = sort_group(group, a, b)
+        got = map_group(group, a, b, maps=maps)
+        assert [bytes(got.sources[s][p:p + m]) for s, p, m in zip(got.src, got.starts, got.lengths)] == \
+            [bytes(read.source[p:p + m]) for p, m in zip(read.starts, read.lengths)]
+
+
+@pytest.mark.parametrize("size", [0, 3000], ids=["emptied", "inside a payload"])
+def test_a_part_file_cut_short_is_refused_by_the_mapped_gather(tmp_path, size):
     path = tmp_path / "part-0.bin"
     w = PartWriter(path)
     keys = shuffle_keys(1, "f", np.arange(50))
@@ -105,7 +134,7 @@ def test_a_part_file_cut_short_is_refused_by_the_mapped_gather(tmp_path):
     w.write({"task": 0})
     table = segments_by_split([(path, read_part_footer(path))], 1)
     with open(path, "r+b") as fh:
-        fh.truncate(3000)  # inside the segment's payload
+        fh.truncate(size)
     with pytest.raises(DatasetError, match="shorter than its footer"):
         map_group(groups(table[0], budget=1 << 20)[0], maps=PartMaps(resident=1 << 20))
 

@@ -162,7 +162,8 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                                           dump=list, load=tuple)
     if warm is not None and loaded is None:  # the decision came from the cache: the thread ends before any fork
         with contextlib.suppress(Exception):
-            loaded = warm.result() if engine == "gigatoken" else None
+            warmed = warm.result()  # joined whatever the engine: a fork must never see the thread running
+            loaded = warmed if engine == "gigatoken" else None
     progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
                                                   f"are refused: this tokenizer's ids change when they are cut"))
     if opts.pack is not None:

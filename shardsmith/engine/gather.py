@@ -16,6 +16,7 @@ through the scratch folder, and a rank rerun finds its finished piece and does n
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Callable
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
@@ -171,9 +172,9 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     writer = make_writer(split.name, ShardRange(first_shard=first, first_sample=a, weight_before=weight_before,
                                                 whole=whole, work_dir=work_dir))
     # a mapped part file holds a file descriptor while any batch of it is alive: not for thousands. Its
-    # pages stay resident up to two groups' payloads (the group being copied and the one before it), the
-    # memory the reading path spends on one group and its buffer
-    maps = (PartMaps(resident=2 * max(sum(s.payload_bytes for s in g) for g in split.groups))
+    # pages stay resident up to two groups' bytes (the group being copied and the one before it; heads
+    # and the pages around them included), the memory the reading path spends on one group and its buffer
+    maps = (PartMaps(resident=2 * max(sum(s.nbytes + mmap.PAGESIZE for s in g) for g in split.groups))
             if writer.maps_parts and split.groups and _part_files(split) <= MAX_MAPPED_PARTS else None)
     into = None if writer.keeps_batches or maps is not None else LoadBuffer()
     try:

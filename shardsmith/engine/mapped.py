@@ -54,13 +54,18 @@ class PartMaps:
         arr = self._arrays.get(path)
         if arr is None:
             with open(path, "rb") as fh:
-                mm = self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                try:
+                    mm = self._maps[path] = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                except ValueError:  # an empty file cannot be mapped
+                    raise DatasetError(f"{path}: part file shorter than its footer says") from None
             arr = self._arrays[path] = np.frombuffer(mm, dtype=np.uint8)
         return arr
 
     def bring_in(self, group: list[Segment]) -> None:
         """Map the segments' pages (heads and payloads) now, a run of adjacent segments of one file
-        at a time (a group's buckets lie side by side in each part file it reads)."""
+        at a time (a group's buckets lie side by side in each part file it reads). The pages of
+        earlier groups are let go first when this group's would pass the bound: never the pages of
+        the group being brought in."""
         ranges: list[tuple[str, int, int]] = []
         for seg in sorted(group, key=lambda seg: (seg.path, seg.offset)):
             end = seg.offset + seg.nbytes
@@ -70,12 +75,13 @@ class PartMaps:
                 ranges[-1] = (seg.path, ranges[-1][1], max(end, ranges[-1][2]))
             elif seg.nbytes:
                 ranges.append((seg.path, seg.offset, end))
-        for path, start, stop in ranges:
-            first = start - start % mmap.PAGESIZE
-            if self._since + stop - first > self._resident:
-                self.let_go()
+        spans = [(path, start - start % mmap.PAGESIZE, stop) for path, start, stop in ranges]
+        size = sum(stop - first for _, first, stop in spans)
+        if self._since + size > self._resident:
+            self.let_go()
+        for path, first, stop in spans:
             pages.populate(self._maps[path], first, stop - first)
-            self._since += stop - first
+        self._since += size
 
     def heads(self, group: list[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``_load_group``'s keys, input order and lengths, from the mapped pages (``bring_in``
@@ -105,9 +111,10 @@ def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps:
     seg_at = np.fromiter((s.offset + 24 * s.count for s in group), dtype=np.int64, count=len(group))
     counts = np.fromiter((s.count for s in group), dtype=np.int64, count=len(group))
     row_seg = np.repeat(np.arange(len(group), dtype=np.int64), counts)
-    if not np.array_equal(np.bincount(row_seg, weights=lengths, minlength=len(group)),
-                          np.fromiter((s.payload_bytes for s in group), dtype=np.float64, count=len(group))):
-        raise DatasetError(f"{group[0].path}: part file's sample lengths disagree with its footer")
+    wrong = np.flatnonzero(np.bincount(row_seg, weights=lengths, minlength=len(group))
+                           != np.fromiter((s.payload_bytes for s in group), dtype=np.float64, count=len(group)))
+    if len(wrong):
+        raise DatasetError(f"{group[int(wrong[0])].path}: part file's sample lengths disagree with its footer")
     before = starts_of(lengths)[:-1]  # each sample's offset in the group's payloads back to back
     seg_before = starts_of(np.fromiter((s.payload_bytes for s in group), dtype=np.int64, count=len(group)))[:-1]
     starts = seg_at[row_seg] + before - seg_before[row_seg]

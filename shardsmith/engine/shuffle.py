@@ -127,7 +127,8 @@ class PartWriter:
         payload: bytes | memoryview | list[Any],
     ) -> None:
         """Samples with their payloads back to back: one buffer, or a list of buffers that make
-        them up (written as they are: no joined copy)."""
+        them up (written as they are: no joined copy). Buffers of bytes: ``bytes``, or memoryviews
+        of format "B" (``len`` counts their bytes)."""
         run = self._runs.setdefault((split, bucket), _Run())
         run.keys.append(keys.astype(np.uint64, copy=False))
         run.order.append(order.astype(np.uint64, copy=False))
@@ -202,15 +203,15 @@ def _write_all(fd: int, buffers: list[Any]) -> None:
     while i < len(buffers):
         chunk = buffers[i:i + _IOV_MAX]
         done = os.writev(fd, chunk)
-        if done == sum(map(len, chunk)):
+        if done == sum(map(len, chunk)):  # len counts bytes: ``add`` takes byte buffers
             i += len(chunk)
             continue
         if done == 0:
             raise OSError(errno.EIO, "the file system took none of a write")
-        while done >= len(buffers[i]):
-            done -= len(buffers[i])
+        while done >= memoryview(buffers[i]).nbytes:
+            done -= memoryview(buffers[i]).nbytes
             i += 1
-        buffers[i] = memoryview(buffers[i])[done:]
+        buffers[i] = memoryview(buffers[i]).cast("B")[done:]
 
 
 _IOV_MAX = 1024  # buffers per writev: Linux's limit
