@@ -85,3 +85,12 @@ class ResumableIterator(Generic[T]):
         if not isinstance(position, int) or not 0 <= position <= len(self._order):
             raise ValueError(f"state_dict position {position!r} is out of range")
         self.position = position
+
+
+def window_of(indices: np.ndarray) -> slice | None:
+    """``indices`` as a slice when they are one ascending run ``a, a+1, ..., a+n-1`` (a window, or a
+    block of an epoch: read as one slice per array), else None."""
+    n = len(indices)
+    if not n or int(indices[-1]) - int(indices[0]) != n - 1 or (n > 1 and not bool(np.all(indices[1:] > indices[:-1]))):
+        return None
+    return slice(int(indices[0]), int(indices[0]) + n)

@@ -28,6 +28,7 @@ from shardsmith.formats.hdf5.batch import EventBatch, Member, Ragged, _join, _jo
 from shardsmith.formats.hdf5.checks import _check_schema
 from shardsmith.formats.hdf5.order import EventIterator, event_order
 from shardsmith.formats.hdf5.shard import FORMAT, FORMAT_VERSION, _OpenShard
+from shardsmith.formats.order import window_of
 from shardsmith.loader.files import files_for
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "EventBatch", "EventDataset", "EventIterator", "Ragged", "event_order"]
@@ -183,11 +184,10 @@ class EventDataset:
         gathered directly, one take per field and shard.
         """
         idx = self._check(indices)
-        n = len(idx)
-        if n and int(idx[-1]) - int(idx[0]) == n - 1 and (n == 1 or bool(np.all(idx[1:] > idx[:-1]))):
-            a = int(idx[0])
+        if (window := window_of(idx)) is not None:
+            a, n = window.start, window.stop - window.start
             s = bisect_right(self._starts, a) - 1
-            if a + n <= self._starts[s + 1]:
+            if window.stop <= self._starts[s + 1]:
                 return self._window(s, a - self._starts[s], n)
         starts = np.asarray(self._starts, dtype=np.int64)
         shard_of = np.searchsorted(starts, idx, side="right") - 1

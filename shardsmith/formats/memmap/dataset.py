@@ -22,7 +22,7 @@ from shardsmith.core.identity import Stamp, open_checked, stamp
 from shardsmith.core.provenance import inputs_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.meta import Array, SplitArrays, read_meta
-from shardsmith.formats.order import ResumableIterator
+from shardsmith.formats.order import ResumableIterator, window_of
 from shardsmith.loader.files import files_for
 
 
@@ -125,8 +125,7 @@ class MemmapDataset:
         if len(idx) and (idx.min() < -self._n or idx.max() >= self._n):
             raise IndexError(f"an index of the batch is out of range for {self._n} events")
         idx = idx % max(self._n, 1)
-        if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1 and bool(np.all(idx[1:] > idx[:-1])):
-            window = slice(int(idx[0]), int(idx[-1]) + 1)
+        if (window := window_of(idx)) is not None:
 
             def take(array: np.ndarray) -> np.ndarray:
                 return recycle.copy(array[window])
