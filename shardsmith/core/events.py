@@ -206,7 +206,7 @@ def _join_records(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> 
 def record_pieces(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> tuple[list[Any], int]:
     """``encode``'s records ``order`` as the buffers that make them up, in order, and how many
     buffers each record has (the same for every record): the scatter writes them to its part
-    file as they are (``PartWriter.add_pieces``), with no joined copy in fresh memory first."""
+    file as they are (``PartWriter.add`` takes a list of buffers), with no joined copy in fresh memory first."""
     order = np.asarray(order, dtype=np.int64)
     head = _head_rows(chunk, schema)
     columns: list[list[Any]] = [_rows(head, order)]
@@ -270,8 +270,13 @@ def decode_from(sources: list[np.ndarray], src: np.ndarray, starts: np.ndarray, 
     head_words = sum(pad8(f.item_bytes) for f in schema.fixed) // 8
     width = head_words + len(schema.counters)
     heads = np.empty((n, width), dtype=np.uint64)
-    for s, raw in enumerate(sources):
-        rows = np.flatnonzero(src == s) if len(sources) > 1 else slice(None)
+    if len(sources) == 1:
+        parts: list[tuple[np.ndarray, Any]] = [(sources[0], slice(None))]
+    else:  # each source's records, found with one sort (a mask per source would cost n x sources)
+        by_source = np.argsort(src, kind="stable")
+        bounds = np.searchsorted(src[by_source], np.arange(len(sources) + 1)).tolist()
+        parts = [(raw, by_source[a:b]) for raw, a, b in zip(sources, bounds[:-1], bounds[1:])]
+    for raw, rows in parts:
         at = starts[rows]
         if not len(at):
             continue
