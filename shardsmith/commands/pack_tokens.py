@@ -135,7 +135,6 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                    dump=TokenizerFacts.dump, load=TokenizerFacts.load)
     if tok_path != home / "tokenizer.json":
         _write_changed(home / "tokenizer.json", tk.tokenizer_bytes(tok_path))
-    eos, eos_id, bos_id, vocab_size = facts.eos, facts.eos_id, facts.bos_id, facts.vocab_size
 
     # gigatoken's set-up runs while the sample is read and encoded by the reference (and while a
     # scatter rank with a cached decision gets ready)
@@ -171,12 +170,12 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     if val_share is not None:
         opts = dataclasses.replace(opts, splits=nanogpt_split.splits_with(val_share))
     companions = neighbours.hf_files(neighbours.SpecialTokens(
-        eos=eos, bos=opts.bos_token, pad=facts.pad))
+        eos=facts.eos, bos=opts.bos_token, pad=facts.pad))
     if opts.nanogpt:
-        companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(vocab_size)
+        companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(facts.vocab_size)
     companion_names = neighbours.write_companions(home, companions, write=_write_changed)
-    spec = tk.TokenizerSpec(json=facts.json, engine=engine, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size,
-                            piece_chars=tk.PIECE_CHARS if safe else None)
+    spec = tk.TokenizerSpec(json=facts.json, engine=engine, eos_id=facts.eos_id, bos_id=facts.bos_id,
+                            vocab_size=facts.vocab_size, piece_chars=tk.PIECE_CHARS if safe else None)
 
     processor = TokenProcessor(spec=spec, text_field=opts.text_field, transforms=transforms,
                                encoder=tk.Encoder(spec, loaded=loaded) if tokenizing else None)
@@ -190,9 +189,10 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
     if opts.nanogpt:
         nanogpt_split.check_filled({name: sum(s.samples for s in o.shards) for name, o in done.outputs.items()},
                                    default=val_share is not None)
-    tokenizer = {"path": "tokenizer.json", "sha256": facts.sha256, "vocab_size": vocab_size, "eos_token": eos,
-                 "eos_id": eos_id, "bos_token": opts.bos_token, "bos_id": bos_id, "dtype": spec.dtype.name,
-                 "engine": engine, "engine_reason": why, "trained": opts.train_tokenizer is not None}
+    tokenizer = {"path": "tokenizer.json", "sha256": facts.sha256, "vocab_size": facts.vocab_size,
+                 "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
+                 "dtype": spec.dtype.name, "engine": engine, "engine_reason": why,
+                 "trained": opts.train_tokenizer is not None}
     return commit_dataset(
         session, fmt=fmt, job=job, done=done, files=files,
         source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,

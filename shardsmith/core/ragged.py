@@ -66,7 +66,6 @@ def take_ragged(flat: np.ndarray, lengths: np.ndarray, order: np.ndarray, *,
     return out.view(flat.dtype).reshape(-1, *flat.shape[1:])
 
 
-
 class Runs:
     """Records not yet copied: record k is ``sources[src[k]][pos[k]:pos[k] + nbytes[k]]`` (bytes;
     the sources are e.g. the pages of the gather's part files). A writer keeps these instead of a

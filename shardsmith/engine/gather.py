@@ -32,13 +32,7 @@ from shardsmith.core.ragged import starts_of
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, is_intact, piece_path
 from shardsmith.engine.resume import crash_point, die_with_parent
-from shardsmith.engine.shuffle import (
-    LoadBuffer,
-    Segment,
-    groups,
-    sort_group,
-    sorted_lengths,
-)
+from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, sort_group, sorted_lengths
 from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
