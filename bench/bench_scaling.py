@@ -18,9 +18,9 @@ page cache) when it fits in half the available memory; larger inputs are read co
 Peak RSS is the largest sum of VmRSS over the child and all its descendants, read from /proc every 50 ms
 (no psutil here): a page shared by processes (libraries, file mappings, the pages forked workers
 inherit) counts in each, so the sum overstates; peak PSS, read in the same walk, counts each page
-once (what a batch system's memory limit sees is closer to it). Both commands keep the shuffle within --memory (default 1GB; --memory passes one
-to both), so peak memory grows with the input only until the budget (or a read step) is full, then stays
-flat. Peak disk: the largest size of the output folder and its spill folder beside it, every 0.1 s.
+once (what a batch system's memory limit sees is closer to it). Both commands keep the shuffle
+within --memory (default 1GB; --memory passes one to both), so peak memory grows with the input only
+until the budget (or a read step) is full, then stays flat. Peak disk: the largest size of the output folder and its spill folder beside it, every 0.1 s.
 "x s/GB" is the time per GB over the smallest size's (1.0 everywhere: linear; start-up inflates the
 smallest); the fit line, wall = fixed + s/GB x size, separates start-up from the per-GB cost.
 
