@@ -298,7 +298,7 @@ def decode_from(sources: list[np.ndarray], src: np.ndarray, starts: np.ndarray, 
     runs: dict[str, Runs] = {}
     for f in schema.ragged:
         nbytes = np.diff(offsets[f.counter]) * f.item_bytes
-        runs[f.name] = Runs(sources, src, pos, nbytes, check=False)  # bytes: one run per record
+        runs[f.name] = Runs(sources, src, pos, nbytes)  # bytes: one run per record (checked below)
         pos = pos + pad8(nbytes)
     if n and np.any(pos > starts + np.maximum(lengths, 8 * width)):  # every run lies inside its record
         raise ValueError("records whose counts claim more bytes than the records hold")

@@ -70,17 +70,12 @@ class Runs:
     """Records not yet copied: record k is ``sources[src[k]][pos[k]:pos[k] + nbytes[k]]`` (bytes;
     the sources are e.g. the pages of the gather's part files). A writer keeps these instead of a
     joined copy and copies them once, straight into the buffer they are written from
-    (``write_to``): no fresh array per column, whose first touch costs more than the copy."""
+    (``write_to``): no fresh array per column, whose first touch costs more than the copy. The
+    maker checks the runs against their sources (``core.events.decode_from`` does)."""
 
     __slots__ = ("nbytes", "pos", "sources", "src")
 
-    def __init__(self, sources: list[np.ndarray], src: np.ndarray, pos: np.ndarray, nbytes: np.ndarray, *,
-                 check: bool = True) -> None:
-        if check:
-            for s, raw in enumerate(sources):
-                rows = src == s
-                if rows.any() and int((pos[rows] + nbytes[rows]).max()) > len(raw):
-                    raise ValueError(f"records claim bytes past their payload's {len(raw)}")
+    def __init__(self, sources: list[np.ndarray], src: np.ndarray, pos: np.ndarray, nbytes: np.ndarray) -> None:
         self.sources, self.src, self.pos, self.nbytes = sources, src, pos, nbytes
 
     def __len__(self) -> int:
@@ -91,7 +86,7 @@ class Runs:
         return int(self.nbytes.sum())
 
     def __getitem__(self, rows: slice) -> Runs:
-        return Runs(self.sources, self.src[rows], self.pos[rows], self.nbytes[rows], check=False)
+        return Runs(self.sources, self.src[rows], self.pos[rows], self.nbytes[rows])
 
     def joined(self) -> np.ndarray:
         """The records back to back, as a new uint8 array."""
