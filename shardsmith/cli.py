@@ -44,7 +44,9 @@ class _Main(click.Group):
 
     def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         """Click's entry, the arguments recorded first (``core.invocation``: the manifest's command)."""
-        invocation.record(sys.argv[1:] if args is None else list(args))
+        given = sys.argv[1:] if args is None else list(args)
+        _refuse_undecodable(given)
+        invocation.record(given)
         try:
             return super().main(args, *rest, **kwargs)
         finally:
@@ -69,6 +71,20 @@ class _Main(click.Group):
             with contextlib.suppress(OSError, ValueError):  # a reader that went away, or a closed stream
                 stream.flush()
         os._exit(code)
+
+
+def _refuse_undecodable(args: list[str]) -> None:
+    """An argument that is not valid UTF-8 (a path with stray bytes, which Python holds as
+    surrogates) is one line and exit 2: paths are recorded in the run's identity, its lock and its
+    manifest, all UTF-8 text."""
+    for arg in args:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            shown = os.fsencode(arg).decode("utf-8", "backslashreplace")
+            click.echo(f"shardsmith: error: {shown}: not valid UTF-8; rename the file or folder (paths are "
+                       f"recorded in the manifest, in UTF-8)", err=True)
+            sys.exit(2)
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -198,3 +201,41 @@ def test_a_killed_worker_ends_the_run_with_a_message(tmp_path, bpe_tokenizer, mo
     assert res.exit_code == 0, res.stderr
     one = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "one", "--tokenizer", bpe_tokenizer, "-q")
     assert one.exit_code == 0 and tree_digest(tmp_path / "out") == tree_digest(tmp_path / "one")
+
+
+@pytest.mark.parametrize("command", ["pack-tokens", "convert"])
+def test_a_file_name_that_is_not_utf8_is_one_line(tmp_path, bpe_tokenizer, command):
+    """A name with stray bytes (Python holds them as surrogates) would name records and manifest
+    entries: refused with its bytes shown, never a TypeError from the JSON encoder."""
+    root = tmp_path / "in"
+    write_jsonl(root / "ok.jsonl", make_docs(5))
+    (root / os.fsdecode(b"bad\xff.jsonl")).write_bytes((root / "ok.jsonl").read_bytes())
+    extra = ["--tokenizer", str(bpe_tokenizer)] if command == "pack-tokens" else ["--to", "webdataset"]
+    res = run_subprocess(command, str(root), "-o", str(tmp_path / "out"), "-q", *extra)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [
+        f"shardsmith: error: {root}/bad\\xff.jsonl: the file's name is not valid UTF-8; rename it (records, keys "
+        f"and the manifest name inputs by their paths, in UTF-8)"]
+    assert not (tmp_path / "out" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_an_argument_that_is_not_utf8_is_one_line(tmp_path, bpe_tokenizer, where):
+    odd = tmp_path / os.fsdecode(b"caf\xe9")
+    root = tmp_path / "in"
+    write_jsonl(root / "ok.jsonl", make_docs(5))
+    src, out = (odd, tmp_path / "out") if where == "input" else (root, odd)
+    res = run_subprocess("pack-tokens", str(src), "-o", str(out), "--tokenizer", str(bpe_tokenizer), "-q")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines() == [f"shardsmith: error: {tmp_path}/caf\\xe9: not valid UTF-8; rename the "
+                                               f"file or folder (paths are recorded in the manifest, in UTF-8)"]
+
+
+def test_a_folder_above_the_inputs_may_have_any_name(tmp_path, bpe_tokenizer):
+    """Only names below the input root name records: the folder the inputs sit in may be anything."""
+    odd = tmp_path / os.fsdecode(b"caf\xe9")
+    write_jsonl(odd / "in" / "ok.jsonl", make_docs(5))
+    res = subprocess.run([sys.executable, "-m", "shardsmith", "pack-tokens", "in", "-o", "out", "--tokenizer",
+                          str(bpe_tokenizer), "-q"], cwd=odd, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads((odd / "out" / "manifest.json").read_bytes())["source"]["inputs"] == ["ok.jsonl"]

@@ -172,9 +172,31 @@ def _identified(found: list[_Row], roots: list[str], *, one_folder: bool) -> lis
         found = [by_rel[rel] for rel in sorted(by_rel)]
     if not found:
         return []
+    _check_names(found)
     absolute, rel, size, mtime, group, ctime, ino = zip(*found)
     return list(map(_new, repeat(InputFile), zip(absolute, rel, range(len(found)), size, group, mtime, ctime, ino,
                                                       repeat(""))))
+
+
+def _check_names(found: list[_Row]) -> None:
+    """Refuse a file whose path below its input root is not valid UTF-8 (Python holds its stray bytes as surrogates): its
+    name would name records, keys and manifest entries, which are UTF-8 text. One encode of all the
+    paths at once, so a million names cost milliseconds; the first bad one is named with its bytes."""
+    try:
+        "\0".join(row[1] for row in found).encode()
+    except UnicodeEncodeError:
+        bad = next(row[0] for row in found if not _utf8(row[1]))
+        shown = os.fsencode(bad).decode("utf-8", "backslashreplace")
+        raise UsageError(f"{shown}: the file's name is not valid UTF-8; rename it (records, keys and the manifest "
+                         f"name inputs by their paths, in UTF-8)") from None
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _new = tuple.__new__  # InputFile(*row) without its Python-level __new__: a tenth of the time
