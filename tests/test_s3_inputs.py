@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -189,6 +190,7 @@ def test_storage_errors_are_one_line(s3, tmp_path, url, says):
 
 _BLOCK_S3FS = """
 import sys
+import time
 class Block:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] == "s3fs":
@@ -207,3 +209,28 @@ def test_missing_s3fs_names_the_extra(s3_env, tmp_path):
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == ("shardsmith: error: s3://bucket/data/: reading s3:// needs s3fs: "
                                   "pip install 'shardsmith[s3]'"), res.stderr
+
+
+def test_a_url_input_starts_no_more_workers_than_it_has_tasks(s3, s3_env, tmp_path, bpe_tokenizer):
+    """Inputs from a URL are planned as they arrive, so the task count is not known when the workers
+    start: they are as many as the inputs' bytes make tasks (one small object: one), not --workers."""
+    local = tmp_path / "corpus"
+    write_jsonl(local / "a.jsonl", make_docs(200, seed=3))
+    _upload(s3, "shardsmith-few", local, "data")
+    mark = tmp_path / "stalled"
+    env = {**os.environ, **s3_env, "SHARDSMITH_STALL_AT": "scatter:0", "SHARDSMITH_STALL_SECONDS": "30",
+           "SHARDSMITH_STALL_MARK": str(mark)}
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", "pack-tokens", "s3://shardsmith-few/data/",
+                             "-o", str(tmp_path / "out"), "--tokenizer", str(bpe_tokenizer), "--workers", "16",
+                             "--engine", "hf", "-q"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if mark.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert mark.exists(), proc.stderr.read() if proc.poll() is not None else "never reached the stall point"
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(children) == 1, children  # the one worker (stalled in its task); never 16
+    finally:
+        proc.kill()
+        proc.wait()

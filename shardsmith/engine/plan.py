@@ -62,6 +62,9 @@ class Planned(Sequence[Task]):
         self.reader = reader
         self.chunk_bytes = chunk_bytes
         self.nbytes = sum(f.size for f in files)  # the tasks' bytes: exact for byte ranges, within a file's rounding else
+        # about how many tasks the files make (one per ``chunk_bytes`` of a file, at least one a file),
+        # known before any is planned: what the scatter starts workers for
+        self.expected = sum(max(1, -(-f.size // chunk_bytes)) for f in files)
         self._files = iter(files)
         self._tasks: list[Task] = []
 
@@ -102,6 +105,12 @@ class Planned(Sequence[Task]):
 def task_bytes(tasks: Sequence[Task]) -> int:
     """The bytes of every task (a progress bar's total), without planning tasks not planned yet."""
     return tasks.nbytes if isinstance(tasks, Planned) else sum(t.nbytes for t in tasks)
+
+
+def workers_for(tasks: Sequence[Task], workers: int) -> int:
+    """Worker processes worth starting for ``tasks``: no more than there are tasks (for tasks still
+    being planned, than they are expected to be), and at least one."""
+    return max(1, min(workers, tasks.expected if isinstance(tasks, Planned) else len(tasks)))
 
 
 def plan_tasks(reader: Reader, files: list[InputFile], *, chunk_bytes: int, stage: str | None, out: Path,

@@ -23,6 +23,7 @@ from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.engine import arrival
 from shardsmith.engine import keys as keymod
 from shardsmith.engine.inputs import changed
+from shardsmith.engine.plan import workers_for
 from shardsmith.engine.resume import crash_point, die_with_parent
 from shardsmith.engine.shuffle import PartWriter, bucket_of, read_part_footer
 from shardsmith.engine.workers import worker_pool
@@ -321,8 +322,7 @@ def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: 
         return [results[t.index] for t in tasks]
     # tasks still arriving (their inputs downloaded by threads of this process): even one worker is a
     # process of its own, so that the downloads and the work never share one interpreter lock
-    size = min(workers, len(tasks)) if isinstance(tasks, list) else max(1, workers)
-    with worker_pool(size, initializer=_init_worker, initargs=(job,),
+    with worker_pool(workers_for(tasks, workers), initializer=_init_worker, initargs=(job,),
                      advice="try fewer --workers or a smaller --memory") as pool:
         running: deque[tuple[Task, Future[TaskResult]]] = deque()
         for task in todo():
