@@ -37,10 +37,12 @@ def run_all(tmp_path: Path, *args: str | Path) -> list[Path]:
 
 
 def stable_manifest(out: Path) -> dict[str, Any]:
-    """The manifest without what rightly differs between runs: the time and the command line."""
+    """The manifest without what rightly differs between runs: the time, the command line and the run's
+    identity (which names the output)."""
     m = json.loads((out / "manifest.json").read_text())
     m.pop("created")
     m.pop("command")
+    m.pop("run", None)
     return m
 
 

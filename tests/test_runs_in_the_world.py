@@ -244,3 +244,25 @@ def test_a_run_killed_after_its_manifest_is_complete(corpus, bpe_tokenizer, tmp_
     assert (out / "manifest.json").read_bytes() == manifest
     assert not (out / ".shardsmith-run.json").exists() and not (tmp_path / ".out.shardsmith-work").exists()
     assert json.loads(manifest)["splits"]["train"]["samples"] == 3000
+
+
+@pytest.mark.parametrize("point", ["cleaned", None])
+def test_the_same_command_after_a_finished_run_is_already_complete(corpus, bpe_tokenizer, tmp_path, point):
+    """Killed after its cleanup (nothing left but the dataset), or simply run again: the manifest
+    records the run's identity, so the same command says "already complete" and exits 0; another
+    command (other options) still needs --overwrite, and --overwrite makes it again."""
+    out = tmp_path / "out"
+    env = {**os.environ, "SHARDSMITH_CRASH_AT": point} if point else None
+    first = run_subprocess(*_pack(corpus, out, bpe_tokenizer), env=env)
+    assert first.returncode == (-signal.SIGKILL if point else 0), first.stderr
+    assert not (out / ".shardsmith-run.json").exists() and not (tmp_path / ".out.shardsmith-work").exists()
+    manifest = (out / "manifest.json").read_bytes()
+    again = run_subprocess(*_pack(corpus, out, bpe_tokenizer)[:-1])
+    assert again.returncode == 0, again.stderr
+    assert f"{out}: already complete (this same command finished it; nothing to do)" in again.stderr
+    assert (out / "manifest.json").read_bytes() == manifest
+    other = run_subprocess(*_pack(corpus, out, bpe_tokenizer, "--seed", "9"))
+    assert other.returncode == 2 and "pass --overwrite" in other.stderr
+    remade = run_subprocess(*_pack(corpus, out, bpe_tokenizer, "--overwrite")[:-1])
+    assert remade.returncode == 0 and "already complete" not in remade.stderr, remade.stderr
+    assert "3000 documents" in remade.stdout + remade.stderr  # made again: its summary

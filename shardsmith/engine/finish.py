@@ -62,6 +62,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     for key, value in fmt.manifest_fields(job, outputs).items():
         both = isinstance(value, dict) and isinstance(fields.get(key), dict)
         fields[key] = {**fields[key], **value} if both else value
+    if session.run is not None:  # who made it, exactly: the same command run again finds it complete
+        fields["run"] = session.run
     made_by = registry.provenance([("format", fmt.name), *used])
     if made_by:
         fields["plugins"] = made_by

@@ -86,7 +86,8 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     out.mkdir(parents=True, exist_ok=True)
     if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
         return False
-    if run is not None and (out / MANIFEST).is_file() and read_run_file(out) == run:
+    if run is not None and (out / MANIFEST).is_file() and (read_run_file(out) == run
+                                                          or (not overwrite and finished_by(out) == run)):
         return True
     present = sorted(p for p in out.iterdir())
     if stage is not None:  # gather ranks share the folder: never remove what another rank wrote
@@ -97,6 +98,22 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     if run is not None:
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
     return False
+
+
+def finished_by(out: Path) -> dict[str, str] | None:
+    """The run identity the dataset in ``out`` records (its manifest's ``run``), or None: the same
+    command finds its own finished dataset even when its run record is gone (killed after the
+    cleanup, or simply run again)."""
+    try:
+        found = orjson.loads((out / MANIFEST).read_bytes()).get("run")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def leftovers(out: Path) -> bool:
+    """Whether a run into ``out`` left its record or its scratch folder (it was stopped before its cleanup)."""
+    return (out / RUN_FILE).exists() or work_path(out).exists()
 
 
 def work_path(out: Path) -> Path:

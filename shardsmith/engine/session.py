@@ -2,8 +2,9 @@
 
 1. Lock the output (``outlock``): one writer per folder, for the whole run.
 2. Claim the folder (``outdir.prepare_output``): refuse another command's files, take over the
-   same command's unfinished output; a dataset this very command already finished (killed after
-   its manifest was renamed into place, before the cleanup) is reported complete.
+   same command's unfinished output; a dataset this very command already finished (its manifest
+   records the run's identity: killed after the manifest, before or after the cleanup, or simply
+   run again) is reported complete.
 3. Commit: the manifest is written last, then the run's record and scratch folder are removed.
 
 A run that *fails* (bad data, bad options) releases what it claimed, so the corrected command is
@@ -22,7 +23,7 @@ from typing import Any
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.engine import interrupt
-from shardsmith.engine.outdir import drop_staged, finish_output, prepare_output, remove_own
+from shardsmith.engine.outdir import drop_staged, finish_output, leftovers, prepare_output, remove_own
 from shardsmith.engine.outlock import OutputLock
 from shardsmith.engine.resume import crash_point
 from shardsmith.errors import WorkerDied
@@ -39,11 +40,14 @@ class OutputRun:
         self.stage = stage
         self.created = created  # folders this run made (deepest last): removed again if it fails
         self.claimed = False
+        self.run: dict[str, str] | None = None  # the run's identity (``resume.run_identity``), once claimed
 
     def claim(self, run: dict[str, str], *, input_bytes: int = 0) -> dict[str, Any] | None:
         """Prepare the folder for the run ``run`` (``resume.run_identity``); returns the manifest
         when the same run already finished it (and removes what its cleanup left), else None.
         ``input_bytes``: what the inputs weigh (a staging folder checks its free space with it)."""
+        self.run = run
+        left = leftovers(self.out)
         complete = prepare_output(self.out, overwrite=self.overwrite, run=run, stage=self.stage)
         self.claimed = True
         crash_point("claimed")
@@ -51,8 +55,9 @@ class OutputRun:
             return None
         finish_output(self.out)
         if not self.quiet:
-            print(f"{self.out}: already complete (the run that wrote it was stopped after its manifest); "
-                  f"removed what it left", file=sys.stderr)
+            why = ("the run that wrote it was stopped after its manifest; removed what it left" if left
+                   else "this same command finished it; nothing to do")
+            print(f"{self.out}: already complete ({why})", file=sys.stderr)
         return manifest_mod.load(self.out)
 
     def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -61,6 +66,7 @@ class OutputRun:
         manifest_mod.save(self.out, manifest)
         crash_point("committed")
         finish_output(self.out)
+        crash_point("cleaned")
         return manifest
 
     @property
