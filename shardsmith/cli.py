@@ -52,13 +52,27 @@ class _Main(click.Group):
         finally:
             invocation.record(None)  # a library call after this one records its own process's arguments
 
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        """Click parses the options here, inside its own ``except KeyboardInterrupt`` ("Aborted!"):
+        the crash tests' ``SHARDSMITH_STALL_AT=start-up`` waits here (signals are held)."""
+        if os.environ.get("SHARDSMITH_STALL_AT") == "start-up":
+            from shardsmith.engine.resume import crash_point
+
+            crash_point("start-up")
+        return super().make_context(*args, **kwargs)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         interrupt.install()
         try:
             try:
                 self.main(*args, **kwargs)
-            except KeyboardInterrupt as exc:  # while click parsed the options (commands catch their own)
+            except KeyboardInterrupt as exc:  # (held during start-up: commands catch their own)
                 interrupted(exc)
+            finally:
+                try:
+                    interrupt.started()  # no command ran (--help, a usage error): a held signal, said now
+                except KeyboardInterrupt as exc:
+                    interrupted(exc)
         except SystemExit as exc:
             code = exc.code
         else:  # pragma: no cover - click's standalone mode always ends with SystemExit

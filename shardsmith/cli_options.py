@@ -55,6 +55,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            interrupt.started()  # a signal held during start-up is raised here, where it is one line
             return fn(*args, **kwargs)
         except BaseException as exc:
             if isinstance(exc, SystemExit | click.exceptions.Exit):

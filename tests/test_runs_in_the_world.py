@@ -266,3 +266,45 @@ def test_the_same_command_after_a_finished_run_is_already_complete(corpus, bpe_t
     remade = run_subprocess(*_pack(corpus, out, bpe_tokenizer, "--overwrite")[:-1])
     assert remade.returncode == 0 and "already complete" not in remade.stderr, remade.stderr
     assert "3000 documents" in remade.stdout + remade.stderr  # made again: its summary
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_while_click_parses_the_options_is_one_line(corpus, bpe_tokenizer, tmp_path, sig, code):
+    """Click turns a KeyboardInterrupt raised while it parses into "Aborted!" and exit 1: start-up
+    holds the signal until the command's body begins, which says the one line."""
+    proc, mark = _start(_pack(corpus, tmp_path / "out", bpe_tokenizer), tmp_path, stall="start-up", seconds=0.5)
+    _wait_for(mark, proc)
+    proc.send_signal(sig)
+    assert proc.wait(10) == code
+    err = proc.stderr.read()
+    assert err.strip().splitlines() == [MESSAGE], err
+    assert not (tmp_path / "out").exists()  # the command stopped as it began
+
+
+EXTENSION_SCRIPT = """
+import os, signal, sys
+from shardsmith.engine import interrupt
+if sys.argv[1] == "program":
+    interrupt.install(); getattr(interrupt, "started", lambda: None)()  # (start-up over)
+
+class Trip:
+    # SIGINT to this process while orjson's extension initializes (its init imports json.encoder)
+    def find_spec(self, name, path=None, target=None):
+        if name == "json.encoder":
+            os.kill(os.getpid(), signal.SIGINT)
+sys.meta_path.insert(0, Trip())
+try:
+    import orjson
+except KeyboardInterrupt:
+    print("interrupted after the import")
+print(__import__("orjson").dumps([1]).decode())
+"""
+
+
+def test_a_signal_while_an_extension_initializes_is_raised_after_it(tmp_path):
+    """Raised inside an extension's init (in a module the init imports), a KeyboardInterrupt leaves
+    orjson half made and the process dies of SIGSEGV; the program holds it until the init is done."""
+    script = tmp_path / "ext.py"
+    script.write_text(EXTENSION_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), "program"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.split() == ["interrupted", "after", "the", "import", "[1]"], done

@@ -14,6 +14,15 @@ Worker processes ignore both signals (``ignore_in_worker``): a terminal's Ctrl-C
 SIGTERM reach every process of the job, and a worker that died of them would look like a worker
 the system killed. The parent stops them (they also die with it: ``resume.die_with_parent``).
 
+A signal is *held* (recorded, raised later) where raising it would do harm:
+
+- during start-up, from ``install`` until the command's body begins (``started``): click turns a
+  KeyboardInterrupt raised while it parses options or loads entry points into "Aborted!" and exit
+  1, so a signal then is raised where the command catches it, and says the one line;
+- while an extension module initializes (``held``, around every ``ExtensionFileLoader`` step): a
+  KeyboardInterrupt raised in the Python code an extension's init calls (its own imports) can
+  leave the extension half made, and some crash on it (orjson: SIGSEGV).
+
 Only the ``shardsmith`` program installs this (``install``); ``import shardsmith`` in a user's
 process changes no signal handling.
 """
@@ -25,6 +34,8 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from typing import Any
 
 GRACE = 1.5  # seconds the main thread has to unwind before the process is ended for it
 MESSAGE = "interrupted: run the same command again to resume"
@@ -32,6 +43,9 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 _received: int | None = None
 _installed = False
+_holding = 0  # held() scopes the main thread is in (start-up counts as one)
+_starting = False  # start-up's hold is in force (until ``started``)
+_pending: int | None = None  # a signal that arrived while held
 
 
 class Interrupted(KeyboardInterrupt):
@@ -68,8 +82,69 @@ def line_start() -> str:
         return ""
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
+def _raise(signum: int) -> None:
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
     raise Interrupted(signum)
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    """The Python-level handler of both signals (main thread, between bytecodes): raise, or hold."""
+    global _pending
+    if _holding:
+        _pending = _pending or signum
+        return
+    _raise(signum)
+
+
+def _release() -> None:
+    global _pending
+    if not _holding and _pending is not None:
+        signum, _pending = _pending, None
+        _raise(signum)
+
+
+@contextlib.contextmanager
+def held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM in the main thread for the scope's duration; one that arrived is raised
+    when it ends (the watcher thread still ends the process ``GRACE`` seconds after it, as always)."""
+    global _holding
+    if not _installed or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _holding += 1
+    try:
+        yield
+    finally:
+        _holding -= 1
+    _release()
+
+
+def started() -> None:
+    """The command's body begins: start-up's hold ends, and a signal it held is raised here."""
+    global _starting, _holding
+    if _starting:
+        _starting = False
+        _holding -= 1
+        _release()
+
+
+def _hold_extension_imports() -> None:
+    """Extension modules initialize inside ``held`` (see the module's docstring)."""
+    from importlib.machinery import ExtensionFileLoader
+
+    create, execute = ExtensionFileLoader.create_module, ExtensionFileLoader.exec_module
+
+    def create_module(self: ExtensionFileLoader, spec: Any) -> Any:
+        with held():
+            return create(self, spec)
+
+    def exec_module(self: ExtensionFileLoader, module: Any) -> None:
+        with held():
+            execute(self, module)
+
+    ExtensionFileLoader.create_module = create_module  # type: ignore[method-assign]
+    ExtensionFileLoader.exec_module = exec_module  # type: ignore[method-assign]
 
 
 def _say_and_exit(signum: int) -> None:
@@ -106,14 +181,16 @@ def _watch(read_fd: int) -> None:
 
 def install() -> None:
     """Route SIGINT and SIGTERM as described above (the main thread of the program, once)."""
-    global _installed
+    global _installed, _starting, _holding
     if _installed or threading.current_thread() is not threading.main_thread():
         return
     _installed = True
+    _starting, _holding = True, _holding + 1  # start-up: held until ``started``
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    _hold_extension_imports()
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     # a process forked from here (a worker) ignores both from its first instruction on: a Ctrl-C to
     # the whole process group that lands while a worker starts (before its initializer runs) would
