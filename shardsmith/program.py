@@ -1,16 +1,27 @@
-"""The ``shardsmith`` program's entry point: Ctrl-C and SIGTERM are handled (``shardsmith.engine.interrupt``)
-before the command line's modules are imported, so an interruption at start-up is one line too."""
+"""The ``shardsmith`` program's entry point: Ctrl-C and SIGTERM are handled from its first line on,
+before the command line's modules are imported, so an interruption at start-up is one line too.
+
+Its first statement hands both signals to a recorder made of builtins only (``_signal`` is part of
+the interpreter: nothing to import, so nothing to interrupt); ``interrupt.install`` then takes over
+and holds a signal the recorder caught, as it holds any during start-up. What runs before this
+function (the interpreter's own start-up, then ``shardsmith/__init__.py``, a millisecond) keeps
+Python's defaults."""
 
 from __future__ import annotations
 
 
 def main() -> None:
-    from shardsmith.engine import interrupt
+    import _signal
 
-    interrupt.install()
+    early: list[int] = []
+    _signal.signal(_signal.SIGINT, lambda signum, frame: early.append(signum))
+    _signal.signal(_signal.SIGTERM, lambda signum, frame: early.append(signum))
     try:
+        from shardsmith.engine import interrupt
+
+        interrupt.install(early=early)
         from shardsmith.cli import main as cli
-    except KeyboardInterrupt as exc:
+    except KeyboardInterrupt as exc:  # (a fallback: start-up holds signals)
         import os
         import sys
 

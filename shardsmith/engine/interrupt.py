@@ -46,6 +46,7 @@ _installed = False
 _holding = 0  # held() scopes the main thread is in (start-up counts as one)
 _starting = False  # start-up's hold is in force (until ``started``)
 _pending: int | None = None  # a signal that arrived while held
+_handled: int | None = None  # the first signal the main thread's handler saw (at once, unlike the watcher)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -58,19 +59,26 @@ class Interrupted(KeyboardInterrupt):
 
 
 def received() -> int | None:
-    """The signal that interrupted this process (SIGINT or SIGTERM), or None."""
-    return _received
+    """The signal that interrupted this process (SIGINT or SIGTERM), or None: as the watcher thread
+    recorded it, or as the main thread's handler did (whichever ran first)."""
+    return _received or _handled
 
 
 def is_interruption(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is (or came from) an interruption: a KeyboardInterrupt, or any error raised
-    while the process was being interrupted."""
-    return isinstance(exc, KeyboardInterrupt) or _received is not None
+    """Whether ``exc`` is (or came from) an interruption: a KeyboardInterrupt (also as the cause of
+    another error: Python wraps one raised in ``__set_name__`` in a RuntimeError), or any error
+    raised while the process was being interrupted."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return received() is not None
 
 
 def exit_code(exc: BaseException | None = None) -> int:
     """128 + the signal number, as shells report a process killed by it: 130 for SIGINT, 143 for SIGTERM."""
-    signum = _received or (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
+    signum = received() or (exc.signum if isinstance(exc, Interrupted) else signal.SIGINT)
     return 128 + int(signum)
 
 
@@ -90,7 +98,8 @@ def _raise(signum: int) -> None:
 
 def _on_signal(signum: int, frame: object) -> None:
     """The Python-level handler of both signals (main thread, between bytecodes): raise, or hold."""
-    global _pending
+    global _pending, _handled
+    _handled = _handled or signum
     if _holding:
         _pending = _pending or signum
         return
@@ -179,9 +188,10 @@ def _watch(read_fd: int) -> None:
             _say_and_exit(signum)
 
 
-def install() -> None:
-    """Route SIGINT and SIGTERM as described above (the main thread of the program, once)."""
-    global _installed, _starting, _holding
+def install(*, early: list[int] | None = None) -> None:
+    """Route SIGINT and SIGTERM as described above (the main thread of the program, once). ``early``:
+    signals a recorder caught before (``program.main``), held as if they came now."""
+    global _installed, _starting, _holding, _pending, _handled
     if _installed or threading.current_thread() is not threading.main_thread():
         return
     _installed = True
@@ -190,6 +200,8 @@ def install() -> None:
     os.set_blocking(write_fd, False)
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    if early:  # (read after the handlers changed: a signal between the two is in one or the other)
+        _pending = _handled = early[0]
     _hold_extension_imports()
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     # a process forked from here (a worker) ignores both from its first instruction on: a Ctrl-C to
@@ -197,6 +209,9 @@ def install() -> None:
     # otherwise end that worker with a traceback of its own
     os.register_at_fork(after_in_child=ignore_in_worker)
     threading.Thread(target=_watch, args=(read_fd,), name="shardsmith-signals", daemon=True).start()
+    if early:  # the watcher hears of it too (its grace period starts now)
+        with contextlib.suppress(OSError):
+            os.write(write_fd, bytes([early[0]]))
 
 
 def ignore_in_worker() -> None:
