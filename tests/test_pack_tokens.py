@@ -217,7 +217,7 @@ def test_inspect_and_bench(corpus, bpe_tokenizer, tmp_path):
 def test_output_folder_is_not_clobbered(corpus, bpe_tokenizer, tmp_path):
     root, _ = corpus
     pack(root, tmp_path / "out", bpe_tokenizer)
-    r = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "--quiet")
+    r = run_cli("pack-tokens", root, "-o", tmp_path / "out", "--tokenizer", bpe_tokenizer, "--quiet", "--seed", "3")
     assert r.exit_code == 2 and "--overwrite" in r.stderr
     pack(root, tmp_path / "out", bpe_tokenizer, "--overwrite", "--seed", "3")
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["seed"] == 3

@@ -97,10 +97,12 @@ def manifest(out: Path) -> dict[str, Any]:
 
 
 def stable_manifest(out: Path) -> dict[str, Any]:
-    """The manifest without what rightly differs between runs of one command: time and command line."""
+    """The manifest without what rightly differs between runs of one command: time, command line and
+    run identity (which names the output folder)."""
     m = manifest(out)
     m.pop("created", None)
     m.pop("command", None)
+    m.pop("run", None)
     return m
 
 
