@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from shardsmith.errors import DatasetError
-from shardsmith.loader.cache import Item, ShardCache
+from shardsmith.loader import cache as cache_mod
+from shardsmith.loader.cache import REHASH, Item, ShardCache
 
 
 def item(data: bytes, calls: list[str] | None = None, name: str = "s3://b/d/train-000000.tar") -> Item:
@@ -71,8 +72,10 @@ def test_corrupt_partial_and_killed_copies_are_never_trusted(tmp_path):
     it = item(blob(4000, 2), calls)
     assert read(cache, it) == blob(4000, 2)
     path = cache.path(it.sha256)
+    path.chmod(0o644)  # (cached files are read-only)
     path.write_bytes(bytes(4000))  # same size, other bytes: its marker no longer vouches for it
     assert read(cache, it) == blob(4000, 2) and len(calls) == 2
+    path.chmod(0o644)
     with open(path, "r+b") as fh:  # a partial copy
         fh.truncate(100)
     assert read(cache, it) == blob(4000, 2) and len(calls) == 3
@@ -116,3 +119,74 @@ def test_the_cache_pickles_as_its_configuration(tmp_path):
     copy = pickle.loads(pickle.dumps(cache))
     assert (copy.root, copy.limit, copy.downloads) == (Path(tmp_path / "c"), 1234, 0)
     assert pickle.dumps(cache) == pickle.dumps(copy)
+
+
+# -- at rest and under races (issue 26) --------------------------------------------------------------
+
+
+def test_cached_files_are_read_only(tmp_path):
+    cache = ShardCache(root=tmp_path / "c", limit=10**6)
+    it = item(blob(3000, 7))
+    assert read(cache, it) == blob(3000, 7)
+    assert cache.path(it.sha256).stat().st_mode & 0o777 == 0o444
+
+
+def test_a_file_changed_in_place_with_its_mtime_put_back_is_fetched_again(tmp_path):
+    cache = ShardCache(root=tmp_path / "c", limit=10**8)
+    calls: list[str] = []
+    it = item(blob(REHASH + 4096, 8), calls)  # larger than REHASH: only the marker guards it
+    assert read(cache, it) == blob(REHASH + 4096, 8)
+    path = cache.path(it.sha256)
+    st = path.stat()
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as fh:  # one byte flipped in place, as a stray writer (or root) would
+        fh.seek(100)
+        fh.write(bytes([blob(REHASH + 4096, 8)[100] ^ 0xFF]))
+    os.chmod(path, 0o444)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # size, inode and mtime as before
+    assert (path.stat().st_size, path.stat().st_ino, path.stat().st_mtime_ns) == (st.st_size, st.st_ino,
+                                                                                  st.st_mtime_ns)
+    assert read(ShardCache(root=tmp_path / "c", limit=10**8), it) == blob(REHASH + 4096, 8)
+    assert len(calls) == 2
+
+
+def test_bit_rot_in_a_small_file_is_seen_by_a_new_process(tmp_path):
+    cache = ShardCache(root=tmp_path / "c", limit=10**6)
+    calls: list[str] = []
+    it = item(blob(5000, 9), calls)
+    assert read(cache, it) == blob(5000, 9)
+    path = cache.path(it.sha256)
+    os.chmod(path, 0o644)
+    path.write_bytes(bytes(5000))
+    # the marker rewritten to vouch for the rotten bytes: what a flip below the file system looks like
+    (path.parent / f"{it.sha256}.ok").write_text(cache_mod._marker(path.stat()))
+    assert read(ShardCache(root=tmp_path / "c", limit=10**6), it) == blob(5000, 9)  # a new process re-hashes
+    assert len(calls) == 2
+
+
+def test_a_cached_file_removed_between_the_look_and_the_open_is_fetched_again(tmp_path, monkeypatch):
+    cache = ShardCache(root=tmp_path / "c", limit=10**6)
+    calls: list[str] = []
+    it = item(blob(3000, 10), calls)
+    assert read(cache, it) == blob(3000, 10)
+    opens = cache_mod._open_file
+
+    def cleaner_first(path):  # a /tmp cleaner removes the file after the marker was checked
+        os.unlink(path)
+        monkeypatch.setattr(cache_mod, "_open_file", opens)
+        return opens(path)
+
+    monkeypatch.setattr(cache_mod, "_open_file", cleaner_first)
+    assert read(cache, it) == blob(3000, 10)
+    assert len(calls) == 2
+
+
+def test_a_removed_cache_folder_is_made_again(tmp_path):
+    import shutil
+
+    cache = ShardCache(root=tmp_path / "c", limit=10**6)
+    assert read(cache, item(blob(300, 11))) == blob(300, 11)
+    for sub in ("data", "tmp", "locks"):
+        shutil.rmtree(tmp_path / "c" / sub)
+    assert read(cache, item(blob(300, 12))) == blob(300, 12)
+    assert read(cache, item(blob(300, 11))) == blob(300, 11)

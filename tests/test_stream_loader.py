@@ -30,6 +30,7 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 from test_s3_inputs import KEYS, s3, s3_env  # noqa: E402,F401  (fixtures)
 
 import shardsmith  # noqa: E402
+from shardsmith import loader  # noqa: E402
 from shardsmith.errors import DatasetError  # noqa: E402
 from shardsmith.formats.hdf5.batch import EventBatch  # noqa: E402
 from shardsmith.loader import open as open_dataset  # noqa: E402
@@ -309,7 +310,7 @@ def test_two_ranks_of_two_workers_share_one_cache(s3, s3_env, bucket, local, tmp
 
 @pytest.mark.parametrize("name", ["webdataset", "tokens", "hdf5"])
 def test_an_epoch_through_a_flaky_store_yields_the_same_samples(proxied, bucket, local, tmp_path, name):  # noqa: F811
-    faults = proxied(Faults(slowdown=0.15, reset=0.15, seed=5))
+    faults = proxied(Faults(slowdown=0.15, reset=0.15, seed=6))  # seed 6: draws both faults with the requests made now
     want = shardsmith.open(local[name])
     got = opened(bucket[name], tmp_path / "cache", retries=10)
     n = len(want)
@@ -335,3 +336,51 @@ def test_names_stay_below_the_prefix_and_credentials_are_never_shown(s3, bucket,
     assert "manifest.json" in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(Exception, match="cache_dir"):
         open_dataset(bucket["webdataset"])
+
+
+# -- a dataset rewritten at its URL while it is open (issue 26) ----------------------------------------
+
+CHANGED = "changed since the dataset was opened"
+
+
+def flip_objects(client, prefix: str) -> None:
+    """Every object of the dataset but its manifest rewritten in place: other bytes, the same size."""
+    for obj in client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/")["Contents"]:
+        if not obj["Key"].endswith("/manifest.json"):
+            data = client.get_object(Bucket=BUCKET, Key=obj["Key"])["Body"].read()
+            client.put_object(Bucket=BUCKET, Key=obj["Key"], Body=bytes(b ^ 0x5A for b in data))
+
+
+def refused(read, url: str) -> None:
+    with pytest.raises(DatasetError, match=CHANGED) as err:
+        read()
+    assert "\n" not in str(err.value) and url in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["TokenDataset", "TokenDocuments", "TarDataset"])
+def test_objects_replaced_after_opening_are_refused_never_mixed(s3, local, bucket, tmp_path, kind):  # noqa: F811
+    name = "webdataset" if kind == "TarDataset" else "tokens"
+    prefix = f"replaced-{kind}"
+    upload(s3, local[name], prefix)
+    url = f"s3://{BUCKET}/{prefix}"
+    ds = getattr(loader, kind)(url, cache_dir=tmp_path / "cache", cache_limit="1GB")
+    ds[0]  # the first shard read (by ranges) and its index cached
+    blob = pickle.dumps(ds)  # as a spawned DataLoader worker gets it
+    flip_objects(s3, prefix)
+    last = len(ds) - 1  # on a shard not read yet: nothing of it cached
+    refused(lambda: ds[last], url)
+    refused(lambda: pickle.loads(blob)[last], url)
+    refused(lambda: ds[0], url)  # the first shard too: its ranges are read again
+
+
+def test_pack_tokens_overwrite_into_the_url_of_an_open_dataset(s3, local, tmp_path):  # noqa: F811
+    url = f"s3://{BUCKET}/packed-rewritten"
+    args = ["pack-tokens", local["tokens"].parent / "docs", "-o", url, "--train-tokenizer", "300", "--pack",
+            "best-fit", "--seq-len", "32", "--pack-window", "2K", "--shard-tokens", "3K", "-q"]
+    assert run_cli(*args, "--seed", "1").exit_code == 0
+    ds = loader.PackedSequences(url, cache_dir=tmp_path / "cache", cache_limit="1GB")
+    assert len(ds.manifest["splits"]["train"]["shards"]) >= 2
+    ds[0]
+    res = run_cli(*args, "--seed", "2", "--overwrite")
+    assert res.exit_code == 0, res.stderr
+    refused(lambda: ds[len(ds) - 1], url)

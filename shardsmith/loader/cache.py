@@ -3,8 +3,19 @@
 Files are kept by content: ``data/ab/<sha256>``, the sha256 the manifest gives, so a name from a
 manifest never becomes a local path, two datasets holding the same bytes share one copy, and a
 dataset rewritten at its URL (new sha256s) never meets its old files. Beside each file, a marker
-``<sha256>.ok`` says "verified: size, inode, mtime"; a file whose marker is missing or differs (a
-partial copy, a file changed in place) is never trusted, but removed and fetched again.
+``<sha256>.ok`` says "verified: size, inode, mtime, ctime"; a file whose marker is missing or differs
+(a partial copy, a file changed in place, even with its mtime put back: the ctime moves) is never
+trusted, but removed and fetched again.
+
+What is and is not covered at rest (issue 26): a write through the file system is seen by the
+marker (ctime cannot be set back); bit rot is not, except in files of ``REHASH`` bytes or less (the
+indexes and other sidecars, small shards), whose sha256 is checked again the first time each
+process takes them. A verified file is made read-only (0444) before it is renamed into place, and
+the cache never writes, truncates or appends to a file in place: it only removes or replaces
+whole files. So an accidental writer fails (unless it runs as root), but a file truncated while it
+is mapped still kills its readers with SIGBUS (inherent to ``mmap``): keep other programs out of
+the cache folder. A file that disappears from under the cache (a /tmp cleaner) between a look and
+an open is taken as not cached, and fetched again.
 
 Locks are ``flock`` locks on files in the cache folder (one per open file description, so threads
 and processes exclude each other alike; they die with their process):
@@ -47,6 +58,7 @@ ROOM_WAIT = 120.0  # seconds a download waits for room at most
 PATIENCE = 2.0  # seconds a download waits for files in use to be let go before it evicts them anyway
 LOG_VARIABLE = "SHARDSMITH_CACHE_LOG"  # set to 1: every download appends "sha256 bytes pid" to DOWNLOADS_LOG
 DOWNLOADS_LOG = "downloads.log"  # in the cache folder, outside the limit (a diagnostic: what tests count)
+REHASH = 4 << 20  # bytes: a cached file this small has its sha256 checked again when a process first takes it
 
 
 @dataclass(frozen=True)
@@ -69,6 +81,11 @@ class ShardCache:
         self.limit = int(limit)
         self.downloads = 0  # by this process: files and bytes
         self.downloaded_bytes = 0
+        self._checked: set[tuple[str, str]] = set()  # (sha256, marker) re-hashed by this process
+        self._checked_pid = os.getpid()
+        self._folders()
+
+    def _folders(self) -> None:
         for sub in ("data", "tmp", "locks"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -103,7 +120,7 @@ class ShardCache:
             raise DatasetError(f"{item.name}: {format_size(item.size)} ({item.size} bytes) is more than the "
                                f"cache_limit of {format_size(self.limit)} ({self.limit} bytes); give a larger "
                                f"cache_limit")
-        lock = os.open(self.root / "locks" / item.sha256, os.O_RDWR | os.O_CREAT, 0o644)
+        lock = _open_in(self, self.root / "locks" / item.sha256)
         try:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -130,7 +147,7 @@ class ShardCache:
 
     @contextlib.contextmanager
     def _flock(self, path: Path, how: int) -> Iterator[int]:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_in(self, path)
         try:
             fcntl.flock(fd, how)
             yield fd
@@ -146,7 +163,7 @@ class ShardCache:
         path = self.path(item.sha256)
         try:
             st = os.stat(path)
-        except FileNotFoundError:
+        except OSError:  # absent, or its folder removed
             return None
         try:
             marker = (path.parent / f"{item.sha256}.ok").read_text()
@@ -158,19 +175,44 @@ class ShardCache:
             return None
         return st
 
+    def _sound(self, item: Item, fd: int) -> bool:
+        """A small file's sha256, checked again the first time this process takes it (bit rot leaves
+        the marker true); a larger file is trusted on its marker."""
+        if item.size > REHASH:
+            return True
+        if self._checked_pid != os.getpid():
+            self._checked, self._checked_pid = set(), os.getpid()
+        seen = (item.sha256, _marker(os.fstat(fd)))
+        if seen in self._checked:
+            return True
+        with os.fdopen(os.dup(fd), "rb") as fh:  # (the duplicate shares the offset: put back at 0)
+            sound = hashlib.file_digest(fh, "sha256").hexdigest() == item.sha256
+            fh.seek(0)
+        if not sound:
+            return False
+        self._checked.add(seen)
+        return True
+
     def _take(self, item: Item) -> int | None:
         """Under ``.lock``: the verified file opened and held in use, its use time set; else None."""
         st = self._trusted(item)
         if st is None:
             return None
-        fd = os.open(self.path(item.sha256), os.O_RDONLY)
+        try:
+            fd = _open_file(self.path(item.sha256))
+        except FileNotFoundError:  # removed since the look (a cleaner): not cached
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
             return None
-        if (os.fstat(fd).st_ino, os.fstat(fd).st_size) != (st.st_ino, st.st_size):
+        if _marker(os.fstat(fd)) != _marker(st):
             os.close(fd)
+            return None
+        if not self._sound(item, fd):
+            os.close(fd)
+            _remove(self.path(item.sha256))  # bit rot: fetched again
             return None
         with contextlib.suppress(OSError):
             os.utime(self.path(item.sha256).parent / f"{item.sha256}.ok")  # least recently used: by this time
@@ -179,26 +221,28 @@ class ShardCache:
     def _files(self) -> list[tuple[Path, int, float]]:
         """(path, bytes with its marker, last use) of every cached file."""
         out = []
-        for folder in (self.root / "data").iterdir():
-            for p in folder.iterdir() if folder.is_dir() else ():
+        for folder in _listdir(self.root / "data"):
+            for p in _listdir(folder):
                 if p.suffix == ".ok":
                     continue
                 try:
                     size = p.stat().st_size
+                except OSError:
+                    continue  # removed meanwhile
+                try:
                     mst = (p.parent / f"{p.name}.ok").stat()
                     out.append((p, size + mst.st_size, mst.st_mtime))
-                except FileNotFoundError:
-                    if p.exists():
-                        out.append((p, p.stat().st_size, 0.0))  # no marker: untrusted, first to go
+                except OSError:
+                    out.append((p, size, 0.0))  # no marker: untrusted, first to go
         return out
 
     def _partials(self) -> list[tuple[Path, int]]:
         """Downloads in progress; those of killed processes (their lock free) are removed."""
         out = []
-        for p in (self.root / "tmp").iterdir():
+        for p in _listdir(self.root / "tmp"):
             try:
                 fd = os.open(p, os.O_RDONLY)
-            except FileNotFoundError:
+            except OSError:
                 continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -221,7 +265,12 @@ class ShardCache:
                 break
             if path.name in keep and not force:
                 continue
-            fd = os.open(path, os.O_RDONLY)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:  # removed meanwhile: its room is free
+                _remove(path)
+                used -= size
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -244,6 +293,7 @@ class ShardCache:
                 force = wait and time.monotonic() > start + PATIENCE
                 if self._make_room(item.size + len(_MARKER_ROOM), keep | {item.sha256}, force=force):
                     tmp = self.root / "tmp" / f"{item.sha256}.{os.getpid()}.{secrets.token_hex(4)}"
+                    self._folders()  # (a cleaner may have removed them)
                     fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
                     fcntl.flock(fd, fcntl.LOCK_EX)
                     os.ftruncate(fd, item.size)  # counted at full size while it downloads
@@ -269,16 +319,24 @@ class ShardCache:
             if digest != item.sha256:
                 raise DatasetError(f"{item.name}: sha256 {digest[:12]}… differs from the manifest's "
                                    f"{item.sha256[:12]}… (a corrupt or changed file); the download was removed")
+            os.fchmod(fd, 0o444)  # read-only from now on: never written in place, only removed or replaced
             with self._locked():
                 final = self.path(item.sha256)
-                final.parent.mkdir(exist_ok=True)
-                os.replace(tmp, final)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.replace(tmp, final)
+                except FileNotFoundError:
+                    raise DatasetError(f"{item.name}: its download in {tmp.parent} was removed before it was "
+                                       f"complete (a cleaner of that folder?); read it again") from None
                 marker = final.parent / f"{item.sha256}.ok"
                 part = marker.with_name(f".{marker.name}.{os.getpid()}")
                 part.write_text(_marker(os.fstat(fd)))
                 os.replace(part, marker)
                 fcntl.flock(fd, fcntl.LOCK_SH)  # in use by us from now on: never evicted before we map it
-                ro = os.open(final, os.O_RDONLY)
+                try:
+                    ro = os.open(final, os.O_RDONLY)
+                except FileNotFoundError:  # removed at once by a cleaner: this descriptor is still the file
+                    ro = os.dup(fd)
                 fcntl.flock(ro, fcntl.LOCK_SH)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -301,7 +359,29 @@ _MARKER_ROOM = " " * 64  # what a marker may take, reserved with its file
 
 
 def _marker(st: os.stat_result) -> str:
-    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns}\n"
+    return f"{st.st_size} {st.st_ino} {st.st_mtime_ns} {st.st_ctime_ns}\n"
+
+
+def _open_file(path: Path) -> int:
+    """``path`` opened read-only (a seam for the tests' races)."""
+    return os.open(path, os.O_RDONLY)
+
+
+def _listdir(folder: Path) -> list[Path]:
+    """The entries of ``folder``; none when it is gone or not a folder."""
+    try:
+        return list(folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _open_in(cache: ShardCache, path: Path) -> int:
+    """A lock file of the cache opened (created if need be), its folder made again if it was removed."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except FileNotFoundError:
+        cache._folders()
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
 
 
 def _remove(path: Path) -> None:

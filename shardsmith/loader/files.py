@@ -10,6 +10,8 @@ the next shards of this process's epoch (``plan``: the order a dataset's ``iter`
 walks), which a background thread downloads a few ahead; any other shard of a tar or token
 dataset is read by byte ranges (HTTP Range), so random access never downloads whole shards.
 Datasets report what they read (``touched``), so the window of shards moves on as the epoch does.
+Every byte comes from the version of the dataset opened: the store pins each object when it reads
+the manifest (S3: ``If-Match`` on every GET, ``loader/remote.py``), the cache keeps files by sha256.
 """
 
 from __future__ import annotations

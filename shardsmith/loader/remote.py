@@ -6,10 +6,27 @@ off), so every scheme fsspec reads can follow; transient errors are retried by `
 only, and a download that breaks off resumes at the byte it reached. Every file is named by the
 manifest, relative to the dataset's URL: a name that could climb out of the prefix is refused.
 URLs are shown without credentials or signatures (``core/urls.py``); errors are one line.
+
+Every read is tied to the version of the dataset that was opened (issue 26). ``manifest`` pins
+each object's identity right after reading the manifest: one listing of the prefix, taken between
+two looks at the manifest's identity that must agree (a rewrite deletes the manifest first and
+writes it last, ``engine/outremote.py``, so the listing is of the files the manifest names). Then:
+
+- ``s3://``: every GET (ranged reads, downloads, block by block) sends ``If-Match: <ETag>`` and
+  the answer's ETag is checked too; a replaced object is a 412, one DatasetError line "changed
+  since the dataset was opened". Exact: no byte of another version is ever returned.
+- other schemes (``gs://``, ``root://``, ``http(s)://``): their filesystems send no conditions, so
+  the object's identity (etag, generation, or size and modification time) is looked at again
+  (``info``) before a file's first ranged read in each process and before every download. A
+  change after that look is missed by ranged reads; a download is still checked by its sha256.
+  A file the listing did not show (``http(s)``: no listing) is pinned at that first look.
+
+The pins pickle with the store: DataLoader workers, forked or spawned, check the same versions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from typing import Any, BinaryIO
@@ -23,21 +40,27 @@ from shardsmith.engine.storage_errors import one_line
 from shardsmith.errors import DatasetError, ShardsmithError
 
 BLOCK = 8 << 20  # bytes per read of a whole-file download
+OPEN_TRIES = 3  # listings taken at most while the dataset changes under them, before giving up
+CHANGED = "changed since the dataset was opened (rewritten, e.g. with --overwrite?); open the dataset again"
 
 
 class RemoteStore:
-    """The files of the dataset at ``url`` (a prefix holding ``manifest.json``). Pickles as its URL and
-    retry policy: each process makes its own filesystem (s3fs's event loop does not survive a fork)."""
+    """The files of the dataset at ``url`` (a prefix holding ``manifest.json``). Pickles as its URL,
+    retry policy and pins: each process makes its own filesystem (s3fs's event loop does not survive
+    a fork) and checks the versions the dataset was opened on."""
 
     def __init__(self, url: str, *, retries: int = 5, retry_wait: float = 0.5) -> None:
         self.url = url.rstrip("/")
         self.where = safe_url(self.url)
         self.policy = retry.Policy(retries=retries, wait=retry_wait)
+        self.scheme = self.url.split("://", 1)[0].lower()
+        self.pins: dict[str, str] = {}  # file -> its identity when the dataset was opened (s3: the ETag)
         self._fs: Any = None
         self._pid = -1
+        self._seen: set[str] = set()  # other schemes: files whose identity this process has looked at
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None, "_pid": -1}
+        return {**self.__dict__, "_fs": None, "_pid": -1, "_seen": set()}
 
     @property
     def fs(self) -> Any:
@@ -49,6 +72,7 @@ class RemoteStore:
             except ShardsmithError as exc:  # an unknown scheme, a missing extra: one line as it is
                 raise DatasetError(str(exc)) from None
             self._pid = os.getpid()
+            self._seen = set()
         return self._fs
 
     def name(self, rel: str) -> str:
@@ -62,11 +86,22 @@ class RemoteStore:
         return f"{self.fs._strip_protocol(self.url)}/{rel}"
 
     def manifest(self) -> dict[str, Any]:
-        """The dataset's manifest, fetched and validated as ``core.manifest.load`` validates a local one."""
+        """The dataset's manifest, fetched and validated as ``core.manifest.load`` validates a local one;
+        every file of the prefix pinned to the version listed with it (the module's docstring)."""
         where = self.name(manifest_mod.MANIFEST)
-        with self.errors(where, missing="no manifest.json: not a shardsmith dataset, or its conversion did "
-                                        "not finish"):
-            raw = retry.call(lambda: self.fs.cat_file(self.key(manifest_mod.MANIFEST)), self.policy)
+        for _ in range(OPEN_TRIES):
+            with self.errors(where, missing="no manifest.json: not a shardsmith dataset, or its conversion did "
+                                            "not finish"):
+                before, raw = retry.call(self._manifest_bytes, self.policy)
+                listed = retry.call(self._listing, self.policy)
+                after = retry.call(lambda: self._identity(manifest_mod.MANIFEST), self.policy)
+            if before == after and listed.get(manifest_mod.MANIFEST, before) == before:
+                break
+        else:
+            raise DatasetError(f"{where}: the dataset changed while it was being opened ({OPEN_TRIES} tries); "
+                               f"open it again when its writer is done")
+        self.pins = {**listed, manifest_mod.MANIFEST: before}
+        self._seen = set()
         try:
             manifest = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -75,24 +110,22 @@ class RemoteStore:
         return manifest
 
     def read(self, rel: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of file ``rel``: one ranged GET (retried)."""
+        """Bytes ``[start, end)`` of file ``rel``: one ranged GET (retried), of the version opened."""
         if end <= start:
             return b""
         with self.errors(self.name(rel)):
-            data = retry.call(lambda: self.fs.cat_file(self.key(rel), start=start, end=end), self.policy)
+            data = retry.call(lambda: self._get(rel, [(start, end)])[0], self.policy)
         if len(data) != end - start:
             raise DatasetError(f"{self.name(rel)}: {len(data)} bytes at {start}, expected {end - start} (the object "
                                f"is shorter than the manifest says)")
         return data
 
     def read_ranges(self, rel: str, starts: list[int], ends: list[int]) -> list[bytes]:
-        """Several ranges of one file, fetched concurrently (fsspec's ``cat_ranges``), each checked."""
+        """Several ranges of one file, fetched concurrently, each checked."""
         if len(starts) <= 1:
             return [self.read(rel, a, b) for a, b in zip(starts, ends)]
-        key = self.key(rel)
         with self.errors(self.name(rel)):
-            got = retry.call(lambda: self.fs.cat_ranges([key] * len(starts), starts, ends, on_error="raise"),
-                             self.policy)
+            got = retry.call(lambda: self._get(rel, list(zip(starts, ends))), self.policy)
         for data, a, b in zip(got, starts, ends):
             if len(data) != b - a:
                 raise DatasetError(f"{self.name(rel)}: {len(data)} bytes at {a}, expected {b - a}")
@@ -108,6 +141,12 @@ class RemoteStore:
             return further
 
         def copy() -> None:
+            if self.scheme == "s3":  # each block a GET conditional on the pinned ETag
+                while dst.tell() < size and (block := self._get(rel, [(dst.tell(), min(size, dst.tell() + BLOCK))],
+                                                                 past_end=True)[0]):
+                    dst.write(block)
+                return
+            self._check(rel, again=True)
             with self.fs.open(self.key(rel), "rb", block_size=BLOCK) as src:
                 if dst.tell():
                     src.seek(dst.tell())
@@ -120,3 +159,114 @@ class RemoteStore:
     def errors(self, where: str, *, missing: str = "no such object") -> contextlib.AbstractContextManager[None]:
         """The storage client's errors as one DatasetError line naming ``where`` (never a credential)."""
         return one_line(lambda kind, text: DatasetError(f"{where}: {text}"), verb="read", words={"missing": missing})
+
+    # -- pins ------------------------------------------------------------------------------------
+
+    def _identity(self, rel: str) -> str:
+        """The identity of file ``rel`` now (a HEAD, or the scheme's ``info``), never a cached listing's."""
+        self.fs.invalidate_cache()
+        return _tag(self.fs.info(self.key(rel)))
+
+    def _manifest_bytes(self) -> tuple[str, bytes]:
+        """(identity, bytes) of the manifest: on S3 one GET and its ETag; elsewhere ``info``, then the bytes."""
+        if self.scheme == "s3":
+            return sync(self.fs.loop, self._s3_gets, manifest_mod.MANIFEST, [(None, None)], None)[0]
+        tag = self._identity(manifest_mod.MANIFEST)
+        return tag, self.fs.cat_file(self.key(manifest_mod.MANIFEST))
+
+    def _listing(self) -> dict[str, str]:
+        """Every file below the prefix and its identity, from one listing (none for schemes that do
+        not list: their files are pinned when first looked at)."""
+        from shardsmith.engine.backends import WHOLE_URL
+
+        if self.scheme in WHOLE_URL:
+            return {}
+        prefix = self.fs._strip_protocol(self.url).rstrip("/") + "/"
+        self.fs.invalidate_cache()
+        found = self.fs.find(prefix, detail=True)
+        return {path[len(prefix):]: _tag(info) for path, info in found.items() if path.startswith(prefix)}
+
+    def _check(self, rel: str, *, again: bool = False) -> None:
+        """Other schemes: the file is still the version pinned (its first look pins a file the listing
+        did not show); looked at once per process, or ``again``."""
+        if rel in self._seen and not again:
+            return
+        now = self._identity(rel)
+        if self.pins.setdefault(rel, now) != now:
+            raise DatasetError(f"{self.name(rel)}: {CHANGED}")
+        self._seen.add(rel)
+
+    def _get(self, rel: str, ranges: list[tuple[int, int]], *, past_end: bool = False) -> list[bytes]:
+        """Byte ranges of file ``rel``, of the pinned version (``past_end``: a range starting past the
+        object's end is empty, not an error)."""
+        if self.scheme != "s3":
+            self._check(rel)
+            key = self.key(rel)
+            if len(ranges) == 1:
+                return [self.fs.cat_file(key, start=ranges[0][0], end=ranges[0][1])]
+            return list(self.fs.cat_ranges([key] * len(ranges), [a for a, _ in ranges], [b for _, b in ranges],
+                                           on_error="raise"))
+        etag = self.pins.get(rel)
+        if etag is None and self.pins:
+            raise DatasetError(f"{self.name(rel)}: not among the objects listed when the dataset was opened; "
+                               f"open the dataset again")
+        got = sync(self.fs.loop, self._s3_gets, rel, ranges, etag, past_end)
+        return [data for _, data in got]
+
+    async def _s3_gets(self, rel: str, ranges: list[tuple[int | None, int | None]], etag: str | None,
+                       past_end: bool = False) -> list[tuple[str, bytes]]:
+        """(ETag, bytes) of each range (None: the whole object), concurrently: GETs with ``If-Match``."""
+        bucket, key, _ = self.fs.split_path(self.key(rel))
+
+        async def one(a: int | None, b: int | None) -> tuple[str, bytes]:
+            kw = {"Range": f"bytes={a}-{b - 1}"} if a is not None and b is not None else {}
+            if etag is not None:
+                kw["IfMatch"] = etag
+            try:
+                resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, **kw)
+            except OSError as exc:
+                code = _s3_code(exc)
+                if code in ("PreconditionFailed", "412"):
+                    raise DatasetError(f"{self.name(rel)}: {CHANGED}") from None
+                if past_end and code in ("InvalidRange", "416"):
+                    return etag or "", b""
+                raise
+            try:
+                if etag is not None and resp.get("ETag") != etag:  # a server that ignores If-Match
+                    raise DatasetError(f"{self.name(rel)}: {CHANGED}")
+                return resp.get("ETag", ""), await resp["Body"].read()
+            finally:
+                resp["Body"].close()
+
+        return list(await asyncio.gather(*(one(a, b) for a, b in ranges)))
+
+
+def sync(loop: Any, fn: Any, *args: Any) -> Any:
+    """``fn(*args)`` run on the filesystem's event loop (fsspec's own bridge; fsspec is an extra)."""
+    from fsspec.asyn import sync as run
+
+    return run(loop, fn, *args)
+
+
+def _tag(info: dict[str, Any]) -> str:
+    """An object's identity from its ``info``/listing entry: its ETag (s3, http), etag or generation
+    (gcs), version id; else its size and modification time."""
+    for k in ("ETag", "etag", "generation", "VersionId"):
+        if info.get(k):
+            return str(info[k])
+    when = next((info[k] for k in ("mtime", "LastModified", "updated", "last_modified") if info.get(k)), "")
+    return f"{info.get('size')} bytes, modified {when}"
+
+
+def _s3_code(exc: BaseException) -> str:
+    """The S3 error code (or HTTP status) behind a translated client error; "" if none."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code") or response.get("ResponseMetadata", {})
+                       .get("HTTPStatusCode", ""))
+        e = e.__cause__ or e.__context__
+    return ""
