@@ -26,6 +26,18 @@ def distributed() -> tuple[int, int]:
     return 0, 1
 
 
+def carried(state_epoch: int, asked: int) -> bool:
+    """Whether a loaded state of epoch ``state_epoch`` is an earlier epoch's, carried to its end
+    before ``set_epoch(asked)``'s epoch starts (``EpochStream``), rather than one to resume in
+    ``asked`` itself (the same epoch). A later epoch is refused: it would skip the epochs between.
+    The one rule for either order of the two calls, since torchdata's ``StatefulDataLoader`` loads
+    a state at ``iter()``, after the loop's ``set_epoch``."""
+    if state_epoch > asked:
+        raise ValueError(f"the loaded state_dict is of epoch {state_epoch}, after the epoch {asked} that "
+                         f"set_epoch asked for: set_epoch({state_epoch}) resumes it")
+    return state_epoch < asked
+
+
 class EpochStream:
     """One epoch's batches for this rank from a start position, and the state that resumes them.
 
@@ -33,8 +45,16 @@ class EpochStream:
     goes into the state). ``start``: a position in the epoch's order (int, for epoch ``epoch``)
     or a ``global_position`` (which sets the epoch to its own); ``set_epoch`` to any other epoch
     starts at 0. ``state_dict()`` holds plain ints and strings; ``load_state_dict`` refuses a
-    state of another dataset, order or layout and adopts the state's epoch and start. Batches of
-    step s go to stream ``s % streams`` (``_stream``: one, unless a subclass runs in workers).
+    state of another dataset, order or layout and adopts the state's epoch and start.
+
+    A loaded state of an epoch before the one ``set_epoch`` asked for (in either order: see
+    ``carried``) is finished first: the next iteration yields what is left of that epoch (nothing,
+    for a state saved after its last batch), then the asked epoch from its start. That and not
+    dropping it, because torchdata resumes from a snapshot and discards the batches yielded since,
+    and starts at the worker after the last one that yielded: both count on the saved epoch's rest.
+
+    Batches of step s go to stream ``(s + shift) % streams`` (``_stream``: one, unless a subclass
+    runs in workers); ``shift`` is 0 but in an epoch that follows a carried one in one iteration.
     """
 
     def __init__(self, n: int, *, order: Order, batch_size: int | None, shuffle: bool, seed: int, epoch: int,
@@ -53,20 +73,33 @@ class EpochStream:
         self.layout()  # refuse a bad rank, batch size or start now rather than in a worker
         self._resume = 0    # batches this stream had handed over when its state was saved
         self._produced = 0  # batches this stream has handed over in the running iteration
+        self._shift = 0     # the stream of step 0 (see the class)
+        self._asked: int | None = None       # the epoch set_epoch asked for (a worker's copy has it too)
+        self._loaded = False                 # a state was adopted and no iteration has started from it
+        self._carry: dict[str, int] | None = None  # an earlier epoch's state, to finish first
+        self._walking: dict[str, int] | None = None  # the carried epoch while the iteration is in it
 
     def set_epoch(self, epoch: int) -> None:
-        """Iterate epoch ``epoch`` next (a state loaded for another epoch is dropped)."""
+        """Iterate epoch ``epoch`` next (after the rest of a loaded state's earlier epoch: see the class)."""
+        epoch = int(epoch)
+        if self._carry is not None and not carried(self._carry["epoch"], epoch):
+            self._adopt(self._carry)  # set_epoch back to the state's own epoch: resume it there
+        elif self._loaded and carried(self.epoch, epoch):
+            self._carry = self._saved()
+        self._asked = epoch
         if epoch != self.epoch:
-            self._resume = self._produced = 0
+            self._resume = self._produced = self._shift = 0
+            self._loaded = False
         self.epoch = epoch
+        self._walking = None
 
     @property
     def start(self) -> int:
         return self._start if self.epoch == self._start_epoch else 0
 
-    def layout(self) -> EpochLayout:
-        return EpochLayout(total=self.n, start=self.start, batch_size=self.batch_size, rank=self.rank,
-                           world_size=self.world_size, drop_last=self.drop_last)
+    def layout(self, *, start: int | None = None) -> EpochLayout:
+        return EpochLayout(total=self.n, start=self.start if start is None else start, batch_size=self.batch_size,
+                           rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
 
     def __len__(self) -> int:
         """This rank's batches (samples, without ``batch_size``) in the epoch, from its start."""
@@ -87,41 +120,80 @@ class EpochStream:
         return {**self._identity, "batch_size": self.batch_size, "world_size": self.world_size,
                 "drop_last": bool(self.drop_last), "rank": self.rank, "workers": workers, "worker": worker}
 
+    def _saved(self) -> dict[str, int]:
+        """Where this stream is: the epoch, its start, the stream of its step 0, batches handed over."""
+        if self._walking is not None:
+            return {**self._walking, "produced": self._produced}
+        return {"epoch": self.epoch, "start": self.start, "shift": self._shift, "produced": self._produced}
+
     def state_dict(self) -> dict[str, Any]:
         """How far this stream (this rank, or one DataLoader worker of it) has gone in the epoch."""
-        return {"shardsmith": STATE, **self._options(), "epoch": self.epoch, "start": self.start,
-                "produced": self._produced}
+        return {"shardsmith": STATE, **self._options(), **self._saved()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue where ``state`` was saved (the next iteration starts there)."""
+        """Continue where ``state`` was saved (the next iteration starts there), after the rest of
+        its epoch if ``set_epoch`` asked for a later one (see the class)."""
         check_state(state, self._options())
-        self.epoch = self._start_epoch = int(state["epoch"])
-        self._start = int(state["start"])
-        self.layout()
-        self._resume = self._produced = int(state["produced"])
+        saved = {"epoch": int(state["epoch"]), "start": int(state["start"]), "shift": int(state.get("shift", 0)),
+                 "produced": int(state["produced"])}
+        self.layout(start=saved["start"])
+        self._carry = self._walking = None
+        if self._asked is not None and carried(saved["epoch"], self._asked):
+            self._carry = saved
+            self._resume = self._produced = self._shift = 0
+            self._loaded = False
+        else:
+            self._adopt(saved)
+
+    def _adopt(self, saved: Mapping[str, int]) -> None:
+        self.epoch = self._start_epoch = saved["epoch"]
+        self._start, self._shift = saved["start"], saved["shift"]
+        self._resume = self._produced = saved["produced"]
+        self._carry, self._loaded = None, True
 
     def indices(self) -> np.ndarray:
         """This epoch's whole order of item indices (every rank's)."""
         return self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
 
     def _walk(self) -> Iterator[np.ndarray]:
-        """This stream's batches as index arrays. Runs eagerly (the saved position is taken now,
-        once); the count goes up before each batch is handed over, so a state taken while the
-        consumer holds batch k counts k + 1. ``_ahead()`` then gives every index still to come."""
+        """This stream's batches as index arrays: a carried epoch's rest, then this epoch's. Runs
+        eagerly (the saved position is taken now, once); the count goes up before each batch is
+        handed over, so a state taken while the consumer holds batch k counts k + 1. ``_ahead()``
+        then gives every index still to come."""
         worker, workers = self._stream()
+        parts = []  # (the carried epoch's saved place or None, order, layout, steps)
+        carry, self._carry = self._carry, None
+        if carry is not None:
+            layout = self.layout(start=carry["start"])
+            first = (worker - carry["shift"]) % workers + carry["produced"] * workers
+            parts.append((carry, self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=carry["epoch"]),
+                          layout, range(first, layout.steps, workers)))
+            self._shift = (carry["shift"] + layout.steps) % workers  # this epoch's step 0 follows its last step
         layout = self.layout()
-        order = self.indices()
-        first, self._resume = self._resume, 0
-        self._produced = first
+        first = (worker - self._shift) % workers + self._resume * workers
+        parts.append((None, self.indices(), layout, range(first, layout.steps, workers)))
+        parts = [p for p in parts[:-1] if len(p[3])] + parts[-1:]
+        resume, self._resume, self._loaded = self._resume, 0, False
 
-        steps = range(worker + first * workers, layout.steps, workers)
+        def enter(part: tuple) -> None:
+            place = part[0]
+            self._walking = None if place is None else {k: place[k] for k in ("epoch", "start", "shift")}
+            self._produced = resume if place is None else place["produced"]
+
+        enter(parts[0])
 
         def batches() -> Iterator[np.ndarray]:
-            for step in steps:
-                indices = order[layout.positions(step)]
-                self._produced += 1
-                yield indices
+            for k, (_, order, layout, steps) in enumerate(parts):
+                if k:
+                    enter(parts[k])
+                for step in steps:
+                    indices = order[layout.positions(step)]
+                    self._produced += 1
+                    yield indices
 
-        self._ahead = lambda: (np.concatenate([order[layout.positions(step)] for step in steps]) if len(steps)
-                               else np.zeros(0, dtype=np.int64))
+        def ahead() -> np.ndarray:
+            runs = [order[layout.positions(step)] for _, order, layout, steps in parts for step in steps]
+            return np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
+
+        self._ahead = ahead
         return batches()

@@ -119,6 +119,9 @@ def check_state(state: Mapping[str, Any], expect: dict[str, Any]) -> None:
     produced = state.get("produced")
     if isinstance(produced, bool) or not isinstance(produced, int) or produced < 0:
         raise ValueError(f"state_dict 'produced' {produced!r} is not a count")
+    shift = state.get("shift", 0)  # absent in states saved before it was kept
+    if isinstance(shift, bool) or not isinstance(shift, int) or not 0 <= shift < max(expect.get("workers", 1), 1):
+        raise ValueError(f"state_dict 'shift' {shift!r} is not a stream of this loader")
 
 
 def _ours(state: Any) -> Iterator[Mapping[str, Any]]:
