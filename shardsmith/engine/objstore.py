@@ -63,8 +63,8 @@ def part_size_for(size: int, wanted: int) -> int:
 
 
 class Store:
-    """A prefix of any fsspec filesystem: whole-object puts, no part reuse, and a run record put
-    after a check for an existing one (not atomic: see ``S3Store.put_new``)."""
+    """A prefix of any fsspec filesystem: whole-object puts, no part reuse, and conditional puts of
+    the run record made as a check, then a put (not atomic: see ``S3Store.create`` and ``replace``)."""
 
     def __init__(self, *, url: str, fs: Any, policy: retry.Policy, part_size: int = PART_SIZE) -> None:
         self.url = safe_url(url).rstrip("/")

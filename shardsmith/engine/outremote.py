@@ -8,10 +8,12 @@ folder with it.
 
 The checks of a local output folder hold on the prefix (``claim_prefix``): a finished dataset or
 other objects need ``--overwrite`` (which deletes only shardsmith's objects, the manifest first,
-and aborts the prefix's unfinished uploads); another command's unfinished output is refused; the
-same command takes it over and resumes: objects whose size and checksum match its files stay, and
-the parts of an unfinished multipart upload are reused. The run record is put with
-``If-None-Match: *``, so of two runs that claim an empty prefix at once one is refused.
+and aborts the unfinished uploads of their names); another command's unfinished output is refused;
+the same command takes it over and resumes: objects whose size and checksum match its files stay,
+and the parts of an unfinished multipart upload are reused. The run record is the prefix's lease
+(``outhold``): a live run's prefix is refused to any other, ``--overwrite`` or not; it is taken
+with a conditional put, so of two runs that claim the prefix at once one is refused; and it is
+checked to be still this run's immediately before the manifest.
 """
 
 from __future__ import annotations
@@ -67,13 +69,11 @@ def _record(store: Store) -> dict[str, Any] | None:
     return parse(store.read(RUN_FILE))
 
 
-def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Hold | None = None
-                 ) -> dict[str, ObjectInfo] | None:
+def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Hold) -> dict[str, ObjectInfo] | None:
     """Check the prefix as ``outdir.prepare_output`` checks a folder, and take its run record
     (``hold``, this run's: ``outhold``); returns what the prefix holds for the run to resume
     against, or None when this very run already finished it (its manifest is there: killed before
     it removed its record)."""
-    hold = hold or Hold(store, run)
     present = store.list()
     shown = store.url
     found = store.read_tagged(RUN_FILE) if RUN_FILE in present else None
