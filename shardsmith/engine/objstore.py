@@ -4,7 +4,8 @@ Built on fsspec, so other schemes can follow: ``Store`` needs only an fsspec fil
 puts, listing, deletes); ``S3Store`` adds what S3 offers through s3fs's ``call_s3`` (boto-level
 calls): multipart uploads whose parts survive a killed run and are reused when their size and MD5
 match (``list_multipart_uploads``, ``list_parts``), ETags to compare a local file with an object
-without downloading it, and conditional puts (``If-None-Match: *``) for the run record.
+without downloading it, and conditional puts (``If-None-Match: *``, ``If-Match: ETAG``) for the run
+record, which is the prefix's lease (``outhold``).
 
 Every call goes through ``engine/retry.py`` (the only layer that retries: s3fs's and botocore's own
 retries are off), and the storage client's errors become one line naming the URL, never with
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import hashlib
 import threading
 from collections.abc import Callable
@@ -61,8 +63,8 @@ def part_size_for(size: int, wanted: int) -> int:
 
 
 class Store:
-    """A prefix of any fsspec filesystem: whole-object puts, no part reuse, and a run record put
-    after a check for an existing one (not atomic: see ``S3Store.put_new``)."""
+    """A prefix of any fsspec filesystem: whole-object puts, no part reuse, and conditional puts of
+    the run record made as a check, then a put (not atomic: see ``S3Store.create`` and ``replace``)."""
 
     def __init__(self, *, url: str, fs: Any, policy: retry.Policy, part_size: int = PART_SIZE) -> None:
         self.url = safe_url(url).rstrip("/")
@@ -70,6 +72,7 @@ class Store:
         self.policy = policy
         self.part_size = part_size
         self.root = fs._strip_protocol(url).rstrip("/")
+        self.started: set[str] = set()  # the multipart uploads this store began and has not completed
 
     def show(self, rel: str = "") -> str:
         return f"{self.url}/{rel}" if rel else self.url
@@ -96,10 +99,28 @@ class Store:
 
     def put_new(self, rel: str, data: bytes) -> bool:
         """Put ``rel`` unless it exists; False if it did."""
+        return self.create(rel, data) is not None
+
+    def create(self, rel: str, data: bytes) -> str | None:
+        """Put ``rel`` unless it exists; its new ETag, or None if it existed."""
         if self.read(rel) is not None:
-            return False
+            return None
         self.put(rel, data)
-        return True
+        return hashlib.md5(data).hexdigest()
+
+    def read_tagged(self, rel: str) -> tuple[bytes, str] | None:
+        """``rel``'s bytes and ETag (None: no such object)."""
+        data = self.read(rel)
+        return None if data is None else (data, hashlib.md5(data).hexdigest())
+
+    def replace(self, rel: str, data: bytes, etag: str) -> str | None:
+        """Put ``rel`` if the object there still has ``etag``; its new ETag, or None if it has
+        another (or is gone). Not atomic here: ``S3Store`` puts with ``If-Match``."""
+        found = self.read_tagged(rel)
+        if found is None or found[1] != etag:
+            return None
+        self.put(rel, data)
+        return hashlib.md5(data).hexdigest()
 
     def delete(self, rels: list[str]) -> None:
         if rels:
@@ -153,13 +174,42 @@ class S3Store(Store):
     def put(self, rel: str, data: bytes) -> None:
         self.s3("put_object", rel=rel, Key=self.prefix + rel, Body=data)
 
-    def put_new(self, rel: str, data: bytes) -> bool:
+    def create(self, rel: str, data: bytes) -> str | None:
         """A conditional put (``If-None-Match: *``): of two runs that put at once, one wins."""
         try:
-            self.s3("put_object", rel=rel, Key=self.prefix + rel, Body=data, IfNoneMatch="*")
+            answer = self.s3("put_object", rel=rel, Key=self.prefix + rel, Body=data, IfNoneMatch="*")
         except FileExistsError:  # s3fs's PreconditionFailed of If-None-Match
-            return False
-        return True
+            return None
+        return str(answer.get("ETag", "")).strip('"')
+
+    def read_tagged(self, rel: str) -> tuple[bytes, str] | None:
+        from fsspec.asyn import sync
+
+        async def get() -> tuple[bytes, str]:
+            answer = await self.fs._call_s3("get_object", Bucket=self.bucket, Key=self.prefix + rel)
+            return await answer["Body"].read(), str(answer.get("ETag", "")).strip('"')
+
+        try:
+            return self.call(lambda: sync(self.fs.loop, get), rel=rel)
+        except UsageError:
+            return None  # gone
+
+    def replace(self, rel: str, data: bytes, etag: str) -> str | None:
+        """A conditional put (``If-Match``): None when the object has another ETag or is gone."""
+
+        def put() -> str | None:
+            try:
+                answer = self.fs.call_s3("put_object", Bucket=self.bucket, Key=self.prefix + rel, Body=data,
+                                         IfMatch=f'"{etag}"')
+            except FileNotFoundError:
+                return None
+            except OSError as exc:  # s3fs's PreconditionFailed of If-Match
+                if exc.errno == errno.EINVAL:
+                    return None
+                raise
+            return str(answer.get("ETag", "")).strip('"')
+
+        return self.call(put, rel=rel)
 
     def delete(self, rels: list[str]) -> None:
         for i in range(0, len(rels), 1000):
@@ -211,6 +261,7 @@ class S3Store(Store):
                 break
         if upload_id is None:
             upload_id = self.s3("create_multipart_upload", rel=rel, Key=key)["UploadId"]
+            self.started.add(upload_id)
         futures, digests = [], []
         with open(path, "rb") as fh:
             for number in range(1, -(-size // part) + 1):
@@ -238,6 +289,7 @@ class S3Store(Store):
             head = self.s3("head_object", rel=rel, Key=key)
             if head.get("ContentLength") != size or head.get("ETag", "").strip('"') != want:
                 raise
+        self.started.discard(upload_id)
         return True
 
     def _part(self, rel: str, key: str, upload_id: str, number: int, block: bytes, md5: bytes) -> str:

@@ -8,10 +8,12 @@ folder with it.
 
 The checks of a local output folder hold on the prefix (``claim_prefix``): a finished dataset or
 other objects need ``--overwrite`` (which deletes only shardsmith's objects, the manifest first,
-and aborts the prefix's unfinished uploads); another command's unfinished output is refused; the
-same command takes it over and resumes: objects whose size and checksum match its files stay, and
-the parts of an unfinished multipart upload are reused. The run record is put with
-``If-None-Match: *``, so of two runs that claim an empty prefix at once one is refused.
+and aborts the unfinished uploads of their names); another command's unfinished output is refused;
+the same command takes it over and resumes: objects whose size and checksum match its files stay,
+and the parts of an unfinished multipart upload are reused. The run record is the prefix's lease
+(``outhold``): a live run's prefix is refused to any other, ``--overwrite`` or not; it is taken
+with a conditional put, so of two runs that claim the prefix at once one is refused; and it is
+checked to be still this run's immediately before the manifest.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from shardsmith.core.urls import safe_url
 from shardsmith.engine import retry
 from shardsmith.engine.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
 from shardsmith.engine.outdir import finish_output, foreign, own_file, prepare_output, remove_own
+from shardsmith.engine.outhold import Hold, describe, parse, refuse_live, same_run, taken_over
+from shardsmith.engine.outlock import LockedError
 from shardsmith.engine.resume import RUN_FILE, crash_point
 from shardsmith.engine.session import OutputRun
 from shardsmith.engine.upload import Uploader
@@ -62,21 +66,20 @@ def _own(rel: str) -> bool:
 
 
 def _record(store: Store) -> dict[str, Any] | None:
-    data = store.read(RUN_FILE)
-    with contextlib.suppress(ValueError):
-        found = orjson.loads(data) if data is not None else None
-        return found if isinstance(found, dict) else None
-    return None
+    return parse(store.read(RUN_FILE))
 
 
-def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool) -> dict[str, ObjectInfo] | None:
-    """Check the prefix as ``outdir.prepare_output`` checks a folder, and put the run record;
-    returns what the prefix holds for the run to resume against, or None when this very run
-    already finished it (its manifest is there: killed before it removed its record)."""
+def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Hold) -> dict[str, ObjectInfo] | None:
+    """Check the prefix as ``outdir.prepare_output`` checks a folder, and take its run record
+    (``hold``, this run's: ``outhold``); returns what the prefix holds for the run to resume
+    against, or None when this very run already finished it (its manifest is there: killed before
+    it removed its record)."""
     present = store.list()
     shown = store.url
-    previous = _record(store) if RUN_FILE in present else None
-    if MANIFEST in present and previous == run:
+    found = store.read_tagged(RUN_FILE) if RUN_FILE in present else None
+    previous = parse(found[0]) if found else None
+    refuse_live(store, previous)  # a live run's prefix, --overwrite or not
+    if MANIFEST in present and same_run(previous, run):
         return None
     refuse_prefix(store, present, overwrite=overwrite, record=False)  # (a manifest of this very run: above)
     takeover = False
@@ -86,21 +89,27 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool) -> dict[
                              f"({previous.get('command', '?')} with other options); rerun that command to finish "
                              f"it, or pass --overwrite to replace it")
         takeover = True  # the same command's unfinished output: keep what matches, resume
-    elif present:  # --overwrite
+    # the record first (a conditional put): of two runs that claim the prefix at once, one wins
+    if not hold.take(found[1] if found else None):
+        other = hold.lost or {}
+        raise LockedError(f"-o {shown}: another run started writing into this prefix at the same moment"
+                          f"{': ' + describe(other) if other.get('token') else ''}; wait for it to finish")
+    note = taken_over(previous)
+    if note:
+        print(f"{shown}: {note}", file=sys.stderr)
+    if present and not takeover:  # --overwrite
         store.delete([MANIFEST] if MANIFEST in present else [])  # first: a half-cleared prefix is never a dataset
-        store.delete(sorted(rel for rel in present if rel != MANIFEST))
+        store.delete(sorted(rel for rel in present if rel not in (MANIFEST, RUN_FILE)))
         present = {}
-    if not takeover:
-        for rel, ids in store.uploads().items():  # a replaced dataset's unfinished uploads
+    if not takeover:  # a replaced dataset's unfinished uploads: no live run holds the prefix
+        for rel, ids in leftover_uploads(store).items():
             store.abort(rel, ids)
-    body = orjson.dumps(run)
-    if previous is None or previous != run:
-        if takeover and previous is not None:
-            store.put(RUN_FILE, body)  # the same options, other inputs: ours now
-        elif not store.put_new(RUN_FILE, body) and _record(store) != run:
-            raise UsageError(f"-o {shown}: another run started writing into this prefix at the same moment "
-                             f"({(_record(store) or {}).get('command', '?')}); wait for it to finish")
     return {rel: info for rel, info in present.items() if rel not in (RUN_FILE, MANIFEST)}
+
+
+def leftover_uploads(store: Store) -> dict[str, list[str]]:
+    """The prefix's unfinished multipart uploads of shardsmith's own names (never another tool's)."""
+    return {rel: ids for rel, ids in store.uploads().items() if _own(rel)}
 
 
 def refuse_prefix(store: Store, present: dict[str, ObjectInfo], *, overwrite: bool, record: bool) -> None:
@@ -127,6 +136,8 @@ class RemoteOutputRun(OutputRun):
         self.uploader: Uploader | None = None
         self.fresh = False  # the prefix was empty: a failed run removes what it uploaded
         self.keep = False  # an upload failed after its retries: the rerun resumes, as after a kill
+        self.hold: Hold | None = None  # the run record as this run's lease on the prefix (``outhold``)
+        self.inherited: set[str] = set()  # unfinished uploads found at the claim (a dead run's): ours to end
 
     def localize(self, opts: Any) -> Any:
         return dataclasses.replace(opts, out=self.out, out_url=self.url)
@@ -141,8 +152,10 @@ class RemoteOutputRun(OutputRun):
         if others:
             raise UsageError(f"-o {self.url}: the staging folder {self.out} holds other files than shardsmith's "
                              f"({', '.join(others[:3])}); give --staging an empty folder")
-        present = claim_prefix(self.store, run, overwrite=self.overwrite)
+        hold = Hold(self.store, run)
+        present = claim_prefix(self.store, run, overwrite=self.overwrite, hold=hold)
         self.claimed = True
+        self.hold = hold
         if present is None:
             self.store.delete([RUN_FILE])
             self._drop_staging()
@@ -151,10 +164,12 @@ class RemoteOutputRun(OutputRun):
                       f"removed its run record", file=sys.stderr)
             return orjson.loads(self.store.read(MANIFEST) or b"{}")
         self.fresh = not present
+        self.inherited = {i for ids in leftover_uploads(self.store).values() for i in ids}
         # the staging folder is this URL's alone: anything in it is an earlier run's into the prefix
         complete = prepare_output(self.out, overwrite=True, run=run)
         crash_point("claimed")
-        self.uploader = Uploader(store=self.store, folder=self.out, remote=present).start()
+        self.uploader = Uploader(store=self.store, folder=self.out, remote=present,
+                                 held=lambda: hold.lost is None).start()
         if complete:  # made and committed locally; killed while it was published
             return self._publish(manifest_mod.load(self.out))
         return None
@@ -170,7 +185,11 @@ class RemoteOutputRun(OutputRun):
         assert self.uploader is not None
         try:
             self._upload_all()
+        except LockedError:
+            raise
         except ShardsmithError as exc:  # the store failed us, not the data: keep everything for a rerun
+            if self.hold is not None and self.hold.lost is not None:
+                self.hold.check()  # (an upload stopped because the prefix is another run's now)
             self.keep = True
             raise DataError(file=self.url, reason=f"uploading failed ({exc}); the dataset is made: run the same "
                                                   f"command again to upload the rest") from None
@@ -178,19 +197,24 @@ class RemoteOutputRun(OutputRun):
         return manifest
 
     def _upload_all(self) -> None:
-        assert self.uploader is not None
+        assert self.uploader is not None and self.hold is not None
         names = self.uploader.finish()
+        self.hold.check()  # before anything is deleted: the prefix is still this run's
         Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent} of {len(names)} files uploaded "
                                         f"({len(names) - self.uploader.sent} were there already); the manifest last")
         # an earlier run's files this one did not make (or made and removed again)
         stale = [rel for rel in self.store.list() if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
         self.store.delete(sorted(stale))
+        # unfinished uploads: a dead run's found at the claim, this run's, and any left under the names of
+        # its objects (a create retried after its answer was lost); never another's under other names
+        mine = self.inherited | self.store.started
         for rel, ids in self.store.uploads().items():
-            self.store.abort(rel, ids)
+            self.store.abort(rel, ids if rel in names else [i for i in ids if i in mine])
         crash_point("uploaded-all")
+        self.hold.check()  # immediately before the manifest: a run that lost its prefix commits nothing
         self.store.put(MANIFEST, (self.out / MANIFEST).read_bytes())
         crash_point("published")
-        self.store.delete([RUN_FILE])
+        self.hold.drop()
 
     def _drop_staging(self) -> None:
         """The staging folder's dataset files and run state (never another file of a --staging folder)."""
@@ -200,22 +224,30 @@ class RemoteOutputRun(OutputRun):
             self.out.rmdir()
 
     def abandon(self) -> None:
-        """The run failed: the corrected command must not be refused, on the prefix or locally."""
-        self.close()
+        """The run failed: the corrected command must not be refused, on the prefix or locally (a
+        prefix lost to another run is that run's: left alone)."""
+        if self.uploader is not None:
+            self.uploader.close()
         if self.keep:
+            self.close()
             return
-        if self.claimed:
+        if self.claimed and self.hold is not None and self.hold.etag is not None:
             with contextlib.suppress(Exception):
                 listed = self.store.list()
-                doomed = [rel for rel in listed if _own(rel) and rel != MANIFEST] if self.fresh else []
-                self.store.delete(sorted(set(doomed) | ({RUN_FILE} & set(listed))))
+                doomed = [rel for rel in listed if _own(rel) and rel not in (MANIFEST, RUN_FILE)] if self.fresh else []
+                self.store.delete(sorted(doomed))
+                self.hold.drop()
         super().abandon()
         if self.claimed:
             self._drop_staging()
 
     def close(self) -> None:
+        """Stop the uploads; a hold still held (interrupted, or an upload failed) is released:
+        the record stays, without a holder, for the same command to resume."""
         if self.uploader is not None:
             self.uploader.close()
+        if self.hold is not None:
+            self.hold.release()
 
 
 def output_store(*, url: str, retries: int, retry_wait: float, part_size: int | None) -> Store:
@@ -232,6 +264,7 @@ def remote_session(*, url: str, staging: Path | None, overwrite: bool, quiet: bo
     if any(rel.startswith(WORK_PREFIX + "/") for rel in present):
         raise UsageError(f"-o {store.url}: holds the unfinished work of cluster stages ({WORK_PREFIX}/); finish them "
                          f"(--stage finalize) or remove the prefix")
+    refuse_live(store, _record(store) if RUN_FILE in present else None)
     refuse_prefix(store, present, overwrite=overwrite, record=RUN_FILE in present)
     local = staging_folder(url, staging)
     return RemoteOutputRun(url=url, store=store, staging=local, overwrite=overwrite, created=[], quiet=quiet)

@@ -39,6 +39,7 @@ from shardsmith.core.progress import Progress
 from shardsmith.engine import gather
 from shardsmith.engine.objstore import ObjectInfo, Store
 from shardsmith.engine.outdir import prepare_output, work_path
+from shardsmith.engine.outhold import refuse_live
 from shardsmith.engine.outremote import (
     WORK_PREFIX,
     RemoteOutputRun,
@@ -103,6 +104,7 @@ class StagedRemoteRun(RemoteOutputRun):
         if MANIFEST in present:
             raise UsageError(f"-o {self.url}: already holds a finished dataset (manifest.json); cluster stages "
                              f"never remove objects: give them an empty prefix")
+        refuse_live(self.store, record)  # a whole run's, writing into the prefix now
         refuse_prefix(self.store, present, overwrite=False, record=True)
         if record is None and not self.store.put_new(RUN_FILE, orjson.dumps(run)):
             record = _record(self.store)

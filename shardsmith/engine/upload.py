@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from shardsmith.core.manifest import MANIFEST
 from shardsmith.engine.objstore import ObjectInfo, Store
 from shardsmith.engine.outdir import own_file, own_files
 from shardsmith.engine.resume import RUN_FILE, crash_point
+from shardsmith.errors import ShardsmithError
 
 THREADS = 4  # files uploaded at once; each holds one part in memory
 POLL_SECONDS = 0.5
@@ -48,8 +50,10 @@ def _stamp(path: Path) -> Stamp | None:
 class Uploader:
     """The uploads of one run's staging folder into its store."""
 
-    def __init__(self, *, store: Store, folder: Path, remote: dict[str, ObjectInfo], threads: int = THREADS) -> None:
+    def __init__(self, *, store: Store, folder: Path, remote: dict[str, ObjectInfo], threads: int = THREADS,
+                 held: Callable[[], bool] | None = None) -> None:
         self.store = store
+        self.held = held  # whether the prefix is still this run's (``outhold``): else no upload starts
         self.folder = folder
         self.remote = dict(remote)  # what the prefix held when the run claimed it
         self.resumable = store.uploads()  # unfinished multipart uploads, newest first
@@ -92,6 +96,8 @@ class Uploader:
         try:
             if self._errors or self._stop.is_set() and not self._finishing:
                 return
+            if self.held is not None and not self.held():
+                raise ShardsmithError(f"{self.store.show(name)}: not uploaded: the prefix is another run's now")
             known = self.remote.get(name)
             if self.store.upload(name, self.folder / name, known=known, resumable=self.resumable.pop(name, [])):
                 with self._lock:

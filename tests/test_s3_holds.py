@@ -1,0 +1,120 @@
+"""The run record as a lease on an output prefix (issue 26 item 2; ``engine/outhold.py``).
+
+Two runs into one prefix, as from two machines (two staging folders): a run whose record is kept
+fresh by its heartbeat is not replaced, even with ``--overwrite``; a run whose record was replaced
+meanwhile commits nothing; a stale record is taken over, and the unfinished uploads of the prefix
+that are not a dead run's are never aborted. Run 1 is caught in the middle with the stall hook
+(``SHARDSMITH_STALL_AT``), a subprocess, as a user runs it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import run_cli
+
+pytest.importorskip("s3fs", reason="S3 outputs need s3fs (pip install 'shardsmith[s3]')")
+pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
+pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
+
+from test_s3_inputs import s3, s3_env  # noqa: E402,F401  (fixtures)
+from test_s3_outputs import _bucket, _download, _keys, _pack, corpus, store  # noqa: E402,F401  (fixtures)
+
+RECORD = ".shardsmith-run.json"
+
+
+def _stalled(args: list, tmp_path: Path, point: str, seconds: float) -> subprocess.Popen:
+    """Run 1 in a subprocess, stopped at ``point`` for ``seconds``; returns once it is there."""
+    mark = tmp_path / f"stalled-{point}"
+    env = {**os.environ, "SHARDSMITH_STALL_AT": point, "SHARDSMITH_STALL_MARK": str(mark),
+           "SHARDSMITH_STALL_SECONDS": str(seconds)}
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *map(str, args)], env=env,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.exists(), proc.stderr.read() if proc.poll() is not None else "run 1 never got there"
+    return proc
+
+
+def _record(client, bucket: str, prefix: str) -> dict:
+    return orjson.loads(client.get_object(Bucket=bucket, Key=f"{prefix}/{RECORD}")["Body"].read())
+
+
+def _uploads(client, bucket: str, prefix: str) -> set[str]:
+    return {u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket, Prefix=prefix + "/").get("Uploads", [])}
+
+
+def test_a_live_run_keeps_its_prefix_even_from_overwrite(store, corpus, bpe_tokenizer, tmp_path):  # noqa: F811
+    """The adversarial race: run 2 (--overwrite, another seed and staging folder) while run 1 has
+    uploaded everything but its manifest. Run 2 is refused in one line naming run 1; run 1 commits."""
+    client, _ = store
+    bucket = _bucket(client, "hold-live")
+    url = f"s3://{bucket}/x"
+    one = _pack(corpus, url, bpe_tokenizer, "--seed", "1", "--staging", tmp_path / "A")
+    proc = _stalled(one, tmp_path, "uploaded-all", 5)
+    res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--seed", "2", "--staging", tmp_path / "B", "--overwrite"))
+    assert res.exit_code != 0, res.stderr
+    line = res.stderr.strip()
+    assert len(line.splitlines()) == 1 and "another run is writing into it" in line, line
+    assert f"pid {proc.pid} on {socket.gethostname()}" in line, line
+    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    got = _download(client, bucket, "x", tmp_path / "got")
+    assert orjson.loads((got / "manifest.json").read_bytes())["seed"] == 1
+    assert run_cli("verify", got).exit_code == 0
+
+
+def test_a_run_whose_record_was_replaced_commits_nothing(store, corpus, bpe_tokenizer, tmp_path):  # noqa: F811
+    client, _ = store
+    bucket = _bucket(client, "hold-lost")
+    proc = _stalled(_pack(corpus, f"s3://{bucket}/x", bpe_tokenizer, "--staging", tmp_path / "A"), tmp_path,
+                    "uploaded-all", 3)
+    theirs = {**_record(client, bucket, "x"), "host": "elsewhere", "pid": 4242, "token": "theirs",
+              "beat": time.time()}
+    client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps(theirs))
+    assert proc.wait(timeout=120) == 1
+    line = proc.stderr.read().strip()
+    assert len(line.splitlines()) == 1 and "lost its prefix to another run" in line and "pid 4242 on elsewhere" in line
+    assert "nothing committed" in line, line
+    keys = _keys(client, bucket, "x")
+    assert "manifest.json" not in keys and _record(client, bucket, "x")["token"] == "theirs", "theirs is kept"
+    assert not (tmp_path / "A").exists() or not any((tmp_path / "A").iterdir())
+
+
+def test_a_stale_record_is_taken_over_and_only_dead_uploads_are_aborted(store, corpus, bpe_tokenizer,  # noqa: F811
+                                                                        tmp_path):
+    """A run elsewhere left its record: while its heartbeat is fresh, --overwrite is refused; once
+    stale, taken over (one line says so). Unfinished uploads: the dead run's (found at the claim, an
+    own name) are aborted; another tool's (a foreign name) and one begun after the claim are not."""
+    client, _ = store
+    bucket = _bucket(client, "hold-stale")
+    url = f"s3://{bucket}/x"
+    theirs = {"command": "pack-tokens", "options": "other", "inputs": "other", "host": "elsewhere", "pid": 4242,
+              "token": "theirs", "started": "2026-01-01T00:00:00+00:00", "beat": time.time()}
+    client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps(theirs))
+    client.put_object(Bucket=bucket, Key="x/train-000005.bin", Body=b"half a shard of theirs")
+    dead = client.create_multipart_upload(Bucket=bucket, Key="x/train-000007.bin")["UploadId"]
+    other_tool = client.create_multipart_upload(Bucket=bucket, Key="x/notes/big.bin")["UploadId"]
+    args = _pack(corpus, url, bpe_tokenizer, "--overwrite", "--staging", tmp_path / "A")
+    res = run_cli(*args)
+    assert res.exit_code != 0 and "pid 4242 on elsewhere" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and _record(client, bucket, "x")["token"] == "theirs"
+    client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps({**theirs, "beat": time.time() - 3600}))
+    proc = _stalled(args, tmp_path, "claimed", 2)
+    late = client.create_multipart_upload(Bucket=bucket, Key="x/train-000099.bin")["UploadId"]
+    assert proc.wait(timeout=120) == 0
+    said = proc.stderr.read()
+    assert "took the prefix over" in said and "pid 4242 on elsewhere" in said and "heartbeat" in said, said
+    assert "train-000005.bin" not in _keys(client, bucket, "x") and RECORD not in _keys(client, bucket, "x")
+    assert _uploads(client, bucket, "x") == {other_tool, late} and dead not in _uploads(client, bucket, "x")
+    assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
+    from conftest import same_dataset
+
+    same_dataset(tmp_path / "ref", _download(client, bucket, "x", tmp_path / "got"))
