@@ -211,6 +211,10 @@ def test_overwrite_and_the_checks_of_a_folder(store, corpus, bpe_tokenizer, tmp_
     url = f"s3://{bucket}/ds"
     assert run_cli(*_pack(corpus, url, bpe_tokenizer)).exit_code == 0
     first = _keys(client, bucket, "ds")
+    # the same command again: complete (the manifest records the run), nothing uploaded or removed
+    res = run_cli(*[a for a in _pack(corpus, url, bpe_tokenizer) if a != "-q"])
+    assert res.exit_code == 0 and "already complete (this same command finished it" in res.stderr, res.stderr
+    assert _keys(client, bucket, "ds") == first
     res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--seed", "1"))
     assert res.exit_code == 2 and "finished dataset" in res.stderr and "--overwrite" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and _keys(client, bucket, "ds") == first

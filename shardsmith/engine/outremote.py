@@ -79,7 +79,7 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
     found = store.read_tagged(RUN_FILE) if RUN_FILE in present else None
     previous = parse(found[0]) if found else None
     refuse_live(store, previous)  # a live run's prefix, --overwrite or not
-    if MANIFEST in present and same_run(previous, run):
+    if MANIFEST in present and (same_run(previous, run) or not overwrite and finished_by(store) == run):
         return None
     refuse_prefix(store, present, overwrite=overwrite, record=False)  # (a manifest of this very run: above)
     takeover = False
@@ -105,6 +105,14 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
         for rel, ids in leftover_uploads(store).items():
             store.abort(rel, ids)
     return {rel: info for rel, info in present.items() if rel not in (RUN_FILE, MANIFEST)}
+
+
+def finished_by(store: Store) -> dict[str, str] | None:
+    """The run identity the prefix's manifest records (``outdir.finished_by``: the same command finds
+    its finished dataset whether or not its record is left), or None."""
+    found = parse(store.read(MANIFEST))
+    run = found.get("run") if found else None
+    return run if isinstance(run, dict) else None
 
 
 def leftover_uploads(store: Store) -> dict[str, list[str]]:
@@ -152,16 +160,20 @@ class RemoteOutputRun(OutputRun):
         if others:
             raise UsageError(f"-o {self.url}: the staging folder {self.out} holds other files than shardsmith's "
                              f"({', '.join(others[:3])}); give --staging an empty folder")
+        self.run = run
         hold = Hold(self.store, run)
+        left = RUN_FILE in self.store.list()
         present = claim_prefix(self.store, run, overwrite=self.overwrite, hold=hold)
         self.claimed = True
         self.hold = hold
         if present is None:
-            self.store.delete([RUN_FILE])
+            if left:
+                self.store.delete([RUN_FILE])
             self._drop_staging()
             if not self.quiet:
-                print(f"{self.url}: already complete (the run that wrote it was stopped after its manifest); "
-                      f"removed its run record", file=sys.stderr)
+                why = ("the run that wrote it was stopped after its manifest; removed its run record" if left
+                       else "this same command finished it; nothing to do")
+                print(f"{self.url}: already complete ({why})", file=sys.stderr)
             return orjson.loads(self.store.read(MANIFEST) or b"{}")
         self.fresh = not present
         self.inherited = {i for ids in leftover_uploads(self.store).values() for i in ids}
@@ -265,6 +277,8 @@ def remote_session(*, url: str, staging: Path | None, overwrite: bool, quiet: bo
         raise UsageError(f"-o {store.url}: holds the unfinished work of cluster stages ({WORK_PREFIX}/); finish them "
                          f"(--stage finalize) or remove the prefix")
     refuse_live(store, _record(store) if RUN_FILE in present else None)
-    refuse_prefix(store, present, overwrite=overwrite, record=RUN_FILE in present)
+    # a record, or a manifest that names its run: whether it is this run's is known at the claim
+    mine = RUN_FILE in present or MANIFEST in present and not overwrite and finished_by(store) is not None
+    refuse_prefix(store, present, overwrite=overwrite, record=mine)
     local = staging_folder(url, staging)
     return RemoteOutputRun(url=url, store=store, staging=local, overwrite=overwrite, created=[], quiet=quiet)

@@ -96,6 +96,7 @@ class StagedRemoteRun(RemoteOutputRun):
         return work_path(self.out)
 
     def claim(self, run: dict[str, str], *, input_bytes: int = 0) -> dict[str, Any] | None:
+        self.run = run
         listing = self.store.list()
         present = dataset_objects(listing)
         record = _record(self.store) if RUN_FILE in present else None
