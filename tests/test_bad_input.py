@@ -235,7 +235,8 @@ def test_a_folder_above_the_inputs_may_have_any_name(tmp_path, bpe_tokenizer):
     """Only names below the input root name records: the folder the inputs sit in may be anything."""
     odd = tmp_path / os.fsdecode(b"caf\xe9")
     write_jsonl(odd / "in" / "ok.jsonl", make_docs(5))
+    (odd / "tok.json").write_bytes(bpe_tokenizer.read_bytes())  # named relative: its absolute path is odd too
     res = subprocess.run([sys.executable, "-m", "shardsmith", "pack-tokens", "in", "-o", "out", "--tokenizer",
-                          str(bpe_tokenizer), "-q"], cwd=odd, capture_output=True, text=True, timeout=120)
+                          "tok.json", "-q"], cwd=odd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert json.loads((odd / "out" / "manifest.json").read_bytes())["source"]["inputs"] == ["ok.jsonl"]

@@ -118,3 +118,27 @@ def test_a_stale_record_is_taken_over_and_only_dead_uploads_are_aborted(store, c
     from conftest import same_dataset
 
     same_dataset(tmp_path / "ref", _download(client, bucket, "x", tmp_path / "got"))
+
+
+def test_a_container_beside_us_is_judged_by_its_heartbeat(store, corpus, bpe_tokenizer, tmp_path):  # noqa: F811
+    """Containers on one machine (host networking) share its host name but not its pids: a holder
+    with our host name but another pid namespace is live while its heartbeat is fresh, whatever
+    pid it names (1, as a container's entry point, or one that does not run here)."""
+    from shardsmith.engine import outhold
+    from shardsmith.engine.outlock import pid_space
+
+    client, _ = store
+    bucket = _bucket(client, "hold-beside")
+    url = f"s3://{bucket}/x"
+    here = socket.gethostname()
+    for pid in (1, os.getpid(), 4_000_000):
+        theirs = {"command": "pack-tokens", "options": "o", "inputs": "i", "host": here, "pid": pid,
+                  "pids": "another-boot:4026531836", "token": "theirs", "started": "2026-01-01T00:00:00+00:00",
+                  "beat": time.time()}
+        assert outhold.state(theirs) == "live"
+        assert outhold.state({**theirs, "beat": time.time() - 3600}) == "stale"
+        assert outhold.state({**theirs, "pids": pid_space(), "pid": 4_000_000}) == "dead"  # ours: its pid test
+    client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps({**theirs, "pid": 1}))
+    res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--overwrite", "--staging", tmp_path / "A"))
+    assert res.exit_code == 1 and f"pid 1 on {here}" in res.stderr, res.stderr
+    assert _record(client, bucket, "x")["token"] == "theirs"

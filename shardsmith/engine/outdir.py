@@ -78,17 +78,17 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
 
     ``run`` (see ``shardsmith.engine.resume.run_identity``) is recorded in the folder until the manifest
     is written; the unfinished output of the same command is taken over without ``--overwrite``.
-    Returns True when the folder already holds the dataset of this very run: its manifest was
-    written, and the run was stopped before it removed its record (then nothing is to be done).
+    Returns True when the folder already holds the dataset of this very run (its record, or its
+    manifest's ``run``, says so) and ``overwrite`` is not asked: nothing is to be done.
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a folder")
     out.mkdir(parents=True, exist_ok=True)
     if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
         return False
-    if run is not None and (out / MANIFEST).is_file() and (read_run_file(out) == run
-                                                          or (not overwrite and finished_by(out) == run)):
-        return True
+    if run is not None and not overwrite and (out / MANIFEST).is_file() and run in (read_run_file(out),
+                                                                                      finished_by(out)):
+        return True  # (--overwrite: made again, as asked)
     present = sorted(p for p in out.iterdir())
     if stage is not None:  # gather ranks share the folder: never remove what another rank wrote
         _join(out, present, run=run)

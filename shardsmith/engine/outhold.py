@@ -8,8 +8,9 @@ thread, each write conditional on the ETag of the last: ``If-Match``).
 
 - A record whose holder lives is refused to every other run, ``--overwrite`` or not, in one line
   naming it (the wording of ``outlock``). It lives while its heartbeat is younger than
-  ``STALE_SECONDS``; on the holder's own host, while its process runs (so the rerun of a killed
-  run takes its record over at once). A record with no holder (released by a run that stopped,
+  ``STALE_SECONDS``; on the holder's own host, boot and pid namespace, while its process runs (so
+  the rerun of a killed run takes its record over at once; a container beside us, with the host's
+  name but pids of its own, is judged by its heartbeat). A record with no holder (released by a run that stopped,
   or put by cluster stages) holds nothing.
 - The record is taken with a conditional put (``If-None-Match: *``, or ``If-Match`` the ETag of
   the dead or stale record read), so of two runs that take it at once one is refused.
@@ -34,7 +35,7 @@ import orjson
 
 from shardsmith.core.urls import safe_argv
 from shardsmith.engine.objstore import Store
-from shardsmith.engine.outlock import LockedError, _process_start
+from shardsmith.engine.outlock import LockedError, pid_space, process_start
 from shardsmith.engine.resume import RUN_FILE
 
 HEARTBEAT_SECONDS = 10.0
@@ -59,11 +60,13 @@ def parse(data: bytes | None) -> dict[str, Any] | None:
 
 
 def state(record: dict[str, Any] | None) -> str:
-    """``free`` (no record, or no holder), ``live``, ``dead`` (its process is gone: same host) or
-    ``stale`` (no heartbeat for ``STALE_SECONDS``)."""
+    """``free`` (no record, or no holder), ``live``, ``dead`` (its process is gone: same host, same
+    boot and pid namespace, ``outlock.pid_space``) or ``stale`` (no heartbeat for ``STALE_SECONDS``;
+    how a holder anywhere else, a container beside us included, is judged)."""
     if record is None or not record.get("token"):
         return "free"
-    if record.get("host") == socket.gethostname():
+    here = pid_space()
+    if record.get("host") == socket.gethostname() and here is not None and record.get("pids") == here:
         pid = record.get("pid")
         if not isinstance(pid, int) or pid == os.getpid():  # (a process runs one session at a time)
             return "dead"
@@ -73,7 +76,7 @@ def state(record: dict[str, Any] | None) -> str:
             return "dead"
         except PermissionError:
             pass
-        start = _process_start(pid)
+        start = process_start(pid)
         return "live" if start is None or record.get("boot") in (None, start) else "dead"
     beat = record.get("beat")
     if not isinstance(beat, (int, float)):
@@ -116,8 +119,8 @@ class Hold:
         self.store = store
         self.record: dict[str, Any] = {
             **identity(run),  # type: ignore[dict-item]
-            "host": socket.gethostname(), "pid": os.getpid(), "boot": _process_start(os.getpid()),
-            "token": secrets.token_hex(16),
+            "host": socket.gethostname(), "pid": os.getpid(), "boot": process_start(os.getpid()),
+            "pids": pid_space(), "token": secrets.token_hex(16),
             "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
             "command_line": " ".join(["shardsmith", *safe_argv(sys.argv[1:])])[:300], "beat": time.time()}
         self.token = self.record["token"]

@@ -181,7 +181,7 @@ class OutputLock:
         return self.path.with_name(f"{self.path.name}.{slot}.json")
 
     def _holder(self) -> dict[str, Any]:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "boot": _process_start(os.getpid()),
+        return {"host": socket.gethostname(), "pid": os.getpid(), "boot": process_start(os.getpid()),
                 "started": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                 "stage": self.stage, "rank": self.rank if self.stage else None,
                 "command": " ".join(["shardsmith", *safe_argv(sys.argv[1:])])[:300]}
@@ -242,7 +242,18 @@ def _describe(path: Path) -> str:
     return f"another run is writing into it: {who}{stage}: {h.get('command', '?')}"
 
 
-def _process_start(pid: int) -> str | None:
+def pid_space() -> str | None:
+    """Which kernel boot and pid namespace this process's pids belong to ("BOOT_ID:NS_INODE"), or None
+    where that cannot be read: two processes with the same host name compare pids only when this is
+    the same too (containers on one machine share a host name but not their pids)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None
+
+
+def process_start(pid: int) -> str | None:
     """When a process started (Linux: clock ticks since boot), so a reused pid is not mistaken for it."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -272,6 +283,6 @@ def _live(path: Path) -> bool:
             return False
         except PermissionError:
             pass
-        start = _process_start(pid)
+        start = process_start(pid)
         return start is None or h.get("boot") in (None, start)
     return age < STALE_SECONDS

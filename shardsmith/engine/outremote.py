@@ -79,8 +79,8 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
     found = store.read_tagged(RUN_FILE) if RUN_FILE in present else None
     previous = parse(found[0]) if found else None
     refuse_live(store, previous)  # a live run's prefix, --overwrite or not
-    if MANIFEST in present and (same_run(previous, run) or not overwrite and finished_by(store) == run):
-        return None
+    if MANIFEST in present and not overwrite and (same_run(previous, run) or finished_by(store) == run):
+        return None  # (--overwrite: made again, as asked)
     refuse_prefix(store, present, overwrite=overwrite, record=False)  # (a manifest of this very run: above)
     takeover = False
     if present and all(_own(rel) for rel in present) and MANIFEST not in present and not overwrite:
@@ -161,14 +161,14 @@ class RemoteOutputRun(OutputRun):
             raise UsageError(f"-o {self.url}: the staging folder {self.out} holds other files than shardsmith's "
                              f"({', '.join(others[:3])}); give --staging an empty folder")
         self.run = run
-        hold = Hold(self.store, run)
-        left = RUN_FILE in self.store.list()
+        hold = self.hold = Hold(self.store, run)  # (before the claim: one that fails after taking it lets go)
         present = claim_prefix(self.store, run, overwrite=self.overwrite, hold=hold)
         self.claimed = True
-        self.hold = hold
         if present is None:
-            if left:
-                self.store.delete([RUN_FILE])
+            found = self.store.read_tagged(RUN_FILE)
+            left = found is not None and same_run(parse(found[0]), run)
+            if left and hold.take(found[1]):  # the dead run's record, only if no other run took it meanwhile
+                hold.drop()
             self._drop_staging()
             if not self.quiet:
                 why = ("the run that wrote it was stopped after its manifest; removed its run record" if left

@@ -27,7 +27,13 @@ _VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size", "re
 
 
 def _digest(value: Any) -> str:
-    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)).hexdigest()[:32]
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str)
+    except TypeError:  # a path with bytes that are not UTF-8 (surrogates): escaped, losslessly
+        import json
+
+        text = json.dumps(value, sort_keys=True, default=str, separators=(",", ":")).encode()
+    return hashlib.sha256(text).hexdigest()[:32]
 
 
 def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths: tuple[str | None, ...] = ()
