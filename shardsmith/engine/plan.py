@@ -62,9 +62,10 @@ class Planned(Sequence[Task]):
         self.reader = reader
         self.chunk_bytes = chunk_bytes
         self.nbytes = sum(f.size for f in files)  # the tasks' bytes: exact for byte ranges, within a file's rounding else
-        # about how many tasks the files make (one per ``chunk_bytes`` of a file, at least one a file),
-        # known before any is planned: what the scatter starts workers for
-        self.expected = sum(max(1, -(-f.size // chunk_bytes)) for f in files)
+        # about how many tasks the files make, known before any is planned (what the scatter starts
+        # workers for): a reader of byte ranges cuts one per ``chunk_bytes`` of a file (at least one a
+        # file); of any other (row groups, clusters) nothing is known until the file is here
+        self.expected = sum(max(1, -(-f.size // chunk_bytes)) for f in files) if reader.byte_ranges else None
         self._files = iter(files)
         self._tasks: list[Task] = []
 
@@ -109,8 +110,10 @@ def task_bytes(tasks: Sequence[Task]) -> int:
 
 def workers_for(tasks: Sequence[Task], workers: int) -> int:
     """Worker processes worth starting for ``tasks``: no more than there are tasks (for tasks still
-    being planned, than they are expected to be), and at least one."""
-    return max(1, min(workers, tasks.expected if isinstance(tasks, Planned) else len(tasks)))
+    being planned, than they are expected to be, where that is known), and at least one."""
+    if isinstance(tasks, Planned):
+        return max(1, min(workers, tasks.expected or workers))
+    return max(1, min(workers, len(tasks)))
 
 
 def plan_tasks(reader: Reader, files: list[InputFile], *, chunk_bytes: int, stage: str | None, out: Path,
