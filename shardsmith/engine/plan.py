@@ -63,9 +63,9 @@ class Planned(Sequence[Task]):
         self.chunk_bytes = chunk_bytes
         self.nbytes = sum(f.size for f in files)  # the tasks' bytes: exact for byte ranges, within a file's rounding else
         # about how many tasks the files make, known before any is planned (what the scatter starts
-        # workers for): a reader of byte ranges cuts one per ``chunk_bytes`` of a file (at least one a
-        # file); of any other (row groups, clusters) nothing is known until the file is here
-        self.expected = sum(max(1, -(-f.size // chunk_bytes)) for f in files) if reader.byte_ranges else None
+        # workers for), or None where a file must be here to know (``Reader.expected_tasks``)
+        counts = [reader.expected_tasks(f, chunk_bytes=chunk_bytes) for f in files]
+        self.expected = None if None in counts else sum(counts)  # type: ignore[arg-type]
         self._files = iter(files)
         self._tasks: list[Task] = []
 

@@ -136,6 +136,11 @@ class Reader:
         """``(start, stop, first_record)`` of each task of one file; one task by default."""
         return [(0, -1, 0)]
 
+    def expected_tasks(self, file: InputFile, *, chunk_bytes: int) -> int | None:
+        """About how many tasks ``plan_file`` will cut, known before the file is here (its size is
+        listed): one per ``chunk_bytes`` for byte ranges; None where the file must be read to know."""
+        return max(1, -(-file.size // chunk_bytes)) if self.byte_ranges else None
+
     def sample_tasks(self, file: InputFile, *, count: int, chunk_bytes: int, rng: Any) -> list[Task]:
         """At most ``count`` tasks of one file, chosen with ``rng`` (a numpy Generator), in file order:
         what ``inspect --report`` reads of it. By default a seeded choice among ``plan_file``'s."""
@@ -226,6 +231,9 @@ class MultiReader(Reader):
 
     def unit_for(self, file: InputFile) -> str:
         return self.reader_for(file).unit_for(file)
+
+    def expected_tasks(self, file: InputFile, *, chunk_bytes: int) -> int | None:
+        return self.reader_for(file).expected_tasks(file, chunk_bytes=chunk_bytes)
 
     def reads_to_check(self, file: InputFile) -> bool:
         return self.reader_for(file).reads_to_check(file)
