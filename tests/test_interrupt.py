@@ -43,3 +43,13 @@ def test_a_signal_the_program_recorded_before_install_is_held_for_the_command():
                   "try:\n    interrupt.started()\nexcept interrupt.Interrupted as exc:\n"
                   "    print('raised', exc.signum, interrupt.exit_code(exc))\n")
     assert done.stdout.split() == ["start-up", "goes", "on", "raised", "15", "143"], done
+
+
+def test_a_signal_held_in_a_scope_that_fails_is_still_raised():
+    """An extension whose init fails (an optional dependency) while a signal is held: the
+    interruption is raised there, its error as context, not lost until the watcher ends the process."""
+    done = _child("import os, signal\nfrom shardsmith.engine import interrupt\ninterrupt.install(); interrupt.started()\n"
+                  "try:\n    with interrupt.held():\n        os.kill(os.getpid(), signal.SIGINT)\n"
+                  "        raise ImportError('no such extension')\nexcept KeyboardInterrupt as exc:\n"
+                  "    print('interrupted', type(exc.__context__).__name__)\n")
+    assert done.stdout.split() == ["interrupted", "ImportError"], done

@@ -124,9 +124,9 @@ def held() -> Iterator[None]:
     _holding += 1
     try:
         yield
-    finally:
+    finally:  # also when the scope failed: the interruption then stands in for its error (as context)
         _holding -= 1
-    _release()
+        _release()
 
 
 def started() -> None:
