@@ -112,8 +112,7 @@ class ShardCache:
         without ``queue``, None when another thread or process is downloading it (a prefetch).
         ``release``: called once when the download must wait for room, to let go of the files this
         process holds (so that processes waiting for each other's files never wait forever)."""
-        with self._locked():
-            fd = self._take(item)
+        fd = self._take_sound(item)
         if fd is not None:
             return fd
         if item.size > self.limit:
@@ -131,8 +130,7 @@ class ShardCache:
                     release()
                     release = None
                 fcntl.flock(lock, fcntl.LOCK_EX)
-            with self._locked():
-                fd = self._take(item)  # another process downloaded it meanwhile
+            fd = self._take_sound(item)  # another process downloaded it meanwhile
             if fd is not None:
                 return fd
             return self._download(item, wait=wait, keep=keep, release=release)
@@ -193,6 +191,21 @@ class ShardCache:
         self._checked.add(seen)
         return True
 
+    def _take_sound(self, item: Item) -> int | None:
+        """``_take`` under ``.lock``, then ``_sound`` outside it (a re-hash never holds up the node's
+        other readers); a file found rotten is removed (if it is still that file) and not taken."""
+        with self._locked():
+            fd = self._take(item)
+        if fd is None or self._sound(item, fd):
+            return fd
+        rotten = os.fstat(fd).st_ino
+        os.close(fd)
+        with self._locked():
+            with contextlib.suppress(OSError):
+                if os.stat(self.path(item.sha256)).st_ino == rotten:
+                    _remove(self.path(item.sha256))  # bit rot: fetched again
+        return None
+
     def _take(self, item: Item) -> int | None:
         """Under ``.lock``: the verified file opened and held in use, its use time set; else None."""
         st = self._trusted(item)
@@ -209,10 +222,6 @@ class ShardCache:
             return None
         if _marker(os.fstat(fd)) != _marker(st):
             os.close(fd)
-            return None
-        if not self._sound(item, fd):
-            os.close(fd)
-            _remove(self.path(item.sha256))  # bit rot: fetched again
             return None
         with contextlib.suppress(OSError):
             os.utime(self.path(item.sha256).parent / f"{item.sha256}.ok")  # least recently used: by this time
