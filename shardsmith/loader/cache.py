@@ -200,10 +200,9 @@ class ShardCache:
             return fd
         rotten = os.fstat(fd).st_ino
         os.close(fd)
-        with self._locked():
-            with contextlib.suppress(OSError):
-                if os.stat(self.path(item.sha256)).st_ino == rotten:
-                    _remove(self.path(item.sha256))  # bit rot: fetched again
+        with self._locked(), contextlib.suppress(OSError):
+            if os.stat(self.path(item.sha256)).st_ino == rotten:
+                _remove(self.path(item.sha256))  # bit rot: fetched again
         return None
 
     def _take(self, item: Item) -> int | None:
