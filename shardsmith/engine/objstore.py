@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
 import hashlib
 import threading
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 from shardsmith.core.urls import SCHEME, safe_url
 from shardsmith.engine import retry
 from shardsmith.engine.resume import crash_point
-from shardsmith.engine.storage_errors import one_line
+from shardsmith.engine.storage_errors import one_line, s3_code
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 
 T = TypeVar("T")
@@ -203,8 +202,8 @@ class S3Store(Store):
                                          IfMatch=f'"{etag}"')
             except FileNotFoundError:
                 return None
-            except OSError as exc:  # s3fs's PreconditionFailed of If-Match
-                if exc.errno == errno.EINVAL:
+            except OSError as exc:  # s3fs's PreconditionFailed of If-Match (s3fs maps other codes to EINVAL too)
+                if s3_code(exc) in ("PreconditionFailed", "412"):
                     return None
                 raise
             return str(answer.get("ETag", "")).strip('"')

@@ -52,3 +52,17 @@ def one_line(error: Callable[[str, str], ShardsmithError], *, verb: str, words: 
     except Exception as exc:  # botocore's and aiohttp's many kinds: connection, credentials, throttling
         kind, text = describe(exc, verb=verb, words=words)
         raise error(kind, text) from None
+
+
+def s3_code(exc: BaseException) -> str:
+    """The S3 error code (or HTTP status) behind a translated client error; "" if none."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            return str(response.get("Error", {}).get("Code") or response.get("ResponseMetadata", {})
+                       .get("HTTPStatusCode", ""))
+        e = e.__cause__ or e.__context__
+    return ""

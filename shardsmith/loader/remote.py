@@ -36,7 +36,7 @@ import orjson
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.urls import safe_url
 from shardsmith.engine import retry
-from shardsmith.engine.storage_errors import one_line
+from shardsmith.engine.storage_errors import one_line, s3_code
 from shardsmith.errors import DatasetError, ShardsmithError
 
 BLOCK = 8 << 20  # bytes per read of a whole-file download
@@ -225,7 +225,7 @@ class RemoteStore:
             try:
                 resp = await self.fs._call_s3("get_object", Bucket=bucket, Key=key, **kw)
             except OSError as exc:
-                code = _s3_code(exc)
+                code = s3_code(exc)
                 if code in ("PreconditionFailed", "412"):
                     raise DatasetError(f"{self.name(rel)}: {CHANGED}") from None
                 if past_end and code in ("InvalidRange", "416"):
@@ -256,17 +256,3 @@ def _tag(info: dict[str, Any]) -> str:
             return str(info[k])
     when = next((info[k] for k in ("mtime", "LastModified", "updated", "last_modified") if info.get(k)), "")
     return f"{info.get('size')} bytes, modified {when}"
-
-
-def _s3_code(exc: BaseException) -> str:
-    """The S3 error code (or HTTP status) behind a translated client error; "" if none."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        response = getattr(e, "response", None)
-        if isinstance(response, dict):
-            return str(response.get("Error", {}).get("Code") or response.get("ResponseMetadata", {})
-                       .get("HTTPStatusCode", ""))
-        e = e.__cause__ or e.__context__
-    return ""
