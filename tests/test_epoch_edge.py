@@ -173,13 +173,14 @@ def test_the_adapters_own_methods_in_either_order(data):
             got = [b[0] for b in again]
             assert len(got) == len(expect) and all(torch.equal(a, b) for a, b in zip(got, expect))
         again = TokenBatches(data["tokens"], batch_size=3, seed=4)
-        with pytest.raises(ValueError, match=f"epoch {E}"):
-            if first == "load":
-                again.load_state_dict(state)
-                again.set_epoch(E - 1)
-            else:
-                again.set_epoch(E - 1)
-                again.load_state_dict(state)
+        if first == "load":
+            again.load_state_dict(state)
+            again.set_epoch(E - 1)
+        else:
+            again.set_epoch(E - 1)
+            again.load_state_dict(state)
+        with pytest.raises(ValueError, match=f"epoch {E}"):  # when the iteration starts
+            iter(again)
     fresh = TokenBatches(data["tokens"], batch_size=3, seed=4, epoch=7)  # no set_epoch: the state's epoch wins
     fresh.load_state_dict(state)
     assert fresh.epoch == E and len(list(fresh)) == len(rest)
@@ -195,3 +196,134 @@ def test_resume_then_set_epoch(data, kind, epoch, stop, later, workers, every, l
     expect = whole[steps:] + (reference(kind, data, epoch + later) if later else [])
     got = resumed(kind, data, workers, state, epoch + later, load_first=load_first, every=every)
     assert got == (expect, epoch + later)
+
+
+# The rule on ``EpochStream`` itself (a sampler, no DataLoader), as a reviewer met it: a state saved
+# 4 batches into epoch 3 of 10, and set_epoch / load_state_dict / state_dict / len before iterating.
+SAMPLERS = {"EpochBatchSampler": lambda: EpochBatchSampler(40, batch_size=4, seed=4),
+            "BalancedSampler": lambda: BalancedSampler([i % 3 for i in range(40)], batch_size=4, seed=4)}
+
+
+def epoch_of(make, epoch: int) -> list:
+    s = make()
+    s.set_epoch(epoch)
+    return list(s)
+
+
+def state_in(make, epoch: int, steps: int) -> dict:
+    s = make()
+    s.set_epoch(epoch)
+    it = iter(s)
+    for _ in range(steps):
+        next(it)
+    return json.loads(json.dumps(s.state_dict()))
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_a_pending_state_is_what_state_dict_gives(name):
+    """Loaded and not yet iterated, the state is what ``state_dict`` returns: saved again and loaded,
+    it gives the same batches (not the asked epoch from its start, losing the saved epoch's rest)."""
+    make = SAMPLERS[name]
+    s3, s5 = state_in(make, E, 4), state_in(make, 5, 2)
+    rest = epoch_of(make, E)[4:]
+    for state, asked, expect in ((s3, E + 1, rest + epoch_of(make, E + 1)), (s3, E, rest),
+                                 (s5, 5, epoch_of(make, 5)[2:])):
+        for load_first in (False, True):
+            s = make()
+            (s.load_state_dict(state), s.set_epoch(asked)) if load_first else (s.set_epoch(asked), s.load_state_dict(state))
+            assert s.state_dict() == state
+            again = make()
+            again.set_epoch(asked)
+            again.load_state_dict(json.loads(json.dumps(s.state_dict())))
+            assert list(again) == list(s) == expect
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_len_is_what_the_next_iteration_yields(name):
+    """A pending state of an earlier epoch counts its rest, one of the same epoch from where it was saved."""
+    make = SAMPLERS[name]
+    s3, end3 = state_in(make, E, 4), state_in(make, E, 10)
+    for state, asked in ((None, E), (s3, E + 1), (s3, E), (s3, E + 2), (end3, E + 1), (end3, E)):
+        s = make()
+        s.set_epoch(asked)
+        if state is not None:
+            s.load_state_dict(state)
+        n = len(s)
+        assert n == len(list(s)), (state is None, asked)
+        assert len(s) == len(list(s)) == 10  # the iteration after: the asked epoch, whole
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_the_latest_set_epoch_before_iterating_is_the_epoch(name):
+    """``set_epoch`` names the next iteration's epoch, the latest call winning as without a state
+    (set_epoch(4), set_epoch(5): epoch 5); the state is matched against it when the iteration starts."""
+    make = SAMPLERS[name]
+    s3 = state_in(make, E, 4)
+    rest = epoch_of(make, E)[4:]
+    for calls, expect in (([E + 1, E + 2], rest + epoch_of(make, E + 2)), ([E + 1, E], rest),
+                          ([E - 1, E + 1], rest + epoch_of(make, E + 1))):
+        s = make()
+        s.set_epoch(calls[0])
+        s.load_state_dict(s3)
+        s.set_epoch(calls[1])
+        assert s.state_dict() == s3 and len(s) == len(expect) and list(s) == expect, calls
+    s = make()
+    s.set_epoch(E + 1)
+    s.load_state_dict(s3)
+    s.set_epoch(E - 1)  # refused when the iteration starts, not before; the state stays for a right set_epoch
+    with pytest.raises(ValueError, match=f"epoch {E}"):
+        iter(s)
+    assert s.state_dict() == s3
+    s.set_epoch(E)
+    assert list(s) == rest
+
+
+@pytest.mark.parametrize("name", SAMPLERS)
+def test_an_earlier_set_epoch_does_not_refuse_a_later_state(name):
+    """set_epoch(0) somewhere, then a checkpoint of epoch 5 loaded, then set_epoch(5): it resumes."""
+    make = SAMPLERS[name]
+    s5 = state_in(make, 5, 3)
+    s = make()
+    s.set_epoch(0)
+    s.load_state_dict(s5)
+    s.set_epoch(5)
+    assert s.epoch == 5 and list(s) == epoch_of(make, 5)[3:]
+    s = make()
+    s.set_epoch(0)
+    s.load_state_dict(s5)  # no set_epoch(5): refused when it is iterated
+    with pytest.raises(ValueError, match="epoch 5"):
+        list(s)
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(SAMPLERS)),
+       calls=st.lists(st.one_of(st.tuples(st.just("set"), st.integers(0, 6)),
+                                st.tuples(st.just("load"), st.sampled_from([(E, 4), (E, 10), (5, 3)]))), max_size=4))
+def test_any_calls_before_iterating(name, calls):
+    """Any sequence of ``set_epoch`` and ``load_state_dict``: the epoch is the latest ``set_epoch``'s
+    (none: the last state's); the last state loaded resumes in it, or is finished before it, or is
+    refused; ``state_dict()`` gives that state back and ``len()`` counts what is yielded."""
+    make = SAMPLERS[name]
+    s = make()
+    asked, state = None, None
+    for call, arg in calls:
+        if call == "set":
+            s.set_epoch(arg)
+            asked = arg
+        else:
+            state = state_in(make, *arg)
+            s.load_state_dict(state)
+    epoch = asked if asked is not None else state["epoch"] if state else 0
+    if state is not None:
+        assert s.state_dict() == state
+    if state is not None and state["epoch"] > epoch:
+        for touch in (len, list):
+            with pytest.raises(ValueError, match=f"epoch {state['epoch']}"):
+                touch(s)
+        return
+    expect = epoch_of(make, epoch)
+    if state is not None and state["epoch"] == epoch:
+        expect = expect[state["produced"]:]
+    elif state is not None:
+        expect = epoch_of(make, state["epoch"])[state["produced"]:] + expect
+    assert len(s) == len(expect) and list(s) == expect and s.epoch == epoch

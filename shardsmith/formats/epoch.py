@@ -28,10 +28,11 @@ def distributed() -> tuple[int, int]:
 
 def carried(state_epoch: int, asked: int) -> bool:
     """Whether a loaded state of epoch ``state_epoch`` is an earlier epoch's, carried to its end
-    before ``set_epoch(asked)``'s epoch starts (``EpochStream``), rather than one to resume in
+    before epoch ``asked`` (the latest ``set_epoch``'s) starts, rather than one to resume in
     ``asked`` itself (the same epoch). A later epoch is refused: it would skip the epochs between.
-    The one rule for either order of the two calls, since torchdata's ``StatefulDataLoader`` loads
-    a state at ``iter()``, after the loop's ``set_epoch``."""
+    Decided when the iteration starts (``EpochStream._plan``), so neither the order of
+    ``load_state_dict`` and ``set_epoch`` nor an earlier ``set_epoch`` matters: torchdata's
+    ``StatefulDataLoader`` loads a state at ``iter()``, after the loop's ``set_epoch``."""
     if state_epoch > asked:
         raise ValueError(f"the loaded state_dict is of epoch {state_epoch}, after the epoch {asked} that "
                          f"set_epoch asked for: set_epoch({state_epoch}) resumes it")
@@ -45,13 +46,17 @@ class EpochStream:
     goes into the state). ``start``: a position in the epoch's order (int, for epoch ``epoch``)
     or a ``global_position`` (which sets the epoch to its own); ``set_epoch`` to any other epoch
     starts at 0. ``state_dict()`` holds plain ints and strings; ``load_state_dict`` refuses a
-    state of another dataset, order or layout and adopts the state's epoch and start.
+    state of another dataset, order or layout.
 
-    A loaded state of an epoch before the one ``set_epoch`` asked for (in either order: see
-    ``carried``) is finished first: the next iteration yields what is left of that epoch (nothing,
-    for a state saved after its last batch), then the asked epoch from its start. That and not
-    dropping it, because torchdata resumes from a snapshot and discards the batches yielded since,
-    and starts at the worker after the last one that yielded: both count on the saved epoch's rest.
+    A loaded state waits for the next iteration (``state_dict()`` gives it back until then), which
+    matches it against the epoch of the latest ``set_epoch`` (``carried``; none called: the state's
+    own): the same epoch resumes; an earlier epoch is finished first, the iteration yielding what
+    is left of it (nothing, for a state saved after its last batch), then the asked epoch from its
+    start; a later one is refused, and the state still waits. ``set_epoch`` names the next
+    iteration's epoch, so of two calls the latest wins, as without a state. The earlier epoch's
+    rest is played rather than dropped because torchdata resumes from a snapshot and discards the
+    batches yielded since, and starts at the worker after the last one that yielded: both count
+    on it. ``len()`` is what the next iteration yields.
 
     Batches of step s go to stream ``(s + shift) % streams`` (``_stream``: one, unless a subclass
     runs in workers); ``shift`` is 0 but in an epoch that follows a carried one in one iteration.
@@ -71,25 +76,18 @@ class EpochStream:
         self._start_epoch, self._start = resolve_start(start, epoch=epoch, identity=self._identity)
         self.epoch = self._start_epoch  # a global position sets the epoch it is in
         self.layout()  # refuse a bad rank, batch size or start now rather than in a worker
-        self._resume = 0    # batches this stream had handed over when its state was saved
         self._produced = 0  # batches this stream has handed over in the running iteration
         self._shift = 0     # the stream of step 0 (see the class)
-        self._asked: int | None = None       # the epoch set_epoch asked for (a worker's copy has it too)
-        self._loaded = False                 # a state was adopted and no iteration has started from it
-        self._carry: dict[str, int] | None = None  # an earlier epoch's state, to finish first
+        self._asked = False  # set_epoch was called (a worker's copy has it too): its epoch is self.epoch
+        self._pending: dict[str, int] | None = None  # a loaded state the next iteration starts from
         self._walking: dict[str, int] | None = None  # the carried epoch while the iteration is in it
 
     def set_epoch(self, epoch: int) -> None:
         """Iterate epoch ``epoch`` next (after the rest of a loaded state's earlier epoch: see the class)."""
         epoch = int(epoch)
-        if self._carry is not None and not carried(self._carry["epoch"], epoch):
-            self._adopt(self._carry)  # set_epoch back to the state's own epoch: resume it there
-        elif self._loaded and carried(self.epoch, epoch):
-            self._carry = self._saved()
-        self._asked = epoch
+        self._asked = True
         if epoch != self.epoch:
-            self._resume = self._produced = self._shift = 0
-            self._loaded = False
+            self._produced = self._shift = 0
         self.epoch = epoch
         self._walking = None
 
@@ -102,8 +100,10 @@ class EpochStream:
                            rank=self.rank, world_size=self.world_size, drop_last=self.drop_last)
 
     def __len__(self) -> int:
-        """This rank's batches (samples, without ``batch_size``) in the epoch, from its start."""
-        return self.layout().steps
+        """The batches (samples, without ``batch_size``) the next iteration yields: this rank's, in the
+        main process; with a loaded state, from where it was saved (see the class). A
+        ``StatefulDataLoader``'s own ``len()`` never sees its state (applied at ``iter()``): the epoch's."""
+        return sum(len(steps) for _, _, steps in self._plan())
 
     def position(self, steps: int) -> dict[str, Any]:
         """The global position once every rank has taken ``steps`` batches of this epoch: the
@@ -121,7 +121,10 @@ class EpochStream:
                 "drop_last": bool(self.drop_last), "rank": self.rank, "workers": workers, "worker": worker}
 
     def _saved(self) -> dict[str, int]:
-        """Where this stream is: the epoch, its start, the stream of its step 0, batches handed over."""
+        """Where this stream is: the epoch, its start, the stream of its step 0, batches handed over
+        (a loaded state not yet iterated: that state)."""
+        if self._pending is not None:
+            return dict(self._pending)
         if self._walking is not None:
             return {**self._walking, "produced": self._produced}
         return {"epoch": self.epoch, "start": self.start, "shift": self._shift, "produced": self._produced}
@@ -131,61 +134,66 @@ class EpochStream:
         return {"shardsmith": STATE, **self._options(), **self._saved()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue where ``state`` was saved (the next iteration starts there), after the rest of
-        its epoch if ``set_epoch`` asked for a later one (see the class)."""
+        """Continue where ``state`` was saved: the next iteration starts there, after the rest of its
+        epoch if ``set_epoch`` asks for a later one (see the class). Without ``set_epoch`` the
+        state's epoch becomes this one's."""
         check_state(state, self._options())
         saved = {"epoch": int(state["epoch"]), "start": int(state["start"]), "shift": int(state.get("shift", 0)),
                  "produced": int(state["produced"])}
         self.layout(start=saved["start"])
-        self._carry = self._walking = None
-        if self._asked is not None and carried(saved["epoch"], self._asked):
-            self._carry = saved
-            self._resume = self._produced = self._shift = 0
-            self._loaded = False
-        else:
-            self._adopt(saved)
+        self._pending, self._walking = saved, None
+        if not self._asked:
+            self.epoch = saved["epoch"]
 
-    def _adopt(self, saved: Mapping[str, int]) -> None:
-        self.epoch = self._start_epoch = saved["epoch"]
-        self._start, self._shift = saved["start"], saved["shift"]
-        self._resume = self._produced = saved["produced"]
-        self._carry, self._loaded = None, True
+    def _plan(self) -> list[tuple[dict[str, int], EpochLayout, range]]:
+        """The next iteration of this stream: (where a part starts, its layout, its steps) for a
+        loaded state's earlier epoch (if it has steps left), then for this epoch. The one place a
+        loaded state meets ``set_epoch`` (``carried``; refused: raises)."""
+        worker, workers = self._stream()
+        state, parts = self._pending, []
+        place = {"epoch": self.epoch, "start": self.start, "shift": 0, "produced": 0}
+        if state is not None and carried(state["epoch"], self.epoch):
+            layout = self.layout(start=state["start"])
+            first = (worker - state["shift"]) % workers + state["produced"] * workers
+            if first < layout.steps:
+                parts.append((state, layout, range(first, layout.steps, workers)))
+            place["shift"] = (state["shift"] + layout.steps) % workers  # this epoch's step 0 follows its last
+        elif state is not None:
+            place = state  # the same epoch: resume it (``_walk`` adopts its start)
+        layout = self.layout(start=place["start"])
+        first = (worker - place["shift"]) % workers + place["produced"] * workers
+        return [*parts, (place, layout, range(first, layout.steps, workers))]
 
     def indices(self) -> np.ndarray:
         """This epoch's whole order of item indices (every rank's)."""
         return self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
 
     def _walk(self) -> Iterator[np.ndarray]:
-        """This stream's batches as index arrays: a carried epoch's rest, then this epoch's. Runs
-        eagerly (the saved position is taken now, once); the count goes up before each batch is
-        handed over, so a state taken while the consumer holds batch k counts k + 1. ``_ahead()``
-        then gives every index still to come."""
-        worker, workers = self._stream()
-        parts = []  # (the carried epoch's saved place or None, order, layout, steps)
-        carry, self._carry = self._carry, None
-        if carry is not None:
-            layout = self.layout(start=carry["start"])
-            first = (worker - carry["shift"]) % workers + carry["produced"] * workers
-            parts.append((carry, self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=carry["epoch"]),
-                          layout, range(first, layout.steps, workers)))
-            self._shift = (carry["shift"] + layout.steps) % workers  # this epoch's step 0 follows its last step
-        layout = self.layout()
-        first = (worker - self._shift) % workers + self._resume * workers
-        parts.append((None, self.indices(), layout, range(first, layout.steps, workers)))
-        parts = [p for p in parts[:-1] if len(p[3])] + parts[-1:]
-        resume, self._resume, self._loaded = self._resume, 0, False
+        """This stream's batches as index arrays (``_plan``: a carried epoch's rest, then this
+        epoch's). Runs eagerly (the saved position is taken now, once); the count goes up before each
+        batch is handed over, so a state taken while the consumer holds batch k counts k + 1.
+        ``_ahead()`` then gives every index still to come."""
+        plan = self._plan()
+        own = plan[-1][0]
+        parts = [(place, self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=place["epoch"])
+                  if k < len(plan) - 1 else self.indices(), layout, steps)
+                 for k, (place, layout, steps) in enumerate(plan)]
+        if own is self._pending:  # resumed in its own epoch: the state's start is this epoch's
+            self._start_epoch, self._start = own["epoch"], own["start"]
+        self._pending, self._shift = None, own["shift"]
+        last = len(parts) - 1
 
-        def enter(part: tuple) -> None:
-            place = part[0]
-            self._walking = None if place is None else {k: place[k] for k in ("epoch", "start", "shift")}
-            self._produced = resume if place is None else place["produced"]
+        def enter(k: int) -> None:
+            place = parts[k][0]
+            self._walking = None if k == last else {key: place[key] for key in ("epoch", "start", "shift")}
+            self._produced = place["produced"]
 
-        enter(parts[0])
+        enter(0)
 
         def batches() -> Iterator[np.ndarray]:
             for k, (_, order, layout, steps) in enumerate(parts):
                 if k:
-                    enter(parts[k])
+                    enter(k)
                 for step in steps:
                     indices = order[layout.positions(step)]
                     self._produced += 1
