@@ -8,7 +8,7 @@ benchmark of speed: a count of outcomes, one run.
 - **kills**: ``pack-tokens ... -o s3://campaign/kill`` killed (SIGKILL) at a random moment, then the
   same command run to the end: the bucket must hold the bytes of a local run (every object's
   sha256 the manifest's, the shards the reference's).
-- **races**: run 1 (``--seed 1 --staging A``) starts; after a random delay run 2 (``--seed 2
+- **races**: run 1 (``--seed 1 --staging A``) starts; after a random delay (up to half a run) run 2 (``--seed 2
   --staging B --overwrite``, from another machine: another host name, in a UTS namespace, where
   the campaign runs as root) starts on the same prefix. Whatever each
   exits with, the prefix must hold either nothing committed or one run's whole dataset: the
@@ -178,7 +178,7 @@ def main() -> None:
             one = subprocess.Popen([sys.executable, "-m", "shardsmith", *base, "-o", "s3://campaign/race", "--seed",
                                     "1", "--staging", str(work / "st-a")], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.PIPE, text=True)
-            time.sleep(rng.uniform(0, span))
+            time.sleep(rng.uniform(0, span / 2))  # (mostly overlapping: run 1 claims after its start-up)
             two = subprocess.Popen([*OTHER_HOST, sys.executable, "-m", "shardsmith", *base, "-o", "s3://campaign/race",
                                     "--seed", "2", "--staging", str(work / "st-b"), "--overwrite"], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
