@@ -14,9 +14,10 @@ benchmark of speed: a count of outcomes, one run.
   exits with, the prefix must hold either nothing committed or one run's whole dataset: the
   manifest's seed and the shards of that seed's reference. A *mix* (both exit 0 and the manifest
   names other bytes) is the failure counted.
-- **loader kills**: a reader process iterating a streamed ``TokenDataset`` (shared cache folder,
-  bounded) is killed at a random moment; then a fresh reader reads every window through the same
-  cache and must see exactly the local dataset's values.
+- **loader kills**: a reader process iterating an epoch of a streamed ``TokenDataset`` (shards
+  downloaded whole into a shared, bounded cache folder, a few ahead) is killed at a random moment,
+  often mid-download; then a fresh reader iterates the epoch through the same cache and must see
+  exactly the local dataset's values, in the same order.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ import sys, numpy as np, shardsmith
 cache = dict(cache_dir=sys.argv[2], cache_limit=int(sys.argv[3])) if len(sys.argv) > 2 else {}
 ds = shardsmith.TokenDataset(sys.argv[1], seq_len=64, **cache)
 h = __import__("hashlib").sha256()
-for i in range(len(ds)):
-    h.update(np.asarray(ds[i]).tobytes())
+for batch in ds.iter(shuffle=True, seed=0, batch_size=64):  # streamed: shards downloaded whole, a few ahead
+    h.update(np.asarray(batch).tobytes())
 print(len(ds), h.hexdigest())
 """
 
@@ -211,10 +212,14 @@ def main() -> None:
         cache = work / "cache"
         url = "s3://campaign/timing"
         limit = str(sum(p.stat().st_size for p in local.glob("*.bin")) // 2)  # evictions happen
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", READER, url, str(work / "cache-timing"), limit], env=env, check=True,
+                       capture_output=True)
+        reading = time.monotonic() - t0
         for _ in range(args.loader_kills):
             reader = [sys.executable, "-c", READER, url, str(cache), limit]
             proc = subprocess.Popen(reader, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            time.sleep(rng.uniform(0, 3.0))
+            time.sleep(rng.uniform(0, reading))
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             got = subprocess.run(reader, env=env, capture_output=True, text=True, timeout=300)
@@ -224,7 +229,7 @@ def main() -> None:
                 loader["WRONG values"] += 1
             else:
                 loader["every window right"] += 1
-        print(f"kills of a streaming reader ({args.loader_kills}): {dict(loader)}", flush=True)
+        print(f"kills of a streaming reader ({args.loader_kills}; one epoch {reading:.2f} s): {dict(loader)}", flush=True)
     finally:
         server.terminate()
         server.wait()
