@@ -15,7 +15,8 @@ benchmark of speed: a count of outcomes, one run.
   manifest's seed and the shards of that seed's reference. A *mix* (both exit 0 and the manifest
   names other bytes) is the failure counted.
 - **loader kills**: a reader process iterating an epoch of a streamed ``TokenDataset`` (shards
-  downloaded whole into a shared, bounded cache folder, a few ahead) is killed at a random moment,
+  downloaded whole, in order, into a shared cache folder bounded to half the dataset, a few ahead,
+  the oldest evicted) is killed at a random moment,
   often mid-download; then a fresh reader iterates the epoch through the same cache and must see
   exactly the local dataset's values, in the same order.
 """
@@ -42,7 +43,7 @@ import sys, numpy as np, shardsmith
 cache = dict(cache_dir=sys.argv[2], cache_limit=int(sys.argv[3])) if len(sys.argv) > 2 else {}
 ds = shardsmith.TokenDataset(sys.argv[1], seq_len=64, **cache)
 h = __import__("hashlib").sha256()
-for batch in ds.iter(shuffle=True, seed=0, batch_size=64):  # streamed: shards downloaded whole, a few ahead
+for batch in ds.iter(shuffle=False, batch_size=64):  # in order: shards downloaded whole, a few ahead, old ones evicted
     h.update(np.asarray(batch).tobytes())
 print(len(ds), h.hexdigest())
 """
