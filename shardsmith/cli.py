@@ -27,6 +27,7 @@ from shardsmith.cli_options import (
 from shardsmith.commands.report import balance_dropped, inputs_left_out, plural, report_skipped, report_stage
 from shardsmith.core import invocation
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
+from shardsmith.core.names import not_utf8
 from shardsmith.engine import interrupt
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
@@ -92,10 +93,7 @@ def _refuse_undecodable(args: list[str]) -> None:
     surrogates) is one line and exit 2: paths are recorded in the run's identity, its lock and its
     manifest, all UTF-8 text."""
     for arg in args:
-        try:
-            arg.encode()
-        except UnicodeEncodeError:
-            shown = os.fsencode(arg).decode("utf-8", "backslashreplace")
+        if (shown := not_utf8(arg)) is not None:
             click.echo(f"shardsmith: error: {shown}: not valid UTF-8; rename the file or folder (paths are "
                        f"recorded in the manifest, in UTF-8)", err=True)
             sys.exit(2)

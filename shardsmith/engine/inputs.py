@@ -19,6 +19,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from shardsmith.core.names import not_utf8
 from shardsmith.errors import UsageError
 
 
@@ -185,18 +186,9 @@ def _check_names(found: list[_Row]) -> None:
     try:
         "\0".join(row[1] for row in found).encode()
     except UnicodeEncodeError:
-        bad = next(row[0] for row in found if not _utf8(row[1]))
-        shown = os.fsencode(bad).decode("utf-8", "backslashreplace")
+        shown = next(not_utf8(row[0]) for row in found if not_utf8(row[1]) is not None)
         raise UsageError(f"{shown}: the file's name is not valid UTF-8; rename it (records, keys and the manifest "
                          f"name inputs by their paths, in UTF-8)") from None
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 _new = tuple.__new__  # InputFile(*row) without its Python-level __new__: a tenth of the time

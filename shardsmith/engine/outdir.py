@@ -101,14 +101,29 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
 
 
 def finished_by(out: Path) -> dict[str, str] | None:
-    """The run identity the dataset in ``out`` records (its manifest's ``run``), or None: the same
-    command finds its own finished dataset even when its run record is gone (killed after the
-    cleanup, or simply run again)."""
+    """The run identity the dataset in ``out`` records, or None: the same command finds its own
+    finished dataset even when its run record is gone (killed after the cleanup, or simply run again)."""
     try:
-        found = orjson.loads((out / MANIFEST).read_bytes()).get("run")
-    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return run_named((out / MANIFEST).read_bytes())
+    except OSError:
+        return None
+
+
+def run_named(manifest: bytes | None) -> dict[str, str] | None:
+    """The run identity a manifest's bytes record (its ``run``), or None (none, or not a manifest)."""
+    try:
+        found = orjson.loads(manifest).get("run") if manifest is not None else None
+    except (orjson.JSONDecodeError, AttributeError):
         return None
     return found if isinstance(found, dict) else None
+
+
+def complete_line(where: object, *, left: str | None) -> str:
+    """What the same command says of the dataset it finished: ``left``, what it removed of a run
+    stopped after its manifest (None: nothing was left)."""
+    why = (f"the run that wrote it was stopped after its manifest; removed {left}" if left
+           else "this same command finished it; nothing to do")
+    return f"{where}: already complete ({why})"
 
 
 def leftovers(out: Path) -> bool:

@@ -36,7 +36,15 @@ from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
 from shardsmith.engine import retry
 from shardsmith.engine.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
-from shardsmith.engine.outdir import finish_output, foreign, own_file, prepare_output, remove_own
+from shardsmith.engine.outdir import (
+    complete_line,
+    finish_output,
+    foreign,
+    own_file,
+    prepare_output,
+    remove_own,
+    run_named,
+)
 from shardsmith.engine.outhold import Hold, describe, parse, refuse_live, same_run, taken_over
 from shardsmith.engine.outlock import LockedError
 from shardsmith.engine.resume import RUN_FILE, crash_point
@@ -108,11 +116,8 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
 
 
 def finished_by(store: Store) -> dict[str, str] | None:
-    """The run identity the prefix's manifest records (``outdir.finished_by``: the same command finds
-    its finished dataset whether or not its record is left), or None."""
-    found = parse(store.read(MANIFEST))
-    run = found.get("run") if found else None
-    return run if isinstance(run, dict) else None
+    """The run identity the prefix's manifest records (``outdir.finished_by`` of a folder), or None."""
+    return run_named(store.read(MANIFEST))
 
 
 def leftover_uploads(store: Store) -> dict[str, list[str]]:
@@ -171,9 +176,7 @@ class RemoteOutputRun(OutputRun):
                 hold.drop()
             self._drop_staging()
             if not self.quiet:
-                why = ("the run that wrote it was stopped after its manifest; removed its run record" if left
-                       else "this same command finished it; nothing to do")
-                print(f"{self.url}: already complete ({why})", file=sys.stderr)
+                print(complete_line(self.url, left="its run record" if left else None), file=sys.stderr)
             return orjson.loads(self.store.read(MANIFEST) or b"{}")
         self.fresh = not present
         self.inherited = {i for ids in leftover_uploads(self.store).values() for i in ids}

@@ -23,7 +23,14 @@ from typing import Any
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.engine import interrupt
-from shardsmith.engine.outdir import drop_staged, finish_output, leftovers, prepare_output, remove_own
+from shardsmith.engine.outdir import (
+    complete_line,
+    drop_staged,
+    finish_output,
+    leftovers,
+    prepare_output,
+    remove_own,
+)
 from shardsmith.engine.outlock import OutputLock
 from shardsmith.engine.resume import crash_point
 from shardsmith.errors import WorkerDied
@@ -55,9 +62,7 @@ class OutputRun:
             return None
         finish_output(self.out)
         if not self.quiet:
-            why = ("the run that wrote it was stopped after its manifest; removed what it left" if left
-                   else "this same command finished it; nothing to do")
-            print(f"{self.out}: already complete ({why})", file=sys.stderr)
+            print(complete_line(self.out, left="what it left" if left else None), file=sys.stderr)
         return manifest_mod.load(self.out)
 
     def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
