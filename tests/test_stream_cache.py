@@ -66,13 +66,20 @@ def test_one_download_per_file_whatever_the_threads(tmp_path):
     assert cache.has(it)
 
 
-def test_corrupt_partial_and_killed_copies_are_never_trusted(tmp_path):
+def _cached(tmp_path, size: int, seed: int) -> tuple[ShardCache, Item, list[str], Path]:
+    """A cache in ``tmp_path/c`` holding one file of ``size`` bytes, read once, and made writable
+    (cached files are read-only) for a test to damage it; the item's fetches are counted in ``calls``."""
     cache = ShardCache(root=tmp_path / "c", limit=10**6)
     calls: list[str] = []
-    it = item(blob(4000, 2), calls)
-    assert read(cache, it) == blob(4000, 2)
+    it = item(blob(size, seed), calls)
+    assert read(cache, it) == blob(size, seed)
     path = cache.path(it.sha256)
-    path.chmod(0o644)  # (cached files are read-only)
+    path.chmod(0o644)
+    return cache, it, calls, path
+
+
+def test_corrupt_partial_and_killed_copies_are_never_trusted(tmp_path):
+    cache, it, calls, path = _cached(tmp_path, 4000, 2)
     path.write_bytes(bytes(4000))  # same size, other bytes: its marker no longer vouches for it
     assert read(cache, it) == blob(4000, 2) and len(calls) == 2
     path.chmod(0o644)
@@ -151,12 +158,7 @@ def test_a_file_changed_in_place_with_its_mtime_put_back_is_fetched_again(tmp_pa
 
 
 def test_bit_rot_in_a_small_file_is_seen_by_a_new_process(tmp_path):
-    cache = ShardCache(root=tmp_path / "c", limit=10**6)
-    calls: list[str] = []
-    it = item(blob(5000, 9), calls)
-    assert read(cache, it) == blob(5000, 9)
-    path = cache.path(it.sha256)
-    os.chmod(path, 0o644)
+    cache, it, calls, path = _cached(tmp_path, 5000, 9)
     path.write_bytes(bytes(5000))
     # the marker rewritten to vouch for the rotten bytes: what a flip below the file system looks like
     (path.parent / f"{it.sha256}.ok").write_text(cache_mod._marker(path.stat()))
