@@ -289,7 +289,7 @@ def _collate(out: str, seconds: float) -> dict:
     import numpy as np
 
     import shardsmith
-    from shardsmith.formats.collate import collate_events
+    from shardsmith.kit.collate import collate_events
 
     ds = shardsmith.open(out)
     batches = [ds.get_batch(idx) for idx in _plans(_shards(out)[1], count=64)[0]]

@@ -33,7 +33,7 @@ from bench_resume import write_tokens  # noqa: E402
 from harness import code_version, median_time  # noqa: E402
 
 import shardsmith  # noqa: E402
-from shardsmith.formats.order import epoch_order  # noqa: E402
+from shardsmith.kit.order import epoch_order  # noqa: E402
 from shardsmith.loader import mix  # noqa: E402
 
 WEIGHTS = {"web": 0.5, "code": 0.3, "books": 0.2}

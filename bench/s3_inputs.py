@@ -143,17 +143,18 @@ def _download_child(prefix: str, threads: int, head: bool) -> dict[str, float]:
     each open asks the object's size first (a HEAD, as an open without ``size`` does)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardsmith.engine import backends, remote
+    from shardsmith.engine import url_inputs
+    from shardsmith.storage import schemes
 
-    fs = backends.filesystem([f"s3://{BUCKET}/{prefix}/"])
+    fs = schemes.filesystem([f"s3://{BUCKET}/{prefix}/"])
     began = time.perf_counter()
     listed = [(k, v["size"]) for k, v in fs.find(f"{BUCKET}/{prefix}", detail=True).items() if v["type"] == "file"]
 
     def read(key_size: tuple[str, int]) -> int:
         n = 0
         size = None if head else key_size[1]  # known from the listing: GETs only
-        with fs.open(key_size[0], "rb", block_size=remote.BLOCK, size=size) as f:
-            while block := f.read(remote.BLOCK):
+        with fs.open(key_size[0], "rb", block_size=url_inputs.BLOCK, size=size) as f:
+            while block := f.read(url_inputs.BLOCK):
                 n += len(block)
         return n
 
@@ -164,7 +165,7 @@ def _download_child(prefix: str, threads: int, head: bool) -> dict[str, float]:
 
 def download_rate(prefix: str, env: dict[str, str], *, repeat: int, head: bool = False) -> dict[str, float]:
     """The best of ``repeat`` child runs of ``_download_child``: objects, bytes, seconds, MB/s."""
-    from shardsmith.engine.stager import THREADS
+    from shardsmith.storage.stager import THREADS
 
     best: dict[str, float] = {}
     for _ in range(repeat):

@@ -69,7 +69,7 @@ def main() -> None:
 
     # 5. physics events: a small IceCube-like ROOT file (made here with uproot) → exactly shuffled HDF5
     from shardsmith.demo.root_files import make_icecube_like
-    from shardsmith.formats.collate import collate_events
+    from shardsmith.kit.collate import collate_events
 
     root_file = make_icecube_like(args.out / "icecube-like.root", events=5000, mean_pulses=60, seed=0)
     events = args.out / "events"

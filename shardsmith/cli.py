@@ -57,7 +57,7 @@ class _Main(click.Group):
         """Click parses the options here, inside its own ``except KeyboardInterrupt`` ("Aborted!"):
         the crash tests' ``SHARDSMITH_STALL_AT=start-up`` waits here (signals are held)."""
         if os.environ.get("SHARDSMITH_STALL_AT") == "start-up":
-            from shardsmith.engine.resume import crash_point
+            from shardsmith.core.faults import crash_point
 
             crash_point("start-up")
         return super().make_context(*args, **kwargs)

@@ -105,7 +105,7 @@ def _output(ctx: click.Context, param: click.Parameter, value: str) -> Path | st
 def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[tuple[str, float], ...]:
     if not value:  # parse_splits' default, without importing numpy (with splits) while the options are parsed
         return (("train", 1.0),)
-    from shardsmith.engine.splits import parse_splits
+    from shardsmith.kit.splits import parse_splits
 
     try:
         return tuple(parse_splits(value).items())

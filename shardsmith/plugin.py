@@ -9,10 +9,10 @@ runs. The modules behind these names may move; these names stay.
 from __future__ import annotations
 
 from shardsmith.core.events import EventChunk, EventSchema
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.formats.base import Format, Rate, WriteJob
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 from shardsmith.sources.base import BadRecord, Reader, RecordError, StreamError, Task
 from shardsmith.transforms.base import Transform
 

@@ -1,7 +1,7 @@
 """torch adapters over the numpy loaders: map-style windows with batched fetch, iterables that deal
 one epoch's batches to DDP ranks and DataLoader workers, and a batch sampler; all of them resume.
 
-The layout (``shardsmith.formats.layout``): rank r's batch s is a fixed run of the epoch's order,
+The layout (``shardsmith.kit.rank_split``): rank r's batch s is a fixed run of the epoch's order,
 whatever the worker count, and DataLoader worker w makes batches s ≡ w (mod workers), so the
 DataLoader yields the same batches in the same order for any ``num_workers``. ``state_dict`` counts
 the batches a worker has handed over (torchdata's ``StatefulDataLoader`` keeps one per worker and
@@ -21,12 +21,12 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
 from shardsmith.core.events import EventSchema
-from shardsmith.formats.epoch import EpochStream
 from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset
-from shardsmith.formats.layout import EpochOrder, global_position
 from shardsmith.formats.tokens.dataset import TokenDataset
 from shardsmith.formats.tokens.packed import PackedSequences, varlen_batch
 from shardsmith.formats.webdataset.dataset import TarDataset
+from shardsmith.kit.epoch import EpochStream
+from shardsmith.kit.rank_split import EpochOrder, global_position
 from shardsmith.loader.balance_sampler import BalancedSampler
 
 __all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "PackedBatches",
@@ -35,7 +35,7 @@ __all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples
 
 
 class _Epoch(EpochStream):
-    """``EpochStream`` (``formats/epoch.py``) whose streams are the DataLoader's workers."""
+    """``EpochStream`` (``kit/epoch.py``) whose streams are the DataLoader's workers."""
 
     def _stream(self) -> tuple[int, int]:
         """(worker, workers) of the process this runs in (0 of 1 outside DataLoader workers)."""
@@ -226,7 +226,7 @@ def event_collate(*, ragged: str = "pad", max_len: int | None = None, truncate: 
                   schema: EventSchema | None = None) -> Callable[[Any], dict[str, Any]]:
     """A DataLoader ``collate_fn``: an ``EventBatch`` (or a list of events, given ``schema``) into
     tensors, ragged fields padded with a mask or flat with ``cu_seqlens`` (see ``collate_events``)."""
-    from shardsmith.formats.collate import RAGGED, TRUNCATE, collate_events
+    from shardsmith.kit.collate import RAGGED, TRUNCATE, collate_events
 
     if ragged not in RAGGED or truncate not in TRUNCATE:
         raise ValueError(f"ragged={ragged!r}, truncate={truncate!r}: choose from {RAGGED} and {TRUNCATE}")

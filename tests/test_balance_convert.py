@@ -15,7 +15,7 @@ from test_stages import one_process, staged
 
 import shardsmith
 from shardsmith.core.sample import Identity
-from shardsmith.engine.balance import balance_hashes
+from shardsmith.kit.downsample import balance_hashes
 
 COUNTS = {"ant": 20, "bee": 6, "cat": 3}
 

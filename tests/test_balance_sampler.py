@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from shardsmith.formats.layout import global_position
-from shardsmith.loader.balance import BalancedOrder
 from shardsmith.loader.balance_sampler import BalancedSampler
+
+from shardsmith.kit.rank_split import global_position
+from shardsmith.loader.balanced_order import BalancedOrder
 
 
 @st.composite
@@ -210,7 +210,7 @@ def test_the_readmes_balanced_loader_runs(tmp_path, monkeypatch):
 
 
 def test_equal_shares_take_the_round_robin_the_general_rule_gives():
-    from shardsmith.loader.balance import _wf2q, class_sequence
+    from shardsmith.loader.balanced_order import _wf2q, class_sequence
 
     w = np.array([0.25, 0, 0.25, 0.25, 0.25])
     fast = class_sequence(w, 203, seed=7)

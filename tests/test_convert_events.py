@@ -136,7 +136,7 @@ def test_real_root_files_round_trip_through_hdf5(tmp_path, name, tree, shuffle):
     # the shuffle is a permutation; recover it from the h5 files' own provenance-free content by sorting
     order = np.arange(n)
     if shuffle:
-        from shardsmith.engine import keys as keymod
+        from shardsmith.kit import keys as keymod
 
         keys = keymod.shuffle_keys(0, name, np.arange(n))
         order = np.lexsort((np.arange(n), keys))

@@ -13,8 +13,8 @@ import test_hdf5_writer as hw
 
 import shardsmith
 from shardsmith.errors import DatasetError
-from shardsmith.formats.collate import collate_events
 from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset, event_order
+from shardsmith.kit.collate import collate_events
 
 N = 700
 

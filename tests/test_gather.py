@@ -13,7 +13,7 @@ from conftest import run_cli, run_subprocess, tree_digest, two_file_corpus
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardsmith.formats.rollover import Rollover, runs, shard_bounds
+from shardsmith.kit.rollover import Rollover, runs, shard_bounds
 
 # -- the rule -----------------------------------------------------------------------------------------
 

@@ -144,8 +144,7 @@ def test_sorted_and_mapped_batches_write_the_same_bytes(tmp_path):
     """The gather's two ways in (``write_sorted``: records anywhere in one payload; ``write_mapped``:
     records in several payloads, as in the part files' mapped pages) write what ``write_batch`` of
     the records back to back writes: the ragged values are copied straight into the shard."""
-    from shardsmith.engine.mapped import MappedBatch
-    from shardsmith.engine.shuffle import SortedBatch
+    from shardsmith.kit.batches import MappedBatch, SortedBatch
 
     chunk = make_events(257, seed=4)
     lengths, payload = encode(chunk, SCHEMA)

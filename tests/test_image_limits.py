@@ -254,7 +254,7 @@ def test_pillow_warnings_do_not_pass_quiet(tmp_path: Path) -> None:
 
 
 def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Path) -> None:
-    from shardsmith.engine.inputs import InputFile
+    from shardsmith.core.input_file import InputFile
     from shardsmith.formats.webdataset.image_tar import plan_shards, write_all
     from shardsmith.formats.webdataset.samples import SampleProcessor
     from shardsmith.sources.imagefolder import ImageFolderReader

@@ -162,8 +162,8 @@ def test_kept_values_equal_a_per_event_reference(keep):
     """The vectorised truncation against the rule said in plain Python: random counts (0 to 3L,
     one event far longer), ties and NaN in the key."""
     from shardsmith.core.events import EventSchema, Field
-    from shardsmith.formats.memmap.layout import layout_of
     from shardsmith.formats.memmap.pad import kept_values
+    from shardsmith.formats.memmap.shape import layout_of
 
     rng = np.random.default_rng(7)
     length = 5

@@ -11,7 +11,7 @@ import numpy as np
 from conftest import make_docs, run_cli, tree_digest, write_jsonl
 
 import shardsmith
-from shardsmith.engine.keys import shuffle_keys
+from shardsmith.kit.keys import shuffle_keys
 
 
 def reference_ids(tokenizer: Path, docs: list[str], *, eos: str | None = "<|endoftext|>") -> list[list[int]]:

@@ -23,7 +23,7 @@ from shardsmith.core.provenance import ENTRY_FIELD, FILE_FIELD
 from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 from shardsmith.demo.root_files import make_icecube_like
 from shardsmith.errors import DatasetError
-from shardsmith.formats.hdf5.batch import EventBatch
+from shardsmith.kit.event_batch import EventBatch
 
 PROVENANCE = (FILE_FIELD, ENTRY_FIELD)
 

@@ -1,4 +1,4 @@
-"""The retry helper of object storage (``engine/retry.py``): what counts as transient, how long it
+"""The retry helper of object storage (``storage/retry.py``): what counts as transient, how long it
 waits, when it gives up; and that the retry options are not part of a run's identity."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from shardsmith.engine import retry
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.resume import run_identity
+from shardsmith.storage import retry
 
 
 class _ClientError(Exception):

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 from conftest import root_data, run_cli
 
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.sources.root import RootReader
 from shardsmith.sources.root.schema import _unaccounted
 

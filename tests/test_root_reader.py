@@ -14,8 +14,8 @@ import uproot
 from conftest import root_data
 
 from shardsmith.core.events import EventChunk, EventSchema, Field, check_chunk
+from shardsmith.core.input_file import InputFile
 from shardsmith.demo.root_files import make_icecube_like
-from shardsmith.engine.inputs import InputFile
 from shardsmith.errors import DataError, UsageError
 from shardsmith.sources.base import StreamError
 from shardsmith.sources.root import RootReader, _Leaf, _open, _to_chunk

@@ -40,9 +40,9 @@ def _starts(faults: Faults, key: str) -> list[int]:
 
 
 def test_jsonl_through_faults_equals_local(flaky, tmp_path, monkeypatch):
-    from shardsmith.engine import remote
+    from shardsmith.engine import url_inputs
 
-    monkeypatch.setattr(remote, "BLOCK", 32 << 10)  # a large object is many ranged reads: resets land inside it
+    monkeypatch.setattr(url_inputs, "BLOCK", 32 << 10)  # a large object is many ranged reads: resets land inside it
     client, start = flaky
     local = tmp_path / "corpus"
     write_jsonl(local / "a.jsonl", make_docs(120, seed=1))

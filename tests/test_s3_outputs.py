@@ -253,8 +253,8 @@ def test_another_commands_unfinished_output_is_refused(store, corpus, bpe_tokeni
 def test_the_run_record_is_put_once(store):
     """Two runs claiming one empty prefix at once: the conditional put lets one win (moto honours
     ``If-None-Match: *``)."""
-    from shardsmith.engine import retry
-    from shardsmith.engine.objstore import open_store
+    from shardsmith.storage import retry
+    from shardsmith.storage.objstore import open_store
 
     client, _ = store
     bucket = _bucket(client, "out-race")

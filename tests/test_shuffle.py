@@ -12,11 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardsmith.core.ragged import starts_of, take_ragged
-from shardsmith.engine.keys import input_order, mix64, shuffle_keys, split_draws
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.shuffle import (
     PartWriter,
-    Segment,
     bucket_count,
     bucket_of,
     groups,
@@ -25,8 +23,10 @@ from shardsmith.engine.shuffle import (
     sort_group,
     sorted_batches,
 )
-from shardsmith.engine.splits import assign_splits, parse_splits
 from shardsmith.errors import DatasetError
+from shardsmith.kit.batches import Segment
+from shardsmith.kit.keys import input_order, mix64, shuffle_keys, split_draws
+from shardsmith.kit.splits import assign_splits, parse_splits
 
 
 def parts_table(tmp: Path, files: list[int], seed: int, n_buckets: int, cut: int, flush: int = 1 << 30
@@ -233,7 +233,7 @@ def test_mapped_part_pages_stay_bounded(tmp_path: Path) -> None:
     segments keeps the process's file-backed resident memory near the bound, not near 96 MB (it did
     grow by the whole split before, 14 GB at a 10 GB input), and the bytes read stay right."""
     from shardsmith.engine.mapped import PartMaps
-    from shardsmith.engine.shuffle import Segment
+    from shardsmith.kit.batches import Segment
 
     part = tmp_path / "part.bin"
     seg_bytes, n = 8 << 20, 12

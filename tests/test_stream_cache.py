@@ -1,4 +1,4 @@
-"""The streaming loader's cache (``loader/cache.py``) on its own: real files and real locks, a fetch
+"""The streaming loader's cache (``storage/cache.py``) on its own: real files and real locks, a fetch
 that writes bytes it is given (the S3 side is in test_stream_loader.py)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from shardsmith.errors import DatasetError
-from shardsmith.loader import cache as cache_mod
-from shardsmith.loader.cache import REHASH, Item, ShardCache
+from shardsmith.storage import cache as cache_mod
+from shardsmith.storage.cache import REHASH, Item, ShardCache
 
 
 def item(data: bytes, calls: list[str] | None = None, name: str = "s3://b/d/train-000000.tar") -> Item:

@@ -32,7 +32,7 @@ from test_s3_inputs import KEYS, s3, s3_env  # noqa: E402,F401  (fixtures)
 import shardsmith  # noqa: E402
 from shardsmith import loader  # noqa: E402
 from shardsmith.errors import DatasetError  # noqa: E402
-from shardsmith.formats.hdf5.batch import EventBatch  # noqa: E402
+from shardsmith.kit.event_batch import EventBatch  # noqa: E402
 from shardsmith.loader import open as open_dataset  # noqa: E402
 
 BUCKET = "shardsmith-stream"
@@ -322,7 +322,7 @@ def test_an_epoch_through_a_flaky_store_yields_the_same_samples(proxied, bucket,
 
 
 def test_names_stay_below_the_prefix_and_credentials_are_never_shown(s3, bucket, tmp_path):  # noqa: F811
-    from shardsmith.loader.remote import RemoteStore
+    from shardsmith.storage.streamed import RemoteStore
 
     store = RemoteStore(bucket["webdataset"])
     for bad in ("../tokens/manifest.json", "a/../../x", "/etc/passwd", "./a"):

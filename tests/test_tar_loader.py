@@ -24,9 +24,9 @@ from hypothesis import strategies as st
 import shardsmith
 from shardsmith.core import manifest
 from shardsmith.errors import DatasetError
-from shardsmith.formats.order import epoch_order
 from shardsmith.formats.webdataset.sample_walk import SampleIterator
 from shardsmith.formats.webdataset.tarfmt import BLOCK, parse_members
+from shardsmith.kit.order import epoch_order
 from shardsmith.loader import TarDataset
 
 Fields = list[tuple[str, bytes]]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shardsmith
-from shardsmith.formats.order import epoch_order
+from shardsmith.kit.order import epoch_order
 
 
 @pytest.fixture(scope="module")

@@ -122,7 +122,7 @@ def test_elastic_start_covers_the_rest_once(seqs):
     after = [i for rank in range(2) for b in loader(PackedBatches(seqs, batch_size=3, seed=7, rank=rank,
                                                                   world_size=2, start=pos), 1)
              for i in first_rows(b)]
-    order = shardsmith.formats.order.epoch_order(len(seqs), shuffle=True, seed=7, epoch=0)
+    order = shardsmith.kit.order.epoch_order(len(seqs), shuffle=True, seed=7, epoch=0)
     assert sorted(before) == sorted(order[:30].tolist())
     end = 30 + (len(seqs) - 30) // 6 * 6
     assert sorted(after) == sorted(order[30:end].tolist())

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import shardsmith
 from shardsmith.core import manifest
-from shardsmith.formats.layout import EpochLayout
 from shardsmith.formats.tokens.writer import idx_bytes
+from shardsmith.kit.rank_split import EpochLayout
 
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
@@ -187,7 +187,7 @@ def test_elastic_resume_covers_the_rest_once(tokens, before, after, stop):
     assert len({len(r) for r in rest}) == 1  # equal batch counts per rank
     consumed = sorted(i for r in first for b in r for i in b)
     later = [i for r in rest for b in r for i in b]
-    order = shardsmith.formats.order.epoch_order(N, shuffle=True, seed=3, epoch=1)
+    order = shardsmith.kit.order.epoch_order(N, shuffle=True, seed=3, epoch=1)
     assert consumed == sorted(order[:pos["position"]].tolist())  # what the first layout took: a prefix
     left = N - pos["position"]
     assert sorted(later) == sorted(order[pos["position"]:N - left % (w2 * b2)].tolist())  # the rest, each once

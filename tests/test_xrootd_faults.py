@@ -1,6 +1,6 @@
 """Faults of a real XRootD server (issue 15, part 4): the Debian ``xrootd`` stopped (SIGSTOP) or
 killed and started again on the same port while a run downloads from it; the run retries
-(``engine/retry.py``: XRootD's statuses classified in ``XROOTD_TRANSIENT``) and finishes with the
+(``storage/retry.py``: XRootD's statuses classified in ``XROOTD_TRANSIENT``) and finishes with the
 bytes of a run on the same file on local disk. A server that stays away ends the run with one line
 after the retries.
 

@@ -14,12 +14,11 @@ from typing import Any
 from shardsmith import registry
 from shardsmith.commands.convert_events import run_events
 from shardsmith.commands.convert_options import ConvertOptions
+from shardsmith.core.input_file import InputFile
 from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
-from shardsmith.engine import arrival, remote
-from shardsmith.engine.balance import BalancePlan, BalanceSpec, balance_files
+from shardsmith.engine import url_inputs
 from shardsmith.engine.finish import commit_dataset
-from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.output import output_for
 from shardsmith.engine.plan import plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
@@ -28,7 +27,9 @@ from shardsmith.engine.session import OutputRun
 from shardsmith.errors import UsageError
 from shardsmith.formats.base import Format, WriteJob
 from shardsmith.formats.webdataset.samples import SampleProcessor
+from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.sources.base import Reader
+from shardsmith.storage import arrival
 from shardsmith.transforms.base import build_transforms
 
 __all__ = ["ConvertOptions", "infer_source", "run"]
@@ -54,7 +55,7 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     """The whole command, holding its output folder (``session``); returns the manifest it wrote."""
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_for(opts) as session, remote.staging_for_run():
+    with output_for(opts) as session, url_inputs.staging_for_run():
         return _run(session.localize(opts), session)
 
 
@@ -63,7 +64,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     files: list[InputFile] | None = None
     if opts.source is None:
         with no_gc():
-            files = remote.discover_inputs(opts, suffixes=tuple(s for c in sources.values() for s in c.suffixes))
+            files = url_inputs.discover_inputs(opts, suffixes=tuple(s for c in sources.values() for s in c.suffixes))
             name = infer_source(files, sources)
     else:
         name = opts.source
@@ -75,8 +76,8 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     reader = cls.from_options(opts)
     if files is None:  # (inferred: the listing holds exactly that source's files)
         with no_gc():
-            files = remote.discover_inputs(opts, suffixes=reader.suffixes)
-    skipped = remote.skipped_inputs(files)  # objects --on-error skip left out while staging
+            files = url_inputs.discover_inputs(opts, suffixes=reader.suffixes)
+    skipped = url_inputs.skipped_inputs(files)  # objects --on-error skip left out while staging
     if cls.holds == "events":
         keep_freed_memory()
         return run_events(opts, reader, fmt, files, Progress(quiet=opts.quiet), session, skipped_inputs=skipped)

@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import provenance
 from shardsmith.core.events import EventSchema
+from shardsmith.core.input_file import InputFile
 from shardsmith.core.progress import Progress
-from shardsmith.engine.balance import BalancePlan, BalanceSpec, balance_events
 from shardsmith.engine.finish import commit_dataset
-from shardsmith.engine.inputs import InputFile
 from shardsmith.engine.plan import cached, plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.formats.base import Format, WriteJob
+from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_events
 from shardsmith.sources.base import Reader
-from shardsmith.transforms.events import EventProcessor
+from shardsmith.transforms.event_payload import EventProcessor
 
 if TYPE_CHECKING:
     from shardsmith.commands.convert_options import ConvertOptions

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shardsmith.core.images import MAX_IMAGE_PIXELS
-from shardsmith.engine.balance import BalanceSpec
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.errors import UsageError
+from shardsmith.kit.downsample import BalanceSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,7 +24,7 @@ class ConvertOptions(ConvertingOptions):
     copies: int = 1
     quality: int = 90
     transforms: tuple[str, ...] = ()  # --transform NAME[=SPEC], applied to rows in this order
-    balance: str | None = None  # --balance max=N|ratio=R[,label=FIELD] (engine/balance.py)
+    balance: str | None = None  # --balance max=N|ratio=R[,label=FIELD] (kit/downsample.py)
     shard_samples: int | None = None
     shard_bytes: int = 256_000_000
     wids_md5: bool = False

@@ -16,7 +16,7 @@ from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.memory import keep_freed_memory
 from shardsmith.core.progress import Progress
-from shardsmith.engine import arrival, remote
+from shardsmith.engine import url_inputs
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.outdir import work_path
@@ -29,6 +29,7 @@ from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.base import WriteJob
 from shardsmith.formats.tokens import neighbours
 from shardsmith.sources.base import BadRecord, MultiReader, RecordError, Task
+from shardsmith.storage import arrival
 from shardsmith.transforms import tokenize as tk
 from shardsmith.transforms.base import Transform, apply_all, build_transforms
 from shardsmith.transforms.text import TokenProcessor, why_no_text
@@ -88,7 +89,7 @@ def run(opts: PackTokensOptions) -> dict[str, Any]:
     keep_freed_memory()
     if opts.idle_rank():
         return scatter_summary(opts, None)
-    with output_for(opts) as session, remote.staging_for_run():
+    with output_for(opts) as session, url_inputs.staging_for_run():
         return _run(session.localize(opts), session)
 
 
@@ -104,7 +105,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                                   if cls.holds == "rows"])
     fmt = registry.format_named("tokens")
     transforms = build_transforms(opts.transforms, holds="rows", opts=opts)
-    files = remote.discover_inputs(opts, suffixes=reader.suffixes)
+    files = url_inputs.discover_inputs(opts, suffixes=reader.suffixes)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
     reader.limit_records(sizing.record_bytes)
@@ -202,7 +203,7 @@ def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
                 **({"nanogpt_default_val": val_share} if val_share is not None else {}),
                 **({"transforms": [t.describe() for t in transforms]} if transforms else {})},
         used=(*(("source", kind) for kind in reader.kinds(files)), *(("transform", t.name) for t in transforms)),
-        skipped_inputs=remote.skipped_inputs(files),
+        skipped_inputs=url_inputs.skipped_inputs(files),
         written=None if opts.pack is None else sum(s.extra["documents"] for o in done.outputs.values()
                                                    for s in o.shards))
 

@@ -20,6 +20,7 @@ from shardsmith.core.invocation import command_line
 from shardsmith.errors import DatasetError
 
 MANIFEST = "manifest.json"
+RUN_FILE = ".shardsmith-run.json"  # the record of the run filling an output folder (engine/resume.py)
 FORMAT_VERSION = 1
 _REQUIRED = ("shardsmith", "format", "created", "tool_version", "command", "seed", "shuffle", "source",
              "schema", "splits")

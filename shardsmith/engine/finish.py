@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.card import write_card
-from shardsmith.engine.remote import input_root, stop_staging
 from shardsmith.engine.run import Converted, Tally
+from shardsmith.engine.url_inputs import input_root, stop_staging
 
 if TYPE_CHECKING:
-    from shardsmith.engine.inputs import InputFile
+    from shardsmith.core.input_file import InputFile
     from shardsmith.engine.session import OutputRun
     from shardsmith.formats.base import Format, WriteJob
 

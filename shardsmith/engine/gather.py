@@ -26,14 +26,16 @@ from typing import Any
 import numpy as np
 import orjson
 
+from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, is_intact, piece_path
-from shardsmith.engine.resume import crash_point, die_with_parent
-from shardsmith.engine.shuffle import LoadBuffer, Segment, groups, sort_group, sorted_lengths
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.engine.resume import die_with_parent
+from shardsmith.engine.shuffle import LoadBuffer, groups, sort_group, sorted_lengths
+from shardsmith.kit.batches import Segment
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
 # Brings the bytes of segments into their (sparse) local part files before they are read: their

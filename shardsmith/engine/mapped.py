@@ -9,28 +9,14 @@ resident bounded (a batch system's memory limit counts mapped pages).
 from __future__ import annotations
 
 import mmap
-from dataclasses import dataclass
 
 import numpy as np
 
 from shardsmith.core import pages
 from shardsmith.core.ragged import starts_of
-from shardsmith.engine.keys import output_order
-from shardsmith.engine.shuffle import Segment
 from shardsmith.errors import DatasetError
-
-
-@dataclass(slots=True)
-class MappedBatch:
-    """Samples of one bucket range in output order, their payloads left in the part files' pages
-    (memory-mapped, read only): sample k is ``sources[src[k]][starts[k]:starts[k] + lengths[k]]``.
-    A writer that copies payloads once into its output (``Writer.maps_parts``) reads them there,
-    instead of from a copy in fresh memory."""
-
-    lengths: np.ndarray
-    sources: list[np.ndarray]
-    src: np.ndarray
-    starts: np.ndarray
+from shardsmith.kit.batches import MappedBatch, Segment
+from shardsmith.kit.keys import output_order
 
 
 class PartMaps:

@@ -8,7 +8,6 @@ left. The same command (same options) may take it over and finish; a different o
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import shutil
 from pathlib import Path
 
@@ -16,43 +15,14 @@ import orjson
 
 from shardsmith.core.card import CARD
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.core.manifest import MANIFEST
-from shardsmith.engine.resume import RUN_FILE, read_run_file
+from shardsmith.core.manifest import MANIFEST, RUN_FILE
+from shardsmith.core.own_files import OWN_FOLDERS, _own_folder, own_file
+from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
-from shardsmith.formats.writer import INDEX_DIR
 
 # What a shardsmith conversion may leave in its folder; --overwrite removes only these.
-OWN_PATTERNS = (MANIFEST, "tokenizer.json", "*-[0-9][0-9][0-9][0-9][0-9][0-9].*", "*.bin", "*.idx",
-                "*.wids.json", "*.memmap.json", ".*.tmp-*", RUN_FILE, CARD,
-                # the files other tools read beside the shards (formats/tokens/neighbours.py)
-                "tokenizer_config.json", "special_tokens_map.json", "meta.pkl")
 # The folders a conversion may make in its output, and what each may hold: the index folder holds the
 # tar shards' offset indexes and the wids shard lists (``formats/webdataset/writer.py``).
-OWN_FOLDERS = {INDEX_DIR: ("*-[0-9][0-9][0-9][0-9][0-9][0-9].offsets.npy", "*.wids.json", ".*.tmp-*")}
-
-
-def own_file(rel: str) -> bool:
-    """Whether a file shardsmith writes into an output has this path (relative to the output: a
-    top-level name, or one in an own folder). Object keys are checked with it too."""
-    head, _, name = rel.rpartition("/")
-    patterns = OWN_PATTERNS if not head else OWN_FOLDERS.get(head, ())
-    return any(fnmatch.fnmatch(name, pat) for pat in patterns)
-
-
-def _own_folder(p: Path) -> bool:
-    """An entry of an output that is one of its own folders (a real folder: a link to one is foreign)."""
-    return p.name in OWN_FOLDERS and p.is_dir() and not p.is_symlink()
-
-
-def own_files(out: Path) -> list[str]:
-    """shardsmith's files in an output folder (own folders' too), as relative paths, sorted."""
-    found = []
-    for p in out.iterdir():
-        if _own_folder(p):
-            found += [f"{p.name}/{q.name}" for q in p.iterdir() if q.is_file() and own_file(f"{p.name}/{q.name}")]
-        elif p.is_file() and own_file(p.name):
-            found.append(p.name)
-    return sorted(found)
 
 
 def foreign(out: Path, *, card: bool = True) -> list[str]:
@@ -137,7 +107,7 @@ def work_path(out: Path) -> Path:
     return out.parent / f".{out.name}.shardsmith-work"
 
 
-# inputs staged from object storage (``engine/remote.py``) and their objects' ETags, in the scratch
+# inputs staged from object storage (``engine/url_inputs.py``) and their objects' ETags, in the scratch
 # folder: a copy of the inputs, kept when a run starts afresh (each file is checked against its
 # object before it is reused) and removed with the scratch folder
 STAGED = ("inputs", "inputs.etags")

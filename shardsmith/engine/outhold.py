@@ -33,10 +33,10 @@ from typing import Any
 
 import orjson
 
+from shardsmith.core.manifest import RUN_FILE
 from shardsmith.core.urls import safe_argv
-from shardsmith.engine.objstore import Store
 from shardsmith.engine.outlock import LockedError, pid_space, process_start
-from shardsmith.engine.resume import RUN_FILE
+from shardsmith.storage.objstore import Store
 
 HEARTBEAT_SECONDS = 10.0
 STALE_SECONDS = 60.0

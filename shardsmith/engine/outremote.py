@@ -30,27 +30,27 @@ from typing import Any
 import orjson
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.manifest import MANIFEST
+from shardsmith.core.faults import crash_point
+from shardsmith.core.manifest import MANIFEST, RUN_FILE
+from shardsmith.core.own_files import own_file
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
-from shardsmith.engine import retry
-from shardsmith.engine.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
 from shardsmith.engine.outdir import (
     complete_line,
     finish_output,
     foreign,
-    own_file,
     prepare_output,
     remove_own,
     run_named,
 )
 from shardsmith.engine.outhold import Hold, describe, parse, refuse_live, same_run, taken_over
 from shardsmith.engine.outlock import LockedError
-from shardsmith.engine.resume import RUN_FILE, crash_point
 from shardsmith.engine.session import OutputRun
-from shardsmith.engine.upload import Uploader
 from shardsmith.errors import DataError, ShardsmithError, UsageError
+from shardsmith.storage import retry
+from shardsmith.storage.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
+from shardsmith.storage.upload import Uploader
 
 # where the ranks of cluster stages share their work, below the output prefix (``outstages``)
 WORK_PREFIX = ".shardsmith-work"

@@ -34,10 +34,10 @@ from typing import Any
 
 import orjson
 
-from shardsmith.core.manifest import MANIFEST
+from shardsmith.core.faults import crash_point
+from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.progress import Progress
 from shardsmith.engine import gather
-from shardsmith.engine.objstore import ObjectInfo, Store
 from shardsmith.engine.outdir import prepare_output, work_path
 from shardsmith.engine.outhold import refuse_live
 from shardsmith.engine.outremote import (
@@ -48,10 +48,11 @@ from shardsmith.engine.outremote import (
     refuse_prefix,
     staging_folder,
 )
-from shardsmith.engine.resume import RUN_FILE, crash_point
-from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC, Segment
-from shardsmith.engine.upload import THREADS, Stamp, _stamp, publishable, published
+from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC
 from shardsmith.errors import DatasetError, UsageError
+from shardsmith.kit.batches import Segment
+from shardsmith.storage.objstore import ObjectInfo, Store
+from shardsmith.storage.upload import THREADS, Stamp, _stamp, publishable, published
 
 WORK = WORK_PREFIX  # the work prefix, below the output prefix
 PARTS = "part-*.bin"

@@ -17,10 +17,10 @@ from typing import Any, TypeVar, overload
 import orjson
 
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.engine import arrival
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.engine.outdir import work_path
 from shardsmith.sources.base import Reader, Task
+from shardsmith.storage import arrival
 
 T = TypeVar("T")
 

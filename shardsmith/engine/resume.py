@@ -12,16 +12,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
+from shardsmith.core.manifest import RUN_FILE
 
-RUN_FILE = ".shardsmith-run.json"
 _VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size", "retries", "retry_wait", "staging",
              "part_size", "out_url"}
 
@@ -66,23 +64,6 @@ def _sha256(path: str) -> str:
         while block := fh.read(8 << 20):
             h.update(block)
     return h.hexdigest()
-
-
-def crash_point(name: str) -> None:
-    """Fault injection for the crash tests: ``SHARDSMITH_CRASH_AT=name`` kills this process here
-    with SIGKILL, as the out-of-memory killer or a preempted node would (no cleanup runs).
-    ``SHARDSMITH_STALL_AT=name`` waits here instead (``SHARDSMITH_STALL_SECONDS``, default 30),
-    after creating the file ``SHARDSMITH_STALL_MARK`` if set: a run caught in the middle, for the
-    tests of concurrent runs, interruptions and inputs that change."""
-    if os.environ.get("SHARDSMITH_STALL_AT") == name:
-        mark = os.environ.get("SHARDSMITH_STALL_MARK")
-        if mark:
-            Path(mark).touch()
-        time.sleep(float(os.environ.get("SHARDSMITH_STALL_SECONDS", "30")))
-    if os.environ.get("SHARDSMITH_CRASH_AT") == name:
-        if os.environ.get("SHARDSMITH_CRASH_PARENT") and os.getppid() > 1:
-            os.kill(os.getppid(), signal.SIGKILL)  # a worker takes the whole run down
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def die_with_parent() -> None:

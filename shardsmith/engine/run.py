@@ -15,16 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from shardsmith.engine import arrival
 from shardsmith.engine.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.plan import task_bytes
-from shardsmith.engine.scatter import Processor, ScatterJob, TaskResult, finished_task, part_path, run_scatter
+from shardsmith.engine.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_by_split
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import DataError, UsageError
-from shardsmith.formats.writer import ShardRange
+from shardsmith.kit.processed import Processor
+from shardsmith.kit.writer import ShardRange
 from shardsmith.sources.base import Reader, Task
+from shardsmith.storage import arrival
 
 
 def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int) -> list[SplitGather]:

@@ -15,55 +15,22 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from shardsmith.core.ragged import starts_of, take_ragged
-from shardsmith.engine import arrival
-from shardsmith.engine import keys as keymod
+from shardsmith.core.faults import crash_point
+from shardsmith.core.ragged import starts_of
 from shardsmith.engine.inputs import changed
 from shardsmith.engine.plan import workers_for
-from shardsmith.engine.resume import crash_point, die_with_parent
+from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.shuffle import PartWriter, bucket_of, read_part_footer
 from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
+from shardsmith.kit import keys as keymod
+from shardsmith.kit.processed import Processed, Processor
 from shardsmith.sources.base import BadRecord, Reader, StreamError, Task
-
-
-@dataclass(slots=True)
-class Processed:
-    """A transformed batch: the good records' numbers, their payloads back to back, and the bad ones."""
-
-    records: np.ndarray
-    lengths: np.ndarray
-    payload: np.ndarray | None  # None: built on demand by ``encode_in``
-    bad: list[tuple[int, str]] = field(default_factory=list)
-    copies: int = 1  # with K copies per record, sample numbers are record * K + copy
-    # builds the payload (uint8) with the records straight in a given order, instead of a copy
-    # reordering it; ``lengths`` are then bytes
-    encode_in: Callable[[np.ndarray], np.ndarray] | None = None
-    dropped: int = 0  # records left out on purpose (--balance: engine/balance.py), not bad ones
-    # the records in a given order as the buffers that make them up, and how many each record has
-    # (the same for all): written to the part file as they are, with no joined payload
-    pieces_in: Callable[[np.ndarray], tuple[list[Any], int]] | None = None
-
-    def byte_lengths(self) -> np.ndarray:
-        size = 1 if self.payload is None else self.payload.dtype.itemsize
-        return self.lengths.astype(np.int64) * size
-
-    def payload_in(self, order: np.ndarray, byte_lengths: np.ndarray) -> np.ndarray:
-        """The records ``order`` back to back, as bytes."""
-        if self.encode_in is not None:
-            return self.encode_in(order)
-        assert self.payload is not None
-        return take_ragged(self.payload.view(np.uint8), byte_lengths, order)
-
-
-class Processor(Protocol):
-    """Turns a batch of ``(record number, value)`` into payloads; built lazily in each worker."""
-
-    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed: ...
+from shardsmith.storage import arrival
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.faults import crash_point
 from shardsmith.engine import interrupt
 from shardsmith.engine.outdir import (
     complete_line,
@@ -32,7 +33,6 @@ from shardsmith.engine.outdir import (
     remove_own,
 )
 from shardsmith.engine.outlock import OutputLock
-from shardsmith.engine.resume import crash_point
 from shardsmith.errors import WorkerDied
 
 

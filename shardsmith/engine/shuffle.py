@@ -26,58 +26,14 @@ import numpy as np
 import orjson
 
 from shardsmith.core.fsutil import naming
-from shardsmith.core.ragged import starts_of, take_ragged
-from shardsmith.engine.keys import output_order
+from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DatasetError
+from shardsmith.kit.batches import Segment, SortedBatch
+from shardsmith.kit.keys import output_order
 
 PART_MAGIC = b"SSPART01"
 _PIECE_BYTES = 200  # a memoryview object and its list slot
 _TRAILER = struct.Struct("<Q8s")
-
-
-@dataclass(slots=True)
-class Segment:
-    """Where one (split, bucket) run of samples lies in a part file."""
-
-    path: str
-    offset: int
-    count: int
-    payload_bytes: int
-
-    @property
-    def nbytes(self) -> int:
-        return self.payload_bytes + 24 * self.count
-
-
-@dataclass(slots=True)
-class SortedBatch:
-    """Samples of one bucket range in output order: ``lengths``, and each sample's payload at
-    ``starts`` in the group's ``source`` payload (as read, unsorted). ``payload`` copies them
-    back to back on first use; a writer that decodes records reads them in place instead."""
-
-    lengths: np.ndarray
-    source: np.ndarray
-    starts: np.ndarray
-    _payload: memoryview | None = None
-
-    @classmethod
-    def of(cls, lengths: np.ndarray, payload: memoryview | np.ndarray) -> SortedBatch:
-        """A batch whose payloads are already back to back in output order."""
-        lengths = np.asarray(lengths, dtype=np.int64)
-        flat = np.frombuffer(payload, dtype=np.uint8)
-        return cls(lengths=lengths, source=flat, starts=starts_of(lengths)[:-1], _payload=memoryview(flat))
-
-    @property
-    def payload(self) -> memoryview:
-        if self._payload is None:
-            start = int(self.starts[0]) if len(self.starts) else 0
-            if np.array_equal(self.starts, start + starts_of(self.lengths)[:-1]):  # in order already
-                self._payload = memoryview(self.source[start:start + int(self.lengths.sum())])
-                return self._payload
-            order = np.arange(len(self.lengths), dtype=np.int64)
-            ordered = take_ragged(self.source, self.lengths, order, starts=self.starts)
-            self._payload = memoryview(ordered)
-        return self._payload
 
 
 @dataclass(slots=True)

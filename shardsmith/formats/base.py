@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from shardsmith.errors import DatasetError
 
 if TYPE_CHECKING:
-    from shardsmith.formats.writer import ShardRange, Writer
+    from shardsmith.kit.writer import ShardRange, Writer
 
 
 @dataclass(frozen=True, kw_only=True)

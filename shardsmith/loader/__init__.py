@@ -32,9 +32,9 @@ def open(where: str | os.PathLike[str], *, split: str = "train", decode: str | N
 
     ``where``: a dataset folder, or a URL (``s3://bucket/prefix``, any fsspec scheme) read through a
     local cache in ``cache_dir`` holding at most ``cache_limit`` (``"20GB"``, or bytes); transient
-    errors of the store are retried ``retries`` times (``engine/retry.py``)."""
+    errors of the store are retried ``retries`` times (``storage/retry.py``)."""
     from shardsmith import registry
-    from shardsmith.loader.files import files_for
+    from shardsmith.kit.dataset_files import files_for
 
     files = files_for(where, cache_dir=cache_dir, cache_limit=cache_limit, retries=retries, retry_wait=retry_wait)
     manifest = files.load_manifest()

@@ -2,7 +2,7 @@
 adapters (``DataLoader(ds, batch_sampler=BalancedSampler(...))``); ``shardsmith.torch`` exports it.
 
 It is ``EpochBatchSampler`` with a ``BalancedOrder`` instead of a permutation, on the same
-``EpochStream`` (``formats/epoch.py``): the same layout over ranks (``formats/layout.py``: equal
+``EpochStream`` (``kit/epoch.py``): the same layout over ranks (``kit/rank_split.py``: equal
 batch counts per rank, ``drop_last``), the same state (``state_dict``/``load_state_dict`` through
 torchdata's ``StatefulDataLoader``) and the same elastic route (``global_position`` of the ranks' states, ``start=``). It needs no torch: torch's
 DataLoader takes any iterable of index lists, and torchdata any object with the two state methods.
@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.formats.epoch import EpochStream
-from shardsmith.loader.balance import INVERSE, BalancedOrder, BalanceReport, read_labels
+from shardsmith.kit.epoch import EpochStream
+from shardsmith.loader.balanced_order import INVERSE, BalancedOrder, BalanceReport, read_labels
 
 
 class BalancedSampler(EpochStream):
@@ -28,7 +28,7 @@ class BalancedSampler(EpochStream):
     length). Within an epoch a class's samples come without replacement, in its own shuffled
     order; a class that runs out cycles into a new shuffled pass (``report()`` counts it). The
     order is a pure function of (labels, weights, num_samples, seed, epoch); ``start=``,
-    ``global_position``, ``state_dict`` work as for ``EpochBatchSampler`` (``formats/epoch.py``).
+    ``global_position``, ``state_dict`` work as for ``EpochBatchSampler`` (``kit/epoch.py``).
     """
 
     def __init__(self, labels: Any, *, batch_size: int, weights: str | Mapping[Any, float] | Sequence[float] = INVERSE,

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.engine.keys import mix64, path_hash
 from shardsmith.errors import UsageError
-from shardsmith.formats.hdf5.batch import EventBatch
+from shardsmith.kit.event_batch import EventBatch
+from shardsmith.kit.keys import mix64, path_hash
 from shardsmith.loader.interleave import interleave
 
 MIX_STATE = "shardsmith.mix/1"  # marks what ``Mixture.state`` returns (``start=`` of ``mix``)
@@ -237,7 +237,7 @@ class Mixture:
 
 class _Positions:
     """A mixture's positions in order (already interleaved and shuffled per source), as an epoch
-    order of ``formats/layout.py``: slices are made on demand, no array of the mixture's length."""
+    order of ``kit/rank_split.py``: slices are made on demand, no array of the mixture's length."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -19,12 +19,12 @@ import numpy as np
 from shardsmith.core.images import MAX_IMAGE_PIXELS
 from shardsmith.core.sizes import format_size
 from shardsmith.report import figures
-from shardsmith.report.events import EventSample, event_sections
+from shardsmith.report.event_sections import EventSample, event_sections
 from shardsmith.report.images import ImageSample, image_sections
 from shardsmith.report.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
 
 if TYPE_CHECKING:
-    from shardsmith.engine.inputs import InputFile
+    from shardsmith.core.input_file import InputFile
     from shardsmith.sources.base import Reader
 
 HOW = ("a seeded choice of files; in each, a seeded choice of byte ranges (seeded offsets in a big JSONL file, "

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ class Reader:
     columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
     events_variant: ClassVar[str | None] = None  # a source that reads the same files as events
     # URL schemes whose inputs this source opens where they are (its own ranged reads: only the bytes
-    # it needs) instead of a staged copy; ``InputFile.path`` is then the URL (``engine/remote.py``)
+    # it needs) instead of a staged copy; ``InputFile.path`` is then the URL (``engine/url_inputs.py``)
     opens_urls: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import UsageError
 from shardsmith.sources.base import BadRecord, Reader, Task
 

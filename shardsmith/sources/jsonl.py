@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
+from shardsmith.core.input_file import InputFile
 from shardsmith.core.sizes import format_size
-from shardsmith.engine.inputs import InputFile
 from shardsmith.sources.base import BadRecord, Reader, RecordError, StreamError, Task
 
 _BLOCK = 4 << 20

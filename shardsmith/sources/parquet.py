@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, UsageError
 from shardsmith.sources.base import BadRecord, Reader, Task
 

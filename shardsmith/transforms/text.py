@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.engine.scatter import Processed
+from shardsmith.kit.processed import Processed
 from shardsmith.sources.base import RecordError, Task
 from shardsmith.transforms import tokenize as tk
 from shardsmith.transforms.base import Transform, apply_all

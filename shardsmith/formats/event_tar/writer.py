@@ -16,13 +16,13 @@ import numpy as np
 
 from shardsmith.core.events import EventChunk, EventSchema, decode
 from shardsmith.core.ragged import starts_of
-from shardsmith.formats.rollover import Rollover
 from shardsmith.formats.webdataset.tarfmt import BLOCK, sample_members
 from shardsmith.formats.webdataset.writer import TarWriter
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.kit.rollover import Rollover
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 if TYPE_CHECKING:
-    from shardsmith.engine.shuffle import SortedBatch
+    from shardsmith.kit.batches import SortedBatch
 
 _NPY_MAGIC = b"\x93NUMPY\x01\x00"
 

@@ -24,12 +24,12 @@ from shardsmith.core.events import EventSchema
 from shardsmith.core.provenance import inputs_of
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.errors import DatasetError
-from shardsmith.formats.hdf5.batch import EventBatch, Member, Ragged, _join, _join_runs, _long_runs
 from shardsmith.formats.hdf5.checks import _check_schema
-from shardsmith.formats.hdf5.order import EventIterator, event_order
 from shardsmith.formats.hdf5.shard import FORMAT, FORMAT_VERSION, _OpenShard
-from shardsmith.formats.order import window_of
-from shardsmith.loader.files import files_for
+from shardsmith.kit.dataset_files import files_for
+from shardsmith.kit.event_batch import EventBatch, Member, Ragged, _join, _join_runs, _long_runs
+from shardsmith.kit.event_order import EventIterator, event_order
+from shardsmith.kit.order import window_of
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "EventBatch", "EventDataset", "EventIterator", "Ragged", "event_order"]
 

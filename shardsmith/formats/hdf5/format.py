@@ -11,7 +11,7 @@ import numpy as np
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.base import CardData, Format, Rate, WriteJob, timed_batches
-from shardsmith.formats.writer import ShardRange, Writer
+from shardsmith.kit.writer import ShardRange, Writer
 
 
 class HDF5Format(Format):

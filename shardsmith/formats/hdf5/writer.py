@@ -48,12 +48,11 @@ from shardsmith.core.events import EventChunk, EventSchema, decode, decode_from,
 from shardsmith.core.fsutil import HashingFile, _tmp, fsync_dir, naming
 from shardsmith.core.ragged import Runs
 from shardsmith.errors import UsageError
-from shardsmith.formats.rollover import Rollover, runs
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.kit.rollover import Rollover, runs
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 if TYPE_CHECKING:
-    from shardsmith.engine.mapped import MappedBatch
-    from shardsmith.engine.shuffle import SortedBatch
+    from shardsmith.kit.batches import MappedBatch, SortedBatch
 
 FORMAT = "shardsmith-events"
 FORMAT_VERSION = 1

@@ -22,8 +22,8 @@ from shardsmith.core.identity import Stamp, open_checked, stamp
 from shardsmith.core.provenance import inputs_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.meta import Array, SplitArrays, read_meta
-from shardsmith.formats.order import ResumableIterator, window_of
-from shardsmith.loader.files import files_for
+from shardsmith.kit.dataset_files import files_for
+from shardsmith.kit.order import ResumableIterator, window_of
 
 
 class MemmapDataset:

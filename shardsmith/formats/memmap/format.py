@@ -12,8 +12,8 @@ import numpy as np
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.base import Format, Rate, WriteJob, timed_batches
-from shardsmith.formats.memmap.layout import Layout, layout_of
-from shardsmith.formats.writer import ShardRange, Writer
+from shardsmith.formats.memmap.shape import Layout, layout_of
+from shardsmith.kit.writer import ShardRange, Writer
 
 
 def job_layout(job: WriteJob) -> Layout:

@@ -19,7 +19,7 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
-from shardsmith.formats.memmap.layout import FORMAT, FORMAT_VERSION, PAD_VALUE, Layout
+from shardsmith.formats.memmap.shape import FORMAT, FORMAT_VERSION, PAD_VALUE, Layout
 
 MAX_META_BYTES = 16 << 20
 HOW_TO_READ = ("values = np.memmap(values.path, dtype=values.dtype, mode='r', shape=tuple(values.shape)); "

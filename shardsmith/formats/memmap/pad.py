@@ -14,7 +14,7 @@ import numpy as np
 from shardsmith.core.events import EventChunk
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DataError
-from shardsmith.formats.memmap.layout import PAD_VALUE, Layout
+from shardsmith.formats.memmap.shape import PAD_VALUE, Layout
 
 
 def kept_values(offsets: np.ndarray, layout: Layout, key: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:

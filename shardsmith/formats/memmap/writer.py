@@ -18,15 +18,15 @@ import numpy as np
 
 from shardsmith.core.events import EventChunk
 from shardsmith.core.fsutil import HashingFile, _tmp
-from shardsmith.formats.memmap.layout import Layout, file_names
 from shardsmith.formats.memmap.meta import meta_bytes
 from shardsmith.formats.memmap.pad import fill_rows
 from shardsmith.formats.memmap.records import columns
-from shardsmith.formats.rollover import UNLIMITED, Rollover
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.formats.memmap.shape import Layout, file_names
+from shardsmith.kit.rollover import UNLIMITED, Rollover
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 if TYPE_CHECKING:
-    from shardsmith.engine.shuffle import SortedBatch
+    from shardsmith.kit.batches import SortedBatch
 
 BATCH_BYTES = 8 << 20  # HashingFile batches of the values file; a slice of events fills at most one
 

@@ -13,9 +13,9 @@ import numpy as np
 
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
-from shardsmith.formats.order import ResumableIterator
 from shardsmith.formats.tokens.indexed import parse_idx
-from shardsmith.loader.files import files_for
+from shardsmith.kit.dataset_files import files_for
+from shardsmith.kit.order import ResumableIterator
 
 
 class _TokenShards:

@@ -14,7 +14,7 @@ from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
 from shardsmith.formats.base import CardData, Format, Rate, WriteJob, first_split
-from shardsmith.formats.writer import ShardRange, Writer
+from shardsmith.kit.writer import ShardRange, Writer
 
 
 class TokensFormat(Format):
@@ -97,7 +97,7 @@ class TokensFormat(Format):
     def open(self, out_dir: str | Path, *, split: str, decode: str | None = None) -> Any:
         from shardsmith.formats.tokens.dataset import TokenDocuments
         from shardsmith.formats.tokens.packed import PackedSequences
-        from shardsmith.loader.files import files_for
+        from shardsmith.kit.dataset_files import files_for
 
         files = files_for(out_dir)  # a folder, or the files object ``loader.open`` passes (a URL's too)
         kind = TokenDocuments if files.load_manifest().get("packing") is None else PackedSequences

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from shardsmith.errors import DatasetError
-from shardsmith.formats.order import ResumableIterator
 from shardsmith.formats.tokens.dataset import _TokenShards
+from shardsmith.kit.order import ResumableIterator
 
 
 def packing_stats(extras: list[dict[str, Any]], *, seq_len: int) -> dict[str, Any]:

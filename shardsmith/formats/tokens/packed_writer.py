@@ -17,7 +17,7 @@ import numpy as np
 from shardsmith.core.fsutil import HashingFile
 from shardsmith.formats.tokens.packing import BestFitPacker, Window
 from shardsmith.formats.tokens.writer import idx_bytes
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 CU_SUFFIX = ".cu.npy"
 

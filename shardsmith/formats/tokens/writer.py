@@ -18,8 +18,8 @@ import numpy as np
 from shardsmith.core.fsutil import HashingFile, file_sha256, fsync_dir, naming
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DatasetError
-from shardsmith.formats.rollover import Rollover, runs
-from shardsmith.formats.writer import ShardRange, ShardRecord, Writer
+from shardsmith.kit.rollover import Rollover, runs
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 IDX_MAGIC = b"MMIDIDX\x00\x00"
 IDX_VERSION = 1

@@ -27,7 +27,6 @@ import numpy as np
 
 from shardsmith.core.images import pixel_limit  # stdlib only: no Pillow
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.order import ResumableIterator
 from shardsmith.formats.webdataset.decode import (
     _EXT_KINDS,
     DECODES,
@@ -47,7 +46,8 @@ from shardsmith.formats.webdataset.shard_reader import (
     _shard_reader,
 )
 from shardsmith.formats.webdataset.tarfmt import index_members, scan_samples
-from shardsmith.loader.files import files_for
+from shardsmith.kit.dataset_files import files_for
+from shardsmith.kit.order import ResumableIterator
 
 __all__ = ["DECODES", "KINDS", "TarDataset", "load_npy"]
 

@@ -11,7 +11,7 @@ from shardsmith.core import manifest as m_
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import DatasetError
 from shardsmith.formats.base import CardData, Format, Rate, WriteJob
-from shardsmith.formats.writer import ShardRange, Writer
+from shardsmith.kit.writer import ShardRange, Writer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
 

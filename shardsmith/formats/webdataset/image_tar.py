@@ -21,14 +21,13 @@ from typing import Protocol
 
 import numpy as np
 
+from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import HashingFile
-from shardsmith.engine import keys as keymod
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.engine.outdir import finish_output
-from shardsmith.engine.resume import crash_point, die_with_parent
+from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
-from shardsmith.formats.rollover import shard_bounds
 from shardsmith.formats.webdataset.tarfmt import (
     _CONST_SUM,
     _HEAD,
@@ -43,7 +42,9 @@ from shardsmith.formats.webdataset.tarfmt import (
     member_header,
 )
 from shardsmith.formats.webdataset.writer import finish_shard, max_tar_weight, offsets_name, write_wids
-from shardsmith.formats.writer import ShardRecord
+from shardsmith.kit import keys as keymod
+from shardsmith.kit.rollover import shard_bounds
+from shardsmith.kit.writer import ShardRecord
 
 _CLS_BYTES = 2 * BLOCK  # the label member: a header and one block of digits
 

@@ -1,4 +1,4 @@
-"""``TarDataset.iter()`` one sample at a time, in exactly the epoch's order (``formats/order.py``).
+"""``TarDataset.iter()`` one sample at a time, in exactly the epoch's order (``kit/order.py``).
 
 The order is taken a window at a time: numpy turns it into (shard, sample in shard) and, when the
 window's shards are local, mapped whole, and every sample of them has the same members, into each
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.formats.order import ResumableIterator
 from shardsmith.formats.webdataset.decode import load_npy
+from shardsmith.kit.order import ResumableIterator
 
 # a member that does not decode is read again by its shard's reader, whose error names the shard and byte
 _NPY = partial(load_npy, where="a .npy member")

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.images import ImageError, canonical_ext, check_image
+from shardsmith.core.input_file import InputFile
 from shardsmith.core.sample import Identity
-from shardsmith.engine.inputs import InputFile
-from shardsmith.engine.scatter import Processed
 from shardsmith.errors import DataError
 from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
 from shardsmith.formats.webdataset.writer import SourceRef
+from shardsmith.kit.processed import Processed
 from shardsmith.sources.base import Reader, RecordError, Task
 from shardsmith.transforms.base import Transform, apply_all
 

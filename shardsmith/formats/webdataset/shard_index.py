@@ -36,7 +36,7 @@ def _spot_check(buf: Any, found: ShardMembers, offsets: np.ndarray, *, where: st
 def _load_index(files: Any, entry: dict[str, Any], tar: Any) -> tuple[array, np.ndarray | None]:
     """A shard's validated sample offsets (n + 1 of them) as a compact array of Python ints, and its
     whole index when that is version 2 (its member table is checked when the shard is first used).
-    ``files`` (``loader/files.py``) has checked the shard's size and reads the index file."""
+    ``files`` (``kit/dataset_files.py``) has checked the shard's size and reads the index file."""
     size, n = entry["bytes"], entry["samples"]
     if size < 2 * BLOCK or size % BLOCK:
         raise DatasetError(f"{tar}: {size} bytes is not a whole tar archive of 512-byte blocks")

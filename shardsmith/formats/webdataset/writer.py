@@ -23,9 +23,9 @@ import numpy as np
 import orjson
 
 from shardsmith.core.fsutil import HashingFile, atomic_write_bytes, fsync_dir
+from shardsmith.core.own_files import INDEX_DIR
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DataError
-from shardsmith.formats.rollover import Rollover, runs
 from shardsmith.formats.webdataset.tarfmt import (
     BLOCK,
     end_of_archive,
@@ -35,7 +35,8 @@ from shardsmith.formats.webdataset.tarfmt import (
     parse_members,
     scan_samples,
 )
-from shardsmith.formats.writer import INDEX_DIR, ShardRange, ShardRecord, Writer
+from shardsmith.kit.rollover import Rollover, runs
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 _REF = struct.Struct("<8sQQ")
 REF_MAGIC = b"SSREF\x00\x00\x01"

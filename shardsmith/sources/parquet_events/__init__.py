@@ -22,7 +22,7 @@ binary, timestamps, lists of lists and other non-numeric columns are skipped and
 in a numeric column is a ``DataError`` naming the file and row: no silent fill value.
 """
 
-from shardsmith.sources.parquet_events.layout import ROWS_COUNTER
+from shardsmith.sources.parquet_events.fields import ROWS_COUNTER
 from shardsmith.sources.parquet_events.reader import ParquetEventReader
 
 __all__ = ["ROWS_COUNTER", "ParquetEventReader"]

@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError
-from shardsmith.sources.parquet_events.layout import _LIST, _Leaf
+from shardsmith.sources.parquet_events.fields import _LIST, _Leaf
 
 
 class _Null(Exception):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError
 
 _WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 12, "FLOAT": 4, "DOUBLE": 8}

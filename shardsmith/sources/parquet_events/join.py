@@ -10,7 +10,7 @@ import numpy as np
 
 from shardsmith.errors import DataError
 from shardsmith.sources.parquet_events.arrays import _columns, _key_values
-from shardsmith.sources.parquet_events.layout import _Leaf
+from shardsmith.sources.parquet_events.fields import _Leaf
 
 
 def _key_range(pf: Any, key: str, start: int, stop: int) -> tuple[int, int] | None:

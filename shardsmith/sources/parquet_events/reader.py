@@ -11,13 +11,11 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventChunk, EventSchema
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, UsageError
 from shardsmith.sources.base import Reader, StreamError, Task
 from shardsmith.sources.parquet_events.arrays import _check_grouped, _columns, _first_null, _key_values
-from shardsmith.sources.parquet_events.files import _decoded_bytes, _open, _open_path
-from shardsmith.sources.parquet_events.join import _Join, _key_range
-from shardsmith.sources.parquet_events.layout import (
+from shardsmith.sources.parquet_events.fields import (
     ROWS_COUNTER,
     _difference,
     _Layout,
@@ -25,6 +23,8 @@ from shardsmith.sources.parquet_events.layout import (
     _unique_counters,
     _walk,
 )
+from shardsmith.sources.parquet_events.files import _decoded_bytes, _open, _open_path
+from shardsmith.sources.parquet_events.join import _Join, _key_range
 
 
 class ParquetEventReader(Reader):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from shardsmith.core.input_file import InputFile
 from shardsmith.core.urls import SCHEME
-from shardsmith.engine.inputs import InputFile
 from shardsmith.errors import DataError, UsageError
 
 # URL schemes uproot reads in place (``RootReader.opens_urls``): ``uproot.open("root://...")`` fetches only

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from shardsmith.core.events import EventChunk, EventSchema
-from shardsmith.engine.inputs import InputFile
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, UsageError
 from shardsmith.sources.base import Reader, StreamError, Task
 from shardsmith.sources.root.chunks import _split, _to_chunk

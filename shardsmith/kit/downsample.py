@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.engine.inputs import InputFile
-from shardsmith.engine.keys import record_keys
+from shardsmith.core.input_file import InputFile
 from shardsmith.errors import UsageError
+from shardsmith.kit.keys import record_keys
 
 USAGE = "--balance max=N or ratio=R, optionally with ,label=FIELD (events), e.g. --balance max=1000,label=y"
 

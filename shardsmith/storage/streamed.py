@@ -1,8 +1,8 @@
 """A dataset at a URL, as the streaming loader reads it (issue 15, part 3): its manifest, byte ranges
 of its files (HTTP Range), and whole files copied into a local file.
 
-Written on fsspec (``engine/remote.py`` makes the filesystem: s3fs's and botocore's own retries
-off), so every scheme fsspec reads can follow; transient errors are retried by ``engine/retry.py``
+Written on fsspec (``engine/url_inputs.py`` makes the filesystem: s3fs's and botocore's own retries
+off), so every scheme fsspec reads can follow; transient errors are retried by ``storage/retry.py``
 only, and a download that breaks off resumes at the byte it reached. Every file is named by the
 manifest, relative to the dataset's URL: a name that could climb out of the prefix is refused.
 URLs are shown without credentials or signatures (``core/urls.py``); errors are one line.
@@ -35,9 +35,9 @@ import orjson
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.urls import safe_url
-from shardsmith.engine import retry
-from shardsmith.engine.storage_errors import one_line, s3_code
 from shardsmith.errors import DatasetError, ShardsmithError
+from shardsmith.storage import retry
+from shardsmith.storage.errors import one_line, s3_code
 
 BLOCK = 8 << 20  # bytes per read of a whole-file download
 OPEN_TRIES = 3  # listings taken at most while the dataset changes under them, before giving up
@@ -65,7 +65,7 @@ class RemoteStore:
     @property
     def fs(self) -> Any:
         if self._fs is None or self._pid != os.getpid():
-            from shardsmith.engine.backends import filesystem  # the commands' one table of schemes and extras
+            from shardsmith.storage.schemes import filesystem  # the commands' one table of schemes and extras
 
             try:
                 self._fs = filesystem([self.url])
@@ -177,7 +177,7 @@ class RemoteStore:
     def _listing(self) -> dict[str, str]:
         """Every file below the prefix and its identity, from one listing (none for schemes that do
         not list: their files are pinned when first looked at)."""
-        from shardsmith.engine.backends import WHOLE_URL
+        from shardsmith.storage.schemes import WHOLE_URL
 
         if self.scheme in WHOLE_URL:
             return {}

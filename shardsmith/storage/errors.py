@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 
 from shardsmith.core.urls import error_line
-from shardsmith.engine import retry
 from shardsmith.errors import ShardsmithError
+from shardsmith.storage import retry
 
 WORDS = {
     "no-bucket": "no such bucket",

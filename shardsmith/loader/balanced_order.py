@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.engine.keys import mix64, path_hash
+from shardsmith.kit.keys import mix64, path_hash
 
 INVERSE = "inverse"  # weights: every class present gets an equal share (inverse frequency per sample)
 

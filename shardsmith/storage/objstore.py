@@ -7,7 +7,7 @@ match (``list_multipart_uploads``, ``list_parts``), ETags to compare a local fil
 without downloading it, and conditional puts (``If-None-Match: *``, ``If-Match: ETAG``) for the run
 record, which is the prefix's lease (``outhold``).
 
-Every call goes through ``engine/retry.py`` (the only layer that retries: s3fs's and botocore's own
+Every call goes through ``storage/retry.py`` (the only layer that retries: s3fs's and botocore's own
 retries are off), and the storage client's errors become one line naming the URL, never with
 credentials.
 """
@@ -23,11 +23,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
+from shardsmith.core.faults import crash_point
 from shardsmith.core.urls import SCHEME, safe_url
-from shardsmith.engine import retry
-from shardsmith.engine.resume import crash_point
-from shardsmith.engine.storage_errors import one_line, s3_code
 from shardsmith.errors import DataError, ShardsmithError, UsageError
+from shardsmith.storage import retry
+from shardsmith.storage.errors import one_line, s3_code
 
 T = TypeVar("T")
 # scheme -> (the module its fsspec filesystem needs, the extra that installs it)

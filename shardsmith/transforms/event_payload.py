@@ -9,8 +9,8 @@ import numpy as np
 
 from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths, record_pieces
 from shardsmith.core.provenance import Stamp, with_provenance
-from shardsmith.engine.balance import BalancePlan, balance_hashes
-from shardsmith.engine.scatter import Processed
+from shardsmith.kit.downsample import BalancePlan, balance_hashes
+from shardsmith.kit.processed import Processed
 from shardsmith.sources.base import Task
 
 

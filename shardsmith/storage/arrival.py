@@ -1,4 +1,4 @@
-"""Waiting for inputs that are still being staged from object storage (``engine/stager.py``).
+"""Waiting for inputs that are still being staged from object storage (``storage/stager.py``).
 
 A run on URL inputs starts once they are listed; a background stager downloads them in the order
 the tasks read them. Whoever is about to read a staged input (a worker at the start of a task, the
@@ -22,8 +22,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from shardsmith.core.input_file import InputFile
 from shardsmith.core.urls import is_url
-from shardsmith.engine.inputs import InputFile
 from shardsmith.errors import DataError
 
 _REACHED = mmap.mmap(-1, 8)  # MAP_SHARED and anonymous: one int64 seen by this process and its forked workers

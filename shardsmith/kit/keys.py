@@ -12,7 +12,7 @@ import hashlib
 
 import numpy as np
 
-from shardsmith.engine.splits import assign_splits
+from shardsmith.kit.splits import assign_splits
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

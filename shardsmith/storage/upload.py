@@ -16,11 +16,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from shardsmith.core.manifest import MANIFEST
-from shardsmith.engine.objstore import ObjectInfo, Store
-from shardsmith.engine.outdir import own_file, own_files
-from shardsmith.engine.resume import RUN_FILE, crash_point
+from shardsmith.core.faults import crash_point
+from shardsmith.core.manifest import MANIFEST, RUN_FILE
+from shardsmith.core.own_files import own_file, own_files
 from shardsmith.errors import ShardsmithError
+from shardsmith.storage.objstore import ObjectInfo, Store
 
 THREADS = 4  # files uploaded at once; each holds one part in memory
 POLL_SECONDS = 0.5

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.engine.keys import path_hash
-from shardsmith.formats.order import ResumableIterator, epoch_order
+from shardsmith.kit.keys import path_hash
+from shardsmith.kit.order import ResumableIterator, epoch_order
 
 
 def event_order(n: int, *, shuffle: bool, seed: int, epoch: int, rank: int = 0, world_size: int = 1,

@@ -8,17 +8,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from shardsmith.formats.rollover import Rollover
-
-# The folder of a dataset's index files, which readers of the shards alone must not take for data:
-# HuggingFace ``datasets`` skips folders whose names start with ``__`` when it looks for a split's
-# files (``data_files._is_inside_unrequested_special_dir``), and takes every other file named after
-# a split, an index too. Its files are ``{INDEX_DIR}/...`` wherever the manifest names them.
-INDEX_DIR = "__index__"
+from shardsmith.kit.rollover import Rollover
 
 if TYPE_CHECKING:
-    from shardsmith.engine.mapped import MappedBatch
-    from shardsmith.engine.shuffle import SortedBatch
+    from shardsmith.kit.batches import MappedBatch, SortedBatch
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 import numpy as np
 
-from shardsmith.engine.keys import mix64, path_hash
+from shardsmith.kit.keys import mix64, path_hash
 
 T = TypeVar("T")
 

@@ -23,8 +23,8 @@ from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from shardsmith.engine import arrival
 from shardsmith.errors import DataError
+from shardsmith.storage import arrival
 
 THREADS = 8  # downloads at once, at most
 # bytes of downloads under way beyond the first: enough streams to fill a link where one stream is slow

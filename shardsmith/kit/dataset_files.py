@@ -4,14 +4,14 @@ shard s", so that no dataset knows whether it reads a folder or a URL.
 ``LocalFiles``: a folder on this machine; the files are opened in place, checked against the
 identities taken when the dataset was opened (``core/identity.py``), and mapped as always.
 
-``StreamedFiles``: a dataset at a URL (``loader/remote.py``) with a bounded local cache
-(``loader/cache.py``). A shard is read whole from the cache when it is there, or when it is among
+``StreamedFiles``: a dataset at a URL (``storage/streamed.py``) with a bounded local cache
+(``storage/cache.py``). A shard is read whole from the cache when it is there, or when it is among
 the next shards of this process's epoch (``plan``: the order a dataset's ``iter`` or a torch adapter
 walks), which a background thread downloads a few ahead; any other shard of a tar or token
 dataset is read by byte ranges (HTTP Range), so random access never downloads whole shards.
 Datasets report what they read (``touched``), so the window of shards moves on as the epoch does.
 Every byte comes from the version of the dataset opened: the store pins each object when it reads
-the manifest (S3: ``If-Match`` on every GET, ``loader/remote.py``), the cache keeps files by sha256.
+the manifest (S3: ``If-Match`` on every GET, ``storage/streamed.py``), the cache keeps files by sha256.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.identity import Stamp, open_checked, stamp
 from shardsmith.errors import DatasetError
-from shardsmith.loader.cache import Item, ShardCache
-from shardsmith.loader.remote import RemoteStore
+from shardsmith.storage.cache import Item, ShardCache
+from shardsmith.storage.streamed import RemoteStore
 
 AHEAD = 2  # shards prefetched ahead of the one being read
 KEEP_OPEN = 2  # streamed shards a process keeps mapped (each held in the cache while mapped)

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.formats.hdf5.order import event_order
-from shardsmith.formats.order import epoch_order
+from shardsmith.kit.event_order import event_order
+from shardsmith.kit.order import epoch_order
 
 STATE = "shardsmith.epoch/1"        # marks an adapter's or sampler's state inside a loader's state
 POSITION = "shardsmith.position/1"  # marks a global position (``global_position``, ``start=``)

@@ -4,9 +4,9 @@ or a glob on them), for every command.
 The objects are listed (size and ETag) and given the identities of a local copy of the same tree
 (the path relative to the input root, an image's class folder), so the output is byte-identical to
 a run on that copy. The run starts then; the objects are *staged* meanwhile, by a background stager
-(``engine/stager.py``) in the order the tasks read them and within a budget ahead of the readers:
+(``storage/stager.py``) in the order the tasks read them and within a budget ahead of the readers:
 downloaded into the run's scratch folder (``outdir.staging_path``), laid out as ``SCHEME/BUCKET/KEY``,
-where a reader waits for its file to be whole (``engine/arrival.py``). What planning reads
+where a reader waits for its file to be whole (``storage/arrival.py``). What planning reads
 (``Reader.reads_to_plan``) is waited for before the plan; with ``--on-error skip`` every object is
 staged before the run starts, so one that stays unreadable is left out as if it were not there.
 
@@ -18,7 +18,7 @@ files go with the scratch folder when the run ends. URLs are shown without useri
 errors of the storage client become one line naming the URL.
 
 Transient errors (a reset connection, 5xx, throttling, timeouts) of the listing and of each
-download are retried (``engine/retry.py``, the only layer that retries: s3fs's and botocore's own
+download are retried (``storage/retry.py``, the only layer that retries: s3fs's and botocore's own
 retries are turned off); a download that breaks off resumes at the byte it reached, by a ranged
 read on a fresh open. An object that stays unreadable stops the run, or with ``--on-error skip`` is
 left out and listed (``StagedInputs.skipped``, the manifest's ``source.skipped_inputs``).
@@ -34,14 +34,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from shardsmith.core.input_file import InputFile
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import is_url, safe_url
-from shardsmith.engine import backends, inputs, retry, storage_errors
-from shardsmith.engine.inputs import InputFile
+from shardsmith.engine import inputs
 from shardsmith.engine.outdir import STAGED, staging_path, work_path
-from shardsmith.engine.stager import Stager
 from shardsmith.errors import DataError, ShardsmithError, UsageError
+from shardsmith.storage import errors as storage_errors
+from shardsmith.storage import retry, schemes
+from shardsmith.storage.stager import Stager
 
 BLOCK = 8 << 20  # bytes per ranged read of a download
 
@@ -107,7 +109,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
     if len(urls) != len(paths):
         raise UsageError("the inputs mix URLs and local paths; give one kind (stage the local files to the store, "
                          "or download the objects)")
-    fs = backends.filesystem(urls)
+    fs = schemes.filesystem(urls)
     policy = retry.Policy(retries=retries, wait=retry_wait)
     # a cluster stage's rank stages what it reads into a folder of its own (ranks share the scratch folder)
     root = staging_path(out) if stage is None else work_path(out) / f"rank-{rank}" / STAGED[0]
@@ -223,24 +225,24 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
     ``inputs.listed`` needs of them: the local arguments they stand for once staged."""
     shown = safe_url(url)
     scheme = url.split("://", 1)[0].lower()
-    host = backends.host(url)
-    path = backends.key(scheme, fs._strip_protocol(url)).rstrip("/")
-    walk = backends.WALK_OPTIONS.get(scheme, {})
+    host = schemes.host(url)
+    path = schemes.key(scheme, fs._strip_protocol(url)).rstrip("/")
+    walk = schemes.WALK_OPTIONS.get(scheme, {})
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
             matched = retry.call(lambda: fs.glob(path, detail=True, **walk), policy)
-            found = [_object(scheme, host, backends.key(scheme, key), _sized(fs, key, info, policy), root, shown)
+            found = [_object(scheme, host, schemes.key(scheme, key), _sized(fs, key, info, policy), root, shown)
                      for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
                 raise UsageError(f"{shown}: no object matches")
             return found, [_one(o, suffixes) for o in found]
         info = retry.call(lambda: fs.info(path or "/"), policy)
-        if not backends.is_folder(scheme, url, info):
+        if not schemes.is_folder(scheme, url, info):
             o = _object(scheme, host, path, info, root, shown)
             return [o], [_one(o, suffixes)]
-        below = backends.folder(scheme, path)
+        below = schemes.folder(scheme, path)
         found_keys = retry.call(lambda: fs.find(below, detail=True, **walk), policy)
-        listed = {backends.key(scheme, k): v for k, v in found_keys.items()}
+        listed = {schemes.key(scheme, k): v for k, v in found_keys.items()}
     found, rows = [], []
     for key, info in sorted(listed.items()):
         rel = key[len(path) + 1:]
@@ -254,7 +256,7 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
         rows.append((o.local, rel, o.size, rel.split("/", 1)[0] if "/" in rel else "", o.url))
     if not found:
         raise UsageError(f"{shown}: no input files ({', '.join(suffixes)}) below this prefix")
-    return found, [(str(root.joinpath(scheme, *[p for p in backends.local_parts(scheme, host, path) if p])), True, rows)]
+    return found, [(str(root.joinpath(scheme, *[p for p in schemes.local_parts(scheme, host, path) if p])), True, rows)]
 
 
 def _sized(fs: Any, key: str, info: dict[str, Any], policy: retry.Policy) -> dict[str, Any]:
@@ -271,8 +273,8 @@ def _one(o: RemoteObject, suffixes: tuple[str, ...]) -> _Entry:
 
 def _object(scheme: str, host: str, key: str, info: dict[str, Any], root: Path, shown: str) -> RemoteObject:
     """A listed object: its URL, where it is staged (``SCHEME/[HOST/]KEY``), its size and version."""
-    parts = backends.local_parts(scheme, host, key)
-    url = backends.shown_url(scheme, host, key)
+    parts = schemes.local_parts(scheme, host, key)
+    url = schemes.shown_url(scheme, host, key)
     if any(p in ("", ".", "..") for p in parts) or "\0" in key:
         raise UsageError(f"{shown}: object {url!r} cannot be staged as a file (empty, . or .. in its key)")
     etag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or "")

@@ -1,7 +1,7 @@
 """``EpochStream``: one epoch's batches for one rank (or one DataLoader worker of it) from a start
 position, and the state that resumes them. numpy and plain dicts only: ``shardsmith.torch``'s
 adapters and ``EpochBatchSampler`` and the torch-free ``BalancedSampler`` share it, so the
-epoch/start/layout/state rules exist once (``formats/layout.py`` holds the layout and the checks).
+epoch/start/layout/state rules exist once (``kit/rank_split.py`` holds the layout and the checks).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.formats.layout import POSITION, STATE, EpochLayout, check_state, resolve_start
+from shardsmith.kit.rank_split import POSITION, STATE, EpochLayout, check_state, resolve_start
 
 # (n, *, shuffle, seed, epoch) -> the epoch's order of item indices, with a ``name`` (``EpochOrder``)
 Order = Callable[..., np.ndarray]
