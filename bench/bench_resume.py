@@ -37,6 +37,7 @@ from harness import code_version  # noqa: E402
 import shardsmith  # noqa: E402
 from shardsmith.core import manifest  # noqa: E402
 from shardsmith.formats.tokens.writer import idx_bytes  # noqa: E402
+from shardsmith.kit import manifest_io
 from shardsmith.torch import TokenBatches, global_position  # noqa: E402
 
 warnings.filterwarnings("ignore", message="'set_vital' is deprecated")
@@ -58,7 +59,7 @@ def write_tokens(out: Path, *, windows: int, seq_len: int, shards: int = 4) -> P
                         "tokens": len(part), "index": {"path": i.name, "bytes": i.stat().st_size, "sha256": sha[1]}})
     tok = {"path": "tokenizer.json", "sha256": hashlib.sha256(b"{}").hexdigest(), "vocab_size": 65000,
            "dtype": "uint16"}
-    manifest.save(out, manifest.new_manifest(
+    manifest_io.save(out, manifest.new_manifest(
         fmt="tokens", seed=0, shuffle=True, source={"reader": "bench", "inputs": []}, schema={},
         splits={"train": {"samples": shards, "shards": entries}}, tokenizer=tok, seq_len=seq_len))
     return out

@@ -26,6 +26,7 @@ from harness import median_time
 from shardsmith.core import manifest
 from shardsmith.formats.webdataset.dataset import TarDataset
 from shardsmith.formats.webdataset.tarfmt import end_of_archive, sample_members
+from shardsmith.kit import manifest_io
 
 TARGET_RANDOM = 100_000
 
@@ -61,7 +62,7 @@ def write_dataset(out: Path, *, samples: int, shards: int, seed: int = 0) -> Non
                               schema={"jpg": {"kind": "image"}, "cls": {"kind": "int"}},
                               splits={"train": {"samples": samples, "shards": entries}},
                               classes=[str(c) for c in range(10)])
-    manifest.save(out, m)
+    manifest_io.save(out, m)
 
 
 def main() -> None:

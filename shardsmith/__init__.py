@@ -7,8 +7,7 @@ and the errors a user can catch.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from shardsmith.core.version import __version__  # noqa: E402
 from shardsmith.errors import DataError, DatasetError, ShardsmithError, UsageError  # noqa: E402
 
 _LAZY = {"EventDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"}

@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from shardsmith import __version__
 from shardsmith.cli_options import (
     MAX_COPIES,
     MAX_COUNT,
@@ -28,6 +27,7 @@ from shardsmith.commands.report import balance_dropped, inputs_left_out, plural,
 from shardsmith.core import invocation
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.core.names import not_utf8
+from shardsmith.core.version import __version__
 from shardsmith.engine import interrupt
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported

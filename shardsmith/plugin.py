@@ -11,10 +11,10 @@ from __future__ import annotations
 from shardsmith.core.events import EventChunk, EventSchema
 from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, DatasetError, UsageError
-from shardsmith.formats.base import Format, Rate, WriteJob
+from shardsmith.kit.format import Format, Rate, WriteJob
+from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
+from shardsmith.kit.transform import Transform
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
-from shardsmith.sources.base import BadRecord, Reader, RecordError, StreamError, Task
-from shardsmith.transforms.base import Transform
 
 Source = Reader  # a source is a Reader subclass
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from shardsmith.errors import DatasetError, UsageError
 
 if TYPE_CHECKING:
-    from shardsmith.formats.base import Format
+    from shardsmith.kit.format import Format
 
 KINDS = ("source", "transform", "format")
 GROUPS = {kind: f"shardsmith.{kind}s" for kind in KINDS}

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from shardsmith.loader.balance_sampler import BalancedSampler
 
 from shardsmith.kit.rank_split import global_position
+from shardsmith.loader.balance_sampler import BalancedSampler
 from shardsmith.loader.balanced_order import BalancedOrder
 
 

@@ -18,7 +18,7 @@ import orjson
 import pytest
 from conftest import jpeg_folder, make_docs, run_cli, write_jsonl
 
-from shardsmith.core.card import command_line
+from shardsmith.kit.dataset_card import command_line
 
 GOLDEN_INPUTS = Path(__file__).parent / "golden" / "inputs"
 

@@ -16,6 +16,7 @@ from shardsmith.core.events import EventChunk, EventSchema, Field, encode
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import UsageError
 from shardsmith.formats.hdf5.writer import CHUNK_BYTES, HDF5Writer
+from shardsmith.kit import manifest_io
 
 SCHEMA = EventSchema((
     Field(name="run", dtype="<i8"),
@@ -80,7 +81,7 @@ def write_dataset(out: Path, splits: dict[str, EventChunk], **kwargs) -> Path:
     manifest = manifest_mod.new_manifest(fmt="hdf5", seed=0, shuffle=False, source={"reader": "synthetic"},
                                          schema=schema.to_json(), splits=recorded,
                                          compression=kwargs.get("compression", "none"))
-    manifest_mod.save(out, manifest)
+    manifest_io.save(out, manifest)
     return out
 
 

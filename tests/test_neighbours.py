@@ -187,7 +187,7 @@ def test_the_token_dtype_is_megatron_cores_choice():
         warnings.simplefilter("ignore")
         from megatron.core.datasets.indexed_dataset import DType
 
-    from shardsmith.formats.tokens.writer import token_dtype
+    from shardsmith.core.dtypes import token_dtype
 
     for vocab in (258, 50257, 65499, 65500, 65535, 65536, 100277):
         assert token_dtype(vocab) == np.dtype(DType.optimal_dtype(vocab)), vocab

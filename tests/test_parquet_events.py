@@ -13,7 +13,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 from shardsmith.engine.inputs import discover
 from shardsmith.errors import DataError, UsageError
-from shardsmith.sources.base import StreamError, Task
+from shardsmith.kit.reader import StreamError, Task
 from shardsmith.sources.parquet_events import ROWS_COUNTER, ParquetEventReader
 
 

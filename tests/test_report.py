@@ -16,6 +16,7 @@ import orjson
 import pytest
 from PIL import Image
 
+from shardsmith.kit import manifest_io
 from tests.conftest import jpeg_folder, make_docs, run_cli, write_jsonl
 
 pytest.importorskip("matplotlib")
@@ -101,11 +102,10 @@ def test_jsonl_tar_report(corpus: Path, tmp_path: Path) -> None:
     page, _ = _report(out, tmp_path / "r")
     text = _text(page)
     assert "member .json" in text and "member .txt" in text and "all 300 samples" in text
-    from shardsmith.core import manifest as manifest_mod
     from shardsmith.report.model import Sampling
     from shardsmith.report.tar import tar_sections
 
-    (late,) = tar_sections(out, manifest_mod.load(out), Sampling(seconds=0.0))  # the deadline: said, not hidden
+    (late,) = tar_sections(out, manifest_io.load(out), Sampling(seconds=0.0))  # the deadline: said, not hidden
     assert "Stopped at the time limit (0 s) after 0" in late.notes[0]
 
 

@@ -17,7 +17,7 @@ from shardsmith.core.events import EventChunk, EventSchema, Field, check_chunk
 from shardsmith.core.input_file import InputFile
 from shardsmith.demo.root_files import make_icecube_like
 from shardsmith.errors import DataError, UsageError
-from shardsmith.sources.base import StreamError
+from shardsmith.kit.reader import StreamError
 from shardsmith.sources.root import RootReader, _Leaf, _open, _to_chunk
 
 HZZ = "uproot-HZZ.root"

@@ -26,6 +26,7 @@ from shardsmith.core import manifest
 from shardsmith.errors import DatasetError
 from shardsmith.formats.webdataset.sample_walk import SampleIterator
 from shardsmith.formats.webdataset.tarfmt import BLOCK, parse_members
+from shardsmith.kit import manifest_io
 from shardsmith.kit.order import epoch_order
 from shardsmith.loader import TarDataset
 
@@ -87,7 +88,7 @@ def write_dataset(out: Path, splits: dict[str, list[tuple[str, Fields]]], *, per
     m = manifest.new_manifest(fmt="webdataset", seed=0, shuffle=True, source={"reader": "test", "inputs": []},
                               schema=schema, classes=["a", "b", "c"],
                               splits={name: write_split(out, name, s, per_shard) for name, s in splits.items()})
-    manifest.save(out, m)
+    manifest_io.save(out, m)
     return out
 
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import shardsmith
 from shardsmith.core import manifest
 from shardsmith.formats.tokens.writer import idx_bytes
+from shardsmith.kit import manifest_io
 from shardsmith.kit.rank_split import EpochLayout
 
 torch = pytest.importorskip("torch")
@@ -56,7 +57,7 @@ def token_dataset(out: Path, *, windows: int, seq_len: int = L, shards: int = 3,
     m = manifest.new_manifest(fmt="tokens", seed=0, shuffle=True, source={"reader": "test", "inputs": []},
                               schema={}, splits={"train": {"samples": shards, "shards": entries}}, tokenizer=tok,
                               seq_len=seq_len)
-    manifest.save(out, m)
+    manifest_io.save(out, m)
     return out
 
 

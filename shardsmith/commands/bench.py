@@ -7,12 +7,12 @@ from pathlib import Path
 import click
 
 from shardsmith import registry
-from shardsmith.core import manifest as manifest_mod
+from shardsmith.kit import manifest_io
 
 
 def run(out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float,
         target: float | None) -> bool:
-    m = manifest_mod.load(out)
+    m = manifest_io.load(out)
     rate = registry.format_of(m, where=str(out)).bench(out, split=split, seq_len=seq_len, batch_size=batch_size,
                                                         seconds=seconds)
     click.echo(rate.line)

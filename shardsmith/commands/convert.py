@@ -25,12 +25,12 @@ from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_all, scatter_summary
 from shardsmith.engine.session import OutputRun
 from shardsmith.errors import UsageError
-from shardsmith.formats.base import Format, WriteJob
 from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
-from shardsmith.sources.base import Reader
+from shardsmith.kit.format import Format, WriteJob
+from shardsmith.kit.reader import Reader
+from shardsmith.kit.transform import build_transforms
 from shardsmith.storage import arrival
-from shardsmith.transforms.base import build_transforms
 
 __all__ = ["ConvertOptions", "infer_source", "run"]
 

@@ -19,9 +19,9 @@ from shardsmith.engine.plan import cached, plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all
 from shardsmith.errors import DataError, DatasetError, UsageError
-from shardsmith.formats.base import Format, WriteJob
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_events
-from shardsmith.sources.base import Reader
+from shardsmith.kit.format import Format, WriteJob
+from shardsmith.kit.reader import Reader
 from shardsmith.transforms.event_payload import EventProcessor
 
 if TYPE_CHECKING:

@@ -10,12 +10,12 @@ import click
 import orjson
 
 from shardsmith import registry
-from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
+from shardsmith.kit import manifest_io
 
 
 def summary(out: Path, *, samples: int) -> dict[str, Any]:
-    m = manifest_mod.load(out)
+    m = manifest_io.load(out)
     info: dict[str, Any] = {
         "path": str(out), "format": m["format"], "created": m["created"], "tool_version": m["tool_version"],
         "seed": m["seed"], "shuffle": m["shuffle"],

@@ -12,6 +12,7 @@ from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import UsageError
+from shardsmith.kit import manifest_io
 
 
 def is_dataset(paths: tuple[str, ...]) -> bool:
@@ -25,7 +26,7 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -
     from shardsmith.report.model import Sampling
 
     need_matplotlib()
-    m = manifest_mod.load(out)
+    m = manifest_io.load(out)
     fmt = registry.format_of(m, where=str(out))
     sampling = Sampling(seed=seed, seq_len=seq_len)
     sections = [splits_section(m, unit=fmt.sample_unit), *fmt.report(out, m, sampling)]

@@ -26,12 +26,12 @@ from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Sizing, convert_all, scatter_summary
 from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, UsageError
-from shardsmith.formats.base import WriteJob
 from shardsmith.formats.tokens import neighbours
-from shardsmith.sources.base import BadRecord, MultiReader, RecordError, Task
+from shardsmith.kit.format import WriteJob
+from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
+from shardsmith.kit.transform import Transform, apply_all, build_transforms
 from shardsmith.storage import arrival
 from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.base import Transform, apply_all, build_transforms
 from shardsmith.transforms.text import TokenProcessor, why_no_text
 
 SAMPLE_DOCS = 500

@@ -20,6 +20,7 @@ from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DatasetError, ShardsmithError
+from shardsmith.kit import manifest_io
 
 
 def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -97,7 +98,7 @@ def _check_file(out: Path, entry: dict[str, Any]) -> str | None:
 def run(out: Path, *, deep: bool, workers: int) -> bool:
     t0 = time.perf_counter()
     try:
-        m = manifest_mod.load(out)
+        m = manifest_io.load(out)
     except ShardsmithError as exc:
         click.echo(f"FAIL {exc}")
         return False

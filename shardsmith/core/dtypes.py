@@ -36,3 +36,8 @@ def safe_dtype(value: Any, *, field: str) -> np.dtype:
         raise DatasetError(f"{field}: {value!r} is not a little-endian number dtype (allowed: bool, int8-64, "
                            f"uint8-64, float16-64, complex64)")
     return dt
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """Megatron's choice: uint16 below a vocabulary of 65500, else int32."""
+    return np.dtype(np.uint16 if vocab_size < 65500 else np.int32)

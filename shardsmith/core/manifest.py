@@ -12,11 +12,8 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import orjson
-
-from shardsmith import __version__
-from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.invocation import command_line
+from shardsmith.core.version import __version__
 from shardsmith.errors import DatasetError
 
 MANIFEST = "manifest.json"
@@ -54,42 +51,6 @@ def split_wide_files(manifest: dict[str, Any]) -> list[str]:
     return names + [c for c in manifest.get("companions") or () if isinstance(c, str)]
 
 
-def save(out_dir: Path, manifest: dict[str, Any]) -> None:
-    """Validate and write atomically; this is the last file a conversion writes. It records the
-    size and sha256 of every split-wide file (``files``), so ``verify`` covers them as it covers shards."""
-    import hashlib
-
-    files = []
-    for rel in split_wide_files(manifest):
-        data = resolve_inside(out_dir, rel).read_bytes()
-        files.append({"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
-    if files:
-        manifest["files"] = files
-    validate(manifest, where=Path(out_dir) / MANIFEST)
-    atomic_write_bytes(Path(out_dir) / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
-
-
-def load(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate ``OUT/manifest.json``; a folder without one is not a (finished) dataset."""
-    if not Path(out_dir).is_dir():
-        raise DatasetError(f"{out_dir}: no such dataset folder")
-    path = resolve_inside(out_dir, MANIFEST)  # a link to a manifest elsewhere is refused
-    if not path.is_file():
-        raise DatasetError(f"{out_dir}: no {MANIFEST}: not a shardsmith dataset, or its conversion did not finish")
-    try:
-        manifest = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
-    validate(manifest, where=path)
-    return manifest
-
-
-def load_split(out_dir: str | os.PathLike[str], *, fmt: str, split: str) -> tuple[dict[str, Any], list[dict]]:
-    """(manifest, shard entries of ``split``) of a dataset that must be of format ``fmt``."""
-    manifest = load(out_dir)
-    return manifest, split_of(manifest, fmt=fmt, split=split, where=out_dir)
-
-
 def split_of(manifest: dict[str, Any], *, fmt: str, split: str, where: Any) -> list[dict]:
     """The shard entries of ``split`` of a loaded manifest that must be of format ``fmt``."""
     if manifest["format"] != fmt:
@@ -100,8 +61,9 @@ def split_of(manifest: dict[str, Any], *, fmt: str, split: str, where: Any) -> l
     return splits[split]["shards"]
 
 
-def validate(manifest: Any, *, where: Path) -> None:
-    """Structure and path checks; raises DatasetError naming what is wrong."""
+def check(manifest: Any, *, where: Path | str) -> None:
+    """Structure and path checks that hold for every format (``kit/manifest_io.py`` adds the
+    format's own); raises DatasetError naming what is wrong."""
     def bad(msg: str) -> DatasetError:
         return DatasetError(f"{where}: {msg}")
 
@@ -114,9 +76,6 @@ def validate(manifest: Any, *, where: Path) -> None:
         raise bad("'shardsmith' and 'format' must be a version number and a format name")
     if manifest["shardsmith"] != FORMAT_VERSION:
         raise bad(f"format version {manifest['shardsmith']!r}; this shardsmith reads version {FORMAT_VERSION}")
-    from shardsmith import registry
-
-    fmt = registry.format_of(manifest, where=str(where))  # a format no installed plugin reads is refused here
     splits = manifest["splits"]
     if not isinstance(splits, dict):
         raise bad("'splits' is not an object")
@@ -134,7 +93,6 @@ def validate(manifest: Any, *, where: Path) -> None:
         if sum(s["samples"] for s in split["shards"]) != split["samples"]:
             raise bad(f"split {name!r}: shard sample counts do not add up to {split['samples']}")
     _check_common(manifest, bad)
-    fmt.validate(manifest, bad)
 
 
 # -- what each format's readers read: every field typed, so no reader meets a KeyError ------------

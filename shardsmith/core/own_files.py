@@ -6,8 +6,9 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
-from shardsmith.core.card import CARD
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
+
+CARD = "README.md"
 
 # The folder of a dataset's index files, which readers of the shards alone must not take for data:
 # HuggingFace ``datasets`` skips folders whose names start with ``__`` when it looks for a split's

@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.card import write_card
 from shardsmith.engine.run import Converted, Tally
 from shardsmith.engine.url_inputs import input_root, stop_staging
+from shardsmith.kit.dataset_card import write_card
 
 if TYPE_CHECKING:
     from shardsmith.core.input_file import InputFile
     from shardsmith.engine.session import OutputRun
-    from shardsmith.formats.base import Format, WriteJob
+    from shardsmith.kit.format import Format, WriteJob
 
 MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their count, not their names
 

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import orjson
 
-from shardsmith.core.card import CARD
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
-from shardsmith.core.own_files import OWN_FOLDERS, _own_folder, own_file
+from shardsmith.core.own_files import CARD, OWN_FOLDERS, _own_folder, own_file
 from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
 

@@ -29,7 +29,6 @@ from typing import Any
 
 import orjson
 
-from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.faults import crash_point
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.own_files import own_file
@@ -48,6 +47,7 @@ from shardsmith.engine.outhold import Hold, describe, parse, refuse_live, same_r
 from shardsmith.engine.outlock import LockedError
 from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, ShardsmithError, UsageError
+from shardsmith.kit import manifest_io
 from shardsmith.storage import retry
 from shardsmith.storage.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
 from shardsmith.storage.upload import Uploader
@@ -186,12 +186,12 @@ class RemoteOutputRun(OutputRun):
         self.uploader = Uploader(store=self.store, folder=self.out, remote=present,
                                  held=lambda: hold.lost is None).start()
         if complete:  # made and committed locally; killed while it was published
-            return self._publish(manifest_mod.load(self.out))
+            return self._publish(manifest_io.load(self.out))
         return None
 
     def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
         crash_point("manifest")
-        manifest_mod.save(self.out, manifest)
+        manifest_io.save(self.out, manifest)
         crash_point("committed")
         return self._publish(manifest)
 

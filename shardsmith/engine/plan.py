@@ -19,7 +19,7 @@ import orjson
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.input_file import InputFile
 from shardsmith.engine.outdir import work_path
-from shardsmith.sources.base import Reader, Task
+from shardsmith.kit.reader import Reader, Task
 from shardsmith.storage import arrival
 
 T = TypeVar("T")

@@ -23,8 +23,8 @@ from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_b
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import DataError, UsageError
 from shardsmith.kit.processed import Processor
+from shardsmith.kit.reader import Reader, Task
 from shardsmith.kit.writer import ShardRange
-from shardsmith.sources.base import Reader, Task
 from shardsmith.storage import arrival
 
 

@@ -29,7 +29,7 @@ from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
 from shardsmith.kit import keys as keymod
 from shardsmith.kit.processed import Processed, Processor
-from shardsmith.sources.base import BadRecord, Reader, StreamError, Task
+from shardsmith.kit.reader import BadRecord, Reader, StreamError, Task
 from shardsmith.storage import arrival
 
 

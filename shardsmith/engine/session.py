@@ -34,6 +34,7 @@ from shardsmith.engine.outdir import (
 )
 from shardsmith.engine.outlock import OutputLock
 from shardsmith.errors import WorkerDied
+from shardsmith.kit import manifest_io
 
 
 class OutputRun:
@@ -63,12 +64,12 @@ class OutputRun:
         finish_output(self.out)
         if not self.quiet:
             print(complete_line(self.out, left="what it left" if left else None), file=sys.stderr)
-        return manifest_mod.load(self.out)
+        return manifest_io.load(self.out)
 
     def commit(self, manifest: dict[str, Any]) -> dict[str, Any]:
         """Write the manifest (the dataset exists from this moment), then clean up the run's state."""
         crash_point("manifest")
-        manifest_mod.save(self.out, manifest)
+        manifest_io.save(self.out, manifest)
         crash_point("committed")
         finish_output(self.out)
         crash_point("cleaned")

@@ -15,7 +15,7 @@ import numpy as np
 
 from shardsmith.core.events import EventSchema
 from shardsmith.core.ragged import starts_of
-from shardsmith.formats.hdf5.dataset import EventBatch
+from shardsmith.kit.event_batch import EventBatch
 
 RAGGED = ("pad", "flat")
 TRUNCATE = ("tail", "head", "error")

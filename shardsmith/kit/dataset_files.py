@@ -28,6 +28,7 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.identity import Stamp, open_checked, stamp
 from shardsmith.errors import DatasetError
+from shardsmith.kit import manifest_io
 from shardsmith.storage.cache import Item, ShardCache
 from shardsmith.storage.streamed import RemoteStore
 
@@ -46,11 +47,11 @@ class LocalFiles:
         self.where = str(out_dir)
 
     def load_manifest(self) -> dict[str, Any]:
-        return manifest_mod.load(self.root)
+        return manifest_io.load(self.root)
 
     def load_split(self, *, fmt: str, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         """The manifest and the split's shard entries; each shard's path and identity, taken now."""
-        self.manifest, self.entries = manifest_mod.load_split(self.root, fmt=fmt, split=split)
+        self.manifest, self.entries = manifest_io.load_split(self.root, fmt=fmt, split=split)
         self.names: list[Any] = [manifest_mod.resolve_inside(self.root, e["path"]) for e in self.entries]
         self.stamps = [stamp(path, size=e["bytes"]) for path, e in zip(self.names, self.entries)]
         return self.manifest, self.entries
@@ -156,7 +157,9 @@ class StreamedFiles:
     def load_manifest(self) -> dict[str, Any]:
         """The manifest, fetched once (a dataset opened from this object reads the same)."""
         if getattr(self, "manifest", None) is None:
-            self.manifest = self.store.manifest()
+            manifest = self.store.manifest()
+            manifest_io.validate(manifest, where=self.store.name(manifest_mod.MANIFEST))
+            self.manifest = manifest
         return self.manifest
 
     def load_split(self, *, fmt: str, split: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:

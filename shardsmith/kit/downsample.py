@@ -132,7 +132,7 @@ def balance_events(spec: BalanceSpec, reader: Any, files: list[InputFile], schem
     """Events (class = the integer scalar field ``label``): one pass over the inputs reading every
     event's label, in this process, before the run."""
     from shardsmith.errors import DataError
-    from shardsmith.sources.base import StreamError
+    from shardsmith.kit.reader import StreamError
 
     spec_field = next((f for f in schema.fields if f.name == spec.label), None)
     if spec.label is None or spec_field is None or spec_field.ragged or spec_field.shape \

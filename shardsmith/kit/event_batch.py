@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import getitem
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -15,9 +15,6 @@ from shardsmith.core import recycle
 from shardsmith.core.events import EventChunk, EventSchema, Field
 from shardsmith.core.memory import no_gc
 from shardsmith.core.ragged import RUN_BYTES, join, starts_of
-
-if TYPE_CHECKING:
-    from shardsmith.formats.hdf5.shard import _OpenShard
 
 
 @dataclass(slots=True)
@@ -105,7 +102,7 @@ class Member:
         return cls(name=f.name, item_bytes=f.item_bytes, dtype=f.np_dtype, shape=f.shape)
 
 
-def _join_runs(members: tuple[Member, ...], shards: dict[int, _OpenShard], shard_of: np.ndarray,
+def _join_runs(members: tuple[Member, ...], shards: dict[int, Any], shard_of: np.ndarray,
                first: np.ndarray, counts: np.ndarray) -> dict[str, np.ndarray]:
     """Each field of ``members`` for each event, in the requested order, one slice of its shard's
     memory map per event (several times faster than a numpy gather with one index per value, for

@@ -25,7 +25,7 @@ from shardsmith.report.model import SUMMARY_HEADER, Sampling, Section, Table, su
 
 if TYPE_CHECKING:
     from shardsmith.core.input_file import InputFile
-    from shardsmith.sources.base import Reader
+    from shardsmith.kit.reader import Reader
 
 HOW = ("a seeded choice of files; in each, a seeded choice of byte ranges (seeded offsets in a big JSONL file, "
        "row groups of Parquet, clusters of ROOT) and the first records of each range; images: a seeded choice of "

@@ -13,7 +13,7 @@ import numpy as np
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.errors import UsageError
-from shardsmith.sources.base import BadRecord, Reader, Task
+from shardsmith.kit.reader import BadRecord, Reader, Task
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 MAX_FILES_PER_TASK = 2048

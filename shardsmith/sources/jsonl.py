@@ -15,7 +15,7 @@ import orjson
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.sizes import format_size
-from shardsmith.sources.base import BadRecord, Reader, RecordError, StreamError, Task
+from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
 
 _BLOCK = 4 << 20
 

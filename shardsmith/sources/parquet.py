@@ -15,7 +15,7 @@ import orjson
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, UsageError
-from shardsmith.sources.base import BadRecord, Reader, Task
+from shardsmith.kit.reader import BadRecord, Reader, Task
 
 _EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 MANIFEST = "manifest.json"
-CARD = "README.md"  # the dataset card (shardsmith.core.card)
+CARD = "README.md"  # the dataset card (shardsmith.kit.dataset_card)
 
 
 @dataclass(frozen=True)

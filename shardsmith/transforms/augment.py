@@ -28,6 +28,7 @@ from shardsmith.core.images import (
     strict_jpeg_check,
 )
 from shardsmith.errors import UsageError
+from shardsmith.kit.transform import Transform
 from shardsmith.transforms.augment_ops import (
     CenterCrop,
     HFlip,
@@ -40,7 +41,6 @@ from shardsmith.transforms.augment_ops import (
     _snap,
     draw_key,
 )
-from shardsmith.transforms.base import Transform
 
 __all__ = ["ENGINES", "Augmenter", "CenterCrop", "HFlip", "Op", "RandomCrop", "RandomResizedCrop", "Resize",
            "View", "draw_key", "parse_augment"]

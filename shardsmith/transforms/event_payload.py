@@ -11,7 +11,7 @@ from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengt
 from shardsmith.core.provenance import Stamp, with_provenance
 from shardsmith.kit.downsample import BalancePlan, balance_hashes
 from shardsmith.kit.processed import Processed
-from shardsmith.sources.base import Task
+from shardsmith.kit.reader import Task
 
 
 class EventProcessor:

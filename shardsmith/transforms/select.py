@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from shardsmith.errors import UsageError
-from shardsmith.sources.base import RecordError
-from shardsmith.transforms.base import Transform
+from shardsmith.kit.reader import RecordError
+from shardsmith.kit.transform import Transform
 
 
 class SelectFields(Transform):

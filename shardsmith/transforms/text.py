@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from shardsmith.kit.processed import Processed
-from shardsmith.sources.base import RecordError, Task
+from shardsmith.kit.reader import RecordError, Task
+from shardsmith.kit.transform import Transform, apply_all
 from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.base import Transform, apply_all
 
 
 class TokenProcessor:

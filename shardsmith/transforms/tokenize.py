@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.dtypes import token_dtype
 from shardsmith.errors import UsageError
-from shardsmith.formats.tokens.writer import token_dtype
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]",
                   "<|eos|>", "<EOS>")

@@ -8,8 +8,8 @@ from typing import Any
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import CardData, Format, Rate, WriteJob
 from shardsmith.formats.webdataset.format import WebDatasetFormat, timed_samples
+from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
 
 MAX_FIELD_NAME = 84  # a tar member is e0123456789.{field}.npy within ustar's 100 bytes

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.formats.base import CardData
+from shardsmith.kit.format import CardData
 
 _ARRAYS = {2: "array2_d", 3: "array3_d", 4: "array4_d", 5: "array5_d"}  # datasets' ArrayND in YAML
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import CardData, Format, Rate, WriteJob, timed_batches
+from shardsmith.kit.format import CardData, Format, Rate, WriteJob, timed_batches
 from shardsmith.kit.writer import ShardRange, Writer
 
 

@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardsmith import __version__
 from shardsmith.core.events import EventChunk, EventSchema, decode, decode_from, decode_heads
 from shardsmith.core.fsutil import HashingFile, _tmp, fsync_dir, naming
 from shardsmith.core.ragged import Runs
+from shardsmith.core.version import __version__
 from shardsmith.errors import UsageError
 from shardsmith.kit.rollover import Rollover, runs
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer

@@ -11,8 +11,8 @@ import numpy as np
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.formats.base import Format, Rate, WriteJob, timed_batches
 from shardsmith.formats.memmap.shape import Layout, layout_of
+from shardsmith.kit.format import Format, Rate, WriteJob, timed_batches
 from shardsmith.kit.writer import ShardRange, Writer
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardsmith.formats.base import CardData
+from shardsmith.kit.format import CardData
 
 
 def tokens_card(manifest: dict[str, Any]) -> CardData:

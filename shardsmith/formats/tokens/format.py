@@ -13,7 +13,8 @@ from shardsmith.core import manifest as m_
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
-from shardsmith.formats.base import CardData, Format, Rate, WriteJob, first_split
+from shardsmith.kit import manifest_io
+from shardsmith.kit.format import CardData, Format, Rate, WriteJob, first_split
 from shardsmith.kit.writer import ShardRange, Writer
 
 
@@ -167,7 +168,7 @@ class TokensFormat(Format):
         """Shuffled random windows of ``seq_len`` tokens, in batches, in one process."""
         from shardsmith.formats.tokens.dataset import TokenDataset
 
-        m = manifest_mod.load(out)
+        m = manifest_io.load(out)
         ds = TokenDataset(out, seq_len=seq_len or m.get("seq_len") or 1024, split=split)
         if len(ds) < 1:
             raise DatasetError(f"{out}: split {split!r} holds fewer than seq_len+1 tokens")

@@ -28,11 +28,6 @@ DTYPE_CODES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6
 CODE_OF = {np.dtype(v).name: k for k, v in DTYPE_CODES.items()}
 
 
-def token_dtype(vocab_size: int) -> np.dtype:
-    """Megatron's choice: uint16 below a vocabulary of 65500, else int32."""
-    return np.dtype(np.uint16 if vocab_size < 65500 else np.int32)
-
-
 def idx_bytes(lengths: np.ndarray, dtype: np.dtype) -> bytes:
     """The .idx file of one shard whose documents have these token lengths."""
     lengths = np.asarray(lengths, dtype=np.int64)

@@ -10,8 +10,8 @@ import numpy as np
 
 from shardsmith.core.manifest import resolve_inside
 from shardsmith.errors import ShardsmithError
-from shardsmith.formats.base import CardData
 from shardsmith.formats.webdataset.tarindex import index_extensions, is_index_v2
+from shardsmith.kit.format import CardData
 
 # what ``datasets``' webdataset builder makes of a member, by extension (datasets 5.2,
 # packaged_modules/webdataset): images become Image features, these decode to text, JSON and ints

@@ -10,7 +10,7 @@ from typing import Any
 from shardsmith.core import manifest as m_
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import DatasetError
-from shardsmith.formats.base import CardData, Format, Rate, WriteJob
+from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")

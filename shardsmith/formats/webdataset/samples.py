@@ -18,8 +18,8 @@ from shardsmith.errors import DataError
 from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
 from shardsmith.formats.webdataset.writer import SourceRef
 from shardsmith.kit.processed import Processed
-from shardsmith.sources.base import Reader, RecordError, Task
-from shardsmith.transforms.base import Transform, apply_all
+from shardsmith.kit.reader import Reader, RecordError, Task
+from shardsmith.kit.transform import Transform, apply_all
 
 
 class SampleProcessor:

@@ -13,7 +13,7 @@ import numpy as np
 from shardsmith.core.events import EventChunk, EventSchema
 from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, UsageError
-from shardsmith.sources.base import Reader, StreamError, Task
+from shardsmith.kit.reader import Reader, StreamError, Task
 from shardsmith.sources.parquet_events.arrays import _check_grouped, _columns, _first_null, _key_values
 from shardsmith.sources.parquet_events.fields import (
     ROWS_COUNTER,

@@ -10,7 +10,7 @@ from typing import Any
 from shardsmith.core.events import EventChunk, EventSchema
 from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, UsageError
-from shardsmith.sources.base import Reader, StreamError, Task
+from shardsmith.kit.reader import Reader, StreamError, Task
 from shardsmith.sources.root.chunks import _split, _to_chunk
 from shardsmith.sources.root.clusters import _cluster_steps, _clusters, _cut, _NextCluster
 from shardsmith.sources.root.files import URL_SOURCES, _one_line, _open

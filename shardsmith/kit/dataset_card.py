@@ -21,12 +21,12 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.own_files import CARD
 from shardsmith.core.urls import is_url, safe_argv
 
 if TYPE_CHECKING:
-    from shardsmith.formats.base import CardData, Format
+    from shardsmith.kit.format import CardData, Format
 
-CARD = "README.md"
 _SPLIT_NAME = re.compile(r"\w+(\.\w+)*\Z")  # what ``datasets`` takes as a split name
 _PLAIN = re.compile(r"[A-Za-z_][\w.\-]*\Z")  # a YAML scalar that needs no quotes (and is no bool or null)
 _YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "y", "n", "~"}

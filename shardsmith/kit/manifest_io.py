@@ -1,0 +1,63 @@
+"""Reading and writing a dataset's ``manifest.json``, checked as a whole: the structure every format
+shares (``core/manifest.py``), then the format's own fields, by the format the registry names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shardsmith import registry
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.manifest import MANIFEST, check, resolve_inside, split_of, split_wide_files
+from shardsmith.errors import DatasetError
+
+
+def validate(manifest: Any, *, where: Path | str) -> None:
+    """Every check of a manifest; a format no installed plugin reads is refused here."""
+    check(manifest, where=where)
+    fmt = registry.format_of(manifest, where=str(where))
+
+    def bad(msg: str) -> DatasetError:
+        return DatasetError(f"{where}: {msg}")
+
+    fmt.validate(manifest, bad)
+
+
+def save(out_dir: Path, manifest: dict[str, Any]) -> None:
+    """Validate and write atomically; this is the last file a conversion writes. It records the
+    size and sha256 of every split-wide file (``files``), so ``verify`` covers them as it covers shards."""
+    import hashlib
+
+    files = []
+    for rel in split_wide_files(manifest):
+        data = resolve_inside(out_dir, rel).read_bytes()
+        files.append({"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+    if files:
+        manifest["files"] = files
+    validate(manifest, where=Path(out_dir) / MANIFEST)
+    atomic_write_bytes(Path(out_dir) / MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def load(out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate ``OUT/manifest.json``; a folder without one is not a (finished) dataset."""
+    if not Path(out_dir).is_dir():
+        raise DatasetError(f"{out_dir}: no such dataset folder")
+    path = resolve_inside(out_dir, MANIFEST)  # a link to a manifest elsewhere is refused
+    if not path.is_file():
+        raise DatasetError(f"{out_dir}: no {MANIFEST}: not a shardsmith dataset, or its conversion did not finish")
+    try:
+        manifest = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    validate(manifest, where=path)
+    return manifest
+
+
+def load_split(out_dir: str | os.PathLike[str], *, fmt: str, split: str) -> tuple[dict[str, Any], list[dict]]:
+    """(manifest, shard entries of ``split``) of a dataset that must be of format ``fmt``."""
+    manifest = load(out_dir)
+    return manifest, split_of(manifest, fmt=fmt, split=split, where=out_dir)
+
