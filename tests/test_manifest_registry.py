@@ -11,7 +11,7 @@ from conftest import make_docs, run_cli, write_jsonl
 
 import shardsmith
 from shardsmith import registry
-from shardsmith.core import manifest as mf
+from shardsmith.kit import manifest_io
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def edit(out: Path, change) -> None:
 
 
 def test_manifest_has_the_design_fields(dataset):
-    m = mf.load(dataset)
+    m = manifest_io.load(dataset)
     for key in ("shardsmith", "format", "created", "tool_version", "command", "seed", "shuffle", "source",
                 "schema", "splits", "tokenizer"):
         assert key in m
@@ -68,7 +68,7 @@ def test_invalid_manifests_raise_our_error(dataset, change, message):
 
 
 def test_shard_size_mismatch_and_corrupt_idx(dataset):
-    m = mf.load(dataset)
+    m = manifest_io.load(dataset)
     idx = dataset / m["splits"]["train"]["shards"][0]["index"]["path"]
     idx.write_bytes(idx.read_bytes()[:-8])
     with pytest.raises(shardsmith.DatasetError, match="index size"):

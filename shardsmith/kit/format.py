@@ -117,7 +117,7 @@ class Format:
 
     def validate(self, manifest: dict[str, Any], bad: Any) -> None:
         """Type-check the manifest fields this format's readers read, raising ``bad(message)``
-        (``core.manifest.validate`` has checked the common fields: splits, shards, paths)."""
+        (``core.manifest.check`` has checked the common fields: splits, shards, paths)."""
 
     # -- reading ------------------------------------------------------------------------------
     def reads(self, manifest: dict[str, Any]) -> bool:

@@ -28,7 +28,7 @@ class EventTarFormat(Format):
                              f"most); use --to hdf5 or leave it out with --branches")
 
     def validate(self, m: dict[str, Any], bad: Any) -> None:
-        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        """The manifest fields this format's readers read, each typed (``core.manifest.check``)."""
         WebDatasetFormat().validate(m, bad)
         events = m_.need(m, "events", dict, bad)
         n = m_.count(events, "events_per_sample", bad, where="events.", optional=True, low=1)

@@ -22,7 +22,7 @@ class HDF5Format(Format):
     sample_unit = "event"
 
     def validate(self, m: dict[str, Any], bad: Any) -> None:
-        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        """The manifest fields this format's readers read, each typed (``core.manifest.check``)."""
         events = m_.need(m, "events", dict, bad, optional=True)
         counters = m_.need(events or {}, "counters", list, bad, where="events.", optional=True)
         if counters is not None and not all(isinstance(c, str) for c in counters):

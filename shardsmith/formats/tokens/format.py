@@ -26,7 +26,7 @@ class TokensFormat(Format):
     sample_unit = "document"
 
     def validate(self, m: dict[str, Any], bad: Any) -> None:
-        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        """The manifest fields this format's readers read, each typed (``core.manifest.check``)."""
         tok = m_.need(m, "tokenizer", dict, bad)
         path = m_.need(tok, "path", str, bad, where="tokenizer.")
         if not m_.safe_relative(path):

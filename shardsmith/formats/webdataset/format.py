@@ -24,7 +24,7 @@ class WebDatasetFormat(Format):
     copies_files = True
 
     def validate(self, m: dict[str, Any], bad: Any) -> None:
-        """The manifest fields this format's readers read, each typed (``core.manifest.validate``)."""
+        """The manifest fields this format's readers read, each typed (``core.manifest.check``)."""
         classes = m_.need(m, "classes", list, bad, optional=True, nullable=True)
         if classes is not None and not all(isinstance(c, str) for c in classes):
             raise bad("'classes' must be a list of names")
