@@ -14,8 +14,8 @@ from shardsmith.core.events import EventSchema
 from shardsmith.formats.event_tar.dataset import EventTarDataset
 from shardsmith.formats.hdf5.dataset import EventDataset
 from shardsmith.formats.memmap.dataset import MemmapDataset
-from shardsmith.report.event_sections import EventSample, event_sections
-from shardsmith.report.model import Sampling, Section
+from shardsmith.kit.sections.event_stats import EventSample, event_sections
+from shardsmith.kit.sections.model import Sampling, Section
 from shardsmith.report.tar import picked, sampled_note, tar_sections
 
 BLOCK = 4096  # events a batch reads

@@ -11,9 +11,9 @@ import numpy as np
 
 from shardsmith.core.images import EXTENSIONS, pixel_limit
 from shardsmith.formats.webdataset.dataset import TarDataset
-from shardsmith.report import figures
-from shardsmith.report.images import ImageSample, image_sections
-from shardsmith.report.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.image_stats import ImageSample, image_sections
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
 
 MAX_MEMBER_PANELS = 9
 

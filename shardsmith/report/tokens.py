@@ -14,8 +14,8 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.formats.tokens.indexed import read_idx
-from shardsmith.report import figures
-from shardsmith.report.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
 
 TOP = 30  # most frequent tokens drawn (50 in the table)
 
