@@ -29,12 +29,6 @@ LAYERS: list[set[str]] = [
 APART = [{"engine", "loader"}, {"sources", "transforms", "formats"}]
 # What still crosses, each with its reason; the list only shrinks.
 KNOWN: set[tuple[str, str]] = {
-    # the report's sections of a format: moving down into the formats (issue 27)
-    ("shardsmith.formats.event_tar.format", "shardsmith.report.event_data"),
-    ("shardsmith.formats.hdf5.format", "shardsmith.report.event_data"),
-    ("shardsmith.formats.memmap.format", "shardsmith.report.event_data"),
-    ("shardsmith.formats.tokens.format", "shardsmith.report.tokens"),
-    ("shardsmith.formats.webdataset.format", "shardsmith.report.tar"),
     # the direct copy of unchanged images: becoming a mode of the engine (issue 27)
     ("shardsmith.formats.webdataset.format", "shardsmith.engine.gather"),
     ("shardsmith.formats.webdataset.format", "shardsmith.engine.run"),

@@ -1,6 +1,6 @@
-"""Token datasets (``pack-tokens``): document lengths, tokens per shard, the most frequent tokens
-(decoded with the dataset's own ``tokenizer.json``), the share of documents longer than
-``--seq-len``, and for packed datasets the padding. Lengths come from the ``.idx`` files (or a
+"""The report of token datasets (``pack-tokens``): document lengths, tokens per shard, the most
+frequent tokens (decoded with the dataset's own ``tokenizer.json``), the share of documents longer
+than ``--seq-len``, and for packed datasets the padding. Lengths come from the ``.idx`` files (or a
 packed shard's document boundaries) of a seeded sample of shards; token counts from a seeded
 sample of documents in them."""
 
