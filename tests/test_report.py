@@ -102,8 +102,8 @@ def test_jsonl_tar_report(corpus: Path, tmp_path: Path) -> None:
     page, _ = _report(out, tmp_path / "r")
     text = _text(page)
     assert "member .json" in text and "member .txt" in text and "all 300 samples" in text
-    from shardsmith.report.model import Sampling
-    from shardsmith.report.tar import tar_sections
+    from shardsmith.formats.webdataset.report import tar_sections
+    from shardsmith.kit.sections.model import Sampling
 
     (late,) = tar_sections(out, manifest_io.load(out), Sampling(seconds=0.0))  # the deadline: said, not hidden
     assert "Stopped at the time limit (0 s) after 0" in late.notes[0]

@@ -21,9 +21,9 @@ def is_dataset(paths: tuple[str, ...]) -> bool:
 
 
 def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -> Path:
+    from shardsmith.kit.sections.model import Sampling
     from shardsmith.report import need_matplotlib
     from shardsmith.report.dataset import splits_section
-    from shardsmith.report.model import Sampling
 
     need_matplotlib()
     m = manifest_io.load(out)
@@ -41,8 +41,8 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -
 def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, seed: int) -> Path:
     from shardsmith.commands.convert import infer_source
     from shardsmith.engine.inputs import discover
+    from shardsmith.kit.sections.model import Sampling
     from shardsmith.report import need_matplotlib
-    from shardsmith.report.model import Sampling
 
     need_matplotlib()
     sources = registry.loaded("source")

@@ -147,9 +147,9 @@ class Format:
         return CardData()
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
-        """``inspect --report``: this format's sections of the HTML report (``shardsmith.report``
-        ``Section`` objects), after the splits and shards every dataset has. ``sampling``
-        (``report.model.Sampling``) bounds what they read: a seeded sample, a deadline."""
+        """``inspect --report``: this format's sections of the HTML report
+        (``kit.sections.model.Section`` objects), after the splits and shards every dataset has.
+        ``sampling`` (``kit.sections.model.Sampling``) bounds what they read: a seeded sample, a deadline."""
         return []
 
     def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:

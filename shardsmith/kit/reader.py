@@ -194,9 +194,9 @@ class Reader:
 
     def report(self, files: list[InputFile], sampling: Any) -> list[Any]:
         """``inspect INPUT... --report``: sections of the HTML report on these inputs before any
-        conversion, from a seeded sample of files and records (``report.raw``, by what the source
-        ``holds``). A source may override it with its own."""
-        from shardsmith.report.raw import raw_sections
+        conversion, from a seeded sample of files and records (``kit/sections/raw_inputs.py``, by
+        what the source ``holds``). A source may override it with its own."""
+        from shardsmith.kit.sections.raw_inputs import raw_sections
 
         return raw_sections(self, files, sampling)
 

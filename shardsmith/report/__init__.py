@@ -2,10 +2,11 @@
 
 What a person looks at before training (class counts, lengths, value ranges), drawn with
 matplotlib's Agg backend and embedded in one HTML file that opens offline. The content of each
-kind of data sits beside the objects that read it: a format's ``report`` hook
-(``formats.base.Format``) and a source's (``sources.base.Reader``) return ``Section`` objects
-built with the helpers here; this package only samples, draws and writes. matplotlib is the
-``shardsmith[report]`` extra.
+kind of data sits beside the objects that read it: a format's ``report`` hook (``kit.format.Format``;
+its sections in ``formats/<name>/report.py``) and a source's (``kit.reader.Reader``; by default
+``kit/sections/raw_inputs.py``) return ``Section`` objects built with ``kit/sections``; this
+package adds the splits and shards every dataset has (``dataset``) and writes the HTML (``html``).
+matplotlib is the ``shardsmith[report]`` extra.
 """
 
 from __future__ import annotations

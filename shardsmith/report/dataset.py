@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.sizes import format_size
-from shardsmith.report import figures
-from shardsmith.report.model import SUMMARY_HEADER, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
 
 MAX_SHARD_ROWS = 200
 

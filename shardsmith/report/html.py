@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.report.model import Figure, Section, Table
+from shardsmith.kit.sections.model import Figure, Section, Table
 
 REPORT = "report.html"
 MAX_ROWS = 1_000  # rows of one table; the rest are left out, and the table says so

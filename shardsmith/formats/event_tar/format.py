@@ -89,7 +89,7 @@ class EventTarFormat(Format):
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """The events' sections (as for HDF5), then the tar members'."""
-        from shardsmith.report.event_data import event_tar_sections
+        from shardsmith.formats.event_tar.report import event_tar_sections
 
         return event_tar_sections(out, manifest, sampling)
 

@@ -69,7 +69,7 @@ class HDF5Format(Format):
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Values per event, a histogram per field (NaN and infinities counted), label balance."""
-        from shardsmith.report.event_data import hdf5_sections
+        from shardsmith.formats.hdf5.report import hdf5_sections
 
         return hdf5_sections(out, manifest, sampling)
 

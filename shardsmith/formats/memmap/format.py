@@ -107,7 +107,7 @@ class MemmapFormat(Format):
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Values per event (before truncation), a histogram per stored field and scalar, label balance."""
-        from shardsmith.report.event_data import memmap_sections
+        from shardsmith.formats.memmap.report import memmap_sections
 
         return memmap_sections(out, manifest, sampling)
 

@@ -137,7 +137,7 @@ class TokensFormat(Format):
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Document lengths, tokens per shard, the most frequent tokens, documents cut, padding."""
-        from shardsmith.report.tokens import token_sections
+        from shardsmith.formats.tokens.report import token_sections
 
         return token_sections(out, manifest, sampling)
 

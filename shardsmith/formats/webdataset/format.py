@@ -99,7 +99,7 @@ class WebDatasetFormat(Format):
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Classes and image sizes when the samples hold images; bytes per sample and per member."""
-        from shardsmith.report.tar import tar_sections
+        from shardsmith.formats.webdataset.report import tar_sections
 
         return tar_sections(out, manifest, sampling)
 

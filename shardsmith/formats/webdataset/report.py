@@ -1,6 +1,6 @@
-"""Tar datasets (``webdataset`` and ``event-tar``): members and bytes per sample, and, when the
-samples hold images, the images section. Samples are read through the loader's ``TarDataset``
-(its member tables give the sizes without decoding anything)."""
+"""The report of tar datasets (``webdataset``, and ``event-tar`` after its events): members and
+bytes per sample, and, when the samples hold images, the images section. Samples are read through
+the loader's ``TarDataset`` (its member tables give the sizes without decoding anything)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,12 @@ import numpy as np
 
 from shardsmith.core.images import EXTENSIONS, pixel_limit
 from shardsmith.formats.webdataset.dataset import TarDataset
-from shardsmith.report import figures
-from shardsmith.report.images import ImageSample, image_sections
-from shardsmith.report.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.dataset_sample import picked, sampled_note
+from shardsmith.kit.sections.image_stats import ImageSample, image_sections
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
 
 MAX_MEMBER_PANELS = 9
-
-
-def picked(manifest: dict[str, Any], sampling: Sampling, *, cap: int) -> dict[str, tuple[int, np.ndarray]]:
-    """Per split with samples: its size and the seeded indices read (at most ``cap`` over all splits)."""
-    splits = {name: s["samples"] for name, s in manifest["splits"].items() if s["samples"]}
-    per = max(1, cap // max(len(splits), 1))
-    return {name: (n, sampling.pick(n, per, salt=k)) for k, (name, n) in enumerate(splits.items())}
-
-
-def sampled_note(chosen: dict[str, tuple[int, np.ndarray]], sampling: Sampling, unit: str) -> str:
-    taken = sum(len(i) for _, i in chosen.values())
-    return "Read: " + sampling.said(taken, sum(n for n, _ in chosen.values()), unit) + "."
 
 
 def tar_sections(out: Path, manifest: dict[str, Any], sampling: Sampling, *, images: bool = True) -> list[Section]:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventSchema
-from shardsmith.report import figures
-from shardsmith.report.model import SUMMARY_HEADER, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
 
 MAX_VALUES = 1_000_000  # values kept per field (the statistics count what was kept)
 MAX_PANELS = 24  # fields drawn (12 a figure); every field is in the table

@@ -1,6 +1,6 @@
-"""Token datasets (``pack-tokens``): document lengths, tokens per shard, the most frequent tokens
-(decoded with the dataset's own ``tokenizer.json``), the share of documents longer than
-``--seq-len``, and for packed datasets the padding. Lengths come from the ``.idx`` files (or a
+"""The report of token datasets (``pack-tokens``): document lengths, tokens per shard, the most
+frequent tokens (decoded with the dataset's own ``tokenizer.json``), the share of documents longer
+than ``--seq-len``, and for packed datasets the padding. Lengths come from the ``.idx`` files (or a
 packed shard's document boundaries) of a seeded sample of shards; token counts from a seeded
 sample of documents in them."""
 
@@ -14,8 +14,8 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.formats.tokens.indexed import read_idx
-from shardsmith.report import figures
-from shardsmith.report.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
 
 TOP = 30  # most frequent tokens drawn (50 in the table)
 

@@ -1,7 +1,7 @@
 """The images section: class counts, image sizes (from the headers, nothing decoded), bytes per image.
 
-Shared by tar datasets (``report.tar``) and raw image folders (``report.raw``): both hand over
-what they sampled as an ``ImageSample``."""
+Shared by tar datasets (``webdataset``, ``event-tar``) and raw image folders (``raw_inputs``): both
+hand over what they sampled as an ``ImageSample``."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardsmith.core.images import ImageError, check_image
-from shardsmith.report import figures
-from shardsmith.report.model import SUMMARY_HEADER, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
 
 MAX_BARS = 50  # classes drawn; every class is in the table
 MAX_LABEL = 1 << 20  # labels counted (a crafted label of 10**12 must not allocate its count array)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.report.model import Figure
+from shardsmith.kit.sections.model import Figure
 
 SIZE = (7.0, 4.0)  # inches, at DPI: 700 x 400 pixels
 DPI = 100

@@ -11,21 +11,20 @@ what share was read."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from shardsmith.core.images import MAX_IMAGE_PIXELS
 from shardsmith.core.sizes import format_size
-from shardsmith.report import figures
-from shardsmith.report.event_sections import EventSample, event_sections
-from shardsmith.report.images import ImageSample, image_sections
-from shardsmith.report.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
+from shardsmith.kit.sections import figures
+from shardsmith.kit.sections.event_stats import EventSample, event_sections
+from shardsmith.kit.sections.image_stats import ImageSample, image_sections
+from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
 
 if TYPE_CHECKING:
     from shardsmith.core.input_file import InputFile
-    from shardsmith.kit.reader import Reader
 
 HOW = ("a seeded choice of files; in each, a seeded choice of byte ranges (seeded offsets in a big JSONL file, "
        "row groups of Parquet, clusters of ROOT) and the first records of each range; images: a seeded choice of "
@@ -34,6 +33,21 @@ HOW = ("a seeded choice of files; in each, a seeded choice of byte ranges (seede
 CHUNK = 16 << 20  # bytes of a planned range
 MAX_IMAGES = 5_000
 MAX_FIELD_PANELS = 12
+
+
+class Reader(Protocol):
+    """What these sections use of a ``kit.reader.Reader`` (whose ``report`` calls them: named here by
+    its shape, not imported, so that the two modules do not import each other)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def holds(self) -> str: ...
+
+    def sample_tasks(self, file: InputFile, *, count: int, chunk_bytes: int, rng: Any) -> list[Any]: ...
+
+    def read(self, task: Any) -> Iterator[tuple[int, Any]]: ...
 
 
 def raw_sections(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
