@@ -19,6 +19,7 @@ from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
 from shardsmith.engine import url_inputs
 from shardsmith.engine.finish import commit_dataset
+from shardsmith.engine.image_copy import copy_files
 from shardsmith.engine.output import output_for
 from shardsmith.engine.plan import plan_tasks, wait_to_check
 from shardsmith.engine.resume import run_identity
@@ -137,7 +138,8 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
     processor = SampleProcessor(reader=reader, classes=classes, opts=opts, transforms=transforms)
     if direct:
         arrival.wait_whole(files)  # images written in shuffled order: every one staged first
-        done = fmt.write_files(job, files, samples=processor, progress=progress)
+        done = copy_files(files, copier=fmt.file_copier(job), images=processor, seed=opts.seed, shuffle=opts.shuffle,
+                          splits=opts.splits, workers=opts.workers, out_dir=opts.out, progress=progress)
     else:
         done = convert_all(
             opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
