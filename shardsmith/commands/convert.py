@@ -15,7 +15,7 @@ from shardsmith import registry
 from shardsmith.commands.convert_events import EventSteps
 from shardsmith.commands.convert_options import ConvertOptions
 from shardsmith.core.memory import no_gc
-from shardsmith.engine.choose import infer_source, source_and_format
+from shardsmith.engine.choose import source_and_format
 from shardsmith.engine.conduct import run_job
 from shardsmith.engine.job import Described, Job, JobRun, JobSteps
 from shardsmith.engine.plan import wait_to_check
@@ -26,7 +26,7 @@ from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.kit.format import Format
 from shardsmith.kit.transform import Transform, build_transforms
 
-__all__ = ["ConvertOptions", "infer_source", "job_of", "run"]
+__all__ = ["ConvertOptions", "job_of", "run"]
 
 
 def job_of(opts: ConvertOptions) -> Job:
