@@ -11,7 +11,7 @@ from typing import ClassVar
 from shardsmith.engine.options import ConvertingOptions
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ScatterUnit:
     """Scatter the tasks ``i`` with ``i % world == rank`` into part files in the scratch folder."""
 
@@ -20,7 +20,7 @@ class ScatterUnit:
     stage: ClassVar[str] = "scatter"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GatherUnit:
     """Write this rank's range of every split's shards from the part files (all scatter units done)."""
 
@@ -29,7 +29,7 @@ class GatherUnit:
     stage: ClassVar[str] = "gather"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class FinalizeUnit:
     """Check the shards cover every split, write the split-wide files and commit the manifest."""
 

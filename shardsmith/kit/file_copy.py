@@ -19,7 +19,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.kit.writer import ShardRecord
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FileShard:
     """One planned shard: its files in output order, and the file it becomes in ``out_dir``."""
 
