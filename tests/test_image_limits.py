@@ -255,7 +255,8 @@ def test_pillow_warnings_do_not_pass_quiet(tmp_path: Path) -> None:
 
 def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Path) -> None:
     from shardsmith.core.input_file import InputFile
-    from shardsmith.formats.webdataset.image_tar import plan_shards, write_all
+    from shardsmith.engine.image_copy import plan_shards, write_all
+    from shardsmith.formats.webdataset.image_tar import TarCopier
     from shardsmith.formats.webdataset.samples import SampleProcessor
     from shardsmith.sources.imagefolder import ImageFolderReader
 
@@ -264,6 +265,7 @@ def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Pat
 
     opts = ConvertOptions(inputs=("x",), out=tmp_path, check_images="none")
     processor = SampleProcessor(reader=ImageFolderReader(), classes=["c"], opts=opts)
+    copier = TarCopier(shard_samples=None, shard_bytes=1 << 20, wids_md5=False)
     cases = {"truncated": (data[:100], len(data), "changed while converting: 100 bytes, was"),
              "grown": (data + b"more", len(data), f"changed while converting: more than {len(data)} bytes"),
              "listed empty": (data, 0, "changed while converting: more than 0 bytes, was 0")}
@@ -274,15 +276,13 @@ def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Pat
         files = [InputFile(path=str(path), rel=f"c/{name}.jpg", index=0, size=listed, group="c")]
         out = tmp_path / name
         out.mkdir()
-        plans = plan_shards(files, seed=0, shuffle=True, splits=(("train", 1.0),), shard_samples=None,
-                            shard_bytes=1 << 20, out_dir=out, wids_md5=False)
+        plans = plan_shards(files, copier=copier, seed=0, shuffle=True, splits=(("train", 1.0),), out_dir=out)
         with pytest.raises(DataError) as err:
-            write_all(plans, images=processor, workers=1, progress=lambda n: None, out_dir=out)
+            write_all(plans, copier=copier, images=processor, workers=1, progress=lambda n: None, out_dir=out)
         assert str(err.value).startswith(f"c/{name}.jpg: {reason}") and HINT not in str(err.value), name
         assert not list(out.glob("*.tar")), name
     # a file gone since the listing cannot be read: a bad record there, as on the general path
     gone = InputFile(path=str(tmp_path / "c" / "gone.jpg"), rel="c/gone.jpg", index=0, size=10, group="c")
-    plans = plan_shards([gone], seed=0, shuffle=True, splits=(("train", 1.0),), shard_samples=None,
-                        shard_bytes=1 << 20, out_dir=tmp_path, wids_md5=False)
+    plans = plan_shards([gone], copier=copier, seed=0, shuffle=True, splits=(("train", 1.0),), out_dir=tmp_path)
     with pytest.raises(DataError, match=f"^c/gone.jpg: cannot read: No such file or directory {re.escape(HINT)}$"):
-        write_all(plans, images=processor, workers=1, progress=lambda n: None, out_dir=tmp_path)
+        write_all(plans, copier=copier, images=processor, workers=1, progress=lambda n: None, out_dir=tmp_path)

@@ -28,15 +28,7 @@ LAYERS: list[set[str]] = [
 # and plugins of one kind do not reach into plugins of another.
 APART = [{"engine", "loader"}, {"sources", "transforms", "formats"}]
 # What still crosses, each with its reason; the list only shrinks.
-KNOWN: set[tuple[str, str]] = {
-    # the direct copy of unchanged images: becoming a mode of the engine (issue 27)
-    ("shardsmith.formats.webdataset.format", "shardsmith.engine.gather"),
-    ("shardsmith.formats.webdataset.format", "shardsmith.engine.run"),
-    ("shardsmith.formats.webdataset.format", "shardsmith.engine.scatter"),
-    ("shardsmith.formats.webdataset.image_tar", "shardsmith.engine.outdir"),
-    ("shardsmith.formats.webdataset.image_tar", "shardsmith.engine.resume"),
-    ("shardsmith.formats.webdataset.image_tar", "shardsmith.engine.workers"),
-}
+KNOWN: set[tuple[str, str]] = set()
 # Cycles still there (none now: the list only shrinks).
 KNOWN_CYCLES: list[list[str]] = []
 

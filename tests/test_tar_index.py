@@ -252,7 +252,7 @@ def test_listings_nobody_took_are_reaped_and_a_bad_answer_falls_back(tmp_path, m
 
 def test_the_input_kind_comes_from_the_suffixes():
     from shardsmith import registry
-    from shardsmith.commands.convert import infer_source
+    from shardsmith.engine.choose import infer_source
 
     sources = registry.loaded("source")
     files = [inputs.InputFile(path=f"/d/{n}", rel=n, index=i, size=1) for i, n in

@@ -1,4 +1,5 @@
-"""``shardsmith convert`` for physics events: ROOT or Parquet events into HDF5 or tar shards, or memmap arrays.
+"""``shardsmith convert`` for physics events: ROOT or Parquet events into HDF5 or tar shards, or memmap
+arrays; the steps ``convert``'s job takes when its source holds events.
 
 Readers yield columns for many events at once; each chunk becomes one payload per event (see
 ``shardsmith.core.events``), goes through the same keyed shuffle as every other sample, and the
@@ -13,65 +14,61 @@ from typing import TYPE_CHECKING, Any
 from shardsmith.core import provenance
 from shardsmith.core.events import EventSchema
 from shardsmith.core.input_file import InputFile
-from shardsmith.core.progress import Progress
-from shardsmith.engine.finish import commit_dataset
-from shardsmith.engine.plan import cached, plan_tasks, wait_to_check
+from shardsmith.engine.job import Described, JobRun, JobSteps
+from shardsmith.engine.plan import cached, wait_to_check
 from shardsmith.engine.resume import run_identity
-from shardsmith.engine.run import Sizing, convert_all
+from shardsmith.engine.run import Converted
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_events
-from shardsmith.kit.format import Format, WriteJob
 from shardsmith.kit.reader import Reader
 from shardsmith.transforms.event_payload import EventProcessor
 
 if TYPE_CHECKING:
     from shardsmith.commands.convert_options import ConvertOptions
-    from shardsmith.engine.session import OutputRun
 
 
-def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[InputFile], progress: Progress,
-               session: OutputRun, *, skipped_inputs: list[dict[str, str]]) -> dict[str, Any]:
-    """Read, shuffle and write events into the folder ``session`` holds; returns the manifest it wrote."""
-    if opts.augment or opts.copies > 1 or opts.text_field:
-        raise UsageError("--augment, --copies and --text-field do not apply to events")
-    wait_to_check(reader, files)  # inputs from a URL: the schema reads every one
-    files, unread, (schema, skipped_fields) = _schema_once(opts, reader, files)
-    if not schema.fields:
-        raise UsageError(f"{files[0].rel}: no numeric fields to convert" + (
-            f" (skipped: {', '.join(skipped_fields[:5])})" if skipped_fields else ""))
-    if skipped_fields:
-        more = f" and {len(skipped_fields) - 8} more" if len(skipped_fields) > 8 else ""
-        fields = f"{len(skipped_fields)} field" + ("s" if len(skipped_fields) > 1 else "")
-        progress.note(f"shardsmith: warning: skipping {fields} not numbers or lists of numbers "
-                      f"(strings, records, nested collections): {', '.join(skipped_fields[:8])}{more}")
-    processor = EventProcessor(schema=schema, balance=None,
-                               provenance=[f.rel for f in files] if opts.provenance else None)
-    job = WriteJob(opts=opts, out=opts.out, schema=processor.out_schema)
-    fmt.check(job)
-    total_bytes = sum(f.size for f in files)
-    sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
-    run_id = run_identity("convert", opts, files, extra_paths=reader.extra_inputs(opts))
-    if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
-        return finished
-    processor.balance = None if opts.balance is None else _balance(opts, reader, files, schema, sizing.chunk_bytes)
-    tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
-    done = convert_all(
-        opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
-        # compressed inputs grow when decoded: size the shuffle's buckets for a few times the input
-        estimated_bytes=4 * total_bytes, desc="convert", progress=progress, run=run_id,
-        make_writer=lambda split, part: fmt.writer(job, split, part))
-    if done.summary is not None:
-        return done.summary
-    events: dict[str, Any] = {"counters": list(schema.counters), "skipped_fields": skipped_fields}
-    if opts.provenance:
-        events["provenance"] = provenance.describe(reader.provenance_entry())
-    balance = processor.balance
-    return commit_dataset(session, fmt=fmt, job=job, done=done, files=files,
-                          source={"reader": reader.name, **reader.source_fields(opts)},
-                          schema=job.schema.to_json(),
-                          extras={"events": events, **({"balance": balance.describe()} if balance is not None else {})},
-                          events=True, used=(("source", reader.name),), unread=unread,
-                          skipped_inputs=skipped_inputs, list_inputs=opts.provenance)
+class EventSteps(JobSteps):
+    """Events: the schema read once, each event one payload, the writer's columns from the schema."""
+
+    def check(self, run: JobRun) -> None:
+        opts, reader = run.opts, run.reader
+        if opts.augment or opts.copies > 1 or opts.text_field:
+            raise UsageError("--augment, --copies and --text-field do not apply to events")
+        wait_to_check(reader, run.files or [])  # inputs from a URL: the schema reads every one
+        run.files, self.unread, (schema, skipped) = _schema_once(opts, reader, run.files or [])
+        if not schema.fields:
+            raise UsageError(f"{run.files[0].rel}: no numeric fields to convert" + (
+                f" (skipped: {', '.join(skipped[:5])})" if skipped else ""))
+        if skipped:
+            more = f" and {len(skipped) - 8} more" if len(skipped) > 8 else ""
+            fields = f"{len(skipped)} field" + ("s" if len(skipped) > 1 else "")
+            run.progress.note(f"shardsmith: warning: skipping {fields} not numbers or lists of numbers "
+                              f"(strings, records, nested collections): {', '.join(skipped[:8])}{more}")
+        self.schema, self.skipped_fields = schema, skipped
+        self.events = EventProcessor(schema=schema, balance=None,
+                                     provenance=[f.rel for f in run.files] if opts.provenance else None)
+        run.make_write(schema=self.events.out_schema)
+
+    def estimated_bytes(self, run: JobRun) -> int:
+        return 4 * super().estimated_bytes(run)  # compressed inputs grow when decoded: size the buckets for it
+
+    def processor(self, run: JobRun) -> EventProcessor:
+        opts, chunk_bytes = run.opts, run.sizing.chunk_bytes  # type: ignore[union-attr]
+        self.events.balance = None if opts.balance is None else _balance(opts, run.reader, run.files or [],
+                                                                         self.schema, chunk_bytes)
+        return self.events
+
+    def describe(self, run: JobRun, done: Converted) -> Described:
+        opts, reader = run.opts, run.reader
+        events: dict[str, Any] = {"counters": list(self.schema.counters), "skipped_fields": self.skipped_fields}
+        if opts.provenance:
+            events["provenance"] = provenance.describe(reader.provenance_entry())
+        balance = self.events.balance
+        return Described(source={"reader": reader.name, **reader.source_fields(opts)},
+                         schema=run.write.schema.to_json(),  # type: ignore[union-attr]
+                         extras={"events": events, **({"balance": balance.describe()} if balance is not None else {})},
+                         events=True, used=(("source", reader.name),), unread=self.unread,
+                         list_inputs=opts.provenance)
 
 
 def _balance(opts: ConvertOptions, reader: Reader, files: list[InputFile], schema: EventSchema,

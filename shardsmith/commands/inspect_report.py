@@ -39,7 +39,7 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -
 
 
 def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, seed: int) -> Path:
-    from shardsmith.commands.convert import infer_source
+    from shardsmith.engine.choose import infer_source
     from shardsmith.engine.inputs import discover
     from shardsmith.kit.sections.model import Sampling
     from shardsmith.report import need_matplotlib

@@ -1,43 +1,22 @@
-"""``shardsmith pack-tokens``: text → tokenized, exactly shuffled, Megatron-compatible packed tokens."""
+"""``shardsmith pack-tokens``: text → tokenized, exactly shuffled, Megatron-compatible packed tokens.
+
+The command describes its job (``engine.job.Job``) and the engine runs it (``engine.conduct``);
+the tokenizer's work between the engine's steps is ``token_job.TokenSteps``.
+"""
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import hashlib
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardsmith import registry
-from shardsmith.commands import nanogpt_split
-from shardsmith.commands.token_facts import TokenizerFacts
-from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.commands.token_job import TokenSteps, check_packing, window_of
 from shardsmith.core.memory import keep_freed_memory
-from shardsmith.core.progress import Progress
-from shardsmith.engine import url_inputs
-from shardsmith.engine.finish import commit_dataset
+from shardsmith.engine.conduct import run_job
+from shardsmith.engine.job import Job
 from shardsmith.engine.options import ConvertingOptions
-from shardsmith.engine.outdir import work_path
-from shardsmith.engine.output import output_for
-from shardsmith.engine.plan import cached, plan_tasks, task_bytes
-from shardsmith.engine.resume import run_identity
-from shardsmith.engine.run import Sizing, convert_all, scatter_summary
-from shardsmith.engine.session import OutputRun
-from shardsmith.errors import DataError, UsageError
-from shardsmith.formats.tokens import neighbours
-from shardsmith.kit.format import WriteJob
-from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
-from shardsmith.kit.transform import Transform, apply_all, build_transforms
-from shardsmith.storage import arrival
-from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.text import TokenProcessor, why_no_text
 
-SAMPLE_DOCS = 500
-SAMPLE_BYTES = 128 << 10
-SAMPLE_DOC_CHARS = 16 << 10
-PIECE_CHECK_DOCS = 40  # sample documents cut every few words to check that pieces keep the ids
+__all__ = ["PackTokensOptions", "check_packing", "job_of", "run", "summary_line", "window_of"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,250 +39,15 @@ class PackTokensOptions(ConvertingOptions):
     pack_window: int | None = None  # tokens per best-fit window [default: packing.DEFAULT_WINDOW_TOKENS]
 
 
-def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
-           transforms: list[Transform], tick: Callable[[int], Any] | None = None) -> Iterator[str]:
-    """The text of every good record in input order, after the transforms (for training and sampling);
-    ``tick`` is told the bytes of each task read."""
-    for task in tasks:
-        arrival.wait_whole((task.file,))  # an input still being staged from a URL
-        for record, value in reader.read(task):
-            why = None
-            try:
-                if transforms and not isinstance(value, BadRecord):
-                    value = apply_all(transforms, value, file=task.file.rel, record=record)
-                text = value.get(field) if isinstance(value, dict) else None
-            except RecordError as exc:
-                text, why = None, str(exc)
-            if isinstance(text, str):
-                yield text
-            elif on_error == "fail":
-                reason = why or (value.reason if isinstance(value, BadRecord) else why_no_text(value, field))
-                raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file),
-                                skippable=True)
-        if tick is not None:
-            tick(task.nbytes)
+def job_of(opts: PackTokensOptions) -> Job:
+    """The tokenization ``opts`` describe: every rows source reads the text, the ``tokens`` format writes it."""
+    return Job(command="pack-tokens", steps=TokenSteps, opts=opts, transforms=opts.transforms, format="tokens")
 
 
 def run(opts: PackTokensOptions) -> dict[str, Any]:
-    """The whole command, holding its output folder (``session``); returns the manifest it wrote."""
+    """The whole command (or its ``--stage``); returns the manifest it wrote."""
     keep_freed_memory()
-    if opts.idle_rank():
-        return scatter_summary(opts, None)
-    with output_for(opts) as session, url_inputs.staging_for_run():
-        return _run(session.localize(opts), session)
-
-
-def _run(opts: PackTokensOptions, session: OutputRun) -> dict[str, Any]:
-    if (opts.tokenizer is None) == (opts.train_tokenizer is None):
-        raise UsageError("give exactly one of --tokenizer FILE and --train-tokenizer VOCAB_SIZE")
-    if opts.no_eos and opts.eos_token:
-        raise UsageError("--no-eos and --eos-token contradict each other")
-    check_packing(opts)
-    default_val = opts.nanogpt and nanogpt_split.check_names(opts.splits)  # the share comes with the sample
-    # every source of rows reads the text field: JSONL and Parquet, and any plugin's
-    reader = MultiReader(readers=[cls.for_text(opts.text_field) for cls in registry.loaded("source").values()
-                                  if cls.holds == "rows"])
-    fmt = registry.format_named("tokens")
-    transforms = build_transforms(opts.transforms, holds="rows", opts=opts)
-    files = url_inputs.discover_inputs(opts, suffixes=reader.suffixes)
-    total_bytes = sum(f.size for f in files)
-    sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)
-    reader.limit_records(sizing.record_bytes)
-    run_id = run_identity("pack-tokens", opts, files, extra_paths=(opts.tokenizer,))
-    if (finished := session.claim(run_id, input_bytes=sum(f.size for f in files))) is not None:
-        return finished
-    tasks = plan_tasks(reader, files, chunk_bytes=sizing.chunk_bytes, stage=opts.stage, out=opts.out, run=run_id)
-    progress = Progress(quiet=opts.quiet)
-
-    # the dataset's own copy; scatter ranks write only to the scratch folder (the output folder may
-    # still hold a finished dataset, which the gather refuses)
-    home = work_path(opts.out) if opts.stage == "scatter" else opts.out
-    home.mkdir(parents=True, exist_ok=True)
-    if opts.train_tokenizer is not None:
-        _write_changed(home / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id, transforms))
-        tok_path = home / "tokenizer.json"
-    else:
-        tok_path = Path(opts.tokenizer)  # type: ignore[arg-type]
-    tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
-    hf = None  # the reference tokenizer, loaded only by a process that checks the engine
-
-    def read_facts() -> TokenizerFacts:
-        nonlocal hf
-        hf, json_text, sha = tk.load_hf(tok_path)
-        return TokenizerFacts.of(opts, hf, json=json_text, sha256=sha, source=tok_path)
-
-    facts = cached("tokenizer-facts", read_facts, stage=opts.stage, out=opts.out, run=run_id,
-                   dump=TokenizerFacts.dump, load=TokenizerFacts.load)
-    if tok_path != home / "tokenizer.json":
-        _write_changed(home / "tokenizer.json", tk.tokenizer_bytes(tok_path))
-
-    # gigatoken's set-up runs while the sample is read and encoded by the reference (and while a
-    # scatter rank with a cached decision gets ready)
-    warm = tk.GigaWarmup(facts.json) if tokenizing and opts.engine != "hf" else None
-    loaded = None
-
-    def check_engine() -> tuple[str, str, bool, float | None]:
-        nonlocal loaded, hf
-        if hf is None:  # the facts came from the run's scratch folder
-            hf = tk.load_hf(tok_path)[0]
-        with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
-            got = _sample(reader, tasks, opts.text_field, transforms)
-            sample = got.texts
-            ids = tk.reference_ids(hf)  # the two checks share the reference's ids
-            safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS], ids)
-            # the engines must agree on the pieces long documents are cut into, too
-            cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
-            engine, why, loaded = tk.choose_engine(opts.engine, hf, facts.json, sample + cut, tick=bar.update,
-                                                   warm=warm, ids=ids)
-        share = nanogpt_split.default_share(got, input_bytes=total_bytes) if default_val else None
-        return engine, why, safe, share
-
-    engine, why, safe, val_share = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id,
-                                          dump=list, load=tuple)
-    if warm is not None and loaded is None:  # the decision came from the cache: the thread ends before any fork
-        with contextlib.suppress(Exception):
-            warmed = warm.result()  # joined whatever the engine: a fork must never see the thread running
-            loaded = warmed if engine == "gigatoken" else None
-    progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
-                                                  f"are refused: this tokenizer's ids change when they are cut"))
-    if opts.pack is not None:
-        opts = dataclasses.replace(opts, pad_id=facts.pad_id, pack_window=window_of(opts))
-    if val_share is not None:
-        opts = dataclasses.replace(opts, splits=nanogpt_split.splits_with(val_share))
-    companions = neighbours.hf_files(neighbours.SpecialTokens(
-        eos=facts.eos, bos=opts.bos_token, pad=facts.pad))
-    if opts.nanogpt:
-        companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(facts.vocab_size)
-    companion_names = neighbours.write_companions(home, companions, write=_write_changed)
-    spec = tk.TokenizerSpec(json=facts.json, engine=engine, eos_id=facts.eos_id, bos_id=facts.bos_id,
-                            vocab_size=facts.vocab_size, piece_chars=tk.PIECE_CHARS if safe else None)
-
-    processor = TokenProcessor(spec=spec, text_field=opts.text_field, transforms=transforms,
-                               encoder=tk.Encoder(spec, loaded=loaded) if tokenizing else None)
-    job = WriteJob(opts=opts, out=opts.out, schema=spec.dtype)
-    done = convert_all(
-        opts=opts, out=opts.out, reader=reader, processor=processor, tasks=tasks, sizing=sizing,
-        estimated_bytes=total_bytes, desc="tokenize", progress=progress, run=run_id,
-        make_writer=lambda split, part: fmt.writer(job, split, part))
-    if done.summary is not None:
-        return done.summary
-    if opts.nanogpt:
-        nanogpt_split.check_filled({name: sum(s.samples for s in o.shards) for name, o in done.outputs.items()},
-                                   default=val_share is not None)
-    tokenizer = {"path": "tokenizer.json", "sha256": facts.sha256, "vocab_size": facts.vocab_size,
-                 "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
-                 "dtype": spec.dtype.name, "engine": engine, "engine_reason": why,
-                 "trained": opts.train_tokenizer is not None}
-    return commit_dataset(
-        session, fmt=fmt, job=job, done=done, files=files,
-        source={"reader": "+".join(reader.kinds(files)), "text_field": opts.text_field,
-                "inputs_sha256": _inputs_digest(files)},
-        schema={"tokens": {"kind": "tokens", "dtype": spec.dtype.name, "ragged": True}},
-        extras={"tokenizer": tokenizer, "seq_len": opts.seq_len, "companions": companion_names,
-                **({"nanogpt_default_val": val_share} if val_share is not None else {}),
-                **({"transforms": [t.describe() for t in transforms]} if transforms else {})},
-        used=(*(("source", kind) for kind in reader.kinds(files)), *(("transform", t.name) for t in transforms)),
-        skipped_inputs=url_inputs.skipped_inputs(files),
-        written=None if opts.pack is None else sum(s.extra["documents"] for o in done.outputs.values()
-                                                   for s in o.shards))
-
-
-def _write_changed(path: Path, data: bytes) -> None:
-    """Write ``data`` unless the file already holds it (every stage of a staged run passes here)."""
-    try:
-        if path.read_bytes() == data:
-            return
-    except OSError:
-        pass
-    atomic_write_bytes(path, data)
-
-
-def _trained(opts: PackTokensOptions, reader: MultiReader, tasks: list[Task], progress: Progress,
-             run_id: dict[str, str], transforms: list[Transform]) -> bytes:
-    """A byte-level BPE trained on the inputs (in a cluster stage, once per run: training is
-    deterministic, so ranks racing to save it save the same JSON)."""
-
-    def train() -> str:
-        progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
-        with progress.bar(total=task_bytes(tasks), desc="train tokenizer: counting words", unit="B") as bar:
-            texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error, transforms=transforms,
-                           tick=bar.update)
-
-            def words() -> Iterator[str]:
-                # long documents in pieces cut at spaces: the same words to count, in bounded memory
-                for t in texts:
-                    yield from tk.pieces(t) or [t[:tk.PIECE_CHARS]]
-                bar.set_description("train tokenizer: merging")  # every input read; the merges take a while
-
-            return tk.train_bpe(words(), vocab_size=opts.train_tokenizer)
-
-    return cached("tokenizer", train, stage=opts.stage, out=opts.out, run=run_id, dump=str, load=str).encode()
-
-
-def _sample(reader: MultiReader, tasks: list[Task], field: str, transforms: list[Transform]
-            ) -> nanogpt_split.Sample:
-    """The first documents of the input, to check that an engine matches the reference (and to
-    estimate how many documents the input holds)."""
-    out: list[str] = []
-    size = chars = 0
-    whole = True
-    try:
-        for text in _texts(reader, tasks, field, on_error="skip", transforms=transforms):
-            chars += len(text)
-            text = text[:SAMPLE_DOC_CHARS]  # any text is a probe: never encode a huge document whole here
-            out.append(text)
-            size += len(text)
-            if len(out) >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
-                whole = False
-                break
-    except DataError:
-        whole = False  # the real pass reports it with the user's --on-error
-    return nanogpt_split.Sample(texts=out, chars=chars, whole=whole)
-
-
-def _inputs_digest(files: list[Any]) -> str:
-    """A cheap fingerprint of the inputs: names and sizes (not contents)."""
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f"{f.rel}\0{f.size}\n".encode())
-    return h.hexdigest()
-
-
-def window_of(opts: PackTokensOptions) -> int:
-    """``--pack-window``, else the default: the tokens best-fit packs at once (never from --memory, so
-    the packed bytes do not depend on it)."""
-    from shardsmith.formats.tokens.packing import DEFAULT_WINDOW_TOKENS
-
-    return opts.pack_window or DEFAULT_WINDOW_TOKENS
-
-
-def check_packing(opts: PackTokensOptions) -> None:
-    """The packing options together, before any work (one-line usage errors)."""
-    if opts.pack is None:
-        for given, option in ((opts.pad_id, "--pad-id pads"), (opts.pack_window, "--pack-window sizes")):
-            if given is not None:
-                raise UsageError(f"{option} packed sequences: give --pack best-fit too")
-        return
-    if opts.pack != "best-fit":
-        raise UsageError(f"--pack {opts.pack!r}: the one packing is 'best-fit'")
-    if opts.seq_len is None:
-        raise UsageError("--pack best-fit needs --seq-len N, the length of every packed sequence")
-    if not 1 <= opts.seq_len < 1 << 31:
-        raise UsageError(f"--seq-len {opts.seq_len}: out of range [1, 2**31)")
-    if opts.nanogpt:
-        raise UsageError("--nanogpt writes documents back to back without padding: it does not combine with --pack")
-    from shardsmith.core.sizes import format_size
-    from shardsmith.formats.tokens.packing import MIN_SEQUENCES, window_bytes
-
-    window = window_of(opts)
-    if window < MIN_SEQUENCES * opts.seq_len:
-        raise UsageError(f"--pack-window {window:,} tokens holds fewer than {MIN_SEQUENCES} sequences of --seq-len "
-                         f"{opts.seq_len:,}: give --pack-window {MIN_SEQUENCES * opts.seq_len} or more")
-    if opts.memory < window_bytes(window):
-        raise UsageError(f"--memory {format_size(opts.memory)} cannot hold a packing window of --pack-window "
-                         f"{window:,} tokens: give --memory {format_size(window_bytes(window))} or more, "
-                         f"or a smaller --pack-window")
-
+    return run_job(job_of(opts))
 
 
 def summary_line(out: Path, manifest: dict[str, Any]) -> str:

@@ -1,9 +1,8 @@
 """A conversion from tasks to finished splits: scatter, gather, finish; and its accounting.
 
-``convert_all`` is the engine's one entry point for every converting command: it scatters the
-tasks in workers, gathers every split into shards (in workers too, each a range of shards) and
+``convert_units`` runs a job's units (``engine/job.py``; all of them in a local run): it scatters
+the tasks in workers, gathers every split into shards (in workers too, each a range of shards) and
 finishes the splits, in a scratch folder that a killed run with the same fingerprint resumes from.
-A cluster stage runs its part only.
 """
 
 
@@ -20,6 +19,7 @@ from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.plan import task_bytes
 from shardsmith.engine.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_by_split
+from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, Unit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import DataError, UsageError
 from shardsmith.kit.processed import Processor
@@ -60,27 +60,29 @@ class Sizing:
         )
 
 
-def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor, tasks: Sequence[Task],
-                sizing: Sizing, estimated_bytes: int, make_writer: MakeWriter, desc: str,
-                progress: Any, run: dict[str, str] | None = None) -> Converted:
-    """Scatter every task in workers, gather every split into shards (in workers too, each a range
-    of shards), and finish the splits, in a scratch folder (resumed from the finished tasks and
-    shard ranges of a killed run with the same ``run`` fingerprint). A cluster stage runs its part
-    only and returns no splits."""
-    if opts.stage is not None and opts.limit is not None:
+def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor,
+                  tasks: Sequence[Task], sizing: Sizing, estimated_bytes: int, make_writer: MakeWriter, desc: str,
+                  progress: Any, run: dict[str, str] | None = None) -> Converted:
+    """One unit of a conversion (``engine/job.py``), or every unit in turn (None: a local run, the
+    scatter's results handed to the gather in memory): scatter the tasks in workers, gather every
+    split into shards (in workers too, each a range of shards), and finish the splits, in a scratch
+    folder (resumed from the finished tasks and shard ranges of a killed run with the same ``run``
+    fingerprint). A scatter or gather unit returns a summary of its part, no splits."""
+    staged = unit is not None
+    if staged and opts.limit is not None:
         raise UsageError("--limit reads input in order in one process; it does not combine with --stage")
-    with work_folder(out, run=run, shared=opts.stage is not None) as work:
+    with work_folder(out, run=run, shared=staged) as work:
         job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
                          splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
                          flush_bytes=sizing.flush_bytes,
                          n_buckets=bucket_count(estimated_bytes, sizing.group_bytes) if opts.shuffle else 1)
-        if opts.stage == "scatter":
-            mine = [t for t in tasks if t.index % opts.world_size == opts.rank]
+        if isinstance(unit, ScatterUnit):
+            mine = [t for t in tasks if t.index % unit.world == unit.rank]
             arrival.expect(f for t in mine for f in (t.files or (t.file,)))  # inputs from a URL: only these
-            with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {opts.rank}", unit="B") as bar:
+            with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {unit.rank}", unit="B") as bar:
                 results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
             return Converted(results=results, summary=scatter_summary(opts, results))
-        if opts.stage is not None:
+        if staged:
             results = _scattered(job, tasks)
         else:
             with progress.bar(total=task_bytes(tasks), desc=desc, unit="B") as bar:
@@ -89,13 +91,13 @@ def convert_all(*, opts: ConvertingOptions, out: Path, reader: Reader, processor
         workers = max(1, opts.workers)
         # gather workers each hold a group at a time: share the budget between them; ranks each
         # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'
-        share = workers * (opts.world_size if opts.stage else 1)
+        share = workers * (opts.world_size if staged else 1)
         splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // share))
-        if opts.stage != "finalize":
+        if not isinstance(unit, FinalizeUnit):
+            rank, world = (unit.rank, unit.world) if isinstance(unit, GatherUnit) else (0, 1)
             ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
-                            rank=opts.rank if opts.stage else 0, world_size=opts.world_size if opts.stage else 1,
-                            progress=progress)
-        if opts.stage == "gather":
+                            rank=rank, world_size=world, progress=progress)
+        if isinstance(unit, GatherUnit):
             return Converted(results=results, summary={**_stage(opts), "shards": ranges})
         outputs = finish(splits, make_writer=make_writer, work_dir=work, out_dir=out)
     return Converted(results=results, outputs=outputs)
@@ -111,7 +113,7 @@ def _preload(make_writer: MakeWriter, splits: tuple[tuple[str, float], ...]) -> 
 
 @dataclass(frozen=True)
 class Converted:
-    """What ``convert_all`` did: every split's shards, or (a cluster stage) a summary of its part."""
+    """What ``convert_units`` did: every split's shards, or (a cluster stage) a summary of its part."""
 
     results: list[TaskResult]
     outputs: dict[str, SplitOutput] = field(default_factory=dict)

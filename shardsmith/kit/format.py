@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from shardsmith.errors import DatasetError
 
 if TYPE_CHECKING:
+    from shardsmith.kit.file_copy import FileCopier
     from shardsmith.kit.writer import ShardRange, Writer
 
 
@@ -89,7 +90,7 @@ class Format:
     option: ClassVar[str | None] = None  # the value of ``convert --to`` that picks it (None: its own command)
     accepts: ClassVar[tuple[str, ...]] = ()  # the record kinds it holds: "images", "rows", "events", "tokens"
     sample_unit: ClassVar[str] = "sample"  # what ``len(dataset)`` counts
-    copies_files: ClassVar[bool] = False  # whether ``write_files`` can write whole input files as samples
+    copies_files: ClassVar[bool] = False  # whether ``file_copier`` takes whole input files as samples
     # options of the converting command only this format reads (``ConvertOptions`` field names): given
     # with another format they are refused, never ignored
     own_options: ClassVar[tuple[str, ...]] = ()
@@ -102,9 +103,10 @@ class Format:
         """A writer of one split's shards (all of them, or the range ``part`` names)."""
         raise NotImplementedError
 
-    def write_files(self, job: WriteJob, files: list[Any], *, samples: Any, progress: Any) -> Any:
-        """Whole input files (images) written unchanged as samples, without the shuffle pass: the
-        shards planned from the listing alone (``copies_files``). Returns ``engine.run.Converted``."""
+    def file_copier(self, job: WriteJob) -> FileCopier:
+        """Whole input files (images) written unchanged as samples, without the shuffle pass
+        (``copies_files``): how this format weighs, names and writes the shards the engine plans
+        from the listing alone (``engine/image_copy.py``)."""
         raise NotImplementedError
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.core import manifest as m_
-from shardsmith.core.memory import no_gc
 from shardsmith.errors import DatasetError
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
@@ -37,22 +36,12 @@ class WebDatasetFormat(Format):
         return TarWriter(out_dir=job.out, split=split, shard_samples=o.shard_samples, shard_bytes=o.shard_bytes,
                          wids_md5=o.wids_md5, sources=job.sources, threads=max(2, o.workers), part=part)
 
-    def write_files(self, job: WriteJob, files: list[Any], *, samples: Any, progress: Any) -> Any:
-        """Images unchanged: every split's shards planned from the listing, written by workers."""
-        from shardsmith.engine.gather import SplitOutput
-        from shardsmith.engine.run import Converted
-        from shardsmith.engine.scatter import TaskResult
-        from shardsmith.formats.webdataset.image_tar import plan_shards, write_all
+    def file_copier(self, job: WriteJob) -> Any:
+        """Images unchanged: the tar shards of the engine's copy mode (``image_tar.TarCopier``)."""
+        from shardsmith.formats.webdataset.image_tar import TarCopier
 
         o = job.opts
-        with no_gc():
-            plans = plan_shards(files, seed=o.seed, shuffle=o.shuffle, splits=o.splits,
-                                shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, out_dir=job.out,
-                                wids_md5=o.wids_md5)
-        with progress.bar(total=sum(f.size for f in files), desc="convert", unit="B") as bar:
-            shards = write_all(plans, images=samples, workers=o.workers, progress=bar.update, out_dir=job.out)
-        return Converted(results=[TaskResult(task=0, records=len(files))],
-                         outputs={name: SplitOutput(shards=s) for name, s in shards.items()})
+        return TarCopier(shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, wids_md5=o.wids_md5)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
         from shardsmith.formats.webdataset.writer import wids_name

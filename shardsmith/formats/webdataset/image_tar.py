@@ -1,32 +1,24 @@
-"""Zero-copy image folders into tar shards, planned from the listing alone, written shard by shard in workers.
+"""Image files unchanged into tar shards: the webdataset side of the engine's copy mode
+(``engine/image_copy.py``, which plans the shards from the listing and runs the workers).
 
-Without augmentation an image's tar sample is its file's bytes plus a label, and its key, split
-and size are known from the listing: the whole output (order, shard boundaries) follows without
-reading a byte. So there is no scatter pass and no spill: each worker takes whole shards, reads
-the images in output order, checks them, and writes and hashes the shard — one read and one
-write per image, like ``tar cf``. The bytes are those of the general shuffle path (a test holds
-them equal); a bad image stops the run (``--on-error fail``), which is why ``skip`` takes the
-general path, where a skipped image moves the shard boundaries.
+Without augmentation an image's tar sample is its file's bytes plus a label, so a shard is
+written in one pass: each image read straight into its place after its header, checked there,
+and hashed and written with its neighbours — one read and one write per image, like ``tar cf``.
+The bytes are those of the general shuffle path (a test holds them equal).
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 import numpy as np
 
 from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import HashingFile
 from shardsmith.core.input_file import InputFile
-from shardsmith.engine.outdir import finish_output
-from shardsmith.engine.resume import die_with_parent
-from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
 from shardsmith.formats.webdataset.tarfmt import (
     _CONST_SUM,
@@ -42,87 +34,42 @@ from shardsmith.formats.webdataset.tarfmt import (
     member_header,
 )
 from shardsmith.formats.webdataset.writer import finish_shard, max_tar_weight, offsets_name, write_wids
-from shardsmith.kit import keys as keymod
-from shardsmith.kit.rollover import shard_bounds
+from shardsmith.kit.file_copy import FileShard, ImageSamples
 from shardsmith.kit.writer import ShardRecord
 
 _CLS_BYTES = 2 * BLOCK  # the label member: a header and one block of digits
 
 
-@dataclass(frozen=True, slots=True)
-class ShardJob:
-    """One shard to write: its files in output order."""
+@dataclass(frozen=True, kw_only=True)
+class TarCopier:
+    """Tar shards of unchanged images (``kit.file_copy.FileCopier``), rolled over by the tar writers' rule."""
 
-    out_dir: str
-    split: str
-    index: int
-    files: tuple[InputFile, ...]
+    shard_samples: int | None
+    shard_bytes: int
     wids_md5: bool
 
     @property
-    def name(self) -> str:
-        return f"{self.split}-{self.index:06d}.tar"
+    def max_weight(self) -> int:
+        return max_tar_weight(self.shard_bytes)  # within the bytes that keep a closed shard under shard_bytes
 
     @property
-    def nbytes(self) -> int:
-        return sum(f.size for f in self.files)
+    def max_samples(self) -> int | None:
+        return self.shard_samples
 
+    def weights(self, sizes: np.ndarray) -> np.ndarray:
+        return BLOCK + (sizes + BLOCK - 1) // BLOCK * BLOCK + _CLS_BYTES  # header, data, padding, label
 
-def plan_shards(files: list[InputFile], *, seed: int, shuffle: bool, splits: tuple[tuple[str, float], ...],
-                shard_samples: int | None, shard_bytes: int, out_dir: Path,
-                wids_md5: bool) -> dict[str, list[ShardJob]]:
-    """Each split's shards, as the general path would cut them: samples by (key, input order), rolled
-    over at ``shard_samples`` or before ``shard_bytes`` (end-of-archive blocks included)."""
-    rels = [f.rel for f in files]
-    records = np.zeros(len(files), dtype=np.int64)
-    index = np.fromiter((f.index for f in files), dtype=np.int64, count=len(files))
-    split, keys, order = keymod.place(seed=seed, shuffle=shuffle, splits=splits, paths=rels, records=records,
-                                      file_index=index)
-    perm = keymod.output_order(keys, order)
-    sizes = np.fromiter((f.size for f in files), dtype=np.int64, count=len(files))
-    true_sizes = BLOCK + (sizes + BLOCK - 1) // BLOCK * BLOCK + _CLS_BYTES  # header, data, padding, label
-    plans: dict[str, list[ShardJob]] = {}
-    for s, (name, _) in enumerate(splits):
-        members = perm[split[perm] == s]
-        # the tar writers' own rule: within the bytes that keep a closed shard under shard_bytes
-        bounds = shard_bounds(true_sizes[members], max_weight=max_tar_weight(shard_bytes),
-                              max_samples=shard_samples).tolist()
-        plans[name] = [ShardJob(out_dir=str(out_dir), split=name, index=i, wids_md5=wids_md5,
-                                files=tuple([files[j] for j in members[a:b].tolist()]))
-                       for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
-    return plans
+    def shard_name(self, split: str, index: int) -> str:
+        return f"{split}-{index:06d}.tar"
 
+    def shard_files(self, shard: FileShard) -> list[str]:
+        return [shard.name, offsets_name(shard.name)]
 
-class ImageSamples(Protocol):
-    """What makes an image's sample (``commands.convert.SampleProcessor``): its key and label, a
-    shard's worth at a time, and its member extension once its bytes are read and checked."""
+    def write(self, shard: FileShard, samples: ImageSamples) -> tuple[ShardRecord, Any]:
+        return write_shard(shard, samples, md5=self.wids_md5)
 
-    def image_keys(self, files: Sequence[InputFile]) -> list[str]: ...
-
-    def image_labels(self, files: Sequence[InputFile]) -> list[bytes]: ...
-
-    def image_ext(self, file: InputFile, data: memoryview) -> str: ...
-
-
-class _Shared:
-    """What every worker needs (the sample builder and the plan), inherited through fork or sent once."""
-
-    images: ImageSamples | None = None
-    jobs: dict[tuple[str, int], ShardJob] = {}  # noqa: RUF012 (set once per process)
-
-
-def _init(images: ImageSamples, worker: bool = False, jobs: dict[tuple[str, int], ShardJob] | None = None) -> None:
-    if worker:
-        die_with_parent()
-        gc.freeze()  # the parent's objects (the whole listing) are never garbage: collections skip them
-    _Shared.images = images
-    _Shared.jobs = jobs or {}
-
-
-def _write_planned(split: str, index: int) -> tuple[ShardRecord, str | None]:
-    """In a worker: a shard of the plan it was started with. Only the shard's name crosses the
-    pipe: pickling its ten thousand file entries took longer than writing a small shard."""
-    return write_shard(_Shared.jobs[(split, index)])
+    def finish_split(self, out_dir: Path, split: str, written: list[tuple[ShardRecord, Any]]) -> None:
+        write_wids(out_dir, split, [r for r, _ in written], [m for _, m in written])
 
 
 # Each sample is built in place in the shard's batch buffer: the image is read straight into its
@@ -131,12 +78,10 @@ def _write_planned(split: str, index: int) -> tuple[ShardRecord, str | None]:
 BATCH_BYTES = 4 << 20
 
 
-def write_shard(job: ShardJob) -> tuple[ShardRecord, str | None]:
+def write_shard(job: FileShard, images: ImageSamples, *, md5: bool) -> tuple[ShardRecord, str | None]:
     """Read, check and append each image of the shard, hashing as it goes; commit it whole."""
-    images = _Shared.images
-    assert images is not None
     out = Path(job.out_dir)
-    tar = HashingFile(out / job.name, md5=job.wids_md5, batch_bytes=BATCH_BYTES)
+    tar = HashingFile(out / job.name, md5=md5, batch_bytes=BATCH_BYTES)
     dirs = _Dirs()
     try:
         files = job.files
@@ -279,53 +224,3 @@ def read_into(f: InputFile, view: memoryview, dirs: _Dirs | None = None) -> None
     if got != f.size:
         size = f"more than {f.size} bytes" if got > f.size else f"{got} bytes"
         raise DataError(file=f.rel, reason=f"changed while converting: {size}, was {f.size}")
-
-
-def write_all(plans: dict[str, list[ShardJob]], *, images: ImageSamples, workers: int,
-              progress: Callable[[int], None], out_dir: Path) -> dict[str, list[ShardRecord]]:
-    """Every planned shard, largest first across ``workers`` processes; each split's wids index."""
-    jobs = [job for split_jobs in plans.values() for job in split_jobs]
-    done: dict[tuple[str, int], tuple[ShardRecord, str | None]] = {}
-    try:
-        if workers <= 1 or len(jobs) <= 1:
-            _init(images)
-            for job in jobs:
-                done[(job.split, job.index)] = write_shard(job)
-                progress(job.nbytes)
-        else:
-            _run_pool(jobs, images=images, workers=workers, done=done, progress=progress)
-    except KeyboardInterrupt:
-        raise
-    except BaseException:
-        _remove(plans)
-        finish_output(out_dir)  # a failed run blocks no other command
-        raise
-    out: dict[str, list[ShardRecord]] = {}
-    for name, split_jobs in plans.items():
-        results = [done[(name, job.index)] for job in split_jobs]
-        shards = [r for r, _ in results]
-        write_wids(out_dir, name, shards, [m for _, m in results])  # an empty split too: the manifest names it
-        out[name] = shards
-    return out
-
-
-def _run_pool(jobs: list[ShardJob], *, images: ImageSamples, workers: int,
-              done: dict[tuple[str, int], tuple[ShardRecord, str | None]], progress: Callable[[int], None]) -> None:
-    plan = {(job.split, job.index): job for job in jobs}  # inherited through fork, or sent once per worker
-    with worker_pool(min(workers, len(jobs)), initializer=_init, initargs=(images, True, plan),
-                     advice="try fewer --workers") as pool:
-        # the biggest shards first, so the last one to finish is a small one
-        futures = {pool.submit(_write_planned, job.split, job.index): job
-                   for job in sorted(jobs, key=lambda j: -j.nbytes)}
-        for future, job in futures.items():
-            done[(job.split, job.index)] = future.result()
-            progress(job.nbytes)
-
-
-def _remove(plans: dict[str, list[ShardJob]]) -> None:
-    """A failed run leaves none of its shards behind."""
-    for split_jobs in plans.values():
-        for job in split_jobs:
-            for name in (job.name, offsets_name(job.name)):
-                with contextlib.suppress(FileNotFoundError):
-                    (Path(job.out_dir) / name).unlink()

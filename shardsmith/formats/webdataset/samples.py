@@ -73,7 +73,7 @@ class SampleProcessor:
                          payload=payload, bad=bad, copies=self.copies)
 
     # Images that go into the tar unchanged (no augmentation), as ``_image`` makes their samples:
-    # the direct path's workers (``formats.webdataset.image_tar``) ask for keys and labels a shard
+    # the copy mode's workers (``engine.image_copy``, ``image_tar``) ask for keys and labels a shard
     # at a time, and for each extension once its bytes are read.
 
     def image_keys(self, files: Sequence[InputFile]) -> list[str]:

@@ -1,0 +1,47 @@
+"""Which registered source reads a job's inputs and which format writes them: the source named
+(``--from``) or found from the inputs' suffixes, its events reading where the options or the
+format ask for it, and the format from ``--to`` and what the source holds (``registry.format_for``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from shardsmith import registry
+from shardsmith.core.input_file import InputFile
+from shardsmith.errors import UsageError
+from shardsmith.kit.format import Format
+from shardsmith.kit.reader import Reader
+
+if TYPE_CHECKING:
+    from shardsmith.engine.job import JobRun
+
+
+def infer_source(files: list[InputFile], sources: dict[str, type[Reader]]) -> str:
+    """The source from the inputs' suffixes (one kind per conversion); a source whose suffixes another
+    claims too (Parquet as events) is never inferred: its plain reading is."""
+    variants = {cls.events_variant for cls in sources.values()}
+    suffixes = {name: cls.suffixes for name, cls in sources.items() if name not in variants}
+    # every path, each ended by a NUL (never part of a path): "x.jsonl.gz\0" holds ".jsonl.gz\0"
+    # exactly when the path ends with that suffix -- a few C-speed searches, not a test per file
+    paths = ("\0".join([f.path for f in files]) + "\0").lower()
+    kinds = {kind for kind, sfx in suffixes.items() if any(s + "\0" in paths for s in sfx)}
+    if len(kinds) > 1:
+        raise UsageError(f"the inputs hold several kinds ({', '.join(sorted(kinds))}); choose one with --from")
+    if not kinds:
+        raise UsageError("no input file has a suffix a source reads; choose one with --from")
+    return kinds.pop()
+
+
+def source_and_format(run: JobRun) -> tuple[type[Reader], Format]:
+    """The job's source class and format; an inferred source lists the inputs (``run.files``: exactly
+    that source's files, since one kind is inferred)."""
+    sources = registry.loaded("source")
+    name = run.job.source
+    if name is None:
+        files = run.discover(tuple(s for c in sources.values() for s in c.suffixes))
+        name = infer_source(files, sources)
+    cls = sources.get(name) or registry.get("source", name)
+    if cls.events_variant and (cls.wants_events(run.opts) or not registry.formats_for(option=run.job.format,
+                                                                                        holds=cls.holds)):
+        cls = registry.get("source", cls.events_variant)
+    return cls, registry.format_for(option=run.job.format, holds=cls.holds)

@@ -1,0 +1,55 @@
+"""The units of a job: the pieces the engine hands out, each a plain picklable value that any
+process runs with ``engine.conduct.run_unit(job, unit)``. ``--stage``, ``--rank`` and
+``--world-size`` name one; a local run runs them all in one process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from shardsmith.engine.options import ConvertingOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScatterUnit:
+    """Scatter the tasks ``i`` with ``i % world == rank`` into part files in the scratch folder."""
+
+    rank: int
+    world: int
+    stage: ClassVar[str] = "scatter"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GatherUnit:
+    """Write this rank's range of every split's shards from the part files (all scatter units done)."""
+
+    rank: int
+    world: int
+    stage: ClassVar[str] = "gather"
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinalizeUnit:
+    """Check the shards cover every split, write the split-wide files and commit the manifest."""
+
+    stage: ClassVar[str] = "finalize"
+
+
+Unit = ScatterUnit | GatherUnit | FinalizeUnit
+
+
+def phases(world: int) -> list[list[Unit]]:
+    """A run in ``world`` ranks: the units of each phase run at once, a phase after the one before."""
+    return [[ScatterUnit(rank=r, world=world) for r in range(world)],
+            [GatherUnit(rank=r, world=world) for r in range(world)], [FinalizeUnit()]]
+
+
+def unit_of(opts: ConvertingOptions) -> Unit | None:
+    """The unit ``--stage``, ``--rank`` and ``--world-size`` name (None: every unit, here)."""
+    if opts.stage is None:
+        return None
+    if opts.stage == "finalize":
+        return FinalizeUnit()
+    kind = ScatterUnit if opts.stage == "scatter" else GatherUnit
+    return kind(rank=opts.rank, world=opts.world_size)
