@@ -8,7 +8,6 @@ run is the engine's too (``engine.finish.commit_dataset``).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from shardsmith import registry
@@ -72,7 +71,7 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
     if cls.events_variant and (cls.wants_events(opts) or not registry.formats_for(option=opts.to, holds=cls.holds)):
         cls = registry.get("source", cls.events_variant)
     fmt = registry.format_for(option=opts.to, holds=cls.holds)
-    _refuse_others_options(opts, fmt)
+    opts = opts.for_format(fmt, registry.format_options(), holds=cls.holds)
     reader = cls.from_options(opts)
     if files is None:  # (inferred: the listing holds exactly that source's files)
         with no_gc():
@@ -82,15 +81,6 @@ def _run(opts: ConvertOptions, session: OutputRun) -> dict[str, Any]:
         keep_freed_memory()
         return run_events(opts, reader, fmt, files, Progress(quiet=opts.quiet), session, skipped_inputs=skipped)
     return _samples(opts, reader, fmt, files, session, skipped)
-
-
-def _refuse_others_options(opts: ConvertOptions, fmt: Format) -> None:
-    """An option only another format reads (``Format.own_options``), given a value: refused, never ignored."""
-    defaults = {f.name: f.default for f in dataclasses.fields(opts)}
-    for other in registry.formats():
-        for name in other.own_options:
-            if other.option != fmt.option and name in defaults and getattr(opts, name) != defaults[name]:
-                raise UsageError(f"--{name.replace('_', '-')} applies to --to {other.option} only")
 
 
 def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[InputFile],
@@ -110,7 +100,7 @@ def _samples(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[Inpu
                              f"the same image")
     transforms = build_transforms(opts.transforms, holds=reader.holds, opts=opts)
     # image bytes that pass through unchanged are referenced by the workers and copied by the writer
-    job = WriteJob(opts=opts, out=opts.out, sources=[f.path for f in files] if images and not opts.augment else None)
+    job = WriteJob(opts=opts, out=opts.out, options=opts.format_values(), sources=[f.path for f in files] if images and not opts.augment else None)
     balance: BalancePlan | None = None
     if opts.balance is not None:  # files left out of a class keep their indexes in job.sources
         if not images:

@@ -46,7 +46,7 @@ def run_events(opts: ConvertOptions, reader: Reader, fmt: Format, files: list[In
                       f"(strings, records, nested collections): {', '.join(skipped_fields[:8])}{more}")
     processor = EventProcessor(schema=schema, balance=None,
                                provenance=[f.rel for f in files] if opts.provenance else None)
-    job = WriteJob(opts=opts, out=opts.out, schema=processor.out_schema)
+    job = WriteJob(opts=opts, out=opts.out, options=opts.format_values(), schema=processor.out_schema)
     fmt.check(job)
     total_bytes = sum(f.size for f in files)
     sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=total_bytes)

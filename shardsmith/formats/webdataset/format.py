@@ -10,6 +10,7 @@ from typing import Any
 from shardsmith.core import manifest as m_
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import DatasetError
+from shardsmith.formats.webdataset.options import OPTIONS
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
 
@@ -19,7 +20,8 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
 class WebDatasetFormat(Format):
     name = "webdataset"
     manifest_format = "webdataset"
-    option = "webdataset"
+    option = OPTIONS.to
+    options = OPTIONS
     accepts = ("images", "rows")
     copies_files = True
 
@@ -33,9 +35,9 @@ class WebDatasetFormat(Format):
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.webdataset.writer import TarWriter
 
-        o = job.opts
+        o = job.options
         return TarWriter(out_dir=job.out, split=split, shard_samples=o.shard_samples, shard_bytes=o.shard_bytes,
-                         wids_md5=o.wids_md5, sources=job.sources, threads=max(2, o.workers), part=part)
+                         wids_md5=o.wids_md5, sources=job.sources, threads=max(2, job.opts.workers), part=part)
 
     def write_files(self, job: WriteJob, files: list[Any], *, samples: Any, progress: Any) -> Any:
         """Images unchanged: every split's shards planned from the listing, written by workers."""
@@ -44,11 +46,11 @@ class WebDatasetFormat(Format):
         from shardsmith.engine.scatter import TaskResult
         from shardsmith.formats.webdataset.image_tar import plan_shards, write_all
 
-        o = job.opts
+        o, own = job.opts, job.options
         with no_gc():
             plans = plan_shards(files, seed=o.seed, shuffle=o.shuffle, splits=o.splits,
-                                shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, out_dir=job.out,
-                                wids_md5=o.wids_md5)
+                                shard_samples=own.shard_samples, shard_bytes=own.shard_bytes, out_dir=job.out,
+                                wids_md5=own.wids_md5)
         with progress.bar(total=sum(f.size for f in files), desc="convert", unit="B") as bar:
             shards = write_all(plans, images=samples, workers=o.workers, progress=bar.update, out_dir=job.out)
         return Converted(results=[TaskResult(task=0, records=len(files))],
