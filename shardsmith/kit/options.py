@@ -163,8 +163,8 @@ def refusal(name: str, value: Any, *, to: str, declared: Iterable[FormatOptions]
     return f"{option.flag} applies to --to {', '.join(tos)} only, not to --to {to}"
 
 
-# Shard sizing, declared by every format whose writer rolls over to a new shard (``kit/rollover.py``)
-SHARD_SIZE = (
-    Option(name="shard_samples", type="int", low=1, high=MAX_COUNT, help="Roll over after this many samples."),
-    Option(name="shard_bytes", type="size", default="256MB", help="Roll over before a shard grows past this size."),
-)
+# Shard sizing, declared by every format whose writer rolls over to a new shard (``kit/rollover.py``):
+# formats that declare the same option share its flag (the declarations must be equal)
+SHARD_SAMPLES = Option(name="shard_samples", type="int", low=1, high=MAX_COUNT, help="Roll over after this many samples.")
+SHARD_BYTES = Option(name="shard_bytes", type="size", default="256MB", help="Roll over before a shard grows past this size.")
+SHARD_SIZE = (SHARD_SAMPLES, SHARD_BYTES)
