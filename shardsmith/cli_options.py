@@ -248,10 +248,12 @@ def _click_option(o: Option) -> click.Option:
     if o.type == "size":
         return click.Option([o.flag], callback=size_option(o.flag), **shown)
     kind: Any = click.STRING
+    bounded = o.low is not None or o.high is not None
     if o.type == "int":
-        kind = click.IntRange(None if o.low is None else int(o.low), None if o.high is None else int(o.high))
+        kind = click.IntRange(None if o.low is None else int(o.low), None if o.high is None else int(o.high)) \
+            if bounded else click.INT
     elif o.type == "float":
-        kind = click.FloatRange(o.low, o.high)
+        kind = click.FloatRange(o.low, o.high) if bounded else click.FLOAT
     elif o.choices:
         kind = click.Choice(list(o.choices))
     return click.Option([o.flag], type=kind, **shown)

@@ -240,3 +240,15 @@ def test_the_example_plugin_s_option_is_shown_refused_used_and_recorded(csv_plug
         rows[delimiter] = [ds[i] for i in range(len(ds))]
         assert run_cli("verify", out, "--deep").exit_code == 0
     assert rows["comma"] == rows["tab"] and sorted(r["text"] for r in rows["tab"]) == ["four", "one, two", "three"]
+
+
+def test_an_option_named_as_the_command_s_own_or_declared_otherwise_is_left_out_with_a_warning(capsys):
+    from shardsmith.cli_options import _format_params
+
+    seed = FormatOptions(to="a", options=(Option(name="seed", type="int"), Option(name="level", type="int")))
+    other = FormatOptions(to="b", options=(Option(name="level", type="str"),))
+    params = _format_params((seed, other), frozenset({"seed", "out"}))
+    assert [p.name for p in params] == ["level"] and params[0].type.name == "integer"
+    assert capsys.readouterr().err.splitlines() == [
+        "shardsmith: warning: --to a: --seed is an option of the command; it is left out",
+        "shardsmith: warning: --to b: --level is declared otherwise by another format; it is left out"]
