@@ -12,10 +12,9 @@ import click
 
 from shardsmith.cli_options import (
     MAX_COPIES,
-    MAX_COUNT,
-    MAX_INT32,
     MAX_VOCAB,
     MAX_WORKERS,
+    FormatOptionsCommand,
     Registered,
     cluster_rank,
     converting_options,
@@ -29,6 +28,7 @@ from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is no
 from shardsmith.core.names import not_utf8
 from shardsmith.core.version import __version__
 from shardsmith.engine import interrupt
+from shardsmith.kit.options import MAX_COUNT, MAX_INT32
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
 # and keeps it spinning for a while (0.1 s of a core here), beside the workers; one thread starts none.
@@ -147,9 +147,10 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
     report_skipped(out, manifest["source"])
 
 
-@main.command()
+@main.command(cls=FormatOptionsCommand)
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--to", "to", type=Registered("format"), required=True, help="Output format.")
+@click.option("--to", "to", type=Registered("format"), required=True,
+              help="Output format; its own options follow, under \"Options for --to FORMAT\".")
 @click.option("--from", "source", type=Registered("source"), default=None,
               help="Input kind [default: inferred from the inputs].")
 @click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
@@ -166,10 +167,6 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="A registered transform applied to each row, in order (repeatable; see `shardsmith plugins`).")
 @click.option("--balance", metavar="max=N|ratio=R[,label=F]", help="Keep <= N (R x the least) per class.")
 @click.option("--quality", default=90, show_default=True, type=click.IntRange(1, 100), help="JPEG quality of re-encoded images.")
-@click.option("--shard-samples", type=click.IntRange(1, MAX_COUNT), default=None, help="Roll over after this many samples.")
-@click.option("--shard-bytes", default="256MB", show_default=True, callback=size_option("--shard-bytes"),
-              help="Roll over before a shard grows past this size.")
-@click.option("--wids-md5", is_flag=True, help="Also record each shard's md5 in the wids index (costs a pass).")
 @click.option("--tree", default=None, help="Events: the ROOT TTree or RNTuple [default: the only one].")
 @click.option("--branches", "--columns", "branches", default=None, metavar="GLOBS",
               help='Events: comma-separated globs of branches/columns, e.g. "Jet_*,nJet" [default: every numeric one].')
@@ -179,18 +176,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="Parquet events in long format: consecutive rows with the same COLUMN value are one event.")
 @click.option("--events-table", default=None, type=click.Path(),
               help="Parquet events: a per-event table joined on --group-by (e.g. train_meta.parquet).")
-@click.option("--compression", type=click.Choice(["none", "lzf", "gzip", "blosc"]), default="none",
-              show_default=True, help="HDF5 compression of the event arrays (gzip is the portable choice).")
-@click.option("--events-per-sample", default=1, show_default=True, type=click.IntRange(1, MAX_INT32),
-              help="Events into tar: pack windows of N events into one sample.")
 @click.option("--provenance", is_flag=True,
               help="Events: store each event's input file (index into the manifest's inputs) and entry.")
-@click.option("--max-len", type=click.IntRange(1, MAX_INT32), default=None, metavar="L",
-              help="Events into memmap: values per event; longer events are truncated (--keep), shorter padded with 0.")
-@click.option("--dtype", type=click.Choice(["float32", "float16"]), default="float32", show_default=True,
-              help="Events into memmap: the dtype of the N x L x F values.")
-@click.option("--keep", default="first", show_default=True, metavar="first|last|top:FIELD",
-              help="Events into memmap: which L values an event longer than --max-len keeps (top: highest FIELD).")
 @converting_options
 @user_errors
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,

@@ -1,6 +1,7 @@
 """What the ``shardsmith`` commands share: the ranges of numeric options, option parsers, the
-options of every converting command, and ``user_errors`` (a mistake in data or options is one line
-and an exit code, never a traceback). ``cli.py`` holds the commands themselves."""
+options of every converting command, the formats' options (``FormatOptionsCommand``), and
+``user_errors`` (a mistake in data or options is one line and an exit code, never a traceback).
+``cli.py`` holds the commands themselves."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ import click
 
 from shardsmith.engine import interrupt
 from shardsmith.errors import ShardsmithError
+from shardsmith.kit.options import MAX_COUNT, FormatOptions, Option, refusal
 
 # The ranges of numeric options: past them a value is a typo, and would overflow what is made of it
+# (MAX_COUNT and MAX_INT32, shared with the formats' options, are in kit/options.py)
 MAX_SEED = (1 << 64) - 1  # a 64-bit seed, as the manifest stores it
-MAX_COUNT = (1 << 62) - 1  # records, samples: 64-bit sums stay exact
-MAX_INT32 = (1 << 31) - 1  # lengths stored as int32 (Megatron's sequence lengths, cu_seqlens)
 MAX_VOCAB = 1 << 24  # tokenizers trains vocabularies far below this
 MAX_WORKERS = 1024
 MAX_RANKS = 1 << 20
@@ -172,3 +173,87 @@ def cluster_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if not 0 <= rank < world_size:
         raise click.BadParameter(f"rank {rank} is not below the world size {world_size}", param_hint="--rank")
     return rank, world_size
+
+
+class FormatOptionsCommand(click.Command):
+    """A command that also takes every format's options (``kit/options.py``, read through the
+    registry from the formats' light modules when click first needs them: help or parsing), shows
+    them under a heading per ``--to`` value, refuses one given with another ``--to`` (one line, exit 2)
+    and hands the callback the chosen ``--to``'s values as ``format_options``."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        return [*params, *_format_params(_declared(), frozenset(p.name for p in params if p.name))]
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        rest = super().parse_args(ctx, args)
+        if not ctx.resilient_parsing:
+            declared = _declared()
+            to = ctx.params.get("to")
+            names = {n for d in declared for n in d.names()}
+            given = {n: ctx.params.pop(n) for n in sorted(names) if n in ctx.params}
+            for name, value in given.items():
+                message = refusal(name, value, to=to or "", declared=declared)
+                if message is not None:
+                    _fail(message, 2)
+            ctx.params["format_options"] = {n: v for n, v in given.items()
+                                            if any(n in d.names() for d in declared if d.to == to)}
+        return rest
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        declared = _declared()
+        params = {p.name: p for p in self.get_params(ctx)}
+        names = {n for d in declared for n in d.names()}
+        sections = {"Options": [r for name, p in params.items() if name not in names and (r := p.get_help_record(ctx))]}
+        for to in sorted({d.to for d in declared if d.to}):
+            seen = dict.fromkeys(n for d in declared if d.to == to for n in d.names() if n in params)
+            sections[f"Options for --to {to}"] = [r for n in seen if (r := params[n].get_help_record(ctx))]
+        width = min(max((len(term) for rows in sections.values() for term, _ in rows), default=0), 30)
+        for heading, rows in sections.items():
+            if rows:  # every section's help in one column
+                with formatter.section(heading):
+                    formatter.write_dl([(term.ljust(width), text) for term, text in rows])
+
+
+def _declared() -> tuple[FormatOptions, ...]:
+    """Every format's declaration; a format named as its ``--to`` first (its options lead the section)."""
+    from shardsmith import registry
+
+    found = registry.format_options()
+    return tuple(found[name] for name in sorted(found, key=lambda name: (found[name].to != name, name)))
+
+
+@functools.cache
+def _format_params(declared: tuple[FormatOptions, ...], taken: frozenset[str]) -> list[click.Parameter]:
+    """One click option per declared option; one declared differently by two formats, or named as
+    an option of the command itself, is left out with a warning line (the first declaration wins)."""
+    chosen: dict[str, Option] = {}
+    for d in declared:
+        for o in d.options:
+            first = chosen.setdefault(o.name, o)
+            if o.name in taken or first != o:
+                click.echo(f"shardsmith: warning: --to {d.to}: {o.flag} is "
+                           f"{'an option of the command' if o.name in taken else 'declared otherwise by another format'}"
+                           f"; it is left out", err=True)
+                if o.name in taken:
+                    chosen.pop(o.name)
+    return [_click_option(o) for o in chosen.values()]
+
+
+def _click_option(o: Option) -> click.Option:
+    """The click option of a declared option: the same checks and help as one written by hand."""
+    if o.type == "flag":
+        return click.Option([o.flag], is_flag=True, default=False, help=o.help)
+    shown = {"default": o.default, "show_default": o.default is not None, "metavar": o.metavar, "help": o.help}
+    if o.type == "size":
+        return click.Option([o.flag], callback=size_option(o.flag), **shown)
+    kind: Any = click.STRING
+    bounded = o.low is not None or o.high is not None
+    if o.type == "int":
+        kind = click.IntRange(None if o.low is None else int(o.low), None if o.high is None else int(o.high)) \
+            if bounded else click.INT
+    elif o.type == "float":
+        kind = click.FloatRange(o.low, o.high) if bounded else click.FLOAT
+    elif o.choices:
+        kind = click.Choice(list(o.choices))
+    return click.Option([o.flag], type=kind, **shown)

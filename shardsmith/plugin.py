@@ -3,7 +3,9 @@
 A third-party package writes a source (``Source``), a transform (``Transform``) or a format
 (``Format`` with its ``Writer`` and a dataset) against these names and registers it through an
 entry point (docs/design.md, "Plugins"); ``shardsmith.testing`` holds the conformance tests it
-runs. The modules behind these names may move; these names stay.
+runs. The modules behind these names may move; these names stay. A format's options module, which
+``convert --help`` imports, takes ``Option`` and ``FormatOptions`` from ``shardsmith.kit.options``
+instead: this module imports numpy.
 """
 
 from __future__ import annotations
@@ -12,12 +14,13 @@ from shardsmith.core.events import EventChunk, EventSchema
 from shardsmith.core.input_file import InputFile
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.kit.format import Format, Rate, WriteJob
+from shardsmith.kit.options import FormatOptions, Option, OptionValues
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
 from shardsmith.kit.transform import Transform
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 Source = Reader  # a source is a Reader subclass
 
-__all__ = ["BadRecord", "DataError", "DatasetError", "EventChunk", "EventSchema", "Format", "InputFile", "Rate",
-           "Reader", "RecordError", "ShardRange", "ShardRecord", "Source", "StreamError", "Task", "Transform",
-           "UsageError", "WriteJob", "Writer"]
+__all__ = ["BadRecord", "DataError", "DatasetError", "EventChunk", "EventSchema", "Format", "FormatOptions",
+           "InputFile", "Option", "OptionValues", "Rate", "Reader", "RecordError", "ShardRange", "ShardRecord",
+           "Source", "StreamError", "Task", "Transform", "UsageError", "WriteJob", "Writer"]

@@ -10,6 +10,13 @@ own through entry points, one group per kind (docs/design.md, "Plugins")::
     [project.entry-points."shardsmith.formats"]
     npz = "mypkg.npz:NpzFormat"
 
+    [project.entry-points."shardsmith.format_options"]   # optional: its options, from a light module
+    npz = "mypkg.npz_options:OPTIONS"
+
+A format's options (``kit/options.py``) are read from that light module (the built-ins': their
+``options.py``) so that ``convert --help`` lists them without importing any format; a format
+without one is imported and its ``options`` attribute read, and one that declares none (the
+protocol before formats declared options) is given the options every ``--to`` took then.
 A plugin may replace a built-in of the same name. A plugin whose module fails to import is one
 warning line on stderr naming it and its distribution; everything else goes on working.
 """
@@ -28,9 +35,13 @@ from shardsmith.errors import DatasetError, UsageError
 
 if TYPE_CHECKING:
     from shardsmith.kit.format import Format
+    from shardsmith.kit.options import FormatOptions
 
 KINDS = ("source", "transform", "format")
 GROUPS = {kind: f"shardsmith.{kind}s" for kind in KINDS}
+OPTIONS_GROUP = "shardsmith.format_options"  # format name -> "module:FormatOptions", a light module
+# the options every --to took before formats declared their own: what a format declaring none is given
+LEGACY_OPTIONS = ("shard_samples", "shard_bytes", "wids_md5", "compression", "events_per_sample")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +52,7 @@ class Plugin:
     requires: tuple[str, ...] = ()
     hint: str = ""
     origin: str = "shardsmith"  # the distribution that registered it
+    options: str = ""  # a format's options: "module:attribute" of a FormatOptions in a light module
 
     def missing(self) -> list[str]:
         """Modules this plugin needs that are not installed."""
@@ -52,11 +64,18 @@ class Plugin:
         if missing:
             hint = f"; install it with: pip install {self.hint}" if self.hint else ""
             raise UsageError(f"{self.kind} {self.name!r} needs {', '.join(missing)}, which is not installed{hint}")
-        module, _, attr = self.target.partition(":")
+        return self._import(self.target)
+
+    def load_options(self) -> FormatOptions | None:
+        """A format's declared options from its light module (None: it names none), imported now."""
+        return self._import(self.options) if self.options else None
+
+    def _import(self, target: str) -> Any:
+        module, _, attr = target.partition(":")
         try:
             return getattr(importlib.import_module(module), attr)
         except Exception as exc:  # a plugin's import may fail any way at all
-            raise UsageError(f"{self.kind} {self.name!r} from {self.origin}: cannot load {self.target} "
+            raise UsageError(f"{self.kind} {self.name!r} from {self.origin}: cannot load {target} "
                              f"({type(exc).__name__}: {exc})") from None
 
 
@@ -69,11 +88,16 @@ BUILTIN = (
     Plugin("source", "root", "shardsmith.sources.root:RootReader", _ROOT, hint="'shardsmith[root]'"),
     Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), hint="'shardsmith[images]'"),
     Plugin("transform", "select", "shardsmith.transforms.select:SelectFields"),
-    Plugin("format", "tokens", "shardsmith.formats.tokens.format:TokensFormat", ("numpy",)),
-    Plugin("format", "webdataset", "shardsmith.formats.webdataset.format:WebDatasetFormat"),
-    Plugin("format", "hdf5", "shardsmith.formats.hdf5.format:HDF5Format", ("h5py",)),
-    Plugin("format", "event-tar", "shardsmith.formats.event_tar.format:EventTarFormat"),
-    Plugin("format", "memmap", "shardsmith.formats.memmap.format:MemmapFormat", ("numpy",)),
+    Plugin("format", "tokens", "shardsmith.formats.tokens.format:TokensFormat", ("numpy",),
+           options="shardsmith.formats.tokens.options:OPTIONS"),
+    Plugin("format", "webdataset", "shardsmith.formats.webdataset.format:WebDatasetFormat",
+           options="shardsmith.formats.webdataset.options:OPTIONS"),
+    Plugin("format", "hdf5", "shardsmith.formats.hdf5.format:HDF5Format", ("h5py",),
+           options="shardsmith.formats.hdf5.options:OPTIONS"),
+    Plugin("format", "event-tar", "shardsmith.formats.event_tar.format:EventTarFormat",
+           options="shardsmith.formats.event_tar.options:OPTIONS"),
+    Plugin("format", "memmap", "shardsmith.formats.memmap.format:MemmapFormat", ("numpy",),
+           options="shardsmith.formats.memmap.options:OPTIONS"),
 )
 
 
@@ -83,11 +107,13 @@ def _installed() -> tuple[Plugin, ...]:
     the installed distributions for the three groups: each ``entry_points(group=...)`` call reads
     every distribution's metadata again (tens of milliseconds of start-up per call in a large venv)."""
     installed = entry_points()
+    options = {ep.name: ep.value for ep in installed.select(group=OPTIONS_GROUP)}
     found = []
     for kind, group in GROUPS.items():
         for ep in installed.select(group=group):
             origin = ep.dist.name if ep.dist is not None else "an entry point"
-            found.append(Plugin(kind, ep.name, ep.value, origin=origin))
+            found.append(Plugin(kind, ep.name, ep.value, origin=origin,
+                                options=options.get(ep.name, "") if kind == "format" else ""))
     return tuple(found)
 
 
@@ -129,10 +155,47 @@ def loaded(kind: str) -> dict[str, Any]:
         try:
             out[p.name] = p.load()
         except UsageError as exc:
-            if (p.kind, p.name) not in _warned:
-                _warned.add((p.kind, p.name))
-                print(f"shardsmith: warning: {exc}; it is left out", file=sys.stderr)
+            _warn(p, exc)
     return out
+
+
+def _warn(p: Plugin, exc: UsageError) -> None:
+    if (p.kind, p.name) not in _warned:
+        _warned.add((p.kind, p.name))
+        print(f"shardsmith: warning: {exc}; it is left out", file=sys.stderr)
+
+
+def format_options() -> dict[str, FormatOptions]:
+    """Every usable format's declared options, by format name, read from the light modules: no
+    format is imported but one that names no such module (a plugin whose class holds them, or
+    declares none: then it gets ``LEGACY_OPTIONS``, as every ``--to`` took them before)."""
+    declared = {p.name: p.load_options() for p in BUILTIN if p.kind == "format"}  # (all light)
+    out = {}
+    for p in plugins():
+        if p.kind != "format" or p.missing():
+            continue
+        try:
+            found = p.load_options() if p.options else _class_options(p, declared)
+        except UsageError as exc:
+            _warn(p, exc)
+            continue
+        if found is not None:
+            out[p.name] = found
+    return out
+
+
+def _class_options(p: Plugin, builtin: dict[str, FormatOptions | None]) -> FormatOptions | None:
+    """A format's options from its class: its ``options``, or (none declared) the legacy ones."""
+    from shardsmith.kit.options import FormatOptions
+
+    cls = p.load()
+    options = getattr(cls, "options", None)
+    if not getattr(cls, "option", None):
+        return None
+    if isinstance(options, FormatOptions):  # (a subclass of another format: its own --to, its parent's options)
+        return options if options.to == cls.option else FormatOptions(to=cls.option, options=options.options)
+    legacy = {o.name: o for d in builtin.values() if d is not None for o in d.options if o.name in LEGACY_OPTIONS}
+    return FormatOptions(to=cls.option, options=tuple(legacy[n] for n in LEGACY_OPTIONS))
 
 
 def formats() -> list[Format]:
@@ -159,8 +222,8 @@ def format_for(*, option: str, holds: str) -> Format:
 
 
 def to_options() -> list[str]:
-    """The values of ``convert --to``: every format's option."""
-    return sorted({f.option for f in formats() if f.option})
+    """The values of ``convert --to``: every format's option (read from the light modules)."""
+    return sorted({d.to for d in format_options().values() if d.to})
 
 
 def provenance(used: list[tuple[str, str]]) -> dict[str, str]:

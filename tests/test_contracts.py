@@ -4,6 +4,7 @@ the built-ins keep the promises a third-party plugin is held to."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -234,28 +235,60 @@ class TestCsvPluginSource(SourceContract):
     @pytest.fixture(scope="class", autouse=True)
     @classmethod
     def csv_plugin(cls) -> Iterator[None]:
-        plugin = registry.Plugin("source", "csv", "shardsmith_csv:CsvSource", origin="shardsmith-csv")
-        with pytest.MonkeyPatch.context() as mp:
-            mp.syspath_prepend(str(CSV_PLUGIN))
-            mp.setattr(registry, "_installed", lambda: (plugin,))
+        with csv_plugin_registered():
             yield
-        sys.modules.pop("shardsmith_csv", None)
-        registry._installed.cache_clear()
 
     def make_inputs(self, folder: Path) -> None:
-        import csv
-
-        docs = make_docs(105, seed=8, max_words=8)  # commas, quotes and line breaks: csv quotes them
-        for name, rows, sep in (("a.csv", range(60), ","), ("sub/b.tsv", range(60, 105), "\t")):
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            with open(folder / name, "w", newline="", encoding="utf-8") as fh:
-                writer = csv.writer(fh, delimiter=sep)
-                writer.writerow(["id", "text"])
-                writer.writerows([i, docs[i]] for i in rows)
+        csv_tables(folder)
 
     def make_bad_input(self, folder: Path) -> tuple[str, int | None]:
         (folder / "c.csv").write_text("id,text\n1,one\n2,two\n3,three,and more\n4,four\n")
         return "c.csv", 3  # rows count from 1 after the header in messages
+
+
+@pytest.mark.skipif(not (CSV_PLUGIN / "shardsmith_csv" / "format.py").is_file(),
+                    reason="the example plugin's format is not in this tree")
+class TestCsvPluginFormat(FormatContract):
+    """The example plugin's format (rows as CSV shards), with its own option."""
+
+    format = "csv"
+    convert_args = ["--shard-samples", "20", "--csv-delimiter", "tab"]
+
+    @pytest.fixture(scope="class", autouse=True)
+    @classmethod
+    def csv_plugin(cls) -> Iterator[None]:
+        with csv_plugin_registered():
+            yield
+
+    def make_inputs(self, folder: Path) -> None:
+        csv_tables(folder)
+
+
+@contextlib.contextmanager
+def csv_plugin_registered() -> Iterator[None]:
+    """The example plugin's source and format, registered as their entry points would register them."""
+    plugins = (registry.Plugin("source", "csv", "shardsmith_csv:CsvSource", origin="shardsmith-csv"),
+               registry.Plugin("format", "csv", "shardsmith_csv:CsvFormat", origin="shardsmith-csv",
+                               options="shardsmith_csv.options:OPTIONS"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(CSV_PLUGIN))
+        mp.setattr(registry, "_installed", lambda: plugins)
+        yield
+    for name in [m for m in sys.modules if m == "shardsmith_csv" or m.startswith("shardsmith_csv.")]:
+        sys.modules.pop(name)
+    registry._installed.cache_clear()
+
+
+def csv_tables(folder: Path) -> None:
+    import csv
+
+    docs = make_docs(105, seed=8, max_words=8)  # commas, quotes and line breaks: csv quotes them
+    for name, rows, sep in (("a.csv", range(60), ","), ("sub/b.tsv", range(60, 105), "\t")):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        with open(folder / name, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh, delimiter=sep)
+            writer.writerow(["id", "text"])
+            writer.writerows([i, docs[i]] for i in rows)
 
 
 # -- the contracts catch what they promise to catch ---------------------------------------------------

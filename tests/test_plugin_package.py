@@ -242,3 +242,26 @@ def test_a_plugin_transform_runs_on_the_plugin_source(venv, tmp_path):
     manifest = json.loads((tmp_path / "out/manifest.json").read_text())
     assert manifest["transforms"] == [{"transform": "normalize", "field": "text"}]
     assert manifest["plugins"] == {"source csv": "shardsmith-csv 0.1.0", "transform normalize": "shardsmith-csv 0.1.0"}
+
+
+def test_the_plugin_format_s_own_option(venv, tmp_path):
+    """The example's format declares --csv-delimiter in a light module (its own entry point group):
+    shown by convert --help, refused with another --to, used by its writer, recorded in the manifest."""
+    res = venv.run("convert", "--help")
+    assert res.returncode == 0, res.stderr
+    section = res.stdout.partition("Options for --to csv:")[2].partition("\n\n")[0]
+    assert "--csv-delimiter [comma|tab]" in section and "--shard-samples" in section, res.stdout
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "t.csv").write_text('id,text\n0,"a, b"\n1,c\n2,d\n', encoding="utf-8")
+    res = venv.run("convert", src, "--to", "webdataset", "--csv-delimiter", "tab", "-o", tmp_path / "tar", "--quiet")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.splitlines()[-1] == "shardsmith: error: --csv-delimiter applies to --to csv only, not to --to webdataset"
+    res = venv.run("convert", src, "--to", "csv", "--csv-delimiter", "tab", "-o", tmp_path / "out", "--quiet")
+    assert res.returncode == 0, res.stderr
+    manifest = json.loads((tmp_path / "out/manifest.json").read_text())
+    assert manifest["format_options"] == {"shard_samples": None, "csv_delimiter": "tab"}
+    assert manifest["plugins"]["format csv"] == "shardsmith-csv 0.1.0"
+    (shard,) = [s["path"] for s in manifest["splits"]["train"]["shards"]]
+    assert shard == "train-000000.tsv" and (tmp_path / "out" / shard).read_text().startswith("__key__\tid\ttext\n")
+    assert venv.run("verify", tmp_path / "out", "--deep").returncode == 0

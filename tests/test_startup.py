@@ -42,6 +42,26 @@ def test_version_and_help_import_nothing_heavy(args: list[str]) -> None:
     assert _imported(_cli(args)) == []
 
 
+def test_convert_help_lists_every_format_s_options_importing_no_format() -> None:
+    """``convert --help`` reads each format's options from its light module, a plugin's too (the
+    example plugin's, registered as its entry points would register it): no format is imported, nor
+    numpy, pyarrow, h5py or torch; only the scan of the installed packages' entry points."""
+    assert [n for n in _imported(_cli(["convert", "--help"])) if n != "importlib.metadata"] == []
+    plugin = Path(__file__).resolve().parents[1] / "examples/plugins/shardsmith-csv"
+    code = (f"import sys\nsys.path.insert(0, {str(plugin)!r})\nfrom shardsmith import registry\n"
+            "registry._installed = lambda: (registry.Plugin('format', 'csv', 'shardsmith_csv:CsvFormat',\n"
+            "    origin='shardsmith-csv', options='shardsmith_csv.options:OPTIONS'),)\n"
+            + _cli(["convert", "--help"]) +
+            "print([m for m, mod in sys.modules.items() if m.startswith(('shardsmith.formats.', 'shardsmith_csv.'))"
+            " and not m.endswith('.options') and not hasattr(mod, '__path__')])\n")  # (packages: docstrings)
+    script = (f"import sys\n{code}\nprint(__import__('json').dumps([n for n in {list(HEAVY)!r} if n in sys.modules]))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    *help_lines, formats, heavy = done.stdout.strip().splitlines()
+    assert formats == "[]" and json.loads(heavy) == ["importlib.metadata"], done.stdout[-500:]
+    text = "\n".join(help_lines)
+    assert "Options for --to csv:" in text and "--csv-delimiter [comma|tab]" in text, text
+
+
 def test_later_stages_of_a_root_run_do_not_open_the_inputs(tmp_path: Path) -> None:
     """The scatter saves the ROOT schema in the run's scratch folder; gather and finalize take it from
     there instead of importing uproot and opening every input, and the dataset is the same bytes."""

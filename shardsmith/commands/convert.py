@@ -8,7 +8,6 @@ take those of ``convert_events``.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from shardsmith import registry
@@ -40,15 +39,6 @@ def run(opts: ConvertOptions) -> dict[str, Any]:
     return run_job(job_of(opts))
 
 
-def _refuse_others_options(opts: ConvertOptions, fmt: Format) -> None:
-    """An option only another format reads (``Format.own_options``), given a value: refused, never ignored."""
-    defaults = {f.name: f.default for f in dataclasses.fields(opts)}
-    for other in registry.formats():
-        for name in other.own_options:
-            if other.option != fmt.option and name in defaults and getattr(opts, name) != defaults[name]:
-                raise UsageError(f"--{name.replace('_', '-')} applies to --to {other.option} only")
-
-
 class ConvertSteps(JobSteps):
     """Rows and images into tar samples (events: ``EventSteps``)."""
 
@@ -59,7 +49,7 @@ class ConvertSteps(JobSteps):
 
     def open(self, run: JobRun) -> JobSteps:
         cls, fmt = source_and_format(run)
-        _refuse_others_options(run.opts, fmt)
+        run.opts = run.opts.for_format(fmt, registry.format_options(), holds=cls.holds)  # refuses another's
         run.reader, run.fmt = cls.from_options(run.opts), fmt
         return EventSteps(job=self.job) if cls.holds == "events" else self
 
@@ -84,7 +74,7 @@ class ConvertSteps(JobSteps):
             if not images:
                 raise UsageError("--balance applies to image folders (class = folder) and events (,label=FIELD)")
             run.files, self.balance = balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
-        run.make_write(sources=sources)
+        run.make_write(sources=sources, options=run.opts.format_values())
         with no_gc():
             self.classes = reader.classes(run.files) if images else None  # type: ignore[attr-defined]
             wait_to_check(reader, run.files or [])  # inputs from a URL that the check reads

@@ -47,7 +47,7 @@ class EventSteps(JobSteps):
         self.schema, self.skipped_fields = schema, skipped
         self.events = EventProcessor(schema=schema, balance=None,
                                      provenance=[f.rel for f in run.files] if opts.provenance else None)
-        run.make_write(schema=self.events.out_schema)
+        run.make_write(schema=self.events.out_schema, options=run.opts.format_values())
 
     def estimated_bytes(self, run: JobRun) -> int:
         return 4 * super().estimated_bytes(run)  # compressed inputs grow when decoded: size the buckets for it

@@ -165,6 +165,7 @@ def _check_common(m: dict[str, Any], bad: Any) -> None:
     for rel in need(m, "companions", list, bad, optional=True) or ():
         if not isinstance(rel, str) or not safe_relative(rel):
             raise bad(f"'companions' holds {rel!r}, not a plain relative path inside the dataset folder")
+    need(m, "format_options", dict, bad, optional=True)  # the format's options (kit/options.py), as given
     files = need(m, "files", list, bad, optional=True)
     for entry in files or ():
         file_entry(entry, bad, "files[]")

@@ -59,6 +59,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     if skipped_inputs:  # objects --on-error skip left out: they stayed unreadable
         source["skipped_inputs"] = list(skipped_inputs)
     fields = dict(extras or {})
+    if job.options:  # the format's own options, as its writers got them (kit/options.py)
+        fields["format_options"] = job.options.as_dict()
     for key, value in fmt.manifest_fields(job, outputs).items():
         both = isinstance(value, dict) and isinstance(fields.get(key), dict)
         fields[key] = {**fields[key], **value} if both else value

@@ -22,6 +22,7 @@ from shardsmith.engine import url_inputs
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.units import FinalizeUnit, Unit
 from shardsmith.kit.format import Format, WriteJob
+from shardsmith.kit.options import OptionValues
 
 if TYPE_CHECKING:
     from shardsmith.core.progress import Progress
@@ -54,9 +55,10 @@ class Job:
                                                                   world_size=world))
 
 
-def write_job(opts: Any, *, schema: Any = None, sources: list[str] | None = None) -> WriteJob:
-    """What the format's writers are made from (``Format.writer``)."""
-    return WriteJob(opts=opts, out=opts.out, schema=schema, sources=sources)
+def write_job(opts: Any, *, schema: Any = None, sources: list[str] | None = None,
+              options: OptionValues | None = None) -> WriteJob:
+    """What the format's writers are made from (``Format.writer``): the run's options and the format's own."""
+    return WriteJob(opts=opts, out=opts.out, schema=schema, sources=sources, options=options or OptionValues())
 
 
 class JobRun:
@@ -83,9 +85,10 @@ class JobRun:
             self.files = url_inputs.discover_inputs(self.opts, suffixes=suffixes)
         return self.files
 
-    def make_write(self, *, schema: Any = None, sources: list[str] | None = None) -> WriteJob:
+    def make_write(self, *, schema: Any = None, sources: list[str] | None = None,
+                   options: OptionValues | None = None) -> WriteJob:
         """The format's write job, checked by the format before any work."""
-        self.write = write_job(self.opts, schema=schema, sources=sources)
+        self.write = write_job(self.opts, schema=schema, sources=sources, options=options)
         self.fmt.check(self.write)
         return self.write
 

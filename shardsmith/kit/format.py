@@ -10,23 +10,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from shardsmith.errors import DatasetError
+from shardsmith.kit.options import OptionValues
 
 if TYPE_CHECKING:
     from shardsmith.kit.file_copy import FileCopier
+    from shardsmith.kit.options import FormatOptions
     from shardsmith.kit.writer import ShardRange, Writer
 
 
 @dataclass(frozen=True, kw_only=True)
 class WriteJob:
-    """What a format's writers are made from: the command's options and what the run found out."""
+    """What a format's writers are made from: its own options, the run's, and what the run found out."""
 
-    opts: Any  # the command's options (shard sizes, compression, ...), a frozen dataclass
+    opts: Any  # the command's options (seed, splits, workers, ...), a frozen dataclass
     out: Path
+    options: OptionValues = field(default_factory=OptionValues)  # the format's own (``Format.options``), typed
     schema: Any = None  # an EventSchema for events, the token dtype for tokens
     sources: list[str] | None = None  # input files whose bytes a writer may copy unchanged (images)
 
@@ -91,9 +94,11 @@ class Format:
     accepts: ClassVar[tuple[str, ...]] = ()  # the record kinds it holds: "images", "rows", "events", "tokens"
     sample_unit: ClassVar[str] = "sample"  # what ``len(dataset)`` counts
     copies_files: ClassVar[bool] = False  # whether ``file_copier`` takes whole input files as samples
-    # options of the converting command only this format reads (``ConvertOptions`` field names): given
-    # with another format they are refused, never ignored
-    own_options: ClassVar[tuple[str, ...]] = ()
+    # the options only this format reads (``kit/options.py``; its writers get them as ``job.options``),
+    # best kept in a light module the registry names too (docs/design.md, "Plugins"). None: it
+    # declares none (the protocol before formats declared options): it is given the options every
+    # ``--to`` took then, and reading them as ``job.opts.NAME`` is deprecated
+    options: ClassVar[FormatOptions | None] = None
 
     # -- writing ------------------------------------------------------------------------------
     def check(self, job: WriteJob) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
+from shardsmith.formats.event_tar.options import OPTIONS
 from shardsmith.formats.webdataset.format import WebDatasetFormat, timed_samples
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
@@ -18,7 +19,8 @@ MAX_FIELD_NAME = 84  # a tar member is e0123456789.{field}.npy within ustar's 10
 class EventTarFormat(Format):
     name = "event-tar"
     manifest_format = "webdataset"
-    option = "webdataset"
+    option = OPTIONS.to
+    options = OPTIONS
     accepts = ("events",)
 
     def check(self, job: WriteJob) -> None:
@@ -42,7 +44,7 @@ class EventTarFormat(Format):
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.event_tar.writer import EventTarWriter
 
-        o = job.opts
+        o = job.options
         return EventTarWriter(out_dir=job.out, split=split, schema=job.schema, events_per_sample=o.events_per_sample,
                               shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, part=part)
 
@@ -52,7 +54,7 @@ class EventTarFormat(Format):
         return {"wids": wids_name(split)}
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
-        return {"events": {"events_per_sample": job.opts.events_per_sample}}
+        return {"events": {"events_per_sample": job.options.events_per_sample}}
 
     def reads(self, manifest: dict[str, Any]) -> bool:
         return super().reads(manifest) and "events" in manifest

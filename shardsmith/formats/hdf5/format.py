@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import manifest as m_
-from shardsmith.errors import DatasetError, UsageError
+from shardsmith.errors import DatasetError
+from shardsmith.formats.hdf5.options import OPTIONS
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob, timed_batches
 from shardsmith.kit.writer import ShardRange, Writer
 
@@ -17,7 +18,8 @@ from shardsmith.kit.writer import ShardRange, Writer
 class HDF5Format(Format):
     name = "hdf5"
     manifest_format = "hdf5"
-    option = "hdf5"
+    option = OPTIONS.to
+    options = OPTIONS
     accepts = ("events",)
     sample_unit = "event"
 
@@ -29,19 +31,15 @@ class HDF5Format(Format):
             raise bad("'events.counters' must be a list of names")
         m_.check_events_schema(m, bad)
 
-    def check(self, job: WriteJob) -> None:
-        if job.opts.events_per_sample > 1:
-            raise UsageError("--events-per-sample packs events into tar samples: it needs --to webdataset")
-
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.hdf5.writer import HDF5Writer
 
-        o = job.opts
+        o = job.options
         return HDF5Writer(out_dir=job.out, split=split, schema=job.schema, shard_samples=o.shard_samples,
                           shard_bytes=o.shard_bytes, compression=o.compression, part=part)
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
-        return {"hdf5": {"compression": job.opts.compression}}
+        return {"hdf5": {"compression": job.options.compression}}
 
     def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
         """``datasets``' ``hdf5`` builder reads the fixed-shape fields (``formats/hdf5/card.py``)."""

@@ -10,28 +10,27 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import manifest as m_
-from shardsmith.errors import DatasetError, UsageError
+from shardsmith.errors import DatasetError
+from shardsmith.formats.memmap.options import OPTIONS
 from shardsmith.formats.memmap.shape import Layout, layout_of
 from shardsmith.kit.format import Format, Rate, WriteJob, timed_batches
 from shardsmith.kit.writer import ShardRange, Writer
 
 
 def job_layout(job: WriteJob) -> Layout:
-    o = job.opts
+    o = job.options
     return layout_of(job.schema, max_len=o.max_len, dtype=o.dtype, keep=o.keep)
 
 
 class MemmapFormat(Format):
     name = "memmap"
     manifest_format = "memmap"
-    option = "memmap"
+    option = OPTIONS.to
+    options = OPTIONS
     accepts = ("events",)
     sample_unit = "event"
-    own_options = ("max_len", "dtype", "keep")
 
     def check(self, job: WriteJob) -> None:
-        if job.opts.events_per_sample > 1:
-            raise UsageError("--events-per-sample packs events into tar samples: it needs --to webdataset")
         job_layout(job)
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:

@@ -13,6 +13,7 @@ from shardsmith.core import manifest as m_
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.options import OPTIONS
 from shardsmith.kit import manifest_io
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob, first_split
 from shardsmith.kit.writer import ShardRange, Writer
@@ -21,7 +22,8 @@ from shardsmith.kit.writer import ShardRange, Writer
 class TokensFormat(Format):
     name = "tokens"
     manifest_format = "tokens"
-    option = None  # written by pack-tokens
+    option = OPTIONS.to  # None: written by pack-tokens, with that command's options (job.opts)
+    options = OPTIONS
     accepts = ("rows",)
     sample_unit = "document"
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError
+from shardsmith.formats.webdataset.options import OPTIONS
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
 
@@ -18,7 +19,8 @@ IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
 class WebDatasetFormat(Format):
     name = "webdataset"
     manifest_format = "webdataset"
-    option = "webdataset"
+    option = OPTIONS.to
+    options = OPTIONS
     accepts = ("images", "rows")
     copies_files = True
 
@@ -32,15 +34,15 @@ class WebDatasetFormat(Format):
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.webdataset.writer import TarWriter
 
-        o = job.opts
+        o = job.options
         return TarWriter(out_dir=job.out, split=split, shard_samples=o.shard_samples, shard_bytes=o.shard_bytes,
-                         wids_md5=o.wids_md5, sources=job.sources, threads=max(2, o.workers), part=part)
+                         wids_md5=o.wids_md5, sources=job.sources, threads=max(2, job.opts.workers), part=part)
 
     def file_copier(self, job: WriteJob) -> Any:
         """Images unchanged: the tar shards of the engine's copy mode (``image_tar.TarCopier``)."""
         from shardsmith.formats.webdataset.image_tar import TarCopier
 
-        o = job.opts
+        o = job.options
         return TarCopier(shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, wids_md5=o.wids_md5)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
