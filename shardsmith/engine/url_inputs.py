@@ -190,7 +190,7 @@ def _read_in_place(url: str) -> bool:
     uproot's XRootD source, fetch only the baskets they need). The one place that decides."""
     from shardsmith import registry
 
-    scheme, name = url.split("://", 1)[0].lower(), url.lower()
+    scheme, name = schemes.scheme_of(url), url.lower()
     readers = [cls for cls in registry.loaded("source").values() if name.endswith(cls.suffixes)]
     return bool(readers) and all(scheme in cls.opens_urls for cls in readers)
 
@@ -224,10 +224,10 @@ def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retr
     a folder walk does; a glob: every match, as a shell expands it; else the one object) and what
     ``inputs.listed`` needs of them: the local arguments they stand for once staged."""
     shown = safe_url(url)
-    scheme = url.split("://", 1)[0].lower()
+    scheme = schemes.scheme_of(url)
     host = schemes.host(url)
     path = schemes.key(scheme, fs._strip_protocol(url)).rstrip("/")
-    walk = schemes.WALK_OPTIONS.get(scheme, {})
+    walk = schemes.record(scheme).walk
     with _storage_errors(shown):
         if any(c in path for c in "*?["):
             matched = retry.call(lambda: fs.glob(path, detail=True, **walk), policy)
