@@ -172,7 +172,7 @@ class RemoteStore:
         if self.scheme.if_match:
             return sync(self.fs.loop, self._s3_gets, manifest_mod.MANIFEST, [(None, None)], None)[0]
         tag = self._identity(manifest_mod.MANIFEST)
-        return tag, self.fs.cat_file(self.key(manifest_mod.MANIFEST))
+        return tag, self.fs.cat_file(self.key(manifest_mod.MANIFEST), start=None, end=None)  # (XRootD: both asked)
 
     def _listing(self) -> dict[str, str]:
         """Every file below the prefix and its identity, from one listing (none for schemes that do
