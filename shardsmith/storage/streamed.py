@@ -57,6 +57,7 @@ class RemoteStore:
         self.policy = retry.Policy(retries=retries, wait=retry_wait)
         self.scheme = schemes.record(self.url)  # what the table of schemes says of it
         self.pins: dict[str, str] = {}  # file -> its identity when the dataset was opened (s3: the ETag)
+        self.sizes: dict[str, int] = {}  # file -> its size in the same listing
         self._fs: Any = None
         self._pid = -1
         self._seen: set[str] = set()  # other schemes: files whose identity this process has looked at
@@ -93,7 +94,8 @@ class RemoteStore:
             with self.errors(where, missing="no manifest.json: not a shardsmith dataset, or its conversion did "
                                             "not finish"):
                 before, raw = retry.call(self._manifest_bytes, self.policy)
-                listed = retry.call(self._listing, self.policy)
+                found = retry.call(self._listing, self.policy)
+                listed = {rel: _tag(info) for rel, info in found.items()}
                 after = retry.call(lambda: self._identity(manifest_mod.MANIFEST), self.policy)
             if before == after and listed.get(manifest_mod.MANIFEST, before) == before:
                 break
@@ -101,6 +103,7 @@ class RemoteStore:
             raise DatasetError(f"{where}: the dataset changed while it was being opened ({OPEN_TRIES} tries); "
                                f"open it again when its writer is done")
         self.pins = {**listed, manifest_mod.MANIFEST: before}
+        self.sizes = {rel: int(info["size"]) for rel, info in found.items() if info.get("size") is not None}
         self._seen = set()
         try:
             manifest = orjson.loads(raw)
@@ -130,6 +133,17 @@ class RemoteStore:
             if len(data) != b - a:
                 raise DatasetError(f"{self.name(rel)}: {len(data)} bytes at {a}, expected {b - a}")
         return list(got)
+
+    def size(self, rel: str) -> int | None:
+        """The size of file ``rel`` in the listing taken when the dataset was opened (a scheme that does
+        not list: its size now); None when there is no such object (``verify``: "missing")."""
+        if not self.scheme.whole_url:
+            return self.sizes.get(rel)
+        with self.errors(self.name(rel)):
+            try:
+                return int(retry.call(lambda: self.fs.info(self.key(rel)), self.policy)["size"])
+            except FileNotFoundError:
+                return None
 
     def download(self, rel: str, dst: BinaryIO, size: int) -> None:
         """File ``rel`` into ``dst`` from its current position on, block by block; a read that breaks
@@ -174,8 +188,8 @@ class RemoteStore:
         tag = self._identity(manifest_mod.MANIFEST)
         return tag, self.fs.cat_file(self.key(manifest_mod.MANIFEST), start=None, end=None)  # (XRootD: both asked)
 
-    def _listing(self) -> dict[str, str]:
-        """Every file below the prefix and its identity, from one listing (none for schemes that do
+    def _listing(self) -> dict[str, dict[str, Any]]:
+        """Every file below the prefix and what the listing says of it (none for schemes that do
         not list: their files are pinned when first looked at)."""
         if self.scheme.whole_url:
             return {}
@@ -183,7 +197,7 @@ class RemoteStore:
         prefix = schemes.key(name, self.fs._strip_protocol(self.url)).rstrip("/") + "/"
         self.fs.invalidate_cache()
         found = {schemes.key(name, k): v for k, v in self.fs.find(prefix, detail=True, **self.scheme.walk).items()}
-        return {path[len(prefix):]: _tag(info) for path, info in found.items() if path.startswith(prefix)}
+        return {path[len(prefix):]: info for path, info in found.items() if path.startswith(prefix)}
 
     def _check(self, rel: str, *, again: bool = False) -> None:
         """Other schemes: the file is still the version pinned (its first look pins a file the listing
