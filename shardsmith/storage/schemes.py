@@ -25,7 +25,8 @@ READ: frozenset[str] = frozenset({"inputs", "loader"})
 class Scheme:
     """What shardsmith knows of one URL scheme."""
 
-    name: str
+    name: str  # as URLs spell it, lower case
+    protocol: str = ""  # fsspec's name of its filesystem ("": the scheme's own name)
     module: str = ""  # the package its fsspec filesystem needs ("": fsspec alone)
     extra: str = ""  # the extra that installs ``module``
     roles: frozenset[str] = frozenset()  # "inputs", "outputs" (-o), "loader" (and verify, inspect)
@@ -133,8 +134,9 @@ def filesystem(urls: list[str], *, role: Role = "inputs") -> Any:
         if len(hosts) > 1 or "" in hosts:
             what = f"{s.name}:// inputs of one server" if role == "inputs" else f"the server of a {s.name}:// URL"
             raise UsageError(f"{shown}: give {what}, as {s.name}://HOST[:PORT]//path")
-        return fsspec.filesystem(s.name, hostid=hosts.pop(), skip_instance_cache=True, use_listings_cache=False)
-    fs = fsspec.filesystem(s.name, skip_instance_cache=True, use_listings_cache=False, **s.options)
+        return fsspec.filesystem(s.protocol or s.name, hostid=hosts.pop(), skip_instance_cache=True,
+                                 use_listings_cache=False)
+    fs = fsspec.filesystem(s.protocol or s.name, skip_instance_cache=True, use_listings_cache=False, **s.options)
     for name, value in s.attributes.items():
         setattr(fs, name, value)
     return fs
