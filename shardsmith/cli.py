@@ -206,7 +206,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, metavar="OUT | INPUT...")
+@click.argument("paths", nargs=-1, required=True, metavar="OUT | URL | INPUT...")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--samples", default=1, show_default=True, type=click.IntRange(0, 10_000), help="Samples to show.")
 @click.option("--report", "report", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
@@ -221,10 +221,17 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
 @user_errors
 def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | None, seq_len: int | None,
             source: str | None, seed: int) -> None:
-    """Summary of a dataset's manifest and a few samples; with --report, an HTML report of a dataset or of raw inputs."""
+    """Summary of a dataset's manifest and a few samples (a folder, or a URL the loader reads); with --report,
+    an HTML report of a dataset or of raw inputs."""
     from shardsmith.commands.inspect_report import dataset_report, inputs_report, is_dataset
+    from shardsmith.core.urls import is_url
     from shardsmith.errors import UsageError
 
+    if len(paths) == 1 and is_url(paths[0]) and report is None:  # a dataset at a URL
+        from shardsmith.commands.inspect import run as run_inspect
+
+        run_inspect(paths[0], as_json=as_json, samples=samples)
+        return
     if not is_dataset(paths):
         if report is None:
             raise UsageError(f"{paths[0]}: not a dataset folder (no manifest.json); to look at raw inputs, "
@@ -260,12 +267,13 @@ def bench(out: Path, split: str, seq_len: int | None, batch_size: int, seconds: 
 
 
 @main.command()
-@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("out", metavar="OUT | URL")
 @click.option("--deep", is_flag=True, help="Also open every sample: tar headers and offsets, token ids, images.")
 @click.option("--workers", type=click.IntRange(1, MAX_WORKERS), default=None, help="Files hashed at once [default: all cores].")
 @user_errors
-def verify(out: Path, deep: bool, workers: int | None) -> None:
-    """Check every file of a dataset against its manifest (size, sha256); exit 1 on any mismatch."""
+def verify(out: str, deep: bool, workers: int | None) -> None:
+    """Check every file of a dataset (a folder, or a URL the loader reads) against its manifest (size, sha256);
+    exit 1 on any mismatch."""
     from shardsmith.commands.verify import run
     from shardsmith.engine.workers import default_workers
 

@@ -193,3 +193,23 @@ def test_missing_gcsfs_names_the_extra(gs_env, tmp_path):
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == ("shardsmith: error: gs://bucket/data/: reading gs:// needs gcsfs: "
                                   "pip install 'shardsmith[gcs]'"), res.stderr
+
+
+def test_verify_and_inspect_a_dataset_on_gs(gs, tmp_path):
+    """``verify`` (and ``--deep``) and ``inspect`` of a dataset at a gs:// URL say what they say of the
+    folder it was uploaded from (``tests/test_verify_urls.py`` for s3://, http:// and root://)."""
+    write_jsonl(tmp_path / "docs" / "a.jsonl", make_docs(90, seed=3))
+    folder = tmp_path / "wds"
+    res = run_cli("convert", tmp_path / "docs", "-o", folder, "--to", "webdataset", "--shard-samples", "30", "-q")
+    assert res.exit_code == 0, res.stderr
+    _upload(gs, "shardsmith-datasets", folder, "wds")
+    url = "gs://shardsmith-datasets/wds"
+    for deep in ((), ("--deep",)):
+        got, want = run_cli("verify", url, *deep), run_cli("verify", folder, *deep)
+        assert got.exit_code == 0 and got.output.startswith(f"{url}: OK: "), got.output + got.stderr
+        assert got.output.split(": OK: ")[1].split(" in ")[0] == want.output.split(": OK: ")[1].split(" in ")[0]
+    info, local = (orjson.loads(run_cli("inspect", where, "--json").output) for where in (url, folder))
+    assert info.pop("path") == url and local.pop("path") == str(folder) and info == local
+    gs.pipe_file("shardsmith-datasets/wds/train-000001.tar", (folder / "train-000001.tar").read_bytes()[:-512])
+    res = run_cli("verify", url)
+    assert res.exit_code == 1 and "FAIL train-000001.tar: " in res.output and "bytes, the manifest says" in res.output

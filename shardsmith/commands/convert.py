@@ -22,7 +22,6 @@ from shardsmith.engine.run import Converted
 from shardsmith.errors import UsageError
 from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
-from shardsmith.kit.format import Format
 from shardsmith.kit.transform import Transform, build_transforms
 
 __all__ = ["ConvertOptions", "job_of", "run"]

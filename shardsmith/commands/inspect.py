@@ -1,4 +1,5 @@
-"""``shardsmith inspect``: what a dataset holds, from its manifest, plus a few decoded samples."""
+"""``shardsmith inspect``: what a dataset holds, from its manifest, plus a few decoded samples; of a
+folder, or of a dataset at a URL read as the loader reads it (``kit/dataset_files.files_at``)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,19 @@ import orjson
 
 from shardsmith import registry
 from shardsmith.core.sizes import format_size
-from shardsmith.kit import manifest_io
+from shardsmith.kit.dataset_files import files_at
 
 
-def summary(out: Path, *, samples: int) -> dict[str, Any]:
-    m = manifest_io.load(out)
+def summary(where: str | Path, *, samples: int) -> dict[str, Any]:
+    with files_at(where) as files:
+        m = files.load_manifest()
+        out = files if files.streamed else files.root  # what the format's hooks are given
+        return _summary(files.where, out, m, samples=samples)
+
+
+def _summary(where: str, out: Any, m: dict[str, Any], *, samples: int) -> dict[str, Any]:
     info: dict[str, Any] = {
-        "path": str(out), "format": m["format"], "created": m["created"], "tool_version": m["tool_version"],
+        "path": where, "format": m["format"], "created": m["created"], "tool_version": m["tool_version"],
         "seed": m["seed"], "shuffle": m["shuffle"],
         "source": {k: v for k, v in m["source"].items() if k != "skipped"},
         "skipped": (m["source"].get("skipped") or {}).get("count", 0),
@@ -30,7 +37,7 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
     }
     inputs = m["source"].get("inputs") or []
     info["source"]["inputs"] = inputs if isinstance(inputs, int) else len(inputs)  # a count beyond 1,000 inputs
-    fmt = registry.format_of(m, where=str(out))
+    fmt = registry.format_of(m, where=where)
     info.update(fmt.describe(out, m))
     if "events" in m:
         info["events"] = {k: v for k, v in m["events"].items() if k != "skipped_fields"}
@@ -39,13 +46,13 @@ def summary(out: Path, *, samples: int) -> dict[str, Any]:
     return info
 
 
-def run(out: Path, *, as_json: bool, samples: int) -> None:
-    info = summary(out, samples=samples)
+def run(where: str | Path, *, as_json: bool, samples: int) -> None:
+    info = summary(where, samples=samples)
     if as_json:
         sys.stdout.write(orjson.dumps(info, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     echo = click.echo
-    echo(f"{out}: {info['format']} dataset, shardsmith {info['tool_version']}, created {info['created']}")
+    echo(f"{info['path']}: {info['format']} dataset, shardsmith {info['tool_version']}, created {info['created']}")
     src = info["source"]
     echo(f"  source: {src.get('reader')} reader, {src['inputs']} input files, {src.get('records')} records, "
          f"{info['skipped']} skipped")

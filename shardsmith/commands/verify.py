@@ -1,14 +1,21 @@
 """``shardsmith verify``: every file against the manifest (size, sha256); ``--deep`` opens every sample.
 
+A dataset folder, or a dataset at a URL of any scheme the loader reads (``storage/schemes.py``),
+read as the loader reads it (``kit/dataset_files.py``): each object of the version opened (its ETag
+pinned), hashed as it streams in; the format's checks get the dataset's files instead of a folder,
+and ``--deep`` reads the shards whole through a temporary cache. The same one-line problems.
+
 Hashing runs on threads (hashlib and file reads release the GIL), so verify goes at disk speed.
 Problems are collected, not raised: the user gets the whole list and a non-zero exit.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import posixpath
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,7 +27,7 @@ from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DatasetError, ShardsmithError
-from shardsmith.kit import manifest_io
+from shardsmith.kit.dataset_files import LocalFiles, StreamedFiles, files_at
 
 
 def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -35,7 +42,7 @@ def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
     return entries
 
 
-def _unlisted_files(out: Path, m: dict[str, Any]) -> list[str]:
+def _unlisted_files(read: Callable[[str], bytes], m: dict[str, Any]) -> list[str]:
     """Split-wide files the manifest names but its ``files`` does not list (manifests written before
     ``files`` was recorded, or a list cut short): the tokenizer against its sha256, each wids index
     against the shards it lists."""
@@ -44,7 +51,7 @@ def _unlisted_files(out: Path, m: dict[str, Any]) -> list[str]:
     tok = m.get("tokenizer")
     if isinstance(tok, dict) and tok["path"] not in listed:
         try:
-            data = manifest_mod.resolve_inside(out, tok["path"]).read_bytes()
+            data = read(tok["path"])
             if hashlib.sha256(data).hexdigest() != tok["sha256"]:
                 problems.append(f"{tok['path']}: sha256 differs from the manifest's tokenizer.sha256")
         except OSError as exc:
@@ -54,13 +61,13 @@ def _unlisted_files(out: Path, m: dict[str, Any]) -> list[str]:
     for split in m["splits"].values():
         wids = split.get("wids")
         if isinstance(wids, str) and wids not in listed:
-            problems += _check_wids(out, wids, split["shards"])
+            problems += _check_wids(read, wids, split["shards"])
     return problems
 
 
-def _check_wids(out: Path, rel: str, shards: list[dict[str, Any]]) -> list[str]:
+def _check_wids(read: Callable[[str], bytes], rel: str, shards: list[dict[str, Any]]) -> list[str]:
     try:
-        index = orjson.loads(manifest_mod.resolve_inside(out, rel).read_bytes())
+        index = orjson.loads(read(rel))
         here = posixpath.dirname(rel)  # urls are relative to the index (``__index__/``: ``../train-000000.tar``)
         listed = [(posixpath.normpath(posixpath.join(here, e["url"])), e["nsamples"], e["filesize"])
                   for e in index["shardlist"]]
@@ -77,6 +84,7 @@ def _check_wids(out: Path, rel: str, shards: list[dict[str, Any]]) -> list[str]:
 
 
 def _check_file(out: Path, entry: dict[str, Any]) -> str | None:
+    """A local file against its entry: None, or the problem in a line."""
     try:
         path = manifest_mod.resolve_inside(out, entry["path"])
     except DatasetError as exc:
@@ -95,20 +103,82 @@ def _check_file(out: Path, entry: dict[str, Any]) -> str | None:
     return None
 
 
-def run(out: Path, *, deep: bool, workers: int) -> bool:
+def _check_object(files: StreamedFiles, entry: dict[str, Any]) -> str | None:
+    """An object of a dataset at a URL against its entry, in the words of ``_check_file``: its size in
+    the listing taken when the dataset was opened, then its bytes of that version, hashed as they come."""
+    rel, store = entry["path"], files.store
+    try:
+        store.key(rel)  # refused unless below the prefix
+        size = store.size(rel)
+        if size is None:
+            return f"{rel}: missing"
+        if size != entry["bytes"]:
+            return f"{rel}: {size} bytes, the manifest says {entry['bytes']}"
+        digest = _Digest()
+        store.download(rel, digest, size)  # type: ignore[arg-type]
+    except DatasetError as exc:
+        return str(exc)
+    if digest.size != size:
+        return f"{rel}: {digest.size} bytes, the manifest says {entry['bytes']}"
+    if digest.sha.hexdigest() != entry["sha256"]:
+        return f"{rel}: sha256 {digest.sha.hexdigest()[:16]}… differs from the manifest's {entry['sha256'][:16]}…"
+    return None
+
+
+class _Digest:
+    """Where a download goes when only its sha256 and size are wanted."""
+
+    def __init__(self) -> None:
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+
+def _reader(files: LocalFiles | StreamedFiles) -> Callable[[str], bytes]:
+    """A whole file of the dataset by its name in the manifest (OSError or DatasetError when it cannot be)."""
+    if not files.streamed:
+        return lambda rel: manifest_mod.resolve_inside(files.root, rel).read_bytes()
+    store = files.store  # type: ignore[union-attr]
+
+    def read(rel: str) -> bytes:
+        store.key(rel)
+        size = store.size(rel)
+        if size is None:
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory")
+        return store.read(rel, 0, size)
+
+    return read
+
+
+def run(where: str | Path, *, deep: bool, workers: int) -> bool:
+    """Verify the dataset at ``where`` (a folder or a URL); False when a problem was found."""
+    with files_at(where) as files:
+        return _verify(files, deep=deep, workers=workers)
+
+
+def _verify(files: LocalFiles | StreamedFiles, *, deep: bool, workers: int) -> bool:
     t0 = time.perf_counter()
     try:
-        m = manifest_io.load(out)
+        m = files.load_manifest()
     except ShardsmithError as exc:
         click.echo(f"FAIL {exc}")
         return False
+    out = files if files.streamed else files.root  # what the format's checks are given
+    check = (lambda e: _check_object(files, e)) if files.streamed else (lambda e: _check_file(files.root, e))
     entries = _files(m)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        problems = [p for p in pool.map(lambda e: _check_file(out, e), entries) if p]
-    problems += _unlisted_files(out, m)
+        problems = [p for p in pool.map(check, entries) if p]
+    problems += _unlisted_files(_reader(files), m)
     if not problems:
         try:
-            fmt = registry.format_of(m, where=str(out))
+            fmt = registry.format_of(m, where=files.where)
         except DatasetError as exc:
             problems.append(str(exc))
         else:
@@ -122,7 +192,6 @@ def run(out: Path, *, deep: bool, workers: int) -> bool:
         click.echo(f"FAIL {p}")
     samples = sum(s["samples"] for s in m["splits"].values())
     verdict = "OK" if not problems else f"{len(problems)} problem{'s' * (len(problems) != 1)}"
-    click.echo(f"{out}: {verdict}: {len(entries)} files, {samples:,} samples, {format_size(size)} checked"
+    click.echo(f"{files.where}: {verdict}: {len(entries)} files, {samples:,} samples, {format_size(size)} checked"
                f"{' (deep)' if deep else ''} in {elapsed:.2f} s ({size / max(elapsed, 1e-9) / 1e6:,.0f} MB/s)")
     return not problems
-

@@ -1,5 +1,6 @@
 """The output of a converting command: a local folder (``session``) or a prefix in object storage
-(``outremote``), chosen from ``-o``."""
+(``outremote``), chosen from ``-o`` (a URL: its scheme is checked against the table of schemes,
+``storage/schemes.py``, when its store is opened)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from shardsmith.core.urls import is_url
 from shardsmith.engine.session import OutputRun, held, output_run
 from shardsmith.errors import UsageError
+from shardsmith.storage import schemes
 
 
 @contextlib.contextmanager
@@ -18,7 +20,8 @@ def output_for(opts: Any) -> Iterator[OutputRun]:
     to the pipeline (for a URL, its ``out`` is the local staging folder)."""
     if not is_url(str(opts.out)):
         if opts.staging is not None or opts.part_size is not None:
-            raise UsageError(f"--staging and --part-size apply to an output in object storage (-o s3://...), "
+            stores = " or ".join(f"-o {s}..." for s in schemes.known("outputs"))
+            raise UsageError(f"--staging and --part-size apply to an output in object storage ({stores}), "
                              f"not to the folder {opts.out}")
         with output_run(out=opts.out, overwrite=opts.overwrite, stage=opts.stage, rank=opts.rank,
                         quiet=opts.quiet) as session:

@@ -1,9 +1,9 @@
 """Inputs named by URL (``s3://bucket/prefix/``, ``root://host:port//folder/``, one object or file,
 or a glob on them), for every command.
 
-The objects are listed (size and ETag) and given the identities of a local copy of the same tree
-(the path relative to the input root, an image's class folder), so the output is byte-identical to
-a run on that copy. The run starts then; the objects are *staged* meanwhile, by a background stager
+The objects are listed (size and ETag: ``storage/listing.py``) and given the identities of a local
+copy of the same tree (the path relative to the input root, an image's class folder), so the output
+is byte-identical to a run on that copy. The run starts then; the objects are *staged* meanwhile, by a background stager
 (``storage/stager.py``) in the order the tasks read them and within a budget ahead of the readers:
 downloaded into the run's scratch folder (``outdir.staging_path``), laid out as ``SCHEME/BUCKET/KEY``,
 where a reader waits for its file to be whole (``storage/arrival.py``). What planning reads
@@ -40,9 +40,8 @@ from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import is_url, safe_url
 from shardsmith.engine import inputs
 from shardsmith.engine.outdir import STAGED, staging_path, work_path
-from shardsmith.errors import DataError, ShardsmithError, UsageError
-from shardsmith.storage import errors as storage_errors
-from shardsmith.storage import retry, schemes
+from shardsmith.errors import DataError, UsageError
+from shardsmith.storage import listing, retry, schemes
 from shardsmith.storage.stager import Stager
 
 BLOCK = 8 << 20  # bytes per ranged read of a download
@@ -190,7 +189,7 @@ def _read_in_place(url: str) -> bool:
     uproot's XRootD source, fetch only the baskets they need). The one place that decides."""
     from shardsmith import registry
 
-    scheme, name = url.split("://", 1)[0].lower(), url.lower()
+    scheme, name = schemes.scheme_of(url), url.lower()
     readers = [cls for cls in registry.loaded("source").values() if name.endswith(cls.suffixes)]
     return bool(readers) and all(scheme in cls.opens_urls for cls in readers)
 
@@ -205,63 +204,21 @@ def input_root(files: list[InputFile]) -> str | None:
     return roots.pop() if len(roots) == 1 else None
 
 
-def _storage_errors(url: str, *, reading: bool = False) -> contextlib.AbstractContextManager[None]:
-    """The storage client's errors as one line naming ``url`` (listing: a usage error, exit 2;
-    downloading, or transient errors that outlasted the retries: a data error, exit 1)."""
-
-    def error(kind: str, text: str) -> ShardsmithError:
-        return DataError(file=url, reason=text) if reading or kind == "gave-up" else UsageError(f"{url}: {text}")
-
-    return storage_errors.one_line(error, verb="read" if reading else "list",
-                                   words={"missing": "no such object or prefix"})
-
-
-# -- listing ---------------------------------------------------------------------------------------
+# -- listing: what storage/listing.py found, as staged copies and input files ---------------------
 
 def _list(fs: Any, url: str, suffixes: tuple[str, ...], root: Path, policy: retry.Policy
           ) -> tuple[list[RemoteObject], list[_Entry]]:
-    """The objects ``url`` names (a prefix: the files below it with a suffix, hidden names left out as
-    a folder walk does; a glob: every match, as a shell expands it; else the one object) and what
-    ``inputs.listed`` needs of them: the local arguments they stand for once staged."""
-    shown = safe_url(url)
-    scheme = url.split("://", 1)[0].lower()
-    host = schemes.host(url)
-    path = schemes.key(scheme, fs._strip_protocol(url)).rstrip("/")
-    walk = schemes.WALK_OPTIONS.get(scheme, {})
-    with _storage_errors(shown):
-        if any(c in path for c in "*?["):
-            matched = retry.call(lambda: fs.glob(path, detail=True, **walk), policy)
-            found = [_object(scheme, host, schemes.key(scheme, key), _sized(fs, key, info, policy), root, shown)
-                     for key, info in sorted(matched.items()) if info.get("type") == "file"]
-            if not found:
-                raise UsageError(f"{shown}: no object matches")
-            return found, [_one(o, suffixes) for o in found]
-        info = retry.call(lambda: fs.info(path or "/"), policy)
-        if not schemes.is_folder(scheme, url, info):
-            o = _object(scheme, host, path, info, root, shown)
-            return [o], [_one(o, suffixes)]
-        below = schemes.folder(scheme, path)
-        found_keys = retry.call(lambda: fs.find(below, detail=True, **walk), policy)
-        listed = {schemes.key(scheme, k): v for k, v in found_keys.items()}
-    found, rows = [], []
-    for key, info in sorted(listed.items()):
-        rel = key[len(path) + 1:]
-        if (info.get("type") != "file" or not rel or key.endswith("/") or not rel.lower().endswith(suffixes)
-                or any(part.startswith(".") for part in rel.split("/"))):
-            continue
-        with _storage_errors(shown):
-            info = _sized(fs, key, info, policy)
-        o = _object(scheme, host, key, info, root, shown)
-        found.append(o)
-        rows.append((o.local, rel, o.size, rel.split("/", 1)[0] if "/" in rel else "", o.url))
-    if not found:
-        raise UsageError(f"{shown}: no input files ({', '.join(suffixes)}) below this prefix")
-    return found, [(str(root.joinpath(scheme, *[p for p in schemes.local_parts(scheme, host, path) if p])), True, rows)]
-
-
-def _sized(fs: Any, key: str, info: dict[str, Any], policy: retry.Policy) -> dict[str, Any]:
-    """A listed object's details, asked for when the listing had no size (links on a web page)."""
-    return info if info.get("size") is not None else retry.call(lambda: fs.info(key), policy)
+    """The objects ``url`` names (``listing.list_url``), each with where it is staged
+    (``root/SCHEME/[HOST/]KEY``), and what ``inputs.listed`` needs of them: the local arguments they
+    stand for once staged (a prefix: its folder; else each object as a file argument)."""
+    scheme = schemes.scheme_of(url)
+    found = listing.list_url(fs, url, suffixes=suffixes, policy=policy)
+    objects = [_staged_as(o, root / scheme, safe_url(url)) for o in found.objects]
+    if found.folder is None:
+        return objects, [_one(o, suffixes) for o in objects]
+    rows = [(o.local, got.rel, o.size, got.rel.split("/", 1)[0] if "/" in got.rel else "", o.url)
+            for o, got in zip(objects, found.objects)]
+    return objects, [(str(root.joinpath(scheme, *found.folder)), True, rows)]
 
 
 def _one(o: RemoteObject, suffixes: tuple[str, ...]) -> _Entry:
@@ -271,15 +228,11 @@ def _one(o: RemoteObject, suffixes: tuple[str, ...]) -> _Entry:
     return (o.local, False, [(o.local, os.path.basename(o.local), o.size, "", o.url)])
 
 
-def _object(scheme: str, host: str, key: str, info: dict[str, Any], root: Path, shown: str) -> RemoteObject:
-    """A listed object: its URL, where it is staged (``SCHEME/[HOST/]KEY``), its size and version."""
-    parts = schemes.local_parts(scheme, host, key)
-    url = schemes.shown_url(scheme, host, key)
-    if any(p in ("", ".", "..") for p in parts) or "\0" in key:
-        raise UsageError(f"{shown}: object {url!r} cannot be staged as a file (empty, . or .. in its key)")
-    etag = str(info.get("ETag") or info.get("etag") or info.get("LastModified") or info.get("mtime") or "")
-    return RemoteObject(url=url, key=key, size=int(info.get("size") or 0), etag=etag,
-                        local=str(root.joinpath(scheme, *parts)))
+def _staged_as(o: listing.Listed, below: Path, shown: str) -> RemoteObject:
+    """A listed object and where it is staged (``SCHEME/[HOST/]KEY`` below the staging folder)."""
+    if any(p in ("", ".", "..") for p in o.parts) or "\0" in o.key:
+        raise UsageError(f"{shown}: object {o.url!r} cannot be staged as a file (empty, . or .. in its key)")
+    return RemoteObject(url=o.url, key=o.key, size=o.size, etag=o.etag, local=str(below.joinpath(*o.parts)))
 
 
 # -- staging ---------------------------------------------------------------------------------------
@@ -317,7 +270,7 @@ def _fetch(fs: Any, root: Path, o: RemoteObject, stop: threading.Event, policy: 
     etag.unlink(missing_ok=True)  # never an old ETag beside a new copy
     tmp = local.parent / f".{local.name}.tmp-{os.getpid()}-{threading.get_ident()}"
     try:
-        with _storage_errors(o.url, reading=True), open(tmp, "wb") as dst:
+        with listing.errors_naming(o.url, reading=True), open(tmp, "wb") as dst:
             reached = [0]
 
             def progressed() -> bool:

@@ -16,10 +16,13 @@ the manifest (S3: ``If-Match`` on every GET, ``storage/streamed.py``), the cache
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import shutil
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +339,25 @@ def files_for(where: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
     limit = parse_size(cache_limit if cache_limit is not None else "20GB", option="cache_limit")
     return StreamedFiles(RemoteStore(str(where), retries=retries, retry_wait=retry_wait),
                          ShardCache(root=cache_dir, limit=limit), ahead=ahead)
+
+
+@contextlib.contextmanager
+def files_at(where: str | os.PathLike[str], *, retries: int = 5,
+             retry_wait: float = 0.5) -> Iterator[LocalFiles | StreamedFiles]:
+    """The files of the dataset at ``where`` for a command that reads it once (``verify``,
+    ``inspect``): a folder as it is; a URL read as the loader reads it, through a temporary cache
+    (in ``$TMPDIR``, as large as its free disk allows, removed when done). A URL the loader does not
+    read (its scheme, a missing extra, credentials in it) is one line, exit 2."""
+    from shardsmith.core.urls import is_url
+    from shardsmith.storage import schemes
+
+    if not is_url(str(where)):
+        yield LocalFiles(Path(where))
+        return
+    schemes.filesystem([str(where)], role="loader")  # refused here, as a usage error, before any read
+    folder = tempfile.mkdtemp(prefix="shardsmith-cache-")
+    try:
+        limit = max(1 << 30, shutil.disk_usage(folder).free * 9 // 10)
+        yield files_for(where, cache_dir=folder, cache_limit=limit, retries=retries, retry_wait=retry_wait)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

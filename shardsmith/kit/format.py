@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from shardsmith.kit.options import FormatOptions
     from shardsmith.kit.writer import ShardRange, Writer
 
+# a dataset at a URL, as the hooks that read a dataset get it: its files (``kit/dataset_files.py``
+# ``StreamedFiles``, not imported here: it imports the registry, which imports this module)
+StreamedFiles = Any
+
 
 @dataclass(frozen=True, kw_only=True)
 class WriteJob:
@@ -135,16 +139,18 @@ class Format:
         """The loader's dataset of one split (``shardsmith.loader.open``)."""
         raise NotImplementedError
 
-    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+    def verify_layout(self, out: Path | StreamedFiles, manifest: dict[str, Any], split: str) -> list[str]:
         """``verify`` (also without ``--deep``): what the format's own descriptions say of the files,
-        checked without reading the data (cheap); the problems found, one line each."""
+        checked without reading the data (cheap); the problems found, one line each. ``out``, here
+        and in ``verify_deep``, ``describe`` and ``show``: the dataset's folder, or for a dataset at a
+        URL the files the loader reads it through (``kit/dataset_files.py``), which ``open`` takes too."""
         return []
 
-    def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+    def verify_deep(self, out: Path | StreamedFiles, manifest: dict[str, Any], split: str) -> list[str]:
         """``verify --deep``: every sample opened; the problems found, one line each."""
         return []
 
-    def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    def describe(self, out: Path | StreamedFiles, manifest: dict[str, Any]) -> dict[str, Any]:
         """``inspect``: what this format adds to the summary (shown as ``key: value`` lines)."""
         return {}
 
@@ -159,7 +165,7 @@ class Format:
         ``sampling`` (``kit.sections.model.Sampling``) bounds what they read: a seeded sample, a deadline."""
         return []
 
-    def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    def show(self, out: Path | StreamedFiles, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
         """``inspect``: the first ``n`` samples of the first split that has any, each as a dict of short
         values (``show_one``)."""
         split = first_split(manifest)

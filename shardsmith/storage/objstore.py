@@ -24,14 +24,12 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from shardsmith.core.faults import crash_point
-from shardsmith.core.urls import SCHEME, safe_url
+from shardsmith.core.urls import safe_url
 from shardsmith.errors import DataError, ShardsmithError, UsageError
-from shardsmith.storage import retry
+from shardsmith.storage import retry, schemes
 from shardsmith.storage.errors import one_line, s3_code
 
 T = TypeVar("T")
-# scheme -> (the module its fsspec filesystem needs, the extra that installs it)
-BACKENDS = {"s3": ("s3fs", "s3")}
 PART_SIZE = 64 << 20  # bytes per part of a multipart upload (S3 allows 5 MiB to 5 GiB, 10 000 parts)
 MIN_PART = 5 << 20
 MAX_PART = 5 << 30
@@ -319,35 +317,16 @@ def _etag(info: dict[str, Any]) -> str:
     return str(info.get("ETag") or info.get("etag") or "").strip('"')
 
 
-STORES: dict[str, type[Store]] = {"s3": S3Store}
+STORES: dict[str, type[Store]] = {"s3": S3Store}  # what a scheme's store adds (schemes.SCHEMES: which write)
 
 
 def open_store(url: str, *, policy: retry.Policy, part_size: int = PART_SIZE) -> Store:
-    """The store of an output URL (a fresh filesystem: no listing cached from another run), or one
-    line saying what to install."""
-    scheme = SCHEME.match(url).group(1).lower()  # type: ignore[union-attr]
-    shown = safe_url(url)
-    if scheme not in BACKENDS:
-        raise UsageError(f"-o {shown}: writing to {scheme}:// is not supported (s3:// is)")
-    if "@" in url[len(scheme) + 3:].split("/", 1)[0]:
-        raise UsageError(f"-o {shown}: {scheme}:// URLs carry no credentials; set AWS_ACCESS_KEY_ID and "
-                         f"AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) instead")
+    """The store of an output URL (a fresh filesystem, made as the table of schemes says: no listing
+    cached from another run, the client's own retries off), or one line saying what to install."""
+    scheme = schemes.check(url, role="outputs").name
     if not url[len(scheme) + 3:].strip("/"):
-        raise UsageError(f"-o {shown}: name a bucket (and a prefix): {scheme}://BUCKET/PREFIX")
-    module, extra = BACKENDS[scheme]
-    try:
-        import fsspec
-
-        __import__(module)
-    except ImportError:
-        raise UsageError(f"-o {shown}: writing to {scheme}:// needs {module}: pip install 'shardsmith[{extra}]'"
-                         ) from None
-    # s3fs and botocore retry on their own: off (one attempt each), so ``retry`` alone decides
-    fs = fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False,
-                           config_kwargs={"retries": {"total_max_attempts": 1, "mode": "standard"},
-                                          # the body's MD5 is sent (and checked by the store) instead
-                                          "request_checksum_calculation": "when_required"})
-    fs.retries = 1  # s3fs's own loop: one attempt
+        raise UsageError(f"-o {safe_url(url)}: name a bucket (and a prefix): {scheme}://BUCKET/PREFIX")
+    fs = schemes.filesystem([url], role="outputs")
     return STORES.get(scheme, Store)(url=url, fs=fs, policy=policy, part_size=part_size)
 
 

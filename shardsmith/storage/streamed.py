@@ -1,20 +1,22 @@
 """A dataset at a URL, as the streaming loader reads it (issue 15, part 3): its manifest, byte ranges
 of its files (HTTP Range), and whole files copied into a local file.
 
-Written on fsspec (``engine/url_inputs.py`` makes the filesystem: s3fs's and botocore's own retries
-off), so every scheme fsspec reads can follow; transient errors are retried by ``storage/retry.py``
-only, and a download that breaks off resumes at the byte it reached. Every file is named by the
-manifest, relative to the dataset's URL: a name that could climb out of the prefix is refused.
-URLs are shown without credentials or signatures (``core/urls.py``); errors are one line.
+Written on fsspec: the filesystem is made as the table of schemes says (``storage/schemes.py``: the
+schemes whose record names the loader; s3fs's and botocore's own retries off), so transient errors
+are retried by ``storage/retry.py`` only, and a download that breaks off resumes at the byte it
+reached. Every file is named by the manifest, relative to the dataset's URL: a name that could
+climb out of the prefix is refused. URLs are shown without credentials or signatures
+(``core/urls.py``); errors are one line.
 
 Every read is tied to the version of the dataset that was opened (issue 26). ``manifest`` pins
 each object's identity right after reading the manifest: one listing of the prefix, taken between
 two looks at the manifest's identity that must agree (a rewrite deletes the manifest first and
 writes it last, ``engine/outremote.py``, so the listing is of the files the manifest names). Then:
 
-- ``s3://``: every GET (ranged reads, downloads, block by block) sends ``If-Match: <ETag>`` and
-  the answer's ETag is checked too; a replaced object is a 412, one DatasetError line "changed
-  since the dataset was opened". Exact: no byte of another version is ever returned.
+- ``s3://`` (its record says ``if_match``): every GET (ranged reads, downloads, block by block)
+  sends ``If-Match: <ETag>`` and the answer's ETag is checked too; a replaced object is a 412, one
+  DatasetError line "changed since the dataset was opened". Exact: no byte of another version is
+  ever returned.
 - other schemes (``gs://``, ``root://``, ``http(s)://``): their filesystems send no conditions, so
   the object's identity (etag, generation, or size and modification time) is looked at again
   (``info``) before a file's first ranged read in each process and before every download. A
@@ -36,7 +38,7 @@ import orjson
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.urls import safe_url
 from shardsmith.errors import DatasetError, ShardsmithError
-from shardsmith.storage import retry
+from shardsmith.storage import retry, schemes
 from shardsmith.storage.errors import one_line, s3_code
 
 BLOCK = 8 << 20  # bytes per read of a whole-file download
@@ -53,8 +55,9 @@ class RemoteStore:
         self.url = url.rstrip("/")
         self.where = safe_url(self.url)
         self.policy = retry.Policy(retries=retries, wait=retry_wait)
-        self.scheme = self.url.split("://", 1)[0].lower()
+        self.scheme = schemes.record(self.url)  # what the table of schemes says of it
         self.pins: dict[str, str] = {}  # file -> its identity when the dataset was opened (s3: the ETag)
+        self.sizes: dict[str, int] = {}  # file -> its size in the same listing
         self._fs: Any = None
         self._pid = -1
         self._seen: set[str] = set()  # other schemes: files whose identity this process has looked at
@@ -65,10 +68,8 @@ class RemoteStore:
     @property
     def fs(self) -> Any:
         if self._fs is None or self._pid != os.getpid():
-            from shardsmith.storage.schemes import filesystem  # the commands' one table of schemes and extras
-
             try:
-                self._fs = filesystem([self.url])
+                self._fs = schemes.filesystem([self.url], role="loader")
             except ShardsmithError as exc:  # an unknown scheme, a missing extra: one line as it is
                 raise DatasetError(str(exc)) from None
             self._pid = os.getpid()
@@ -93,7 +94,8 @@ class RemoteStore:
             with self.errors(where, missing="no manifest.json: not a shardsmith dataset, or its conversion did "
                                             "not finish"):
                 before, raw = retry.call(self._manifest_bytes, self.policy)
-                listed = retry.call(self._listing, self.policy)
+                found = retry.call(self._listing, self.policy)
+                listed = {rel: _tag(info) for rel, info in found.items()}
                 after = retry.call(lambda: self._identity(manifest_mod.MANIFEST), self.policy)
             if before == after and listed.get(manifest_mod.MANIFEST, before) == before:
                 break
@@ -101,6 +103,7 @@ class RemoteStore:
             raise DatasetError(f"{where}: the dataset changed while it was being opened ({OPEN_TRIES} tries); "
                                f"open it again when its writer is done")
         self.pins = {**listed, manifest_mod.MANIFEST: before}
+        self.sizes = {rel: int(info["size"]) for rel, info in found.items() if info.get("size") is not None}
         self._seen = set()
         try:
             manifest = orjson.loads(raw)
@@ -131,6 +134,17 @@ class RemoteStore:
                 raise DatasetError(f"{self.name(rel)}: {len(data)} bytes at {a}, expected {b - a}")
         return list(got)
 
+    def size(self, rel: str) -> int | None:
+        """The size of file ``rel`` in the listing taken when the dataset was opened (a scheme that does
+        not list: its size now); None when there is no such object (``verify``: "missing")."""
+        if not self.scheme.whole_url:
+            return self.sizes.get(rel)
+        with self.errors(self.name(rel)):
+            try:
+                return int(retry.call(lambda: self.fs.info(self.key(rel)), self.policy)["size"])
+            except FileNotFoundError:
+                return None
+
     def download(self, rel: str, dst: BinaryIO, size: int) -> None:
         """File ``rel`` into ``dst`` from its current position on, block by block; a read that breaks
         off is retried from the byte it reached (``retry.call``'s ``progressed``)."""
@@ -141,7 +155,7 @@ class RemoteStore:
             return further
 
         def copy() -> None:
-            if self.scheme == "s3":  # each block a GET conditional on the pinned ETag
+            if self.scheme.if_match:  # each block a GET conditional on the pinned ETag
                 while dst.tell() < size and (block := self._get(rel, [(dst.tell(), min(size, dst.tell() + BLOCK))],
                                                                  past_end=True)[0]):
                     dst.write(block)
@@ -169,22 +183,21 @@ class RemoteStore:
 
     def _manifest_bytes(self) -> tuple[str, bytes]:
         """(identity, bytes) of the manifest: on S3 one GET and its ETag; elsewhere ``info``, then the bytes."""
-        if self.scheme == "s3":
+        if self.scheme.if_match:
             return sync(self.fs.loop, self._s3_gets, manifest_mod.MANIFEST, [(None, None)], None)[0]
         tag = self._identity(manifest_mod.MANIFEST)
-        return tag, self.fs.cat_file(self.key(manifest_mod.MANIFEST))
+        return tag, self.fs.cat_file(self.key(manifest_mod.MANIFEST), start=None, end=None)  # (XRootD: both asked)
 
-    def _listing(self) -> dict[str, str]:
-        """Every file below the prefix and its identity, from one listing (none for schemes that do
+    def _listing(self) -> dict[str, dict[str, Any]]:
+        """Every file below the prefix and what the listing says of it (none for schemes that do
         not list: their files are pinned when first looked at)."""
-        from shardsmith.storage.schemes import WHOLE_URL
-
-        if self.scheme in WHOLE_URL:
+        if self.scheme.whole_url:
             return {}
-        prefix = self.fs._strip_protocol(self.url).rstrip("/") + "/"
+        name = self.scheme.name
+        prefix = schemes.key(name, self.fs._strip_protocol(self.url)).rstrip("/") + "/"
         self.fs.invalidate_cache()
-        found = self.fs.find(prefix, detail=True)
-        return {path[len(prefix):]: _tag(info) for path, info in found.items() if path.startswith(prefix)}
+        found = {schemes.key(name, k): v for k, v in self.fs.find(prefix, detail=True, **self.scheme.walk).items()}
+        return {path[len(prefix):]: info for path, info in found.items() if path.startswith(prefix)}
 
     def _check(self, rel: str, *, again: bool = False) -> None:
         """Other schemes: the file is still the version pinned (its first look pins a file the listing
@@ -199,7 +212,7 @@ class RemoteStore:
     def _get(self, rel: str, ranges: list[tuple[int, int]], *, past_end: bool = False) -> list[bytes]:
         """Byte ranges of file ``rel``, of the pinned version (``past_end``: a range starting past the
         object's end is empty, not an error)."""
-        if self.scheme != "s3":
+        if not self.scheme.if_match:
             self._check(rel)
             key = self.key(rel)
             if len(ranges) == 1:

@@ -62,7 +62,8 @@ class HDF5Format(Format):
         except DatasetError as exc:
             problems.append(str(exc))
         except Exception as exc:  # h5py's errors for damaged chunks and headers
-            problems.append(f"{out} [{split}]: cannot read the events ({type(exc).__name__}: {exc})")
+            where = getattr(out, "where", out)  # a folder, or the files of a dataset at a URL
+            problems.append(f"{where} [{split}]: cannot read the events ({type(exc).__name__}: {exc})")
         return problems
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:

@@ -81,9 +81,11 @@ class MemmapFormat(Format):
     def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
         """The split's JSON against the manifest and the file sizes (shape x itemsize = bytes)."""
         from shardsmith.formats.memmap.meta import read_meta
+        from shardsmith.kit.dataset_files import files_for
 
+        files = files_for(out)  # a folder, or the files of a dataset at a URL (``verify URL``)
         try:
-            read_meta(out, manifest, split)
+            read_meta(files.root, manifest, split, fetch=files.sidecar if files.streamed else None)
         except DatasetError as exc:
             return [str(exc)]
         return []
@@ -96,6 +98,12 @@ class MemmapFormat(Format):
             return ds.check()
         except DatasetError as exc:
             return [str(exc)]
+
+    def show(self, out: Path, manifest: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """The first events; none of a dataset at a URL (it is mapped from a local folder, never streamed)."""
+        from shardsmith.kit.dataset_files import files_for
+
+        return [] if files_for(out).streamed else super().show(out, manifest, n)
 
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         mm = manifest["memmap"]

@@ -10,6 +10,7 @@ size, so a JSON that lies about a size is refused before anything is mapped.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,8 +65,11 @@ class SplitArrays:
     fields: list[str]
 
 
-def read_meta(root: Path, manifest: dict[str, Any], split: str) -> SplitArrays:
-    """The split's JSON, checked against the manifest and the files (DatasetError, one line)."""
+def read_meta(root: Path | str, manifest: dict[str, Any], split: str, *,
+              fetch: Callable[[dict[str, Any]], bytes] | None = None) -> SplitArrays:
+    """The split's JSON, checked against the manifest and the files (DatasetError, one line).
+    ``fetch``: a dataset at a URL (``root``), whose JSON is fetched by its manifest entry (its size
+    and sha256 checked on the way); its arrays' paths are then only their names in the dataset."""
     shards = manifest["splits"][split]["shards"]
     if len(shards) != 1:
         raise DatasetError(f"{root}: split {split!r} lists {len(shards)} array files, a memmap split has one")
@@ -75,52 +79,58 @@ def read_meta(root: Path, manifest: dict[str, Any], split: str) -> SplitArrays:
               arrays["counts"]["path"]: arrays["counts"]["bytes"],
               **{e["path"]: e["bytes"] for e in arrays["scalars"].values()}}
     where = arrays["meta"]["path"]
-    path = manifest_mod.resolve_inside(root, where)
+    here = f"{root}/{where}"
+    if fetch is not None and arrays["meta"]["bytes"] > MAX_META_BYTES:
+        raise DatasetError(f"{here}: {arrays['meta']['bytes']} bytes, more than a memmap description holds")
+    path = Path(where) if fetch is not None else manifest_mod.resolve_inside(root, where)
     try:
-        size = path.stat().st_size
-        if size != arrays["meta"]["bytes"] or size > MAX_META_BYTES:
-            raise DatasetError(f"{path}: {size} bytes, the manifest says {arrays['meta']['bytes']}")
-        meta = json.loads(path.read_bytes())
+        if fetch is None:
+            size = path.stat().st_size
+            if size != arrays["meta"]["bytes"] or size > MAX_META_BYTES:
+                raise DatasetError(f"{path}: {size} bytes, the manifest says {arrays['meta']['bytes']}")
+        meta = json.loads(path.read_bytes() if fetch is None else fetch(arrays["meta"]))
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except ValueError:
-        raise DatasetError(f"{path}: not JSON") from None
+        raise DatasetError(f"{here}: not JSON") from None
+    located = (lambda rel: Path(rel)) if fetch is not None else (lambda rel: manifest_mod.resolve_inside(root, rel))
     try:
         n = shard["samples"]
-        values = _array(root, meta["values"], listed, where, "values")
+        values = _array(located, here, meta["values"], listed, where, "values")
         fields = meta["values"]["fields"]
         if not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):
-            raise DatasetError(f"{root / where}: 'values.fields' must be a list of names")
+            raise DatasetError(f"{here}: 'values.fields' must be a list of names")
         want = (n, meta["max_len"], len(fields))
         if values.shape != want or values.path.name != shard["path"]:
-            raise DatasetError(f"{root / where}: values {list(values.shape)} in {values.path.name}, the manifest "
+            raise DatasetError(f"{here}: values {list(values.shape)} in {values.path.name}, the manifest "
                                f"says {list(want)} in {shard['path']}")
         if values.dtype.kind != "f":
-            raise DatasetError(f"{root / where}: values dtype {values.dtype}, a memmap dataset holds floats")
-        lengths = _array(root, meta["lengths"], listed, where, "lengths")
-        counts = _array(root, meta["counts"], listed, where, "counts")
-        scalars = {name: _array(root, e, listed, where, f"scalars.{name}") for name, e in meta["scalars"].items()}
+            raise DatasetError(f"{here}: values dtype {values.dtype}, a memmap dataset holds floats")
+        lengths = _array(located, here, meta["lengths"], listed, where, "lengths")
+        counts = _array(located, here, meta["counts"], listed, where, "counts")
+        scalars = {name: _array(located, here, e, listed, where, f"scalars.{name}") for name, e in meta["scalars"].items()}
         for name, a in (("lengths", lengths), ("counts", counts), *scalars.items()):
             if a.shape[:1] != (n,):
-                raise DatasetError(f"{root / where}: {name} has {a.shape[:1]} rows, the split has {n} events")
+                raise DatasetError(f"{here}: {name} has {a.shape[:1]} rows, the split has {n} events")
         for name, a in (("lengths", lengths), ("counts", counts)):
             if a.dtype.kind not in "iu" or len(a.shape) != 1:
-                raise DatasetError(f"{root / where}: {name} must be one integer per event")
+                raise DatasetError(f"{here}: {name} must be one integer per event")
     except (KeyError, TypeError, AttributeError) as exc:
-        raise DatasetError(f"{root / where}: not a memmap description ({type(exc).__name__}: {exc})") from None
+        raise DatasetError(f"{here}: not a memmap description ({type(exc).__name__}: {exc})") from None
     return SplitArrays(meta=meta, values=values, lengths=lengths, counts=counts, scalars=scalars, fields=fields)
 
 
-def _array(root: Path, entry: dict[str, Any], listed: dict[str, int], where: str, what: str) -> Array:
+def _array(located: Callable[[str], Path], here: str, entry: dict[str, Any], listed: dict[str, int], where: str,
+           what: str) -> Array:
     rel = entry["path"]
     if not isinstance(rel, str) or rel not in listed:
-        raise DatasetError(f"{root / where}: {what} names {rel!r}, which the manifest does not list for this split")
+        raise DatasetError(f"{here}: {what} names {rel!r}, which the manifest does not list for this split")
     dtype = safe_dtype(entry["dtype"], field=f"{where}: {what}.dtype")
     shape = entry["shape"]
     if not (isinstance(shape, list) and shape and all(type(d) is int and 0 <= d < 1 << 40 for d in shape)):
-        raise DatasetError(f"{root / where}: {what}.shape {shape!r} is not a list of sizes")
+        raise DatasetError(f"{here}: {what}.shape {shape!r} is not a list of sizes")
     nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if nbytes != listed[rel]:
-        raise DatasetError(f"{root / where}: {what} of shape {shape} and dtype {dtype} needs {nbytes:,} bytes, "
+        raise DatasetError(f"{here}: {what} of shape {shape} and dtype {dtype} needs {nbytes:,} bytes, "
                            f"{rel} has {listed[rel]:,}")
-    return Array(path=manifest_mod.resolve_inside(root, rel), dtype=dtype, shape=tuple(shape))
+    return Array(path=located(rel), dtype=dtype, shape=tuple(shape))

@@ -107,22 +107,31 @@ class TokensFormat(Format):
         return kind(files, split=split)
 
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
-        """Each index against the manifest (documents, dtype), and every token inside the vocabulary."""
-        from shardsmith.formats.tokens.indexed import read_idx
+        """Each index against the manifest (documents, dtype), and every token inside the vocabulary.
+        ``out``: a folder, or the files of a dataset at a URL (each shard fetched whole, as the loader does)."""
+        import os
+
+        from shardsmith.formats.tokens.indexed import parse_idx
+        from shardsmith.kit.dataset_files import files_for
 
         problems = []
         vocab = manifest["tokenizer"]["vocab_size"]
         dtype = safe_dtype(manifest["tokenizer"]["dtype"], field="tokenizer.dtype")
-        for shard in manifest["splits"][split]["shards"]:
+        files = files_for(out)
+        _, shards = files.load_split(fmt="tokens", split=split)
+        for s, shard in enumerate(shards):
             try:
-                idx = read_idx(manifest_mod.resolve_inside(out, shard["index"]["path"]), bin_bytes=shard["bytes"])
+                index = shard["index"]
+                idx = parse_idx(files.sidecar(index), files.name_of(index["path"]), bin_bytes=shard["bytes"])
                 if len(idx.lengths) != shard["samples"]:
                     problems.append(f"{shard['index']['path']}: {len(idx.lengths)} documents, the manifest says "
                                     f"{shard['samples']}")
                 if idx.dtype != dtype:
                     problems.append(f"{shard['index']['path']}: dtype {idx.dtype}, the manifest says {dtype}")
-                tokens = np.memmap(manifest_mod.resolve_inside(out, shard["path"]), dtype=dtype, mode="r") \
-                    if shard["bytes"] else np.zeros(0, dtype)
+                tokens = np.zeros(0, dtype)
+                if shard["bytes"]:
+                    with os.fdopen(files.open(s), "rb") as fh:
+                        tokens = np.memmap(fh, dtype=dtype, mode="r")
                 for start in range(0, len(tokens), 1 << 24):
                     chunk = tokens[start:start + (1 << 24)]
                     if len(chunk) and (int(chunk.max()) >= vocab or int(chunk.min()) < 0):
@@ -153,9 +162,8 @@ class TokensFormat(Format):
         if split is None or n == 0:
             return []
         docs = TokenDocuments(out, split=split)
-        tok_path = manifest_mod.resolve_inside(out, manifest["tokenizer"]["path"])
         try:
-            tok = Tokenizer.from_file(str(tok_path)) if tok_path.is_file() else None
+            tok = _tokenizer(out, manifest, Tokenizer)
         except Exception:  # a damaged tokenizer.json (verify names it): show ids without text
             tok = None
         shown = []
@@ -198,3 +206,16 @@ def _packed_writer(job: WriteJob, split: str, part: ShardRange) -> Writer:
     return PackedTokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
                               seq_len=job.opts.seq_len, pad_id=job.opts.pad_id, window_tokens=job.opts.pack_window,
                               part=part)
+
+
+def _tokenizer(out: Any, manifest: dict[str, Any], kind: Any) -> Any:
+    """The dataset's tokenizer (None if absent): the file in a folder; of a dataset at a URL, fetched
+    by its entry in the manifest's ``files`` (size and sha256 checked)."""
+    from shardsmith.kit.dataset_files import files_for
+
+    files, rel = files_for(out), manifest["tokenizer"]["path"]
+    if not files.streamed:
+        path = manifest_mod.resolve_inside(out, rel)
+        return kind.from_file(str(path)) if path.is_file() else None
+    entry = next((e for e in manifest.get("files") or [] if e.get("path") == rel), None)
+    return None if entry is None else kind.from_str(files.sidecar(entry).decode())
