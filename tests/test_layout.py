@@ -1,5 +1,6 @@
-"""The layout's rules, checked: no import cycles, no module over 400 lines, no format or source
-named outside its registration (docs/design.md, "Layout rules")."""
+"""The layout's rules, checked: layers that only look down and no import cycle (imports inside
+functions and under ``TYPE_CHECKING`` included), no module over 400 lines, no format or source named
+outside its registration (docs/design.md, "Layers" and "Layout rules")."""
 
 from __future__ import annotations
 
@@ -21,16 +22,11 @@ def _modules() -> dict[str, Path]:
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every shardsmith module this one imports, at the top or inside a function (not for typing only)."""
+    """Every shardsmith module this one imports: at the top, inside a function, or for typing only."""
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING"
-                   for n in ast.walk(node)}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -48,9 +44,51 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return found
 
 
-def test_no_import_cycles() -> None:
+def _graph() -> dict[str, set[str]]:
     mods = _modules()
-    graph = {m: _imports(m, p, set(mods)) for m, p in mods.items()}
+    return {m: _imports(m, p, set(mods)) for m, p in mods.items()}
+
+
+# Bottom first. A package (or top-level module) imports its own layer and those below it.
+LAYERS: list[set[str]] = [
+    {"errors", "core"},
+    {"storage"},
+    {"kit", "registry"},
+    {"sources", "transforms", "formats", "plugin"},
+    {"engine", "loader"},
+    {"torch", "shardsmith"},
+    {"report"},
+    {"commands", "demo"},
+    {"cli_options", "cli", "program", "__main__"},
+    {"testing"},
+]
+# Within one layer these never import each other: the training-time loader runs without the engine,
+# and plugins of one kind do not reach into another kind's package.
+APART = [{"engine", "loader"}, {"sources", "transforms", "formats"}]
+
+
+def _package(name: str) -> str:
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else "shardsmith"
+
+
+def _layer(package: str) -> int:
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def test_every_package_has_a_layer() -> None:
+    assert {_package(m) for m in _modules()} <= set().union(*LAYERS)
+
+
+def test_imports_only_look_down() -> None:
+    crossing = sorted((name, target) for name, targets in _graph().items() for target in targets
+                      if (a := _package(name)) != (b := _package(target))
+                      and (_layer(b) > _layer(a) or any({a, b} <= apart for apart in APART)))
+    assert not crossing, "imports that climb a layer:\n" + "\n".join(f"  {a} -> {b}" for a, b in crossing)
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
     # a package's __init__ importing its own submodules is not a cycle of layers: leave parent edges out
     graph = {m: {t for t in ts if not m.startswith(t + ".")} for m, ts in graph.items()}
     cycles, state, stack = [], {}, []
