@@ -223,14 +223,8 @@ class TestTokensFormat(FormatContract):
 
 # -- the example plugin -----------------------------------------------------------------------------
 
-@pytest.mark.skipif(not (CSV_PLUGIN / "shardsmith_csv" / "__init__.py").is_file(),
-                    reason="the example plugin is not in this tree (examples/plugins/shardsmith-csv/src/shardsmith_csv)")
-class TestCsvPluginSource(SourceContract):
-    """The example plugin, registered as its entry point would register it (its pip install is tested
-    with the example): the registry sees it in this process, and the kill tests' children are forks."""
-
-    source = "csv"
-    convert_args = ["--to", "webdataset", "--shard-samples", "20"]
+class _CsvPlugin:
+    """The example plugin, registered as its entry point would register it, and its tables as inputs."""
 
     @pytest.fixture(scope="class", autouse=True)
     @classmethod
@@ -240,6 +234,16 @@ class TestCsvPluginSource(SourceContract):
 
     def make_inputs(self, folder: Path) -> None:
         csv_tables(folder)
+
+
+@pytest.mark.skipif(not (CSV_PLUGIN / "shardsmith_csv" / "__init__.py").is_file(),
+                    reason="the example plugin is not in this tree (examples/plugins/shardsmith-csv/src/shardsmith_csv)")
+class TestCsvPluginSource(_CsvPlugin, SourceContract):
+    """The example plugin, registered as its entry point would register it (its pip install is tested
+    with the example): the registry sees it in this process, and the kill tests' children are forks."""
+
+    source = "csv"
+    convert_args = ["--to", "webdataset", "--shard-samples", "20"]
 
     def make_bad_input(self, folder: Path) -> tuple[str, int | None]:
         (folder / "c.csv").write_text("id,text\n1,one\n2,two\n3,three,and more\n4,four\n")
@@ -248,20 +252,11 @@ class TestCsvPluginSource(SourceContract):
 
 @pytest.mark.skipif(not (CSV_PLUGIN / "shardsmith_csv" / "format.py").is_file(),
                     reason="the example plugin's format is not in this tree")
-class TestCsvPluginFormat(FormatContract):
+class TestCsvPluginFormat(_CsvPlugin, FormatContract):
     """The example plugin's format (rows as CSV shards), with its own option."""
 
     format = "csv"
     convert_args = ["--shard-samples", "20", "--csv-delimiter", "tab"]
-
-    @pytest.fixture(scope="class", autouse=True)
-    @classmethod
-    def csv_plugin(cls) -> Iterator[None]:
-        with csv_plugin_registered():
-            yield
-
-    def make_inputs(self, folder: Path) -> None:
-        csv_tables(folder)
 
 
 @contextlib.contextmanager

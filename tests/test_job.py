@@ -36,7 +36,7 @@ def _in_fresh_processes(job: Job, world: int) -> None:
 
 
 def test_a_job_and_its_units_pickle() -> None:
-    opts = convert.ConvertOptions(inputs=("in",), out=Path("out"), to="hdf5", shard_samples=10, quiet=True)
+    opts = convert.ConvertOptions(inputs=("in",), out=Path("out"), to="hdf5", format_options={"shard_samples": 10}, quiet=True)
     job = convert.job_of(opts)
     assert pickle.loads(pickle.dumps(job)) == job
     assert (job.command, job.format, job.source, job.out) == ("convert", "hdf5", None, Path("out"))
@@ -54,7 +54,7 @@ def test_a_job_and_its_units_pickle() -> None:
 
 def test_units_in_fresh_processes_make_the_one_process_bytes(texts: Path, tmp_path: Path) -> None:
     opts = convert.ConvertOptions(inputs=(str(texts),), out=tmp_path / "one", to="webdataset", text_field="text",
-                                  memory=256 << 10, shard_samples=300, quiet=True, workers=1)
+                                  memory=256 << 10, format_options={"shard_samples": 300}, quiet=True, workers=1)
     run_job(convert.job_of(opts))
     job = convert.job_of(replace(opts, out=tmp_path / "units"))
     _in_fresh_processes(pickle.loads(pickle.dumps(job)), world=2)
