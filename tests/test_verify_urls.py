@@ -6,12 +6,9 @@ loader does not read is one line and exit 2. No client library is mocked.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -149,20 +146,14 @@ def test_inspect_a_url_shows_the_summary_of_the_folder(s3, bucket, local, memmap
 
 # -- http(s): no listing; each file's size and identity looked at when it is read ----------------------
 
-@pytest.fixture
-def web(tmp_path) -> Iterator[tuple[str, Path]]:
-    """A web server answering ranges with ETags (``test_http_inputs.py``'s): (base URL, its folder)."""
-    pytest.importorskip("aiohttp", reason="http:// needs aiohttp (pip install 'shardsmith[http]')")
-    from test_http_inputs import RangeHandler, _Server
+from test_http_inputs import served  # noqa: E402,F401  (the fixture)
 
-    root = tmp_path / "www"
-    root.mkdir()
-    httpd = _Server(("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(root)))
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}", root
-    httpd.shutdown()
-    httpd.server_close()
+
+@pytest.fixture
+def web(served: tuple[str, Path]) -> tuple[str, Path]:  # noqa: F811
+    """The web server of ``test_http_inputs.py`` (ranges, ETags): (base URL, its folder)."""
+    pytest.importorskip("aiohttp", reason="http:// needs aiohttp (pip install 'shardsmith[http]')")
+    return served
 
 
 def test_verify_and_inspect_over_http(web, local):  # noqa: F811
