@@ -20,6 +20,7 @@ from shardsmith.cli_options import (
     converting_options,
     interrupted,
     size_option,
+    take_executor,
     user_errors,
 )
 from shardsmith.commands.report import balance_dropped, inputs_left_out, plural, report_skipped, report_stage
@@ -135,12 +136,11 @@ def main() -> None:
 def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:
     """Tokenize JSONL/Parquet text into exactly shuffled Megatron indexed datasets."""
     from shardsmith.commands.pack_tokens import PackTokensOptions, run, summary_line
-    from shardsmith.engine.workers import default_workers
 
+    executor, workers = take_executor(kw, workers)
     kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
-    opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle,
-                             workers=workers or default_workers(), **kw)
-    manifest = run(opts)
+    opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers, **kw)
+    manifest = run(opts, executor=executor)
     if report_stage(out, manifest):
         return
     click.echo(summary_line(out, manifest) + inputs_left_out(manifest["source"]))
@@ -188,13 +188,12 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     # a child lists the input folders while this process loads the converter
     with walk_soon(inputs, quiet=kw["quiet"]):
         from shardsmith.commands.convert import ConvertOptions, run
-        from shardsmith.engine.workers import default_workers
 
         globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
+        executor, workers = take_executor(kw, workers)
         kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
-        opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers or default_workers(),
-                              branches=globs, **kw)
-        manifest = run(opts)
+        opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers, branches=globs, **kw)
+        manifest = run(opts, executor=executor)
     if report_stage(out, manifest):
         return
     src = manifest["source"]

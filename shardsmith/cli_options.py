@@ -140,6 +140,17 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=None, help="Read only the first N records."),
         click.option("--overwrite", is_flag=True, help="Replace a previous dataset in the output folder."),
         click.option("--quiet", "-q", is_flag=True, help="No progress bars."),
+        click.option("--executor", type=click.Choice(["local", "dask", "ray", "slurm"]), default="local",
+                     show_default=True, help="Where the units run: here, or on a Dask or Ray cluster, or as SLURM "
+                     "jobs (each an extra: shardsmith[dask]...); the bytes are the same."),
+        click.option("--ranks", type=click.IntRange(1, MAX_RANKS), default=None,
+                     help="dask, ray, slurm: scatter and gather units [default: the cluster's cores; slurm: 4]."),
+        click.option("--address", default=None, metavar="ADDR",
+                     help="The cluster to join: dask tcp://HOST:PORT [default: a local cluster]; ray auto or "
+                          "HOST:PORT [default: a Ray started for the run]."),
+        click.option("--no-wait", is_flag=True, help="slurm: submit and print the job ids, without waiting."),
+        click.option("--slurm-arg", "slurm_args", multiple=True, metavar="ARG",
+                     help="slurm: an sbatch option for every job, e.g. --slurm-arg=--partition=cpu (repeatable)."),
         click.option("--stage", type=click.Choice(["scatter", "gather", "finalize"]), default=None,
                      help="Clusters: run one stage (scatter and gather on every rank, then finalize once) "
                           "[default: all three, here]."),
@@ -151,6 +162,22 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+def take_executor(kw: dict[str, Any], workers: int | None) -> tuple[Any, int]:
+    """Pop the executor's options from a command's ``kw``: (the executor, None for a local run; the
+    workers of each unit: all cores here, one per unit on a cluster unless ``--workers`` says)."""
+    from shardsmith.engine.workers import default_workers
+
+    name, ranks = kw.pop("executor"), kw.pop("ranks")
+    options = {"address": kw.pop("address"), "wait": not kw.pop("no_wait"), "slurm_args": kw.pop("slurm_args")}
+    if name == "local" and ranks is None and options == {"address": None, "wait": True, "slurm_args": ()}:
+        return None, workers or default_workers()
+    if kw.get("stage") is not None:
+        raise click.UsageError(f"--stage runs one unit here; --executor {name} runs every unit of the job")
+    from shardsmith.executors.choose import executor_named
+
+    return executor_named(name, ranks=ranks, **options), workers or 1
 
 
 def cluster_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:

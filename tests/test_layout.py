@@ -56,7 +56,7 @@ LAYERS: list[set[str]] = [
     {"kit", "registry"},
     {"sources", "transforms", "formats", "plugin"},
     {"engine", "loader"},
-    {"torch", "shardsmith"},
+    {"torch", "shardsmith", "executors"},
     {"report"},
     {"commands", "demo"},
     {"cli_options", "cli", "program", "__main__"},

@@ -20,6 +20,7 @@ from shardsmith.engine.job import Described, Job, JobRun, JobSteps
 from shardsmith.engine.plan import wait_to_check
 from shardsmith.engine.run import Converted
 from shardsmith.errors import UsageError
+from shardsmith.executors.base import Executor
 from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.kit.transform import Transform, build_transforms
@@ -33,9 +34,10 @@ def job_of(opts: ConvertOptions) -> Job:
                format=opts.to)
 
 
-def run(opts: ConvertOptions) -> dict[str, Any]:
-    """The whole command (or its ``--stage``); returns the manifest it wrote."""
-    return run_job(job_of(opts))
+def run(opts: ConvertOptions, *, executor: Executor | None = None) -> dict[str, Any]:
+    """The whole command (or its ``--stage``), here or on ``executor`` (``shardsmith.executors``); returns the
+    manifest it wrote (``--no-wait``: the jobs submitted)."""
+    return run_job(job_of(opts)) if executor is None else executor.run(job_of(opts))
 
 
 class ConvertSteps(JobSteps):

@@ -15,6 +15,7 @@ from shardsmith.core.memory import keep_freed_memory
 from shardsmith.engine.conduct import run_job
 from shardsmith.engine.job import Job
 from shardsmith.engine.options import ConvertingOptions
+from shardsmith.executors.base import Executor
 
 __all__ = ["PackTokensOptions", "check_packing", "job_of", "run", "summary_line", "window_of"]
 
@@ -44,10 +45,11 @@ def job_of(opts: PackTokensOptions) -> Job:
     return Job(command="pack-tokens", steps=TokenSteps, opts=opts, transforms=opts.transforms, format="tokens")
 
 
-def run(opts: PackTokensOptions) -> dict[str, Any]:
-    """The whole command (or its ``--stage``); returns the manifest it wrote."""
+def run(opts: PackTokensOptions, *, executor: Executor | None = None) -> dict[str, Any]:
+    """The whole command (or its ``--stage``), here or on ``executor`` (``shardsmith.executors``); returns the
+    manifest it wrote (``--no-wait``: the jobs submitted)."""
     keep_freed_memory()
-    return run_job(job_of(opts))
+    return run_job(job_of(opts)) if executor is None else executor.run(job_of(opts))
 
 
 def summary_line(out: Path, manifest: dict[str, Any]) -> str:

@@ -81,7 +81,8 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
             arrival.expect(f for t in mine for f in (t.files or (t.file,)))  # inputs from a URL: only these
             with progress.bar(total=sum(t.nbytes for t in mine), desc=f"{desc} rank {unit.rank}", unit="B") as bar:
                 results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
-            return Converted(results=results, summary=scatter_summary(opts, results))
+            return Converted(results=results, summary={**scatter_summary(opts, results),
+                                                       "bytes": sum(t.nbytes for t in mine)})
         if staged:
             results = _scattered(job, tasks)
         else:

@@ -1,0 +1,143 @@
+"""What every executor shares: the phases in order, one progress bar per stage across its units, and
+the first failure reported by its stage, rank and one line.
+
+An engine's module only says how to run a list of units at once (``PhasedExecutor.map_units``) and
+how many ranks it runs by default; the order, the bars and the errors are decided here, once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from shardsmith.core.progress import Progress
+from shardsmith.engine.job import Job
+from shardsmith.engine.units import FinalizeUnit, Unit, phases
+from shardsmith.errors import ShardsmithError, UsageError
+
+MAX_RANKS = 1 << 16
+
+
+class Executor(Protocol):
+    """Runs a whole job somewhere; returns its manifest (or, not waiting, where the job stands)."""
+
+    name: str
+
+    def run(self, job: Job) -> dict[str, Any]: ...
+
+
+class UnitFailed(ShardsmithError):
+    """A unit of a job failed on a cluster: its stage, rank and first error line."""
+
+    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class MissingExtra(UsageError):
+    """An executor whose engine is not installed: one line naming the extra to install."""
+
+    def __init__(self, *, executor: str, module: str) -> None:
+        super().__init__(f"--executor {executor} needs the {module} package: pip install 'shardsmith[{executor}]'")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnitOutcome:
+    """What comes back from a unit: its result (``run_unit``'s) or its one-line error, and its cost."""
+
+    unit: Unit
+    result: dict[str, Any] | None = None
+    error: str | None = None
+    exit_code: int = 0
+    seconds: float = 0.0
+
+    @property
+    def bytes(self) -> int:
+        """Input bytes the unit read (scatter), for the stage's MB/s; 0 where unknown."""
+        return int((self.result or {}).get("bytes") or 0)
+
+
+def unit_name(unit: Unit) -> str:
+    """``scatter rank 2 of 4``, ``finalize``: how a unit is named to the user."""
+    return "finalize" if isinstance(unit, FinalizeUnit) else f"{unit.stage} rank {unit.rank} of {unit.world}"
+
+
+def first_line(exc: BaseException) -> str:
+    """An engine's exception, as one line."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def check_ranks(ranks: int | None) -> None:
+    if ranks is not None and not (isinstance(ranks, int) and 1 <= ranks <= MAX_RANKS):
+        raise UsageError(f"--ranks must be a whole number from 1 to {MAX_RANKS}, got {ranks!r}")
+
+
+class PhasedExecutor:
+    """An executor that runs the units of each phase at once on an engine, a phase after the one
+    before, and stops at the first failed phase (naming its first failed unit, by rank)."""
+
+    name = "?"
+
+    def __init__(self, *, ranks: int | None = None) -> None:
+        check_ranks(ranks)
+        self.ranks = ranks
+
+    # what an engine says
+    def session(self) -> AbstractContextManager[Any]:
+        """The engine, joined or started, for the length of the run (closed after, if started here)."""
+        return nullcontext()
+
+    def default_ranks(self) -> int:
+        """The engine's choice of ranks when ``--ranks`` is not given (its workers or CPUs)."""
+        return 1
+
+    def map_units(self, job: Job, units: Sequence[Unit], done: Callable[[UnitOutcome], None]) -> None:
+        """Run ``units`` of ``job`` at once, calling ``done`` with each one's outcome as it comes back
+        (in any order); return when all have come back or the first failed one has."""
+        raise NotImplementedError
+
+    # the same for every engine
+    def run(self, job: Job) -> dict[str, Any]:
+        with self.session():
+            world = self.ranks or max(1, self.default_ranks())
+            remote = remote_job(job)
+            result: dict[str, Any] = {}
+            for units in phases(world):
+                outcomes = self._phase(remote, units, progress=Progress(quiet=job.opts.quiet))
+                result = outcomes[-1].result or {}
+        return result
+
+    def _phase(self, job: Job, units: Sequence[Unit], *, progress: Progress) -> list[UnitOutcome]:
+        stage = units[0].stage
+        outcomes: list[UnitOutcome] = []
+        start = time.monotonic()
+        with progress.bar(total=len(units), desc=f"{self.name} {stage}", unit="unit") as bar:
+            def done(outcome: UnitOutcome) -> None:
+                outcomes.append(outcome)
+                bar.update(1)
+                mb = sum(o.bytes for o in outcomes) / 1e6
+                if mb:
+                    bar.set_postfix_str(f"{mb / max(1e-3, time.monotonic() - start):.1f} MB/s")
+            self.map_units(job, units, done)
+        failed = sorted((o for o in outcomes if o.error is not None), key=lambda o: _order(o.unit))
+        if failed:
+            first = failed[0]
+            more = f" ({len(failed) - 1} more units failed)" if len(failed) > 1 else ""
+            raise UnitFailed(f"{unit_name(first.unit)} failed: {first.error}{more}; the same command resumes "
+                             f"from the finished units", exit_code=first.exit_code or 1)
+        if len(outcomes) != len(units):  # an engine that returned early without a failure: a bug of ours
+            raise UnitFailed(f"{stage}: {len(units) - len(outcomes)} of {len(units)} units never came back")
+        return sorted(outcomes, key=lambda o: _order(o.unit))
+
+
+def _order(unit: Unit) -> int:
+    return 0 if isinstance(unit, FinalizeUnit) else unit.rank
+
+
+def remote_job(job: Job) -> Job:
+    """The job as a remote unit runs it: quiet (the driver draws the bars)."""
+    return replace(job, opts=replace(job.opts, quiet=True))
+

@@ -1,0 +1,88 @@
+"""``--executor dask``: one ``distributed`` future per unit, on a running scheduler (``--address
+tcp://HOST:PORT``), on a ``Client`` made by the caller (a dask-jobqueue cluster: ``DaskExecutor(
+client=Client(cluster))``), or on a ``LocalCluster`` of this machine's cores when neither is given.
+
+A worker that dies mid-unit is the scheduler's to handle: it runs the unit again on another worker
+(up to its ``allowed-failures``, then the unit fails with ``KilledWorker``, named here in one line).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from shardsmith.engine.job import Job
+from shardsmith.engine.units import Unit
+from shardsmith.errors import UsageError
+from shardsmith.executors.base import MissingExtra, PhasedExecutor, UnitOutcome, first_line, unit_name
+from shardsmith.executors.remote import run_remote
+
+CONNECT_TIMEOUT_S = 5
+
+
+class DaskExecutor(PhasedExecutor):
+    """The units as futures of a Dask ``distributed`` cluster."""
+
+    name = "dask"
+
+    def __init__(self, *, ranks: int | None = None, address: str | None = None, client: Any = None) -> None:
+        super().__init__(ranks=ranks)
+        self.address = address
+        self.client = client
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Any]:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise MissingExtra(executor="dask", module="distributed") from None
+        if self.client is not None:
+            yield self.client
+            return
+        if self.address:
+            try:
+                client = Client(self.address, timeout=CONNECT_TIMEOUT_S)
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise UsageError(f"--executor dask: no scheduler answers at {self.address} within "
+                                 f"{CONNECT_TIMEOUT_S} s ({first_line(exc)})") from None
+            with client:
+                self.client = client
+                try:
+                    yield client
+                finally:
+                    self.client = None
+            return
+        # processes, one thread each: a unit owns its process while it runs (executors/remote.py)
+        with LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            self.client = client
+            try:
+                yield client
+            finally:
+                self.client = None
+
+    def default_ranks(self) -> int:
+        return sum(self.client.nthreads().values()) or 1
+
+    def map_units(self, job: Job, units: Sequence[Unit], done: Callable[[UnitOutcome], None]) -> None:
+        from distributed import as_completed
+
+        cwd = os.getcwd()
+        futures = {self.client.submit(run_remote, job, unit, cwd, pure=False,
+                                      key=f"shardsmith-{unit_name(unit).replace(' ', '-')}-{os.urandom(4).hex()}"): unit
+                   for unit in units}
+        try:
+            for future in as_completed(futures):
+                try:
+                    outcome = future.result()
+                except Exception as exc:  # the unit never came back (KilledWorker, a lost scheduler)
+                    outcome = UnitOutcome(unit=futures[future], error=f"the Dask worker running it failed: "
+                                          f"{type(exc).__name__}: {first_line(exc)}", exit_code=1)
+                done(outcome)
+                if outcome.error is not None:
+                    return
+        finally:
+            self.client.cancel(list(futures))
+
