@@ -41,7 +41,7 @@ lint: $(VENV)/.dev
 clean:
 	rm -rf demo-out .pytest_cache
 
-.PHONY: slurm test-slurm
+.PHONY: slurm test-slurm test-cluster
 
 # make slurm RECIPE=recipes/NAME.toml TASKS=N [SBATCH_ARGS="--partition=cpu --account=me"]: submit a recipe
 # to SLURM as scatter and gather array jobs of N tasks and a finalize job, each after the one before
@@ -55,3 +55,12 @@ slurm: $(VENV)/.core
 # local runs, stops the cluster.
 test-slurm: $(VENV)/.dev
 	SHARDSMITH_SLURM_TEST=1 $(PY) -m pytest -rs -p no:cacheprovider tests/slurm/test_slurm.py
+
+$(VENV)/.cluster: $(VENV)/.dev
+	$(PIP) install -e '.[dev,ray,dask,slurm]'
+	touch $@
+
+# make test-cluster: jobs on real Ray and Dask clusters started here (tests/cluster/), inside a network
+# namespace that has only loopback (Ray binds the machine's interface otherwise); needs root and unshare.
+test-cluster: $(VENV)/.cluster
+	unshare -n sh -c 'ip link set lo up && SHARDSMITH_CLUSTER_TEST=1 $(PY) -m pytest -rs -p no:cacheprovider tests/cluster'
