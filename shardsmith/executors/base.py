@@ -53,6 +53,7 @@ class UnitOutcome:
     error: str | None = None
     exit_code: int = 0
     seconds: float = 0.0
+    lost: bool = False  # the unit's process died or the engine lost it (not an error of the data or options)
 
     @property
     def bytes(self) -> int:
@@ -126,8 +127,9 @@ class PhasedExecutor:
         if failed:
             first = failed[0]
             more = f" ({len(failed) - 1} more units failed)" if len(failed) > 1 else ""
-            raise UnitFailed(f"{unit_name(first.unit)} failed: {first.error}{more}; the same command resumes "
-                             f"from the finished units", exit_code=first.exit_code or 1)
+            again = "; the same command resumes from the finished units" if first.lost else ""
+            raise UnitFailed(f"{unit_name(first.unit)} failed: {first.error}{more}{again}",
+                             exit_code=first.exit_code or 1)
         if len(outcomes) != len(units):  # an engine that returned early without a failure: a bug of ours
             raise UnitFailed(f"{stage}: {len(units) - len(outcomes)} of {len(units)} units never came back")
         return sorted(outcomes, key=lambda o: _order(o.unit))

@@ -9,6 +9,7 @@ A worker that dies mid-unit is the scheduler's to handle: it runs the unit again
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -56,7 +57,7 @@ class DaskExecutor(PhasedExecutor):
             return
         # processes, one thread each: a unit owns its process while it runs (executors/remote.py)
         with LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          dashboard_address=None) as cluster, Client(cluster) as client:
+                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
             self.client = client
             try:
                 yield client
@@ -79,7 +80,7 @@ class DaskExecutor(PhasedExecutor):
                     outcome = future.result()
                 except Exception as exc:  # the unit never came back (KilledWorker, a lost scheduler)
                     outcome = UnitOutcome(unit=futures[future], error=f"the Dask worker running it failed: "
-                                          f"{type(exc).__name__}: {first_line(exc)}", exit_code=1)
+                                          f"{type(exc).__name__}: {first_line(exc)}", exit_code=1, lost=True)
                 done(outcome)
                 if outcome.error is not None:
                     return

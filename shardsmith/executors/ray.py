@@ -72,7 +72,7 @@ class RayExecutor(PhasedExecutor):
                         outcome = ray.get(ref)
                     except Exception as exc:  # retries spent, or the cluster lost
                         outcome = UnitOutcome(unit=unit, error=f"the Ray task running it failed: "
-                                              f"{type(exc).__name__}: {first_line(exc)}", exit_code=1)
+                                              f"{type(exc).__name__}: {first_line(exc)}", exit_code=1, lost=True)
                     done(outcome)
                     if outcome.error is not None:
                         return

@@ -14,11 +14,12 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import replace
 
 from shardsmith.engine.conduct import run_unit
 from shardsmith.engine.job import Job
 from shardsmith.engine.units import Unit
-from shardsmith.errors import ShardsmithError
+from shardsmith.errors import ShardsmithError, WorkerDied
 from shardsmith.executors.base import UnitOutcome, unit_name
 
 _ONE_AT_A_TIME = threading.Lock()
@@ -34,6 +35,8 @@ def run_remote(job: Job, unit: Unit, cwd: str) -> UnitOutcome:
             os.chdir(cwd)
             result = run_unit(job, unit)
             return UnitOutcome(unit=unit, result=result, seconds=time.monotonic() - start)
+        except WorkerDied as exc:  # a worker of the unit's own pool was killed: its finished work is kept
+            return replace(_failed(unit, str(exc), exc.exit_code, start), lost=True)
         except ShardsmithError as exc:
             return _failed(unit, str(exc), exc.exit_code, start)
         except OSError as exc:

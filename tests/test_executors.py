@@ -1,0 +1,143 @@
+"""Executors (``shardsmith/executors``): a job's units on a Dask cluster (a LocalCluster of this
+machine, started by the executor) make the bytes of a local run, for any number of ranks; the
+options each executor takes, and one line for every failure. Real Ray, Dask scheduler and SLURM
+clusters: tests/cluster (``make test-cluster``) and tests/slurm (``make test-slurm``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import free_port, run_cli, run_subprocess, same_dataset, two_file_corpus, write_jsonl
+
+pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return two_file_corpus(tmp_path_factory.mktemp("exec-corpus"), 2000, seed=3, max_words=30, first=900)
+
+
+def tokens_args(texts: Path, tokenizer: Path) -> list[str | Path]:
+    return ["pack-tokens", texts, "--tokenizer", tokenizer, "--memory", "256KB", "--split", "train=0.9,val=0.1",
+            "--shard-tokens", "12K", "--seed", "4", "-q"]
+
+
+def tar_args(texts: Path) -> list[str | Path]:
+    return ["convert", texts, "--to", "webdataset", "--text-field", "text", "--memory", "256KB",
+            "--shard-samples", "300", "--split", "train=0.8,val=0.2", "-q"]
+
+
+def ok(res) -> None:
+    assert res.exit_code == 0, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_dask_local_cluster_writes_the_local_bytes(texts, bpe_tokenizer, tmp_path, ranks):
+    for name, args in (("tokens", tokens_args(texts, bpe_tokenizer)), ("tar", tar_args(texts))):
+        ok(run_cli(*args, "-o", tmp_path / f"{name}-local"))
+        ok(run_cli(*args, "-o", tmp_path / f"{name}-dask", "--executor", "dask", "--ranks", ranks))
+        same_dataset(tmp_path / f"{name}-local", tmp_path / f"{name}-dask")
+        assert not (tmp_path / f".{name}-dask.shardsmith-work").exists()
+
+
+def test_the_python_api_runs_a_job_on_a_client_of_the_callers(texts, tmp_path):
+    from distributed import Client, LocalCluster
+
+    from shardsmith.commands.convert import ConvertOptions, job_of, run
+    from shardsmith.executors import DaskExecutor, executor_named
+    from shardsmith.executors import run as run_job_on
+
+    opts = ConvertOptions(inputs=(str(texts),), out=tmp_path / "local", to="webdataset", text_field="text",
+                          memory=256 << 10, format_options={"shard_samples": 250}, quiet=True, workers=1)
+    run(opts)
+    with LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        manifest = run(opts.__class__(**{**opts.__dict__, "out": tmp_path / "client"}),
+                       executor=DaskExecutor(client=client, ranks=3))
+        assert manifest["splits"]["train"]["samples"] == 2000
+        assert client.status == "running"  # the caller's client is left open
+        again = run_job_on(job_of(opts.__class__(**{**opts.__dict__, "out": tmp_path / "named"})),
+                           executor=DaskExecutor(client=client))  # ranks: the cluster's 2 threads
+    same_dataset(tmp_path / "local", tmp_path / "client")
+    same_dataset(tmp_path / "local", tmp_path / "named")
+    assert again["splits"] == manifest["splits"]
+    with pytest.raises(Exception, match="--address applies to --executor dask or ray, not to local"):
+        executor_named("local", address="tcp://127.0.0.1:1")
+
+
+def test_a_bad_record_on_a_rank_is_one_line_naming_rank_and_file(tmp_path):
+    write_jsonl(tmp_path / "in" / "a.jsonl", [f"doc {i}" for i in range(50)])
+    with open(tmp_path / "in" / "b.jsonl", "a") as fh:
+        fh.write('{"text": "fine"}\n{"text": broken\n')
+    res = run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "--text-field", "text",
+                  "--executor", "dask", "--ranks", "2", "-q")
+    assert res.exit_code == 1, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
+    assert "scatter rank" in lines[0] and "of 2 failed" in lines[0] and "b.jsonl: line 2" in lines[0], lines[0]
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    # mended, the run's scratch folder (its ranks' parts) names the run that failed: one line says to remove it
+    (tmp_path / "in" / "b.jsonl").write_text('{"text": "fine"}\n{"text": "mended"}\n')
+    res = run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "--text-field", "text",
+                  "--executor", "dask", "--ranks", "2", "-q")
+    assert res.exit_code == 2 and "holds the parts of a different run" in res.stderr, res.stderr
+    assert "resumes" not in res.stderr and res.stderr.count("\n") == 1, res.stderr
+    shutil.rmtree(tmp_path / ".out.shardsmith-work")
+    ok(run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "--text-field", "text",
+               "--executor", "dask", "--ranks", "2", "-q"))
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]["train"]["samples"] == 52
+
+
+def test_another_rank_count_resumes_the_units_a_run_left(texts, bpe_tokenizer, tmp_path):
+    """A run left half done on 3 ranks (scatter ranks 0 and 2, gather rank 1), finished on 2 ranks:
+    the local bytes (task parts and shard ranges do not depend on the rank count)."""
+    args = tokens_args(texts, bpe_tokenizer)
+    ok(run_cli(*args, "-o", tmp_path / "local"))
+    out = tmp_path / "mixed"
+    for stage, rank in (("scatter", 0), ("scatter", 2), ("scatter", 1), ("gather", 1)):
+        ok(run_cli(*args, "-o", out, "--stage", stage, "--rank", rank, "--world-size", 3))
+    ok(run_cli(*args, "-o", out, "--executor", "dask", "--ranks", 2))
+    same_dataset(tmp_path / "local", out)
+
+
+def test_options_an_executor_does_not_take_are_refused(texts, tmp_path):
+    cases = [
+        (["--ranks", "2"], "--ranks applies to --executor ray, dask or slurm"),
+        (["--executor", "dask", "--no-wait"], "--no-wait applies to --executor slurm, not to dask"),
+        (["--executor", "ray", "--slurm-arg=--partition=cpu"], "--slurm-arg applies to --executor slurm, not to ray"),
+        (["--executor", "dask", "--stage", "scatter"], "--stage runs one unit here"),
+        (["--executor", "dask", "--ranks", "0"], "--ranks"),
+    ]
+    for extra, message in cases:
+        res = run_cli(*tar_args(texts), "-o", tmp_path / "out", *extra)
+        assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr, (extra, res.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unreachable_scheduler_is_one_line_within_seconds(texts, tmp_path):
+    start = time.monotonic()
+    res = run_subprocess(*tar_args(texts), "-o", tmp_path / "out", "--executor", "dask",
+                         "--address", f"tcp://127.0.0.1:{free_port()}")
+    took = time.monotonic() - start
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "no scheduler answers at tcp://127.0.0.1:" in res.stderr, res.stderr
+    assert took < 15, took
+
+
+@pytest.mark.parametrize("executor,module,extra", [("dask", "distributed", "dask"), ("ray", "ray", "ray")])
+def test_a_missing_engine_is_one_line_naming_its_extra(texts, tmp_path, executor, module, extra):
+    # the engine's package made unimportable in a fresh interpreter, as on a machine without it
+    code = (f"import sys; sys.modules[{module!r}] = None; sys.argv = ['shardsmith', *sys.argv[1:]]; "
+            "from shardsmith.program import main; main()")
+    res = subprocess.run([sys.executable, "-c", code, *map(str, tar_args(texts)), "-o", str(tmp_path / "out"),
+                          "--executor", executor], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == (f"shardsmith: error: --executor {executor} needs the {module} package: "
+                                  f"pip install 'shardsmith[{extra}]'"), res.stderr
