@@ -51,7 +51,12 @@ _NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
 
 
 class LockedError(ShardsmithError):
-    """Another run is writing into the same output folder (exit code 1)."""
+    """Another run is writing into the same output folder (exit code 1). ``same_unit``: what holds
+    it is the same stage and rank (a unit an earlier, killed driver left running on a cluster)."""
+
+    def __init__(self, message: str, *, same_unit: bool = False) -> None:
+        super().__init__(message)
+        self.same_unit = same_unit
 
 
 def lock_path(out: Path) -> Path:
@@ -129,7 +134,8 @@ class OutputLock:
             if exc.errno not in (errno.EACCES, errno.EAGAIN):
                 raise
             raise LockedError(f"-o {self.out}: {self._describe_holders(what)}; wait for it to finish, or "
-                              f"stop it (a lock of a process that died is released by itself)") from None
+                              f"stop it (a lock of a process that died is released by itself)",
+                              same_unit=what == self.slot and self.stage is not None) from None
 
     # -- the fallback: holder files created with O_EXCL --------------------------------------------
 
@@ -155,7 +161,8 @@ class OutputLock:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
                 if _live(path):
-                    raise LockedError(f"-o {self.out}: {_describe(path)}; wait for it to finish") from None
+                    raise LockedError(f"-o {self.out}: {_describe(path)}; wait for it to finish",
+                                      same_unit=path.name.endswith(f".{self.slot}.json") and self.stage is not None) from None
                 # stale: move it aside atomically (one taker wins), then try again
                 aside = path.with_name(f"{path.name}.stale-{socket.gethostname()}-{os.getpid()}")
                 with contextlib.suppress(FileNotFoundError):

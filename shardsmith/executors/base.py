@@ -19,6 +19,9 @@ from shardsmith.engine.units import FinalizeUnit, Unit, phases
 from shardsmith.errors import ShardsmithError, UsageError
 
 MAX_RANKS = 1 << 16
+# a unit whose copy a killed driver left running is tried again every BUSY_POLL_S, up to BUSY_WAIT_S
+BUSY_POLL_S = 2.0
+BUSY_WAIT_S = 900.0
 
 
 class Executor(Protocol):
@@ -54,6 +57,12 @@ class UnitOutcome:
     exit_code: int = 0
     seconds: float = 0.0
     lost: bool = False  # the unit's process died or the engine lost it (not an error of the data or options)
+    busy: bool = False  # the same unit of this job is still running elsewhere (left by a killed driver)
+
+    @property
+    def fatal(self) -> bool:
+        """An error that ends the phase (a busy unit is run again once its other copy ends)."""
+        return self.error is not None and not self.busy
 
     @property
     def bytes(self) -> int:
@@ -85,6 +94,7 @@ class PhasedExecutor:
     def __init__(self, *, ranks: int | None = None) -> None:
         check_ranks(ranks)
         self.ranks = ranks
+        self._busy: list[UnitOutcome] = []  # the phase's units found still running elsewhere
 
     # what an engine says
     def session(self) -> AbstractContextManager[Any]:
@@ -112,17 +122,35 @@ class PhasedExecutor:
         return result
 
     def _phase(self, job: Job, units: Sequence[Unit], *, progress: Progress) -> list[UnitOutcome]:
-        stage = units[0].stage
+        stage, todo = units[0].stage, list(units)
         outcomes: list[UnitOutcome] = []
-        start = time.monotonic()
+        start, waited = time.monotonic(), 0.0
         with progress.bar(total=len(units), desc=f"{self.name} {stage}", unit="unit") as bar:
             def done(outcome: UnitOutcome) -> None:
+                if outcome.busy:
+                    self._busy.append(outcome)
+                    return
                 outcomes.append(outcome)
                 bar.update(1)
                 mb = sum(o.bytes for o in outcomes) / 1e6
                 if mb:
                     bar.set_postfix_str(f"{mb / max(1e-3, time.monotonic() - start):.1f} MB/s")
-            self.map_units(job, units, done)
+            while todo:
+                came = len(outcomes)
+                self.map_units(job, todo, done)
+                busy = [o for o in self._busy if o.unit in todo]
+                self._busy = []
+                if any(o.fatal for o in outcomes[came:]) or not busy:
+                    break
+                if waited >= BUSY_WAIT_S:  # still held: report it as it is
+                    outcomes += [replace(o, busy=False) for o in busy]
+                    break
+                if not waited:
+                    progress.note(f"{unit_name(busy[0].unit)}: waiting for the copy of it a stopped run left "
+                                  f"running ({len(busy)} unit{'s' if len(busy) > 1 else ''})")
+                time.sleep(BUSY_POLL_S)
+                waited += BUSY_POLL_S
+                todo = [o.unit for o in busy]
         failed = sorted((o for o in outcomes if o.error is not None), key=lambda o: _order(o.unit))
         if failed:
             first = failed[0]
@@ -133,7 +161,6 @@ class PhasedExecutor:
         if len(outcomes) != len(units):  # an engine that returned early without a failure: a bug of ours
             raise UnitFailed(f"{stage}: {len(units) - len(outcomes)} of {len(units)} units never came back")
         return sorted(outcomes, key=lambda o: _order(o.unit))
-
 
 def _order(unit: Unit) -> int:
     return 0 if isinstance(unit, FinalizeUnit) else unit.rank

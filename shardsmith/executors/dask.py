@@ -39,6 +39,7 @@ class DaskExecutor(PhasedExecutor):
             from distributed import Client, LocalCluster
         except ImportError:
             raise MissingExtra(executor="dask", module="distributed") from None
+        _quiet_logs()
         if self.client is not None:
             yield self.client
             return
@@ -79,11 +80,18 @@ class DaskExecutor(PhasedExecutor):
                 try:
                     outcome = future.result()
                 except Exception as exc:  # the unit never came back (KilledWorker, a lost scheduler)
-                    outcome = UnitOutcome(unit=futures[future], error=f"the Dask worker running it failed: "
+                    outcome = UnitOutcome(unit=futures[future], error=f"Dask lost it: "
                                           f"{type(exc).__name__}: {first_line(exc)}", exit_code=1, lost=True)
                 done(outcome)
-                if outcome.error is not None:
+                if outcome.fatal:
                     return
         finally:
             self.client.cancel(list(futures))
 
+
+
+def _quiet_logs() -> None:
+    """The client's own log lines (a lost scheduler, its reconnecting, with tracebacks) would follow
+    ours on stderr: the engine's logs stay on the cluster, the user gets our one line."""
+    for name in [n for n in logging.root.manager.loggerDict if n == "distributed" or n.startswith("distributed.")]:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)

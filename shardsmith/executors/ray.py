@@ -74,7 +74,7 @@ class RayExecutor(PhasedExecutor):
                         outcome = UnitOutcome(unit=unit, error=f"the Ray task running it failed: "
                                               f"{type(exc).__name__}: {first_line(exc)}", exit_code=1, lost=True)
                     done(outcome)
-                    if outcome.error is not None:
+                    if outcome.fatal:
                         return
         finally:
             for ref in pending:

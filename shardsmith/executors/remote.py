@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from shardsmith.engine.conduct import run_unit
 from shardsmith.engine.job import Job
+from shardsmith.engine.outlock import LockedError
 from shardsmith.engine.units import Unit
 from shardsmith.errors import ShardsmithError, WorkerDied
 from shardsmith.executors.base import UnitOutcome, unit_name
@@ -37,6 +38,8 @@ def run_remote(job: Job, unit: Unit, cwd: str) -> UnitOutcome:
             return UnitOutcome(unit=unit, result=result, seconds=time.monotonic() - start)
         except WorkerDied as exc:  # a worker of the unit's own pool was killed: its finished work is kept
             return replace(_failed(unit, str(exc), exc.exit_code, start), lost=True)
+        except LockedError as exc:  # the same unit, left running by a killed driver: the executor waits for it
+            return replace(_failed(unit, str(exc), exc.exit_code, start), busy=exc.same_unit)
         except ShardsmithError as exc:
             return _failed(unit, str(exc), exc.exit_code, start)
         except OSError as exc:
