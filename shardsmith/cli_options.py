@@ -155,7 +155,7 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
                      help="Clusters: run one stage (scatter and gather on every rank, then finalize once) "
                           "[default: all three, here]."),
         click.option("--rank", type=click.IntRange(0, MAX_RANKS - 1), default=None,
-                     help="This rank [default: $SLURM_ARRAY_TASK_ID, else $RANK, else 0]."),
+                     help="This rank [default: $SLURM_ARRAY_TASK_ID, else $JOB_COMPLETION_INDEX, else $RANK, else 0]."),
         click.option("--world-size", type=click.IntRange(1, MAX_RANKS), default=None,
                      help="Ranks in all [default: $SLURM_ARRAY_TASK_COUNT, else $WORLD_SIZE, else 1]."),
     ]
@@ -192,8 +192,8 @@ def cluster_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
                     raise click.BadParameter(f"${name}={value!r} is not a number") from None
         return None
 
-    if rank is None:
-        rank = env("SLURM_ARRAY_TASK_ID", "RANK")
+    if rank is None:  # a SLURM array task, a Kubernetes Indexed Job's pod, a torchrun-style launcher
+        rank = env("SLURM_ARRAY_TASK_ID", "JOB_COMPLETION_INDEX", "RANK")
     if world_size is None:
         world_size = env("SLURM_ARRAY_TASK_COUNT", "WORLD_SIZE")
     rank, world_size = rank or 0, world_size or 1
