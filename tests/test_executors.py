@@ -47,9 +47,10 @@ def test_dask_local_cluster_writes_the_local_bytes(texts, bpe_tokenizer, tmp_pat
         assert not (tmp_path / f".{name}-dask.shardsmith-work").exists()
 
 
-def test_the_python_api_runs_a_job_on_a_client_of_the_callers(texts, tmp_path):
+def test_the_python_api_runs_a_job_on_a_client_of_the_callers(texts, bpe_tokenizer, tmp_path):
     from distributed import Client, LocalCluster
 
+    from shardsmith.commands import pack_tokens
     from shardsmith.commands.convert import ConvertOptions, job_of, run
     from shardsmith.executors import DaskExecutor, executor_named
     from shardsmith.executors import run as run_job_on
@@ -65,6 +66,11 @@ def test_the_python_api_runs_a_job_on_a_client_of_the_callers(texts, tmp_path):
         assert client.status == "running"  # the caller's client is left open
         again = run_job_on(job_of(opts.__class__(**{**opts.__dict__, "out": tmp_path / "named"})),
                            executor=DaskExecutor(client=client))  # ranks: the cluster's 2 threads
+        # the README's way: options with plain strings, out included
+        tokens = pack_tokens.run(pack_tokens.PackTokensOptions(inputs=(str(texts),), out=str(tmp_path / "str"),
+                                                               tokenizer=str(bpe_tokenizer), quiet=True),
+                                 executor=DaskExecutor(client=client, ranks=2))
+        assert (tmp_path / "str" / "manifest.json").is_file() and tokens["splits"]["train"]["samples"] == 2000
     same_dataset(tmp_path / "local", tmp_path / "client")
     same_dataset(tmp_path / "local", tmp_path / "named")
     assert again["splits"] == manifest["splits"]

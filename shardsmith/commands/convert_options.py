@@ -45,6 +45,7 @@ class ConvertOptions(ConvertingOptions):
     format_options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if type(self.max_image_pixels) is not int or self.max_image_pixels < 1:
             raise UsageError(f"--max-image-pixels must be a whole number >= 1, got {self.max_image_pixels!r}")
         if self.balance is not None:

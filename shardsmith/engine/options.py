@@ -33,6 +33,15 @@ class ConvertingOptions:
     part_size: int | None = None
     out_url: str | None = None
 
+    def __post_init__(self) -> None:
+        """``out`` given as a string (the Python API) is the path or the URL it names, as ``-o`` makes it."""
+        out = getattr(self, "out", None)
+        if isinstance(out, str):
+            from shardsmith.core.urls import is_url
+
+            if not is_url(out):
+                object.__setattr__(self, "out", Path(out))
+
     def idle_rank(self) -> bool:
         """Whether this rank has nothing to do in its stage (finalize is one process: rank 0)."""
         return self.stage == "finalize" and self.rank != 0
