@@ -147,3 +147,21 @@ def test_a_missing_engine_is_one_line_naming_its_extra(texts, tmp_path, executor
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (f"shardsmith: error: --executor {executor} needs the {module} package: "
                                   f"pip install 'shardsmith[{extra}]'"), res.stderr
+
+
+def test_a_killed_local_run_is_finished_by_an_executor_and_back(texts, bpe_tokenizer, tmp_path):
+    """Killed (SIGKILL) mid-scatter on one machine, finished on Dask; and the other way round."""
+    import os
+
+    args = tokens_args(texts, bpe_tokenizer)
+    ok(run_cli(*args, "-o", tmp_path / "local"))
+    crash = {**os.environ, "SHARDSMITH_CRASH_AT": "scatter:1"}
+    killed = run_subprocess(*args, "-o", tmp_path / "a", "--workers", "1", env=crash)
+    assert killed.returncode == -9, killed.stderr
+    assert any((tmp_path / ".a.shardsmith-work").glob("part-*.bin"))  # task 0's part: kept for the rerun
+    ok(run_cli(*args, "-o", tmp_path / "a", "--executor", "dask", "--ranks", 2))
+    same_dataset(tmp_path / "local", tmp_path / "a")
+    # half a staged run on 2 ranks (what a killed driver leaves), finished by a local run
+    ok(run_cli(*args, "-o", tmp_path / "b", "--stage", "scatter", "--rank", 1, "--world-size", 2))
+    ok(run_cli(*args, "-o", tmp_path / "b"))
+    same_dataset(tmp_path / "local", tmp_path / "b")
