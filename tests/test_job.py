@@ -15,7 +15,7 @@ from conftest import tree_digest, two_file_corpus
 from shardsmith.commands import convert, pack_tokens
 from shardsmith.engine.conduct import run_job, run_unit
 from shardsmith.engine.job import Job
-from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, phases, unit_of
+from shardsmith.engine.units import FinalizeUnit, GatherUnit, PrepareUnit, ScatterUnit, phases, unit_of
 
 
 @pytest.fixture(scope="module")
@@ -44,12 +44,13 @@ def test_a_job_and_its_units_pickle() -> None:
         for unit in phase:
             assert pickle.loads(pickle.dumps(unit)) == unit
             assert unit_of(job.for_unit(unit).opts) == unit
-    assert [len(p) for p in phases(3)] == [3, 3, 1]
+    assert [len(p) for p in phases(3)] == [1, 3, 3, 1]  # prepare, scatter, gather, finalize
     assert unit_of(opts) is None  # no --stage: every unit, here
     staged = job.for_unit(GatherUnit(rank=1, world=3)).opts
     assert (staged.stage, staged.rank, staged.world_size) == ("gather", 1, 3)
     assert job.for_unit(ScatterUnit(rank=0, world=2)).opts.stage == "scatter"
     assert job.for_unit(FinalizeUnit()).opts.stage == "finalize"
+    assert job.for_unit(PrepareUnit()).opts.stage == "prepare"
 
 
 def test_units_in_fresh_processes_make_the_one_process_bytes(texts: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
+from shardsmith.core.urls import is_url
 from shardsmith.engine import url_inputs
 from shardsmith.engine.finish import commit_dataset
 from shardsmith.engine.job import Job, JobRun, JobSteps
@@ -22,7 +23,8 @@ from shardsmith.engine.output import output_for
 from shardsmith.engine.plan import plan_tasks
 from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_units, scatter_summary
-from shardsmith.engine.units import Unit, unit_of
+from shardsmith.engine.units import PrepareUnit, Unit, unit_of
+from shardsmith.engine.workdir import work_folder
 from shardsmith.storage import arrival
 
 
@@ -38,7 +40,30 @@ def run_job(job: Job) -> dict[str, Any]:
 def run_unit(job: Job, unit: Unit) -> dict[str, Any]:
     """``unit`` of ``job`` in this process, from the job and the output folder alone (its stage,
     rank and world size are the unit's); returns what ``run_job`` returns for it."""
+    if isinstance(unit, PrepareUnit):
+        return _prepare(job.for_unit(unit))
     return _conduct(job.for_unit(unit), unit)
+
+
+def _prepare(job: Job) -> dict[str, Any]:
+    """The start of a local run, before an executor's ranks: claim the output folder (``--overwrite``
+    removes the old dataset; this very run's finished dataset is returned, its manifest), replace a
+    scratch folder another run left, and plan the tasks (the ranks read the plan). A bucket's
+    stages claim it as they go (``outstages``): nothing to do here for one."""
+    if is_url(str(job.out)):
+        return {"stage": "prepare", "rank": 0, "world_size": job.opts.world_size}
+    with output_for(job.opts) as session, url_inputs.staging_for_run():
+        run = JobRun(job=job, opts=session.localize(job.opts), session=session, progress=Progress(quiet=True))
+        steps = job.steps(job=job).open(run)
+        files = run.files if run.files is not None else run.discover(run.reader.suffixes)
+        steps.check(run)
+        finished = _claim(run, steps)
+        if finished is not None:
+            return finished
+        with work_folder(run.opts.out, run=run.identity):
+            pass  # the same run's parts kept, another run's removed, this run's stamp written
+    return {"stage": "prepare", "rank": 0, "world_size": job.opts.world_size, "tasks": len(run.tasks),
+            "input_bytes": sum(f.size for f in files)}
 
 
 def _conduct(job: Job, unit: Unit | None) -> dict[str, Any]:

@@ -59,7 +59,7 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
                                                                                       finished_by(out)):
         return True  # (--overwrite: made again, as asked)
     present = sorted(p for p in out.iterdir())
-    if stage is not None:  # gather ranks share the folder: never remove what another rank wrote
+    if stage not in (None, "prepare"):  # gather ranks share the folder: never remove what another rank wrote
         _join(out, present, run=run)
         return False
     if present:

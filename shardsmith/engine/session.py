@@ -77,8 +77,9 @@ class OutputRun:
 
     @property
     def lock_stage(self) -> str | None:
-        """The stage whose rank slot the folder's lock takes (None: the whole folder is this run's)."""
-        return self.stage
+        """The stage whose rank slot the folder's lock takes (None: the whole folder is this run's,
+        as while an executor's first unit prepares it)."""
+        return None if self.stage == "prepare" else self.stage
 
     def localize(self, opts: Any) -> Any:
         """The command's options for the local pipeline: unchanged (``outremote`` names its staging folder)."""

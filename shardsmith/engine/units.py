@@ -1,6 +1,7 @@
 """The units of a job: the pieces the engine hands out, each a plain picklable value that any
 process runs with ``engine.conduct.run_unit(job, unit)``. ``--stage``, ``--rank`` and
-``--world-size`` name one; a local run runs them all in one process.
+``--world-size`` name one; a local run runs them all in one process. An executor runs a
+``PrepareUnit`` first, which claims the output as a local run does.
 """
 
 from __future__ import annotations
@@ -9,6 +10,14 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from shardsmith.engine.options import ConvertingOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareUnit:
+    """Claim the output as a local run does (``--overwrite``, the same finished run, a scratch folder
+    of another run replaced), and plan the tasks once for the ranks."""
+
+    stage: ClassVar[str] = "prepare"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,12 +45,12 @@ class FinalizeUnit:
     stage: ClassVar[str] = "finalize"
 
 
-Unit = ScatterUnit | GatherUnit | FinalizeUnit
+Unit = PrepareUnit | ScatterUnit | GatherUnit | FinalizeUnit
 
 
 def phases(world: int) -> list[list[Unit]]:
     """A run in ``world`` ranks: the units of each phase run at once, a phase after the one before."""
-    return [[ScatterUnit(rank=r, world=world) for r in range(world)],
+    return [[PrepareUnit()], [ScatterUnit(rank=r, world=world) for r in range(world)],
             [GatherUnit(rank=r, world=world) for r in range(world)], [FinalizeUnit()]]
 
 
@@ -51,5 +60,7 @@ def unit_of(opts: ConvertingOptions) -> Unit | None:
         return None
     if opts.stage == "finalize":
         return FinalizeUnit()
+    if opts.stage == "prepare":
+        return PrepareUnit()
     kind = ScatterUnit if opts.stage == "scatter" else GatherUnit
     return kind(rank=opts.rank, world=opts.world_size)

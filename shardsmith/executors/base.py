@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from shardsmith.core.progress import Progress
 from shardsmith.engine.job import Job
-from shardsmith.engine.units import FinalizeUnit, Unit, phases
+from shardsmith.engine.outdir import complete_line
+from shardsmith.engine.units import FinalizeUnit, PrepareUnit, Unit, phases
 from shardsmith.errors import ShardsmithError, UsageError
 
 MAX_RANKS = 1 << 16
@@ -72,7 +73,7 @@ class UnitOutcome:
 
 def unit_name(unit: Unit) -> str:
     """``scatter rank 2 of 4``, ``finalize``: how a unit is named to the user."""
-    return "finalize" if isinstance(unit, FinalizeUnit) else f"{unit.stage} rank {unit.rank} of {unit.world}"
+    return unit.stage if isinstance(unit, FinalizeUnit | PrepareUnit) else f"{unit.stage} rank {unit.rank} of {unit.world}"
 
 
 def first_line(exc: BaseException) -> str:
@@ -112,13 +113,19 @@ class PhasedExecutor:
 
     # the same for every engine
     def run(self, job: Job) -> dict[str, Any]:
+        if job.opts.limit is not None:
+            raise UsageError(f"--limit reads the first records in order, in one process: it runs with --executor "
+                             f"local, not {self.name}")
+        progress = Progress(quiet=job.opts.quiet)
         with self.session():
             world = self.ranks or max(1, self.default_ranks())
             remote = remote_job(job)
             result: dict[str, Any] = {}
             for units in phases(world):
-                outcomes = self._phase(remote, units, progress=Progress(quiet=job.opts.quiet))
-                result = outcomes[-1].result or {}
+                result = self._phase(remote, units, progress=progress)[-1].result or {}
+                if "stage" not in result:  # the prepare unit found this very run's finished dataset
+                    progress.note(complete_line(job.out, left=None))
+                    break
         return result
 
     def _phase(self, job: Job, units: Sequence[Unit], *, progress: Progress) -> list[UnitOutcome]:
@@ -146,8 +153,8 @@ class PhasedExecutor:
                     outcomes += [replace(o, busy=False) for o in busy]
                     break
                 if not waited:
-                    progress.note(f"{unit_name(busy[0].unit)}: waiting for the copy of it a stopped run left "
-                                  f"running ({len(busy)} unit{'s' if len(busy) > 1 else ''})")
+                    progress.note(f"{unit_name(busy[0].unit)}: waiting for what holds the output to end (a unit "
+                                  f"a stopped run left running?): {busy[0].error}")
                 time.sleep(BUSY_POLL_S)
                 waited += BUSY_POLL_S
                 todo = [o.unit for o in busy]
@@ -163,7 +170,7 @@ class PhasedExecutor:
         return sorted(outcomes, key=lambda o: _order(o.unit))
 
 def _order(unit: Unit) -> int:
-    return 0 if isinstance(unit, FinalizeUnit) else unit.rank
+    return 0 if isinstance(unit, FinalizeUnit | PrepareUnit) else unit.rank
 
 
 def remote_job(job: Job) -> Job:

@@ -19,7 +19,7 @@ from dataclasses import replace
 from shardsmith.engine.conduct import run_unit
 from shardsmith.engine.job import Job
 from shardsmith.engine.outlock import LockedError
-from shardsmith.engine.units import Unit
+from shardsmith.engine.units import PrepareUnit, Unit
 from shardsmith.errors import ShardsmithError, WorkerDied
 from shardsmith.executors.base import UnitOutcome, unit_name
 
@@ -39,7 +39,8 @@ def run_remote(job: Job, unit: Unit, cwd: str) -> UnitOutcome:
         except WorkerDied as exc:  # a worker of the unit's own pool was killed: its finished work is kept
             return replace(_failed(unit, str(exc), exc.exit_code, start), lost=True)
         except LockedError as exc:  # the same unit, left running by a killed driver: the executor waits for it
-            return replace(_failed(unit, str(exc), exc.exit_code, start), busy=exc.same_unit)
+            busy = exc.same_unit or isinstance(unit, PrepareUnit)  # prepare needs the whole output
+            return replace(_failed(unit, str(exc), exc.exit_code, start), busy=busy)
         except ShardsmithError as exc:
             return _failed(unit, str(exc), exc.exit_code, start)
         except OSError as exc:
