@@ -159,3 +159,16 @@ def test_a_killed_local_run_is_finished_by_an_executor_and_back(texts, bpe_token
     ok(run_cli(*args, "-o", tmp_path / "b", "--stage", "scatter", "--rank", 1, "--world-size", 2))
     ok(run_cli(*args, "-o", tmp_path / "b"))
     same_dataset(tmp_path / "local", tmp_path / "b")
+
+
+def test_a_recipe_names_its_executor(texts, tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text(f'command = "convert"\ninputs = ["{texts}"]\nout = "{tmp_path / "out"}"\n[options]\n'
+                      f'to = "webdataset"\ntext-field = "text"\nshard-samples = 300\nexecutor = "dask"\nranks = 2\n'
+                      f'quiet = true\n')
+    res = run_cli("run", recipe)
+    assert res.exit_code == 0, res.stderr
+    assert "--executor dask --ranks 2" in res.stderr  # the command line the recipe stands for
+    ok(run_cli("convert", texts, "--to", "webdataset", "--text-field", "text", "--shard-samples", "300", "-q",
+               "-o", tmp_path / "local"))
+    same_dataset(tmp_path / "local", tmp_path / "out")
