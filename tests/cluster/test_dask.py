@@ -83,6 +83,14 @@ def shardsmith(*args: str | Path, **kw) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, **kw)
 
 
+def stalled(proc: subprocess.Popen, mark: Path) -> None:
+    """Wait until a unit of ``proc``'s run waits at its fault point (it created ``mark``)."""
+    deadline = time.monotonic() + 120
+    while not mark.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_a_dask_cluster_writes_the_local_bytes(cluster, texts, bpe_tokenizer, tmp_path, ranks):
     assert run_cli(*tokens(texts, bpe_tokenizer), "-o", tmp_path / "local").exit_code == 0
@@ -104,10 +112,7 @@ def test_a_worker_killed_mid_unit_changes_no_byte(texts, bpe_tokenizer, tmp_path
     with dask_cluster(tmp_path / "cluster.log", env=env) as address, Client(address, timeout=10) as watcher:
         proc = shardsmith(*tokens(texts, bpe_tokenizer), "-o", tmp_path / "dask", "--executor", "dask",
                           "--address", address, "--ranks", 2)
-        deadline = time.monotonic() + 120
-        while not mark.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        stalled(proc, mark)
         busy = [w for w, keys in watcher.processing().items() if any("scatter" in str(k) for k in keys)]
         pids = watcher.run(os.getpid, workers=busy)
         for pid in pids.values():
@@ -125,10 +130,7 @@ def test_a_driver_killed_mid_run_resumes_with_the_same_command(texts, bpe_tokeni
     args = [*tokens(texts, bpe_tokenizer), "-o", tmp_path / "dask", "--executor", "dask", "--ranks", 3]
     with dask_cluster(tmp_path / "cluster.log", env=env) as address:
         proc = shardsmith(*args, "--address", address)
-        deadline = time.monotonic() + 120
-        while not mark.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        stalled(proc, mark)
         proc.kill()
         proc.communicate()
         assert not (tmp_path / "dask" / "manifest.json").exists()
@@ -145,10 +147,7 @@ def test_a_scheduler_that_goes_away_is_one_line(texts, bpe_tokenizer, tmp_path):
     with dask_cluster(tmp_path / "cluster.log", env=env) as address:
         proc = shardsmith(*tokens(texts, bpe_tokenizer), "-o", tmp_path / "dask", "--executor", "dask",
                           "--address", address, "--ranks", 2)
-        deadline = time.monotonic() + 120
-        while not mark.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        stalled(proc, mark)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0, err
     assert "Traceback" not in err and err.strip().count("\n") == 0, err
