@@ -51,9 +51,12 @@ DEFAULT_TIME_MIN = 240  # each job's --time unless --slurm-arg=--time=... (the r
 MAX_TIMEOUTS = 3  # requeues after a time limit (submitit's countdown); preemptions are not counted
 LOGS = Path("slurm-logs/shardsmith")
 POLL_S = (0.5, 5.0)  # squeue every 0.5 s, slowing down to every 5 s while nothing changes
-CONTROLLER_PATIENCE_S = 60.0  # squeue failing this long: one line and exit 1, never a hang
+CONTROLLER_PATIENCE_S = 60.0  # squeue failing this long (each call at most 30 s): one line and exit 1
 RESULT_GRACE_S = 30.0  # a job out of the queue whose result file has not appeared yet (a slow shared FS)
 SQUEUE_TIMEOUT_S = 30.0
+# a job in none of these states, or out of squeue's list, is over (squeue -t all keeps them a few minutes)
+OVER = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "BOOT_FAIL",
+                  "DEADLINE", "PREEMPTED"})
 # options the executor sets itself: given through --slurm-arg they would break the chain or the logs
 _OURS = frozenset({"array", "dependency", "output", "error", "open_mode", "parsable", "wrap", "kill_on_invalid_dep"})
 
@@ -101,13 +104,13 @@ class SlurmExecutor:
     name = "slurm"
 
     def __init__(self, *, ranks: int | None = None, wait: bool = True, slurm_args: Sequence[str] = (),
-                 folder: Path | str | None = None, controller_patience_s: float = CONTROLLER_PATIENCE_S) -> None:
+                 folder: Path | str | None = None, controller_patience_s: float | None = None) -> None:
         check_ranks(ranks)
         self.ranks = ranks or DEFAULT_RANKS
         self.wait = wait
         self.sbatch_options, self.time_min = parse_slurm_args(slurm_args)
         self.folder = Path(folder) if folder is not None else None
-        self.controller_patience_s = controller_patience_s
+        self.controller_patience_s = CONTROLLER_PATIENCE_S if controller_patience_s is None else controller_patience_s
         try:
             import submitit  # noqa: F401
         except ImportError:
@@ -172,10 +175,11 @@ class SlurmExecutor:
         delay = POLL_S[0]
         with progress.bar(total=len(pending), desc=f"slurm {stage.name}", unit="unit") as bar:
             while pending:
-                queued = queue.states([stage.job_id])
+                states = queue.states([stage.job_id])
                 before = len(pending)
                 for job_id, (unit, sjob) in list(pending.items()):
-                    if job_id in queued:
+                    if job_id in states and states[job_id] not in OVER:  # queued, running, or requeued
+                        left_at.pop(job_id, None)
                         continue
                     outcome = _outcome(unit, sjob)
                     if outcome is None:
@@ -230,11 +234,12 @@ class _Queue:
         self.failing_since: float | None = None
 
     def states(self, ids: list[str]) -> dict[str, str]:
-        """{"N_R" or "N": state} of the jobs still queued or running (finished ones are not listed)."""
+        """{"N_R" or "N": state} of the jobs the controller still knows (finished ones a few minutes)."""
         while True:
             try:
-                res = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T", "-j", ",".join(ids)],
-                                     capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S)
+                res = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-o", "%i|%T", "-j", ",".join(ids)],
+                                     capture_output=True, text=True,
+                                     timeout=min(SQUEUE_TIMEOUT_S, max(1.0, self.patience_s)))
                 why = first_line(RuntimeError(res.stderr)) if res.returncode else ""
             except (OSError, subprocess.TimeoutExpired) as exc:
                 res, why = None, f"{type(exc).__name__}: {first_line(exc)}"

@@ -10,10 +10,12 @@ one-node cluster started by cluster.sh, as the environment to submit with.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -41,12 +43,10 @@ def _free_port_pair() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
-    """A running one-node cluster: the environment to submit with. Stopped (and checked) at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("a real SLURM cluster needs root (the daemons run as root here)")
-    folder = tmp_path_factory.mktemp("slurm")
+@contextlib.contextmanager
+def one_node_cluster(folder: Path) -> Iterator[dict[str, str]]:
+    """A one-node cluster (cluster.sh) in ``folder`` on free ports: the environment to submit with.
+    Stopped at the end, and checked: no daemon of it is left."""
     env = dict(os.environ, SHARDSMITH_SLURM_PORT=str(_free_port_pair()))
     try:
         res = subprocess.run(["bash", str(CLUSTER), "start", str(folder)], env=env, capture_output=True,
@@ -68,3 +68,20 @@ def cluster(tmp_path_factory):
             except OSError:
                 continue
             assert str(folder) not in cmdline, f"daemon left after stop: {cmdline}"
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """The session's running one-node cluster: the environment to submit with."""
+    if os.geteuid() != 0:
+        pytest.skip("a real SLURM cluster needs root (the daemons run as root here)")
+    with one_node_cluster(tmp_path_factory.mktemp("slurm")) as env:
+        yield env
+
+
+@pytest.fixture
+def make_cluster():
+    """``one_node_cluster``, for a test that needs a cluster of its own (one it may break)."""
+    if os.geteuid() != 0:
+        pytest.skip("a real SLURM cluster needs root (the daemons run as root here)")
+    return one_node_cluster

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -193,6 +195,19 @@ def _wait_for(what: str, check, timeout: float = 120.0):
     return found
 
 
+def _processes_of(raw_job_id: str) -> list[int]:
+    """The processes of a SLURM job (its batch script, srun, the unit), by SLURM_JOB_ID in their environment."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"SLURM_JOB_ID={raw_job_id}".encode() in environ:
+            found.append(int(proc.name))
+    return found
+
+
 @pytest.mark.parametrize("how", ["scontrol-requeue", "submitit-preemption"])
 def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, bpe_tokenizer, env, local, how):
     """Scatter rank 1 of 3 stalls after its first task (task 1), caught running: requeued, it runs
@@ -210,6 +225,9 @@ def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, b
         scatter, _, _, _ = _ids((work / "driver.err").read_text())
         task = f"{scatter}_1"
         assert _states(task, env) == {task: "RUNNING"}
+        raw = re.search(r"\bJobId=(\d+)", subprocess.run(["scontrol", "-o", "show", "job", task], env=env,
+                                                         capture_output=True, text=True).stdout).group(1)
+        assert _processes_of(raw), raw
         if how == "scontrol-requeue":  # as SLURM preempts a job (PreemptMode=REQUEUE), or an admin requeues it
             subprocess.run(["scontrol", "requeue", task], env=env, check=True)
         else:  # submitit's SlurmJob._interrupt(): SIGTERM, then its USR2 (checkpoint, then it requeues itself)
@@ -221,6 +239,9 @@ def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, b
             return res.stdout.split() == ["PENDING", "BeginTime"]
 
         _wait_for("requeued task", held)
+        # released only once the first attempt's processes are gone: started at once, SLURM kills the new
+        # attempt ("Job credential revoked": its hold is there to prevent that)
+        _wait_for("end of the first attempt", lambda: not _processes_of(raw))
         subprocess.run(["scontrol", "update", f"jobid={task}", "starttime=now"], env=env, check=True)
         out, _ = driver.communicate(timeout=WAIT_S)
     finally:
@@ -236,3 +257,41 @@ def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, b
     log = (work / "slurm-logs/shardsmith" / task / f"{task}_0_log.err").read_text()
     assert ("DUE TO JOB REQUEUE" in log) if how == "scontrol-requeue" else ("this job is preempted" in log), log
     print(f"{how}: {time.monotonic() - start:.1f} s")
+
+
+def test_a_controller_that_stops_answering_is_one_line(tmp_path, bpe_tokenizer, make_cluster, monkeypatch):
+    """slurmctld ends while scatter rank 1 runs: the waiting command says so in one line and exits 1
+    after the patience (3 s here, CONTROLLER_PATIENCE_S), instead of waiting forever."""
+    from conftest import run_cli
+
+    from shardsmith.executors import slurm
+
+    work = _folder(tmp_path, "w", bpe_tokenizer)
+    mark, folder = work / "stalled", tmp_path / "cluster"
+    with make_cluster(folder) as own:
+        for key in ("SLURM_CONF", "PYTHONPATH"):
+            monkeypatch.setenv(key, own[key] if key in own else str(REPO))
+        monkeypatch.setenv("SHARDSMITH_STALL_AT", "scatter:1")
+        monkeypatch.setenv("SHARDSMITH_STALL_SECONDS", "120")
+        monkeypatch.setenv("SHARDSMITH_STALL_MARK", str(mark))
+        monkeypatch.setattr(slurm, "CONTROLLER_PATIENCE_S", 3.0)
+        monkeypatch.chdir(work)
+
+        def stop_controller() -> None:
+            _wait_for("stalled task", mark.exists)
+            os.kill(int((folder / "slurmctld.pid").read_text()), signal.SIGTERM)
+
+        stopper = threading.Thread(target=stop_controller)
+        stopper.start()
+        start = time.monotonic()
+        res = run_cli(*TAR, "-o", "out/x", "--executor", "slurm", "--ranks", "2", "-q")
+        took = time.monotonic() - start
+        stopper.join()
+        # the controller back, so that stopping the cluster cancels the stalled job
+        subprocess.run(["bash", str(REPO / "tests/slurm/cluster.sh"), "start", str(folder)], env=own,
+                       capture_output=True, timeout=120, check=True)
+    assert res.exit_code == 1, res.stderr
+    assert re.fullmatch(r"shardsmith: error: --executor slurm: squeue has not answered for 3 s \(.+\); the jobs may "
+                        r"still run: squeue -j \d+,\d+,\d+\n", res.stderr), res.stderr
+    assert took < 60, took
+    print(f"controller lost: the command ended {took:.1f} s after it started")
