@@ -195,19 +195,6 @@ def _wait_for(what: str, check, timeout: float = 120.0):
     return found
 
 
-def _processes_of(raw_job_id: str) -> list[int]:
-    """The processes of a SLURM job (its batch script, srun, the unit), by SLURM_JOB_ID in their environment."""
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"SLURM_JOB_ID={raw_job_id}".encode() in environ:
-            found.append(int(proc.name))
-    return found
-
-
 @pytest.mark.parametrize("how", ["scontrol-requeue", "submitit-preemption"])
 def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, bpe_tokenizer, env, local, how):
     """Scatter rank 1 of 3 stalls after its first task (task 1), caught running: requeued, it runs
@@ -225,24 +212,14 @@ def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, b
         scatter, _, _, _ = _ids((work / "driver.err").read_text())
         task = f"{scatter}_1"
         assert _states(task, env) == {task: "RUNNING"}
-        raw = re.search(r"\bJobId=(\d+)", subprocess.run(["scontrol", "-o", "show", "job", task], env=env,
-                                                         capture_output=True, text=True).stdout).group(1)
-        assert _processes_of(raw), raw
         if how == "scontrol-requeue":  # as SLURM preempts a job (PreemptMode=REQUEUE), or an admin requeues it
             subprocess.run(["scontrol", "requeue", task], env=env, check=True)
         else:  # submitit's SlurmJob._interrupt(): SIGTERM, then its USR2 (checkpoint, then it requeues itself)
             subprocess.run(["scancel", task, "--signal", "SIGTERM"], env=env, check=True)
             subprocess.run(["scancel", task, "--signal", "USR2"], env=env, check=True)
 
-        def held() -> bool:  # a requeued job waits about 2 minutes (BeginTime); the test lets it go now
-            res = subprocess.run(["squeue", "-h", "-j", task, "-o", "%T %r"], env=env, capture_output=True, text=True)
-            return res.stdout.split() == ["PENDING", "BeginTime"]
-
-        _wait_for("requeued task", held)
-        # released only once the first attempt's processes are gone: started at once, SLURM kills the new
-        # attempt ("Job credential revoked": its hold is there to prevent that)
-        _wait_for("end of the first attempt", lambda: not _processes_of(raw))
-        subprocess.run(["scontrol", "update", f"jobid={task}", "starttime=now"], env=env, check=True)
+        # SLURM holds a requeued job for cred_expire (10 s on the test cluster, 120 s by default) before it
+        # starts again: released earlier, the new attempt is killed ("Job credential revoked")
         out, _ = driver.communicate(timeout=WAIT_S)
     finally:
         if driver.poll() is None:
