@@ -236,6 +236,17 @@ def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, b
     print(f"{how}: {time.monotonic() - start:.1f} s")
 
 
+def _end_leftovers(marker: bytes) -> None:
+    """End the processes of a stopped test cluster that outlived it (a slurmstepd whose slurmd went
+    away while its step ran), found by ``marker`` in their environment."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                os.kill(int(proc.name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
 def test_a_controller_that_stops_answering_is_one_line(tmp_path, bpe_tokenizer, make_cluster, monkeypatch):
     """slurmctld ends while scatter rank 1 runs: the waiting command says so in one line and exits 1
     after the patience (3 s here, CONTROLLER_PATIENCE_S), instead of waiting forever."""
@@ -267,6 +278,7 @@ def test_a_controller_that_stops_answering_is_one_line(tmp_path, bpe_tokenizer, 
         # the controller back, so that stopping the cluster cancels the stalled job
         subprocess.run(["bash", str(REPO / "tests/slurm/cluster.sh"), "start", str(folder)], env=own,
                        capture_output=True, timeout=120, check=True)
+    _end_leftovers(f"SLURM_CONF={own['SLURM_CONF']}".encode())
     assert res.exit_code == 1, res.stderr
     assert re.fullmatch(r"shardsmith: error: --executor slurm: squeue has not answered for 3 s \(.+\); the jobs may "
                         r"still run: squeue -j \d+,\d+,\d+\n", res.stderr), res.stderr
