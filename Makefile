@@ -51,10 +51,11 @@ slurm: $(VENV)/.core
 	PYTHON=$(abspath $(PY)) recipes/slurm/submit.sh $(RECIPE) $(TASKS) $(SBATCH_ARGS)
 
 # make test-slurm: starts a real one-node SLURM cluster here (root; apt-get installs it when missing),
-# runs recipes through recipes/slurm/ with 3 and 2 tasks (and failed ranks rerun alone), compares with
-# local runs, stops the cluster.
-test-slurm: $(VENV)/.dev
-	SHARDSMITH_SLURM_TEST=1 $(PY) -m pytest -rs -p no:cacheprovider tests/slurm/test_slurm.py
+# runs recipes through recipes/slurm/ with 3 and 2 tasks (and failed ranks rerun alone) and commands
+# with --executor slurm (submitit: a failed unit, --no-wait, requeued tasks), compares with local
+# runs, stops the cluster.
+test-slurm: $(VENV)/.cluster
+	SHARDSMITH_SLURM_TEST=1 $(PY) -m pytest -rs -p no:cacheprovider tests/slurm
 
 $(VENV)/.cluster: $(VENV)/.dev
 	$(PIP) install -e '.[dev,ray,dask,slurm]'

@@ -141,7 +141,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
     kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
     opts = PackTokensOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers, **kw)
     manifest = run(opts, executor=executor)
-    if report_stage(out, manifest):
+    if _report_submitted(out, manifest) or report_stage(out, manifest):
         return
     click.echo(summary_line(out, manifest) + inputs_left_out(manifest["source"]))
     report_skipped(out, manifest["source"])
@@ -194,7 +194,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
         kw["rank"], kw["world_size"] = cluster_rank(kw.get("rank"), kw.get("world_size"))
         opts = ConvertOptions(inputs=inputs, out=out, shuffle=not no_shuffle, workers=workers, branches=globs, **kw)
         manifest = run(opts, executor=executor)
-    if report_stage(out, manifest):
+    if _report_submitted(out, manifest) or report_stage(out, manifest):
         return
     src = manifest["source"]
     parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
@@ -202,6 +202,17 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped"
                f"{balance_dropped(manifest)}{inputs_left_out(src)}")
     report_skipped(out, src)
+
+
+def _report_submitted(out: Path, result: dict[str, Any]) -> bool:
+    """One line for jobs submitted without waiting (``--executor slurm --no-wait``): their ids."""
+    if "submitted" not in result:
+        return False
+    from shardsmith.executors.slurm import submitted_line
+
+    click.echo(f"{out}: submitted to SLURM: {submitted_line(result['submitted'], result['ranks'])}; "
+               f"done when {out}/manifest.json exists (logs in {result['logs']}/)")
+    return True
 
 
 @main.command()

@@ -78,7 +78,8 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$SOCKET
+# cred_expire: a requeued job waits this long before it starts again (default 120 s)
+AuthInfo=socket=$SOCKET,cred_expire=10
 StateSaveLocation=$DIR/state
 SlurmdSpoolDir=$DIR/spool
 SlurmctldPidFile=$DIR/slurmctld.pid

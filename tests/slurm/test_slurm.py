@@ -15,7 +15,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CLUSTER = REPO / "tests/slurm/cluster.sh"
 SUBMIT = REPO / "recipes/slurm/submit.sh"
 # sbatch options for a 2-core test machine; the templates' defaults (8 cores, 16G) are for real nodes
 SBATCH_ARGS = ["--cpus-per-task=1", "--mem=1G", "--time=10"]
@@ -69,23 +67,6 @@ seed = 3
 CASES = [("tokens", 3), ("tokens", 2), ("trained", 3), ("tar", 3), ("tar", 2)]
 
 
-def _free_port_pair() -> int:
-    """A port p with p and p + 1 free (slurmctld, slurmd), so a cluster already here is left alone."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port >= 65000:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no two consecutive free ports")
-
-
 def _corpus(folder: Path) -> list[str]:
     """Uneven JSONL files (one gzipped), so ranks get unequal shares."""
     rng = random.Random(0)
@@ -128,35 +109,6 @@ def _job_states(job: str, env: dict[str, str]) -> dict[str, str]:
 def _logs(work: Path) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-1500:]}"
                      for p in sorted((work / "slurm-logs").glob("*")))
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A running one-node cluster: the environment to submit with. Stopped (and checked) at the end."""
-    if os.geteuid() != 0:
-        pytest.skip("a real SLURM cluster needs root (the daemons run as root here)")
-    folder = tmp_path_factory.mktemp("slurm")
-    env = dict(os.environ, SHARDSMITH_SLURM_PORT=str(_free_port_pair()))
-    try:
-        res = subprocess.run(["bash", str(CLUSTER), "start", str(folder)], env=env, capture_output=True,
-                             text=True, timeout=300)
-        assert res.returncode == 0, f"cluster.sh start failed:\n{res.stderr}"
-        assert res.stdout.strip() == f"export SLURM_CONF={folder}/slurm.conf", res.stdout
-        env["SLURM_CONF"] = str(folder / "slurm.conf")
-        env["PYTHON"] = sys.executable
-        yield env
-    finally:
-        res = subprocess.run(["bash", str(CLUSTER), "stop", str(folder)], env=env, capture_output=True,
-                             text=True, timeout=120)
-        assert res.returncode == 0, res.stderr
-        for pidfile in ("slurmctld.pid", "slurmd.pid", "munge/munged.pid"):
-            assert not (folder / pidfile).exists(), f"{pidfile} left after cluster.sh stop"
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            assert str(folder) not in cmdline, f"daemon left after stop: {cmdline}"
 
 
 def _flaky_python(work: Path, name: str, stage: str, action: str) -> Path:
