@@ -33,7 +33,8 @@ from typing import Any
 
 from shardsmith.core.progress import Progress
 from shardsmith.engine.job import Job
-from shardsmith.engine.units import Unit, phases
+from shardsmith.engine.outdir import complete_line
+from shardsmith.engine.units import PrepareUnit, Unit, phases
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import (
     MissingExtra,
@@ -121,6 +122,17 @@ class SlurmExecutor:
 
     def run(self, job: Job) -> dict[str, Any]:
         progress = Progress(quiet=job.opts.quiet)
+        if job.opts.limit is not None:
+            raise UsageError("--limit reads the first records in order, in one process: it runs with --executor "
+                             "local, not slurm")
+        # the first unit here, where the command runs (it sees the shared folder): a folder that needs
+        # --overwrite, or a dataset this very command finished, is said now, before anything is queued
+        prepared = run_remote(remote_job(job), PrepareUnit(), os.getcwd())
+        if prepared.error is not None:
+            raise UnitFailed(f"prepare failed: {prepared.error}", exit_code=prepared.exit_code or 1)
+        if "stage" not in (prepared.result or {}):
+            progress.note(complete_line(job.out, left=None))
+            return prepared.result or {}
         stages = self.submit(job)
         ids = [s.job_id for s in stages]
         submitted = dict(zip(("scatter", "gather", "finalize"), ids))
@@ -152,7 +164,7 @@ class SlurmExecutor:
                                    additional_parameters=extra)
         remote, cwd = remote_job(job), os.getcwd()
         stages: list[_Stage] = []
-        for units in phases(self.ranks):
+        for units in phases(self.ranks)[1:]:  # the prepare unit ran here (``run``)
             name = units[0].stage
             after = {"dependency": f"afterok:{stages[-1].job_id}"} if stages else {}
             executor.update_parameters(job_name=f"shardsmith-{name}", **after)
@@ -186,7 +198,7 @@ class SlurmExecutor:
                         first = left_at.setdefault(job_id, time.monotonic())
                         if time.monotonic() - first < RESULT_GRACE_S:
                             continue
-                        outcome = UnitOutcome(unit=unit, exit_code=1, error=(
+                        outcome = UnitOutcome(unit=unit, exit_code=1, lost=True, error=(
                             f"SLURM job {job_id} ended without a result ({_final_state(job_id)}); "
                             f"its log: {sjob.paths.stderr}"))
                     del pending[job_id]
@@ -195,8 +207,9 @@ class SlurmExecutor:
                 failed = sorted((o for o in outcomes if o.error is not None), key=lambda o: _rank(o.unit))
                 if failed:
                     more = f" ({len(failed) - 1} more units failed)" if len(failed) > 1 else ""
-                    raise UnitFailed(f"{unit_name(failed[0].unit)} failed: {failed[0].error}{more}; the same "
-                                     f"command resumes from the finished units", exit_code=failed[0].exit_code or 1)
+                    again = "; the same command resumes from the finished units" if failed[0].lost else ""
+                    raise UnitFailed(f"{unit_name(failed[0].unit)} failed: {failed[0].error}{more}{again}",
+                                     exit_code=failed[0].exit_code or 1)
                 if pending:
                     delay = POLL_S[0] if len(pending) < before else min(POLL_S[1], delay * 1.5)
                     time.sleep(delay)
