@@ -15,6 +15,9 @@ class _Silent:
     def set_description(self, desc: str) -> None:
         pass
 
+    def set_postfix_str(self, s: str) -> None:
+        pass
+
 
 class Progress:
     def __init__(self, *, quiet: bool) -> None:
