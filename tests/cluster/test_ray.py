@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +40,7 @@ def loopback_only() -> bool:
 @dataclass
 class Cluster:
     address: str
-    tmp: Path  # RAY_TMPDIR of the cluster and of every command run here: its own address file and logs
+    tmp: Path  # RAY_TMPDIR and HOME of the cluster and of every command run here: its address file, logs, token
 
     def processes(self) -> list[psutil.Process]:
         """Every process of this cluster: those naming its folder and their children (the workers)."""
@@ -80,7 +80,11 @@ def cluster() -> Iterator[Cluster]:
     port = free_port()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("RAY_TMPDIR", str(tmp))
-        mp.delenv("RAY_ADDRESS", raising=False)
+        # a home of its own: Ray 2.60 keeps a token in ~/.ray/auth_token (a new local Ray writes one,
+        # `ray start` turns token auth on when it finds one), which other Rays of the machine share
+        mp.setenv("HOME", str(tmp))
+        for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+            mp.delenv(name, raising=False)
         c = Cluster(address=f"127.0.0.1:{port}", tmp=tmp)
         try:
             start = time.monotonic()
@@ -245,6 +249,7 @@ def test_a_killed_worker_is_retried_by_ray_and_the_bytes_are_the_same(cluster, b
         assert workers, "no Ray worker ran a unit"
         time.sleep(0.5)  # well into the unit
         victim = workers[0]
+        assert _cmdline(victim).startswith("ray::run_remote"), "the unit ended before the kill"
         victim.kill()
         out, err = driver.communicate(timeout=600)
     finally:
@@ -256,27 +261,44 @@ def test_a_killed_worker_is_retried_by_ray_and_the_bytes_are_the_same(cluster, b
     assert tree_digest(tmp_path / "ray") == tree_digest(tmp_path / "local")
 
 
+class Driver:
+    """The CLI running in the background, its stderr (the phases' bars) read as it comes."""
+
+    def __init__(self, cmd: list[str]) -> None:
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.err = b""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while chunk := self.proc.stderr.read1(4096):
+            self.err += chunk
+
+    def said(self, text: str) -> bool:
+        return text.encode() in self.err
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait(timeout=30)
+        self._reader.join(timeout=10)
+
+
 @pytest.mark.parametrize("when", ["scatter", "gather"])
 def test_a_killed_driver_then_the_same_command_gives_the_same_bytes(cluster, big, bpe_tokenizer, tmp_path, when):
     args = ["pack-tokens", big, "--tokenizer", bpe_tokenizer, "--memory", "4MB", "--shard-tokens", "2M"]
     ok(shardsmith(*args, "-q", "-o", tmp_path / "local", timeout=600))
     cmd = [sys.executable, "-m", "shardsmith", *map(str, args), "-o", str(tmp_path / "ray"), *on_ray(cluster, 3)]
-    driver = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    driver = Driver(cmd)
     try:
-        if when == "scatter":
-            assert _wait_for(cluster.unit_workers), "no Ray worker ran a unit"
-        else:  # the bar of the gather phase is drawn once the scatter is done
-            assert _wait_for(lambda: list((tmp_path / "ray").glob("train/*"))
-                             or list(tmp_path.glob(".ray.shardsmith-work/**/*gather*")), timeout=300) is not None
-        driver.send_signal(signal.SIGKILL)
-        driver.wait(timeout=30)
+        assert _wait_for(lambda: driver.said(f"ray {when}"), timeout=300), driver.err.decode()
+        assert _wait_for(cluster.unit_workers), "no Ray worker ran a unit"
+        driver.kill()
     finally:
         driver.kill()
-        driver.communicate()
     # Ray ends the dead driver's tasks; wait for them before the rerun
     assert _wait_for(lambda: not cluster.unit_workers(), timeout=60) is not None, "the dead driver's units still run"
     assert not (tmp_path / "ray" / "manifest.json").exists()
-    ok(subprocess.run(cmd, capture_output=True, text=True, timeout=600))
+    ok(subprocess.run([*cmd, "-q"], capture_output=True, text=True, timeout=600))
     assert tree_digest(tmp_path / "ray") == tree_digest(tmp_path / "local")
 
 
