@@ -49,7 +49,7 @@ class RayExecutor(PhasedExecutor):
         # `ray start` on this machine names (that is what --address auto is for)
         address = self.address or "local"
         if address != "local":
-            _check_answers(address)
+            address = _check_answers(address)
         try:
             with _stderr_aside():
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
@@ -93,17 +93,19 @@ class RayExecutor(PhasedExecutor):
 
 
 
-def _check_answers(address: str) -> None:
-    """Refuse, in one line and within ``CONNECT_TIMEOUT_S``, a cluster whose GCS port does not accept a
-    connection (``auto``: the address Ray itself would pick, where it can say which)."""
+def _check_answers(address: str) -> str:
+    """The address to join (``auto``: the one Ray itself picks, resolved once so that the check and the
+    join agree), refused in one line within ``CONNECT_TIMEOUT_S`` where its GCS port does not accept
+    a connection (ray.init would retry it for minutes)."""
     shown = address
     if address == "auto":
         try:
             from ray._private.services import canonicalize_bootstrap_address
 
-            address = canonicalize_bootstrap_address("auto") or ""
+            with _stderr_aside():  # Ray's "Found multiple active Ray instances" and the like
+                address = canonicalize_bootstrap_address("auto") or ""
         except Exception:  # no cluster found, or Ray's private helper moved: ray.init says why
-            return
+            return "auto"
         shown = f"auto ({address})"
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
@@ -114,6 +116,7 @@ def _check_answers(address: str) -> None:
         reason = exc.strerror or type(exc).__name__
         raise UsageError(f"--executor ray: no Ray cluster answers at {shown} within {CONNECT_TIMEOUT_S} s "
                          f"({reason})") from None
+    return address
 
 
 @contextlib.contextmanager

@@ -200,7 +200,8 @@ def test_address_auto_joins_the_running_cluster(cluster, texts, bpe_tokenizer, t
     """``auto``: the cluster this machine's ``ray start`` wrote down (under RAY_TMPDIR, here this one's)."""
     args = tokens_args(texts, bpe_tokenizer)
     ok(shardsmith(*args, "-o", tmp_path / "local"))
-    ok(shardsmith(*args, "-o", tmp_path / "ray", "--executor", "ray", "--address", "auto", "--ranks", "2"))
+    res = ok(shardsmith(*args, "-o", tmp_path / "ray", "--executor", "ray", "--address", "auto", "--ranks", "2"))
+    assert res.stderr == "", res.stderr
     assert tree_digest(tmp_path / "ray") == tree_digest(tmp_path / "local")
 
 
