@@ -84,9 +84,17 @@ def loopback_only() -> bool:
     return [name for _, name in socket.if_nameindex()] == ["lo"]
 
 
-def child_env(extra_path: str | None = None) -> dict[str, str]:
-    """The children import this worktree's shardsmith (not whatever the venv's editable install names)."""
-    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_ENV}
+RAY_HOME: list[Path] = []  # the home of every Ray process here (set by start_ray)
+RAY_ENV = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def child_env(extra_path: str | None = None, *, ray: bool = False) -> dict[str, str]:
+    """The children import this worktree's shardsmith (not whatever the venv's editable install names).
+    ``ray``: a home of its own for Ray 2.60, which keeps a token in ~/.ray/auth_token (shared by every
+    Ray of the machine: another one's token, written meanwhile, breaks connecting to ours)."""
+    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_ENV and not (ray and k in RAY_ENV)}
+    if ray and RAY_HOME:
+        env["HOME"] = str(RAY_HOME[0])
     paths = [str(REPO)] + ([extra_path] if extra_path else []) + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
@@ -193,7 +201,7 @@ def probe(name: str, address: str, log: Path) -> dict:
     """A fresh process: import the engine, connect (2 workers there), one trivial task."""
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", PROBE[name], address], capture_output=True, text=True,
-                         env=child_env(), timeout=180)
+                         env=child_env(ray=name == "ray"), timeout=180)
     wall = time.perf_counter() - t0
     log.write_text(out.stderr)
     if out.returncode:
@@ -201,10 +209,11 @@ def probe(name: str, address: str, log: Path) -> dict:
     return {**json.loads(out.stdout.strip().splitlines()[-1]), "wall": wall}
 
 
-def daemon(cmd: list[str], log: Path) -> subprocess.Popen:
+def daemon(cmd: list[str], log: Path, *, ray: bool = False) -> subprocess.Popen:
     """A cluster process in a process group of its own (ended by stop_all), output to ``log``."""
     with open(log, "w") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env(), start_new_session=True)
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=child_env(ray=ray),
+                                start_new_session=True)
 
 
 def start_dask(logs: Path) -> Cluster:
@@ -228,6 +237,7 @@ def start_ray(logs: Path) -> Cluster:
     port = free_port()
     c = Cluster("ray", address=f"127.0.0.1:{port}")
     temp = c.temp = Path(tempfile.mkdtemp(prefix="ray-bench-", dir="/tmp"))  # its own session folder (short: sockets)
+    RAY_HOME[:] = [temp]
     if not loopback_only():
         c.error = "not run: Ray only runs in a loopback-only network namespace (run as root: this script enters one)"
         return c
@@ -236,7 +246,7 @@ def start_ray(logs: Path) -> Cluster:
     # --block: `ray start` stays in the foreground and ends the daemons it started when it is ended
     c.procs.append(daemon([str(bindir / "ray"), "start", "--head", f"--port={port}", "--num-cpus=2",
                            "--node-ip-address=127.0.0.1", "--include-dashboard=false", "--disable-usage-stats",
-                           "--object-store-memory=500000000", f"--temp-dir={temp}", "--block"], logs / "ray-start.log"))
+                           "--object-store-memory=500000000", f"--temp-dir={temp}", "--block"], logs / "ray-start.log", ray=True))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         try:
@@ -346,7 +356,7 @@ def timed_run(wl: Workload, key: str, clusters: dict[str, Cluster], work: Path, 
     watch = Watch(scratch, t0)
     watch.start()
     try:
-        wall, _, _ = run_children([cmd], logs / f"{wl.name}-{key}.log", env=child_env())
+        wall, _, _ = run_children([cmd], logs / f"{wl.name}-{key}.log", env=child_env(ray=key.startswith("ray")))
     except RuntimeError as e:
         watch.stop()
         row.error = str(e).strip().splitlines()[-1][:160]
