@@ -113,6 +113,11 @@ class TokensWriter(Writer):
     def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
         return np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
 
+    def total_weight(self, payload_bytes: int) -> int | None:
+        """Tokens of documents whose ids total ``payload_bytes`` (each a whole number of ids): the
+        gather's plan skips a group that fits in a shard whole instead of reading its heads."""
+        return payload_bytes // self.dtype.itemsize
+
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         """Append documents (lengths in bytes, payload back to back), rolling over at ``shard_tokens``."""
         counts = self.weights(lengths, None)
