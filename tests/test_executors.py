@@ -46,6 +46,18 @@ def test_dask_local_cluster_writes_the_local_bytes(texts, bpe_tokenizer, tmp_pat
         assert not (tmp_path / f".{name}-dask.shardsmith-work").exists()
 
 
+def test_a_finished_dataset_is_said_complete_only_by_its_rerun(texts, tmp_path):
+    args = [a for a in tar_args(texts) if a != "-q"]
+    first = run_cli(*args, "-o", tmp_path / "out", "--executor", "dask", "--ranks", "2")
+    ok(first)
+    assert "already complete" not in first.stderr, first.stderr
+    again = run_cli(*args, "-o", tmp_path / "out", "--executor", "dask", "--ranks", "3")
+    ok(again)
+    assert "already complete (this same command finished it; nothing to do)" in again.stderr, again.stderr
+    assert "dask scatter" not in again.stderr  # nothing ran after the prepare unit
+    assert again.output == first.output  # the summary line, from the manifest
+
+
 def test_the_python_api_runs_a_job_on_a_client_of_the_callers(texts, bpe_tokenizer, tmp_path):
     from distributed import Client, LocalCluster
 

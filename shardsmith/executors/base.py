@@ -123,7 +123,7 @@ class PhasedExecutor:
             result: dict[str, Any] = {}
             for units in phases(world):
                 result = self._phase(remote, units, progress=progress)[-1].result or {}
-                if "stage" not in result:  # the prepare unit found this very run's finished dataset
+                if isinstance(units[0], PrepareUnit) and "stage" not in result:  # this very run's finished dataset
                     progress.note(complete_line(job.out, left=None))
                     break
         return result
