@@ -127,6 +127,10 @@ def test_options_an_executor_does_not_take_are_refused(texts, tmp_path):
         (["--executor", "dask", "--stage", "scatter"], "--stage runs one unit here"),
         (["--executor", "dask", "--ranks", "0"], "--ranks"),
     ]
+    missing = run_cli("convert", tmp_path / "nowhere", "-o", tmp_path / "out", "--to", "webdataset",
+                      "--executor", "dask")
+    assert missing.exit_code == 2, missing.stderr
+    assert missing.stderr.splitlines()[-1] == f"shardsmith: error: {tmp_path / 'nowhere'}: no such file or folder"
     for extra, message in cases:
         res = run_cli(*tar_args(texts), "-o", tmp_path / "out", *extra)
         assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr, (extra, res.stderr)

@@ -163,8 +163,9 @@ class PhasedExecutor:
             first = failed[0]
             more = f" ({len(failed) - 1} more units failed)" if len(failed) > 1 else ""
             again = "; the same command resumes from the finished units" if first.lost else ""
-            raise UnitFailed(f"{unit_name(first.unit)} failed: {first.error}{more}{again}",
-                             exit_code=first.exit_code or 1)
+            # the prepare unit's errors are the command's own (options, inputs, the output folder)
+            who = "" if isinstance(first.unit, PrepareUnit) else f"{unit_name(first.unit)} failed: "
+            raise UnitFailed(f"{who}{first.error}{more}{again}", exit_code=first.exit_code or 1)
         if len(outcomes) != len(units):  # an engine that returned early without a failure: a bug of ours
             raise UnitFailed(f"{stage}: {len(units) - len(outcomes)} of {len(units)} units never came back")
         return sorted(outcomes, key=lambda o: _order(o.unit))

@@ -129,7 +129,7 @@ class SlurmExecutor:
         # --overwrite, or a dataset this very command finished, is said now, before anything is queued
         prepared = run_remote(remote_job(job), PrepareUnit(), os.getcwd())
         if prepared.error is not None:
-            raise UnitFailed(f"prepare failed: {prepared.error}", exit_code=prepared.exit_code or 1)
+            raise UnitFailed(prepared.error, exit_code=prepared.exit_code or 1)  # the command's own error
         if "stage" not in (prepared.result or {}):
             progress.note(complete_line(job.out, left=None))
             return prepared.result or {}
