@@ -170,6 +170,7 @@ class PhasedExecutor:
             raise UnitFailed(f"{stage}: {len(units) - len(outcomes)} of {len(units)} units never came back")
         return sorted(outcomes, key=lambda o: _order(o.unit))
 
+
 def _order(unit: Unit) -> int:
     return 0 if isinstance(unit, FinalizeUnit | PrepareUnit) else unit.rank
 
