@@ -53,26 +53,19 @@ def _prepare(job: Job) -> dict[str, Any]:
     if is_url(str(job.out)):
         return {"stage": "prepare", "rank": 0, "world_size": job.opts.world_size}
     with output_for(job.opts) as session, url_inputs.staging_for_run():
-        run = JobRun(job=job, opts=session.localize(job.opts), session=session, progress=Progress(quiet=True))
-        steps = job.steps(job=job).open(run)
-        files = run.files if run.files is not None else run.discover(run.reader.suffixes)
-        steps.check(run)
+        run, steps = _opened(job, session)
         finished = _claim(run, steps)
         if finished is not None:
             return finished
         with work_folder(run.opts.out, run=run.identity):
             pass  # the same run's parts kept, another run's removed, this run's stamp written
     return {"stage": "prepare", "rank": 0, "world_size": job.opts.world_size, "tasks": len(run.tasks),
-            "input_bytes": sum(f.size for f in files)}
+            "input_bytes": sum(f.size for f in run.files or ())}
 
 
 def _conduct(job: Job, unit: Unit | None) -> dict[str, Any]:
     with output_for(job.opts) as session, url_inputs.staging_for_run():
-        run = JobRun(job=job, opts=session.localize(job.opts), session=session, progress=Progress(quiet=job.opts.quiet))
-        steps = job.steps(job=job).open(run)
-        files = run.files if run.files is not None else run.discover(run.reader.suffixes)
-        run.skipped = url_inputs.skipped_inputs(files)
-        steps.check(run)
+        run, steps = _opened(job, session)
         finished = _claim(run, steps)
         if finished is not None:
             return finished
@@ -80,6 +73,16 @@ def _conduct(job: Job, unit: Unit | None) -> dict[str, Any]:
         if done.summary is not None:
             return done.summary
         return _commit(run, steps, done)
+
+
+def _opened(job: Job, session: Any) -> tuple[JobRun, JobSteps]:
+    """The run of ``job`` in ``session``: its source and format chosen, its inputs listed, checked."""
+    run = JobRun(job=job, opts=session.localize(job.opts), session=session, progress=Progress(quiet=job.opts.quiet))
+    steps = job.steps(job=job).open(run)
+    files = run.files if run.files is not None else run.discover(run.reader.suffixes)
+    run.skipped = url_inputs.skipped_inputs(files)
+    steps.check(run)
+    return run, steps
 
 
 def _claim(run: JobRun, steps: JobSteps) -> dict[str, Any] | None:

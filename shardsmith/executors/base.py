@@ -113,9 +113,7 @@ class PhasedExecutor:
 
     # the same for every engine
     def run(self, job: Job) -> dict[str, Any]:
-        if job.opts.limit is not None:
-            raise UsageError(f"--limit reads the first records in order, in one process: it runs with --executor "
-                             f"local, not {self.name}")
+        refuse_local_only(job, executor=self.name)
         progress = Progress(quiet=job.opts.quiet)
         with self.session():
             world = self.ranks or max(1, self.default_ranks())
@@ -158,21 +156,35 @@ class PhasedExecutor:
                 time.sleep(BUSY_POLL_S)
                 waited += BUSY_POLL_S
                 todo = [o.unit for o in busy]
-        failed = sorted((o for o in outcomes if o.error is not None), key=lambda o: _order(o.unit))
-        if failed:
-            first = failed[0]
-            more = f" ({len(failed) - 1} more units failed)" if len(failed) > 1 else ""
-            again = "; the same command resumes from the finished units" if first.lost else ""
-            # the prepare unit's errors are the command's own (options, inputs, the output folder)
-            who = "" if isinstance(first.unit, PrepareUnit) else f"{unit_name(first.unit)} failed: "
-            raise UnitFailed(f"{who}{first.error}{more}{again}", exit_code=first.exit_code or 1)
+        raise_first_failure(outcomes)
         if len(outcomes) != len(units):  # an engine that returned early without a failure: a bug of ours
             raise UnitFailed(f"{stage}: {len(units) - len(outcomes)} of {len(units)} units never came back")
-        return sorted(outcomes, key=lambda o: _order(o.unit))
+        return sorted(outcomes, key=lambda o: unit_order(o.unit))
 
 
-def _order(unit: Unit) -> int:
+def unit_order(unit: Unit) -> int:
+    """Units of one phase in rank order (the one unit of prepare and finalize first)."""
     return 0 if isinstance(unit, FinalizeUnit | PrepareUnit) else unit.rank
+
+
+def raise_first_failure(outcomes: Sequence[UnitOutcome]) -> None:
+    """The first failed unit by rank, as one line (how many more failed; whether a rerun resumes)."""
+    failed = sorted((o for o in outcomes if o.error is not None), key=lambda o: unit_order(o.unit))
+    if not failed:
+        return
+    first = failed[0]
+    more = f" ({len(failed) - 1} more units failed)" if len(failed) > 1 else ""
+    again = "; the same command resumes from the finished units" if first.lost else ""
+    # the prepare unit's errors are the command's own (options, inputs, the output folder)
+    who = "" if isinstance(first.unit, PrepareUnit) else f"{unit_name(first.unit)} failed: "
+    raise UnitFailed(f"{who}{first.error}{more}{again}", exit_code=first.exit_code or 1)
+
+
+def refuse_local_only(job: Job, *, executor: str) -> None:
+    """What only a local run does, refused on ``executor`` in one line."""
+    if job.opts.limit is not None:
+        raise UsageError(f"--limit reads the first records in order, in one process: it runs with --executor "
+                         f"local, not {executor}")
 
 
 def remote_job(job: Job) -> Job:

@@ -42,8 +42,10 @@ from shardsmith.executors.base import (
     UnitOutcome,
     check_ranks,
     first_line,
+    raise_first_failure,
+    refuse_local_only,
     remote_job,
-    unit_name,
+    unit_order,
 )
 from shardsmith.executors.remote import run_remote
 
@@ -122,14 +124,11 @@ class SlurmExecutor:
 
     def run(self, job: Job) -> dict[str, Any]:
         progress = Progress(quiet=job.opts.quiet)
-        if job.opts.limit is not None:
-            raise UsageError("--limit reads the first records in order, in one process: it runs with --executor "
-                             "local, not slurm")
+        refuse_local_only(job, executor=self.name)
         # the first unit here, where the command runs (it sees the shared folder): a folder that needs
         # --overwrite, or a dataset this very command finished, is said now, before anything is queued
         prepared = run_remote(remote_job(job), PrepareUnit(), os.getcwd())
-        if prepared.error is not None:
-            raise UnitFailed(prepared.error, exit_code=prepared.exit_code or 1)  # the command's own error
+        raise_first_failure([prepared])
         if "stage" not in (prepared.result or {}):
             progress.note(complete_line(job.out, left=None))
             return prepared.result or {}
@@ -204,20 +203,11 @@ class SlurmExecutor:
                     del pending[job_id]
                     outcomes.append(outcome)
                     bar.update(1)
-                failed = sorted((o for o in outcomes if o.error is not None), key=lambda o: _rank(o.unit))
-                if failed:
-                    more = f" ({len(failed) - 1} more units failed)" if len(failed) > 1 else ""
-                    again = "; the same command resumes from the finished units" if failed[0].lost else ""
-                    raise UnitFailed(f"{unit_name(failed[0].unit)} failed: {failed[0].error}{more}{again}",
-                                     exit_code=failed[0].exit_code or 1)
+                raise_first_failure(outcomes)
                 if pending:
                     delay = POLL_S[0] if len(pending) < before else min(POLL_S[1], delay * 1.5)
                     time.sleep(delay)
-        return sorted(outcomes, key=lambda o: _rank(o.unit))
-
-
-def _rank(unit: Unit) -> int:
-    return getattr(unit, "rank", 0)
+        return sorted(outcomes, key=lambda o: unit_order(o.unit))
 
 
 def _outcome(unit: Unit, sjob: Any) -> UnitOutcome | None:
