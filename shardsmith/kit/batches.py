@@ -35,6 +35,8 @@ class SortedBatch:
     source: np.ndarray
     starts: np.ndarray
     _payload: memoryview | None = None
+    # with --provenance: where each sample's document came from (``kit.doc_origin.DOC_ORIGIN``), set by the gather
+    origins: np.ndarray | None = None
 
     @classmethod
     def of(cls, lengths: np.ndarray, payload: memoryview | np.ndarray) -> SortedBatch:
@@ -67,3 +69,4 @@ class MappedBatch:
     sources: list[np.ndarray]
     src: np.ndarray
     starts: np.ndarray
+    origins: np.ndarray | None = None  # as ``SortedBatch.origins``
