@@ -16,6 +16,7 @@ from shardsmith.cli_options import (
     MAX_WORKERS,
     FormatOptionsCommand,
     Registered,
+    cleaning_options,
     cluster_rank,
     converting_options,
     interrupted,
@@ -131,6 +132,7 @@ def main() -> None:
               help="Roll over to a new .bin/.idx shard after this many tokens.")
 @click.option("--nanogpt", is_flag=True, help="Also write flat train.bin/val.bin (uint16) and meta.pkl as nanoGPT "
               "reads them [default --split: a val share of 0.0005, more for a small corpus].")
+@cleaning_options
 @converting_options
 @user_errors
 def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, **kw: Any) -> None:

@@ -164,6 +164,30 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def cleaning_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Options of commands that read documents of text: dedup, decontamination, the removed list (kit/cleaning.py)."""
+    options = [
+        click.option("--dedup", type=click.Choice(["exact", "exact:raw", "minhash"]), default=None,
+                     help="Drop documents equal (exact: after NFKC, case-folding and whitespace; exact:raw: as "
+                          "they are) or similar (minhash) to an earlier one; the first in input order stays."),
+        click.option("--dedup-threshold", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.8,
+                     show_default=True, help="--dedup minhash: the estimated Jaccard of word 5-grams that joins two "
+                                             "documents."),
+        click.option("--decontaminate", multiple=True, type=click.Path(dir_okay=False), metavar="FILE",
+                     help="Drop documents sharing a word n-gram with an item of FILE (JSONL or text, one item a "
+                          "line; repeatable)."),
+        click.option("--decontaminate-ngram", type=click.IntRange(1, 1000), default=13, show_default=True,
+                     metavar="N", help="Words per n-gram of --decontaminate (shorter items match whole)."),
+        click.option("--decontaminate-field", default="text", show_default=True, metavar="FIELD",
+                     help="The JSON field of a --decontaminate JSONL item."),
+        click.option("--removed", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="Write every dropped document (file, line, rule, what it matched) to FILE as JSONL."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 def take_executor(kw: dict[str, Any], workers: int | None) -> tuple[Any, int]:
     """Pop the executor's options from a command's ``kw``: (the executor, None for a local run; the
     workers of each unit: all cores here, one per unit on a cluster unless ``--workers`` says)."""

@@ -39,7 +39,6 @@ class ConvertOptions(ConvertingOptions):
     step_size: int = 64 << 20
     group_by: str | None = None
     events_table: str | None = None
-    provenance: bool = False  # events: store each event's input file index and entry (core/provenance.py)
     # the format's options by name (--shard-bytes, --compression, --max-len, ...): as given for --to,
     # then (``for_format``) exactly the writing format's, checked and with its defaults
     format_options: Mapping[str, Any] = field(default_factory=dict)

@@ -24,6 +24,7 @@ from shardsmith.engine.plan import cached, task_bytes
 from shardsmith.engine.run import Converted
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.tokens import neighbours
+from shardsmith.kit.cleaning import Cleaner, CleaningSpec
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all, build_transforms
 from shardsmith.storage import arrival
@@ -57,8 +58,18 @@ class TokenSteps(JobSteps):
         self.transforms = build_transforms(self.job.transforms, holds="rows", opts=opts)
         return self
 
+    def check(self, run: JobRun) -> None:
+        if run.opts.removed and not (run.opts.dedup or run.opts.decontaminate):
+            raise UsageError("--removed lists what --dedup and --decontaminate drop: give one of them")
+        spec = CleaningSpec.of(run.opts, units="tokens")
+        if spec is not None and spec.benchmarks:
+            _ = Cleaner(spec=spec).benchmarks  # an unreadable benchmark file is a one-line error now, not in a worker
+
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
-        return (run.opts.tokenizer,)
+        return (run.opts.tokenizer, *run.opts.decontaminate)
+
+    def cleaning(self, run: JobRun) -> CleaningSpec | None:
+        return CleaningSpec.of(run.opts, units="tokens")
 
     def processor(self, run: JobRun) -> TokenProcessor:
         """The tokenizer (trained, or checked), its engine, its companion files; the write job."""

@@ -25,6 +25,7 @@ from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_units, scatter_summary
 from shardsmith.engine.units import PrepareUnit, Unit, unit_of
 from shardsmith.engine.workdir import work_folder
+from shardsmith.kit.cleaning import Cleaner
 from shardsmith.storage import arrival
 
 
@@ -109,6 +110,7 @@ def _units(run: JobRun, steps: JobSteps, unit: Unit | None) -> Converted:
     """The job's units here (``unit``, or all of them), or the copy of unchanged files."""
     processor = steps.processor(run)
     fmt, write, opts = run.fmt, run.write, run.opts
+    cleaning = steps.cleaning(run)
     assert write is not None and run.sizing is not None, "the steps make the write job before the units"
     if run.copying:
         from shardsmith.engine.image_copy import copy_files
@@ -120,6 +122,7 @@ def _units(run: JobRun, steps: JobSteps, unit: Unit | None) -> Converted:
     return convert_units(unit, opts=opts, out=opts.out, reader=run.reader, processor=processor, tasks=run.tasks,
                          sizing=run.sizing, estimated_bytes=steps.estimated_bytes(run), desc=steps.desc,
                          progress=run.progress, run=run.identity,
+                         cleaner=None if cleaning is None else Cleaner(spec=cleaning),
                          make_writer=lambda split, part: fmt.writer(write, split, part))
 
 

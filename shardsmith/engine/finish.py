@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.engine.cleaned import cleaning_record, write_removed
 from shardsmith.engine.run import Converted, Tally
 from shardsmith.engine.url_inputs import input_root, stop_staging
 from shardsmith.kit.dataset_card import write_card
@@ -42,7 +43,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     outputs = done.outputs
     counts = {name: o.events or sum(s.samples for s in o.shards) for name, o in outputs.items()} if events else None
     tally = Tally.of(done.results, outputs, copies=copies, inputs=files,
-                     written=sum(counts.values()) if counts is not None else written, unread_files=unread)
+                     written=sum(counts.values()) if counts is not None else written, unread_files=unread,
+                     duplicates=0 if done.duplicates is None else len(done.duplicates.rows))
     splits: dict[str, Any] = {}
     for name, o in outputs.items():
         entry: dict[str, Any] = {"samples": sum(s.samples for s in o.shards)}
@@ -51,7 +53,9 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
         entry.update(fmt.split_fields(job, name, o))
         entry["shards"] = [s.to_json() for s in o.shards]
         splits[name] = entry
-    inputs: Any = [f.rel for f in files] if list_inputs or len(files) <= MAX_LISTED_INPUTS else len(files)
+    provenance = done.cleaning is not None and done.cleaning.spec.provenance
+    inputs: Any = [f.rel for f in files] if list_inputs or provenance or len(files) <= MAX_LISTED_INPUTS \
+        else len(files)
     source = {**source, "inputs": inputs, "input_bytes": sum(f.size for f in files), **tally.source(),
               "limit": opts.limit}
     if (root := input_root(files)) is not None:  # inputs staged from a URL (shown without userinfo or query)
@@ -59,6 +63,10 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     if skipped_inputs:  # objects --on-error skip left out: they stayed unreadable
         source["skipped_inputs"] = list(skipped_inputs)
     fields = dict(extras or {})
+    if done.cleaning is not None:
+        fields["cleaning"] = cleaning_record(done)
+        if getattr(opts, "removed", None):
+            write_removed(opts.removed, done)
     if job.options:  # the format's own options, as its writers got them (kit/options.py)
         fields["format_options"] = job.options.as_dict()
     for key, value in fmt.manifest_fields(job, outputs).items():

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -33,7 +33,7 @@ from shardsmith.core.ragged import starts_of
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, is_intact, piece_path
 from shardsmith.engine.resume import die_with_parent
-from shardsmith.engine.shuffle import LoadBuffer, groups, sort_group, sorted_lengths
+from shardsmith.engine.shuffle import LoadBuffer, Origins, groups, sort_group, sorted_lengths
 from shardsmith.kit.batches import Segment
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
@@ -72,21 +72,43 @@ class SplitPlan:
 
 @dataclass
 class SplitGather:
-    """One split as the gather reads it: its bucket groups in key order and where each starts."""
+    """One split as the gather reads it: its bucket groups in key order and where each starts,
+    less the samples a dedup rule removed (``Removals``), with their documents' origins when the
+    run keeps them (``--provenance``)."""
 
     name: str
     groups: list[list[Segment]]
-    starts: np.ndarray  # sample position of each group's first sample, then the split's size
+    starts: np.ndarray  # sample position of each group's first kept sample, then the split's size
+    drops: list[np.ndarray | None] = field(default_factory=list)  # per group: input orders left out (sorted)
+    drop_bytes: list[int] = field(default_factory=list)  # per group: their payload bytes
+    origins: Origins | None = None
 
     @classmethod
-    def of(cls, name: str, buckets: dict[int, list[Segment]], *, budget: int) -> SplitGather:
+    def of(cls, name: str, buckets: dict[int, list[Segment]], *, budget: int, removals: Removals | None = None,
+           origins: Origins | None = None) -> SplitGather:
         grouped = groups(buckets, budget=budget)
-        return cls(name=name, groups=grouped, starts=starts_of(np.asarray([sum(s.count for s in g) for g in grouped],
-                                                                           dtype=np.int64)))
+        drops = [None if removals is None else removals.orders(ids) for ids, _ in grouped]
+        drop_bytes = [0 if removals is None else removals.nbytes(ids) for ids, _ in grouped]
+        counts = [sum(s.count for s in g) - (0 if d is None else len(d)) for (_, g), d in zip(grouped, drops)]
+        return cls(name=name, groups=[g for _, g in grouped], starts=starts_of(np.asarray(counts, dtype=np.int64)),
+                   drops=drops, drop_bytes=drop_bytes, origins=origins)
 
     @property
     def samples(self) -> int:
         return int(self.starts[-1])
+
+    def drop(self, g: int) -> np.ndarray | None:
+        return self.drops[g] if self.drops else None
+
+
+class Removals(Protocol):
+    """The samples of one split a dedup rule removed, by bucket (``engine/duplicates.py``)."""
+
+    def orders(self, buckets: list[int]) -> np.ndarray | None:
+        """The input orders removed from these buckets, sorted (None: none)."""
+
+    def nbytes(self, buckets: list[int]) -> int:
+        """Their payload bytes."""
 
 
 @dataclass
@@ -115,17 +137,18 @@ def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
     roller = writer.rollover()
     bounds, weights, total = [0], [0], 0
     starts = split.starts.tolist()
-    for group, start, stop in zip(split.groups, starts[:-1], starts[1:]):
+    for g, (group, start, stop) in enumerate(zip(split.groups, starts[:-1], starts[1:])):
         # a group that fits whole in the shard being filled holds no boundary: its samples' weights one
         # by one are not needed, only their sum (at 10 GB, 8 of 9 groups: ~12 s of reading heads saved)
-        whole = None if writer.weigh_payload else writer.total_weight(sum(s.payload_bytes for s in group))
+        kept_bytes = sum(s.payload_bytes for s in group) - (split.drop_bytes[g] if split.drop_bytes else 0)
+        whole = None if writer.weigh_payload else writer.total_weight(kept_bytes)
         if whole is not None and roller.takes_whole(whole, stop - start):
             total += whole
             continue
         if writer.weigh_payload:
-            w = writer.sorted_weights(sort_group(group))
+            w = writer.sorted_weights(sort_group(group, drop=split.drop(g)))
         else:
-            w = writer.weights(sorted_lengths(group), None)
+            w = writer.weights(sorted_lengths(group, split.drop(g)), None)
         ends = starts_of(w)
         for cut in roller.cut(w):
             bounds.append(start + cut)
@@ -175,13 +198,15 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     into = None if writer.keeps_batches or maps is not None else LoadBuffer()
     try:
         batches = 0
-        for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):
+        for g, (group, gs, ge) in enumerate(zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist())):
             if ge <= a or gs >= b:
                 continue
             if maps is not None:
-                writer.write_mapped(map_group(group, max(a, gs) - gs, min(b, ge) - gs, maps=maps))
+                writer.write_mapped(map_group(group, max(a, gs) - gs, min(b, ge) - gs, maps=maps, drop=split.drop(g),
+                                              origins=split.origins))
             else:
-                writer.write_sorted(sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into))
+                writer.write_sorted(sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into, drop=split.drop(g),
+                                               origins=split.origins))
             if tick is not None:
                 tick(min(b, ge) - max(a, gs))
             crash_point(f"gather:{split.name}:{batches}")

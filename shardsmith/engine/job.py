@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from shardsmith.core.progress import Progress
     from shardsmith.engine.run import Converted, Sizing
     from shardsmith.engine.session import OutputRun
+    from shardsmith.kit.cleaning import CleaningSpec
     from shardsmith.kit.processed import Processor
     from shardsmith.kit.reader import Reader, Task
 
@@ -138,6 +139,10 @@ class JobSteps:
     def estimated_bytes(self, run: JobRun) -> int:
         """What the shuffle's payloads weigh, about (sizes its buckets)."""
         return sum(f.size for f in run.files or ())
+
+    def cleaning(self, run: JobRun) -> CleaningSpec | None:
+        """What the run cleans and traces of its documents (``kit/cleaning.py``; None: nothing)."""
+        return None
 
     def processor(self, run: JobRun) -> Processor:
         """What turns records into payloads (after the claim and the plan: it may read ``run.tasks``)."""

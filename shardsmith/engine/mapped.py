@@ -14,9 +14,9 @@ import numpy as np
 
 from shardsmith.core import pages
 from shardsmith.core.ragged import starts_of
+from shardsmith.engine.shuffle import Origins, in_output_order
 from shardsmith.errors import DatasetError
 from shardsmith.kit.batches import MappedBatch, Segment
-from shardsmith.kit.keys import output_order
 
 
 class PartMaps:
@@ -87,7 +87,8 @@ class PartMaps:
         self._since = 0
 
 
-def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: PartMaps) -> MappedBatch:
+def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: PartMaps,
+              drop: np.ndarray | None = None, origins: Origins | None = None) -> MappedBatch:
     """``sort_group`` with the payloads mapped from the part files instead of read into memory:
     one source per part file (not per segment: a group holds thousands of small segments)."""
     maps.bring_in(group)
@@ -104,6 +105,6 @@ def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps:
     before = starts_of(lengths)[:-1]  # each sample's offset in the group's payloads back to back
     seg_before = starts_of(np.fromiter((s.payload_bytes for s in group), dtype=np.int64, count=len(group)))[:-1]
     starts = seg_at[row_seg] + before - seg_before[row_seg]
-    perm = output_order(keys, order)[lo:hi]
+    perm = in_output_order(keys, order, drop)[lo:hi]
     return MappedBatch(lengths=lengths[perm], sources=[maps.source(p) for p in paths], src=seg_src[row_seg][perm],
-                       starts=starts[perm])
+                       starts=starts[perm], origins=None if origins is None else origins(order[perm]))

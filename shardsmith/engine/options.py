@@ -32,6 +32,15 @@ class ConvertingOptions:
     staging: Path | None = None
     part_size: int | None = None
     out_url: str | None = None
+    # text: drop duplicates and benchmark overlaps, list what was dropped, trace tokens to their documents
+    # (kit/cleaning.py); events: --provenance stores each event's file and entry (core/provenance.py)
+    dedup: str | None = None
+    dedup_threshold: float = 0.8
+    decontaminate: tuple[str, ...] = ()
+    decontaminate_ngram: int = 13
+    decontaminate_field: str = "text"
+    removed: str | None = None
+    provenance: bool = False
 
     def __post_init__(self) -> None:
         """``out`` given as a string (the Python API) is the path or the URL it names, as ``-o`` makes it."""

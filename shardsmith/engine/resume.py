@@ -21,7 +21,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.core.manifest import RUN_FILE
 
 _VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size", "retries", "retry_wait", "staging",
-             "part_size", "out_url"}
+             "part_size", "out_url", "removed"}
 
 
 def _digest(value: Any) -> str:

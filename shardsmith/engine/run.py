@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardsmith.engine.doc_facts import OriginIndex
+from shardsmith.engine.duplicates import Duplicates, find_duplicates
 from shardsmith.engine.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.plan import task_bytes
@@ -22,18 +24,37 @@ from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_b
 from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, Unit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import DataError, UsageError
+from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.processed import Processor
 from shardsmith.kit.reader import Reader, Task
 from shardsmith.kit.writer import ShardRange
 from shardsmith.storage import arrival
 
 
-def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int) -> list[SplitGather]:
-    """Every split's bucket groups, from the footers of the tasks' part files."""
+def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int, duplicates: Duplicates | None = None,
+                 origins: OriginIndex | None = None) -> list[SplitGather]:
+    """Every split's bucket groups, from the footers of the tasks' part files, less the documents
+    a dedup rule removed."""
     parts = [(part_path(job.work_dir, r.task), read_part_footer(part_path(job.work_dir, r.task)))
              for r in results]
     table = segments_by_split(parts, len(job.splits))
-    return [SplitGather.of(name, table[s], budget=budget) for s, (name, _) in enumerate(job.splits)]
+    return [SplitGather.of(name, table[s], budget=budget, origins=origins,
+                           removals=None if duplicates is None else duplicates.removals(s))
+            for s, (name, _) in enumerate(job.splits)]
+
+
+def _cleaned(job: ScatterJob, results: list[TaskResult], *, memory: int
+             ) -> tuple[Duplicates | None, OriginIndex | None]:
+    """What the gather leaves out (``--dedup``) and where its documents came from (``--provenance``)."""
+    spec = None if job.cleaner is None else job.cleaner.spec
+    if spec is None:
+        return None, None
+    tasks = [r.task for r in results]
+    dups = find_duplicates(spec, work_dir=job.work_dir, tasks=tasks, memory=memory) if spec.dedup else None
+    origins = OriginIndex(work_dir=job.work_dir, tasks=tasks) if spec.provenance else None
+    if origins is not None:
+        origins.build()
+    return dups, origins
 
 
 @dataclass(frozen=True)
@@ -62,7 +83,7 @@ class Sizing:
 
 def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor,
                   tasks: Sequence[Task], sizing: Sizing, estimated_bytes: int, make_writer: MakeWriter, desc: str,
-                  progress: Any, run: dict[str, str] | None = None) -> Converted:
+                  progress: Any, run: dict[str, str] | None = None, cleaner: Cleaner | None = None) -> Converted:
     """One unit of a conversion (``engine/job.py``), or every unit in turn (None: a local run, the
     scatter's results handed to the gather in memory): scatter the tasks in workers, gather every
     split into shards (in workers too, each a range of shards), and finish the splits, in a scratch
@@ -74,7 +95,7 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
     with work_folder(out, run=run, shared=staged) as work:
         job = ScatterJob(reader=reader, processor=processor, seed=opts.seed, shuffle=opts.shuffle,
                          splits=opts.splits, on_error=opts.on_error, work_dir=str(work),
-                         flush_bytes=sizing.flush_bytes,
+                         flush_bytes=sizing.flush_bytes, cleaner=cleaner,
                          n_buckets=bucket_count(estimated_bytes, sizing.group_bytes) if opts.shuffle else 1)
         if isinstance(unit, ScatterUnit):
             mine = [t for t in tasks if t.index % unit.world == unit.rank]
@@ -93,7 +114,9 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
         # gather workers each hold a group at a time: share the budget between them; ranks each
         # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'
         share = workers * (opts.world_size if staged else 1)
-        splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // share))
+        dups, origins = _cleaned(job, results, memory=opts.memory)
+        splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // share), duplicates=dups,
+                              origins=origins)
         if not isinstance(unit, FinalizeUnit):
             rank, world = (unit.rank, unit.world) if isinstance(unit, GatherUnit) else (0, 1)
             ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
@@ -101,7 +124,8 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
         if isinstance(unit, GatherUnit):
             return Converted(results=results, summary={**_stage(opts), "shards": ranges})
         outputs = finish(splits, make_writer=make_writer, work_dir=work, out_dir=out)
-    return Converted(results=results, outputs=outputs)
+    named = {t.file.index: (t.file.rel, reader.unit_for(t.file)) for t in tasks} if cleaner is not None else {}
+    return Converted(results=results, outputs=outputs, duplicates=dups, cleaning=cleaner, named=named)
 
 
 def _preload(make_writer: MakeWriter, splits: tuple[tuple[str, float], ...]) -> None:
@@ -119,6 +143,9 @@ class Converted:
     results: list[TaskResult]
     outputs: dict[str, SplitOutput] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
+    duplicates: Duplicates | None = None  # what --dedup removed
+    cleaning: Cleaner | None = None  # the run's --dedup, --decontaminate, --provenance
+    named: dict[int, tuple[str, str]] = field(default_factory=dict)  # file index -> (path, record unit), cleaning
 
 
 def _stage(opts: ConvertingOptions) -> dict[str, Any]:
@@ -137,7 +164,7 @@ def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:
     """Every task's result from the parts the scatter ranks wrote; a missing one names its task."""
     results, missing = [], []
     for t in tasks:
-        res = finished_task(job.work_dir, t)
+        res = finished_task(job.work_dir, t, facts=job.fact_columns)
         if res is None:
             missing.append(t.index)
         else:
@@ -159,10 +186,11 @@ class Tally:
     unread: list[dict[str, Any]]  # files that broke off: their tails were never read
 
     @classmethod
-    def of(cls, results: list[TaskResult], writers: dict[str, Any], *, copies: int = 1,
-           inputs: list[Any], written: int | None = None, unread_files: Sequence[dict[str, Any]] = ()) -> Tally:
+    def of(cls, results: list[TaskResult], writers: dict[str, Any], *, copies: int = 1, inputs: list[Any],
+           written: int | None = None, unread_files: Sequence[dict[str, Any]] = (), duplicates: int = 0) -> Tally:
         """``written``: records written, where a sample holds several (events packed into one tar sample);
-        ``unread_files``: inputs left out whole before reading (listed with the files that broke off).
+        ``unread_files``: inputs left out whole before reading (listed with the files that broke off);
+        ``duplicates``: documents ``--dedup`` left out of the gather.
 
         When nothing was written the run ends with an error (which releases the output folder:
         ``session``)."""
@@ -174,7 +202,7 @@ class Tally:
         if tally.written == 0:
             raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
                             f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
-        dropped = sum(r.dropped for r in results)  # left out by --balance
+        dropped = sum(r.dropped for r in results) + duplicates  # left out by --balance, --decontaminate, --dedup
         assert tally.written == (tally.records - len(tally.skipped) - dropped) * copies, "records lost"
         return tally
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from shardsmith.core.faults import crash_point
 from shardsmith.core.ragged import starts_of
+from shardsmith.engine.doc_facts import TaskFacts, has_facts
 from shardsmith.engine.inputs import changed
 from shardsmith.engine.plan import workers_for
 from shardsmith.engine.resume import die_with_parent
@@ -28,6 +29,7 @@ from shardsmith.engine.shuffle import PartWriter, bucket_of, read_part_footer
 from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
 from shardsmith.kit import keys as keymod
+from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.processed import Processed, Processor
 from shardsmith.kit.reader import BadRecord, Reader, StreamError, Task
 from shardsmith.storage import arrival
@@ -47,6 +49,11 @@ class ScatterJob:
     work_dir: str
     batch_records: int = 2048
     flush_bytes: int = 64 << 20  # a task's buffered output beyond which it goes to its part file
+    cleaner: Cleaner | None = None  # --dedup, --decontaminate, --provenance: facts per document (engine/doc_facts.py)
+
+    @property
+    def fact_columns(self) -> tuple[str, ...]:
+        return () if self.cleaner is None else self.cleaner.spec.columns()
 
 
 @dataclass(slots=True)
@@ -55,7 +62,9 @@ class TaskResult:
     records: int = 0
     skipped: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
-    dropped: int = 0  # records --balance left out
+    dropped: int = 0  # records --balance or --decontaminate left out
+    removed: list[dict[str, Any]] = field(default_factory=list)  # the documents --decontaminate left out
+    rules: dict[str, list[int]] = field(default_factory=dict)  # per rule: [documents, payload units] left out
 
 
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
@@ -68,6 +77,7 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
         return result
     part = PartWriter(part_path(job.work_dir, task.index), flush_bytes=job.flush_bytes)
     rel, unit = task.file.rel, job.reader.unit_for(task.file)
+    facts = None if job.cleaner is None else TaskFacts(cleaner=job.cleaner, reader=job.reader, task=task)
     records = job.reader.read(task)
     if max_records is not None and not job.reader.columnar:
         records = islice(records, max_records)
@@ -75,7 +85,7 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
         if job.reader.columnar:
             _scatter_chunks(job, task, records, part, result, unit, max_records)
         else:
-            _scatter_records(job, task, records, part, result, unit)
+            _scatter_records(job, task, records, part, result, unit, facts)
     except DataError as exc:  # a file-level problem raised by a reader (a missing column, a corrupt page)
         if job.on_error == "fail":
             result.error = {"file": exc.file, "record": exc.record, "reason": exc.reason, "unit": exc.unit}
@@ -90,8 +100,11 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
     if result.error is None and (moved := _changed_input(task)) is not None:
         result.error = moved  # not a bad record: the input changed under the run, whatever --on-error says
     if result.error is None:
+        if facts is not None:
+            facts.write(job.work_dir)
+        cleaned = {"removed": result.removed, "rules": result.rules} if result.rules else {}
         part.write({"task": task.index, "plan": _task_id(task), "records": result.records,
-                    "skipped": result.skipped, **({"dropped": result.dropped} if result.dropped else {})})
+                    "skipped": result.skipped, **({"dropped": result.dropped} if result.dropped else {}), **cleaned})
         crash_point(f"scatter:{task.index}")
     else:
         part.abort()
@@ -114,10 +127,11 @@ def _task_id(task: Task) -> list[Any]:
     return [task.file.rel, task.start, task.stop, task.first_record, len(task.files)]
 
 
-def finished_task(work_dir: str, task: Task) -> TaskResult | None:
-    """The result of a task whose part file a previous (killed) run of the same command finished."""
+def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = ()) -> TaskResult | None:
+    """The result of a task whose part file a previous (killed) run of the same command finished
+    (with its ``facts`` columns: ``engine/doc_facts.py``)."""
     path = part_path(work_dir, task.index)
-    if not path.is_file():
+    if not path.is_file() or not has_facts(work_dir, task.index, facts):
         return None
     try:
         meta = read_part_footer(path)["meta"]
@@ -126,11 +140,12 @@ def finished_task(work_dir: str, task: Task) -> TaskResult | None:
     if meta.get("task") != task.index or meta.get("plan") != _task_id(task) or "records" not in meta:
         return None
     return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])),
-                      dropped=int(meta.get("dropped", 0)))
+                      dropped=int(meta.get("dropped", 0)), removed=list(meta.get("removed", [])),
+                      rules=dict(meta.get("rules", {})))
 
 
 def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
-                     result: TaskResult, unit: str) -> None:
+                     result: TaskResult, unit: str, facts: TaskFacts | None = None) -> None:
     rel = task.file.rel
     for batch in _batched(records, job.batch_records):
         broken = batch[-1][1] if isinstance(batch[-1][1], StreamError) else None
@@ -144,8 +159,10 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
             bad += out.bad
         if bad and not _bad_records(job, task, bad, result, unit):
             return
+        if out is not None and len(out.records) and job.cleaner is not None:
+            out = decontaminated(job.cleaner, job.reader, task, out, result)
         if out is not None and len(out.records):
-            _scatter_batch(job, task, out, part)
+            _scatter_batch(job, task, out, part, facts)
         if broken is not None:
             if job.on_error == "fail":
                 result.error = {"file": rel, "record": None, "reason": broken.reason, "unit": unit}
@@ -199,7 +216,8 @@ def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: Pa
             _scatter_batch(job, task, out, part)
 
 
-def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter) -> None:
+def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter, facts: TaskFacts | None = None
+                   ) -> None:
     copies = out.copies
     rels, src, file_index = job.reader.identities(task, out.records // copies)
     recs = src * copies + out.records % copies
@@ -208,6 +226,8 @@ def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter
                                       records=recs, file_index=file_index, split_records=src)
     bucket = bucket_of(keys, job.n_buckets) if job.shuffle else np.full(len(recs), task.index, dtype=np.int64)
     group = split.astype(np.int64) * (1 << 32) + bucket
+    if facts is not None:
+        facts.add(out, order=order, group=group)
     byte_lengths = out.byte_lengths()
     if np.all(group == group[0]):
         perm, bounds = np.arange(len(recs)), [0, len(recs)]
@@ -253,6 +273,27 @@ def _init_worker(job: ScatterJob) -> None:
     _JOB = job
 
 
+def decontaminated(cleaner: Cleaner, reader: Reader, task: Task, out: Processed, result: TaskResult) -> Processed:
+    """The batch less the documents that share an n-gram with a benchmark item (``--decontaminate``),
+    each counted by benchmark file and listed with the item it matched."""
+    hit = cleaner.contaminated(out.texts or [])
+    gone = hit >= 0
+    if not gone.any():
+        return out
+    for record, item, n in zip(out.records[gone].tolist(), hit[gone].tolist(), out.lengths[gone].tolist()):
+        where, number = reader.describe(task, record)
+        name, line = cleaner.benchmarks.item(item)
+        entry = {"file": where, "record": number, "rule": "decontaminate", "benchmark": name, "item": line}
+        if number is not None and (unit := reader.unit_for(task.file)) != "record":
+            entry[unit] = number + 1
+        result.removed.append(entry)
+        tally = result.rules.setdefault(f"decontaminate:{name}", [0, 0])
+        tally[0] += 1
+        tally[1] += int(n)
+    result.dropped += int(gone.sum())
+    return out.subset(~gone)
+
+
 def _run_in_worker(task: Task) -> TaskResult:
     assert _JOB is not None
     return scatter_task(_JOB, task)
@@ -276,7 +317,7 @@ def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: 
 
     def todo() -> Iterator[Task]:
         for t in tasks:
-            if (done := finished_task(job.work_dir, t)) is not None:
+            if (done := finished_task(job.work_dir, t, facts=job.fact_columns)) is not None:
                 results[t.index] = done
                 tick(t.nbytes)
             else:
@@ -313,7 +354,7 @@ def _limited(job: ScatterJob, tasks: Sequence[Task], *, limit: int, progress: Ca
     inputs staged) only as far as they are read. A killed run's parts are reused only when it had
     finished every task (the last task of a limited run holds part of its records)."""
     if isinstance(tasks, list):
-        done = [r for t in tasks if (r := finished_task(job.work_dir, t)) is not None]
+        done = [r for t in tasks if (r := finished_task(job.work_dir, t, facts=job.fact_columns)) is not None]
         if tasks and len(done) == len(tasks):
             progress(sum(t.nbytes for t in tasks))
             return done

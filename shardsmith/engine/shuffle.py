@@ -17,7 +17,7 @@ import contextlib
 import errno
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,20 +196,23 @@ def segments_by_split(parts: list[tuple[Path, dict]], n_splits: int) -> list[dic
     return table
 
 
-def _group(buckets: dict[int, list[Segment]], budget: int) -> Iterator[list[Segment]]:
-    """Consecutive buckets merged until a group reaches the budget (they stay in key order)."""
+def _group(buckets: dict[int, list[Segment]], budget: int) -> Iterator[tuple[list[int], list[Segment]]]:
+    """Consecutive buckets merged until a group reaches the budget (they stay in key order): each
+    group's buckets and their segments."""
     group: list[Segment] = []
+    ids: list[int] = []
     size = 0
     for bucket in sorted(buckets):
         segs = buckets[bucket]
         seg_bytes = sum(s.nbytes for s in segs)
         if group and size + seg_bytes > budget:
-            yield group
-            group, size = [], 0
+            yield ids, group
+            group, ids, size = [], [], 0
         group.extend(segs)
+        ids.append(bucket)
         size += seg_bytes
     if group:
-        yield group
+        yield ids, group
 
 
 class LoadBuffer:
@@ -256,29 +259,46 @@ def _load_group(group: list[Segment], *, payloads: bool = True, into: LoadBuffer
     return heads[0], heads[1], heads[2].astype(np.int64), payload
 
 
-def groups(buckets: dict[int, list[Segment]], *, budget: int) -> list[list[Segment]]:
-    """A split's bucket groups in key order: read, sorted and handed on one at a time."""
+def groups(buckets: dict[int, list[Segment]], *, budget: int) -> list[tuple[list[int], list[Segment]]]:
+    """A split's bucket groups in key order (each: its buckets, their segments): read, sorted and
+    handed on one at a time."""
     return list(_group(buckets, budget))
 
 
-def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, into: LoadBuffer | None = None
-               ) -> SortedBatch:
-    """A group's samples in (key, input order) order; only those at sorted positions ``[lo, hi)``
-    are handed on (a gather range that starts or ends inside the group). With ``into`` the
-    payload lives in that buffer until the next group is read into it."""
+Origins = Callable[[np.ndarray], np.ndarray]  # input orders -> their documents' origins (--provenance)
+
+
+def in_output_order(keys: np.ndarray, order: np.ndarray, drop: np.ndarray | None = None) -> np.ndarray:
+    """The rows of a group's samples in output order, leaving out those whose input order is in
+    ``drop`` (sorted: the documents a dedup rule removed, ``engine/duplicates.py``)."""
+    if drop is None or not len(drop):
+        return output_order(keys, order)
+    at = np.searchsorted(drop, order).clip(max=len(drop) - 1)
+    kept = np.flatnonzero(drop[at] != order)
+    return kept[output_order(keys[kept], order[kept])]
+
+
+def sort_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, into: LoadBuffer | None = None,
+               drop: np.ndarray | None = None, origins: Origins | None = None) -> SortedBatch:
+    """A group's samples in (key, input order) order, less those in ``drop``; only those at sorted
+    positions ``[lo, hi)`` are handed on (a gather range that starts or ends inside the group). With
+    ``into`` the payload lives in that buffer until the next group is read into it; ``origins``
+    gives the batch its documents' origins."""
     keys, order, lengths, payload = _load_group(group, into=into)
     assert payload is not None
-    perm = output_order(keys, order)[lo:hi]
-    return SortedBatch(lengths=lengths[perm], source=payload, starts=starts_of(lengths)[perm])
+    rows = in_output_order(keys, order, drop)[lo:hi]
+    return SortedBatch(lengths=lengths[rows], source=payload, starts=starts_of(lengths)[rows],
+                       origins=None if origins is None else origins(order[rows]))
 
 
-def sorted_lengths(group: list[Segment]) -> np.ndarray:
-    """A group's payload lengths in output order, from the segments' heads alone (no payload read)."""
+def sorted_lengths(group: list[Segment], drop: np.ndarray | None = None) -> np.ndarray:
+    """A group's payload lengths in output order (less ``drop``), from the segments' heads alone
+    (no payload read)."""
     keys, order, lengths, _ = _load_group(group, payloads=False)
-    return lengths[output_order(keys, order)]
+    return lengths[in_output_order(keys, order, drop)]
 
 
 def sorted_batches(buckets: dict[int, list[Segment]], *, budget: int) -> Iterator[SortedBatch]:
     """The samples of one split in (key, input order) order, a bucket group at a time."""
-    for group in _group(buckets, budget):
+    for _, group in _group(buckets, budget):
         yield sort_group(group)

@@ -28,6 +28,26 @@ class Processed:
     # the records in a given order as the buffers that make them up, and how many each record has
     # (the same for all): written to the part file as they are, with no joined payload
     pieces_in: Callable[[np.ndarray], tuple[list[Any], int]] | None = None
+    # a processor whose records are documents: each good record's text as it was encoded (what
+    # --dedup and --decontaminate compare), and as it was read, where a transform changed it
+    texts: list[str] | None = None
+    raw_texts: list[str] | None = None
+
+    def subset(self, keep: np.ndarray) -> Processed:
+        """The records ``keep`` (a bool mask) selects, with their payloads (the others dropped on purpose)."""
+        rows = np.flatnonzero(keep)
+        byte_lengths = self.byte_lengths()
+        payload = None if self.payload is None else \
+            take_ragged(self.payload.view(np.uint8), byte_lengths, rows).view(self.payload.dtype)
+        encode_in = None if self.encode_in is None else (lambda order, f=self.encode_in: f(rows[order]))
+        pieces_in = None if self.pieces_in is None else (lambda order, f=self.pieces_in: f(rows[order]))
+
+        def pick(xs: list[str] | None) -> list[str] | None:
+            return None if xs is None else [xs[i] for i in rows.tolist()]
+
+        return Processed(records=self.records[rows], lengths=self.lengths[rows], payload=payload, bad=self.bad,
+                         copies=self.copies, encode_in=encode_in, dropped=self.dropped + len(self.records) - len(rows),
+                         pieces_in=pieces_in, texts=pick(self.texts), raw_texts=pick(self.raw_texts))
 
     def byte_lengths(self) -> np.ndarray:
         size = 1 if self.payload is None else self.payload.dtype.itemsize

@@ -36,6 +36,7 @@ class TokenProcessor:
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
         texts, records, bad = [], [], []
+        raw: list[str] | None = [] if self.transforms else None  # each document's text as read
         for record, value in batch:
             try:
                 text = self.text_of(task, record, value)
@@ -49,10 +50,14 @@ class TokenProcessor:
             else:
                 texts.append(text)
                 records.append(record)
+                if raw is not None:
+                    read = value.get(self.text_field) if isinstance(value, dict) else None
+                    raw.append(read if isinstance(read, str) else "")
         if self._encoder is None:
             self._encoder = tk.Encoder(self.spec)
         flat, lengths = self._encoder.encode(texts) if texts else (np.zeros(0, self.spec.dtype), np.zeros(0, np.int64))
-        return Processed(records=np.asarray(records, dtype=np.int64), lengths=lengths, payload=flat, bad=bad)
+        return Processed(records=np.asarray(records, dtype=np.int64), lengths=lengths, payload=flat, bad=bad,
+                         texts=texts, raw_texts=raw)
 
 
 def why_no_text(value: Any, field: str) -> str:

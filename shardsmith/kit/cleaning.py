@@ -1,0 +1,101 @@
+"""What a text run is asked to clean and trace (``--dedup``, ``--decontaminate``, ``--provenance``),
+and what a scatter worker computes of each document for it (``Cleaner``).
+
+Decontamination is decided per document, in the worker, as it is read: a document is dropped
+there. Dedup needs every document first: the worker records each kept document's key for its
+rule (``doc_columns``: a 128-bit hash of the normalized or raw text, or MinHash band keys), and
+the engine decides between the scatter and the gather which ones go (``engine/duplicates.py``):
+the first in input order of each set of duplicates stays, whatever the workers, memory or stages.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardsmith.errors import UsageError
+from shardsmith.kit import textnorm
+
+DEDUP_MODES = ("exact", "exact:raw", "minhash")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleaningSpec:
+    """The cleaning a run does; ``units`` names what a payload's length counts (tokens, bytes)."""
+
+    dedup: str | None = None
+    threshold: float = 0.8
+    benchmarks: tuple[str, ...] = ()
+    ngram: int = 13
+    benchmark_field: str = "text"
+    provenance: bool = False
+    units: str = "tokens"
+    seed: int = 0
+
+    @classmethod
+    def of(cls, opts: Any, *, units: str) -> CleaningSpec | None:
+        """The spec ``opts`` ask for (None: no cleaning, no provenance), checked."""
+        spec = cls(dedup=opts.dedup, threshold=opts.dedup_threshold, benchmarks=tuple(opts.decontaminate),
+                   ngram=opts.decontaminate_ngram, benchmark_field=opts.decontaminate_field,
+                   provenance=bool(getattr(opts, "provenance", False)), units=units, seed=opts.seed)
+        spec.check()
+        return spec if (spec.dedup or spec.benchmarks or spec.provenance) else None
+
+    def check(self) -> None:
+        if self.dedup is not None and self.dedup not in DEDUP_MODES:
+            raise UsageError(f"--dedup {self.dedup!r}: give one of {', '.join(DEDUP_MODES)}")
+        if not (math.isfinite(self.threshold) and 0 < self.threshold < 1):
+            raise UsageError(f"--dedup-threshold {self.threshold}: give a Jaccard similarity between 0 and 1")
+        if not 1 <= self.ngram <= 1000:
+            raise UsageError(f"--decontaminate-ngram {self.ngram}: give a number of words from 1 to 1000")
+
+    @property
+    def exact(self) -> bool:
+        return self.dedup in ("exact", "exact:raw")
+
+    def columns(self) -> tuple[str, ...]:
+        """The per-document facts the scatter records (``engine/doc_facts.py``)."""
+        return ("base", *(("hash",) if self.exact else ()), *(("bands",) if self.dedup == "minhash" else ()),
+                *(("origin",) if self.provenance else ()))
+
+
+class Cleaner:
+    """The worker's side of a spec: which documents a benchmark contaminates, and each document's
+    dedup key. Picklable; what it loads (the benchmarks' n-grams) is loaded once per process."""
+
+    def __init__(self, *, spec: CleaningSpec) -> None:
+        self.spec = spec
+        self._benchmarks: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec, "_benchmarks": None}
+
+    @property
+    def benchmarks(self) -> Any:
+        if self._benchmarks is None and self.spec.benchmarks:
+            from shardsmith.kit.decontaminate import Benchmarks
+
+            self._benchmarks = Benchmarks.load(self.spec.benchmarks, ngram=self.spec.ngram,
+                                               field=self.spec.benchmark_field)
+        return self._benchmarks
+
+    def contaminated(self, texts: Sequence[str]) -> np.ndarray:
+        """Per text, the benchmark item it shares an n-gram with (an index into ``benchmarks.items``),
+        or -1."""
+        if not self.spec.benchmarks:
+            return np.full(len(texts), -1, dtype=np.int64)
+        return self.benchmarks.match(texts)  # type: ignore[no-any-return]
+
+    def doc_columns(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
+        """The dedup key of each kept document, by fact column."""
+        if self.spec.exact:
+            return {"hash": textnorm.doc_hashes(texts, raw=self.spec.dedup == "exact:raw")}
+        if self.spec.dedup == "minhash":
+            from shardsmith.kit.minhash import MinHashSpec, band_keys
+
+            return {"bands": band_keys(texts, MinHashSpec.for_threshold(self.spec.threshold, seed=self.spec.seed))}
+        return {}
