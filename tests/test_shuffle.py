@@ -65,7 +65,7 @@ def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, bu
     out: list[bytes] = []
     if mapped:
         maps = PartMaps(resident=1 << 12)  # pages let go all the time: what is read must not depend on it
-        for group in groups(table[0], budget=budget):
+        for _, group in groups(table[0], budget=budget):
             got = map_group(group, maps=maps)
             out += [bytes(got.sources[s][p:p + n]) for s, p, n in zip(got.src, got.starts, got.lengths)]
         return out
@@ -115,7 +115,7 @@ def test_a_mapped_group_cut_to_a_gather_range_is_the_read_one(tmp_path_factory, 
     as read."""
     table = parts_table(tmp_path_factory.mktemp("parts"), files, seed, n_buckets, cut=7, flush=flush)
     maps = PartMaps(resident=1 << 12)
-    for k, group in enumerate(groups(table, budget=budget)):
+    for k, (_, group) in enumerate(groups(table, budget=budget)):
         n = sum(seg.count for seg in group)
         a, b = sorted(int(x * n) for x in cuts[k % len(cuts)])
         read = sort_group(group, a, b)
@@ -136,7 +136,7 @@ def test_a_part_file_cut_short_is_refused_by_the_mapped_gather(tmp_path, size):
     with open(path, "r+b") as fh:
         fh.truncate(size)
     with pytest.raises(DatasetError, match="shorter than its footer"):
-        map_group(groups(table[0], budget=1 << 20)[0], maps=PartMaps(resident=1 << 20))
+        map_group(groups(table[0], budget=1 << 20)[0][1], maps=PartMaps(resident=1 << 20))
 
 
 def test_order_is_sorted_by_key():

@@ -97,7 +97,7 @@ def find_duplicates(spec: CleaningSpec, *, work_dir: str | Path, tasks: Sequence
 def _exact(work_dir: str | Path, tasks: Sequence[int], memory: int) -> np.ndarray:
     """Documents whose hash an earlier document has, in hash partitions that fit ``memory``."""
     n = sum(len(b) for b in column(work_dir, tasks, "base"))
-    parts = max(1, math.ceil(n * _ROW_BYTES / max(memory // 4, 1 << 20)))
+    parts = max(1, math.ceil(n * _ROW_BYTES / max(memory // 4, 1)))
     found: list[np.ndarray] = []
     for p in range(parts):
         bases, hashes = [], []
