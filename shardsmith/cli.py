@@ -24,7 +24,14 @@ from shardsmith.cli_options import (
     take_executor,
     user_errors,
 )
-from shardsmith.commands.report import balance_dropped, inputs_left_out, plural, report_skipped, report_stage
+from shardsmith.commands.report import (
+    balance_dropped,
+    cleaning_dropped,
+    inputs_left_out,
+    plural,
+    report_skipped,
+    report_stage,
+)
 from shardsmith.core import invocation
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.core.names import not_utf8
@@ -180,6 +187,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="Parquet events: a per-event table joined on --group-by (e.g. train_meta.parquet).")
 @click.option("--provenance", is_flag=True,
               help="Events: store each event's input file (index into the manifest's inputs) and entry.")
+@cleaning_options
 @converting_options
 @user_errors
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,
@@ -202,7 +210,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped"
-               f"{balance_dropped(manifest)}{inputs_left_out(src)}")
+               f"{balance_dropped(manifest)}{cleaning_dropped(manifest)}{inputs_left_out(src)}")
     report_skipped(out, src)
 
 

@@ -174,3 +174,35 @@ def test_exact_keeps_the_first_of_each_normalized_text_in_any_partitioning(tmp_p
                                        ("  x  ", "x"), ("", "")])
 def test_normalization_is_nfkc_casefold_and_single_spaces(text, same):
     assert normalize(text) == same == " ".join(__import__("unicodedata").normalize("NFKC", text).casefold().split())
+
+
+def test_convert_rows_to_tar_drops_the_same_documents(tmp_path):
+    """``convert --to webdataset --text-field`` compares the text member: the kept samples are the
+    first occurrences, in the same shuffle order as without dedup."""
+    import tarfile
+
+    order, _ = planted(tmp_path / "in", seed=5, n=150)
+    gone = {g for g, _ in expected_dropped(order)}
+    base = ("convert", tmp_path / "in", "--to", "webdataset", "--text-field", "text", "-q")
+    res = run_cli(*base, "-o", tmp_path / "all")
+    assert res.exit_code == 0, res.stderr
+    res = run_cli(*base, "-o", tmp_path / "dd", "--dedup", "exact", "--removed", tmp_path / "rm.jsonl")
+    assert res.exit_code == 0, res.stderr
+    assert f"--dedup exact dropped {len(gone)} documents" in res.output
+
+    def texts(out: Path) -> list[str]:
+        got = []
+        for shard in sorted(out.glob("*.tar")):
+            with tarfile.open(shard) as tf:
+                got += [tf.extractfile(m).read().decode() for m in tf.getmembers() if m.name.endswith(".txt")]
+        return got
+
+    everything = texts(tmp_path / "all")
+    dropped = [order[g][1] for g in gone]
+    kept = list(everything)
+    for text in dropped:
+        kept.remove(text)
+    assert texts(tmp_path / "dd") == kept
+    assert len((tmp_path / "rm.jsonl").read_text().splitlines()) == len(gone)
+    res = run_cli("convert", tmp_path / "in", "--to", "webdataset", "-o", tmp_path / "x", "-q", "--dedup", "exact")
+    assert res.exit_code == 2 and "give --text-field" in res.stderr

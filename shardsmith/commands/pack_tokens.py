@@ -52,24 +52,9 @@ def run(opts: PackTokensOptions, *, executor: Executor | None = None) -> dict[st
     return run_job(job_of(opts)) if executor is None else executor.run(job_of(opts))
 
 
-def removed_words(cleaning: dict[str, Any] | None) -> str | None:
-    """What cleaning dropped, in a few words (the closing line, ``inspect``): per rule and file."""
-    from shardsmith.commands.report import plural
-
-    if not cleaning or ("dedup" not in cleaning and "decontaminate" not in cleaning):
-        return None
-    units = cleaning.get("units", "tokens")
-    said = []
-    if (d := cleaning.get("dedup")) is not None:
-        said.append(f"--dedup {d['rule']} dropped {plural(d['documents'], 'document')} ({d[units]:,} {units})")
-    for name, b in (cleaning.get("decontaminate") or {}).get("benchmarks", {}).items():
-        said.append(f"--decontaminate {name} dropped {plural(b['documents'], 'document')} ({b[units]:,} {units})")
-    return "; ".join(said)
-
-
 def summary_line(out: Path, manifest: dict[str, Any]) -> str:
     """The run's one-line summary for the CLI (with the packing figures of a packed run)."""
-    from shardsmith.commands.report import plural
+    from shardsmith.commands.report import cleaning_dropped, plural
 
     src = manifest["source"]
     unit = "sequence" if manifest.get("packing") else "document"
@@ -77,8 +62,7 @@ def summary_line(out: Path, manifest: dict[str, Any]) -> str:
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     line = (f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
             f"engine {manifest['tokenizer']['engine']}")
-    if (cleaned := removed_words(manifest.get("cleaning"))) is not None:
-        line += f"; {cleaned}"
+    line += cleaning_dropped(manifest)
     if (share := manifest.get("nanogpt_default_val")) is not None:
         line += f"; --nanogpt without --split: val holds the default share {share:g} of the documents"
     if (p := manifest.get("packing")) is not None:

@@ -47,6 +47,21 @@ def balance_dropped(manifest: dict[str, Any]) -> str:
     return f"; {plural(balance['dropped'], 'sample')} dropped by --balance {rule}"
 
 
+def cleaning_dropped(manifest: dict[str, Any]) -> str:
+    """The closing line's note of what --dedup and --decontaminate dropped, per rule and benchmark
+    file ("" without them)."""
+    cleaning = manifest.get("cleaning")
+    if not isinstance(cleaning, dict) or ("dedup" not in cleaning and "decontaminate" not in cleaning):
+        return ""
+    units = cleaning.get("units", "tokens")
+    said = []
+    if (d := cleaning.get("dedup")) is not None:
+        said.append(f"--dedup {d['rule']} dropped {plural(d['documents'], 'document')} ({d[units]:,} {units})")
+    for name, b in (cleaning.get("decontaminate") or {}).get("benchmarks", {}).items():
+        said.append(f"--decontaminate {name} dropped {plural(b['documents'], 'document')} ({b[units]:,} {units})")
+    return "; " + "; ".join(said)
+
+
 def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -> None:
     """Which records and files were skipped (``--on-error skip``), on one line."""
     entries = [*source["skipped"]["records"], *source.get("unread", [])]

@@ -58,6 +58,7 @@ class SampleProcessor:
         lengths: list[int] = []
         records: list[int] = []
         bad: list[tuple[int, str]] = []
+        texts: list[str] | None = [] if self.text_field and not self.images else None  # what cleaning compares
         for record, value in batch:
             try:
                 samples = self._samples(task, record, value)
@@ -68,9 +69,14 @@ class SampleProcessor:
                 self._members(samples, pieces, lengths, records, record)
             except ValueError as exc:  # a member name tar cannot hold
                 bad.append((record, str(exc)))
+                continue
+            if texts is not None:
+                ext, text = samples[0][1][-1]  # a row's one sample ends with its txt member (``_text``)
+                assert ext == "txt"
+                texts.append(text.decode("utf-8"))
         payload = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         return Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, dtype=np.int64),
-                         payload=payload, bad=bad, copies=self.copies)
+                         payload=payload, bad=bad, copies=self.copies, texts=texts)
 
     # Images that go into the tar unchanged (no augmentation), as ``_image`` makes their samples:
     # the copy mode's workers (``engine.image_copy``, ``image_tar``) ask for keys and labels a shard
