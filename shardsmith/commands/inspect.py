@@ -11,6 +11,7 @@ import click
 import orjson
 
 from shardsmith import registry
+from shardsmith.commands.report import cleaning_dropped
 from shardsmith.core.sizes import format_size
 from shardsmith.kit.dataset_files import files_at
 
@@ -34,6 +35,7 @@ def _summary(where: str, out: Any, m: dict[str, Any], *, samples: int) -> dict[s
                           **({"events": s["events"]} if "events" in s else {})}
                    for name, s in m["splits"].items()},
         "schema": m["schema"],
+        **({"cleaning": m["cleaning"]} if "cleaning" in m else {}),
     }
     inputs = m["source"].get("inputs") or []
     info["source"]["inputs"] = inputs if isinstance(inputs, int) else len(inputs)  # a count beyond 1,000 inputs
@@ -61,6 +63,10 @@ def run(where: str | Path, *, as_json: bool, samples: int) -> None:
         echo(f"  skipped inputs (--on-error skip): {len(left_out)}: "
              f"{', '.join(str(s.get('url')) for s in left_out[:3])}{', …' if len(left_out) > 3 else ''}")
     echo(f"  shuffle: {'exact, seed ' + str(info['seed']) if info['shuffle'] else 'off (input order)'}")
+    if "cleaning" in info:
+        said = cleaning_dropped(info).lstrip("; ")
+        traced = "documents carry their origins (shardsmith trace)" if info["cleaning"].get("provenance") else ""
+        echo(f"  cleaning: {'; '.join(x for x in (said, traced) if x)}")
     for name, s in info["splits"].items():
         tokens = f", {s['tokens']:,} tokens" if "tokens" in s else ""
         events = f" ({s['events']:,} events)" if "events" in s and s["events"] != s["samples"] else ""

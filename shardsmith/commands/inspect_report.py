@@ -23,13 +23,14 @@ def is_dataset(paths: tuple[str, ...]) -> bool:
 def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -> Path:
     from shardsmith.kit.sections.model import Sampling
     from shardsmith.report import need_matplotlib
-    from shardsmith.report.dataset import splits_section
+    from shardsmith.report.dataset import cleaning_section, splits_section
 
     need_matplotlib()
     m = manifest_io.load(out)
     fmt = registry.format_of(m, where=str(out))
     sampling = Sampling(seed=seed, seq_len=seq_len)
-    sections = [splits_section(m, unit=fmt.sample_unit), *fmt.report(out, m, sampling)]
+    cleaned = cleaning_section(m)
+    sections = [splits_section(m, unit=fmt.sample_unit), *([cleaned] if cleaned else []), *fmt.report(out, m, sampling)]
     intro = [f"{out.name}: a {fmt.name} dataset written by shardsmith {m['tool_version']} on {m['created']}.",
              f"Command: {' '.join(map(str, m.get('command') or []))}",
              f"Large datasets are sampled (a seeded sample, seed {seed}, of at most {sampling.max_samples:,} "

@@ -40,3 +40,32 @@ def splits_section(manifest: dict[str, Any], *, unit: str) -> Section:
                                              values=samples, xlabel="shard (all splits, in order)",
                                              ylabel=f"{unit}s"))
     return section
+
+
+def cleaning_section(manifest: dict[str, Any]) -> Section | None:
+    """What --dedup and --decontaminate dropped (documents and payload units per rule and benchmark
+    file), and whether documents carry their origins (None: the run cleaned nothing)."""
+    cleaning = manifest.get("cleaning")
+    if not isinstance(cleaning, dict):
+        return None
+    units = cleaning.get("units", "tokens")
+    rows: list[tuple[Any, ...]] = []
+    if (d := cleaning.get("dedup")) is not None:
+        rows.append((f"--dedup {d['rule']}", "", d["documents"], d[units]))
+    for name, b in (cleaning.get("decontaminate") or {}).get("benchmarks", {}).items():
+        rows.append(("--decontaminate", f"{name} ({b['items']:,} items)", b["documents"], b[units]))
+    section = Section(title="Cleaning")
+    if rows:
+        total = cleaning.get("removed", {})
+        rows.append(("all rules", "", total.get("documents", 0), total.get(units, 0)))
+        section.tables.append(Table(caption="Documents dropped", header=("rule", "benchmark", "documents", units),
+                                    rows=rows))
+    if (d := cleaning.get("dedup")) is not None and d["rule"] == "minhash":
+        section.notes.append(", ".join(f"{k} {v}" for k, v in d.items() if k not in ("rule", "documents", units)))
+    if (c := cleaning.get("decontaminate")) is not None:
+        section.notes.append(f"A document sharing a {c['ngram']}-word n-gram with a benchmark item is dropped "
+                             f"(shorter items match whole).")
+    if cleaning.get("provenance"):
+        section.notes.append("Every document carries its origin (input file, line or row, byte offset): "
+                             "`shardsmith trace OUT INDEX`.")
+    return section
