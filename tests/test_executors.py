@@ -188,3 +188,18 @@ def test_a_recipe_names_its_executor(texts, tmp_path):
     ok(run_cli("convert", texts, "--to", "webdataset", "--text-field", "text", "--shard-samples", "300", "-q",
                "-o", tmp_path / "local"))
     same_dataset(tmp_path / "local", tmp_path / "out")
+
+
+def test_dedup_on_dask_drops_the_documents_a_local_run_drops(bpe_tokenizer, tmp_path):
+    """The duplicates are decided once, from the facts every scatter rank wrote: the same
+    documents go, the same bytes and the same --removed list come out."""
+    from test_dedup_exact import planted
+
+    planted(tmp_path / "in", seed=8, n=600)
+    args = ["pack-tokens", tmp_path / "in", "--tokenizer", bpe_tokenizer, "--memory", "256KB", "--dedup", "exact",
+            "--split", "train=0.9,val=0.1", "-q"]
+    ok(run_cli(*args, "-o", tmp_path / "local", "--removed", tmp_path / "local.jsonl"))
+    ok(run_cli(*args, "-o", tmp_path / "dask", "--removed", tmp_path / "dask.jsonl", "--executor", "dask",
+               "--ranks", "3"))
+    same_dataset(tmp_path / "local", tmp_path / "dask")
+    assert (tmp_path / "local.jsonl").read_text() == (tmp_path / "dask.jsonl").read_text() != ""
