@@ -135,3 +135,22 @@ def test_nanogpt_is_refused_in_one_line(s3, corpus, tmp_path, monkeypatch, bpe_t
     res = run_cli("pack-tokens", corpus, "--tokenizer", bpe_tokenizer, "--nanogpt", "-o", f"s3://{bucket}/x",
                   "--stage", "scatter", "--world-size", "2", "-q")
     assert res.exit_code == 2 and "--nanogpt" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_dedup_stages_into_s3_share_the_facts_through_the_bucket(s3, tmp_path, monkeypatch, bpe_tokenizer):  # noqa: F811
+    """Each gather rank and finalize decide the duplicates from the facts every scatter rank
+    uploaded: the same documents go as in a local run (no rank shares a disk with another)."""
+    from test_dedup_exact import planted
+
+    _small_parts(monkeypatch, tmp_path)
+    planted(tmp_path / "in", seed=6, n=300)
+    args = ["pack-tokens", tmp_path / "in", "--tokenizer", bpe_tokenizer, "--shard-tokens", "4K", "--dedup", "exact",
+            "--memory", "1MB", "--split", "train=0.8,val=0.2", "-q"]
+    res = run_cli(*args, "-o", tmp_path / "one")
+    assert res.exit_code == 0, res.stderr
+    bucket = _bucket(s3, "shardsmith-stage-dedup")
+    _stages(monkeypatch, tmp_path, args, f"s3://{bucket}/t")
+    got = _download(s3, bucket, "t", tmp_path / "got")
+    assert tree_digest(got) == tree_digest(tmp_path / "one")
+    ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (got, tmp_path / "one"))
+    assert ma["cleaning"] == mb["cleaning"] and ma["cleaning"]["dedup"]["documents"] > 20

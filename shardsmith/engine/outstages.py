@@ -57,6 +57,7 @@ from shardsmith.storage.upload import THREADS, Stamp, _stamp, publishable, publi
 WORK = WORK_PREFIX  # the work prefix, below the output prefix
 PARTS = "part-*.bin"
 RECORDS = "*.json"  # tasks-, engine-, tokenizer- (once per run), plan- and piece- (the gather's)
+FACTS = "facts"  # the scatter's per-document facts (engine/doc_facts.py), one file per task and column
 TAIL = 64 << 10  # the first ranged read of a part's end: its trailer and (mostly) its footer
 GAP = 256 << 10  # ranges of a part closer than this are read as one request
 
@@ -130,6 +131,10 @@ class StagedRemoteRun(RemoteOutputRun):
             if not key.startswith(WORK + "/"):
                 continue
             name = key[len(WORK) + 1:]
+            if name.startswith(FACTS + "/") and name.count("/") == 1:
+                if self.stage != "scatter":  # what the scatter recorded of each document (cleaning, provenance)
+                    jobs.append((name, info, True))
+                continue
             if "/" in name or name == "run.json":
                 continue
             if fnmatch.fnmatch(name, RECORDS) or (self.stage != "scatter" and fnmatch.fnmatch(name, PARTS)):
@@ -189,7 +194,8 @@ class StagedRemoteRun(RemoteOutputRun):
         if whole and path.is_file() and path.stat().st_size == info.size:
             return  # (a part is made afresh: which of its ranges a killed rank had read is not known)
         key = f"{WORK}/{name}"
-        tmp = path.with_name(f".{name}.tmp-fetch")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-fetch")
         if whole:
             tmp.write_bytes(self.store.call(lambda: self.store.fs.cat_file(f"{self.store.root}/{key}"), rel=key))
         else:
@@ -237,7 +243,10 @@ class StagedRemoteRun(RemoteOutputRun):
         mine = (RECORDS, PARTS) if self.stage == "scatter" else (RECORDS,)  # a gather's parts are sparse copies
         shared = [(f"{WORK}/{p.name}", p) for p in sorted(self.work.iterdir()) if p.is_file()
                   and p.name != "run.json" and any(fnmatch.fnmatch(p.name, pat) for pat in mine)]
-        self._upload(listing, sorted(shared, key=lambda s: s[0].endswith(".json")))  # parts before records
+        if self.stage == "scatter":
+            shared += [(f"{WORK}/{FACTS}/{p.name}", p) for p in sorted((self.work / FACTS).glob("*.npy"))]
+        # facts before their parts, parts before records
+        self._upload(listing, sorted(shared, key=lambda s: (not s[0].endswith(".npy"), s[0].endswith(".json"))))
         self._drop_staging()  # all of it is in the bucket (a killed rank keeps its folder to resume from)
 
     def _upload(self, listing: dict[str, ObjectInfo], files: list[tuple[str, Path]]) -> int:
