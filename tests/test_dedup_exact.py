@@ -202,3 +202,18 @@ def test_convert_rows_to_tar_drops_the_same_documents(tmp_path):
     assert len((tmp_path / "rm.jsonl").read_text().splitlines()) == len(gone)
     res = run_cli("convert", tmp_path / "in", "--to", "webdataset", "-o", tmp_path / "x", "-q", "--dedup", "exact")
     assert res.exit_code == 2 and "give --text-field" in res.stderr
+
+
+def test_inspect_and_the_report_show_what_was_dropped(tmp_path, bpe_tokenizer):
+    order, _ = planted(tmp_path / "in", seed=7, n=120)
+    n = len(expected_dropped(order))
+    pack(tmp_path / "in", tmp_path / "out", bpe_tokenizer, "--dedup", "exact")
+    res = run_cli("inspect", tmp_path / "out", "--samples", "0")
+    assert res.exit_code == 0 and f"cleaning: --dedup exact dropped {n} documents" in res.output
+    res = run_cli("inspect", tmp_path / "out", "--json", "--samples", "0")
+    assert json.loads(res.output)["cleaning"]["dedup"]["documents"] == n
+    pytest.importorskip("matplotlib")
+    res = run_cli("inspect", tmp_path / "out", "--report", tmp_path / "rep")
+    assert res.exit_code == 0, res.stderr
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "Documents dropped" in html and f"<td>--dedup exact</td><td></td><td>{n}</td>" in html
