@@ -47,7 +47,7 @@ def corpus(root: Path, *, seed: int = 0) -> tuple[list[str], dict[int, tuple[str
         if d in hits:
             continue
         j = d % len(short_items)
-        docs[d] = f"{docs[d]} {short_items[j]}!"
+        docs[d] = f"{docs[d]} {short_items[j]} !"
         hits[d] = ("short.txt", j + 1)
     write_jsonl(root / "in" / "a.jsonl", docs[:130])
     write_jsonl(root / "in" / "b.jsonl", docs[130:])
