@@ -217,3 +217,25 @@ def test_inspect_and_the_report_show_what_was_dropped(tmp_path, bpe_tokenizer):
     assert res.exit_code == 0, res.stderr
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "Documents dropped" in html and f"<td>--dedup exact</td><td></td><td>{n}</td>" in html
+
+
+@settings(max_examples=500, deadline=None)
+@given(text=st.text(alphabet=st.characters(codec="utf-8"), max_size=40)
+       | st.lists(st.sampled_from([" ", "\u00a0", "\u2028", "\x85", "\u3000", "\t\n", "A", "ß", "ﬁ", "\u1fbd", "x"]),
+                  max_size=12).map("".join))
+def test_normalize_equals_its_definition(text):
+    import unicodedata
+
+    assert normalize(text) == " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+def test_every_space_the_fast_path_must_know():
+    """After NFKC and case folding, the only whitespace besides " " is what ``_SPACES`` lists."""
+    import sys
+    import unicodedata
+
+    from shardsmith.kit.textnorm import _SPACES
+
+    left = {ch for c in range(sys.maxunicode + 1) if chr(c).isspace()
+            for ch in unicodedata.normalize("NFKC", chr(c)).casefold() if ch.isspace() and ch != " "}
+    assert left == set(_SPACES)
