@@ -23,10 +23,8 @@ def cleaning_record(done: Converted) -> dict[str, Any]:
     total = [0, 0]
     if spec.dedup is not None:
         rule: dict[str, Any] = {"rule": spec.dedup}
-        if spec.dedup == "minhash":
-            from shardsmith.kit.minhash import MinHashSpec
-
-            rule.update(MinHashSpec.for_threshold(spec.threshold, seed=spec.seed).describe())
+        if (near := spec.minhash()) is not None:
+            rule.update(near.describe())
         found = done.duplicates.summary(units) if done.duplicates is not None else {"documents": 0, units: 0}
         record["dedup"] = {**rule, **found}
         total = [total[0] + found["documents"], total[1] + found[units]]

@@ -133,12 +133,12 @@ def _drop_rows(base: np.ndarray, kept: np.ndarray, gone: np.ndarray) -> np.ndarr
 
 def _near(spec: CleaningSpec, work_dir: str | Path, tasks: Sequence[int], memory: int) -> np.ndarray:
     """Documents in a MinHash cluster whose first member (in input order) is another document."""
-    from shardsmith.kit.minhash import MinHashSpec, near_duplicates
+    from shardsmith.kit.minhash import near_duplicates
 
     base = np.concatenate([np.asarray(b) for b in column(work_dir, tasks, "base")] or [np.zeros(0, BASE)])
     tmp = Path(work_dir) / "minhash"
     tmp.mkdir(parents=True, exist_ok=True)
     first = near_duplicates(lambda: column(work_dir, tasks, "bands"), len(base),
-                            MinHashSpec.for_threshold(spec.threshold, seed=spec.seed), memory=memory, tmp_dir=tmp)
+                            spec.minhash(), memory=memory, tmp_dir=tmp)
     gone = first != np.arange(len(base))
     return _drop_rows(base, base["order"][first], gone)

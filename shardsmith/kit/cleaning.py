@@ -21,6 +21,9 @@ from shardsmith.errors import UsageError
 from shardsmith.kit import textnorm
 
 DEDUP_MODES = ("exact", "exact:raw", "minhash")
+# MinHash's permutations are seeded by a constant, not by --seed: a new shuffle seed reorders the
+# documents but drops the same ones (as splits ignore the seed)
+MINHASH_SEED = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,14 +37,13 @@ class CleaningSpec:
     benchmark_field: str = "text"
     provenance: bool = False
     units: str = "tokens"
-    seed: int = 0
 
     @classmethod
     def of(cls, opts: Any, *, units: str) -> CleaningSpec | None:
         """The spec ``opts`` ask for (None: no cleaning, no provenance), checked."""
         spec = cls(dedup=opts.dedup, threshold=opts.dedup_threshold, benchmarks=tuple(opts.decontaminate),
                    ngram=opts.decontaminate_ngram, benchmark_field=opts.decontaminate_field,
-                   provenance=bool(getattr(opts, "provenance", False)), units=units, seed=opts.seed)
+                   provenance=bool(getattr(opts, "provenance", False)), units=units)
         spec.check()
         return spec if (spec.dedup or spec.benchmarks or spec.provenance) else None
 
@@ -57,6 +59,14 @@ class CleaningSpec:
     def exact(self) -> bool:
         return self.dedup in ("exact", "exact:raw")
 
+    def minhash(self) -> Any:
+        """The ``kit.minhash.MinHashSpec`` of ``--dedup minhash`` (None for the other rules)."""
+        if self.dedup != "minhash":
+            return None
+        from shardsmith.kit.minhash import MinHashSpec
+
+        return MinHashSpec.for_threshold(self.threshold, seed=MINHASH_SEED)
+
     def columns(self) -> tuple[str, ...]:
         """The per-document facts the scatter records (``engine/doc_facts.py``)."""
         return ("base", *(("hash",) if self.exact else ()), *(("bands",) if self.dedup == "minhash" else ()),
@@ -70,9 +80,10 @@ class Cleaner:
     def __init__(self, *, spec: CleaningSpec) -> None:
         self.spec = spec
         self._benchmarks: Any = None
+        self.minhash = spec.minhash()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"spec": self.spec, "_benchmarks": None}
+        return {**self.__dict__, "_benchmarks": None}
 
     @property
     def benchmarks(self) -> Any:
@@ -94,8 +105,8 @@ class Cleaner:
         """The dedup key of each kept document, by fact column."""
         if self.spec.exact:
             return {"hash": textnorm.doc_hashes(texts, raw=self.spec.dedup == "exact:raw")}
-        if self.spec.dedup == "minhash":
-            from shardsmith.kit.minhash import MinHashSpec, band_keys
+        if self.minhash is not None:
+            from shardsmith.kit.minhash import band_keys
 
-            return {"bands": band_keys(texts, MinHashSpec.for_threshold(self.spec.threshold, seed=self.spec.seed))}
+            return {"bands": band_keys(texts, self.minhash)}
         return {}
