@@ -139,6 +139,9 @@ def main() -> None:
               help="Roll over to a new .bin/.idx shard after this many tokens.")
 @click.option("--nanogpt", is_flag=True, help="Also write flat train.bin/val.bin (uint16) and meta.pkl as nanoGPT "
               "reads them [default --split: a val share of 0.0005, more for a small corpus].")
+@click.option("--provenance", is_flag=True,
+              help="Record each document's input file, line or row and byte offset beside every shard "
+                   "(shardsmith trace).")
 @cleaning_options
 @converting_options
 @user_errors

@@ -152,15 +152,19 @@ class TokenSteps(JobSteps):
                      "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
                      "dtype": self.spec.dtype.name, "engine": self.engine, "engine_reason": self.why,
                      "trained": opts.train_tokenizer is not None}
+        source = {"reader": "+".join(kinds), "text_field": opts.text_field, "inputs_sha256": _inputs_digest(files)}
+        if opts.provenance:  # what ``trace`` checks an input against, and how it names a record of it
+            source.update(input_sizes=[f.size for f in files], input_units=[run.reader.unit_for(f) for f in files])
         return Described(
-            source={"reader": "+".join(kinds), "text_field": opts.text_field, "inputs_sha256": _inputs_digest(files)},
+            source=source,
             schema={"tokens": {"kind": "tokens", "dtype": self.spec.dtype.name, "ragged": True}},
             extras={"tokenizer": tokenizer, "seq_len": opts.seq_len, "companions": self.companions,
                     **({"nanogpt_default_val": self.val_share} if self.val_share is not None else {}),
                     **({"transforms": [t.describe() for t in self.transforms]} if self.transforms else {})},
             used=(*(("source", kind) for kind in kinds), *(("transform", t.name) for t in self.transforms)),
             written=None if opts.pack is None else sum(s.extra["documents"] for o in done.outputs.values()
-                                                       for s in o.shards))
+                                                       for s in o.shards),
+            list_inputs=opts.provenance)
 
 
 def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
