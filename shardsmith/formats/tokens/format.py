@@ -145,8 +145,20 @@ class TokensFormat(Format):
                 problems.append(str(exc))
         return problems
 
+    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """With ``--provenance``: every shard's origins, one row per document (per piece, packed)."""
+        from shardsmith.formats.tokens.origins import has_origins, verify_origins
+
+        return verify_origins(out, manifest, split) if has_origins(manifest) else []
+
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-        return {"tokenizer": manifest["tokenizer"]}
+        from shardsmith.formats.tokens.origins import has_origins
+
+        if not has_origins(manifest):
+            return {"tokenizer": manifest["tokenizer"]}
+        return {"tokenizer": manifest["tokenizer"], "provenance": True,
+                "format_lines": ["provenance: every document's input, line or row and byte offset beside each "
+                                 "shard (shardsmith trace OUT INDEX)"]}
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Document lengths, tokens per shard, the most frequent tokens, documents cut, padding."""

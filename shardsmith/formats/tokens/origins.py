@@ -18,6 +18,7 @@ import numpy as np
 
 from shardsmith.core.fsutil import HashingFile
 from shardsmith.errors import DatasetError
+from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.doc_origin import DOC_ORIGIN
 
 ORIGINS_SUFFIX = ".origins.npy"
@@ -65,6 +66,35 @@ def load_origins(files: Any, entries: list[dict[str, Any]], counts: list[int], *
             raise DatasetError(f"{name}: {len(rows)} origin rows of {rows.dtype}, the shard holds {want} documents")
         parts.append(rows)
     return np.concatenate(parts) if parts else np.zeros(0, DOC_ORIGIN)
+
+
+def has_origins(manifest: dict[str, Any]) -> bool:
+    """Whether the dataset was made with ``--provenance`` (any shard names its origins)."""
+    return any("origins" in shard for split in manifest["splits"].values() for shard in split["shards"])
+
+
+def verify_origins(out: Any, manifest: dict[str, Any], split: str) -> list[str]:
+    """``verify``: each shard of ``split`` has its origins (hashed already, with the other files),
+    one ``DOC_ORIGIN`` row per document (per piece of a packed shard, as its boundaries list them),
+    each naming one of the manifest's inputs."""
+    files = files_for(out)
+    inputs = manifest["source"].get("inputs")
+    problems = []
+    if not isinstance(inputs, list):
+        problems.append("the manifest's source.inputs is not the list of inputs the origins index")
+    for shard in manifest["splits"][split]["shards"]:
+        try:
+            want = int(shard["samples"])
+            if isinstance(shard.get("boundaries"), dict):  # packed: a row per document piece
+                want = len(np.load(io.BytesIO(files.sidecar(shard["boundaries"])), allow_pickle=False))
+            rows = load_origins(files, [shard], [want], where=shard["path"])
+        except (DatasetError, OSError, ValueError) as exc:
+            problems.append(str(exc))
+            continue
+        if isinstance(inputs, list) and len(rows) and int(rows["file"].max()) >= len(inputs):
+            problems.append(f"{shard['origins']['path']}: a document's input {int(rows['file'].max())} is not one "
+                            f"of the manifest's {len(inputs)} inputs")
+    return problems
 
 
 def described(rows: np.ndarray, spans: list[tuple[int, int]], manifest: dict[str, Any], *,
