@@ -80,3 +80,21 @@ def test_compressed_jsonl_and_parquet_have_no_offsets(tmp_path):
     plain.write_bytes(b'{"text": "a"}\n\n{"text": "b"}\n')
     (task,) = multi.plan([input_file(plain)], chunk_bytes=1 << 20)
     assert multi.record_offsets(task, np.array([0, 2])).tolist() == [0, 15]
+
+
+def test_batch_after_batch_of_a_task_reads_on_from_the_last_line(tmp_path):
+    """The scatter asks batch by batch: each call goes on from where the last one stopped, and a
+    call that goes back (another task, an earlier record) starts at the task's beginning again."""
+    lines = lines_with_blanks(500)
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    starts = np.concatenate([[0], np.cumsum([len(x) + 1 for x in lines])])
+    reader = JsonlReader()
+    tasks = reader.plan([input_file(path)], chunk_bytes=4000)
+    assert len(tasks) > 3
+    for task in [*tasks, tasks[1], tasks[0]]:
+        records = np.array([r for r, _ in reader.read(task)], dtype=np.int64)
+        for part in (records[:1], records[1:4], records[4:4], records[4:17], records[17:]):
+            got = reader.record_offsets(task, part)
+            assert got.tolist() == starts[part].tolist()
+        assert reader.record_offsets(task, records[:2]).tolist() == starts[records[:2]].tolist()  # back again

@@ -88,14 +88,23 @@ class JsonlReader(Reader):
 
     def record_offsets(self, task: Task, records: np.ndarray) -> np.ndarray | None:
         """Plain files: where each record's line starts (the task's byte range read again, newlines
-        found block by block: blank lines are lines, as ``read`` counts them). Compressed: None."""
+        found block by block: blank lines are lines, as ``read`` counts them). Compressed: None.
+        Called batch after batch of one task, each call goes on from the last line the previous
+        one found (one cursor per reader), so a task's range is read about once."""
         if _compression(task.file.path):
             return None
         wanted = np.asarray(records, dtype=np.int64) - task.first_record
-        starts = line_starts(task.file.path, start=task.start, stop=task.stop, wanted=wanted)
+        key = (task.file.path, task.start, task.stop)
+        line, at = 0, task.start
+        cursor = getattr(self, "_cursor", None)
+        if cursor is not None and cursor[0] == key and len(wanted) and cursor[1] <= wanted[0]:
+            line, at = cursor[1], cursor[2]
+        starts = line_starts(task.file.path, start=at, stop=task.stop, wanted=wanted - line)
         if starts is None:
             raise DataError(file=task.file.rel, reason="it holds fewer lines than were read from it: it changed "
                                                        "while it was read")
+        if len(wanted):
+            self._cursor = (key, int(wanted[-1]), int(starts[-1]))
         return starts
 
 
