@@ -139,6 +139,9 @@ def main() -> None:
               help="Roll over to a new .bin/.idx shard after this many tokens.")
 @click.option("--nanogpt", is_flag=True, help="Also write flat train.bin/val.bin (uint16) and meta.pkl as nanoGPT "
               "reads them [default --split: a val share of 0.0005, more for a small corpus].")
+@click.option("--provenance", is_flag=True,
+              help="Record each document's input file, line or row and byte offset beside every shard "
+                   "(shardsmith trace).")
 @cleaning_options
 @converting_options
 @user_errors
@@ -299,6 +302,26 @@ def verify(out: str, deep: bool, workers: int | None) -> None:
 
     if not run(out, deep=deep, workers=workers or default_workers()):
         sys.exit(1)
+
+
+@main.command()
+@click.argument("out", type=click.Path(path_type=Path))
+@click.argument("index", type=click.IntRange(min=0), required=False)
+@click.option("--split", default="train", show_default=True)
+@click.option("--seq-len", type=click.IntRange(1, MAX_INT32), default=None,
+              help="Window length of a TokenDataset [default: the manifest's].")
+@click.option("--state", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
+              help="A saved loader state (JSON): trace the next batch that loader yields.")
+@click.option("--inputs", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
+              help="Where the inputs are now [default: where pack-tokens read them].")
+@user_errors
+def trace(out: Path, index: int | None, split: str, seq_len: int | None, state: Path | None,
+          inputs: Path | None) -> None:
+    """The documents (input file, line or row, text) of a window or sequence of a pack-tokens --provenance
+    dataset, or of the next batch of a saved loader state."""
+    from shardsmith.commands.trace import run
+
+    run(out, index, split=split, seq_len=seq_len, state=state, inputs=inputs)
 
 
 @main.command("run")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -152,15 +153,21 @@ class TokenSteps(JobSteps):
                      "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
                      "dtype": self.spec.dtype.name, "engine": self.engine, "engine_reason": self.why,
                      "trained": opts.train_tokenizer is not None}
+        source = {"reader": "+".join(kinds), "text_field": opts.text_field, "inputs_sha256": _inputs_digest(files)}
+        if opts.provenance:  # what ``trace`` checks an input against, and how it names a record of it
+            source.update(input_sizes=[f.size for f in files], input_units=[run.reader.unit_for(f) for f in files])
+            if (where := _input_dir(files)) is not None:
+                source["input_dir"] = where
         return Described(
-            source={"reader": "+".join(kinds), "text_field": opts.text_field, "inputs_sha256": _inputs_digest(files)},
+            source=source,
             schema={"tokens": {"kind": "tokens", "dtype": self.spec.dtype.name, "ragged": True}},
             extras={"tokenizer": tokenizer, "seq_len": opts.seq_len, "companions": self.companions,
                     **({"nanogpt_default_val": self.val_share} if self.val_share is not None else {}),
                     **({"transforms": [t.describe() for t in self.transforms]} if self.transforms else {})},
             used=(*(("source", kind) for kind in kinds), *(("transform", t.name) for t in self.transforms)),
             written=None if opts.pack is None else sum(s.extra["documents"] for o in done.outputs.values()
-                                                       for s in o.shards))
+                                                       for s in o.shards),
+            list_inputs=opts.provenance)
 
 
 def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
@@ -238,6 +245,18 @@ def _sample(reader: MultiReader, tasks: list[Task], field: str, transforms: list
     except DataError:
         whole = False  # the real pass reports it with the user's --on-error
     return nanogpt_split.Sample(texts=out, chars=chars, whole=whole)
+
+
+def _input_dir(files: list[Any]) -> str | None:
+    """The local folder the inputs' names are relative to (absolute), where ``trace`` finds them
+    again; None for inputs from a URL (their ``input_root`` says where)."""
+    from shardsmith.engine.url_inputs import input_root
+
+    if not files or input_root(files) is not None:
+        return None
+    roots = {f.path[:-len(f.rel)] if f.path.replace(os.sep, "/").endswith(f.rel) else None for f in files}
+    root = roots.pop() if len(roots) == 1 else None
+    return None if root is None else os.path.abspath(root or ".")
 
 
 def _inputs_digest(files: list[Any]) -> str:

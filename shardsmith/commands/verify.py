@@ -31,12 +31,12 @@ from shardsmith.kit.dataset_files import LocalFiles, StreamedFiles, files_at
 
 
 def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every file entry the manifest lists: shards, their indexes and boundaries, nanoGPT files."""
+    """Every file entry the manifest lists: shards, their indexes, boundaries and origins, nanoGPT files."""
     entries = []
     for split in m["splits"].values():
         for shard in split["shards"]:
             entries.append(shard)
-            entries += [shard[key] for key in ("index", "boundaries") if key in shard]
+            entries += [shard[key] for key in ("index", "boundaries", "origins") if key in shard]
     entries += [e for e in (m.get("nanogpt") or {}).values() if isinstance(e, dict)]
     entries += m.get("files") or []
     return entries

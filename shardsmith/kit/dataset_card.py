@@ -122,7 +122,7 @@ def _entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     entries = []
     for split in manifest["splits"].values():
         for shard in split["shards"]:
-            entries += [shard, *(shard[k] for k in ("index", "boundaries") if isinstance(shard.get(k), dict))]
+            entries += [shard, *(shard[k] for k in ("index", "boundaries", "origins") if isinstance(shard.get(k), dict))]
     entries += [e for e in (manifest.get("nanogpt") or {}).values() if isinstance(e, dict)]
     return entries
 

@@ -192,6 +192,12 @@ class Reader:
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         raise NotImplementedError
 
+    def record_offsets(self, task: Task, records: np.ndarray) -> np.ndarray | None:
+        """The byte offset (int64) in the file where each of ``records`` (ascending record numbers of
+        ``task``) starts, so that ``--provenance`` leads straight back to it; None where a record has
+        no byte offset (a compressed stream, a columnar file): the default."""
+        return None
+
     def report(self, files: list[InputFile], sampling: Any) -> list[Any]:
         """``inspect INPUT... --report``: sections of the HTML report on these inputs before any
         conversion, from a seeded sample of files and records (``kit/sections/raw_inputs.py``, by
@@ -253,3 +259,6 @@ class MultiReader(Reader):
 
     def read(self, task: Task) -> Iterator[tuple[int, Any | BadRecord]]:
         return self.reader_for(task.file).read(task)
+
+    def record_offsets(self, task: Task, records: np.ndarray) -> np.ndarray | None:
+        return self.reader_for(task.file).record_offsets(task, records)

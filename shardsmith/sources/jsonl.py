@@ -11,10 +11,12 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import orjson
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.sizes import format_size
+from shardsmith.errors import DataError
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
 
 _BLOCK = 4 << 20
@@ -82,6 +84,50 @@ class JsonlReader(Reader):
                     value = BadRecord(_json_reason(exc, stripped))
                 yield record, value
             record += 1
+
+
+    def record_offsets(self, task: Task, records: np.ndarray) -> np.ndarray | None:
+        """Plain files: where each record's line starts (the task's byte range read again, newlines
+        found block by block: blank lines are lines, as ``read`` counts them). Compressed: None.
+        Called batch after batch of one task, each call goes on from the last line the previous
+        one found (one cursor per reader), so a task's range is read about once."""
+        if _compression(task.file.path):
+            return None
+        wanted = np.asarray(records, dtype=np.int64) - task.first_record
+        key = (task.file.path, task.start, task.stop)
+        line, at = 0, task.start
+        cursor = getattr(self, "_cursor", None)
+        if cursor is not None and cursor[0] == key and len(wanted) and cursor[1] <= wanted[0]:
+            line, at = cursor[1], cursor[2]
+        starts = line_starts(task.file.path, start=at, stop=task.stop, wanted=wanted - line)
+        if starts is None:
+            raise DataError(file=task.file.rel, reason="it holds fewer lines than were read from it: it changed "
+                                                       "while it was read")
+        if len(wanted):
+            self._cursor = (key, int(wanted[-1]), int(starts[-1]))
+        return starts
+
+
+def line_starts(path: str, *, start: int, stop: int, wanted: np.ndarray, block: int = _BLOCK) -> np.ndarray | None:
+    """The byte offsets of lines ``wanted`` (ascending; 0 is the line at ``start``) of the range
+    ``[start, stop)`` of a plain file (``stop`` -1: to its end), read in blocks up to the last one
+    wanted; None when the range ends before it."""
+    out = np.empty(len(wanted), dtype=np.int64)
+    at = int(np.searchsorted(wanted, 1))  # lines after the first: found after a newline
+    out[:at] = start
+    seen, pos = 0, start  # newlines before pos: line seen + 1 starts after the next one
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while at < len(wanted):
+            size = block if stop < 0 else min(block, stop - pos)
+            data = fh.read(size) if size > 0 else b""
+            if not data:
+                return None
+            newlines = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+            upto = int(np.searchsorted(wanted, seen + len(newlines), side="right"))
+            out[at:upto] = pos + newlines[wanted[at:upto] - seen - 1] + 1
+            at, seen, pos = upto, seen + len(newlines), pos + len(data)
+    return out
 
 
 def _cut_at_lines(path: str, chunk_bytes: int, *, block: int = 8 << 20) -> list[tuple[int, int, int]]:

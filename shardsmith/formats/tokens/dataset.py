@@ -14,6 +14,7 @@ import numpy as np
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.indexed import parse_idx
+from shardsmith.formats.tokens.origins import described, load_origins
 from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.order import ResumableIterator
 
@@ -43,6 +44,7 @@ class _TokenShards:
         self._pid = -1
         self._doc_lengths: np.ndarray | None = None
         self._doc_ends: np.ndarray | None = None
+        self._origins: np.ndarray | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         # a memory map pickles as a copy of its data: a spawned worker maps (and checks) its own
@@ -115,6 +117,17 @@ class _TokenShards:
         if self._doc_ends is None:
             self._doc_ends = np.cumsum(self.doc_lengths)
         return self._doc_ends
+
+    def origins(self, counts: list[int]) -> np.ndarray:
+        """Every document's (or packed piece's: ``counts`` per shard) origin row, in split order
+        (``pack-tokens --provenance``; read on first use, never to serve tokens)."""
+        if self._origins is None:
+            self._origins = load_origins(self._files, self.entries, counts, where=self.out_dir)
+        return self._origins
+
+    def sources(self, docs: np.ndarray, spans: list[tuple[int, int]], counts: list[int]) -> list[dict[str, Any]]:
+        """``described`` of documents ``docs`` (indices into ``origins``) with their spans in a sample."""
+        return described(self.origins(counts)[docs], spans, self.manifest, where=self.out_dir)
 
     def rows(self, starts: np.ndarray, width: int) -> np.ndarray:
         """Tokens ``[s, s + width)`` of the concatenated stream for each start, one gather per shard."""
@@ -201,6 +214,23 @@ class TokenDataset:
         start = int(i) * self.seq_len
         inside = ends[(ends > start) & (ends < start + self.seq_len)] - start
         return np.concatenate([[0], inside, [self.seq_len]]).astype(np.int32)
+
+    def sources(self, i: int) -> list[dict[str, Any]]:
+        """The documents window i's L + 1 tokens come from (``x`` is tokens ``[0, L)``, ``y``
+        ``[1, L + 1)``), in order: ``input`` (its path in the manifest's inputs), its line or row
+        (1-based, as errors name it) and ``record`` (0-based), ``offset`` (the byte its line starts
+        at, plain JSONL; else None), ``hash`` (of its text as read) and ``start``/``stop``, the
+        document's tokens inside the window. A dataset made without ``--provenance`` raises
+        DatasetError."""
+        (i,) = self._check(np.array([i]))
+        shards = self._shards
+        start, stop = int(i) * self.seq_len, int(i) * self.seq_len + self.seq_len + 1
+        ends, lengths = shards.doc_ends, shards.doc_lengths
+        begins = ends - lengths
+        lo, hi = int(np.searchsorted(ends, start, side="right")), int(np.searchsorted(begins, stop, side="left"))
+        docs = np.arange(lo, hi)[lengths[lo:hi] > 0]
+        spans = [(max(int(begins[k]), start) - start, min(int(ends[k]), stop) - start) for k in docs.tolist()]
+        return shards.sources(docs, spans, [int(e["samples"]) for e in shards.entries])
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:

@@ -47,6 +47,8 @@ class TokensFormat(Format):
                 if not isinstance(shard.get("index"), dict):
                     raise bad(f"shard {shard['path']!r} of split {name!r} names no '.idx' index")
                 m_.count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
+                if "origins" in shard:  # --provenance
+                    m_.file_entry(shard["origins"], bad, f"splits.{name}.shards[].origins")
         seq_len = m_.count(m, "seq_len", bad, optional=True, nullable=True, low=1)
         if seq_len is not None and seq_len >= 1 << 31:
             raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
@@ -68,7 +70,7 @@ class TokensFormat(Format):
         if job.opts.pack is not None:
             return _packed_writer(job, split, part)
         return TokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
-                            nanogpt=job.opts.nanogpt, part=part)
+                            nanogpt=job.opts.nanogpt, provenance=_provenance(job), part=part)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
         fields = {"tokens": sum(s.extra["tokens"] for s in output.shards)}
@@ -143,8 +145,20 @@ class TokensFormat(Format):
                 problems.append(str(exc))
         return problems
 
+    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """With ``--provenance``: every shard's origins, one row per document (per piece, packed)."""
+        from shardsmith.formats.tokens.origins import has_origins, verify_origins
+
+        return verify_origins(out, manifest, split) if has_origins(manifest) else []
+
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
-        return {"tokenizer": manifest["tokenizer"]}
+        from shardsmith.formats.tokens.origins import has_origins
+
+        if not has_origins(manifest):
+            return {"tokenizer": manifest["tokenizer"]}
+        return {"tokenizer": manifest["tokenizer"], "provenance": True,
+                "format_lines": ["provenance: every document's input, line or row and byte offset beside each "
+                                 "shard (shardsmith trace OUT INDEX)"]}
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Document lengths, tokens per shard, the most frequent tokens, documents cut, padding."""
@@ -205,7 +219,12 @@ def _packed_writer(job: WriteJob, split: str, part: ShardRange) -> Writer:
 
     return PackedTokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
                               seq_len=job.opts.seq_len, pad_id=job.opts.pad_id, window_tokens=job.opts.pack_window,
-                              part=part)
+                              provenance=_provenance(job), part=part)
+
+
+def _provenance(job: WriteJob) -> bool:
+    """``pack-tokens --provenance``: each shard's document origins beside it (``origins.py``)."""
+    return bool(getattr(job.opts, "provenance", False))
 
 
 def _tokenizer(out: Any, manifest: dict[str, Any], kind: Any) -> Any:

@@ -91,6 +91,7 @@ class PackedSequences:
                     np.any(np.diff(ends) <= 0) or ends[0] <= 0 or ends[-1] > tokens)):
                 raise DatasetError(f"{path}: document boundaries are not increasing inside the shard")
             parts.append(ends.astype(np.int64) + start)
+        self._pieces = [len(p) for p in parts]  # per shard: what its origins hold a row for
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def __len__(self) -> int:
@@ -106,6 +107,16 @@ class PackedSequences:
         start = self._check(int(i)) * self.seq_len
         lo, hi = np.searchsorted(self._ends, [start, start + self.seq_len], side="right")
         return np.concatenate([[0], self._ends[lo:hi] - start]).astype(np.int32)
+
+    def sources(self, i: int) -> list[dict[str, Any]]:
+        """The document pieces sequence i holds, in order, as ``TokenDataset.sources`` gives them
+        (``start``/``stop``: the piece's tokens in the sequence, as ``cu_seqlens`` bounds them; a
+        document longer than the sequence is one piece in each of several sequences)."""
+        start = self._check(int(i)) * self.seq_len
+        lo, hi = np.searchsorted(self._ends, [start, start + self.seq_len], side="right")
+        cu = self.cu_seqlens(i).tolist()
+        spans = list(zip(cu[:-1], cu[1:]))
+        return self._shards.sources(np.arange(lo, hi), spans, self._pieces)
 
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         i = self._check(int(i))

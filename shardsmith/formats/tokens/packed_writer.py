@@ -8,37 +8,37 @@ Packing needs the documents in their final order, so one writer goes through a s
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from shardsmith.core.fsutil import HashingFile
+from shardsmith.formats.tokens.origins import ORIGINS_SUFFIX, check_batch, npy_bytes, write_origins
 from shardsmith.formats.tokens.packing import BestFitPacker, Window
 from shardsmith.formats.tokens.writer import idx_bytes
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
+if TYPE_CHECKING:
+    from shardsmith.kit.batches import SortedBatch
+
 CU_SUFFIX = ".cu.npy"
-
-
-def npy_bytes(array: np.ndarray) -> bytes:
-    """``np.save`` into memory (header and data only: the same bytes every time)."""
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
+__all__ = ["CU_SUFFIX", "PackedTokensWriter", "npy_bytes"]
 
 
 class PackedTokensWriter(Writer):
-    """Documents in, fixed-length packed sequences out, rolling over after ``shard_tokens``."""
+    """Documents in, fixed-length packed sequences out, rolling over after ``shard_tokens``; with
+    ``provenance``, the origin of every document piece as placed, beside each shard."""
 
     name = "tokens"
     suffix = ".bin"
     keeps_batches = True  # the packer's window holds views of the batches
 
     def __init__(self, *, out_dir: Path, split: str, dtype: np.dtype, shard_tokens: int, seq_len: int,
-                 pad_id: int, window_tokens: int, part: ShardRange | None = None) -> None:
+                 pad_id: int, window_tokens: int, provenance: bool = False, part: ShardRange | None = None) -> None:
         super().__init__(out_dir=out_dir, split=split, part=part)
+        self.provenance = provenance
+        self._origins: list[np.ndarray] = []
         self.dtype = np.dtype(dtype)
         self.seq_len = seq_len
         self.pad_id = pad_id
@@ -56,15 +56,21 @@ class PackedTokensWriter(Writer):
     def rollover(self) -> Any:  # never planned: the writer is not rangeable
         raise NotImplementedError
 
-    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+    def write_sorted(self, batch: SortedBatch) -> None:
+        self.write_batch(batch.lengths, batch.payload, origins=batch.origins)
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview, *, origins: np.ndarray | None = None) -> None:
         counts = np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
-        for window in self.packer.add_batch(counts, np.frombuffer(payload, dtype=self.dtype)):
+        if self.provenance:
+            origins = check_batch(origins, len(counts))
+        for window in self.packer.add_batch(counts, np.frombuffer(payload, dtype=self.dtype),
+                                            origins=origins if self.provenance else None):
             self._write(window)
 
     def _write(self, window: Window) -> None:
         self._docs += window.empty
         for block in window.blocks(pad_id=self.pad_id, dtype=self.dtype):
-            at, ends = 0, block.ends
+            at, ends, origins = 0, block.ends, block.origins
             while at < len(block.rows):
                 if self._bin is None:
                     self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
@@ -72,6 +78,10 @@ class PackedTokensWriter(Writer):
                 upto = int(np.searchsorted(ends, (at + take) * self.seq_len, side="right"))
                 self._ends.append(ends[:upto] + (self._count - at) * self.seq_len)
                 ends = ends[upto:]
+                if self.provenance:
+                    assert origins is not None  # the packer carries them for every window
+                    self._origins.append(origins[:upto])
+                    origins = origins[upto:]
                 self._bin.write(memoryview(block.rows[at:at + take]).cast("B"))
                 self._real += int(block.real[at:at + take].sum())
                 self._docs += int(block.documents[at:at + take].sum())
@@ -92,10 +102,13 @@ class PackedTokensWriter(Writer):
             f = HashingFile(self.out_dir / self.shard_name(self.next_index(), suffix))
             f.write(data)
             extra[key] = {"path": f.path.name, "bytes": f.bytes, "sha256": f.commit()}
+        if self.provenance:
+            extra["origins"] = write_origins(self.out_dir / self.shard_name(self.next_index(), ORIGINS_SUFFIX),
+                                             self._origins)
         extra.update(real_tokens=self._real, documents=self._docs, documents_split=self._split)
         self.shards.append(ShardRecord(path=name, samples=self._count, bytes=self._bin.bytes, sha256=sha,
                                        extra=extra))
-        self._bin, self._ends = None, []
+        self._bin, self._ends, self._origins = None, [], []
         self._count = self._real = self._docs = self._split = 0
 
     def close(self) -> list[ShardRecord]:

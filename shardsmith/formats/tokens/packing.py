@@ -54,19 +54,23 @@ def best_fit(lengths: list[int], seq_len: int) -> list[int]:
 @dataclass(frozen=True)
 class Block:
     """Packed sequences ``rows`` (k, seq_len) with the end of every piece (row-major positions,
-    increasing), and per row: real tokens, documents that begin there, and those of them cut."""
+    increasing), and per row: real tokens, documents that begin there, and those of them cut;
+    ``origins``: each piece's document's origin row, in the order of ``ends`` (with provenance)."""
 
     rows: np.ndarray
     ends: np.ndarray
     real: np.ndarray
     documents: np.ndarray
     split: np.ndarray
+    origins: np.ndarray | None = None
 
 
 class Window:
-    """One packed window: its tokens in stream order and where each piece goes."""
+    """One packed window: its tokens in stream order and where each piece goes (``origins``: one
+    row per document, carried to its pieces as placed)."""
 
-    def __init__(self, tokens: np.ndarray, doc_lengths: np.ndarray, seq_len: int) -> None:
+    def __init__(self, tokens: np.ndarray, doc_lengths: np.ndarray, seq_len: int,
+                 origins: np.ndarray | None = None) -> None:
         self.tokens = tokens
         self.seq_len = seq_len
         counts = -(-doc_lengths // seq_len)  # pieces per document
@@ -83,6 +87,7 @@ class Window:
         order = np.lexsort((np.arange(n), seq))  # by sequence, then stream order
         self.seq, self.len, self.src = seq[order], lengths[order], src[order]
         self.first, self.cut_first = is_first[order], (is_first & cut)[order]
+        self.origins = None if origins is None else origins[np.repeat(np.arange(len(counts)), counts)[order]]
         group_start = np.searchsorted(self.seq, self.seq, side="left")
         within = starts_of(self.len)[:-1]
         self.dst = within - within[group_start]  # offset of each piece inside its sequence
@@ -102,7 +107,8 @@ class Window:
         row = self.seq[a:b] - r0
         per_row = {name: np.bincount(row, weights=w, minlength=r1 - r0).astype(np.int64)
                    for name, w in (("real", ln), ("documents", self.first[a:b]), ("split", self.cut_first[a:b]))}
-        return Block(rows=rows.reshape(r1 - r0, n), ends=dst + ln, **per_row)
+        origins = None if self.origins is None else self.origins[a:b]
+        return Block(rows=rows.reshape(r1 - r0, n), ends=dst + ln, origins=origins, **per_row)
 
     def blocks(self, *, pad_id: int, dtype: np.dtype) -> Iterator[Block]:
         step = max(1, BLOCK_TOKENS // self.seq_len)
@@ -127,12 +133,15 @@ class BestFitPacker:
         self.window_tokens = max(int(window_tokens), seq_len)
         self._tokens: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
+        self._origins: list[np.ndarray] = []
         self._held = 0
         self.peak_tokens = 0  # the most tokens a window held (tests check the bound)
 
-    def add_batch(self, lengths: np.ndarray, tokens: np.ndarray) -> Iterator[Window]:
+    def add_batch(self, lengths: np.ndarray, tokens: np.ndarray, origins: np.ndarray | None = None
+                  ) -> Iterator[Window]:
         """Documents back to back in ``tokens`` with these lengths (views kept until their window is
-        packed: the caller must not reuse the buffer, as ``Writer.keeps_batches`` promises)."""
+        packed: the caller must not reuse the buffer, as ``Writer.keeps_batches`` promises), and
+        their origin rows (given with every batch, or never)."""
         lengths = np.asarray(lengths, dtype=np.int64)
         starts = starts_of(lengths)
         at = 0
@@ -142,6 +151,8 @@ class BestFitPacker:
             stop = min(stop, len(lengths))
             self._tokens.append(tokens[starts[at]:starts[stop]])
             self._lengths.append(lengths[at:stop])
+            if origins is not None:
+                self._origins.append(origins[at:stop])
             self._held += int(starts[stop] - starts[at])
             at = stop
             if self._held >= self.window_tokens:
@@ -154,9 +165,11 @@ class BestFitPacker:
     def _flush(self) -> Window:
         tokens = np.concatenate(self._tokens)
         lengths = np.concatenate(self._lengths)
+        origins = np.concatenate(self._origins)[lengths > 0] if self._origins else None
+        assert origins is None or len(origins) == int((lengths > 0).sum()), "origins given for some batches only"
         self.peak_tokens = max(self.peak_tokens, self._held)
-        self._tokens, self._lengths, self._held = [], [], 0
-        window = Window(tokens, lengths[lengths > 0], self.seq_len)
+        self._tokens, self._lengths, self._origins, self._held = [], [], [], 0
+        window = Window(tokens, lengths[lengths > 0], self.seq_len, origins=origins)
         window.empty = int((lengths == 0).sum())  # empty documents: counted, never placed
         return window
 

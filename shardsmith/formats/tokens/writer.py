@@ -11,15 +11,19 @@ from __future__ import annotations
 import os
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from shardsmith.core.fsutil import HashingFile, file_sha256, fsync_dir, naming
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.origins import ORIGINS_SUFFIX, check_batch, write_origins
 from shardsmith.kit.rollover import Rollover, runs
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
+
+if TYPE_CHECKING:
+    from shardsmith.kit.batches import SortedBatch
 
 IDX_MAGIC = b"MMIDIDX\x00\x00"
 IDX_VERSION = 1
@@ -90,14 +94,17 @@ def flat_scratch(work_dir: Path, split: str) -> Path:
 
 
 class TokensWriter(Writer):
-    """Writes one split's documents (token arrays in ``dtype``) into rolling Megatron shards."""
+    """Writes one split's documents (token arrays in ``dtype``) into rolling Megatron shards; with
+    ``provenance``, each shard's document origins beside it (``formats/tokens/origins.py``)."""
 
     name = "tokens"
     suffix = ".bin"
 
     def __init__(self, *, out_dir: Path, split: str, dtype: np.dtype, shard_tokens: int,
-                 nanogpt: bool = False, part: ShardRange | None = None) -> None:
+                 nanogpt: bool = False, provenance: bool = False, part: ShardRange | None = None) -> None:
         super().__init__(out_dir=out_dir, split=split, part=part)
+        self.provenance = provenance
+        self._origins: list[np.ndarray] = []
         self.dtype = np.dtype(dtype)
         self.shard_tokens = shard_tokens
         self.nanogpt = nanogpt
@@ -118,9 +125,15 @@ class TokensWriter(Writer):
         gather's plan skips a group that fits in a shard whole instead of reading its heads."""
         return payload_bytes // self.dtype.itemsize
 
-    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
-        """Append documents (lengths in bytes, payload back to back), rolling over at ``shard_tokens``."""
+    def write_sorted(self, batch: SortedBatch) -> None:
+        self.write_batch(batch.lengths, batch.payload, origins=batch.origins)
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview, *, origins: np.ndarray | None = None) -> None:
+        """Append documents (lengths in bytes, payload back to back), rolling over at ``shard_tokens``;
+        ``origins``: their ``DOC_ORIGIN`` rows (needed with ``provenance``)."""
         counts = self.weights(lengths, None)
+        if self.provenance:
+            origins = check_batch(origins, len(counts))
         if self.nanogpt:  # nanoGPT reads uint16, whatever the shards' dtype
             if self._flat is None:
                 self._flat = _FlatPiece(out_dir=self.out_dir, split=self.split, part=self.part)
@@ -134,6 +147,8 @@ class TokensWriter(Writer):
                 self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
             self._bin.write(payload[int(starts[a]):int(starts[b])])
             self._lengths.append(counts[a:b])
+            if origins is not None and self.provenance:
+                self._origins.append(np.array(origins[a:b]))  # a copy: the batch's buffers are reused
 
     def _roll(self) -> None:
         assert self._bin is not None
@@ -143,12 +158,14 @@ class TokensWriter(Writer):
         idx = HashingFile(self.out_dir / self.shard_name(self.next_index(), ".idx"))
         idx.write(idx_bytes(lengths, self.dtype))
         idx_sha = idx.commit()
-        self.shards.append(ShardRecord(
-            path=name, samples=len(lengths), bytes=self._bin.bytes, sha256=sha,
-            extra={"tokens": int(lengths.sum()),
-                   "index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}},
-        ))
-        self._bin, self._lengths = None, []
+        extra: dict[str, Any] = {"tokens": int(lengths.sum()),
+                                 "index": {"path": idx.path.name, "bytes": idx.bytes, "sha256": idx_sha}}
+        if self.provenance:
+            path = self.out_dir / self.shard_name(self.next_index(), ORIGINS_SUFFIX)
+            extra["origins"] = write_origins(path, self._origins)
+        self.shards.append(ShardRecord(path=name, samples=len(lengths), bytes=self._bin.bytes, sha256=sha,
+                                       extra=extra))
+        self._bin, self._lengths, self._origins = None, [], []
 
     def close(self) -> list[ShardRecord]:
         if self._bin is not None:
