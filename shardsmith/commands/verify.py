@@ -28,6 +28,7 @@ from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DatasetError, ShardsmithError
 from shardsmith.kit.dataset_files import LocalFiles, StreamedFiles, files_at
+from shardsmith.kit.writer import shard_files
 
 
 def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -35,8 +36,7 @@ def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
     entries = []
     for split in m["splits"].values():
         for shard in split["shards"]:
-            entries.append(shard)
-            entries += [shard[key] for key in ("index", "boundaries", "origins") if key in shard]
+            entries += shard_files(shard)
     entries += [e for e in (m.get("nanogpt") or {}).values() if isinstance(e, dict)]
     entries += m.get("files") or []
     return entries

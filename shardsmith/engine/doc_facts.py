@@ -56,8 +56,7 @@ class TaskFacts:
         rows = np.empty(len(order), dtype=DOC_ORIGIN)
         rows["file"] = (order >> np.uint64(ORDER_RECORD_BITS)).astype(np.uint32)
         rows["record"] = out.records
-        offsets = self.reader.record_offsets(self.task, out.records) if hasattr(self.reader, "record_offsets") \
-            else None
+        offsets = self.reader.record_offsets(self.task, out.records)
         rows["offset"] = -1 if offsets is None else offsets
         rows["hash"] = text_hashes(out.raw_texts if out.raw_texts is not None else out.texts or [])
         return rows

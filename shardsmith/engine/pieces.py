@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from shardsmith.errors import DatasetError, UsageError
+from shardsmith.kit.writer import shard_files
 
 
 def piece_path(work_dir: Path, split: str, first: int, stop: int) -> Path:
@@ -32,7 +33,7 @@ def _read(work_dir: Path, split: str) -> list[dict[str, Any]]:
 def is_intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) -> bool:
     """Whether every file a piece names is still there, with its size (for a stretch of the
     nanoGPT file: the scratch file, or the file finalize moved into place, reaches its end)."""
-    entries = [e for shard in piece["shards"] for e in (shard, shard.get("index")) if e is not None]
+    entries = [e for shard in piece["shards"] for e in shard_files(shard)]
     flat = piece.get("flat")
     if flat and "path" in flat:
         entries.append(flat)

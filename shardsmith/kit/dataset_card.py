@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.own_files import CARD
 from shardsmith.core.urls import is_url, safe_argv
+from shardsmith.kit.writer import shard_files
 
 if TYPE_CHECKING:
     from shardsmith.kit.format import CardData, Format
@@ -118,11 +119,11 @@ def _loading(manifest: dict[str, Any], data: CardData) -> list[str]:
 
 
 def _entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every shard and the files that go with it (index, boundaries), then the nanoGPT files."""
+    """Every shard and the files that go with it (index, boundaries, origins), then the nanoGPT files."""
     entries = []
     for split in manifest["splits"].values():
         for shard in split["shards"]:
-            entries += [shard, *(shard[k] for k in ("index", "boundaries", "origins") if isinstance(shard.get(k), dict))]
+            entries += shard_files(shard)
     entries += [e for e in (manifest.get("nanogpt") or {}).values() if isinstance(e, dict)]
     return entries
 

@@ -34,6 +34,16 @@ class ShardRecord:
         return cls(path=d["path"], samples=int(d["samples"]), bytes=int(d["bytes"]), sha256=d["sha256"], extra=rest)
 
 
+# the files a shard's manifest record may carry beside its own ({"path", "bytes", "sha256"} each):
+# a token shard's .idx, a packed shard's document boundaries, the documents' origins (--provenance)
+COMPANIONS = ("index", "boundaries", "origins")
+
+
+def shard_files(shard: dict[str, Any]) -> list[dict[str, Any]]:
+    """A shard's manifest record and the records of the files that go with it, in that order."""
+    return [shard, *(shard[k] for k in COMPANIONS if isinstance(shard.get(k), dict))]
+
+
 @dataclass(frozen=True, kw_only=True)
 class ShardRange:
     """Which shards of a split one writer makes: from ``first_shard`` on, after ``weight_before``
