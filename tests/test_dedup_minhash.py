@@ -72,3 +72,23 @@ def test_the_threshold_is_checked_in_one_line(tmp_path, bpe_tokenizer):
     res = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer, "-q",
                   "--dedup", "minhash", "--dedup-threshold", "1.5")
     assert res.exit_code == 2 and "--dedup-threshold" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_stages_drop_and_trace_what_a_local_run_does(tmp_path, bpe_tokenizer):
+    """Scatter and gather ranks with --dedup minhash and --provenance: the bytes of a local run,
+    origins sidecars included."""
+    near_corpus(tmp_path / "in", n=400, seed=2)
+    args = ("--dedup", "minhash", "--provenance", "--seq-len", "64", "--split", "train=0.8,val=0.2")
+    pack(tmp_path / "in", tmp_path / "one", bpe_tokenizer, *args)
+    out = tmp_path / "staged"
+    common = ("pack-tokens", tmp_path / "in", "--tokenizer", bpe_tokenizer, "-o", out, "-q", *args, "--memory", "300KB")
+    for stage in ("scatter", "gather"):
+        for rank in range(3):
+            res = run_cli(*common, "--stage", stage, "--rank", str(rank), "--world-size", "3")
+            assert res.exit_code == 0, res.stderr
+    res = run_cli(*common, "--stage", "finalize", "--world-size", "3")
+    assert res.exit_code == 0, res.stderr
+    assert tree_digest(out) == tree_digest(tmp_path / "one")
+    assert any(p.name.endswith(".origins.npy") for p in out.iterdir())
+    res = run_cli("verify", out)
+    assert res.exit_code == 0, res.stderr
