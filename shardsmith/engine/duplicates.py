@@ -58,14 +58,22 @@ def _where(order: int, files: dict[int, tuple[str, str]]) -> dict[str, Any]:
     return {"file": rel, "record": record, **({unit: record + 1} if unit != "record" else {})}
 
 
-@dataclass(frozen=True)
 class BucketRemovals:
-    """One split's removed documents by bucket, as ``gather.SplitGather`` asks for them."""
+    """One split's removed documents by bucket, as ``gather.SplitGather`` asks for them: sorted by
+    (bucket, input order) once, so a group of consecutive buckets is one slice."""
 
-    rows: np.ndarray
+    def __init__(self, *, rows: np.ndarray) -> None:
+        bucket = rows["group"] & 0xFFFFFFFF
+        perm = np.lexsort((rows["order"], bucket))
+        self.rows, self.bucket = rows[perm], bucket[perm]
 
     def _in(self, buckets: list[int]) -> np.ndarray:
-        return self.rows[np.isin(self.rows["group"] & 0xFFFFFFFF, np.asarray(buckets, dtype=np.int64))]
+        lo = int(np.searchsorted(self.bucket, min(buckets), side="left"))
+        hi = int(np.searchsorted(self.bucket, max(buckets), side="right"))
+        rows = self.rows[lo:hi]
+        if len(rows) and len(buckets) != max(buckets) - min(buckets) + 1:  # not consecutive: pick them out
+            rows = rows[np.isin(self.bucket[lo:hi], np.asarray(buckets, dtype=np.int64))]
+        return rows
 
     def orders(self, buckets: list[int]) -> np.ndarray | None:
         rows = self._in(buckets)
