@@ -69,9 +69,10 @@ def test_documents_sharing_13_words_with_an_item_are_dropped_and_listed(tmp_path
     for d in sorted(hits):
         name, line = hits[d]
         f, rec = ("a.jsonl", d) if d < 130 else ("b.jsonl", d - 130)
-        want.append({"file": f, "record": rec, "rule": "decontaminate",
-                     "benchmark": str(bench if name == "bench.jsonl" else short), "item": line, "line": rec + 1})
+        want.append({"file": f, "record": rec, "line": rec + 1, "rule": "decontaminate",
+                     "benchmark": str(bench if name == "bench.jsonl" else short), "item": line})
     assert listed == want
+    assert [list(e) for e in listed] == [list(e) for e in want]  # and the keys in this order
 
 
 def test_same_bytes_for_any_workers_and_memory(tmp_path, bpe_tokenizer):

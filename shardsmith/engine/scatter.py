@@ -283,10 +283,10 @@ def decontaminated(cleaner: Cleaner, reader: Reader, task: Task, out: Processed,
     for record, item, n in zip(out.records[gone].tolist(), hit[gone].tolist(), out.lengths[gone].tolist()):
         where, number = reader.describe(task, record)
         name, line = cleaner.benchmarks.item(item)
-        entry = {"file": where, "record": number, "rule": "decontaminate", "benchmark": name, "item": line}
+        entry: dict[str, Any] = {"file": where, "record": number}
         if number is not None and (unit := reader.unit_for(task.file)) != "record":
             entry[unit] = number + 1
-        result.removed.append(entry)
+        result.removed.append({**entry, "rule": "decontaminate", "benchmark": name, "item": line})
         tally = result.rules.setdefault(f"decontaminate:{name}", [0, 0])
         tally[0] += 1
         tally[1] += int(n)
