@@ -60,6 +60,17 @@ def pack(root: Path, out: Path, tok: Path, *extra: str) -> dict:
     return json.loads((out / "manifest.json").read_text())
 
 
+def staged_pack(root: Path, out: Path, tok: Path, *extra: str | Path, world: int = 3) -> None:
+    """pack-tokens as cluster stages: every scatter rank, every gather rank, finalize."""
+    common = ("pack-tokens", root, "--tokenizer", tok, "-o", out, "-q", *extra, "--memory", "300KB")
+    for stage in ("scatter", "gather"):
+        for rank in range(world):
+            res = run_cli(*common, "--stage", stage, "--rank", str(rank), "--world-size", str(world))
+            assert res.exit_code == 0, res.stderr
+    res = run_cli(*common, "--stage", "finalize", "--world-size", str(world))
+    assert res.exit_code == 0, res.stderr
+
+
 def _line_of(order: list[tuple[str, str]], i: int) -> tuple[str, int]:
     name = order[i][0]
     return name, sum(1 for f, _ in order[:i] if f == name)
@@ -105,13 +116,7 @@ def test_same_bytes_for_any_workers_memory_and_stages(tmp_path, bpe_tokenizer):
     pack(tmp_path / "in", tmp_path / "many", bpe_tokenizer, *args, "--workers", "2", "--memory", "200KB")
     assert tree_digest(tmp_path / "one") == tree_digest(tmp_path / "many")
     out = tmp_path / "staged"
-    common = ("pack-tokens", tmp_path / "in", "--tokenizer", bpe_tokenizer, "-o", out, "-q", *args, "--memory", "300KB")
-    for stage in ("scatter", "gather"):
-        for rank in range(3):
-            res = run_cli(*common, "--stage", stage, "--rank", str(rank), "--world-size", "3")
-            assert res.exit_code == 0, res.stderr
-    res = run_cli(*common, "--stage", "finalize", "--world-size", "3")
-    assert res.exit_code == 0, res.stderr
+    staged_pack(tmp_path / "in", out, bpe_tokenizer, *args)
     assert tree_digest(out) == tree_digest(tmp_path / "one")
     staged = json.loads((out / "manifest.json").read_text())
     assert staged["cleaning"] == one["cleaning"] and one["cleaning"]["dedup"]["documents"] > 100

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from conftest import WORDS, run_cli, tree_digest, write_jsonl
-from test_dedup_exact import pack
+from test_dedup_exact import pack, staged_pack
 
 
 def _doc(rng: random.Random, n: int) -> list[str]:
@@ -81,13 +81,7 @@ def test_stages_drop_and_trace_what_a_local_run_does(tmp_path, bpe_tokenizer):
     args = ("--dedup", "minhash", "--provenance", "--seq-len", "64", "--split", "train=0.8,val=0.2")
     pack(tmp_path / "in", tmp_path / "one", bpe_tokenizer, *args)
     out = tmp_path / "staged"
-    common = ("pack-tokens", tmp_path / "in", "--tokenizer", bpe_tokenizer, "-o", out, "-q", *args, "--memory", "300KB")
-    for stage in ("scatter", "gather"):
-        for rank in range(3):
-            res = run_cli(*common, "--stage", stage, "--rank", str(rank), "--world-size", "3")
-            assert res.exit_code == 0, res.stderr
-    res = run_cli(*common, "--stage", "finalize", "--world-size", "3")
-    assert res.exit_code == 0, res.stderr
+    staged_pack(tmp_path / "in", out, bpe_tokenizer, *args)
     assert tree_digest(out) == tree_digest(tmp_path / "one")
     assert any(p.name.endswith(".origins.npy") for p in out.iterdir())
     res = run_cli("verify", out)
