@@ -86,3 +86,27 @@ def test_stages_drop_and_trace_what_a_local_run_does(tmp_path, bpe_tokenizer):
     assert any(p.name.endswith(".origins.npy") for p in out.iterdir())
     res = run_cli("verify", out)
     assert res.exit_code == 0, res.stderr
+
+
+def test_a_run_killed_at_each_step_resumes_to_the_same_bytes(tmp_path, bpe_tokenizer):
+    """SIGKILL after a scatter task (its facts and part whole), and in the gather (the duplicates
+    decided): the rerun reuses what is whole and writes the bytes of an uninterrupted run."""
+    import os
+    import signal
+
+    from conftest import run_subprocess
+
+    near_corpus(tmp_path / "in", n=600, seed=3)
+    args = ["pack-tokens", tmp_path / "in", "--tokenizer", bpe_tokenizer, "--memory", "200KB",
+            "--dedup", "minhash", "--provenance", "--seq-len", "64", "-q"]
+    pack(tmp_path / "in", tmp_path / "ref", bpe_tokenizer, *args[4:])
+    # the scatter's tasks run in workers (the kill takes their parent too); one gather writer runs in the command
+    for point, workers, parent in (("scatter:1", "2", {"SHARDSMITH_CRASH_PARENT": "1"}), ("gather:train:0", "1", {})):
+        out = tmp_path / point.replace(":", "-")
+        res = run_subprocess(*args, "--workers", workers, "-o", out,
+                             env={**os.environ, "SHARDSMITH_CRASH_AT": point, **parent})
+        assert res.returncode == -signal.SIGKILL, (point, res.returncode, res.stderr)
+        assert (out.parent / f".{out.name}.shardsmith-work" / "facts").is_dir()
+        res = run_subprocess(*args, "--workers", workers, "-o", out)
+        assert res.returncode == 0, res.stderr
+        assert tree_digest(out) == tree_digest(tmp_path / "ref"), point
