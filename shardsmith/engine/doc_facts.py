@@ -47,7 +47,7 @@ class TaskFacts:
         base["order"], base["group"], base["length"], base["nbytes"] = order, group, out.lengths, out.byte_lengths()
         self.chunks["base"].append(base)
         texts = out.texts or []
-        for name, values in self.cleaner.doc_columns(texts).items():
+        for name, values in self.cleaner.doc_columns(texts, out.normalized).items():
             self.chunks[name].append(values)
         if "origin" in self.chunks:
             self.chunks["origin"].append(self._origins(out, order))
@@ -106,14 +106,20 @@ class OriginIndex:
         return {"work_dir": self.work_dir, "tasks": self.tasks, "_orders": None, "_rows": None}
 
     def build(self) -> None:
-        """Join the tasks' rows (each rank and stage may: the same bytes, renamed into place)."""
-        for name, col, field in (("origin-orders.npy", "base", "order"), ("origins.npy", "origin", None)):
-            path = self.work_dir / name
-            if path.is_file():
-                continue
-            parts = [np.asarray(a[field] if field else a) for a in column(self.work_dir, self.tasks, col)]
-            values = np.concatenate(parts) if parts else np.zeros(0, np.uint64 if field else DOC_ORIGIN)
-            tmp = path.with_name(f".{name}.tmp-{os.getpid()}")
+        """Join the tasks' rows, sorted by input order (each rank and stage may: the same bytes,
+        renamed into place). Tasks in order are the input in order, so the sort is a check."""
+        paths = self.work_dir / "origin-orders.npy", self.work_dir / "origins.npy"
+        if all(p.is_file() for p in paths):
+            return
+        orders = np.concatenate([np.asarray(a["order"]) for a in column(self.work_dir, self.tasks, "base")]
+                                or [np.zeros(0, np.uint64)])
+        rows = np.concatenate([np.asarray(a) for a in column(self.work_dir, self.tasks, "origin")]
+                              or [np.zeros(0, DOC_ORIGIN)])
+        if len(orders) > 1 and not np.all(orders[1:] > orders[:-1]):
+            perm = np.argsort(orders, kind="stable")
+            orders, rows = orders[perm], rows[perm]
+        for path, values in zip(paths, (orders, rows)):
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
             with open(tmp, "wb") as fh:
                 np.save(fh, values, allow_pickle=False)
             os.replace(tmp, path)

@@ -275,8 +275,10 @@ def _init_worker(job: ScatterJob) -> None:
 
 def decontaminated(cleaner: Cleaner, reader: Reader, task: Task, out: Processed, result: TaskResult) -> Processed:
     """The batch less the documents that share an n-gram with a benchmark item (``--decontaminate``),
-    each counted by benchmark file and listed with the item it matched."""
-    hit = cleaner.contaminated(out.texts or [])
+    each counted by benchmark file and listed with the item it matched; its texts normalized first,
+    once for every rule that compares them so."""
+    out.normalized = cleaner.normalized(out.texts or [])  # once, for every rule that compares it
+    hit = cleaner.contaminated(out.texts or [], out.normalized)
     gone = hit >= 0
     if not gone.any():
         return out

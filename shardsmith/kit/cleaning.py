@@ -94,19 +94,34 @@ class Cleaner:
                                                field=self.spec.benchmark_field)
         return self._benchmarks
 
-    def contaminated(self, texts: Sequence[str]) -> np.ndarray:
+    @property
+    def compares_normalized(self) -> bool:
+        """Whether a rule compares normalized text (normalized once per document, for all of them)."""
+        return bool(self.spec.benchmarks) or self.spec.dedup in ("exact", "minhash")
+
+    def normalized(self, texts: Sequence[str]) -> list[str] | None:
+        """The texts normalized (``kit/textnorm.py``) when a rule compares them so, else None."""
+        return [textnorm.normalize(t) for t in texts] if self.compares_normalized else None
+
+    def contaminated(self, texts: Sequence[str], normal: Sequence[str] | None = None) -> np.ndarray:
         """Per text, the benchmark item it shares an n-gram with (an index into ``benchmarks.items``),
-        or -1."""
+        or -1; ``normal``: the texts normalized already."""
         if not self.spec.benchmarks:
             return np.full(len(texts), -1, dtype=np.int64)
-        return self.benchmarks.match(texts)  # type: ignore[no-any-return]
+        if normal is None:
+            return self.benchmarks.match(texts)  # type: ignore[no-any-return]
+        return self.benchmarks.match(normal, normalized=True)  # type: ignore[no-any-return]
 
-    def doc_columns(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
-        """The dedup key of each kept document, by fact column."""
+    def doc_columns(self, texts: Sequence[str], normal: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """The dedup key of each kept document, by fact column; ``normal``: the texts normalized already."""
         if self.spec.exact:
-            return {"hash": textnorm.doc_hashes(texts, raw=self.spec.dedup == "exact:raw")}
+            if self.spec.dedup == "exact:raw":
+                return {"hash": textnorm.doc_hashes(texts, raw=True)}
+            if normal is not None:
+                return {"hash": textnorm.doc_hashes(normal, normalized=True)}
+            return {"hash": textnorm.doc_hashes(texts)}
         if self.minhash is not None:
             from shardsmith.kit.minhash import band_keys
 
-            return {"bands": band_keys(texts, self.minhash)}
+            return {"bands": band_keys(texts if normal is None else normal, self.minhash, normalized=normal is not None)}
         return {}

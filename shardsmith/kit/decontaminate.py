@@ -89,9 +89,10 @@ class Benchmarks:
         """(file as given, 1-based line) of item ``index``."""
         return self.names[int(self.files[index])], int(self.lines[index])
 
-    def match(self, texts: Sequence[str]) -> np.ndarray:
-        """Per text, the first item (in input order of the benchmark files) it shares an n-gram with, or -1."""
-        normal = [normalize(t) for t in texts]
+    def match(self, texts: Sequence[str], *, normalized: bool = False) -> np.ndarray:
+        """Per text (``normalized``: already), the first item (in input order of the benchmark files) it
+        shares an n-gram with, or -1."""
+        normal = list(texts) if normalized else [normalize(t) for t in texts]
         found = np.full(len(texts), np.iinfo(np.int64).max, dtype=np.int64)
         for k, table in self.tables.items():
             if not len(table.hashes):

@@ -32,6 +32,7 @@ class Processed:
     # --dedup and --decontaminate compare), and as it was read, where a transform changed it
     texts: list[str] | None = None
     raw_texts: list[str] | None = None
+    normalized: list[str] | None = None  # ``texts`` normalized, once, when a cleaning rule compares them so
 
     def subset(self, keep: np.ndarray) -> Processed:
         """The records ``keep`` (a bool mask) selects, with their payloads (the others dropped on purpose)."""
@@ -47,7 +48,8 @@ class Processed:
 
         return Processed(records=self.records[rows], lengths=self.lengths[rows], payload=payload, bad=self.bad,
                          copies=self.copies, encode_in=encode_in, dropped=self.dropped + len(self.records) - len(rows),
-                         pieces_in=pieces_in, texts=pick(self.texts), raw_texts=pick(self.raw_texts))
+                         pieces_in=pieces_in, texts=pick(self.texts), raw_texts=pick(self.raw_texts),
+                         normalized=pick(self.normalized))
 
     def byte_lengths(self) -> np.ndarray:
         size = 1 if self.payload is None else self.payload.dtype.itemsize

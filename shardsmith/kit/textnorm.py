@@ -43,14 +43,14 @@ def normalize(text: str) -> str:
     return text.strip(" ")
 
 
-def doc_hashes(texts: Sequence[str], *, raw: bool = False) -> np.ndarray:
+def doc_hashes(texts: Sequence[str], *, raw: bool = False, normalized: bool = False) -> np.ndarray:
     """A (len(texts), 2) uint64 array: each text's 128-bit hash, of its normalized form (``raw``: of
-    the text as it is)."""
+    the text as it is; ``normalized``: the texts are normalized already)."""
     out = np.empty((len(texts), 2), dtype=np.uint64)
     if not len(texts):
         return out
     blake = hashlib.blake2b
-    digests = b"".join(blake((t if raw else normalize(t)).encode("utf-8", "surrogatepass"), digest_size=16,
-                             key=HASH_KEY).digest() for t in texts)
+    digests = b"".join(blake((t if raw or normalized else normalize(t)).encode("utf-8", "surrogatepass"),
+                             digest_size=16, key=HASH_KEY).digest() for t in texts)
     out[:] = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
     return out
