@@ -103,3 +103,13 @@ def test_items_shorter_than_n_match_whole_and_field_is_chosen(tmp_path):
     texts = ["so two words here", "two wordsmith", " ".join(map(str, range(3, 16))), " ".join(map(str, range(3, 15)))]
     assert b.match(texts).tolist() == [0, -1, 1, -1]
     assert b.item(1) == (str(bench), 2) and b.count(str(bench)) == 2
+
+
+def test_very_short_items_are_said_before_the_run(tmp_path, bpe_tokenizer):
+    corpus(tmp_path)
+    bench = tmp_path / "tiny.txt"
+    bench.write_text("the\n" + " ".join(["word"] * 20) + "\n")
+    res = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer, "-q",
+                  "--decontaminate", bench)
+    assert res.exit_code == 0, res.stderr
+    assert f"warning: --decontaminate: 1 item of fewer than 4 words (the first: {bench}:1)" in res.stderr

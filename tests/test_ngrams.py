@@ -121,3 +121,20 @@ def test_same_hashes_in_another_process() -> None:
                          env={"PYTHONHASHSEED": "99", "PYTHONPATH": ":".join(sys.path)}).stdout
     here = word_ngram_hashes(["Der Bär 東京 läuft, schnell! " * 3, "kurz"], 5)[0].tolist()
     assert json.loads(out) == here
+
+
+@pytest.mark.parametrize("n", [1, 5, 13])
+def test_a_long_text_hashed_in_blocks_gives_the_whole_texts_hashes(monkeypatch, n):
+    """Blocks of a few bytes (every cut case: at a word, in an overlap, a last short block) give the
+    hashes of the text hashed whole, in order."""
+    import random
+
+    from shardsmith.kit import ngrams
+
+    rng = random.Random(n)
+    texts = [" ".join(rng.choice(["a", "bb", "ccc", "dddd", "é"]) for _ in range(rng.randint(0, 120))) for _ in range(30)]
+    whole, whole_off = ngrams.word_ngram_hashes(texts, n, normalized=True)
+    for block in (7, 13, 64):
+        monkeypatch.setattr(ngrams, "_BLOCK_BYTES", block)
+        got, off = ngrams.word_ngram_hashes(texts, n, normalized=True)
+        assert off.tolist() == whole_off.tolist() and got.tolist() == whole.tolist(), block

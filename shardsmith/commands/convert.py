@@ -77,8 +77,9 @@ class ConvertSteps(JobSteps):
                 raise UsageError("--balance applies to image folders (class = folder) and events (,label=FIELD)")
             run.files, self.balance = balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
         run.make_write(sources=sources, options=run.opts.format_values())
-        if (spec := self.cleaning(run)) is not None and spec.benchmarks:
-            _ = Cleaner(spec=spec).benchmarks  # an unreadable benchmark file is a one-line error now, not in a worker
+        if (spec := self.cleaning(run)) is not None:
+            for line in Cleaner(spec=spec).warnings():
+                run.progress.warn(line)
         with no_gc():
             self.classes = reader.classes(run.files) if images else None  # type: ignore[attr-defined]
             wait_to_check(reader, run.files or [])  # inputs from a URL that the check reads

@@ -21,7 +21,7 @@ def report_stage(out: Path, result: dict[str, Any]) -> bool:
         click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards, or a format one writer makes on rank 0)'}")
     else:
         click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped"
-                   + (f", {result['dropped']} dropped by --balance" if result.get("dropped") else ""))
+                   + (f", {result['dropped']} dropped (--balance, --decontaminate)" if result.get("dropped") else ""))
     return True
 
 

@@ -63,8 +63,9 @@ class TokenSteps(JobSteps):
         if run.opts.removed and not (run.opts.dedup or run.opts.decontaminate):
             raise UsageError("--removed lists what --dedup and --decontaminate drop: give one of them")
         spec = CleaningSpec.of(run.opts, units="tokens")
-        if spec is not None and spec.benchmarks:
-            _ = Cleaner(spec=spec).benchmarks  # an unreadable benchmark file is a one-line error now, not in a worker
+        if spec is not None:
+            for line in Cleaner(spec=spec).warnings():
+                run.progress.warn(line)
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
         return (run.opts.tokenizer, *run.opts.decontaminate)

@@ -27,6 +27,10 @@ class Progress:
         if not self.quiet:
             print(message, file=sys.stderr)
 
+    def warn(self, message: str) -> None:
+        """A line the user should see even with --quiet."""
+        print(f"shardsmith: warning: {message}", file=sys.stderr)
+
     @contextmanager
     def bar(self, *, total: int | None, desc: str, unit: str = "it") -> Iterator[Any]:
         """A bar to ``total`` (None: a counter, for work whose size is not known before it ends);

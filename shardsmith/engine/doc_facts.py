@@ -12,13 +12,13 @@ place, so a finished part has its facts.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from shardsmith.core.fsutil import atomic_write_npy
 from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.doc_origin import DOC_ORIGIN, text_hashes
 from shardsmith.kit.keys import ORDER_RECORD_BITS
@@ -43,6 +43,7 @@ class TaskFacts:
 
     def add(self, out: Processed, *, order: np.ndarray, group: np.ndarray) -> None:
         """The documents of a batch as the scatter placed them (``order``, ``group`` per record)."""
+        assert out.texts is None or len(out.texts) == len(order), "a text per document"
         base = np.empty(len(order), dtype=BASE)
         base["order"], base["group"], base["length"], base["nbytes"] = order, group, out.lengths, out.byte_lengths()
         self.chunks["base"].append(base)
@@ -66,11 +67,7 @@ class TaskFacts:
         for name, chunks in self.chunks.items():
             path = facts_path(work_dir, self.task.index, name)
             path.parent.mkdir(parents=True, exist_ok=True)
-            values = np.concatenate(chunks) if chunks else _empty(name, self.cleaner)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            with open(tmp, "wb") as fh:
-                np.save(fh, values, allow_pickle=False)
-            os.replace(tmp, path)
+            atomic_write_npy(path, np.concatenate(chunks) if chunks else _empty(name, self.cleaner))
 
 
 def _empty(name: str, cleaner: Cleaner) -> np.ndarray:
@@ -82,7 +79,13 @@ def _empty(name: str, cleaner: Cleaner) -> np.ndarray:
 
 
 def has_facts(work_dir: str, task: int, columns: Sequence[str]) -> bool:
-    return all(facts_path(work_dir, task, c).is_file() for c in columns)
+    """Whether the task's facts are whole: each column's file there, its header and size agreeing."""
+    for c in columns:
+        try:
+            np.load(facts_path(work_dir, task, c), mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError):
+            return False
+    return True
 
 
 def column(work_dir: str | Path, tasks: Sequence[int], name: str) -> Iterator[np.ndarray]:
@@ -119,10 +122,7 @@ class OriginIndex:
             perm = np.argsort(orders, kind="stable")
             orders, rows = orders[perm], rows[perm]
         for path, values in zip(paths, (orders, rows)):
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            with open(tmp, "wb") as fh:
-                np.save(fh, values, allow_pickle=False)
-            os.replace(tmp, path)
+            atomic_write_npy(path, values)
 
     def __call__(self, orders: np.ndarray) -> np.ndarray:
         if self._orders is None:

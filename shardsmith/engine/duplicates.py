@@ -12,7 +12,6 @@ into place. Exact dedup sorts the documents' 128-bit hashes in as many partition
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.fsutil import atomic_write_npy
 from shardsmith.engine.doc_facts import BASE, column
 from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.keys import ORDER_RECORD_BITS
@@ -95,10 +95,7 @@ def find_duplicates(spec: CleaningSpec, *, work_dir: str | Path, tasks: Sequence
         pass  # absent or torn: decide it
     rows = _exact(work_dir, tasks, memory) if spec.exact else _near(spec, work_dir, tasks, memory)
     rows = rows[np.argsort(rows["order"], kind="stable")]
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        np.save(fh, rows, allow_pickle=False)
-    os.replace(tmp, path)
+    atomic_write_npy(path, rows)
     return Duplicates(rule=spec.dedup, rows=rows)
 
 
@@ -144,6 +141,8 @@ def _near(spec: CleaningSpec, work_dir: str | Path, tasks: Sequence[int], memory
     from shardsmith.kit.minhash import near_duplicates
 
     base = np.concatenate([np.asarray(b) for b in column(work_dir, tasks, "base")] or [np.zeros(0, BASE)])
+    # the first of a cluster is its smallest index: the facts in task order must be the input in order
+    assert len(base) < 2 or bool(np.all(base["order"][1:] > base["order"][:-1])), "facts out of input order"
     tmp = Path(work_dir) / "minhash"
     tmp.mkdir(parents=True, exist_ok=True)
     first = near_duplicates(lambda: column(work_dir, tasks, "bands"), len(base),

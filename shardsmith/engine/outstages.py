@@ -245,8 +245,9 @@ class StagedRemoteRun(RemoteOutputRun):
                   and p.name != "run.json" and any(fnmatch.fnmatch(p.name, pat) for pat in mine)]
         if self.stage == "scatter":
             shared += [(f"{WORK}/{FACTS}/{p.name}", p) for p in sorted((self.work / FACTS).glob("*.npy"))]
-        # facts before their parts, parts before records
-        self._upload(listing, sorted(shared, key=lambda s: (not s[0].endswith(".npy"), s[0].endswith(".json"))))
+        # (uploaded at once: a rank killed meanwhile may leave a part without its facts, which the
+        # gather then counts as a task not finished, and the rank's rerun uploads again)
+        self._upload(listing, sorted(shared, key=lambda s: s[0].endswith(".json")))
         self._drop_staging()  # all of it is in the bucket (a killed rank keeps its folder to resume from)
 
     def _upload(self, listing: dict[str, ObjectInfo], files: list[tuple[str, Path]]) -> int:

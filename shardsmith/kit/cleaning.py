@@ -24,6 +24,7 @@ DEDUP_MODES = ("exact", "exact:raw", "minhash")
 # MinHash's permutations are seeded by a constant, not by --seed: a new shuffle seed reorders the
 # documents but drops the same ones (as splits ignore the seed)
 MINHASH_SEED = 0
+SHORT_ITEM_WORDS = 4  # benchmark items shorter than this are said before the run (they match almost anywhere)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +94,19 @@ class Cleaner:
             self._benchmarks = Benchmarks.load(self.spec.benchmarks, ngram=self.spec.ngram,
                                                field=self.spec.benchmark_field)
         return self._benchmarks
+
+    def warnings(self) -> list[str]:
+        """What a user should know before the run (the benchmark files read here: an unreadable one
+        is a one-line UsageError now, not in a worker)."""
+        if not self.spec.benchmarks:
+            return []
+        few = self.benchmarks.fewer_than(min(self.spec.ngram, SHORT_ITEM_WORDS))
+        if not few:
+            return []
+        name, line = few[0]
+        return [f"--decontaminate: {len(few)} item{'s' * (len(few) != 1)} of fewer than "
+                f"{min(self.spec.ngram, SHORT_ITEM_WORDS)} words (the first: {name}:{line}) match wherever "
+                f"those words appear in a document, and may drop many documents"]
 
     @property
     def compares_normalized(self) -> bool:

@@ -52,12 +52,18 @@ class Benchmarks:
     """Every item of the benchmark files: where it is (file, line) and its n-grams."""
 
     def __init__(self, *, names: list[str], lines: np.ndarray, files: np.ndarray, ngram: int,
-                 tables: dict[int, _Table]) -> None:
+                 tables: dict[int, _Table], words: np.ndarray | None = None) -> None:
         self.names = names  # the files as given
         self.lines = lines  # per item: its 1-based line in its file
         self.files = files  # per item: index into names
         self.ngram = ngram
         self.tables = tables  # words per n-gram -> table (ngram; shorter lengths: items matched whole)
+        self.words = np.zeros(len(lines), np.int64) if words is None else words  # per item: its words
+
+    def fewer_than(self, words: int) -> list[tuple[str, int]]:
+        """(file, line) of the items of fewer than ``words`` words (and at least one), which match
+        wherever those few words appear in a document."""
+        return [self.item(i) for i in np.flatnonzero((self.words > 0) & (self.words < words)).tolist()]
 
     @classmethod
     def load(cls, paths: Sequence[str], *, ngram: int, field: str = "text") -> Benchmarks:
@@ -79,7 +85,7 @@ class Benchmarks:
             at = short & (words[item_of] == k)
             tables[int(k)] = _Table.of(hashes[at], item_of[at])
         return cls(names=list(paths), lines=np.asarray(lines, np.int64), files=np.asarray(files, np.int64),
-                   ngram=ngram, tables=tables)
+                   ngram=ngram, tables=tables, words=words)
 
     def count(self, name: str) -> int:
         """Items of the benchmark file ``name``."""

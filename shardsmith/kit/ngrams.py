@@ -35,6 +35,7 @@ Q = 0xD6E8FEB86659FD93  # word base (odd)
 L = 0xC2B2AE3D27D4EB4F  # length term
 _MASK = (1 << 64) - 1
 _GROUP_BYTES = 1 << 18  # texts hashed together: a few hundred KB keeps numpy's passes in cache
+_BLOCK_BYTES = 1 << 20  # a longer text is hashed a block at a time (``_blocks``)
 _TABLE_CAP = 1 << 24  # power tables kept between calls up to this length (128 MiB each at most)
 _tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -104,25 +105,49 @@ def _group_hashes(encoded: list[bytes], n: int) -> tuple[np.ndarray, np.ndarray]
     return grams, windows
 
 
+def _blocks(data: bytes, n: int) -> list[bytes]:
+    """A long text as blocks of about ``_BLOCK_BYTES`` cut at spaces, each running n - 1 words into
+    the next: every window of n words lies in exactly one block as its first words' window, so the
+    blocks' hashes are the text's, in order, and the memory a block's hashing takes is bounded
+    (about 45 bytes a byte of text). A text of fewer than 2n words, or without spaces, stays whole."""
+    spaces = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 32)
+    if len(data) <= _BLOCK_BYTES or len(spaces) < 2 * n:
+        return [data]
+    word_starts = np.concatenate([[0], spaces + 1])  # word i starts at word_starts[i]
+    words = len(word_starts)
+    cuts = np.unique(np.searchsorted(word_starts, np.arange(0, len(data), _BLOCK_BYTES), side="right") - 1)
+    cuts = cuts[cuts <= words - n]  # a block starts at a word with a whole window after it
+    out = []
+    for a, b in zip(cuts.tolist(), [*cuts[1:].tolist(), None]):
+        start = int(word_starts[a])
+        stop = len(data) if b is None or b + n - 1 >= words else int(word_starts[b + n - 1]) - 1
+        out.append(data[start:stop])
+    return out
+
+
 def word_ngram_hashes(texts: Sequence[str], n: int, *, normalized: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The uint64 hashes of every text's word n-grams, back to back, and int64 offsets (len + 1):
     text i's are ``hashes[offsets[i]:offsets[i + 1]]``, in window order.
 
-    ``normalized``: the texts are already ``textnorm.normalize``d (words split at single spaces)."""
+    ``normalized``: the texts are already ``textnorm.normalize``d (words split at single spaces).
+    A long text is hashed a block at a time (``_blocks``): the same hashes, in bounded memory."""
     if n < 1:
         raise UsageError(f"the n-gram size must be at least 1, not {n}")
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    encoded = [(t if normalized else normalize(t)).encode("utf-8", "surrogatepass") for t in texts]
+    counts = np.zeros(len(texts) + 1, dtype=np.int64)
+    units: list[tuple[int, bytes]] = []  # (text, bytes): a text, or one block of a long one
+    for t, text in enumerate(texts):
+        data = (text if normalized else normalize(text)).encode("utf-8", "surrogatepass")
+        units += [(t, block) for block in _blocks(data, n)]
     parts: list[np.ndarray] = []
     i = 0
-    while i < len(encoded):
+    while i < len(units):
         j, size = i, 0
-        while j < len(encoded) and (j == i or size + len(encoded[j]) < _GROUP_BYTES):
-            size += len(encoded[j]) + 1
+        while j < len(units) and (j == i or size + len(units[j][1]) < _GROUP_BYTES):
+            size += len(units[j][1]) + 1
             j += 1
-        grams, counts = _group_hashes(encoded[i:j], n)
+        grams, got = _group_hashes([u[1] for u in units[i:j]], n)
         parts.append(grams)
-        offsets[i + 1:j + 1] = counts
+        np.add.at(counts, np.fromiter((u[0] + 1 for u in units[i:j]), dtype=np.int64, count=j - i), got)
         i = j
-    np.cumsum(offsets, out=offsets)
+    offsets = np.cumsum(counts)
     return (np.concatenate(parts) if parts else np.empty(0, dtype=np.uint64)), offsets
