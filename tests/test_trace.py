@@ -248,3 +248,44 @@ def test_trace_state_of_another_seq_len_is_refused(made, tmp_path):
     path, _, _ = saved_state(made, "windows", tmp_path, take=1, workers=0)
     res = run_cli("trace", made["plain"], "--state", path, "--seq-len", str(SEQ + 1))
     assert res.exit_code == 2 and "--seq-len" in res.stderr
+
+
+@pytest.mark.parametrize("change", [{"length": 20_000_000_000}, {"order": "blocks:0"}, {"batch_size": 2.5},
+                                    {"world_size": 0}, {"seed": "x"}, {"rank": -1}])
+def test_a_crafted_state_is_one_line_and_builds_nothing_big(made, tmp_path, change):
+    """A state that lies about its length, order or layout is refused before any epoch order is made."""
+    import json
+
+    path, _, _ = saved_state(made, "windows", tmp_path, take=1, workers=0)
+    saved = json.loads(path.read_text())
+
+    def patch(value):
+        if isinstance(value, dict):
+            if value.get("shardsmith") is not None:
+                value.update(change)
+            for v in value.values():
+                patch(v)
+        elif isinstance(value, list):
+            for v in value:
+                patch(v)
+
+    patch(saved)
+    path.write_text(json.dumps(saved))
+    res = run_cli("trace", made["plain"], "--state", path)
+    assert res.exit_code == 2, res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+
+
+@pytest.mark.parametrize("change", [{"input_dir": 5}, {"input_sizes": "x"}, {"text_field": ["x"]}])
+def test_a_crafted_manifest_is_one_line(made, tmp_path, change):
+    import json
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(made["plain"], out)
+    m = json.loads((out / "manifest.json").read_text())
+    m["source"].update(change)
+    (out / "manifest.json").write_text(json.dumps(m))
+    res = run_cli("trace", out, "0")
+    assert res.exit_code != 0 and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr

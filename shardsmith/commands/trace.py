@@ -53,6 +53,10 @@ class InputTexts:
         self.field = source.get("text_field") or "text"
         self.sizes = source.get("input_sizes") or []
         self.root = inputs if inputs is not None else source.get("input_dir")
+        if not isinstance(self.field, str) or not isinstance(self.sizes, list) \
+                or not all(isinstance(x, int) for x in self.sizes) or not isinstance(self.root, str | Path | None):
+            raise DatasetError("the manifest's source.text_field, input_sizes or input_dir is not what "
+                               "pack-tokens --provenance writes")
         self.reader = MultiReader(readers=[cls.for_text(self.field) for cls in registry.loaded("source").values()
                                            if cls.holds == "rows"])
 
@@ -61,6 +65,8 @@ class InputTexts:
         from shardsmith.core.input_file import InputFile
 
         rel = doc["input"]
+        if not isinstance(rel, str):
+            return "missing (the manifest names this input with no path)"
         if self.root is None:
             return "missing (the manifest does not say where the inputs are: give --inputs DIR)"
         if not manifest_mod.safe_relative(rel):
@@ -145,13 +151,15 @@ def _adapter_states(state: Any) -> Iterator[Mapping[str, Any]]:
             yield from _adapter_states(value)
 
 
-def next_batch(saved: Any) -> tuple[dict[str, Any], list[int]]:
+def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any], list[int]]:
     """Where the loader that saved ``saved`` goes on, and the sample indices of its next batch.
 
     ``saved``: ``{"epoch": e, "loader": StatefulDataLoader.state_dict()}`` (the README's loop), or
     the loader's (or adapter's) state itself. Every rank takes the same number of batches, so the
     rank's next batch is the first of a layout that starts where the run has consumed the order
-    to (``global_position``); a state at the end of its epoch goes on with the next epoch."""
+    to (``global_position``); a state at the end of its epoch goes on with the next epoch.
+    ``length``: the samples the dataset holds, checked before the epoch's order is made (a state
+    that says otherwise is refused, never followed)."""
     loader = saved.get("loader", saved) if isinstance(saved, Mapping) else saved
     asked = saved.get("epoch") if isinstance(saved, Mapping) and "loader" in saved else None
     found = next(_adapter_states(loader), None)
@@ -163,24 +171,45 @@ def next_batch(saved: Any) -> tuple[dict[str, Any], list[int]]:
         if name != "permutation" and not name.startswith("blocks:"):
             raise ValueError(f"the order {name!r} is not an epoch's permutation (a mixture or balanced sampler)")
         order = EpochOrder(None if name == "permutation" else int(name.split(":", 1)[1]))
-        n, epoch = int(found["length"]), int(position["epoch"])
-        layout = _layout(found, n=n, start=int(position["position"]))
+        n, epoch = _whole(found["length"]), _whole(position["epoch"])
+        if length is not None and n != length:
+            raise LengthMismatch(n)
+        layout = _layout(found, n=n, start=_whole(position["position"]))
         if layout.steps == 0:  # the epoch is over: the loop's next epoch starts at 0
             epoch = max(int(asked) if isinstance(asked, int) else epoch + 1, epoch + 1)
             layout = _layout(found, n=n, start=0)
         if layout.steps == 0:
             raise ValueError(f"an epoch of {n} samples gives rank {found['rank']} no batch")
-    except (ValueError, KeyError, TypeError) as exc:
+        indices = order(n, shuffle=bool(found["shuffle"]), seed=_whole(found["seed"]), epoch=epoch)
+        where = {"epoch": epoch, "rank": _whole(found["rank"]), "world_size": _whole(found["world_size"]),
+                 "position": layout.start, "length": n}
+        return where, indices[layout.positions(0)].tolist()
+    except LengthMismatch:
+        raise
+    except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, OverflowError) as exc:
         raise UsageError(f"cannot follow this loader state: {exc}") from None
-    indices = order(n, shuffle=bool(found["shuffle"]), seed=int(found["seed"]), epoch=epoch)[layout.positions(0)]
-    where = {"epoch": epoch, "rank": int(found["rank"]), "world_size": int(found["world_size"]),
-             "position": layout.start, "length": n}
-    return where, indices.tolist()
+
+
+class LengthMismatch(Exception):
+    """A saved state of a loader over another number of samples than the dataset's."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
+
+
+def _whole(value: Any) -> int:
+    """A state's count: a whole number >= 0 (a bool or a float is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{value!r} is not a count")
+    return value
 
 
 def _layout(state: Mapping[str, Any], *, n: int, start: int) -> EpochLayout:
-    return EpochLayout(total=n, start=start, batch_size=state["batch_size"], rank=int(state["rank"]),
-                       world_size=int(state["world_size"]), drop_last=bool(state["drop_last"]))
+    batch = state["batch_size"]
+    return EpochLayout(total=n, start=start, batch_size=None if batch is None else _whole(batch),
+                       rank=_whole(state["rank"]), world_size=_whole(state["world_size"]),
+                       drop_last=bool(state["drop_last"]))
 
 
 def trace_state(out: Path, state_file: Path, *, split: str, seq_len: int | None, inputs: Path | None) -> None:
@@ -190,12 +219,13 @@ def trace_state(out: Path, state_file: Path, *, split: str, seq_len: int | None,
         raise UsageError(f"{state_file}: cannot read it ({exc.strerror or exc})") from None
     except orjson.JSONDecodeError as exc:
         raise UsageError(f"{state_file}: not JSON ({exc})") from None
-    where, indices = next_batch(saved)
     ds = open_samples(out, split=split, seq_len=seq_len)
-    if len(ds) != where["length"]:
+    try:
+        where, indices = next_batch(saved, length=len(ds))
+    except LengthMismatch as exc:
         hint = "" if _kind(ds) == "sequence" else f" of --seq-len {ds.seq_len} (give the loader's)"
-        raise UsageError(f"{state_file}: a loader over {where['length']:,} samples; {out} [{split}] holds "
-                         f"{len(ds):,} {_kind(ds)}s{hint}")
+        raise UsageError(f"{state_file}: a loader over {exc.length:,} samples; {out} [{split}] holds "
+                         f"{len(ds):,} {_kind(ds)}s{hint}") from None
     texts = InputTexts(ds.manifest, inputs=inputs)
     click.echo(f"{out} [{split}]: the next batch of rank {where['rank']} of {where['world_size']}, epoch "
                f"{where['epoch']}, from position {where['position']:,} of the epoch's order: "
