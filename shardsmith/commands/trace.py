@@ -22,7 +22,7 @@ from shardsmith.core import manifest as manifest_mod
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.kit import manifest_io
 from shardsmith.kit.doc_origin import text_hashes
-from shardsmith.kit.rank_split import STATE, EpochLayout, EpochOrder, global_position
+from shardsmith.kit.rank_split import EpochLayout, EpochOrder, adapter_states, global_position
 
 SHOWN_CHARS = 80
 
@@ -138,19 +138,6 @@ def _kind(ds: Any) -> str:
     return "sequence" if hasattr(ds, "pad_id") else "window"
 
 
-def _adapter_states(state: Any) -> Iterator[Mapping[str, Any]]:
-    """The adapter's or sampler's own states inside a loader's state (one per DataLoader worker)."""
-    if isinstance(state, Mapping):
-        if state.get("shardsmith") == STATE:
-            yield state
-            return
-        for value in state.values():
-            yield from _adapter_states(value)
-    elif isinstance(state, list | tuple):
-        for value in state:
-            yield from _adapter_states(value)
-
-
 def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any], list[int]]:
     """Where the loader that saved ``saved`` goes on, and the sample indices of its next batch.
 
@@ -162,7 +149,7 @@ def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any]
     that says otherwise is refused, never followed)."""
     loader = saved.get("loader", saved) if isinstance(saved, Mapping) else saved
     asked = saved.get("epoch") if isinstance(saved, Mapping) and "loader" in saved else None
-    found = next(_adapter_states(loader), None)
+    found = next(adapter_states(loader), None)
     if found is None:
         raise UsageError("no shardsmith loader state in it (TokenBatches, PackedBatches or EpochBatchSampler)")
     try:

@@ -124,22 +124,22 @@ def check_state(state: Mapping[str, Any], expect: dict[str, Any]) -> None:
         raise ValueError(f"state_dict 'shift' {shift!r} is not a stream of this loader")
 
 
-def _ours(state: Any) -> Iterator[Mapping[str, Any]]:
+def adapter_states(state: Any) -> Iterator[Mapping[str, Any]]:
     """Every adapter or sampler state inside a loader's state (torchdata nests them per worker)."""
     if isinstance(state, Mapping):
         if state.get("shardsmith") == STATE:
             yield state
             return
         for value in state.values():
-            yield from _ours(value)
+            yield from adapter_states(value)
     elif isinstance(state, (list, tuple)):
         for value in state:
-            yield from _ours(value)
+            yield from adapter_states(value)
 
 
 def _rank_steps(state: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     """(the rank's options, batches its loader has yielded) from one rank's saved state."""
-    found = list(_ours(state))
+    found = list(adapter_states(state))
     if not found:
         raise ValueError("no shardsmith adapter or sampler state in this loader state")
     first = found[0]
