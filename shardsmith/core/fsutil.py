@@ -67,17 +67,6 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def atomic_write_npy(path: Path, array: Any) -> None:
-    """A numpy array as a ``.npy`` file (no pickle), written as ``atomic_write_bytes`` writes."""
-    import io
-
-    import numpy as np
-
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    atomic_write_bytes(path, buf.getvalue())
-
-
 class HashingFile:
     """A file written under a temporary name, hashed as it is written, renamed into place on commit.
 

@@ -12,13 +12,14 @@ place, so a finished part has its facts.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardsmith.core.fsutil import atomic_write_npy
+from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.doc_origin import DOC_ORIGIN, text_hashes
 from shardsmith.kit.keys import ORDER_RECORD_BITS
@@ -26,6 +27,13 @@ from shardsmith.kit.processed import Processed
 from shardsmith.kit.reader import Reader, Task
 
 BASE = np.dtype([("order", "<u8"), ("group", "<i8"), ("length", "<i8"), ("nbytes", "<i8")])
+
+
+def atomic_write_npy(path: Path, array: np.ndarray) -> None:
+    """A numpy array as a ``.npy`` file (no pickle), written whole and fsynced under its name."""
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 def facts_path(work_dir: str | Path, task: int, column: str) -> Path:

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core.fsutil import atomic_write_npy
-from shardsmith.engine.doc_facts import BASE, column
+from shardsmith.engine.doc_facts import BASE, atomic_write_npy, column
 from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.keys import ORDER_RECORD_BITS
 
