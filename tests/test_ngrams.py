@@ -138,3 +138,38 @@ def test_a_long_text_hashed_in_blocks_gives_the_whole_texts_hashes(monkeypatch, 
         monkeypatch.setattr(ngrams, "_BLOCK_BYTES", block)
         got, off = ngrams.word_ngram_hashes(texts, n, normalized=True)
         assert off.tolist() == whole_off.tolist() and got.tolist() == whole.tolist(), block
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64])
+def test_words_hashed_a_chunk_at_a_time_give_the_same_hashes(monkeypatch, chunk):
+    """Words cut by chunk edges (and a word longer than many chunks, as in a text without spaces)
+    hash as when the whole buffer is taken at once."""
+    import random
+
+    from shardsmith.kit import ngrams
+
+    rng = random.Random(chunk)
+    texts = [" ".join("x" * rng.randint(1, 40) if rng.random() < 0.2 else rng.choice(["a", "é", "東京", "bb"])
+                      for _ in range(rng.randint(0, 30))) for _ in range(40)] + ["y" * 300]
+    for n in (1, 5):
+        whole = ngrams.word_ngram_hashes(texts, n, normalized=True)
+        monkeypatch.setattr(ngrams, "_CHUNK_BYTES", chunk)
+        got = ngrams.word_ngram_hashes(texts, n, normalized=True)
+        monkeypatch.setattr(ngrams, "_CHUNK_BYTES", 1 << 20)
+        assert got[0].tolist() == whole[0].tolist() and got[1].tolist() == whole[1].tolist()
+
+
+def test_a_huge_text_takes_a_few_times_its_size():
+    """A 16 MB text without a space (one word) and one of 16 MB of short words: numpy's peak stays
+    within 8x the text (the word hashes a chunk at a time, the windows a block at a time; it took
+    ~45x when a buffer of that size went through whole)."""
+    import tracemalloc
+
+    for text in ("x" * (16 << 20), "word " * (16 << 18)):
+        tracemalloc.start()
+        try:
+            word_ngram_hashes([text], 5, normalized=True)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 * len(text), (len(text), peak)

@@ -36,6 +36,7 @@ L = 0xC2B2AE3D27D4EB4F  # length term
 _MASK = (1 << 64) - 1
 _GROUP_BYTES = 1 << 18  # texts hashed together: a few hundred KB keeps numpy's passes in cache
 _BLOCK_BYTES = 1 << 20  # a longer text is hashed a block at a time (``_blocks``)
+_CHUNK_BYTES = 1 << 20  # the bytes whose word hashes are taken at once (``_word_polys``)
 _TABLE_CAP = 1 << 24  # power tables kept between calls up to this length (128 MiB each at most)
 _tables: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
@@ -65,6 +66,29 @@ def _span_hashes(x: np.ndarray, base: int, starts: np.ndarray, stops: np.ndarray
     return (prefix[stops] - prefix[starts]) * down[starts]
 
 
+def _word_polys(buf: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """poly(b + 1 for b in buf[s:e]; P) of every word, ``_CHUNK_BYTES`` of the buffer at a time
+    (a word that runs across chunks is the sum of its parts' polys, each times P to its offset in
+    the word): the memory it takes is bounded, however long a word (a text without spaces)."""
+    out = np.zeros(len(starts), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for a in range(0, max(len(buf), 1), _CHUNK_BYTES):
+            b = min(a + _CHUNK_BYTES, len(buf))
+            lo, hi = np.searchsorted(stops, a, side="right"), np.searchsorted(starts, b, side="left")
+            if lo >= hi:
+                continue
+            s, e = np.maximum(starts[lo:hi], a), np.minimum(stops[lo:hi], b)
+            x = buf[a:b].astype(np.uint64)
+            x += np.uint64(1)
+            part = _span_hashes(x, P, s - a, e - a)
+            shift = s - starts[lo:hi]  # the part's offset in its word: nonzero only for a word begun before a
+            moved = np.flatnonzero(shift)
+            for k in moved.tolist():
+                part[k] *= np.uint64(pow(P, int(shift[k]), 1 << 64))
+            out[lo:hi] += part
+    return out
+
+
 def _group_hashes(encoded: list[bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
     """The n-gram hashes of a group of UTF-8 texts, and how many each text gave."""
     sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
@@ -82,9 +106,7 @@ def _group_hashes(encoded: list[bytes], n: int) -> tuple[np.ndarray, np.ndarray]
     k = np.diff(first)
     first = first[:-1]
     with np.errstate(over="ignore"):
-        x = buf.astype(np.uint64)
-        x += np.uint64(1)
-        words = mix64(_span_hashes(x, P, starts, stops) + (stops - starts).astype(np.uint64) * np.uint64(L))
+        words = mix64(_word_polys(buf, starts, stops) + (stops - starts).astype(np.uint64) * np.uint64(L))
         up, down = _powers(Q, len(words) + 1)
         prefix = np.zeros(len(words) + 1, dtype=np.uint64)
         np.cumsum(words * up[:len(words)], out=prefix[1:])
