@@ -22,6 +22,7 @@ import numpy as np
 from shardsmith.engine.doc_facts import BASE, atomic_write_npy, column
 from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.keys import ORDER_RECORD_BITS
+from shardsmith.kit.reader import located
 
 DROP = np.dtype([("order", "<u8"), ("group", "<i8"), ("length", "<i8"), ("nbytes", "<i8"), ("kept", "<u8")])
 _ROW_BYTES = 48  # what a document costs while its partition is sorted (hash, order, group, lengths, index)
@@ -54,7 +55,7 @@ class Duplicates:
 def _where(order: int, files: dict[int, tuple[str, str]]) -> dict[str, Any]:
     index, record = order >> ORDER_RECORD_BITS, order & ((1 << ORDER_RECORD_BITS) - 1)
     rel, unit = files[index]
-    return {"file": rel, "record": record, **({unit: record + 1} if unit != "record" else {})}
+    return located(rel, record, unit)
 
 
 class BucketRemovals:

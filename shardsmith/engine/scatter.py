@@ -31,7 +31,7 @@ from shardsmith.errors import DataError
 from shardsmith.kit import keys as keymod
 from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.processed import Processed, Processor
-from shardsmith.kit.reader import BadRecord, Reader, StreamError, Task
+from shardsmith.kit.reader import BadRecord, Reader, StreamError, Task, located
 from shardsmith.storage import arrival
 
 
@@ -92,11 +92,8 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
             part.abort()
             return result
         at = exc.record if exc.file == rel else None  # where reading broke off, as --on-error fail names it
-        entry: dict[str, Any] = {"file": rel, "record": at, "unread_tail": True,
-                                 "reason": f"{exc.reason} (the rest of this task is unread)"}
-        if at is not None and exc.unit != "record":  # "record" itself stays the 0-based number
-            entry[exc.unit] = at + 1
-        result.skipped.append(entry)
+        result.skipped.append({**located(rel, at, exc.unit), "unread_tail": True,
+                               "reason": f"{exc.reason} (the rest of this task is unread)"})
     if result.error is None and (moved := _changed_input(task)) is not None:
         result.error = moved  # not a bad record: the input changed under the run, whatever --on-error says
     if result.error is None:
@@ -181,11 +178,7 @@ def _bad_records(job: ScatterJob, task: Task, bad: list[tuple[int, str]], result
         result.error = {"file": where, "record": number, "reason": reason, "unit": unit}
         return False
     for r, why in bad:
-        where, number = job.reader.describe(task, r)
-        entry = {"file": where, "record": number, "reason": why}
-        if number is not None and unit != "record":  # "record" itself stays the 0-based number
-            entry[unit] = number + 1
-        result.skipped.append(entry)
+        result.skipped.append({**located(*job.reader.describe(task, r), unit), "reason": why})
     return True
 
 
@@ -283,12 +276,9 @@ def decontaminated(cleaner: Cleaner, reader: Reader, task: Task, out: Processed,
     if not gone.any():
         return out
     for record, item, n in zip(out.records[gone].tolist(), hit[gone].tolist(), out.lengths[gone].tolist()):
-        where, number = reader.describe(task, record)
         name, line = cleaner.benchmarks.item(item)
-        entry: dict[str, Any] = {"file": where, "record": number}
-        if number is not None and (unit := reader.unit_for(task.file)) != "record":
-            entry[unit] = number + 1
-        result.removed.append({**entry, "rule": "decontaminate", "benchmark": name, "item": line})
+        result.removed.append({**located(*reader.describe(task, record), reader.unit_for(task.file)),
+                               "rule": "decontaminate", "benchmark": name, "item": line})
         tally = result.rules.setdefault(f"decontaminate:{name}", [0, 0])
         tally[0] += 1
         tally[1] += int(n)

@@ -207,6 +207,13 @@ class Reader:
         return raw_sections(self, files, sampling)
 
 
+def located(file: str, record: int | None, unit: str) -> dict[str, Any]:
+    """How the manifest's and ``--removed``'s lists name a record: its file, ``record`` (0-based) and,
+    for a unit other than "record", the 1-based number in that unit (``line``, ``row``), as errors
+    name it."""
+    return {"file": file, "record": record, **({unit: record + 1} if record is not None and unit != "record" else {})}
+
+
 class MultiReader(Reader):
     """Several input kinds in one dataset: each file goes to the reader whose suffix it has."""
 
