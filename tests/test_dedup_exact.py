@@ -244,3 +244,19 @@ def test_every_space_the_fast_path_must_know():
     left = {ch for c in range(sys.maxunicode + 1) if chr(c).isspace()
             for ch in unicodedata.normalize("NFKC", chr(c)).casefold() if ch.isspace() and ch != " "}
     assert left == set(_SPACES)
+
+
+@pytest.mark.parametrize("option", [("--dedup", "exact"), ("--removed", "r.jsonl")])
+def test_cleaning_options_a_command_cannot_take_are_refused_not_ignored(tmp_path, option):
+    """Events have no text: --dedup is refused in one line (it was ignored), as --removed without a rule."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"event_id": pa.array([1, 1, 2], pa.int64()), "t": pa.array([0.5, 1.5, 2.5], pa.float32())}),
+                   tmp_path / "in" / "e.parquet")
+    res = run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "hdf5", "--group-by", "event_id", "-q",
+                  *option)
+    assert res.exit_code == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "--dedup and --decontaminate" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out" / "manifest.json").exists()

@@ -22,7 +22,7 @@ from shardsmith.engine.run import Converted
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 from shardsmith.formats.webdataset.samples import SampleProcessor
-from shardsmith.kit.cleaning import Cleaner, CleaningSpec
+from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.kit.transform import Transform, build_transforms
 
@@ -77,9 +77,6 @@ class ConvertSteps(JobSteps):
                 raise UsageError("--balance applies to image folders (class = folder) and events (,label=FIELD)")
             run.files, self.balance = balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
         run.make_write(sources=sources, options=run.opts.format_values())
-        if (spec := self.cleaning(run)) is not None:
-            for line in Cleaner(spec=spec).warnings():
-                run.progress.warn(line)
         with no_gc():
             self.classes = reader.classes(run.files) if images else None  # type: ignore[attr-defined]
             wait_to_check(reader, run.files or [])  # inputs from a URL that the check reads
@@ -87,8 +84,6 @@ class ConvertSteps(JobSteps):
 
     def cleaning(self, run: JobRun) -> CleaningSpec | None:
         opts = run.opts
-        if opts.removed and not (opts.dedup or opts.decontaminate):
-            raise UsageError("--removed lists what --dedup and --decontaminate drop: give one of them")
         if not (opts.dedup or opts.decontaminate):
             return None
         if run.reader.holds != "rows" or not opts.text_field:

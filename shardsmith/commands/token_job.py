@@ -25,7 +25,7 @@ from shardsmith.engine.plan import cached, task_bytes
 from shardsmith.engine.run import Converted
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.tokens import neighbours
-from shardsmith.kit.cleaning import Cleaner, CleaningSpec
+from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all, build_transforms
 from shardsmith.storage import arrival
@@ -58,14 +58,6 @@ class TokenSteps(JobSteps):
         run.fmt = registry.format_named(self.job.format or "tokens")
         self.transforms = build_transforms(self.job.transforms, holds="rows", opts=opts)
         return self
-
-    def check(self, run: JobRun) -> None:
-        if run.opts.removed and not (run.opts.dedup or run.opts.decontaminate):
-            raise UsageError("--removed lists what --dedup and --decontaminate drop: give one of them")
-        spec = CleaningSpec.of(run.opts, units="tokens")
-        if spec is not None:
-            for line in Cleaner(spec=spec).warnings():
-                run.progress.warn(line)
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
         return (run.opts.tokenizer, *run.opts.decontaminate)

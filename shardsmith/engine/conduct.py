@@ -25,7 +25,8 @@ from shardsmith.engine.resume import run_identity
 from shardsmith.engine.run import Converted, Sizing, convert_units, scatter_summary
 from shardsmith.engine.units import PrepareUnit, Unit, unit_of
 from shardsmith.engine.workdir import work_folder
-from shardsmith.kit.cleaning import Cleaner
+from shardsmith.errors import UsageError
+from shardsmith.kit.cleaning import Cleaner, CleaningSpec
 from shardsmith.storage import arrival
 
 
@@ -83,7 +84,24 @@ def _opened(job: Job, session: Any) -> tuple[JobRun, JobSteps]:
     files = run.files if run.files is not None else run.discover(run.reader.suffixes)
     run.skipped = url_inputs.skipped_inputs(files)
     steps.check(run)
+    run.cleaning = _cleaning(run, steps)
     return run, steps
+
+
+def _cleaning(run: JobRun, steps: JobSteps) -> CleaningSpec | None:
+    """What the run cleans (``JobSteps.cleaning``), the options checked together for every command:
+    a rule the command's records cannot take is refused, never ignored; an unreadable benchmark file
+    is a one-line error here, not in a worker; what a user should know is said before any work."""
+    opts, spec = run.opts, steps.cleaning(run)
+    asked = bool(opts.dedup or opts.decontaminate)
+    if opts.removed and not asked:
+        raise UsageError("--removed lists what --dedup and --decontaminate drop: give one of them")
+    if asked and spec is None:
+        raise UsageError("--dedup and --decontaminate compare documents of text: pack-tokens, or convert "
+                         "--text-field of JSONL or Parquet rows")
+    for line in Cleaner(spec=spec).warnings() if spec is not None else ():
+        run.progress.warn(line)
+    return spec
 
 
 def _claim(run: JobRun, steps: JobSteps) -> dict[str, Any] | None:
@@ -110,7 +128,7 @@ def _units(run: JobRun, steps: JobSteps, unit: Unit | None) -> Converted:
     """The job's units here (``unit``, or all of them), or the copy of unchanged files."""
     processor = steps.processor(run)
     fmt, write, opts = run.fmt, run.write, run.opts
-    cleaning = steps.cleaning(run)
+    cleaning = run.cleaning
     assert write is not None and run.sizing is not None, "the steps make the write job before the units"
     if run.copying:
         from shardsmith.engine.image_copy import copy_files

@@ -80,6 +80,7 @@ class JobRun:
         self.identity: dict[str, str] = {}
         self.tasks: Sequence[Task] = ()
         self.copying = False  # the engine's copy mode (``engine/image_copy.py``): no shuffle pass
+        self.cleaning: CleaningSpec | None = None  # what the run cleans (``JobSteps.cleaning``, checked by the engine)
 
     def discover(self, suffixes: tuple[str, ...]) -> list[InputFile]:
         """The inputs (listed, or staged from a URL), kept as ``files``."""
