@@ -50,16 +50,15 @@ def balance_dropped(manifest: dict[str, Any]) -> str:
 def cleaning_dropped(manifest: dict[str, Any]) -> str:
     """The closing line's note of what --dedup and --decontaminate dropped, per rule and benchmark
     file ("" without them)."""
+    from shardsmith.kit.cleaning import dropped_by_rule
+
     cleaning = manifest.get("cleaning")
-    if not isinstance(cleaning, dict) or ("dedup" not in cleaning and "decontaminate" not in cleaning):
+    rows = dropped_by_rule(cleaning)
+    if not rows:
         return ""
-    units = cleaning.get("units", "tokens")
-    said = []
-    if (d := cleaning.get("dedup")) is not None:
-        said.append(f"--dedup {d['rule']} dropped {plural(d['documents'], 'document')} ({d[units]:,} {units})")
-    for name, b in (cleaning.get("decontaminate") or {}).get("benchmarks", {}).items():
-        said.append(f"--decontaminate {name} dropped {plural(b['documents'], 'document')} ({b[units]:,} {units})")
-    return "; " + "; ".join(said)
+    units = cleaning.get("units", "tokens")  # type: ignore[union-attr]
+    return "".join(f"; {rule}{'' if name is None else ' ' + name} dropped {plural(docs, 'document')} "
+                   f"({count:,} {units})" for rule, name, _, docs, count in rows)
 
 
 def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -> None:

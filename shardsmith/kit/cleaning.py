@@ -139,3 +139,18 @@ class Cleaner:
 
             return {"bands": band_keys(texts if normal is None else normal, self.minhash, normalized=normal is not None)}
         return {}
+
+
+def dropped_by_rule(cleaning: Any) -> list[tuple[str, str | None, int | None, int, int]]:
+    """What a manifest's ``cleaning`` record says each rule dropped, for the closing line, ``inspect``
+    and the report: (the rule as given, e.g. ``--dedup exact``; the benchmark file or None; its items;
+    documents; payload units)."""
+    if not isinstance(cleaning, dict):
+        return []
+    units = cleaning.get("units", "tokens")
+    rows: list[tuple[str, str | None, int | None, int, int]] = []
+    if (d := cleaning.get("dedup")) is not None:
+        rows.append((f"--dedup {d['rule']}", None, None, d["documents"], d[units]))
+    for name, b in (cleaning.get("decontaminate") or {}).get("benchmarks", {}).items():
+        rows.append(("--decontaminate", name, b["items"], b["documents"], b[units]))
+    return rows

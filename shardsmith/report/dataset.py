@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.sizes import format_size
+from shardsmith.kit.cleaning import dropped_by_rule
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
 
@@ -49,11 +50,8 @@ def cleaning_section(manifest: dict[str, Any]) -> Section | None:
     if not isinstance(cleaning, dict):
         return None
     units = cleaning.get("units", "tokens")
-    rows: list[tuple[Any, ...]] = []
-    if (d := cleaning.get("dedup")) is not None:
-        rows.append((f"--dedup {d['rule']}", "", d["documents"], d[units]))
-    for name, b in (cleaning.get("decontaminate") or {}).get("benchmarks", {}).items():
-        rows.append(("--decontaminate", f"{name} ({b['items']:,} items)", b["documents"], b[units]))
+    rows: list[tuple[Any, ...]] = [(rule, "" if name is None else f"{name} ({items:,} items)", docs, count)
+                                   for rule, name, items, docs, count in dropped_by_rule(cleaning)]
     section = Section(title="Cleaning")
     if rows:
         total = cleaning.get("removed", {})
