@@ -1,0 +1,198 @@
+"""A chat record made a conversation, rendered by its chat template, with the character spans the
+loss counts (``pack-tokens --chat``; ``transforms/chat_tokens.py`` turns them into a token mask).
+
+Which characters train (``--train-on``):
+
+- ``assistant``: what the assistant says. With a template that has ``{% generation %}`` blocks, the
+  blocks' spans, exactly those transformers' ``return_assistant_tokens_mask`` uses (so the mask is
+  its ``assistant_masks``). Without, each assistant message's turn as the template adds it: for
+  message k, from the end of ``render(messages[:k], add_generation_prompt=True)`` to the end of
+  ``render(messages[:k+1])``, the message with the template's end of turn, but not the header the
+  generation prompt writes. Both renders must be prefixes of the whole conversation's text (a
+  template that rewrites earlier turns, like one dropping old reasoning, cannot be read this way:
+  give it ``{% generation %}`` blocks).
+- ``last``: only the last of those spans.
+- ``completion``: prompt/completion pairs: everything after ``render(prompt,
+  add_generation_prompt=True)`` (TRL's completion mask, at the character level).
+- ``all``: the whole text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from shardsmith.kit.chat_template import ChatError, ChatTemplate
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "ipython", "function")
+TRAIN_ON = ("assistant", "last", "completion", "all")
+_NAMES_SHOWN = 8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatFields:
+    """Where a record keeps its conversation: ``messages`` (a list of ``{"role", "content"}``), or a
+    ``prompt`` and a ``completion`` (``--prompt-field``/``--completion-field``: a string is one user
+    or one assistant message, a list is messages, TRL's conversational prompt-completion); ``tools``:
+    the tool definitions passed to the template when the record has them (TRL's column)."""
+
+    messages: str = "messages"
+    prompt: str | None = None
+    completion: str | None = None
+    tools: str = "tools"
+
+    @property
+    def pairs(self) -> bool:
+        return self.prompt is not None and self.completion is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    """Messages ready for a template; ``prompt_messages``: how many of them are the prompt (pairs
+    only, else None)."""
+
+    messages: list[dict]
+    tools: list[dict] | None
+    prompt_messages: int | None
+
+
+def _fields_found(record: Mapping) -> str:
+    names = [str(k) for k in record]
+    shown = ", ".join(repr(n) for n in names[:_NAMES_SHOWN])
+    more = f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
+    return f"it has {shown}{more}" if names else "it has no fields"
+
+
+def _checked(messages: Any, what: str) -> list[dict]:
+    """``messages`` when they are a list of message objects with a known role and a content."""
+    if not isinstance(messages, list):
+        raise ChatError(f"{what} is not a list of messages (a {type(messages).__name__})")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ChatError(f"{what}: message {i} is not an object (a {type(message).__name__})")
+        role = message.get("role")
+        if not isinstance(role, str):
+            raise ChatError(f"{what}: message {i} has no \"role\"")
+        if role not in ROLES:
+            raise ChatError(f"{what}: message {i} has the unknown role {role!r} (known: {', '.join(ROLES)})")
+        if "content" not in message and not message.get("tool_calls"):
+            raise ChatError(f"{what}: message {i} has no \"content\"")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise ChatError(f"{what}: message {i}'s content is a {type(content).__name__}, not text or a list")
+    return messages
+
+
+def _side(record: Mapping, field: str, role: str) -> list[dict]:
+    if field not in record:
+        raise ChatError(f"no {field!r} field ({_fields_found(record)})")
+    value = record[field]
+    if isinstance(value, str):
+        return [{"role": role, "content": value}]
+    return _checked(value, repr(field))
+
+
+def _tools(record: Mapping, field: str) -> list[dict] | None:
+    """The record's tool definitions (a list of objects, or that list as a JSON string), or None."""
+    value = record.get(field)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        import orjson
+
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            raise ChatError(f"{field!r} is a string that is not JSON") from None
+    if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+        raise ChatError(f"{field!r} is not a list of tool objects")
+    return value
+
+
+def conversation_of(record: Any, fields: ChatFields) -> Conversation:
+    """The conversation a record holds; ``ChatError`` when it holds none (not an object, a missing
+    field, messages that are not a list of ``{"role", "content", ...}`` objects, an unknown role, no
+    messages at all)."""
+    if not isinstance(record, Mapping):
+        raise ChatError(f"a chat record is a JSON object, not a {type(record).__name__}")
+    tools = _tools(record, fields.tools)
+    if fields.pairs:
+        prompt = _side(record, fields.prompt, "user")
+        completion = _side(record, fields.completion, "assistant")
+        if not completion:
+            raise ChatError(f"the completion {fields.completion!r} has no messages")
+        return Conversation(prompt + completion, tools, len(prompt))
+    if fields.messages not in record:
+        raise ChatError(f"no {fields.messages!r} field ({_fields_found(record)})")
+    messages = _checked(record[fields.messages], repr(fields.messages))
+    if not messages:
+        raise ChatError(f"{fields.messages!r} is an empty conversation")
+    return Conversation(messages, tools, None)
+
+
+def _tidy(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint (touching or overlapping spans merged), without empty ones."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(s for s in spans if s[1] > s[0]):
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _prefix(template: ChatTemplate, messages: list[dict], tools: list[dict] | None, text: str, *,
+            add_generation_prompt: bool) -> int:
+    """The length of the text ``messages`` render to, which must begin the whole conversation's."""
+    try:
+        part, _ = template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                  allow_empty=True)
+    except ChatError as exc:
+        if messages:
+            raise
+        part, why = None, f" ({exc})"
+    else:
+        why = ""
+    if part is None or not text.startswith(part):
+        if not messages:  # rendering no messages is not something templates are written for
+            raise ChatError("the template does not render what comes before an assistant that speaks first"
+                            f"{why}: start with a user message, or give the template {{% generation %}} blocks")
+        raise ChatError("the template does not render turn by turn: give it {% generation %} blocks")
+    return len(part)
+
+
+def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tuple[str, list[tuple[int, int]]]:
+    """(the text ``apply_chat_template(conv.messages, tools=conv.tools)`` renders, the character spans
+    the loss counts), by the rule ``train_on`` names (the module's docstring). The spans of the
+    ``assistant`` and ``last`` rules over a template with ``{% generation %}`` blocks are the blocks'
+    own, as transformers records them (empty ones included: a token across one is in its mask);
+    all others are sorted, disjoint and not empty. ``completion`` needs a conversation from pairs
+    (``ValueError`` otherwise: the caller checks the options)."""
+    if train_on not in TRAIN_ON:
+        raise ValueError(f"train_on must be one of {TRAIN_ON}, not {train_on!r}")
+    messages, tools = conv.messages, conv.tools
+    text, generation = template.render(messages, tools=tools)
+    if train_on == "all":
+        return text, _tidy([(0, len(text))])
+    if train_on == "completion":
+        if conv.prompt_messages is None:
+            raise ValueError("train_on='completion' needs prompt/completion pairs")
+        start = _prefix(template, messages[: conv.prompt_messages], tools, text, add_generation_prompt=True)
+        return text, _tidy([(start, len(text))])
+    if template.has_generation_for(tools=tools):
+        spans = list(generation)
+    else:
+        spans = []
+        for k, message in enumerate(messages):
+            if message.get("role") != "assistant":
+                continue
+            start = _prefix(template, messages[:k], tools, text, add_generation_prompt=True)
+            end = _prefix(template, messages[: k + 1], tools, text, add_generation_prompt=False)
+            if end < start:
+                raise ChatError("the template does not render turn by turn: give it {% generation %} blocks")
+            spans.append((start, end))
+        spans = _tidy(spans)
+    if train_on == "last":
+        spans = spans[-1:]
+    return text, spans
