@@ -16,6 +16,7 @@ from shardsmith.cli_options import (
     MAX_WORKERS,
     FormatOptionsCommand,
     Registered,
+    chat_options,
     cleaning_options,
     cluster_rank,
     converting_options,
@@ -142,6 +143,7 @@ def main() -> None:
 @click.option("--provenance", is_flag=True,
               help="Record each document's input file, line or row and byte offset beside every shard "
                    "(shardsmith trace).")
+@chat_options
 @cleaning_options
 @converting_options
 @user_errors

@@ -164,6 +164,32 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def chat_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """pack-tokens' options of conversations (commands/chat_job.py)."""
+    options = [
+        click.option("--chat", is_flag=True,
+                     help="Rows are conversations: render each with the chat template, tokenize, and store a loss "
+                          "mask beside the tokens."),
+        click.option("--messages-field", default="messages", show_default=True, metavar="FIELD",
+                     help="--chat: the list of {role, content} messages of a row."),
+        click.option("--prompt-field", default=None, metavar="FIELD",
+                     help="--chat: prompt/completion pairs instead (a string, or a list of messages)."),
+        click.option("--completion-field", default=None, metavar="FIELD", help="--chat: the completion of a pair."),
+        click.option("--chat-template", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                     help="--chat: a Jinja chat template [default: the chat_template of the tokenizer_config.json "
+                          "beside --tokenizer]."),
+        click.option("--train-on", type=click.Choice(["assistant", "last", "completion", "all"]), default="assistant",
+                     show_default=True, help="--chat: the tokens the loss counts: the assistant turns, the last one, "
+                                             "a pair's completion, or every token."),
+        click.option("--too-long", type=click.Choice(["truncate", "drop", "split"]), default=None,
+                     help="--chat --pack: a conversation longer than --seq-len is cut to it, left out, or split "
+                          "across sequences [default: truncate]."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 def cleaning_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Options of commands that read documents of text: dedup, decontamination, the removed list (kit/cleaning.py)."""
     options = [

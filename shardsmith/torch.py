@@ -126,8 +126,9 @@ class TokenBatches(_EpochIterable):
 def varlen_collate(items: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     """Packed sequences (``PackedSequences`` items, or a ``MixBatches`` batch of a mixture of packed
     datasets) into one varlen batch of tensors: ``tokens`` (B, N), flat int32 ``cu_seqlens`` with
-    each row's padding as a segment of its own, ``max_seqlen``, ``real`` (B,), ``position_ids``
-    (``formats/tokens/packed.py`` ``varlen_batch``)."""
+    each row's padding as a segment of its own, ``max_seqlen``, ``real`` (B,), ``position_ids``,
+    ``loss_mask`` and ``labels`` (``formats/tokens/packed.py`` ``varlen_batch``; an item without a
+    loss mask, as a pre-training source of a mixture, trains on its real tokens)."""
     if not items:
         raise ValueError("varlen_collate: an empty batch")
     batch = varlen_batch(items, seq_len=len(items[0]["tokens"]))
@@ -142,7 +143,11 @@ class PackedBatches(_EpochIterable):
     ``flash_attn_varlen_func(q, k, v, cu, cu, max_seqlen, max_seqlen)`` takes it for
     ``tokens.reshape(-1)``; ``max_seqlen`` (int); ``real`` int32 (B,): row j's tokens from
     ``real[j]`` on are padding (mask them out of the loss); ``position_ids`` (B, N), restarting at
-    every segment. A row's own boundaries stay ``dataset.cu_seqlens(i)``. Dealt, resumed
+    every segment; ``loss_mask`` bool (B, N), the tokens the loss counts (a chat dataset's bits, else
+    every real token) and ``labels`` int64 (B, N): the tokens where the loss counts them, -100
+    elsewhere and at the first token of every segment (no token is predicted across a packed
+    boundary; unshifted, as HF models take ``labels``). A row's own boundaries stay
+    ``dataset.cu_seqlens(i)``. Dealt, resumed
     (``state_dict``, ``global_position``, ``start=``) and independent of ``num_workers`` as
     ``TokenBatches``; use the DataLoader's ``batch_size=None``.
     """

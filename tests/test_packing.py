@@ -47,7 +47,7 @@ def test_every_token_once_in_order_no_sequence_over_seq_len(lengths, seq_len, wi
     # the blocks the writer writes: rows = pieces then padding, ends where pieces end, counts
     rows, ends, real, docs, split, base = [], [], 0, 0, 0, 0
     for w in windows:
-        for b in w.blocks(pad_id=-1, dtype=np.dtype(np.int64)):
+        for b in w.blocks(pad=-1, dtype=np.dtype(np.int64)):
             rows += list(b.rows)
             ends += (b.ends + base).tolist()
             base += b.rows.size

@@ -38,11 +38,23 @@ class PackTokensOptions(ConvertingOptions):
     pack: str | None = None  # "best-fit": fixed seq_len sequences of whole documents (formats.tokens.packing)
     pad_id: int | None = None  # the id after a packed sequence's documents [default: the tokenizer's pad, else eos]
     pack_window: int | None = None  # tokens per best-fit window [default: packing.DEFAULT_WINDOW_TOKENS]
+    # --chat: conversations through the chat template, a loss bit per token (commands/chat_job.py)
+    chat: bool = False
+    messages_field: str = "messages"
+    prompt_field: str | None = None
+    completion_field: str | None = None
+    chat_template: str | None = None  # a Jinja file [default: the tokenizer's, from tokenizer_config.json]
+    train_on: str = "assistant"
+    too_long: str | None = None  # a conversation over a packed --seq-len [default: truncate]
 
 
 def job_of(opts: PackTokensOptions) -> Job:
-    """The tokenization ``opts`` describe: every rows source reads the text, the ``tokens`` format writes it."""
-    return Job(command="pack-tokens", steps=TokenSteps, opts=opts, transforms=opts.transforms, format="tokens")
+    """The tokenization ``opts`` describe: every rows source reads the text (``--chat``: the
+    conversations), the ``tokens`` format writes it."""
+    from shardsmith.commands.chat_job import ChatSteps
+
+    return Job(command="pack-tokens", steps=ChatSteps if opts.chat else TokenSteps, opts=opts,
+               transforms=opts.transforms, format="tokens")
 
 
 def run(opts: PackTokensOptions, *, executor: Executor | None = None) -> dict[str, Any]:
@@ -50,6 +62,22 @@ def run(opts: PackTokensOptions, *, executor: Executor | None = None) -> dict[st
     manifest it wrote (``--no-wait``: the jobs submitted)."""
     keep_freed_memory()
     return run_job(job_of(opts)) if executor is None else executor.run(job_of(opts))
+
+
+def chat_line(manifest: dict[str, Any]) -> str:
+    """The chat figures of a ``--chat`` run's summary (empty for others)."""
+    from shardsmith.commands.report import plural
+
+    chat = manifest.get("chat")
+    if not chat:
+        return ""
+    line = (f"; --chat: {plural(chat['conversations'], 'conversation')}, trained on "
+            f"{100 * chat['trained_fraction']:.1f} % of their tokens (--train-on {chat['train_on']})")
+    if chat["truncated"]:
+        line += f", {plural(chat['truncated'], 'conversation')} truncated to --seq-len"
+    if chat["dropped_too_long"]:
+        line += f", {plural(chat['dropped_too_long'], 'conversation')} over --seq-len dropped"
+    return line
 
 
 def summary_line(out: Path, manifest: dict[str, Any]) -> str:
@@ -62,7 +90,7 @@ def summary_line(out: Path, manifest: dict[str, Any]) -> str:
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     line = (f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
             f"engine {manifest['tokenizer']['engine']}")
-    line += cleaning_dropped(manifest)
+    line += cleaning_dropped(manifest) + chat_line(manifest)
     if (share := manifest.get("nanogpt_default_val")) is not None:
         line += f"; --nanogpt without --split: val holds the default share {share:g} of the documents"
     if (p := manifest.get("packing")) is not None:

@@ -35,8 +35,9 @@ class TokenizerFacts:
     @classmethod
     def of(cls, opts: Any, hf: Any, *, json: str, sha256: str, source: Path) -> TokenizerFacts:
         """The facts of ``hf`` (loaded from ``source``) under the run's options."""
-        eos = None if opts.no_eos else (opts.eos_token or tk.default_eos(hf))
-        if eos is None and not opts.no_eos:
+        # --chat: the chat template places every special token, nothing is added
+        eos = None if opts.no_eos or opts.chat else (opts.eos_token or tk.default_eos(hf))
+        if eos is None and not (opts.no_eos or opts.chat):
             raise UsageError(f"--tokenizer {source}: no end-of-text token among its special tokens; "
                              f"name one with --eos-token or pass --no-eos")
         eos_id = tk.special_id(hf, eos, "--eos-token") if eos else None
@@ -58,7 +59,7 @@ class TokenizerFacts:
 
 def pad_id_of(opts: Any, hf: Any, eos_id: int | None, vocab_size: int) -> int:
     """``--pad-id``, else the tokenizer's padding token, else a usual pad token among its specials,
-    else the end-of-text id."""
+    else the end-of-text id (the one appended, else the tokenizer's usual one)."""
     if opts.pad_id is not None:
         if not 0 <= opts.pad_id < vocab_size:
             raise UsageError(f"--pad-id {opts.pad_id}: outside the tokenizer's vocabulary of {vocab_size}")
@@ -68,6 +69,8 @@ def pad_id_of(opts: Any, hf: Any, eos_id: int | None, vocab_size: int) -> int:
         return int(padding["pad_id"])
     specials = {t.content: i for i, t in hf.get_added_tokens_decoder().items() if t.special}
     found = next((specials[c] for c in PAD_CANDIDATES if c in specials), eos_id)
+    if found is None and (eos := tk.default_eos(hf)) is not None:  # --no-eos, --chat: the usual eos still pads
+        found = tk.special_id(hf, eos, "--pad-id")
     if found is None:
         raise UsageError("--pack: the tokenizer names no padding or end-of-text token; give --pad-id")
     return int(found)

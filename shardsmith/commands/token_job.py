@@ -14,8 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from shardsmith import registry
 from shardsmith.commands import nanogpt_split
+from shardsmith.commands.chat_options import check_chat
 from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
@@ -51,13 +54,31 @@ class TokenSteps(JobSteps):
         if opts.no_eos and opts.eos_token:
             raise UsageError("--no-eos and --eos-token contradict each other")
         check_packing(opts)
+        check_chat(opts)
+        self.transforms = build_transforms(self.job.transforms, holds="rows", opts=opts)
+        run.opts = opts = self.checked(opts)
         self.default_val = opts.nanogpt and nanogpt_split.check_names(opts.splits)  # the share comes with the sample
         # every source of rows reads the text field: JSONL and Parquet, and any plugin's
-        run.reader = MultiReader(readers=[cls.for_text(opts.text_field) for cls in registry.loaded("source").values()
+        run.reader = MultiReader(readers=[self.reader_of(cls, opts) for cls in registry.loaded("source").values()
                                           if cls.holds == "rows"])
         run.fmt = registry.format_named(self.job.format or "tokens")
-        self.transforms = build_transforms(self.job.transforms, holds="rows", opts=opts)
         return self
+
+    def checked(self, opts: Any) -> Any:
+        """The options as the steps run them, refused where they contradict each other (a hook)."""
+        return opts
+
+    def reader_of(self, cls: Any, opts: Any) -> Any:
+        """The reader of a rows source for this run: of the text field (a hook)."""
+        return cls.for_text(opts.text_field)
+
+    def text_of(self, value: Any) -> str:
+        """The text a row gives the tokenizer (after the transforms); a RecordError says why none (a hook)."""
+        field = self.job.opts.text_field
+        text = value.get(field) if isinstance(value, dict) else None
+        if not isinstance(text, str):
+            raise RecordError(why_no_text(value, field))
+        return text
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
         return (run.opts.tokenizer, *run.opts.decontaminate)
@@ -74,7 +95,8 @@ class TokenSteps(JobSteps):
         home = work_path(opts.out) if opts.stage == "scatter" else opts.out
         home.mkdir(parents=True, exist_ok=True)
         if opts.train_tokenizer is not None:
-            _write_changed(home / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id, transforms))
+            _write_changed(home / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id, transforms,
+                                                             self.text_of))
             tok_path = home / "tokenizer.json"
         else:
             tok_path = Path(opts.tokenizer)
@@ -101,7 +123,7 @@ class TokenSteps(JobSteps):
             if hf is None:  # the facts came from the run's scratch folder
                 hf = tk.load_hf(tok_path)[0]
             with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
-                got = _sample(reader, tasks, opts.text_field, transforms)
+                got = _sample(reader, tasks, self.text_of, transforms)
                 sample = got.texts
                 ids = tk.reference_ids(hf)  # the two checks share the reference's ids
                 safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS], ids)
@@ -126,15 +148,27 @@ class TokenSteps(JobSteps):
         if val_share is not None:
             opts = dataclasses.replace(opts, splits=nanogpt_split.splits_with(val_share))
         run.opts = opts
-        companions = neighbours.hf_files(neighbours.SpecialTokens(eos=facts.eos, bos=opts.bos_token, pad=facts.pad))
+        companions = self.hf_files(facts, opts)
         if opts.nanogpt:
             companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(facts.vocab_size)
         self.companions = neighbours.write_companions(home, companions, write=_write_changed)
         spec = tk.TokenizerSpec(json=facts.json, engine=engine, eos_id=facts.eos_id, bos_id=facts.bos_id,
                                 vocab_size=facts.vocab_size, piece_chars=tk.PIECE_CHARS if safe else None)
-        run.make_write(schema=spec.dtype)
+        run.make_write(schema=self.payload_dtype(spec))
         self.facts, self.spec, self.engine, self.why, self.val_share = facts, spec, engine, why, val_share
-        return TokenProcessor(spec=spec, text_field=opts.text_field, transforms=transforms,
+        return self.make_processor(spec, opts, loaded=loaded if tokenizing else None, tokenizing=tokenizing)
+
+    def payload_dtype(self, spec: tk.TokenizerSpec) -> np.dtype:
+        """What one token is in the payload the workers hand the scatter (a hook)."""
+        return spec.dtype
+
+    def hf_files(self, facts: TokenizerFacts, opts: Any) -> dict[str, bytes]:
+        """The tokenizer's companion files for transformers (a hook)."""
+        return neighbours.hf_files(neighbours.SpecialTokens(eos=facts.eos, bos=opts.bos_token, pad=facts.pad))
+
+    def make_processor(self, spec: tk.TokenizerSpec, opts: Any, *, loaded: Any, tokenizing: bool) -> Any:
+        """What turns a batch of rows into token payloads in the workers (a hook)."""
+        return TokenProcessor(spec=spec, text_field=opts.text_field, transforms=self.transforms,
                               encoder=tk.Encoder(spec, loaded=loaded) if tokenizing else None)
 
     def describe(self, run: JobRun, done: Converted) -> Described:
@@ -163,24 +197,27 @@ class TokenSteps(JobSteps):
             list_inputs=opts.provenance)
 
 
-def _texts(reader: MultiReader, tasks: list[Task], field: str, *, on_error: str,
+def _texts(reader: MultiReader, tasks: list[Task], text_of: Callable[[Any], str], *, on_error: str,
            transforms: list[Transform], tick: Callable[[int], Any] | None = None) -> Iterator[str]:
     """The text of every good record in input order, after the transforms (for training and sampling);
-    ``tick`` is told the bytes of each task read."""
+    ``text_of``: a row's text (``TokenSteps.text_of``); ``tick`` is told the bytes of each task read."""
     for task in tasks:
         arrival.wait_whole((task.file,))  # an input still being staged from a URL
         for record, value in reader.read(task):
-            why = None
+            text = why = None
             try:
-                if transforms and not isinstance(value, BadRecord):
-                    value = apply_all(transforms, value, file=task.file.rel, record=record)
-                text = value.get(field) if isinstance(value, dict) else None
+                if isinstance(value, BadRecord):
+                    why = value.reason
+                else:
+                    if transforms:
+                        value = apply_all(transforms, value, file=task.file.rel, record=record)
+                    text = text_of(value)
             except RecordError as exc:
-                text, why = None, str(exc)
-            if isinstance(text, str):
+                why = str(exc)
+            if text is not None:
                 yield text
             elif on_error == "fail":
-                reason = why or (value.reason if isinstance(value, BadRecord) else why_no_text(value, field))
+                reason = why
                 raise DataError(file=task.file.rel, record=record, reason=reason, unit=reader.unit_for(task.file),
                                 skippable=True)
         if tick is not None:
@@ -198,15 +235,14 @@ def _write_changed(path: Path, data: bytes) -> None:
 
 
 def _trained(opts: Any, reader: MultiReader, tasks: list[Task], progress: Progress,
-             run_id: dict[str, str], transforms: list[Transform]) -> bytes:
+             run_id: dict[str, str], transforms: list[Transform], text_of: Callable[[Any], str]) -> bytes:
     """A byte-level BPE trained on the inputs (in a cluster stage, once per run: training is
     deterministic, so ranks racing to save it save the same JSON)."""
 
     def train() -> str:
         progress.note(f"training a byte-level BPE of {opts.train_tokenizer} tokens on the inputs")
         with progress.bar(total=task_bytes(tasks), desc="train tokenizer: counting words", unit="B") as bar:
-            texts = _texts(reader, tasks, opts.text_field, on_error=opts.on_error, transforms=transforms,
-                           tick=bar.update)
+            texts = _texts(reader, tasks, text_of, on_error=opts.on_error, transforms=transforms, tick=bar.update)
 
             def words() -> Iterator[str]:
                 # long documents in pieces cut at spaces: the same words to count, in bounded memory
@@ -219,7 +255,7 @@ def _trained(opts: Any, reader: MultiReader, tasks: list[Task], progress: Progre
     return cached("tokenizer", train, stage=opts.stage, out=opts.out, run=run_id, dump=str, load=str).encode()
 
 
-def _sample(reader: MultiReader, tasks: list[Task], field: str, transforms: list[Transform]
+def _sample(reader: MultiReader, tasks: list[Task], text_of: Callable[[Any], str], transforms: list[Transform]
             ) -> nanogpt_split.Sample:
     """The first documents of the input, to check that an engine matches the reference (and to
     estimate how many documents the input holds)."""
@@ -227,7 +263,7 @@ def _sample(reader: MultiReader, tasks: list[Task], field: str, transforms: list
     size = chars = 0
     whole = True
     try:
-        for text in _texts(reader, tasks, field, on_error="skip", transforms=transforms):
+        for text in _texts(reader, tasks, text_of, on_error="skip", transforms=transforms):
             chars += len(text)
             text = text[:SAMPLE_DOC_CHARS]  # any text is a probe: never encode a huge document whole here
             out.append(text)

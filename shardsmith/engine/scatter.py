@@ -65,6 +65,13 @@ class TaskResult:
     dropped: int = 0  # records --balance or --decontaminate left out
     removed: list[dict[str, Any]] = field(default_factory=list)  # the documents --decontaminate left out
     rules: dict[str, list[int]] = field(default_factory=dict)  # per rule: [documents, payload units] left out
+    stats: dict[str, int] = field(default_factory=dict)  # the processor's counts (``Processed.stats``), summed
+
+    def count(self, out: Processed) -> None:
+        """A processed batch's records left out on purpose and its counts, added to the task's."""
+        self.dropped += out.dropped
+        for key, n in (out.stats or {}).items():
+            self.stats[key] = self.stats.get(key, 0) + int(n)
 
 
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
@@ -101,7 +108,8 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
             facts.write(job.work_dir)
         cleaned = {"removed": result.removed, "rules": result.rules} if result.rules else {}
         part.write({"task": task.index, "plan": _task_id(task), "records": result.records,
-                    "skipped": result.skipped, **({"dropped": result.dropped} if result.dropped else {}), **cleaned})
+                    "skipped": result.skipped, **({"dropped": result.dropped} if result.dropped else {}), **cleaned,
+                    **({"stats": result.stats} if result.stats else {})})
         crash_point(f"scatter:{task.index}")
     else:
         part.abort()
@@ -138,7 +146,7 @@ def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = ()) -> Ta
         return None
     return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])),
                       dropped=int(meta.get("dropped", 0)), removed=list(meta.get("removed", [])),
-                      rules=dict(meta.get("rules", {})))
+                      rules=dict(meta.get("rules", {})), stats=dict(meta.get("stats", {})))
 
 
 def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
@@ -154,6 +162,7 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
         out = job.processor.process(task, good) if good else None
         if out is not None:
             bad += out.bad
+            result.count(out)
         if bad and not _bad_records(job, task, bad, result, unit):
             return
         if out is not None and len(out.records) and job.cleaner is not None:
@@ -202,7 +211,7 @@ def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: Pa
                 chunk = job.processor.head(chunk, room)  # type: ignore[attr-defined]
         result.records += chunk.n
         out = job.processor.process_chunk(task, chunk)  # type: ignore[attr-defined]
-        result.dropped += out.dropped
+        result.count(out)
         if out.bad and not _bad_records(job, task, out.bad, result, unit):
             return
         if len(out.records):

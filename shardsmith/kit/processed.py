@@ -33,6 +33,9 @@ class Processed:
     texts: list[str] | None = None
     raw_texts: list[str] | None = None
     normalized: list[str] | None = None  # ``texts`` normalized, once, when a cleaning rule compares them so
+    # what the processor counted in the batch, by name (e.g. --chat's conversations truncated): summed
+    # per task, kept in its part file and handed to the command's ``describe`` (``TaskResult.stats``)
+    stats: dict[str, int] | None = None
 
     def subset(self, keep: np.ndarray) -> Processed:
         """The records ``keep`` (a bool mask) selects, with their payloads (the others dropped on purpose)."""
@@ -49,7 +52,7 @@ class Processed:
         return Processed(records=self.records[rows], lengths=self.lengths[rows], payload=payload, bad=self.bad,
                          copies=self.copies, encode_in=encode_in, dropped=self.dropped + len(self.records) - len(rows),
                          pieces_in=pieces_in, texts=pick(self.texts), raw_texts=pick(self.raw_texts),
-                         normalized=pick(self.normalized))
+                         normalized=pick(self.normalized), stats=self.stats)
 
     def byte_lengths(self) -> np.ndarray:
         size = 1 if self.payload is None else self.payload.dtype.itemsize

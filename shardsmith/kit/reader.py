@@ -81,6 +81,11 @@ class Reader:
         return cls()
 
     @classmethod
+    def for_records(cls) -> Reader:
+        """The reader of whole rows, every field (``pack-tokens --chat`` reads several, some optional)."""
+        return cls()
+
+    @classmethod
     def wants_events(cls, opts: Any) -> bool:
         """Whether the options ask for this source's ``events_variant`` (e.g. ``--group-by``)."""
         return False

@@ -35,8 +35,9 @@ class ShardRecord:
 
 
 # the files a shard's manifest record may carry beside its own ({"path", "bytes", "sha256"} each):
-# a token shard's .idx, a packed shard's document boundaries, the documents' origins (--provenance)
-COMPANIONS = ("index", "boundaries", "origins")
+# a token shard's .idx, a packed shard's document boundaries, the documents' origins (--provenance), the
+# loss bits of a chat dataset (--chat)
+COMPANIONS = ("index", "boundaries", "origins", "mask")
 
 
 def shard_files(shard: dict[str, Any]) -> list[dict[str, Any]]:

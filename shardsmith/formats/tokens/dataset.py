@@ -14,6 +14,7 @@ import numpy as np
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.indexed import parse_idx
+from shardsmith.formats.tokens.masks import ShardMasks
 from shardsmith.formats.tokens.origins import described, load_origins
 from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.order import ResumableIterator
@@ -45,6 +46,8 @@ class _TokenShards:
         self._doc_lengths: np.ndarray | None = None
         self._doc_ends: np.ndarray | None = None
         self._origins: np.ndarray | None = None
+        self._masks: ShardMasks | None = None
+        self.chat = self.manifest.get("chat") is not None  # --chat: a loss bit per token beside each shard
 
     def __getstate__(self) -> dict[str, Any]:
         # a memory map pickles as a copy of its data: a spawned worker maps (and checks) its own
@@ -117,6 +120,12 @@ class _TokenShards:
         if self._doc_ends is None:
             self._doc_ends = np.cumsum(self.doc_lengths)
         return self._doc_ends
+
+    def loss_mask(self, start: int, width: int) -> np.ndarray:
+        """The loss bits of tokens ``[start, start + width)`` of the split (a chat dataset's)."""
+        if self._masks is None:
+            self._masks = ShardMasks(self._files, self.entries, self.starts, where=self.out_dir)
+        return self._masks.span(start, width)
 
     def origins(self, counts: list[int]) -> np.ndarray:
         """Every document's (or packed piece's: ``counts`` per shard) origin row, in split order
@@ -246,7 +255,9 @@ class TokenDataset:
 
 
 class TokenDocuments:
-    """The documents of a packed split: ``ds[i]`` is document i's token ids (eos included)."""
+    """The documents of a packed split: ``ds[i]`` is document i's token ids (eos included); of a
+    chat dataset (``--chat``), ``{"tokens", "loss_mask"}``: a conversation's ids and, per token,
+    whether the loss counts it."""
 
     def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
@@ -259,20 +270,23 @@ class TokenDocuments:
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def __getitem__(self, i: int) -> Any:
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"document {i} out of range for {n} documents")
         i %= n
         start = int(self._starts[i])
         self._shards._files.touched(int(self._shards.shard_of(start)))
-        return self._shards._span(start, int(self.lengths[i])).astype(np.int64)
+        tokens = self._shards._span(start, int(self.lengths[i])).astype(np.int64)
+        if not self._shards.chat:
+            return tokens
+        return {"tokens": tokens, "loss_mask": self._shards.loss_mask(start, int(self.lengths[i]))}
 
     def release(self) -> None:
         """Let go of the streamed shards this process maps (the cache may evict them)."""
         self._shards.release()
 
-    def get_batch(self, indices: Any) -> list[np.ndarray]:
+    def get_batch(self, indices: Any) -> list[Any]:
         return [self[int(i)] for i in np.asarray(indices)]
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,

@@ -49,6 +49,8 @@ class TokensFormat(Format):
                 m_.count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
                 if "origins" in shard:  # --provenance
                     m_.file_entry(shard["origins"], bad, f"splits.{name}.shards[].origins")
+                if "mask" in shard or m.get("chat") is not None:  # --chat: every shard has its loss bits
+                    m_.file_entry(shard.get("mask"), bad, f"splits.{name}.shards[].mask")
         seq_len = m_.count(m, "seq_len", bad, optional=True, nullable=True, low=1)
         if seq_len is not None and seq_len >= 1 << 31:
             raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
@@ -59,6 +61,7 @@ class TokensFormat(Format):
             for name, split in m["splits"].items():
                 for shard in split["shards"]:
                     m_.file_entry(shard.get("boundaries"), bad, f"splits.{name}.shards[].boundaries")
+        m_.need(m, "chat", dict, bad, optional=True, nullable=True)
         nanogpt = m_.need(m, "nanogpt", dict, bad, optional=True, nullable=True)
         for split, entry in (nanogpt or {}).items():
             if entry is not None:  # a split without tokens has no nanoGPT file
@@ -146,10 +149,17 @@ class TokensFormat(Format):
         return problems
 
     def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
-        """With ``--provenance``: every shard's origins, one row per document (per piece, packed)."""
+        """With ``--provenance``: every shard's origins, one row per document (per piece, packed);
+        with ``--chat``: every shard's loss bits."""
+        from shardsmith.formats.tokens.masks import verify_masks
         from shardsmith.formats.tokens.origins import has_origins, verify_origins
+        from shardsmith.kit.dataset_files import files_for
 
-        return verify_origins(out, manifest, split) if has_origins(manifest) else []
+        problems = verify_origins(out, manifest, split) if has_origins(manifest) else []
+        if manifest.get("chat") is not None:
+            problems += verify_masks(files_for(out), manifest["splits"][split]["shards"],
+                                     safe_dtype(manifest["tokenizer"]["dtype"], field="tokenizer.dtype"))
+        return problems
 
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         from shardsmith.formats.tokens.origins import has_origins

@@ -48,13 +48,20 @@ def found_pad(hf: Any, pad_id: int | None) -> str | None:
     return next((c for c in PAD_CANDIDATES if c in specials), None)
 
 
-def hf_files(tokens: SpecialTokens) -> dict[str, bytes]:
-    """``tokenizer_config.json`` and ``special_tokens_map.json`` for the ``tokenizer.json`` beside them."""
+def hf_files(tokens: SpecialTokens, *, chat_template: Any = None, extra: dict[str, Any] | None = None
+             ) -> dict[str, bytes]:
+    """``tokenizer_config.json`` and ``special_tokens_map.json`` for the ``tokenizer.json`` beside them;
+    ``chat_template`` (``--chat``: a string or transformers' named list) and ``extra`` (the other
+    special tokens the template was rendered with) go into the config, so that
+    ``AutoTokenizer.from_pretrained(out)`` renders conversations as the run did."""
     config = {
+        **(extra or {}),
         "tokenizer_class": "PreTrainedTokenizerFast",  # tokenizer.json as it is, in transformers 4 and 5
         "clean_up_tokenization_spaces": False,  # decode as tokenizers does (no space removed before ".")
         "bos_token": tokens.bos, "eos_token": tokens.eos, "pad_token": tokens.pad,
     }
+    if chat_template is not None:
+        config["chat_template"] = chat_template
     return {"tokenizer_config.json": _json(config), "special_tokens_map.json": _json(tokens.as_map())}
 
 

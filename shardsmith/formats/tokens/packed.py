@@ -1,7 +1,8 @@
 """Reading packed token datasets (``pack-tokens --pack best-fit``): sequence i as ``tokens`` (seq_len
-ids, padded at the end) and ``cu_seqlens`` (int32: 0, the end of each document piece; the last
-entry is the number of real tokens), ready for varlen attention; ``varlen_batch`` joins a batch of them
-into one flat ``cu_seqlens`` (what ``shardsmith.torch.PackedBatches`` yields)."""
+ids, padded at the end), ``cu_seqlens`` (int32: 0, the end of each document piece; the last entry
+is the number of real tokens), ``position_ids`` (restarting at each piece) and, for a chat dataset,
+``loss_mask``; ``varlen_batch`` joins a batch of them into one flat ``cu_seqlens`` with ``labels``
+(what ``shardsmith.torch.PackedBatches`` yields)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,17 @@ def packing_stats(extras: list[dict[str, Any]], *, seq_len: int) -> dict[str, An
             "split_fraction": round(split / docs, 6) if docs else 0.0}
 
 
+IGNORE_INDEX = -100  # a label the loss skips (PyTorch's cross_entropy and HF models' default ignore_index)
+
+
+def positions(cu: np.ndarray, n: int) -> np.ndarray:
+    """Each of ``n`` tokens' position inside its segment (``cu``: 0, the segments' ends; the tail
+    after the last end is one more segment)."""
+    ends = np.append(cu[1:], n) if (len(cu) < 2 or cu[-1] < n) else cu[1:]
+    starts = np.concatenate([[0], ends[:-1]])
+    return np.arange(n, dtype=np.int64) - np.repeat(starts, ends - starts)
+
+
 def varlen_batch(items: list[dict[str, np.ndarray]], *, seq_len: int) -> dict[str, Any]:
     """Packed sequences (``ds[i]`` items) as one batch for varlen attention over ``tokens.reshape(-1)``.
 
@@ -36,7 +48,12 @@ def varlen_batch(items: list[dict[str, np.ndarray]], *, seq_len: int) -> dict[st
     tail as one segment of its own (so padding never joins the next row's first document), the last
     entry ``B·seq_len``; ``max_seqlen`` the longest segment; ``real`` int32 (B,) the real tokens of
     each row (``tokens[j, real[j]:]`` is padding: mask it out of the loss); ``position_ids`` int64
-    (B, seq_len), restarting at 0 at every segment (what HF models take for packed rows).
+    (B, seq_len), restarting at 0 at every segment (what HF models take for packed rows);
+    ``loss_mask`` bool (B, seq_len): the tokens the loss counts (a chat item's own mask; every real
+    token of an item without one, as in a mixture with pre-training data); ``labels`` int64
+    (B, seq_len): ``tokens`` where the loss counts them, ``IGNORE_INDEX`` elsewhere and at the first
+    token of every segment, so that no token is predicted across a packed boundary (unshifted, as HF
+    models take ``labels``: the loss compares the logits at t with the label at t + 1).
     """
     rows = len(items)
     if rows * seq_len >= 1 << 31:
@@ -50,13 +67,19 @@ def varlen_batch(items: list[dict[str, np.ndarray]], *, seq_len: int) -> dict[st
             ends.append(np.array([(j + 1) * seq_len], np.int64))
     cu = np.concatenate(ends)
     lengths = np.diff(cu)
-    positions = np.arange(rows * seq_len, dtype=np.int64) - np.repeat(cu[:-1], lengths)
+    pos = np.arange(rows * seq_len, dtype=np.int64) - np.repeat(cu[:-1], lengths)
+    real_token = np.arange(seq_len)[None, :] < real[:, None]
+    mask = np.stack([np.asarray(it["loss_mask"], dtype=bool) if "loss_mask" in it else real_token[j]
+                     for j, it in enumerate(items)]) if rows else np.zeros((0, seq_len), bool)
+    mask = mask & real_token
+    labels = np.where(mask & (pos.reshape(rows, seq_len) > 0), tokens, IGNORE_INDEX)
     return {"tokens": tokens, "cu_seqlens": cu.astype(np.int32), "max_seqlen": int(lengths.max(initial=0)),
-            "real": real, "position_ids": positions.reshape(rows, seq_len)}
+            "real": real, "position_ids": pos.reshape(rows, seq_len), "loss_mask": mask, "labels": labels}
 
 
 class PackedSequences:
-    """The packed sequences of one split: ``ds[i] -> {"tokens": int64[seq_len], "cu_seqlens": int32[k+1]}``."""
+    """The packed sequences of one split: ``ds[i] -> {"tokens": int64[seq_len], "cu_seqlens": int32[k+1],
+    "position_ids": int64[seq_len]}``, with ``"loss_mask": bool[seq_len]`` for a chat dataset."""
 
     def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
@@ -121,7 +144,11 @@ class PackedSequences:
     def __getitem__(self, i: int) -> dict[str, np.ndarray]:
         i = self._check(int(i))
         tokens = self._shards._span(i * self.seq_len, self.seq_len).astype(np.int64)
-        return {"tokens": tokens, "cu_seqlens": self.cu_seqlens(i)}
+        cu = self.cu_seqlens(i)
+        item = {"tokens": tokens, "cu_seqlens": cu, "position_ids": positions(cu, self.seq_len)}
+        if self._shards.chat:
+            item["loss_mask"] = self._shards.loss_mask(i * self.seq_len, self.seq_len)
+        return item
 
     def get_batch(self, indices: Any) -> list[dict[str, np.ndarray]]:
         return [self[int(i)] for i in np.asarray(indices)]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardsmith.core.fsutil import HashingFile
+from shardsmith.formats.tokens.masks import MASK_SUFFIX, MaskFile, ids_dtype, pad_unit, split_units
 from shardsmith.formats.tokens.origins import ORIGINS_SUFFIX, check_batch, npy_bytes, write_origins
 from shardsmith.formats.tokens.packing import BestFitPacker, Window
 from shardsmith.formats.tokens.writer import idx_bytes
@@ -28,7 +29,8 @@ __all__ = ["CU_SUFFIX", "PackedTokensWriter", "npy_bytes"]
 
 class PackedTokensWriter(Writer):
     """Documents in, fixed-length packed sequences out, rolling over after ``shard_tokens``; with
-    ``provenance``, the origin of every document piece as placed, beside each shard."""
+    ``provenance``, the origin of every document piece as placed, beside each shard; (id, mask)
+    units (``--chat``): each shard's loss bits beside it, padding off (``masks.py``)."""
 
     name = "tokens"
     suffix = ".bin"
@@ -39,7 +41,9 @@ class PackedTokensWriter(Writer):
         super().__init__(out_dir=out_dir, split=split, part=part)
         self.provenance = provenance
         self._origins: list[np.ndarray] = []
-        self.dtype = np.dtype(dtype)
+        self.unit = np.dtype(dtype)  # what a token is in the payload
+        self.dtype = ids_dtype(self.unit)  # what it is in the shard
+        self._mask: MaskFile | None = None
         self.seq_len = seq_len
         self.pad_id = pad_id
         self.per_shard = max(1, shard_tokens // seq_len)  # whole sequences per shard
@@ -60,20 +64,22 @@ class PackedTokensWriter(Writer):
         self.write_batch(batch.lengths, batch.payload, origins=batch.origins)
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview, *, origins: np.ndarray | None = None) -> None:
-        counts = np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
+        counts = np.asarray(lengths, dtype=np.int64) // self.unit.itemsize
         if self.provenance:
             origins = check_batch(origins, len(counts))
-        for window in self.packer.add_batch(counts, np.frombuffer(payload, dtype=self.dtype),
+        for window in self.packer.add_batch(counts, np.frombuffer(payload, dtype=self.unit),
                                             origins=origins if self.provenance else None):
             self._write(window)
 
     def _write(self, window: Window) -> None:
         self._docs += window.empty
-        for block in window.blocks(pad_id=self.pad_id, dtype=self.dtype):
+        for block in window.blocks(pad=pad_unit(self.pad_id, self.unit), dtype=self.unit):
             at, ends, origins = 0, block.ends, block.origins
             while at < len(block.rows):
                 if self._bin is None:
                     self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
+                    if self.unit != self.dtype:
+                        self._mask = MaskFile(self.out_dir / self.shard_name(self.next_index(), MASK_SUFFIX))
                 take = min(len(block.rows) - at, self.per_shard - self._count)
                 upto = int(np.searchsorted(ends, (at + take) * self.seq_len, side="right"))
                 self._ends.append(ends[:upto] + (self._count - at) * self.seq_len)
@@ -82,7 +88,10 @@ class PackedTokensWriter(Writer):
                     assert origins is not None  # the packer carries them for every window
                     self._origins.append(origins[:upto])
                     origins = origins[upto:]
-                self._bin.write(memoryview(block.rows[at:at + take]).cast("B"))
+                ids, mask = split_units(block.rows[at:at + take])
+                self._bin.write(memoryview(ids).cast("B"))
+                if self._mask is not None and mask is not None:
+                    self._mask.write(mask)
                 self._real += int(block.real[at:at + take].sum())
                 self._docs += int(block.documents[at:at + take].sum())
                 self._split += int(block.split[at:at + take].sum())
@@ -105,10 +114,12 @@ class PackedTokensWriter(Writer):
         if self.provenance:
             extra["origins"] = write_origins(self.out_dir / self.shard_name(self.next_index(), ORIGINS_SUFFIX),
                                              self._origins)
+        if self._mask is not None:
+            extra["mask"] = self._mask.commit()
         extra.update(real_tokens=self._real, documents=self._docs, documents_split=self._split)
         self.shards.append(ShardRecord(path=name, samples=self._count, bytes=self._bin.bytes, sha256=sha,
                                        extra=extra))
-        self._bin, self._ends, self._origins = None, [], []
+        self._bin, self._ends, self._origins, self._mask = None, [], [], None
         self._count = self._real = self._docs = self._split = 0
 
     def close(self) -> list[ShardRecord]:
@@ -121,5 +132,6 @@ class PackedTokensWriter(Writer):
         return self.shards
 
     def abort(self) -> None:
-        if self._bin is not None:
-            self._bin.abort()
+        for f in (self._bin, self._mask):
+            if f is not None:
+                f.abort()

@@ -21,6 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -94,13 +95,13 @@ class Window:
         self.sequences = int(self.seq[-1]) + 1 if n else 0
         self.empty = 0
 
-    def block(self, r0: int, r1: int, *, pad_id: int, dtype: np.dtype) -> Block:
-        """Sequences ``[r0, r1)`` of this window."""
+    def block(self, r0: int, r1: int, *, pad: Any, dtype: np.dtype) -> Block:
+        """Sequences ``[r0, r1)`` of this window, padded with ``pad`` (a value of ``dtype``)."""
         n = self.seq_len
         a, b = np.searchsorted(self.seq, [r0, r1], side="left")
         ln = self.len[a:b]
         dst = (self.seq[a:b] - r0) * n + self.dst[a:b]
-        rows = np.full((r1 - r0) * n, pad_id, dtype=dtype)
+        rows = np.full((r1 - r0) * n, pad, dtype=dtype)
         tokens = self.tokens
         for d, s, m in zip(dst.tolist(), self.src[a:b].tolist(), ln.tolist()):  # pieces are long: a copy each
             rows[d:d + m] = tokens[s:s + m]
@@ -110,10 +111,10 @@ class Window:
         origins = None if self.origins is None else self.origins[a:b]
         return Block(rows=rows.reshape(r1 - r0, n), ends=dst + ln, origins=origins, **per_row)
 
-    def blocks(self, *, pad_id: int, dtype: np.dtype) -> Iterator[Block]:
+    def blocks(self, *, pad: Any, dtype: np.dtype) -> Iterator[Block]:
         step = max(1, BLOCK_TOKENS // self.seq_len)
         for r0 in range(0, self.sequences, step):
-            yield self.block(r0, min(self.sequences, r0 + step), pad_id=pad_id, dtype=dtype)
+            yield self.block(r0, min(self.sequences, r0 + step), pad=pad, dtype=dtype)
 
     def pieces(self) -> list[list[np.ndarray]]:
         """Each sequence's pieces (for tests and small tools)."""

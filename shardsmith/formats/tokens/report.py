@@ -54,6 +54,10 @@ def token_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> l
                                              xlabel="shard (all splits, in order)", ylabel="tokens"))
     section.tables.append(_cut_table(manifest, lens, seq_len, packing))
     sections = [section]
+    if manifest.get("chat") is not None:  # --chat: conversations and the tokens the loss counts
+        from shardsmith.formats.tokens.chat_report import chat_section
+
+        sections.append(chat_section(out, manifest, [s for _, s in shards], spans, dtype.itemsize))
     counts, counted = _counts(out, shards, spans, dtype, sampling)
     if counted:
         sections.append(_top_tokens(out, tok, counts, counted, sampling))

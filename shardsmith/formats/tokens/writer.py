@@ -18,6 +18,7 @@ import numpy as np
 from shardsmith.core.fsutil import HashingFile, file_sha256, fsync_dir, naming
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.masks import MASK_SUFFIX, MaskFile, ids_dtype, split_units
 from shardsmith.formats.tokens.origins import ORIGINS_SUFFIX, check_batch, write_origins
 from shardsmith.kit.rollover import Rollover, runs
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
@@ -95,7 +96,8 @@ def flat_scratch(work_dir: Path, split: str) -> Path:
 
 class TokensWriter(Writer):
     """Writes one split's documents (token arrays in ``dtype``) into rolling Megatron shards; with
-    ``provenance``, each shard's document origins beside it (``formats/tokens/origins.py``)."""
+    ``provenance``, each shard's document origins beside it (``formats/tokens/origins.py``); a
+    ``dtype`` of (id, mask) units (``--chat``) writes each shard's loss bits beside it (``masks.py``)."""
 
     name = "tokens"
     suffix = ".bin"
@@ -105,7 +107,9 @@ class TokensWriter(Writer):
         super().__init__(out_dir=out_dir, split=split, part=part)
         self.provenance = provenance
         self._origins: list[np.ndarray] = []
-        self.dtype = np.dtype(dtype)
+        self.unit = np.dtype(dtype)  # what a token is in the payload
+        self.dtype = ids_dtype(self.unit)  # what it is in the shard
+        self._mask: MaskFile | None = None
         self.shard_tokens = shard_tokens
         self.nanogpt = nanogpt
         self._bin: HashingFile | None = None
@@ -118,12 +122,12 @@ class TokensWriter(Writer):
         return Rollover(max_weight=self.shard_tokens)
 
     def weights(self, lengths: np.ndarray, payload: memoryview | None) -> np.ndarray:
-        return np.asarray(lengths, dtype=np.int64) // self.dtype.itemsize
+        return np.asarray(lengths, dtype=np.int64) // self.unit.itemsize
 
     def total_weight(self, payload_bytes: int) -> int | None:
         """Tokens of documents whose ids total ``payload_bytes`` (each a whole number of ids): the
         gather's plan skips a group that fits in a shard whole instead of reading its heads."""
-        return payload_bytes // self.dtype.itemsize
+        return payload_bytes // self.unit.itemsize
 
     def write_sorted(self, batch: SortedBatch) -> None:
         self.write_batch(batch.lengths, batch.payload, origins=batch.origins)
@@ -134,18 +138,25 @@ class TokensWriter(Writer):
         counts = self.weights(lengths, None)
         if self.provenance:
             origins = check_batch(origins, len(counts))
+        ids, mask = split_units(np.frombuffer(payload, dtype=self.unit))
+        if mask is not None:
+            payload = memoryview(ids).cast("B")
         if self.nanogpt:  # nanoGPT reads uint16, whatever the shards' dtype
             if self._flat is None:
                 self._flat = _FlatPiece(out_dir=self.out_dir, split=self.split, part=self.part)
-            flat = np.frombuffer(payload, dtype=self.dtype)
-            self._flat.write(payload if self.dtype == np.uint16 else flat.astype(np.uint16).tobytes())
-        starts = starts_of(counts) * self.dtype.itemsize
+            self._flat.write(payload if self.dtype == np.uint16 else ids.astype(np.uint16).tobytes())
+        starts = starts_of(counts)
+        size = self.dtype.itemsize
         for a, b, new in runs(self._roller.cut(counts), len(counts)):
             if new:
                 self._roll()
             if self._bin is None:
                 self._bin = HashingFile(self.out_dir / self.shard_name(self.next_index()))
-            self._bin.write(payload[int(starts[a]):int(starts[b])])
+                if mask is not None:
+                    self._mask = MaskFile(self.out_dir / self.shard_name(self.next_index(), MASK_SUFFIX))
+            self._bin.write(payload[int(starts[a]) * size:int(starts[b]) * size])
+            if self._mask is not None and mask is not None:
+                self._mask.write(mask[int(starts[a]):int(starts[b])])
             self._lengths.append(counts[a:b])
             if origins is not None and self.provenance:
                 self._origins.append(np.array(origins[a:b]))  # a copy: the batch's buffers are reused
@@ -163,9 +174,11 @@ class TokensWriter(Writer):
         if self.provenance:
             path = self.out_dir / self.shard_name(self.next_index(), ORIGINS_SUFFIX)
             extra["origins"] = write_origins(path, self._origins)
+        if self._mask is not None:
+            extra["mask"] = self._mask.commit()
         self.shards.append(ShardRecord(path=name, samples=len(lengths), bytes=self._bin.bytes, sha256=sha,
                                        extra=extra))
-        self._bin, self._lengths, self._origins = None, [], []
+        self._bin, self._lengths, self._origins, self._mask = None, [], [], None
 
     def close(self) -> list[ShardRecord]:
         if self._bin is not None:
@@ -206,6 +219,6 @@ class TokensWriter(Writer):
         return {"flat": self.flat_record}
 
     def abort(self) -> None:
-        for f in (self._bin, self._flat):
+        for f in (self._bin, self._flat, self._mask):
             if f is not None:
                 f.abort()

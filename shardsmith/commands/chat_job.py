@@ -1,0 +1,104 @@
+"""The steps of ``pack-tokens --chat`` (``TokenSteps`` with conversations for documents).
+
+A row is a conversation (``--messages-field``, or ``--prompt-field``/``--completion-field``
+pairs), rendered with the tokenizer's chat template (``kit/chat_template.py``, as transformers
+renders it) and encoded with a loss bit per token (``--train-on``); the tokens and their bits
+travel together (``formats/tokens/masks.py``) and the writers put the bits beside each shard.
+Nothing is added around a conversation: the template places every special token. The output
+folder's ``tokenizer_config.json`` carries the template, so ``AutoTokenizer.from_pretrained(OUT)``
+renders as the run did.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardsmith.commands.chat_options import too_long_of
+from shardsmith.commands.token_facts import TokenizerFacts
+from shardsmith.commands.token_job import TokenSteps
+from shardsmith.engine.job import Described, JobRun
+from shardsmith.engine.run import Converted
+from shardsmith.formats.tokens import neighbours
+from shardsmith.formats.tokens.masks import unit_dtype
+from shardsmith.kit.chat import ChatFields
+from shardsmith.kit.chat_template import ChatTemplate, load_chat_template
+from shardsmith.transforms import tokenize as tk
+from shardsmith.transforms.chat import TURN_BINS, ChatProcessor, ChatRenderer
+from shardsmith.transforms.chat_tokens import ChatEncoder
+
+# what transformers reads a tokenizer's chat template and special tokens from, beside tokenizer.json
+TEMPLATE_FILES = ("tokenizer_config.json", "chat_template.jinja", "chat_template.json", "special_tokens_map.json")
+
+
+class ChatSteps(TokenSteps):
+    """Conversations into tokens with a loss bit each."""
+
+    desc = "render and tokenize"
+
+    def checked(self, opts: Any) -> Any:
+        self.template: ChatTemplate = load_chat_template(tokenizer=opts.tokenizer, template_file=opts.chat_template)
+        self.fields = ChatFields(messages=opts.messages_field, prompt=opts.prompt_field,
+                                 completion=opts.completion_field)
+        self.renderer = ChatRenderer(template=self.template, fields=self.fields, train_on=opts.train_on,
+                                     transforms=self.transforms)
+        return opts
+
+    def reader_of(self, cls: Any, opts: Any) -> Any:
+        return cls.for_records()  # every field of a row: the messages, the tools, a pair's halves
+
+    def text_of(self, value: Any) -> str:
+        return self.renderer.render(value)[0]
+
+    def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
+        """The tokenizer and benchmarks, and where the template and its special tokens come from."""
+        opts = run.opts
+        folder = Path(opts.tokenizer).parent
+        beside = [str(folder / name) for name in TEMPLATE_FILES]
+        return (*super().extra_inputs(run), opts.chat_template, *beside)
+
+    def payload_dtype(self, spec: tk.TokenizerSpec) -> np.dtype:
+        return unit_dtype(spec.dtype)
+
+    def hf_files(self, facts: TokenizerFacts, opts: Any) -> dict[str, bytes]:
+        variables = self.template.variables
+        tokens = neighbours.SpecialTokens(eos=variables.get("eos_token"), bos=variables.get("bos_token"),
+                                          pad=variables.get("pad_token") or facts.pad)
+        t = self.template
+        saved = [{"name": n, "template": src} for n, src in t.sources.items()] if t.named else t.sources["default"]
+        return neighbours.hf_files(tokens, chat_template=saved, extra=variables)
+
+    def make_processor(self, spec: tk.TokenizerSpec, opts: Any, *, loaded: Any, tokenizing: bool) -> Any:
+        encoder = ChatEncoder(tokenizer_json=spec.json, engine=spec.engine, loaded=loaded) if tokenizing else None
+        return ChatProcessor(spec=spec, renderer=self.renderer, unit=unit_dtype(spec.dtype),
+                             seq_len=opts.seq_len if opts.pack is not None else None, too_long=too_long_of(opts) or
+                             "split", encoder=encoder)
+
+    def describe(self, run: JobRun, done: Converted) -> Described:
+        described = super().describe(run, done)
+        opts = run.opts
+        stats: dict[str, int] = {}
+        for r in done.results:
+            for key, n in r.stats.items():
+                stats[key] = stats.get(key, 0) + int(n)
+        shards = [s for o in done.outputs.values() for s in o.shards]
+        tokens = sum(int(s.extra.get("real_tokens", s.extra["mask"]["tokens"])) for s in shards)  # padding not
+        trained = sum(int(s.extra["mask"]["trained"]) for s in shards)
+        chat = {"template_sha256": self.template.sha256, "generation_blocks": self.template.has_generation,
+                "messages_field": opts.messages_field if opts.prompt_field is None else None,
+                "prompt_field": opts.prompt_field, "completion_field": opts.completion_field,
+                "train_on": opts.train_on, "too_long": too_long_of(opts),
+                "conversations": stats.get("conversations", 0), "tokens": tokens, "trained_tokens": trained,
+                "trained_fraction": round(trained / tokens, 6) if tokens else 0.0,
+                "truncated": stats.get("truncated", 0), "truncated_tokens": stats.get("truncated_tokens", 0),
+                "dropped_too_long": stats.get("dropped_too_long", 0),
+                "dropped_tokens": stats.get("dropped_tokens", 0),
+                "turns": {str(n): stats[f"turns:{n}"] for n in range(1, TURN_BINS + 1) if f"turns:{n}" in stats}}
+        source = {**described.source, "messages_field": chat["messages_field"]}
+        source.pop("text_field", None)
+        return Described(source=source, schema={**described.schema, "loss_mask": {"kind": "mask", "bits": 1}},
+                         extras={**described.extras, "chat": chat}, used=described.used, written=described.written,
+                         list_inputs=described.list_inputs)
+

@@ -1,0 +1,122 @@
+"""Conversations into token ids and loss bits, in the worker (``pack-tokens --chat``).
+
+Each row becomes a conversation (``kit/chat.py``), rendered with the chat template and the spans
+the loss counts (``--train-on``), encoded with the bits of those spans (``chat_tokens.py``). A
+conversation longer than ``--seq-len`` is cut to it, left out, or kept whole for the packer to
+split (``--too-long``). The payload is one ``(id, mask)`` unit per token
+(``formats/tokens/masks.unit_dtype``): the rest of the run moves a token and its bit together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shardsmith.core.ragged import starts_of
+from shardsmith.kit.chat import ChatFields, conversation_of, rendered
+from shardsmith.kit.chat_template import ChatError, ChatTemplate
+from shardsmith.kit.processed import Processed
+from shardsmith.kit.reader import RecordError, Task
+from shardsmith.kit.transform import Transform, apply_all
+from shardsmith.transforms import tokenize as tk
+from shardsmith.transforms.chat_tokens import ChatEncoder
+
+MAX_CHARS = 4 << 20  # a conversation is encoded whole: longer ones are bad records
+TURN_BINS = 16  # turns per conversation are counted up to this; more count as this many
+
+
+class ChatRenderer:
+    """A row into (rendered text, the char spans the loss counts, messages): the one way the
+    workers, the engine check and the tokenizer's sample read a conversation."""
+
+    def __init__(self, *, template: ChatTemplate, fields: ChatFields, train_on: str,
+                 transforms: Sequence[Transform] = ()) -> None:
+        self.template, self.fields, self.train_on = template, fields, train_on
+        self.transforms = list(transforms)
+
+    def render(self, value: Any, *, task: Task | None = None, record: int = 0) -> tuple[str, list[tuple[int, int]], int]:
+        """(text, spans, messages); a RecordError says why the row is no conversation."""
+        try:
+            if self.transforms and task is not None:
+                value = apply_all(self.transforms, value, file=task.file.rel, record=record)
+            conv = conversation_of(value, self.fields)
+            text, spans = rendered(self.template, conv, train_on=self.train_on)
+        except ChatError as exc:
+            raise RecordError(str(exc)) from None
+        if len(text) > MAX_CHARS:
+            raise RecordError(f"a conversation of {len(text):,} characters rendered: longer than the "
+                              f"{MAX_CHARS:,} --chat encodes at once")
+        return text, spans, len(conv.messages)
+
+
+class ChatProcessor:
+    """Renders and encodes a batch of conversations; the encoder is built in each worker."""
+
+    def __init__(self, *, spec: tk.TokenizerSpec, renderer: ChatRenderer, unit: np.dtype, seq_len: int | None,
+                 too_long: str, encoder: ChatEncoder | None = None) -> None:
+        """``unit``: the payload's (id, mask) dtype; ``seq_len``: the packed length ``too_long``
+        applies to (None: conversations stay whole); ``encoder``: built in the parent, so forked
+        workers inherit it."""
+        self.spec, self.renderer, self.unit = spec, renderer, np.dtype(unit)
+        self.seq_len, self.too_long = seq_len, too_long
+        self._encoder = encoder
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_encoder": None}
+
+    def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
+        texts: list[str] = []
+        spans: list[list[tuple[int, int]]] = []
+        records, bad, turns = [], [], []
+        for record, value in batch:
+            try:
+                text, sp, messages = self.renderer.render(value, task=task, record=record)
+            except RecordError as exc:
+                bad.append((record, str(exc)))
+                continue
+            texts.append(text)
+            spans.append(sp)
+            records.append(record)
+            turns.append(messages)
+        if self._encoder is None:
+            self._encoder = ChatEncoder(tokenizer_json=self.spec.json, engine=self.spec.engine)
+        if texts:
+            ids, mask, lengths = self._encoder.encode(texts, spans)
+        else:
+            ids, mask, lengths = np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0, np.int64)
+        units = np.empty(len(ids), dtype=self.unit)
+        units["id"] = ids
+        units["mask"] = mask
+        stats = {"conversations": len(texts)}
+        for n in turns:
+            key = f"turns:{min(n, TURN_BINS)}"
+            stats[key] = stats.get(key, 0) + 1
+        out = Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, np.int64),
+                        payload=units, bad=bad, texts=texts, stats=stats)
+        return self._fitted(out)
+
+    def _fitted(self, out: Processed) -> Processed:
+        """``--too-long``: conversations over ``seq_len`` cut to it (their first tokens), left out, or
+        kept whole (the packer splits them), each counted."""
+        if self.seq_len is None or self.too_long == "split" or not len(out.lengths):
+            return out
+        over = out.lengths > self.seq_len
+        if not over.any():
+            return out
+        stats = dict(out.stats or {})
+        if self.too_long == "drop":
+            stats["dropped_too_long"] = int(over.sum())
+            stats["dropped_tokens"] = int(out.lengths[over].sum())
+            kept = out.subset(~over)
+            kept.stats = stats
+            return kept
+        keep = np.minimum(out.lengths, self.seq_len)
+        starts = starts_of(out.lengths)[:-1]
+        take = np.repeat(starts - starts_of(keep)[:-1], keep) + np.arange(int(keep.sum()))
+        stats["truncated"] = int(over.sum())
+        stats["truncated_tokens"] = int((out.lengths - keep).sum())
+        assert out.payload is not None
+        return Processed(records=out.records, lengths=keep, payload=out.payload[take], bad=out.bad,
+                         texts=out.texts, stats=stats)
