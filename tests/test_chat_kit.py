@@ -12,271 +12,36 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from chat_models import (
+    PIECES,
+    TOOLS,
+    Model,
+    build_models,
+    build_tokenizers,
+    model_folder,
+    random_conversation,
+    tokenizer_json,
+    transformers_answer,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardsmith.errors import UsageError
 from shardsmith.kit.chat import ChatFields, Conversation, conversation_of, rendered
-from shardsmith.kit.chat_template import ChatError, ChatTemplate, load_chat_template
+from shardsmith.kit.chat_files import load_chat_template
+from shardsmith.kit.chat_template import ChatError, ChatTemplate
 from shardsmith.transforms.chat_tokens import ChatEncoder, mask_from_offsets
 
 transformers = pytest.importorskip("transformers")
 
-# ---------------------------------------------------------------------------------------------
-# templates, written out as the models ship them (shortened only where nothing is exercised)
-
-CHATML = (
-    "{%- for message in messages %}"
-    "{%- if loop.first and message.role != 'system' %}"
-    "{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
-
-LLAMA3_GENERATION = """{{- bos_token }}
-{%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content'] | trim %}
-    {%- set messages = messages[1:] %}
-{%- else %}
-    {%- set system_message = "" %}
-{%- endif %}
-{{- '<|start_header_id|>system<|end_header_id|>\\n\\n' }}
-{{- 'Cutting Knowledge Date: December 2023\\n\\n' }}
-{{- system_message + '<|eot_id|>' }}
-{%- for message in messages %}
-    {%- if message['role'] not in ['user', 'assistant'] %}
-        {{- raise_exception('Conversation roles must be user or assistant') }}
-    {%- endif %}
-    {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' }}
-    {%- if message['role'] == 'assistant' %}
-        {%- generation %}{{- message['content'] | trim + '<|eot_id|>' }}{%- endgeneration %}
-    {%- else %}
-        {{- message['content'] | trim + '<|eot_id|>' }}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
-{%- endif %}
-"""
-
-_QWEN_SYSTEM = """{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- messages[0]['content'] }}
-    {%- else %}
-        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful assistant.' }}
-    {%- endif %}
-    {{- "\\n\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n" }}
-    {{- "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
-{%- else %}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}
-    {%- else %}
-        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-"""
-_QWEN_TOOL_REPLY = """    {%- elif message.role == "tool" %}
-        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\\n<tool_response>\\n' }}
-        {{- message.content }}
-        {{- '\\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-"""
-_QWEN_CALLS = """        {%- for tool_call in message.tool_calls %}
-            {%- if tool_call.function is defined %}
-                {%- set tool_call = tool_call.function %}
-            {%- endif %}
-            {{- '\\n<tool_call>\\n{"name": "' }}
-            {{- tool_call.name }}
-            {{- '", "arguments": ' }}
-            {{- tool_call.arguments | tojson }}
-            {{- '}\\n</tool_call>' }}
-        {%- endfor %}
-"""
-# Qwen2.5's template (Hermes-style tools): no generation blocks, read turn by turn
-QWEN_TOOLS = _QWEN_SYSTEM + """{%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
-        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
-    {%- elif message.role == "assistant" %}
-        {{- '<|im_start|>' + message.role }}
-        {%- if message.content %}
-            {{- '\\n' + message.content }}
-        {%- endif %}
-""" + _QWEN_CALLS + """        {{- '<|im_end|>\\n' }}
-""" + _QWEN_TOOL_REPLY
-# the same with generation blocks around what the assistant writes (as TRL's training templates do)
-QWEN_TOOLS_GENERATION = _QWEN_SYSTEM + """{%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) %}
-        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}
-    {%- elif message.role == "assistant" %}
-        {{- '<|im_start|>assistant\\n' }}
-        {%- generation %}
-        {{- message.content if message.content is defined else '' }}
-""" + _QWEN_CALLS + """        {{- '<|im_end|>' }}
-        {%- endgeneration %}
-        {{- '\\n' }}
-""" + _QWEN_TOOL_REPLY
-# a bare template whose generation blocks can be empty and sit inside a pre-token (" \n")
-PLAIN_GENERATION = ("{%- for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
-                    "{{ m.content }}{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}")
-
-# ---------------------------------------------------------------------------------------------
-# tokenizers: byte-level BPE trained here, saved as a model folder transformers loads
-
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|begin_of_text|>", "<|start_header_id|>",
-            "<|end_header_id|>", "<|eot_id|>"]
-PIECES = ["hello", " world", "the", " quick", "Brown", "fox's", "日本語", " 東京", "🤖", "🙂", "naïve", "café",
-          "e\u0301", "\u00a0", "\u3000", "\u2028", " ", "  ", "   ", "\n", "\n\n", " \n", "\t", "x", "1234", "?!", "..",
-          "<|im_end|>", "<|im_start|>", "<|eot_id|>", "<tool_call>", "</tool_call>", "Ġ", "assistant", "user", ""]
-LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-
-
-def _text(rng: random.Random) -> str:
-    return "".join(rng.choice(PIECES) for _ in range(rng.choice([0, 0, 1, 2, 4, 9, 25])))
-
-
-def _corpus() -> list[str]:
-    rng = random.Random(7)
-    return [" ".join(_text(rng) for _ in range(8)) + rng.choice(["", " \n", ": \n", "\n\n"]) for _ in range(400)]
-
-
-def _tokenizer_json(*, kind: str, trim_offsets: bool = True, add_prefix_space: bool = False,
-                    nfc: bool = False) -> str:
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
-
-    tok = Tokenizer(models.BPE())
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=add_prefix_space, use_regex=kind == "gpt2")
-    if kind == "gpt2":
-        tok.pre_tokenizer = byte_level
-    else:  # Llama-3's and Qwen2's: a split regex, then bytes
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated"), byte_level])
-    if kind == "qwen" or nfc:
-        tok.normalizer = normalizers.NFC()
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=900, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(_corpus(), trainer=trainer)
-    tok.add_tokens([AddedToken("<tool_call>", special=False, normalized=False),
-                    AddedToken("</tool_call>", special=False, normalized=False)])
-    if kind == "gpt2":  # RoBERTa's: takes the spaces before it (bytes no token stands for)
-        tok.add_special_tokens([AddedToken("<mask>", lstrip=True, special=True)])
-    trim = processors.ByteLevel(trim_offsets=trim_offsets, add_prefix_space=add_prefix_space)
-    if kind == "llama3":
-        tok.post_processor = processors.Sequence([trim, processors.TemplateProcessing(
-            single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", tok.token_to_id("<|begin_of_text|>"))])])
-    else:
-        tok.post_processor = trim
-    return tok.to_str()
-
-
-def _folder(root: Path, json_text: str, template, **config) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "tokenizer.json").write_text(json_text, encoding="utf-8")
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", **config}
-    if template is not None:
-        config["chat_template"] = template
-    (root / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
-    return root
-
-
 @pytest.fixture(scope="module")
 def tokenizers_json() -> dict[str, str]:
-    return {"gpt2": _tokenizer_json(kind="gpt2", trim_offsets=True),
-            "llama3": _tokenizer_json(kind="llama3", trim_offsets=False),
-            "qwen": _tokenizer_json(kind="qwen", trim_offsets=False)}
-
-
-class Model:
-    """A model folder: its tokenizer.json, transformers' tokenizer of it, our template and encoders."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.json = (folder / "tokenizer.json").read_text(encoding="utf-8")
-        self.reference = transformers.AutoTokenizer.from_pretrained(folder)
-        self.template = load_chat_template(tokenizer=folder / "tokenizer.json", template_file=None)
-        self.encoders = {e: ChatEncoder(tokenizer_json=self.json, engine=e) for e in ("hf", "gigatoken")}
+    return build_tokenizers()
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, tokenizers_json) -> dict[str, Model]:
-    root = tmp_path_factory.mktemp("models")
-    special = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
-    return {
-        "chatml": Model(_folder(root / "chatml", tokenizers_json["gpt2"], CHATML, **special)),
-        "llama3": Model(_folder(root / "llama3", tokenizers_json["llama3"], LLAMA3_GENERATION,
-                                bos_token={"__type": "AddedToken", "content": "<|begin_of_text|>", "lstrip": False,
-                                           "normalized": False, "rstrip": False, "single_word": False,
-                                           "special": True}, eos_token="<|eot_id|>")),
-        "qwen": Model(_folder(root / "qwen", tokenizers_json["qwen"], QWEN_TOOLS, **special)),
-        "named": Model(_folder(root / "named", tokenizers_json["qwen"],
-                               [{"name": "default", "template": LLAMA3_GENERATION.replace("{{- bos_token }}", "")},
-                                {"name": "tool_use", "template": QWEN_TOOLS_GENERATION}], **special)),
-        "plain": Model(_folder(root / "plain", tokenizers_json["llama3"], PLAIN_GENERATION)),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# generated conversations
-
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                           "required": ["city"]}}},
-         {"type": "function", "function": {"name": "search", "description": "Search the web <|im_end|>.",
-                                            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
-
-
-def _conversation(rng: random.Random, *, tools: bool = False, roles=("user", "assistant")) -> list[dict]:
-    messages = []
-    if rng.random() < 0.4:
-        messages.append({"role": "system", "content": _text(rng)})
-    for _ in range(rng.randint(1, 4)):
-        messages.append({"role": roles[0], "content": _text(rng)})
-        if tools and rng.random() < 0.5:
-            calls = [{"type": "function", "function": {"name": rng.choice(["get_weather", "search"]),
-                                                       "arguments": {"city": _text(rng)}}}
-                     for _ in range(rng.randint(1, 2))]
-            messages.append({"role": "assistant", "content": rng.choice([None, "", _text(rng)]), "tool_calls": calls})
-            messages.extend({"role": "tool", "content": _text(rng)} for _ in calls)
-        if rng.random() < 0.9:
-            messages.append({"role": roles[1], "content": _text(rng)})
-    return messages
-
-
-def _transformers(model: Model, messages: list[dict], tools=None) -> tuple[str, dict]:
-    ref = model.reference
-    text = ref.apply_chat_template(messages, tools=tools, tokenize=False)
-    out = ref.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
-                                  return_assistant_tokens_mask=True)
-    return text, out
+    return build_models(tmp_path_factory.mktemp("models"), tokenizers_json)
 
 
 def _ours(model: Model, messages: list[dict], tools=None, *, train_on: str = "assistant"):
@@ -299,8 +64,8 @@ def test_generation_template_equals_transformers_ids_and_assistant_masks(models)
     the gigatoken engine derives every offset itself (no text handed to tokenizers)."""
     model, rng, trained = models["llama3"], random.Random(1), 0
     for _ in range(N):
-        messages = _conversation(rng)
-        text, ref = _transformers(model, messages)
+        messages = random_conversation(rng)
+        text, ref = transformers_answer(model, messages)
         ours_text, spans, got = _ours(model, messages)
         assert ours_text == text
         for engine, (ids, mask, lengths) in got.items():
@@ -317,11 +82,11 @@ def test_empty_generation_blocks_inside_a_token_are_transformers_too(models):
     marks a token across such a point, and so do we."""
     model, rng, across = models["plain"], random.Random(2), 0
     for _ in range(N):
-        messages = _conversation(rng)
+        messages = random_conversation(rng)
         for m in messages:
             if m["role"] == "assistant" and rng.random() < 0.5:
                 m["content"] = ""
-        text, ref = _transformers(model, messages)
+        text, ref = transformers_answer(model, messages)
         _, spans, got = _ours(model, messages)
         for engine, (ids, mask, _) in got.items():
             assert ids.tolist() == ref["input_ids"] and mask.astype(int).tolist() == ref["assistant_masks"], engine
@@ -351,8 +116,8 @@ def test_turn_by_turn_rule_on_chatml_marks_the_assistant_turns(models):
     model, rng = models["chatml"], random.Random(3)
     assert not model.template.has_generation
     for _ in range(N):
-        messages = _conversation(rng)
-        text, ref = _transformers(model, messages)
+        messages = random_conversation(rng)
+        text, ref = transformers_answer(model, messages)
         ours_text, spans, got = _ours(model, messages)
         assert (ours_text, spans) == (text, _chatml_by_hand(messages)[1]) and _chatml_by_hand(messages)[0] == text
         want = mask_from_offsets(_offsets(model, text), spans)
@@ -371,8 +136,8 @@ def test_tools_template_with_system_prompt_and_tool_calls(models):
 
     for i in range(N):
         tools = TOOLS if i % 3 else None
-        messages = _conversation(rng, tools=True)
-        text, ref = _transformers(model, messages, tools)
+        messages = random_conversation(rng, tools=True)
+        text, ref = transformers_answer(model, messages, tools)
         ours_text, spans, got = _ours(model, messages, tools)
         assert ours_text == text
         want = mask_from_offsets(_offsets(model, text), spans)
@@ -395,8 +160,8 @@ def test_named_templates_pick_tool_use_with_tools(models):
     assert model.template.named and model.template.has_generation_for(tools=[])
     for i in range(N // 2):
         tools = TOOLS if i % 2 else None
-        messages = _conversation(rng, tools=tools is not None)
-        text, ref = _transformers(model, messages, tools)
+        messages = random_conversation(rng, tools=tools is not None)
+        text, ref = transformers_answer(model, messages, tools)
         ours_text, _, got = _ours(model, messages, tools)
         assert ours_text == text and (("# Tools" in text) == (tools is not None))
         for engine, (ids, mask, _) in got.items():
@@ -462,7 +227,7 @@ def trim_variants() -> dict[tuple[bool, bool, bool], tuple[ChatEncoder, ChatEnco
     an added token that strips the spaces before it."""
     out = {}
     for trim, prefix, nfc in VARIANTS:
-        js = _tokenizer_json(kind="gpt2", trim_offsets=trim, add_prefix_space=prefix, nfc=nfc)
+        js = tokenizer_json(kind="gpt2", trim_offsets=trim, add_prefix_space=prefix, nfc=nfc)
         out[trim, prefix, nfc] = (ChatEncoder(tokenizer_json=js, engine="hf"),
                                   ChatEncoder(tokenizer_json=js, engine="gigatoken"))
     return out
@@ -590,7 +355,7 @@ def test_rendering_prepares_messages_as_transformers(models):
     messages = [{"role": "user", "content": None}, {"role": "assistant", "content": "é", "reasoning": "hm"}]
     text, _ = template.render(messages, tools=[{"name": "f", "d": "ü<"}])
     assert text == '<s>user|||absent;assistant|hm|hm|é;[{"name": "f", "d": "ü<"}]'
-    folder = _folder(Path(pytest.importorskip("tempfile").mkdtemp()), _tokenizer_json(kind="gpt2"), source,
+    folder = model_folder(Path(pytest.importorskip("tempfile").mkdtemp()), tokenizer_json(kind="gpt2"), source,
                      bos_token="<s>")
     ref = transformers.AutoTokenizer.from_pretrained(folder)
     assert ref.apply_chat_template(messages, tools=[{"name": "f", "d": "ü<"}], tokenize=False) == text
@@ -598,10 +363,10 @@ def test_rendering_prepares_messages_as_transformers(models):
 
 def test_load_chat_template_usage_errors(tmp_path, tokenizers_json):
     js = tokenizers_json["gpt2"]
-    bare = _folder(tmp_path / "bare", js, None)
+    bare = model_folder(tmp_path / "bare", js, None)
     with pytest.raises(UsageError, match="no chat template.*--chat-template FILE"):
         load_chat_template(tokenizer=bare / "tokenizer.json", template_file=None)
-    broken = _folder(tmp_path / "broken", js, "{% for m in messages %}{{ m.content }")
+    broken = model_folder(tmp_path / "broken", js, "{% for m in messages %}{{ m.content }")
     with pytest.raises(UsageError, match=r"tokenizer_config.json: the chat template does not compile \(line 1"):
         load_chat_template(tokenizer=broken / "tokenizer.json", template_file=None)
     with pytest.raises(UsageError, match="missing.jinja: no such file"):
@@ -618,7 +383,7 @@ def test_where_templates_and_special_tokens_come_from(tmp_path, tokenizers_json)
     """--chat-template wins; chat_template.jinja beside the tokenizer wins over the config's; the
     variables are transformers' special_tokens_map (AddedToken dicts as their content, model-specific
     *_token strings too); a ChatTemplate pickles without its compiled form."""
-    folder = _folder(tmp_path / "m", tokenizers_json["gpt2"], "config {{ eos_token }}",
+    folder = model_folder(tmp_path / "m", tokenizers_json["gpt2"], "config {{ eos_token }}",
                      eos_token={"__type": "AddedToken", "content": "<|im_end|>", "special": True},
                      image_token="<|endoftext|>", add_bos_token=False)
     got = load_chat_template(tokenizer=folder / "tokenizer.json", template_file=None)

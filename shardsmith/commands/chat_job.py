@@ -24,7 +24,8 @@ from shardsmith.engine.run import Converted
 from shardsmith.formats.tokens import neighbours
 from shardsmith.formats.tokens.masks import unit_dtype
 from shardsmith.kit.chat import ChatFields
-from shardsmith.kit.chat_template import ChatTemplate, load_chat_template
+from shardsmith.kit.chat_files import load_chat_template
+from shardsmith.kit.chat_template import ChatTemplate
 from shardsmith.transforms import tokenize as tk
 from shardsmith.transforms.chat import TURN_BINS, ChatProcessor, ChatRenderer
 from shardsmith.transforms.chat_tokens import ChatEncoder

@@ -178,11 +178,8 @@ class ChatEncoder:
     def __init__(self, *, tokenizer_json: str, engine: str, loaded: Any = None) -> None:
         if engine not in ENGINES:
             raise ValueError(f"engine must be one of {ENGINES}, not {engine!r}")
-        from tokenizers import Tokenizer
-
-        self._hf = Tokenizer.from_str(tokenizer_json)
-        self._hf.no_truncation()
-        self._hf.no_padding()
+        self._json = tokenizer_json
+        self._hf_loaded: Any = None  # the reference, loaded when a text needs it (gigatoken: rarely)
         self._giga: Any = None
         self._table: _ByteTable | None = None
         self._plan: OffsetPlan | None = None
@@ -220,6 +217,16 @@ class ChatEncoder:
         if not texts:
             return np.zeros(0, np.int64), np.zeros(0, bool), lengths
         return np.concatenate(all_ids), np.concatenate(all_masks), lengths
+
+    @property
+    def _hf(self) -> Any:
+        if self._hf_loaded is None:
+            from tokenizers import Tokenizer
+
+            self._hf_loaded = Tokenizer.from_str(self._json)
+            self._hf_loaded.no_truncation()
+            self._hf_loaded.no_padding()
+        return self._hf_loaded
 
     def _reference(self, text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         enc = self._hf.encode(text, add_special_tokens=False)

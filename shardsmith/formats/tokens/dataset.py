@@ -270,17 +270,23 @@ class TokenDocuments:
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def __getitem__(self, i: int) -> Any:
+    def _start(self, i: int) -> int:
         n = len(self)
         if not -n <= i < n:
             raise IndexError(f"document {i} out of range for {n} documents")
-        i %= n
-        start = int(self._starts[i])
+        start = int(self._starts[i % n])
         self._shards._files.touched(int(self._shards.shard_of(start)))
-        tokens = self._shards._span(start, int(self.lengths[i])).astype(np.int64)
+        return start
+
+    def tokens(self, i: int) -> np.ndarray:
+        """Document i's ids, int64 (of a chat dataset too)."""
+        return self._shards._span(self._start(i), int(self.lengths[i])).astype(np.int64)
+
+    def __getitem__(self, i: int) -> Any:
+        tokens = self.tokens(i)
         if not self._shards.chat:
             return tokens
-        return {"tokens": tokens, "loss_mask": self._shards.loss_mask(start, int(self.lengths[i]))}
+        return {"tokens": tokens, "loss_mask": self._shards.loss_mask(self._start(i), int(self.lengths[i]))}
 
     def release(self) -> None:
         """Let go of the streamed shards this process maps (the cache may evict them)."""

@@ -192,7 +192,7 @@ class TokensFormat(Format):
             tok = None
         shown = []
         for i in range(min(n, len(docs))):
-            ids = docs[i]
+            ids = docs.tokens(i)
             text = tok.decode(ids.tolist(), skip_special_tokens=False) if tok else None
             shown.append({"split": split, "index": i, "tokens": len(ids), "ids": ids[:16].tolist(),
                           "text": text[:300] if text else text})
