@@ -146,7 +146,7 @@ def test_packed_conversations_whole_cut_or_left_out(tmp_path, models, too_long):
     res = run_cli("inspect", tmp_path / "out")
     assert res.exit_code == 0
     res = run_cli("verify", tmp_path / "out", "--deep")
-    assert res.exit_code == 0, res.stdout + res.stderr
+    assert res.exit_code == 0, res.output + res.stderr
 
 
 def test_pairs_train_on_the_completion(tmp_path, models):
@@ -313,3 +313,15 @@ def test_elastic_restart_and_a_mixture_with_pretraining_data(tmp_path, packed_ch
     chat_rows = sum(int((~b["loss_mask"] & (torch.arange(64)[None, :] < b["real"][:, None])).any(1).sum())
                     for b in batches)
     assert chat_rows > 0  # some rows carry the chat's own masks (prompts off)
+
+
+def test_inspect_and_the_report_show_the_conversations(tmp_path, packed_chat):
+    pytest.importorskip("matplotlib")
+    res = run_cli("inspect", packed_chat)
+    assert res.exit_code == 0 and "chat: 240 conversations" in res.output, res.output
+    res = run_cli("inspect", packed_chat, "--report", tmp_path / "r.html")
+    assert res.exit_code == 0, res.stderr
+    page = (tmp_path / "r.html" / "report.html").read_text(encoding="utf-8")
+    for words in ("Conversations", "Messages per conversation", "Share of each conversation trained on",
+                  "tokens trained on"):
+        assert words in page, words

@@ -164,11 +164,21 @@ class TokensFormat(Format):
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
         from shardsmith.formats.tokens.origins import has_origins
 
-        if not has_origins(manifest):
-            return {"tokenizer": manifest["tokenizer"]}
-        return {"tokenizer": manifest["tokenizer"], "provenance": True,
-                "format_lines": ["provenance: every document's input, line or row and byte offset beside each "
-                                 "shard (shardsmith trace OUT INDEX)"]}
+        described: dict[str, Any] = {"tokenizer": manifest["tokenizer"]}
+        lines = []
+        if (chat := manifest.get("chat")) is not None:
+            described["chat"] = chat
+            lines.append(f"chat: {chat['conversations']:,} conversations through the chat template, the loss on "
+                         f"{chat['trained_tokens']:,} of {chat['tokens']:,} tokens "
+                         f"({100 * chat['trained_fraction']:.1f} %, --train-on {chat['train_on']}); loss bits "
+                         f"beside each shard (.mask.bin)")
+        if has_origins(manifest):
+            described["provenance"] = True
+            lines.append("provenance: every document's input, line or row and byte offset beside each "
+                         "shard (shardsmith trace OUT INDEX)")
+        if lines:
+            described["format_lines"] = lines
+        return described
 
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Document lengths, tokens per shard, the most frequent tokens, documents cut, padding."""
