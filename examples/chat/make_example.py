@@ -14,9 +14,7 @@ import random
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-WORDS = ("the a model data shard token batch loss train step learn fast slow memory disk read write pack "
-         "sequence document answer question please thanks why how what when result value number small large "
-         "first last next every each shuffle exact seed order worker rank epoch resume checkpoint").split()
+WORDS = ["the", "a", "model", "data", "shard", "token", "batch", "loss", "train", "step", "learn", "fast", "slow", "memory", "disk", "read", "write", "pack", "sequence", "document", "answer", "question", "please", "thanks", "why", "how", "what", "when", "result", "value", "number", "small", "large", "first", "last", "next", "every", "each", "shuffle", "exact", "seed", "order", "worker", "rank", "epoch", "resume", "checkpoint"]
 TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' }}"
