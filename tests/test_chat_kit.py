@@ -297,8 +297,10 @@ def test_bad_records_are_chat_errors():
         conversation_of(["not", "an", "object"], fields)
     with pytest.raises(ChatError, match=r"no 'messages' field \(it has 'text', 'id'\)"):
         conversation_of({"text": "x", "id": 1}, fields)
-    with pytest.raises(ChatError, match="not a list"):
+    with pytest.raises(ChatError, match="not JSON"):
         conversation_of({"messages": "hello"}, fields)
+    with pytest.raises(ChatError, match="not a list"):
+        conversation_of({"messages": {"role": "user"}}, fields)
     with pytest.raises(ChatError, match="unknown role 'robot'"):
         conversation_of({"messages": [{"role": "robot", "content": "beep"}]}, fields)
     with pytest.raises(ChatError, match="not an object"):
@@ -399,3 +401,32 @@ def test_where_templates_and_special_tokens_come_from(tmp_path, tokenizers_json)
     assert mine.has_generation and mine.render([{"role": "user", "content": "x"}]) == ("mine x", [(5, 6)])
     again = pickle.loads(pickle.dumps(mine))
     assert again.render([{"role": "user", "content": "x"}]) == ("mine x", [(5, 6)]) and again.sha256 == mine.sha256
+
+
+def test_last_is_the_last_assistant_message_even_across_several_blocks():
+    """A template writing an assistant's content and its end of turn in two blocks: ``last`` keeps
+    both blocks of the last assistant message, and none of the earlier ones'."""
+    two = ("{% for m in messages %}<{{ m.role }}>{% if m.role == 'assistant' %}{% generation %}{{ m.content }}"
+           "{% endgeneration %}{% generation %}</end>{% endgeneration %}{% else %}{{ m.content }}{% endif %}"
+           "{% endfor %}")
+    template = ChatTemplate(source=two)
+    conv = conversation_of({"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+                                         {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"}]},
+                           ChatFields())
+    text, spans = rendered(template, conv, train_on="last")
+    assert [text[a:b] for a, b in spans] == ["d", "</end>"]
+    text, spans = rendered(template, conv, train_on="assistant")
+    assert [text[a:b] for a, b in spans] == ["b", "</end>", "d", "</end>"]
+    no_assistant = conversation_of({"messages": [{"role": "user", "content": "a"}]}, ChatFields())
+    assert rendered(template, no_assistant, train_on="last")[1] == []
+
+
+def test_messages_kept_as_a_json_string_and_oversized_conversations():
+    got = conversation_of({"messages": json.dumps([{"role": "user", "content": "hi"}])}, ChatFields())
+    assert got.messages == [{"role": "user", "content": "hi"}]
+    with pytest.raises(ChatError, match="not JSON"):
+        conversation_of({"messages": "[{"}, ChatFields())
+    from shardsmith.kit.chat import MAX_CHARS
+
+    with pytest.raises(ChatError, match="characters of content"):
+        conversation_of({"messages": [{"role": "user", "content": "x" * (MAX_CHARS + 1)}]}, ChatFields())

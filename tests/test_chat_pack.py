@@ -78,7 +78,7 @@ def test_documents_are_transformers_ids_and_masks_sample_by_sample(tmp_path, mod
     m = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert m["chat"]["conversations"] == len(rows)
     assert m["chat"]["trained_tokens"] == sum(int(docs[i]["loss_mask"].sum()) for i in range(len(docs)))
-    assert sum(m["chat"]["turns"].values()) == len(rows)
+    assert sum(m["chat"]["messages"].values()) == len(rows)
     # the output folder renders as the run did
     tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
     for i in (0, 7, 33):
@@ -325,3 +325,40 @@ def test_inspect_and_the_report_show_the_conversations(tmp_path, packed_chat):
     for words in ("Conversations", "Messages per conversation", "Share of each conversation trained on",
                   "tokens trained on"):
         assert words in page, words
+
+
+def test_provenance_traces_a_conversation_to_its_line(tmp_path, models):
+    model, rows = models["chatml"], conversations("chatml", 30, seed=8)
+    inp = write_rows(tmp_path / "in" / "c.jsonl", rows)
+    pack(inp, tmp_path / "out", model, "--provenance", "--pack", "best-fit", "--seq-len", "128")
+    ds = shardsmith.open(tmp_path / "out")
+    doc = ds.sources(0)[0]
+    assert rows[doc["record"]]["messages"][0]["content"] is not None
+    res = run_cli("trace", tmp_path / "out", "0")
+    assert res.exit_code == 0 and "changed" not in res.output and "missing" not in res.output, res.output
+    assert f"line {doc['line']}" in res.output and '"[{' in res.output  # the conversation as read, as JSON
+
+
+def test_windows_over_a_chat_dataset_are_refused_and_nothing_left_says_why(tmp_path, models):
+    model = models["llama3"]
+    inp = write_rows(tmp_path / "in" / "c.jsonl", conversations("llama3", 8))
+    pack(inp, tmp_path / "docs", model)
+    with pytest.raises(shardsmith.DatasetError, match="chat dataset"):
+        shardsmith.TokenDataset(tmp_path / "docs", seq_len=16)
+    res = run_cli("pack-tokens", inp, "-o", tmp_path / "none", "--tokenizer", model.folder / "tokenizer.json",
+                  "--chat", "--pack", "best-fit", "--seq-len", "8", "--too-long", "drop", "-q")
+    assert res.exit_code != 0 and "8 left out on purpose" in res.stderr and "--too-long" in res.stderr, res.stderr
+
+
+def test_a_crafted_chat_record_is_one_line(tmp_path, packed_chat):
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(packed_chat, out)
+    m = json.loads((out / "manifest.json").read_text())
+    for bad in ({"chat": {}}, {"chat": {**m["chat"], "trained_fraction": "x"}}, {"chat": None}):
+        (out / "manifest.json").write_text(json.dumps({**m, **bad}))
+        for cmd in (["inspect", out], ["verify", out]):
+            res = run_cli(*cmd)
+            said = res.output + res.stderr
+            assert res.exit_code != 0 and "Traceback" not in said and "chat" in said, (bad, said)

@@ -21,13 +21,14 @@ from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.commands.token_job import TokenSteps
 from shardsmith.engine.job import Described, JobRun
 from shardsmith.engine.run import Converted
+from shardsmith.engine.scatter import summed_stats
 from shardsmith.formats.tokens import neighbours
 from shardsmith.formats.tokens.masks import unit_dtype
-from shardsmith.kit.chat import ChatFields
+from shardsmith.kit.chat import MESSAGE_BINS, ChatFields
 from shardsmith.kit.chat_files import load_chat_template
 from shardsmith.kit.chat_template import ChatTemplate
 from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.chat import TURN_BINS, ChatProcessor, ChatRenderer
+from shardsmith.transforms.chat import ChatProcessor, ChatRenderer
 from shardsmith.transforms.chat_tokens import ChatEncoder
 
 # what transformers reads a tokenizer's chat template and special tokens from, beside tokenizer.json
@@ -65,38 +66,42 @@ class ChatSteps(TokenSteps):
 
     def hf_files(self, facts: TokenizerFacts, opts: Any) -> dict[str, bytes]:
         variables = self.template.variables
-        tokens = neighbours.SpecialTokens(eos=variables.get("eos_token"), bos=variables.get("bos_token"),
-                                          pad=variables.get("pad_token") or facts.pad)
+        # the pad: the one packed sequences are padded with (so the folder's tokenizer pads as the data is)
+        pad = facts.pad if opts.pack is not None else (variables.get("pad_token") or facts.pad)
+        tokens = neighbours.SpecialTokens(eos=variables.get("eos_token"), bos=variables.get("bos_token"), pad=pad)
         t = self.template
         saved = [{"name": n, "template": src} for n, src in t.sources.items()] if t.named else t.sources["default"]
         return neighbours.hf_files(tokens, chat_template=saved, extra=variables)
 
     def make_processor(self, spec: tk.TokenizerSpec, opts: Any, *, loaded: Any, tokenizing: bool) -> Any:
         encoder = ChatEncoder(tokenizer_json=spec.json, engine=spec.engine, loaded=loaded) if tokenizing else None
+        too_long = too_long_of(opts)  # None: not packed, every conversation stays whole
         return ChatProcessor(spec=spec, renderer=self.renderer, unit=unit_dtype(spec.dtype),
-                             seq_len=opts.seq_len if opts.pack is not None else None, too_long=too_long_of(opts) or
-                             "split", encoder=encoder)
+                             seq_len=opts.seq_len if too_long is not None else None, too_long=too_long or "split",
+                             encoder=encoder)
 
     def describe(self, run: JobRun, done: Converted) -> Described:
         described = super().describe(run, done)
         opts = run.opts
-        stats: dict[str, int] = {}
-        for r in done.results:
-            for key, n in r.stats.items():
-                stats[key] = stats.get(key, 0) + int(n)
+        stats = summed_stats(done.results)
         shards = [s for o in done.outputs.values() for s in o.shards]
-        tokens = sum(int(s.extra.get("real_tokens", s.extra["mask"]["tokens"])) for s in shards)  # padding not
+        # the conversations written (after --dedup, --decontaminate, --too-long drop), their real tokens
+        written = described.written if described.written is not None else sum(s.samples for s in shards)
+        tokens = sum(int(s.extra.get("real_tokens", s.extra["mask"]["tokens"])) for s in shards)
         trained = sum(int(s.extra["mask"]["trained"]) for s in shards)
         chat = {"template_sha256": self.template.sha256, "generation_blocks": self.template.has_generation,
                 "messages_field": opts.messages_field if opts.prompt_field is None else None,
                 "prompt_field": opts.prompt_field, "completion_field": opts.completion_field,
                 "train_on": opts.train_on, "too_long": too_long_of(opts),
-                "conversations": stats.get("conversations", 0), "tokens": tokens, "trained_tokens": trained,
+                "conversations": written, "tokens": tokens, "trained_tokens": trained,
                 "trained_fraction": round(trained / tokens, 6) if tokens else 0.0,
                 "truncated": stats.get("truncated", 0), "truncated_tokens": stats.get("truncated_tokens", 0),
                 "dropped_too_long": stats.get("dropped_too_long", 0),
                 "dropped_tokens": stats.get("dropped_tokens", 0),
-                "turns": {str(n): stats[f"turns:{n}"] for n in range(1, TURN_BINS + 1) if f"turns:{n}" in stats}}
+                # messages per conversation (MESSAGE_BINS: that many or more), of those rendered and kept
+                # by --too-long (before --dedup and --decontaminate, which decide later)
+                "messages": {str(n): stats[f"messages:{n}"] for n in range(1, MESSAGE_BINS + 1)
+                             if f"messages:{n}" in stats}}
         source = {**described.source, "messages_field": chat["messages_field"]}
         source.pop("text_field", None)
         return Described(source=source, schema={**described.schema, "loss_mask": {"kind": "mask", "bits": 1}},

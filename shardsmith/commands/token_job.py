@@ -326,7 +326,7 @@ def check_packing(opts: Any) -> None:
     if window < MIN_SEQUENCES * opts.seq_len:
         raise UsageError(f"--pack-window {window:,} tokens holds fewer than {MIN_SEQUENCES} sequences of --seq-len "
                          f"{opts.seq_len:,}: give --pack-window {MIN_SEQUENCES * opts.seq_len} or more")
-    if opts.memory < window_bytes(window):
+    if opts.memory < window_bytes(window, chat=opts.chat):
         raise UsageError(f"--memory {format_size(opts.memory)} cannot hold a packing window of --pack-window "
-                         f"{window:,} tokens: give --memory {format_size(window_bytes(window))} or more, "
+                         f"{window:,} tokens: give --memory {format_size(window_bytes(window, chat=opts.chat))} or more, "
                          f"or a smaller --pack-window")

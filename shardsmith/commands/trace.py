@@ -21,6 +21,7 @@ import orjson
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.kit import manifest_io
+from shardsmith.kit.chat import ChatFields, record_text
 from shardsmith.kit.doc_origin import text_hashes
 from shardsmith.kit.rank_split import EpochLayout, EpochOrder, adapter_states, global_position
 
@@ -39,7 +40,7 @@ def open_samples(out: Path, *, split: str, seq_len: int | None) -> Any:
         return PackedSequences(out, split=split)
     if seq_len is None and not m.get("seq_len"):
         raise UsageError(f"{out}: the manifest records no seq_len: give --seq-len, the windows' length")
-    return TokenDataset(out, seq_len=seq_len, split=split)
+    return TokenDataset(out, seq_len=seq_len, split=split, windows_of_chat=True)  # the tokens' origins only
 
 
 class InputTexts:
@@ -57,8 +58,12 @@ class InputTexts:
                 or not all(isinstance(x, int) for x in self.sizes) or not isinstance(self.root, str | Path | None):
             raise DatasetError("the manifest's source.text_field, input_sizes or input_dir is not what "
                                "pack-tokens --provenance writes")
-        self.reader = MultiReader(readers=[cls.for_text(self.field) for cls in registry.loaded("source").values()
-                                           if cls.holds == "rows"])
+        chat = manifest.get("chat")
+        self.chat = None if not isinstance(chat, dict) else ChatFields(
+            messages=chat.get("messages_field") or "messages", prompt=chat.get("prompt_field"),
+            completion=chat.get("completion_field"))
+        self.reader = MultiReader(readers=[cls.for_text(self.field) if self.chat is None else cls.for_records()
+                                           for cls in registry.loaded("source").values() if cls.holds == "rows"])
 
     def text(self, doc: dict[str, Any]) -> str:
         """The document's first characters (JSON-quoted), or ``missing``/``changed`` and why."""
@@ -84,13 +89,20 @@ class InputTexts:
         except StopIteration:
             return "missing (no source reads this kind of file)"
         value = self._record(file, doc)
-        text = value.get(self.field) if isinstance(value, dict) else None
+        text = self._text_of(value)
         if not isinstance(text, str):
             return "changed (no such record, or no text in it)"
         if int(text_hashes([text])[0]) != doc["hash"]:
             return "changed (the text differs from the document's)"
         shown = orjson.dumps(text[:SHOWN_CHARS]).decode()
         return shown + ("…" if len(text) > SHOWN_CHARS else "")
+
+    def _text_of(self, value: Any) -> str | None:
+        """A record's text as its origin hashed it: the text field, or a conversation as read (``--chat``)."""
+        if self.chat is not None:
+            return record_text(value, self.chat) if isinstance(value, dict) else None
+        text = value.get(self.field) if isinstance(value, dict) else None
+        return text if isinstance(text, str) else None
 
     def _record(self, file: Any, doc: dict[str, Any]) -> Any:
         """The record itself: read at its byte offset, or from the start of its task (compressed, Parquet)."""

@@ -199,10 +199,13 @@ class Tally:
                     written=sum(s.samples for w in writers.values() for s in w.shards) if written is None else written,
                     skipped=[s for s in every if not s.get("unread_tail")],
                     unread=[*unread_files, *(s for s in every if s.get("unread_tail"))])
-        if tally.written == 0:
-            raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
-                            f"records read, {len(tally.skipped)} skipped, {len(tally.unread)} files broken off)")
         dropped = sum(r.dropped for r in results) + duplicates  # left out by --balance, --decontaminate, --dedup
+        if tally.written == 0:
+            left_out = f", {dropped} left out on purpose (--dedup, --decontaminate, --balance, --too-long)" \
+                if dropped else ""
+            raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
+                            f"records read, {len(tally.skipped)} skipped{left_out}, {len(tally.unread)} files "
+                            f"broken off)")
         assert tally.written == (tally.records - len(tally.skipped) - dropped) * copies, "records lost"
         return tally
 

@@ -74,6 +74,15 @@ class TaskResult:
             self.stats[key] = self.stats.get(key, 0) + int(n)
 
 
+def summed_stats(results: Sequence[TaskResult]) -> dict[str, int]:
+    """The processor's counts of every task, summed (``TaskResult.stats``)."""
+    total: dict[str, int] = {}
+    for r in results:
+        for key, n in r.stats.items():
+            total[key] = total.get(key, 0) + int(n)
+    return total
+
+
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:
     """Read, transform, key and bucket one task's records into its part file."""
     result = TaskResult(task=task.index)

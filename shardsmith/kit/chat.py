@@ -11,7 +11,9 @@ Which characters train (``--train-on``):
   generation prompt writes. Both renders must be prefixes of the whole conversation's text (a
   template that rewrites earlier turns, like one dropping old reasoning, cannot be read this way:
   give it ``{% generation %}`` blocks).
-- ``last``: only the last of those spans.
+- ``last``: only the last assistant message's: with ``{% generation %}`` blocks, the blocks its
+  rendering adds after those of the messages before it (all of them, where a template writes its
+  content and end of turn in separate blocks); else its turn as above.
 - ``completion``: prompt/completion pairs: everything after ``render(prompt,
   add_generation_prompt=True)`` (TRL's completion mask, at the character level).
 - ``all``: the whole text.
@@ -28,6 +30,8 @@ from shardsmith.kit.chat_template import ChatError, ChatTemplate
 ROLES = ("system", "developer", "user", "assistant", "tool", "ipython", "function")
 TRAIN_ON = ("assistant", "last", "completion", "all")
 _NAMES_SHOWN = 8
+MAX_CHARS = 4 << 20  # a conversation is rendered and encoded whole: longer ones are bad records
+MESSAGE_BINS = 16  # messages per conversation are counted up to this; more count as this many
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,18 +97,46 @@ def _side(record: Mapping, field: str, role: str) -> list[dict]:
     return _checked(value, repr(field))
 
 
+def _json_list(value: Any, field: str) -> Any:
+    """A list kept as a JSON string (as Parquet exports often hold messages and tools), parsed."""
+    if not isinstance(value, str):
+        return value
+    import orjson
+
+    try:
+        return orjson.loads(value)
+    except orjson.JSONDecodeError:
+        raise ChatError(f"{field!r} is a string that is not JSON") from None
+
+
+def _sized(messages: list[dict], what: str) -> list[dict]:
+    """Refuse, before any rendering, a conversation whose contents alone pass ``MAX_CHARS`` (the
+    turn-by-turn rule renders every prefix of it)."""
+    chars = sum(len(c) for m in messages if isinstance(c := m.get("content"), str))
+    if chars > MAX_CHARS:
+        raise ChatError(f"{what}: {chars:,} characters of content, more than the {MAX_CHARS:,} a conversation "
+                        f"may hold")
+    return messages
+
+
+def record_text(record: Any, fields: ChatFields) -> str:
+    """The conversation as read, as one text: its messages (or prompt and completion) as JSON with
+    sorted keys. What ``--provenance`` hashes for a chat document, and ``trace`` reads back."""
+    import orjson
+
+    if not isinstance(record, Mapping):
+        return ""
+    value = [record.get(fields.prompt), record.get(fields.completion)] if fields.pairs else \
+        record.get(fields.messages)
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+
+
 def _tools(record: Mapping, field: str) -> list[dict] | None:
     """The record's tool definitions (a list of objects, or that list as a JSON string), or None."""
     value = record.get(field)
     if value is None:
         return None
-    if isinstance(value, str):
-        import orjson
-
-        try:
-            value = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            raise ChatError(f"{field!r} is a string that is not JSON") from None
+    value = _json_list(value, field)
     if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
         raise ChatError(f"{field!r} is not a list of tool objects")
     return value
@@ -122,13 +154,13 @@ def conversation_of(record: Any, fields: ChatFields) -> Conversation:
         completion = _side(record, fields.completion, "assistant")
         if not completion:
             raise ChatError(f"the completion {fields.completion!r} has no messages")
-        return Conversation(prompt + completion, tools, len(prompt))
+        return Conversation(_sized(prompt + completion, "the pair"), tools, len(prompt))
     if fields.messages not in record:
         raise ChatError(f"no {fields.messages!r} field ({_fields_found(record)})")
-    messages = _checked(record[fields.messages], repr(fields.messages))
+    messages = _checked(_json_list(record[fields.messages], fields.messages), repr(fields.messages))
     if not messages:
         raise ChatError(f"{fields.messages!r} is an empty conversation")
-    return Conversation(messages, tools, None)
+    return Conversation(_sized(messages, repr(fields.messages)), tools, None)
 
 
 def _tidy(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -182,6 +214,12 @@ def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tu
         return text, _tidy([(start, len(text))])
     if template.has_generation_for(tools=tools):
         spans = list(generation)
+        if train_on == "last":  # the blocks the last assistant message adds: those after the earlier ones'
+            last = max((k for k, m in enumerate(messages) if m.get("role") == "assistant"), default=None)
+            if last is None:
+                return text, []
+            before = template.render(messages[:last], tools=tools, allow_empty=True)[1] if last else []
+            return text, spans[len(before):]
     else:
         spans = []
         for k, message in enumerate(messages):

@@ -76,8 +76,9 @@ def _kind(ds: Any) -> tuple[Any, ...]:
     manifest = getattr(ds, "manifest", None)
     tokenizer = manifest.get("tokenizer") if isinstance(manifest, dict) else None
     tokenizer = tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
+    items = getattr(ds, "item_kind", None)  # e.g. a chat dataset's documents are dicts, others' arrays
     return (type(ds).__name__, getattr(ds, "seq_len", None), schema, getattr(ds, "decode", None), tokenizer,
-            getattr(ds, "pad_id", None))
+            getattr(ds, "pad_id", None), items)
 
 
 def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:

@@ -15,16 +15,13 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.ragged import starts_of
-from shardsmith.kit.chat import ChatFields, conversation_of, rendered
+from shardsmith.kit.chat import MAX_CHARS, MESSAGE_BINS, ChatFields, conversation_of, record_text, rendered
 from shardsmith.kit.chat_template import ChatError, ChatTemplate
 from shardsmith.kit.processed import Processed
 from shardsmith.kit.reader import RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all
 from shardsmith.transforms import tokenize as tk
 from shardsmith.transforms.chat_tokens import ChatEncoder
-
-MAX_CHARS = 4 << 20  # a conversation is encoded whole: longer ones are bad records
-TURN_BINS = 16  # turns per conversation are counted up to this; more count as this many
 
 
 class ChatRenderer:
@@ -35,6 +32,10 @@ class ChatRenderer:
                  transforms: Sequence[Transform] = ()) -> None:
         self.template, self.fields, self.train_on = template, fields, train_on
         self.transforms = list(transforms)
+
+    def as_read(self, value: Any) -> str:
+        """The row's conversation as read, one text (what ``--provenance`` hashes, ``kit.chat.record_text``)."""
+        return record_text(value, self.fields)
 
     def render(self, value: Any, *, task: Task | None = None, record: int = 0) -> tuple[str, list[tuple[int, int]], int]:
         """(text, spans, messages); a RecordError says why the row is no conversation."""
@@ -68,6 +69,7 @@ class ChatProcessor:
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
         texts: list[str] = []
+        raw: list[str] = []
         spans: list[list[tuple[int, int]]] = []
         records, bad, turns = [], [], []
         for record, value in batch:
@@ -77,6 +79,7 @@ class ChatProcessor:
                 bad.append((record, str(exc)))
                 continue
             texts.append(text)
+            raw.append(self.renderer.as_read(value))
             spans.append(sp)
             records.append(record)
             turns.append(messages)
@@ -89,34 +92,40 @@ class ChatProcessor:
         units = np.empty(len(ids), dtype=self.unit)
         units["id"] = ids
         units["mask"] = mask
-        stats = {"conversations": len(texts)}
-        for n in turns:
-            key = f"turns:{min(n, TURN_BINS)}"
-            stats[key] = stats.get(key, 0) + 1
-        out = Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, np.int64),
-                        payload=units, bad=bad, texts=texts, stats=stats)
-        return self._fitted(out)
+        out = self._fitted(Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, np.int64),
+                                     payload=units, bad=bad, texts=texts, raw_texts=raw,
+                                     stats={}), np.asarray(turns, dtype=np.int64))
+        return out
 
-    def _fitted(self, out: Processed) -> Processed:
+    @staticmethod
+    def _counted(out: Processed, turns: np.ndarray) -> Processed:
+        """The batch with its messages per conversation counted (of the conversations it keeps)."""
+        stats = dict(out.stats or {})
+        for n, count in zip(*np.unique(np.minimum(turns, MESSAGE_BINS), return_counts=True)):
+            stats[f"messages:{int(n)}"] = int(count)
+        out.stats = stats
+        return out
+
+    def _fitted(self, out: Processed, turns: np.ndarray) -> Processed:
         """``--too-long``: conversations over ``seq_len`` cut to it (their first tokens), left out, or
-        kept whole (the packer splits them), each counted."""
+        kept whole (the packer splits them), each counted; ``turns``: messages per conversation."""
         if self.seq_len is None or self.too_long == "split" or not len(out.lengths):
-            return out
+            return self._counted(out, turns)
         over = out.lengths > self.seq_len
         if not over.any():
-            return out
+            return self._counted(out, turns)
         stats = dict(out.stats or {})
         if self.too_long == "drop":
             stats["dropped_too_long"] = int(over.sum())
             stats["dropped_tokens"] = int(out.lengths[over].sum())
             kept = out.subset(~over)
             kept.stats = stats
-            return kept
+            return self._counted(kept, turns[~over])
         keep = np.minimum(out.lengths, self.seq_len)
         starts = starts_of(out.lengths)[:-1]
         take = np.repeat(starts - starts_of(keep)[:-1], keep) + np.arange(int(keep.sum()))
         stats["truncated"] = int(over.sum())
         stats["truncated_tokens"] = int((out.lengths - keep).sum())
         assert out.payload is not None
-        return Processed(records=out.records, lengths=keep, payload=out.payload[take], bad=out.bad,
-                         texts=out.texts, stats=stats)
+        return self._counted(Processed(records=out.records, lengths=keep, payload=out.payload[take], bad=out.bad,
+                                       texts=out.texts, raw_texts=out.raw_texts, stats=stats), turns)

@@ -1,5 +1,5 @@
-"""The report's section of a chat dataset (``pack-tokens --chat``): conversation lengths, turns per
-conversation, and the share of tokens the loss counts, per conversation (from the loss bits of the
+"""The report's section of a chat dataset (``pack-tokens --chat``): conversation lengths, messages
+(turns) per conversation, and the share of tokens the loss counts, per conversation (from the loss bits of the
 report's sample of conversations) and in all (from the manifest)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.formats.tokens.masks import mask_bytes
+from shardsmith.kit.chat import MESSAGE_BINS
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
 
@@ -49,8 +50,8 @@ def chat_section(out: Path, manifest: dict[str, Any], shards: list[dict[str, Any
         f"{chat['conversations']:,} conversations rendered with the chat template (sha256 "
         f"{chat['template_sha256'][:12]}; {'its {% generation %} blocks' if chat['generation_blocks'] else 'turn by turn'}"
         f" mark the assistant's tokens); the loss counts --train-on {chat['train_on']}: "
-        f"{chat['trained_tokens']:,} of {chat['tokens']:,} tokens ({100 * chat['trained_fraction']:.1f} %"
-        f"{', padding included' if packed else ''}). Per conversation: {len(lens):,} of them from the report's sample"
+        f"{chat['trained_tokens']:,} of their {chat['tokens']:,} tokens ({100 * chat['trained_fraction']:.1f} %"
+        f"). Per conversation: {len(lens):,} of them from the report's sample"
         + (" (pieces, where a conversation was split across sequences)." if packed else "."))
     section.tables.append(Table(caption="Per conversation", header=SUMMARY_HEADER, rows=[
         summary_row("conversation length", lens, "tokens"), summary_row("tokens trained on", on, "tokens"),
@@ -61,10 +62,10 @@ def chat_section(out: Path, manifest: dict[str, Any], shards: list[dict[str, Any
         rows += [(f"longer than --seq-len: {chat['too_long']}", f"{chat['truncated'] + chat['dropped_too_long']:,}"),
                  ("their tokens cut or left out", f"{chat['truncated_tokens'] + chat['dropped_tokens']:,}")]
     section.tables.append(Table(caption="In all (from the manifest)", header=("what", "count"), rows=rows))
-    turns = chat.get("turns") or {}
+    turns = chat.get("messages") or {}
     if turns:
         keys = sorted(turns, key=int)
-        labels = [k if int(k) < 16 else f"{k}+" for k in keys]
+        labels = [k if int(k) < MESSAGE_BINS else f"{k}+" for k in keys]
         section.tables.append(Table(caption="Messages per conversation", header=("messages", "conversations"),
                                     rows=[(label, f"{turns[k]:,}") for label, k in zip(labels, keys)]))
         section.figures.append(figures.bar("chat-turns", title="Messages per conversation", labels=labels,

@@ -89,6 +89,8 @@ class _TokenShards:
 
     def release(self) -> None:
         """Unmap the streamed shards now (see ``TarDataset.release``); a local dataset keeps its maps."""
+        if self._masks is not None:
+            self._masks.release()
         self._let_go()
         self._files.let_go()
 
@@ -175,10 +177,17 @@ class TokenDataset:
     """Training windows of ``seq_len`` tokens over one split: ``ds[i] -> (x, y)``, ``get_batch``, ``iter``."""
 
     def __init__(self, out_dir: str | os.PathLike[str], *, seq_len: int | None = None, split: str = "train",
-                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
+                 cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None,
+                 windows_of_chat: bool = False) -> None:
         """``out_dir``: a dataset folder, or a URL read through a local cache in ``cache_dir`` of at
-        most ``cache_limit`` bytes (``shardsmith.loader.open``)."""
+        most ``cache_limit`` bytes (``shardsmith.loader.open``). A chat dataset (``--chat``) is
+        refused: windows cross conversations and ignore its loss mask (``windows_of_chat``: tools
+        that read its tokens only, never for training)."""
         self._shards = _TokenShards(out_dir, split, cache_dir=cache_dir, cache_limit=cache_limit)
+        if self._shards.chat and not windows_of_chat:
+            raise DatasetError(f"{out_dir}: a chat dataset (pack-tokens --chat): windows would cross conversations "
+                               f"and train on every token; read its conversations (shardsmith.open gives "
+                               f"TokenDocuments, with loss_mask) or pack it (--pack best-fit)")
         seq_len = seq_len or self._shards.manifest.get("seq_len")
         if not isinstance(seq_len, int) or seq_len < 1:
             raise DatasetError(f"{out_dir}: give seq_len (the manifest records none)")
@@ -265,6 +274,7 @@ class TokenDocuments:
         self.manifest = self._shards.manifest
         self.split = split
         self.lengths = self._shards.doc_lengths
+        self.item_kind = "tokens and loss_mask" if self._shards.chat else "tokens"  # what mix checks alike
         self._starts = np.concatenate([[0], np.cumsum(self.lengths)]).astype(np.int64)
 
     def __len__(self) -> int:
@@ -280,13 +290,14 @@ class TokenDocuments:
 
     def tokens(self, i: int) -> np.ndarray:
         """Document i's ids, int64 (of a chat dataset too)."""
-        return self._shards._span(self._start(i), int(self.lengths[i])).astype(np.int64)
+        return self._shards._span(self._start(i), int(self.lengths[i % len(self)])).astype(np.int64)
 
     def __getitem__(self, i: int) -> Any:
-        tokens = self.tokens(i)
+        start, n = self._start(i), int(self.lengths[i])
+        tokens = self._shards._span(start, n).astype(np.int64)
         if not self._shards.chat:
             return tokens
-        return {"tokens": tokens, "loss_mask": self._shards.loss_mask(self._start(i), int(self.lengths[i]))}
+        return {"tokens": tokens, "loss_mask": self._shards.loss_mask(start, n)}
 
     def release(self) -> None:
         """Let go of the streamed shards this process maps (the cache may evict them)."""

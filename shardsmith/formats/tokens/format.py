@@ -50,7 +50,11 @@ class TokensFormat(Format):
                 if "origins" in shard:  # --provenance
                     m_.file_entry(shard["origins"], bad, f"splits.{name}.shards[].origins")
                 if "mask" in shard or m.get("chat") is not None:  # --chat: every shard has its loss bits
+                    if m.get("chat") is None:
+                        raise bad(f"shard {shard['path']!r} names a loss mask, but the manifest has no 'chat' record")
                     m_.file_entry(shard.get("mask"), bad, f"splits.{name}.shards[].mask")
+                    for key in ("tokens", "trained"):
+                        m_.count(shard["mask"], key, bad, where=f"splits.{name}.shards[].mask.")
         seq_len = m_.count(m, "seq_len", bad, optional=True, nullable=True, low=1)
         if seq_len is not None and seq_len >= 1 << 31:
             raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
@@ -61,7 +65,9 @@ class TokensFormat(Format):
             for name, split in m["splits"].items():
                 for shard in split["shards"]:
                     m_.file_entry(shard.get("boundaries"), bad, f"splits.{name}.shards[].boundaries")
-        m_.need(m, "chat", dict, bad, optional=True, nullable=True)
+        chat = m_.need(m, "chat", dict, bad, optional=True, nullable=True)
+        if chat is not None:
+            _check_chat(chat, bad)
         nanogpt = m_.need(m, "nanogpt", dict, bad, optional=True, nullable=True)
         for split, entry in (nanogpt or {}).items():
             if entry is not None:  # a split without tokens has no nanoGPT file
@@ -213,7 +219,7 @@ class TokensFormat(Format):
         from shardsmith.formats.tokens.dataset import TokenDataset
 
         m = manifest_io.load(out)
-        ds = TokenDataset(out, seq_len=seq_len or m.get("seq_len") or 1024, split=split)
+        ds = TokenDataset(out, seq_len=seq_len or m.get("seq_len") or 1024, split=split, windows_of_chat=True)
         if len(ds) < 1:
             raise DatasetError(f"{out}: split {split!r} holds fewer than seq_len+1 tokens")
         size = min(batch_size, len(ds))
@@ -232,6 +238,23 @@ class TokensFormat(Format):
         return Rate(tokens_per_s, "tokens/s",
                     f"{out} [{split}]: {batches / elapsed:,.0f} batches/s of {batch_size}×{ds.seq_len}, "
                     f"{tokens_per_s / 1e6:,.1f} M tokens/s (shuffled random windows, one process)")
+
+
+def _check_chat(chat: dict[str, Any], bad: Any) -> None:
+    """The ``chat`` record's fields that inspect and the report read, each typed."""
+    for key in ("conversations", "tokens", "trained_tokens", "truncated", "truncated_tokens", "dropped_too_long",
+                "dropped_tokens"):
+        m_.count(chat, key, bad, where="chat.")
+    fraction = m_.need(chat, "trained_fraction", (int, float), bad, where="chat.")
+    if not 0 <= fraction <= 1:
+        raise bad(f"'chat.trained_fraction' is {fraction}, out of [0, 1]")
+    for key in ("train_on", "template_sha256"):
+        m_.need(chat, key, str, bad, where="chat.")
+    m_.need(chat, "too_long", str, bad, where="chat.", nullable=True)
+    m_.need(chat, "generation_blocks", bool, bad, where="chat.")
+    for n in m_.need(chat, "messages", dict, bad, where="chat.").values():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise bad("'chat.messages' counts conversations by messages: whole numbers")
 
 
 def _packed_writer(job: WriteJob, split: str, part: ShardRange) -> Writer:

@@ -86,8 +86,9 @@ def mask_bytes(tokens: int) -> int:
 
 
 class ShardMasks:
-    """The loss bits of one split's shards, each sidecar read whole on first use (size and sha256
-    checked by the dataset's files) and kept unpacked per shard only as long as a read needs it."""
+    """The loss bits of one split's shards, each sidecar read whole on first use through the
+    dataset's files (its size checked; fetched and hashed like any sidecar for a URL) and kept
+    packed, an eighth of a byte per token, until ``release``."""
 
     def __init__(self, files: Any, entries: list[dict[str, Any]], starts: np.ndarray, *, where: Any) -> None:
         self._files, self._entries, self._starts, self._where = files, entries, starts, where
@@ -102,6 +103,9 @@ class ShardMasks:
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_packed": {}}
+
+    def release(self) -> None:
+        self._packed = {}
 
     def _shard(self, s: int) -> np.ndarray:
         got = self._packed.get(s)
@@ -139,8 +143,9 @@ def verify_masks(files: Any, shards: list[dict[str, Any]], dtype: np.dtype) -> l
         except (DatasetError, OSError) as exc:
             problems.append(str(exc))
             continue
-        if len(data) != mask_bytes(tokens):
-            problems.append(f"{side['path']}: {len(data)} bytes for {tokens} tokens (want {mask_bytes(tokens)})")
+        if len(data) != mask_bytes(tokens) or int(side.get("tokens", -1)) != tokens:
+            problems.append(f"{side['path']}: {len(data)} bytes for {side.get('tokens')} tokens, the shard holds "
+                            f"{tokens} (want {mask_bytes(tokens)} bytes)")
             continue
         bits = np.unpackbits(data)
         if bits[tokens:].any():

@@ -180,7 +180,8 @@ MIN_SEQUENCES = 8  # a window holds at least this many sequences
 TOKEN_BYTES = 4  # the widest token dtype (int32): what --memory must hold per window token
 
 
-def window_bytes(window_tokens: int) -> int:
+def window_bytes(window_tokens: int, *, chat: bool = False) -> int:
     """The ``--memory`` a window of ``window_tokens`` needs: the window is an eighth of it at most
-    (views of the gather's batches, then one copy while it is packed)."""
-    return 8 * TOKEN_BYTES * window_tokens
+    (views of the gather's batches, then one copy while it is packed); a chat token carries its loss
+    byte too (``masks.unit_dtype``)."""
+    return 8 * (TOKEN_BYTES + int(chat)) * window_tokens
