@@ -17,6 +17,14 @@ def tokens_card(manifest: dict[str, Any]) -> CardData:
              + f"), tokenized with `{tok.get('path', 'tokenizer.json')}`.",
              "The shards are Megatron indexed datasets (`{split}-NNNNNN.bin` and `.idx`): megatron-core's "
              "`IndexedDataset(path_prefix)` reads each one."]
+    if (chat := manifest.get("chat")) is not None:
+        packed = manifest.get("packing") is not None
+        notes[0] = (f"Each example is {'a packed sequence of whole conversations' if packed else 'a conversation'} "
+                    f"rendered with the tokenizer's chat template (`tokenizer_config.json`): its token ids ({dtype}; "
+                    f"vocabulary of {tok.get('vocab_size')}), tokenized with `{tok.get('path', 'tokenizer.json')}`.")
+        notes.append(f"Beside each shard, `{{shard}}.mask.bin` holds one bit per token (`np.packbits` order): the "
+                     f"tokens the loss counts (--train-on {chat.get('train_on')}: {chat.get('trained_tokens')} of "
+                     f"{chat.get('tokens')}). `shardsmith.open(folder)[i]` gives `tokens` and `loss_mask`.")
     flat = [e["path"] for e in (manifest.get("nanogpt") or {}).values() if isinstance(e, dict)]
     if flat:
         notes.append(f"{' and '.join(f'`{p}`' for p in flat)}: nanoGPT's flat token files "
