@@ -123,9 +123,13 @@ class ChatProcessor:
             return self._counted(kept, turns[~over])
         keep = np.minimum(out.lengths, self.seq_len)
         starts = starts_of(out.lengths)[:-1]
-        take = np.repeat(starts - starts_of(keep)[:-1], keep) + np.arange(int(keep.sum()))
+        ends = starts + keep
+        # the kept tokens are runs between the cut ends: one slice copy per run, not an index per token
+        breaks = np.flatnonzero(ends[:-1] != starts[1:]) + 1
+        runs = zip(starts[np.r_[0, breaks]].tolist(), ends[np.r_[breaks - 1, len(ends) - 1]].tolist())
+        assert out.payload is not None
+        payload = np.concatenate([out.payload[a:b] for a, b in runs])
         stats["truncated"] = int(over.sum())
         stats["truncated_tokens"] = int((out.lengths - keep).sum())
-        assert out.payload is not None
-        return self._counted(Processed(records=out.records, lengths=keep, payload=out.payload[take], bad=out.bad,
+        return self._counted(Processed(records=out.records, lengths=keep, payload=payload, bad=out.bad,
                                        texts=out.texts, raw_texts=out.raw_texts, stats=stats), turns)
