@@ -117,6 +117,23 @@ def test_deterministic_and_each_source_cycles_through_shuffled_passes(lengths, s
         assert (name in a.cycling) == (len(drawn) > length)
 
 
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 60), min_size=1, max_size=4), seed=st.integers(0, 1000), data=st.data())
+def test_runs_located_ahead_are_the_places_located_one_by_one(lengths, seed, data):
+    """``locate`` keeps a run of positions located ahead for batches asked in order: whatever runs are
+    asked, forwards, backwards or overlapping, each position's place is the one it has alone."""
+    w = {f"s{k}": data.draw(st.floats(0.1, 10)) for k in range(len(lengths))}
+    n = data.draw(st.integers(1, 300))
+    m = quiet_mix(sources(lengths), w, seed=seed, num_samples=n)
+    m.ahead = data.draw(st.integers(1, 50))
+    alone = [tuple(int(v[0]) for v in m._located(np.array([i]))) for i in range(n)]
+    for _ in range(data.draw(st.integers(1, 8))):
+        a = data.draw(st.integers(0, n - 1))
+        b = data.draw(st.integers(a + 1, n))
+        source, sample = m.locate(np.arange(a, b))
+        assert list(zip(source.tolist(), sample.tolist())) == alone[a:b]
+
+
 def test_default_length_repeats_nothing_and_cycling_warns():
     m = mix(sources([100, 30]), {"s0": 1, "s1": 1}, seed=0)
     assert len(m) in (60, 61) and not m.cycling  # s1 runs out first, at 30 of its samples

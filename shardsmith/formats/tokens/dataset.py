@@ -47,11 +47,12 @@ class _TokenShards:
         self._doc_ends: np.ndarray | None = None
         self._origins: np.ndarray | None = None
         self._masks: ShardMasks | None = None
+        self._views: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (shard, width) -> (map, windows)
         self.chat = self.manifest.get("chat") is not None  # --chat: a loss bit per token beside each shard
 
     def __getstate__(self) -> dict[str, Any]:
         # a memory map pickles as a copy of its data: a spawned worker maps (and checks) its own
-        return {**self.__dict__, "_maps": None, "_some": [], "_mapped": [], "_pid": -1}
+        return {**self.__dict__, "_maps": None, "_some": [], "_mapped": [], "_pid": -1, "_views": {}}
 
     @property
     def maps(self) -> list[np.ndarray]:
@@ -85,7 +86,7 @@ class _TokenShards:
 
     def _let_go(self) -> None:
         """Unmap the streamed shards (waiting for room in the cache, a process lets go of its own)."""
-        self._some, self._mapped = [None] * len(self.entries), []
+        self._some, self._mapped, self._views = [None] * len(self.entries), [], {}
 
     def release(self) -> None:
         """Unmap the streamed shards now (see ``TarDataset.release``); a local dataset keeps its maps."""
@@ -145,19 +146,32 @@ class _TokenShards:
         out = np.empty((len(starts), width), dtype=self.dtype)
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         inside = starts + width <= self.starts[shard + 1]
-        for s in np.unique(shard[inside]).tolist():
-            rows = np.flatnonzero(inside & (shard == s))
+        order = np.flatnonzero(inside)
+        order = order[np.argsort(shard[order], kind="stable")]  # the rows grouped by shard, one sort
+        ss = shard[order]
+        edges = [0, *(np.flatnonzero(ss[1:] != ss[:-1]) + 1).tolist(), len(order)]
+        for a, b in zip(edges[:-1], edges[1:]):
+            if a == b:
+                continue
+            rows, s = order[a:b], int(ss[a])
             self._files.touched(s, len(rows))
             arr = self.array(s)
             if arr is None:
                 out[rows] = self.ranged(s, starts[rows] - self.starts[s], width)
                 continue
-            windows = np.lib.stride_tricks.sliding_window_view(arr, width)
-            out[rows] = windows[starts[rows] - self.starts[s]]
+            out[rows] = self._windows(s, arr, width)[starts[rows] - self.starts[s]]
         for r in np.flatnonzero(~inside):  # at most one window per shard boundary
             self._files.touched(int(shard[r]))
             out[r] = self._span(int(starts[r]), width)
         return out
+
+    def _windows(self, s: int, arr: np.ndarray, width: int) -> np.ndarray:
+        """Shard s's windows of ``width`` tokens as one strided view, kept while the map is the same
+        (making it is most of a small batch's cost per shard)."""
+        got = self._views.get((s, width))
+        if got is None or got[0] is not arr:
+            got = self._views[(s, width)] = (arr, np.lib.stride_tricks.sliding_window_view(arr, width))
+        return got[1]
 
     def _span(self, start: int, width: int) -> np.ndarray:
         if width == 0:
