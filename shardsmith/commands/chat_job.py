@@ -11,6 +11,7 @@ renders as the run did.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ class ChatSteps(TokenSteps):
         too_long = too_long_of(opts)  # None: not packed, every conversation stays whole
         return ChatProcessor(spec=spec, renderer=self.renderer, unit=unit_dtype(spec.dtype),
                              seq_len=opts.seq_len if too_long is not None else None, too_long=too_long or "split",
-                             encoder=encoder)
+                             encoder=encoder, as_read=bool(opts.provenance))
 
     def describe(self, run: JobRun, done: Converted) -> Described:
         described = super().describe(run, done)
@@ -104,7 +105,6 @@ class ChatSteps(TokenSteps):
                              if f"messages:{n}" in stats}}
         source = {**described.source, "messages_field": chat["messages_field"]}
         source.pop("text_field", None)
-        return Described(source=source, schema={**described.schema, "loss_mask": {"kind": "mask", "bits": 1}},
-                         extras={**described.extras, "chat": chat}, used=described.used, written=described.written,
-                         list_inputs=described.list_inputs)
+        return dataclasses.replace(described, source=source, extras={**described.extras, "chat": chat},
+                                   schema={**described.schema, "loss_mask": {"kind": "mask", "bits": 1}})
 

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from shardsmith.errors import UsageError
 from shardsmith.kit.chat import TRAIN_ON
 
 TOO_LONG = ("truncate", "drop", "split")
-# the options that read conversations, with their defaults
-CHAT_ONLY = {"messages_field": "messages", "prompt_field": None, "completion_field": None, "chat_template": None,
-             "train_on": "assistant", "too_long": None}
+# the options that read conversations (their defaults are the options dataclass's)
+CHAT_ONLY = ("messages_field", "prompt_field", "completion_field", "chat_template", "train_on", "too_long")
 
 
 def check_chat(opts: Any) -> None:
     """The chat options together, before any work (one-line usage errors); also for a run without --chat."""
     if not opts.chat:
-        given = [f"--{name.replace('_', '-')}" for name, default in CHAT_ONLY.items() if getattr(opts, name) != default]
+        defaults = {f.name: f.default for f in dataclasses.fields(opts)}
+        given = [f"--{name.replace('_', '-')}" for name in CHAT_ONLY if getattr(opts, name) != defaults[name]]
         if given:
             raise UsageError(f"{given[0]} reads conversations: give --chat too")
         return

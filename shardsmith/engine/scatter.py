@@ -70,17 +70,20 @@ class TaskResult:
     def count(self, out: Processed) -> None:
         """A processed batch's records left out on purpose and its counts, added to the task's."""
         self.dropped += out.dropped
-        for key, n in (out.stats or {}).items():
-            self.stats[key] = self.stats.get(key, 0) + int(n)
+        _add_counts(self.stats, out.stats or {})
 
 
 def summed_stats(results: Sequence[TaskResult]) -> dict[str, int]:
     """The processor's counts of every task, summed (``TaskResult.stats``)."""
     total: dict[str, int] = {}
     for r in results:
-        for key, n in r.stats.items():
-            total[key] = total.get(key, 0) + int(n)
+        _add_counts(total, r.stats)
     return total
+
+
+def _add_counts(into: dict[str, int], counts: dict[str, int]) -> None:
+    for key, n in counts.items():
+        into[key] = into.get(key, 0) + int(n)
 
 
 def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None) -> TaskResult:

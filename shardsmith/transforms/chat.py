@@ -56,11 +56,11 @@ class ChatProcessor:
     """Renders and encodes a batch of conversations; the encoder is built in each worker."""
 
     def __init__(self, *, spec: tk.TokenizerSpec, renderer: ChatRenderer, unit: np.dtype, seq_len: int | None,
-                 too_long: str, encoder: ChatEncoder | None = None) -> None:
+                 too_long: str, encoder: ChatEncoder | None = None, as_read: bool = False) -> None:
         """``unit``: the payload's (id, mask) dtype; ``seq_len``: the packed length ``too_long``
         applies to (None: conversations stay whole); ``encoder``: built in the parent, so forked
-        workers inherit it."""
-        self.spec, self.renderer, self.unit = spec, renderer, np.dtype(unit)
+        workers inherit it; ``as_read``: keep each conversation as read (what ``--provenance`` hashes)."""
+        self.spec, self.renderer, self.unit, self.as_read = spec, renderer, np.dtype(unit), as_read
         self.seq_len, self.too_long = seq_len, too_long
         self._encoder = encoder
 
@@ -69,7 +69,7 @@ class ChatProcessor:
 
     def process(self, task: Task, batch: list[tuple[int, Any]]) -> Processed:
         texts: list[str] = []
-        raw: list[str] = []
+        raw: list[str] | None = [] if self.as_read else None
         spans: list[list[tuple[int, int]]] = []
         records, bad, turns = [], [], []
         for record, value in batch:
@@ -79,7 +79,8 @@ class ChatProcessor:
                 bad.append((record, str(exc)))
                 continue
             texts.append(text)
-            raw.append(self.renderer.as_read(value))
+            if raw is not None:
+                raw.append(self.renderer.as_read(value))
             spans.append(sp)
             records.append(record)
             turns.append(messages)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.formats.tokens.masks import mask_bytes
+from shardsmith.formats.tokens.masks import bits_of
 from shardsmith.kit.chat import MESSAGE_BINS
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
@@ -19,12 +19,10 @@ from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summar
 def shard_bits(out: Path, shard: dict[str, Any], tokens: int) -> np.ndarray | None:
     """A shard's loss bits (None when the sidecar is missing or of the wrong size: verify names it)."""
     try:
-        data = np.fromfile(manifest_mod.resolve_inside(out, shard["mask"]["path"]), dtype=np.uint8)
+        data = manifest_mod.resolve_inside(out, shard["mask"]["path"]).read_bytes()
     except (OSError, KeyError, TypeError, ValueError):
         return None
-    if len(data) != mask_bytes(tokens):
-        return None
-    return np.unpackbits(data, count=tokens).astype(bool)
+    return bits_of(data, tokens)
 
 
 def chat_section(out: Path, manifest: dict[str, Any], shards: list[dict[str, Any]],

@@ -85,6 +85,14 @@ def mask_bytes(tokens: int) -> int:
     return -(-int(tokens) // 8)
 
 
+def bits_of(data: Any, tokens: int) -> np.ndarray | None:
+    """A whole sidecar's bits for ``tokens`` tokens, as bool (None when its size is not theirs)."""
+    packed = np.frombuffer(data, dtype=np.uint8)
+    if len(packed) != mask_bytes(tokens):
+        return None
+    return np.unpackbits(packed, count=tokens).astype(bool)
+
+
 class ShardMasks:
     """The loss bits of one split's shards, each sidecar read whole on first use through the
     dataset's files (its size checked; fetched and hashed like any sidecar for a URL) and kept
@@ -139,18 +147,18 @@ def verify_masks(files: Any, shards: list[dict[str, Any]], dtype: np.dtype) -> l
             continue
         tokens = int(shard["bytes"]) // np.dtype(dtype).itemsize
         try:
-            data = np.frombuffer(files.sidecar(side), dtype=np.uint8)
+            data = files.sidecar(side)
         except (DatasetError, OSError) as exc:
             problems.append(str(exc))
             continue
-        if len(data) != mask_bytes(tokens) or int(side.get("tokens", -1)) != tokens:
+        bits = bits_of(data, tokens)
+        if bits is None or int(side.get("tokens", -1)) != tokens:
             problems.append(f"{side['path']}: {len(data)} bytes for {side.get('tokens')} tokens, the shard holds "
                             f"{tokens} (want {mask_bytes(tokens)} bytes)")
             continue
-        bits = np.unpackbits(data)
-        if bits[tokens:].any():
+        if np.unpackbits(np.frombuffer(data, dtype=np.uint8)[-1:])[tokens % 8 or 8:].any():
             problems.append(f"{side['path']}: bits set after the shard's last token")
-        if int(side.get("trained", -1)) != int(np.count_nonzero(bits[:tokens])):
-            problems.append(f"{side['path']}: {int(np.count_nonzero(bits[:tokens]))} tokens trained on, the "
+        if int(side.get("trained", -1)) != int(np.count_nonzero(bits)):
+            problems.append(f"{side['path']}: {int(np.count_nonzero(bits))} tokens trained on, the "
                             f"manifest says {side.get('trained')}")
     return problems
