@@ -4,6 +4,7 @@ resume through StatefulDataLoader (docs/design.md, "Loader")."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import shardsmith
 from shardsmith.errors import UsageError
 from shardsmith.loader import mix
-from shardsmith.loader.mixture import _permute
+from shardsmith.loader.mixture import _permute, _permute_run
 from tests.test_torch_resume import token_dataset
 
 
@@ -193,6 +194,29 @@ def test_the_shuffle_is_a_permutation(n):
     assert sorted(_permute(np.arange(n), n, keys).tolist()) == list(range(n))
 
 
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 2**40), key=st.integers(0, 2**64 - 1), data=st.data())
+def test_the_shuffle_of_one_pass_is_the_vectorised_shuffle(n, key, data):
+    """``_permute_run`` (a source's pass, scalars) places every position where ``_permute`` does."""
+    p = np.array(data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=50)), dtype=np.int64)
+    keys = np.full(len(p), np.uint64(key), dtype=np.uint64)
+    assert _permute_run(p, n, np.uint64(key)).tolist() == _permute(p, n, keys).tolist()
+
+
+def test_a_mixtures_places_are_pinned():
+    """The order a seed gives never changes: these places were made before the per-pass shuffle
+    and the gather into one batch (three sources, two of them cycling through passes)."""
+    m = quiet_mix({"web": Ids("web", 2000), "code": Ids("code", 700), "books": Ids("books", 90)},
+                  {"web": 0.5, "code": 0.3, "books": 0.2}, seed=11, num_samples=5000)
+    s, p = m.locate(np.arange(5000))
+    digest = hashlib.sha256(s.astype("<i8").tobytes() + p.astype("<i8").tobytes()).hexdigest()
+    assert digest == "546d3932fa1123065c83a991dde66c8467ea9801563866309508ceaa00229c08"
+    rng = np.random.default_rng(0)
+    scattered = rng.integers(-5000, 5000, 300)  # not a run: located one by one, negative from the end
+    got = m.locate(scattered)
+    assert got[0].tolist() == s[scattered].tolist() and got[1].tolist() == p[scattered].tolist()
+
+
 # -- tokens through the torch adapter ---------------------------------------------------------------
 
 torch = pytest.importorskip("torch")
@@ -207,14 +231,19 @@ def token_mix(tmp_path_factory):
     return parts, {"web": 0.5, "code": 0.3, "books": 0.2}
 
 
-def test_token_batches_match_the_sources(token_mix):
+@pytest.mark.parametrize("picks", ["run", "scattered"])
+def test_token_batches_match_the_sources(token_mix, picks):
+    """Token sources gather into one batch (``fill_windows``): each row is its source's window."""
     parts, weights = token_mix
     m = quiet_mix(parts, weights, seed=3, num_samples=150)
-    x, y = m.get_batch(np.arange(150))
-    source, sample = m.locate(np.arange(150))
-    for k in range(150):
+    idx = np.arange(150) if picks == "run" else np.random.default_rng(1).integers(-150, 150, 64)
+    x, y = m.get_batch(idx)
+    assert x.dtype == y.dtype == np.int64 and x.shape == y.shape == (len(idx), parts["web"].seq_len)
+    source, sample = m.locate(idx)
+    for k in range(len(idx)):
         px, py = parts[m.names[source[k]]][int(sample[k])]
         assert np.array_equal(x[k], px) and np.array_equal(y[k], py)
+    assert m.get_batch(np.zeros(0, np.int64))[0].shape == (0, parts["web"].seq_len)
 
 
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated", "ignore:This DataLoader will create",

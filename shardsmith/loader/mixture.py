@@ -69,6 +69,39 @@ def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
     return y.astype(np.int64)
 
 
+def _permute_run(p: np.ndarray, n: int, key: np.uint64) -> np.ndarray:
+    """``_permute`` for one domain and one key (a source's pass): the same positions, with the
+    halves' sizes, masks and round keys as scalars and the rounds in place, ~3x faster."""
+    bits = (n - 1).bit_length()  # frexp's exponent in _permute, for n < 2**53
+    sizes = (bits // 2, bits - bits // 2)
+    masks = {w: np.uint64((1 << w) - 1) for w in sizes}
+    keys = [np.uint64((int(key) + r * 0x9E3779B97F4A7C15) % 2**64) for r in range(1, 5)]
+
+    def feistel(x: np.ndarray) -> np.ndarray:
+        top, low = sizes
+        hi, lo = x >> np.uint64(low), x & masks[low]
+        for k in keys:
+            f = lo ^ k
+            f *= _GOLD
+            f ^= f >> np.uint64(29)
+            f *= _MUL
+            f ^= f >> np.uint64(32)
+            f &= masks[top]
+            f ^= hi
+            hi, lo, top, low = lo, f, low, top
+        hi <<= np.uint64(low)
+        hi |= lo
+        return hi
+
+    y = feistel(p.astype(np.uint64))
+    bound = np.uint64(n)
+    out = np.flatnonzero(y >= bound)
+    while out.size:  # the cycle walk of _permute
+        y[out] = feistel(y[out])
+        out = out[y[out] >= bound]
+    return y.astype(np.int64)
+
+
 def _kind(ds: Any) -> tuple[Any, ...]:
     """What makes samples of two datasets batchable together: class, window length, schema, decoding,
     and for token ids the tokenizer that made them (its sha256) and the padding id."""
@@ -119,6 +152,10 @@ class Mixture:
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.lengths = {name: len(ds) for name, ds in sources.items()}
+        # token windows of one dtype gather straight into one batch (``get_batch``)
+        fills = [ds for ds in sources.values() if callable(getattr(ds, "fill_windows", None))]
+        same = len(fills) == len(sources) and len({(ds.dtype, ds.seq_len) for ds in fills}) == 1
+        self._fill = fills[0] if same else None
         self.consumed = self._start(start)
         self._ahead: tuple[int, np.ndarray, np.ndarray] | None = None  # (first position, sources, samples)
         self.ahead = AHEAD  # positions located at once for a run
@@ -176,34 +213,45 @@ class Mixture:
         come in order, so a run of positions is located ``ahead`` at a time and kept: numpy's cost
         per call, not per sample, was most of a batch of 256 (the same places either way)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if idx.size and (idx.min() < -self._len or idx.max() >= self._len):
-            raise IndexError(f"mixture index out of range for {self._len} samples")
-        idx = np.where(idx < 0, idx + self._len, idx)
-        if idx.size and int(idx[-1]) - int(idx[0]) == idx.size - 1 and (idx.size == 1 or (np.diff(idx) == 1).all()):
-            lo = int(idx[0])
+        lo, n = (int(idx[0]), idx.size) if idx.size else (0, 0)
+        run = n and lo >= 0 and lo + n <= self._len and int(idx[-1]) == lo + n - 1
+        if run and (n == 1 or (np.diff(idx) == 1).all()):
             got = self._ahead
-            if got is None or not got[0] <= lo or lo + idx.size > got[0] + len(got[1]):
-                hi = min(self._len, lo + max(self.ahead, idx.size))
+            if got is None or not got[0] <= lo or lo + n > got[0] + len(got[1]):
+                hi = min(self._len, lo + max(self.ahead, n))
                 sources, samples = self._located(np.arange(lo, hi, dtype=np.int64))
                 sources.flags.writeable = samples.flags.writeable = False  # handed out as views
                 got = self._ahead = (lo, sources, samples)
             a = lo - got[0]
-            return got[1][a:a + idx.size], got[2][a:a + idx.size]
-        return self._located(idx)
+            return got[1][a:a + n], got[2][a:a + n]
+        if n and (idx.min() < -self._len or idx.max() >= self._len):
+            raise IndexError(f"mixture index out of range for {self._len} samples")
+        return self._located(np.where(idx < 0, idx + self._len, idx))
 
     def _located(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         source, draw = self._interleave.locate(idx)
         return source, self._sample(source, draw)
 
     def _sample(self, source: np.ndarray, draw: np.ndarray) -> np.ndarray:
-        """Draw number -> sample index, in each source's own shuffled passes (all sources at once)."""
-        lengths = np.array([self.lengths[name] for name in self.names], dtype=np.int64)[source]
-        start = np.array([self.consumed[name] for name in self.names], dtype=np.int64)[source]
-        passes, p = np.divmod(draw + start, lengths)
-        if not self.shuffle:
-            return p
-        keys = self._keys[source] ^ mix64(passes.astype(np.uint64) + np.uint64(1))
-        return _permute(p, lengths, keys)
+        """Draw number -> sample index, in each source's own shuffled passes (one source at a time:
+        its length, and the key of each of its passes, are scalars there)."""
+        out = np.empty_like(draw)
+        for s, name in enumerate(self.names):
+            rows = np.flatnonzero(source == s)
+            if not rows.size:
+                continue
+            n = self.lengths[name]
+            passes, p = np.divmod(draw[rows] + self.consumed[name], n)
+            if not self.shuffle:
+                out[rows] = p
+                continue
+            first = int(passes[0])
+            single = bool((passes == first).all())  # a pass boundary inside a run is rare
+            for q in [first] if single else np.unique(passes).tolist():
+                at = slice(None) if single else passes == q
+                key = self._keys[s] ^ mix64(np.uint64(q + 1))
+                out[rows[at]] = _permute_run(p[at], n, key)
+        return out
 
     def source_of(self, i: int) -> str:
         """The name of the source that sample i comes from."""
@@ -215,12 +263,18 @@ class Mixture:
         return self.sources[self.names[int(source[0])]][int(sample[0])]
 
     def get_batch(self, indices: Any) -> Any:
-        """Samples ``indices`` as one batch of the sources' kind: one ``get_batch`` per source touched."""
+        """Samples ``indices`` as one batch of the sources' kind: one gather per source touched.
+        Token windows gather straight into one batch (``fill_windows``); other kinds are joined."""
         source, sample = self.locate(indices)
-        parts = []
-        for s in np.unique(source).tolist():
-            rows = np.flatnonzero(source == s)
-            parts.append((rows, self.sources[self.names[s]].get_batch(sample[rows])))
+        order = np.argsort(source, kind="stable")  # each source's rows, in the asked order
+        ends = np.cumsum(np.bincount(source, minlength=len(self.names))).tolist()
+        groups = [(s, order[a:b]) for s, (a, b) in enumerate(zip([0, *ends[:-1]], ends)) if b > a]
+        if self._fill is not None:
+            out = np.empty((len(source), self._fill.seq_len + 1), self._fill.dtype)
+            for s, rows in groups:
+                self.sources[self.names[s]].fill_windows(sample[rows], out, rows)
+            return self._fill.split_windows(out)
+        parts = [(rows, self.sources[self.names[s]].get_batch(sample[rows])) for s, rows in groups]
         if not parts:
             return self.sources[self.names[0]].get_batch(np.zeros(0, np.int64))
         if len(parts) == 1:

@@ -141,28 +141,32 @@ class _TokenShards:
         """``described`` of documents ``docs`` (indices into ``origins``) with their spans in a sample."""
         return described(self.origins(counts)[docs], spans, self.manifest, where=self.out_dir)
 
-    def rows(self, starts: np.ndarray, width: int) -> np.ndarray:
-        """Tokens ``[s, s + width)`` of the concatenated stream for each start, one gather per shard."""
-        out = np.empty((len(starts), width), dtype=self.dtype)
+    def rows(self, starts: np.ndarray, width: int, *, out: np.ndarray | None = None,
+             at: np.ndarray | None = None) -> np.ndarray:
+        """Tokens ``[s, s + width)`` of the concatenated stream for each start, one gather per shard;
+        into rows ``at`` of ``out`` when given (a mixture gathers its sources into one batch)."""
+        if out is None:
+            out = np.empty((len(starts), width), dtype=self.dtype)
         shard = np.searchsorted(self.starts, starts, side="right") - 1
         inside = starts + width <= self.starts[shard + 1]
-        order = np.flatnonzero(inside)
-        order = order[np.argsort(shard[order], kind="stable")]  # the rows grouped by shard, one sort
+        every = bool(inside.all())
+        order = np.argsort(shard, kind="stable") if every else np.flatnonzero(inside)
+        if not every:
+            order = order[np.argsort(shard[order], kind="stable")]  # the rows grouped by shard, one sort
         ss = shard[order]
-        edges = [0, *(np.flatnonzero(ss[1:] != ss[:-1]) + 1).tolist(), len(order)]
+        edges = [0, *(np.flatnonzero(ss[1:] != ss[:-1]) + 1).tolist(), len(order)] if len(order) else [0]
         for a, b in zip(edges[:-1], edges[1:]):
-            if a == b:
-                continue
             rows, s = order[a:b], int(ss[a])
             self._files.touched(s, len(rows))
             arr = self.array(s)
+            dest = rows if at is None else at[rows]
             if arr is None:
-                out[rows] = self.ranged(s, starts[rows] - self.starts[s], width)
+                out[dest] = self.ranged(s, starts[rows] - self.starts[s], width)
                 continue
-            out[rows] = self._windows(s, arr, width)[starts[rows] - self.starts[s]]
-        for r in np.flatnonzero(~inside):  # at most one window per shard boundary
+            out[dest] = self._windows(s, arr, width)[starts[rows] - self.starts[s]]
+        for r in ([] if every else np.flatnonzero(~inside).tolist()):  # at most one window per shard boundary
             self._files.touched(int(shard[r]))
-            out[r] = self._span(int(starts[r]), width)
+            out[r if at is None else at[r]] = self._span(int(starts[r]), width)
         return out
 
     def _windows(self, s: int, arr: np.ndarray, width: int) -> np.ndarray:
@@ -227,7 +231,22 @@ class TokenDataset:
     def get_batch(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """(x, y) int64 arrays of shape (B, L): one vectorized gather per shard, no loop per row."""
         idx = self._check(indices)
-        rows = self._shards.rows(idx * self.seq_len, self.seq_len + 1)
+        return self.split_windows(self.fill_windows(idx, np.empty((len(idx), self.seq_len + 1), self.dtype)))
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The ids' dtype on disk (the rows ``fill_windows`` fills)."""
+        return self._shards.dtype
+
+    def fill_windows(self, indices: np.ndarray, out: np.ndarray, at: np.ndarray | None = None) -> np.ndarray:
+        """Windows ``indices`` (in range, non-negative) as their L + 1 tokens, into rows ``at`` of
+        ``out`` (every row in order when None): the gather of ``get_batch``, which a mixture of
+        token sources runs for each source into one batch before one ``split_windows``."""
+        return self._shards.rows(indices * self.seq_len, self.seq_len + 1, out=out, at=at)
+
+    @staticmethod
+    def split_windows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Windows' L + 1 tokens as (x, y) int64, the targets shifted by one."""
         return rows[:, :-1].astype(np.int64), rows[:, 1:].astype(np.int64)
 
     def __getitems__(self, indices: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
