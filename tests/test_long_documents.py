@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+from shardsmith.commands.engine_check import check_engine
 from shardsmith.transforms import tokenize as tk
 
 ALPHABET = st.sampled_from([*WORDS, " ", " ", "  ", "\n", "\t", ",", ".", "'s", "123", "日本", "🙂", "\r\n"])
@@ -115,5 +116,28 @@ def test_the_engine_check_encodes_a_bounded_sample(bpe_tokenizer, tmp_path):
 
 def test_the_engine_fallback_message_is_one_whole_line():
     tok = Tokenizer.from_str(tk.train_bpe(["a b c"] * 3, vocab_size=260))
-    engine, why, _ = tk.choose_engine("auto", tok, "{not json\n" + "x" * 300, ["a b"])
-    assert engine == "hf" and "\n" not in why and "[:120]" not in why
+    engine, why, _, loaded = check_engine("auto", tok, "{not json\n" + "x" * 300, ["a b"], piece_docs=1)
+    assert engine == "hf" and loaded is None and "\n" not in why and "[:120]" not in why
+
+
+def test_the_engine_check_decides_alike_when_its_child_fails(bpe_tokenizer, monkeypatch):
+    """The reference's side runs in a forked child; when that child fails, this process computes
+    the reference itself and decides the same (engine, piece safety, reason)."""
+    import shardsmith.commands.engine_check as ec
+
+    tok = Tokenizer.from_file(str(bpe_tokenizer))
+    sample = [" ".join(random.Random(k).choices(WORDS, k=400)) for k in range(30)]
+    json_text = tok.to_str()
+    checked = len(tk.PROBES) + 30 + sum(len(tk.pieces(t, 48)) for t in sample[:10])
+    want = ("gigatoken", f"matched tokenizers on {checked} documents", True)
+    assert ec.check_engine("auto", tok, json_text, sample, piece_docs=8)[:3] == want
+    reference = ec._reference
+
+    def fails_in_the_child(tok, texts, piece_texts, *, batch):
+        if batch:  # only the child encodes in one batch
+            raise RuntimeError("the child fails")
+        return reference(tok, texts, piece_texts, batch=batch)
+
+    monkeypatch.setattr(ec, "_reference", fails_in_the_child)
+    assert ec.check_engine("auto", tok, json_text, sample, piece_docs=8)[:3] == want
+    assert ec.check_engine("hf", tok, json_text, sample, piece_docs=8)[:3] == ("hf", "requested", True)

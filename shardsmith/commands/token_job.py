@@ -6,7 +6,6 @@ run's scratch folder (``engine.plan.cached``) for the others.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import os
@@ -19,6 +18,7 @@ import numpy as np
 from shardsmith import registry
 from shardsmith.commands import nanogpt_split
 from shardsmith.commands.chat_options import check_chat
+from shardsmith.commands.engine_check import check_engine as checked_engine
 from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
@@ -113,10 +113,8 @@ class TokenSteps(JobSteps):
         if tok_path != home / "tokenizer.json":
             _write_changed(home / "tokenizer.json", tk.tokenizer_bytes(tok_path))
 
-        # gigatoken's set-up runs while the sample is read and encoded by the reference (and while a
-        # scatter rank with a cached decision gets ready)
-        warm = tk.GigaWarmup(facts.json) if tokenizing and opts.engine != "hf" else None
-        loaded = None
+        loaded = None  # gigatoken built by the engine check: workers forked later inherit it (a decision
+        # kept in the scratch folder leaves it to each worker)
 
         def check_engine() -> tuple[str, str, bool, float | None]:
             nonlocal loaded, hf
@@ -124,23 +122,14 @@ class TokenSteps(JobSteps):
                 hf = tk.load_hf(tok_path)[0]
             with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
                 got = _sample(reader, tasks, self.text_of, transforms)
-                sample = got.texts
-                ids = tk.reference_ids(hf)  # the two checks share the reference's ids
-                safe = tk.piece_safe(hf, sample[:PIECE_CHECK_DOCS], ids)
-                # the engines must agree on the pieces long documents are cut into, too
-                cut = [p for text in sample[:PIECE_CHECK_DOCS // 4] for p in (tk.pieces(text, 48) or [])] if safe else []
-                engine, why, loaded = tk.choose_engine(opts.engine, hf, facts.json, sample + cut, tick=bar.update,
-                                                       warm=warm, ids=ids)
+                engine, why, safe, loaded = checked_engine(opts.engine, hf, facts.json, got.texts,
+                                                           piece_docs=PIECE_CHECK_DOCS, tick=bar.update)
             share = nanogpt_split.default_share(got, input_bytes=sum(f.size for f in run.files or ())) \
                 if self.default_val else None
             return engine, why, safe, share
 
         engine, why, safe, val_share = cached("engine", check_engine, stage=opts.stage, out=opts.out, run=run_id,
                                               dump=list, load=tuple)
-        if warm is not None and loaded is None:  # the decision came from the cache: the thread ends before any fork
-            with contextlib.suppress(Exception):
-                warmed = warm.result()  # joined whatever the engine: a fork must never see the thread running
-                loaded = warmed if engine == "gigatoken" else None
         progress.note(f"engine: {engine} ({why})" + ("" if safe else f"; documents over {tk.PIECE_CHARS:,} characters "
                                                       f"are refused: this tokenizer's ids change when they are cut"))
         if opts.pack is not None:

@@ -8,8 +8,7 @@ input (plus a few awkward probes), so the output never depends on the engine.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -23,7 +22,7 @@ from shardsmith.errors import UsageError
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]",
                   "<|eos|>", "<EOS>")
 ENGINES = ("auto", "hf", "gigatoken")
-_PROBES = ["", " ", "  leading spaces", "trailing  ", "line\nbreak\r\nand\ttab", "ünïcödé — 日本語 🤖",
+PROBES = ["", " ", "  leading spaces", "trailing  ", "line\nbreak\r\nand\ttab", "ünïcödé — 日本語 🤖",
            "<|endoftext|> inside text </s> [SEP]", "numbers 1234567890 3.14159", "'s 've 're CAPS"]
 _LONG_PROBES = [" ".join(["The quick brown fox's 12 jumps, over the lazy dog!", "ünïcödé — 日本語 🤖 naïve",
                           "tabs\tand  double  spaces\nnew lines", "<|endoftext|> [SEP] </s> x"] * 6)]
@@ -54,33 +53,25 @@ def pieces(text: str, size: int = PIECE_CHARS) -> list[str] | None:
     return out
 
 
-def reference_ids(tok: Any) -> Callable[[str], list[int]]:
-    """``tok``'s ids of a text (no specials), remembered: the piece check and the engine check encode
-    many of the same sample documents and pieces, and the reference is the slow side of both."""
-    seen: dict[str, list[int]] = {}
+def piece_cases(texts: list[str]) -> list[tuple[str, list[str]]]:
+    """(text, its pieces) for the piece check: the probes and ``texts``, cut every few words (each
+    that has a cut at all)."""
+    out = []
+    for text in [*PROBES, *_LONG_PROBES, *texts]:
+        cut = pieces(text, _CHECK_PIECE)
+        if cut is not None and len(cut) > 1:
+            out.append((text, cut))
+    return out
+
+
+def piece_safe(tok: Any, texts: list[str]) -> bool:
+    """Whether ``tok`` gives the same ids for texts cut by ``pieces`` as for them whole (tried on
+    the probes and ``texts``, cut every few words), one text at a time."""
 
     def ids(text: str) -> list[int]:
-        got = seen.get(text)
-        if got is None:
-            got = seen[text] = tok.encode(text, add_special_tokens=False).ids
-        return got
+        return tok.encode(text, add_special_tokens=False).ids
 
-    return ids
-
-
-def piece_safe(tok: Any, texts: list[str], ids: Callable[[str], list[int]] | None = None) -> bool:
-    """Whether ``tok`` gives the same ids for texts cut by ``pieces`` as for them whole (tried on
-    the probes and the sample, cut every few words); ``ids``: ``reference_ids(tok)``, shared."""
-    ids = ids or reference_ids(tok)
-    for text in [*_PROBES, *_LONG_PROBES, *texts]:
-        cut = pieces(text, _CHECK_PIECE)
-        if cut is None or len(cut) == 1:
-            continue
-        whole = ids(text)
-        joined = [i for piece in cut for i in ids(piece)]
-        if whole != joined:
-            return False
-    return True
+    return all(ids(whole) == [i for piece in cut for i in ids(piece)] for whole, cut in piece_cases(texts))
 
 
 def too_long(text: str, *, piece_chars: int | None) -> str | None:
@@ -153,78 +144,11 @@ def default_eos(tok: Any) -> str | None:
     return next((c for c in EOS_CANDIDATES if c in specials), None)
 
 
-class GigaWarmup:
-    """gigatoken's tokenizer built and its first encode done in a background thread, while this
-    process reads its sample and encodes it with the reference: the engine check then costs the
-    longer of the two, not their sum. The first encode builds gigatoken's lazy tables (~0.05 s);
-    it goes through ``encode``, one document: gigatoken's batch calls import awkward (0.2-0.3 s)
-    on their first use, which no process of a run needs (``Encoder`` encodes one document at a
-    time too). ``result`` joins the
-    thread: call it before any worker is forked (a fork must never see the thread running)."""
-
-    def __init__(self, json_text: str) -> None:
-        self._giga: Any = None
-        self._error: Exception | None = None
-        self._thread = threading.Thread(target=self._load, args=(json_text,), name="gigatoken-warmup", daemon=True)
-        self._thread.start()
-
-    def _load(self, json_text: str) -> None:
-        try:
-            import gigatoken
-
-            giga = gigatoken.Tokenizer.from_json(json_text)
-            giga.encode(_PROBES[2])  # the first encode does the lazy set-up
-            self._giga = giga
-        except Exception as exc:  # reported by result(), in the caller's thread
-            self._error = exc
-
-    def result(self) -> Any:
-        """The warmed tokenizer; the exception gigatoken raised when it could not load the file."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._giga
-
-
-def choose_engine(requested: str, tok: Any, json_text: str, sample: list[str],
-                  tick: Callable[[int], Any] | None = None, warm: GigaWarmup | None = None,
-                  ids: Callable[[str], list[int]] | None = None) -> tuple[str, str, Any]:
-    """(engine, reason, loaded gigatoken tokenizer or None): gigatoken when it loads and matches
-    tokenizers on the sample, else hf; ``tick`` is told the documents the reference has encoded;
-    ``warm``: gigatoken already loading (``GigaWarmup`` of ``json_text``); ``ids``: the reference's
-    ids (``reference_ids(tok)``, shared with ``piece_safe``)."""
-    if requested == "hf":
-        return "hf", "requested", None
-    warm = warm or GigaWarmup(json_text)
-    ids = ids or reference_ids(tok)
-    texts = _PROBES + sample
-    # the reference first, while gigatoken loads; one document at a time: batch encodes would
-    # start thread pools in this process, and tokenizers then refuses parallelism in forked workers
-    expected = []
-    for t in texts:
-        expected.append(ids(t))
-        if tick is not None:
-            tick(1)
-    try:
-        giga = warm.result()
-    except Exception as exc:
-        if requested == "gigatoken":
-            raise UsageError(f"--engine gigatoken: gigatoken cannot load this tokenizer ({exc})") from None
-        return "hf", f"gigatoken does not support this tokenizer ({' '.join(str(exc).split())})", None
-    for text, want in zip(texts, expected):
-        if giga.encode(text).tolist() != want:
-            reason = f"gigatoken gave different ids than tokenizers for {text[:60]!r}"
-            if requested == "gigatoken":
-                raise UsageError(f"--engine gigatoken: {reason}")
-            return "hf", reason, None
-    return "gigatoken", f"matched tokenizers on {len(texts)} documents", giga
-
-
 class Encoder:
     """Encodes batches of documents into one flat token array plus per-document lengths."""
 
     def __init__(self, spec: TokenizerSpec, *, loaded: Any = None) -> None:
-        """``loaded``: the gigatoken tokenizer already built (and warmed) by ``choose_engine``."""
+        """``loaded``: the gigatoken tokenizer already built (and warmed) by the engine check."""
         self.spec = spec
         if spec.engine == "gigatoken":
             import gigatoken
