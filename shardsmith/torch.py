@@ -28,10 +28,11 @@ from shardsmith.formats.webdataset.dataset import TarDataset
 from shardsmith.kit.epoch import EpochStream
 from shardsmith.kit.rank_split import EpochOrder, global_position
 from shardsmith.loader.balance_sampler import BalancedSampler
+from shardsmith.torch_feed import DevicePrefetcher, map_tensors
 
-__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "PackedBatches",
-           "TarIterable", "TarSamples", "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader",
-           "varlen_collate"]
+__all__ = ["BalancedSampler", "DevicePrefetcher", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches",
+           "PackedBatches", "TarIterable", "TarSamples", "TokenBatches", "TokenWindows", "event_collate",
+           "global_position", "loader", "map_tensors", "varlen_collate"]
 
 
 class _Epoch(EpochStream):
