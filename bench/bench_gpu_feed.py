@@ -17,10 +17,12 @@ The data: --images JPEGs from bench/images.py (ImageNet-thumbnail-like, mostly 5
 100 classes, seeded) under --workdir, converted by ``python -m shardsmith convert --to webdataset``;
 token ids written directly (seeded). Results: a markdown table, and JSON in $OUT (else --workdir).
 
-Device command (one H200, 16 cores, no network; fits 10 minutes, ~3 expected). Here, with network:
-``bash bench/gpu_wheels.sh`` fills the git-ignored .whl/ (cp312, ~12 MB); then run(carry=[".whl"]):
+Device command (one H200, 16 cores, no network; fits 10 minutes: ~3 estimated, not yet measured,
+and each row stops measuring after --max-row-seconds). Here, with network: ``bash
+bench/gpu_wheels.sh`` fills the git-ignored .whl/ (cp312, ~12 MB); then run(carry=[".whl"],
+timeout_s=570):
 
-    pip install --no-index --no-deps --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:. \
+    python -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && PYTHONPATH=/tmp/site:. \
         python bench/bench_gpu_feed.py --workdir /tmp/gpu-feed
 
 CPU smoke check (tiny models, no torchvision needed: row (a) then says it is not installed):
@@ -166,9 +168,10 @@ def forever(make, epochs_from: int = 0):
         epoch += 1
 
 
-def measure(batches, step, *, device: torch.device, warmup: int, steps: int, per_step) -> dict:
-    """Run ``warmup`` then ``steps`` steps; the measured steps' wall time, and the time inside
-    ``step`` (CUDA events on the current stream; on a CPU, the clock)."""
+def measure(batches, step, *, device: torch.device, warmup: int, steps: int, per_step, limit: float) -> dict:
+    """Run ``warmup`` then ``steps`` steps (fewer if they pass ``limit`` seconds: the device run
+    must fit its 10 minutes); the measured steps' wall time, and the time inside ``step`` (CUDA
+    events on the current stream; on a CPU, the clock)."""
     cuda = device.type == "cuda"
     it = iter(batches)
     for _ in range(warmup):
@@ -177,6 +180,8 @@ def measure(batches, step, *, device: torch.device, warmup: int, steps: int, per
         torch.cuda.synchronize(device)
     spans, count, t0 = [], 0, time.perf_counter()
     for _ in range(steps):
+        if time.perf_counter() - t0 > limit:
+            break
         batch = next(it)
         count += per_step(batch)
         if cuda:
@@ -193,7 +198,7 @@ def measure(batches, step, *, device: torch.device, warmup: int, steps: int, per
         torch.cuda.synchronize(device)
     wall = time.perf_counter() - t0
     busy = sum(s.elapsed_time(e) / 1e3 for s, e in spans) if cuda else sum(spans)
-    return {"wall_s": round(wall, 3), "items": count, "per_s": round(count / wall, 1),
+    return {"wall_s": round(wall, 3), "steps": len(spans), "items": count, "per_s": round(count / wall, 1),
             "busy": round(busy / wall, 3)}
 
 
@@ -292,7 +297,7 @@ def image_rows(args, device, rows: dict) -> None:
         batches = make(args, device, path)
         try:
             r = measure(batches, image_step(model, opt, device), device=device, warmup=args.warmup,
-                        steps=args.steps, per_step=lambda b: len(b[1]))
+                        steps=args.steps, per_step=lambda b: len(b[1]), limit=args.max_row_seconds)
         except Exception as e:  # one row's failure leaves the others' figures (one device run)
             traceback.print_exc()
             rows[label] = {"note": f"failed: {' '.join(str(e).split())[:200]}"}
@@ -332,7 +337,7 @@ def gpt_row(args, device, rows: dict) -> None:
         return feed
 
     r = measure(forever(epoch), step, device=device, warmup=args.warmup, steps=args.steps,
-                per_step=lambda b: b[0].numel())
+                per_step=lambda b: b[0].numel(), limit=args.max_row_seconds)
     params = sum(p.numel() for p in model.parameters())
     label = f"GPT-2 {'small' if small else 'tiny'} ({params / 1e6:.0f}M), TokenBatches + prefetcher"
     rows[label] = {**r, "unit": "tokens/s", "model": f"gpt2-{'small' if small else 'tiny'}",
@@ -349,13 +354,13 @@ def _missing(module: str) -> bool:
 
 
 def table(rows: dict) -> str:
-    lines = ["| feed | model | batch | throughput | GPU busy | measured wall |", "|---|---|---|---|---|---|"]
+    lines = ["| feed | model | batch | throughput | GPU busy | measured |", "|---|---|---|---|---|---|"]
     for label, r in rows.items():
         if "note" in r:
             lines.append(f"| {label} | | | {r['note']} | | |")
             continue
         lines.append(f"| {label} | {r['model']} | {r['batch']} | {r['per_s']:,.0f} {r['unit']} | "
-                     f"{100 * r['busy']:.0f} % | {r['wall_s']:.1f} s |")
+                     f"{100 * r['busy']:.0f} % | {r['steps']} steps, {r['wall_s']:.1f} s |")
     return "\n".join(lines)
 
 
@@ -375,6 +380,8 @@ def main() -> None:
     ap.add_argument("--gpt-batch", type=int, default=16)
     ap.add_argument("--gpt-seq", type=int, default=1024)
     ap.add_argument("--rows", default="a,b,c,gpt", help="which rows (default a,b,c,gpt)")
+    ap.add_argument("--max-row-seconds", type=float, default=90.0,
+                    help="stop a row's measured steps after this long (its table row says how many ran)")
     args = ap.parse_args()
     args.rows = set(args.rows.split(","))
     device = torch.device(args.device)

@@ -11,7 +11,7 @@
 # and simplejpeg (the [images] extra: bench/images.py encodes the benchmark's JPEGs with it).
 # torchdata is not needed: the benchmark uses torch's DataLoader.
 set -euo pipefail
-PYTHON=${1:-.venv/bin/python}
+PYTHON=${1:-python3}
 rm -rf .whl && mkdir -p .whl
 "$PYTHON" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
