@@ -179,10 +179,11 @@ class RandomResizedCropFlip:
         return torch.stack([render(im, self.plan(im.shape[-1], im.shape[-2], key)) for im, key in zip(images, keys)])
 
 
-def render(image: torch.Tensor, view: View) -> torch.Tensor:
+def render(image: torch.Tensor, view: View, *, uint8: bool | None = None) -> torch.Tensor:
     """``view``'s box of a uint8 (C, h, w) image at ``view.size``, flipped if it says so: Pillow's
     ``resize(size, BILINEAR, box=box)`` (``augment._render``) in torch. Boxes of whole pixels inside
-    the image only (what ``RandomResizedCrop`` plans on a source image)."""
+    the image only (what ``RandomResizedCrop`` plans on a source image). ``uint8``: interpolate in
+    torch's uint8 arithmetic (Pillow's, vectorised; CPU only) rather than float (default: on a CPU)."""
     x0, y0, x1, y1 = view.box
     if not all(float(v).is_integer() for v in view.box) or x0 < 0 or y0 < 0 or x1 > image.shape[-1] \
             or y1 > image.shape[-2]:
@@ -190,7 +191,7 @@ def render(image: torch.Tensor, view: View) -> torch.Tensor:
     crop = image[:, int(y0):int(y1), int(x0):int(x1)]
     width, height = view.size
     if crop.shape[-2:] != (height, width):
-        if crop.device.type == "cpu":  # torch's uint8 path (Pillow's arithmetic, vectorised)
+        if crop.device.type == "cpu" if uint8 is None else uint8:
             crop = torch.nn.functional.interpolate(crop[None].contiguous(), size=(height, width), mode="bilinear",
                                                    antialias=True, align_corners=False)[0]
         else:

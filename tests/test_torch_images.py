@@ -52,6 +52,10 @@ def cpu(**kw) -> DecodeAugment:
     return DecodeAugment(crop=RandomResizedCropFlip(32, seed=7, **kw), device="cpu")
 
 
+_whole = JpegCollate(then=cpu())(SAMPLES)
+WHOLE = dict(zip(_whole["key"], _whole["image"]))
+
+
 @settings(max_examples=200, deadline=None)
 @given(width=st.integers(1, 3000), height=st.integers(1, 3000), seed=st.integers(0, 2**64 - 1),
        key=st.text(max_size=20), epoch=st.integers(0, 10_000), size=st.integers(1, 512))
@@ -72,8 +76,8 @@ def test_every_epoch_draws_fresh_crops():
 
 @pytest.mark.parametrize("path", ["uint8", "float"])
 def test_pixels_match_a_pillow_render_of_the_same_box(path):
-    """The CPU path interpolates uint8 (Pillow's arithmetic), the device path float: both within
-    a level or two of Pillow's ``resize(box=...)``."""
+    """The CPU path interpolates uint8 (Pillow's arithmetic), the device path float (run here on
+    the CPU): both within a few levels of Pillow's ``resize(box=...)``."""
     crop = RandomResizedCropFlip((40, 24), seed=3)
     worst = []
     for i, s in enumerate(SAMPLES):
@@ -81,9 +85,7 @@ def test_pixels_match_a_pillow_render_of_the_same_box(path):
         view = crop.plan(*im.size, s["__key__"])
         want = np.asarray(augment._render(im, view)).astype(np.int16)
         image = torch.from_numpy(np.array(im)).permute(2, 0, 1)
-        if path == "float":  # the device's arithmetic, run on the CPU: render's non-CPU branch
-            image = _FloatOnly(image)
-        got = render(image, view).permute(1, 2, 0).numpy().astype(np.int16)
+        got = render(image, view, uint8=path == "uint8").permute(1, 2, 0).numpy().astype(np.int16)
         assert got.shape == want.shape, i
         diff = np.abs(got - want)
         worst.append(diff.max())
@@ -91,17 +93,13 @@ def test_pixels_match_a_pillow_render_of_the_same_box(path):
     assert max(worst) <= 3, worst
 
 
-class _FloatOnly(torch.Tensor):
-    """A CPU tensor that claims another device type, so ``render`` takes its float branch."""
-
-    @property
-    def device(self):
-        return torch.device("meta")
-
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        out = super().__torch_function__(func, types, args, kwargs or {})
-        return out.as_subclass(torch.Tensor) if func is torch.nn.functional.interpolate else out
+@settings(max_examples=20, deadline=None)
+@given(picks=st.lists(st.integers(0, 7), min_size=1, max_size=8, unique=True))
+def test_same_image_for_a_key_in_any_batch_property(picks):
+    """Any subset of the samples in any order: each key's image is the one of the whole batch."""
+    part = JpegCollate(then=cpu())([SAMPLES[i] for i in picks])
+    assert part["key"] == [SAMPLES[i]["__key__"] for i in picks]
+    assert all(torch.equal(WHOLE[k], im) for k, im in zip(part["key"], part["image"]))
 
 
 def test_same_image_for_a_key_in_any_batch():
