@@ -28,10 +28,20 @@ from shardsmith.formats.webdataset.dataset import TarDataset
 from shardsmith.kit.epoch import EpochStream
 from shardsmith.kit.rank_split import EpochOrder, global_position
 from shardsmith.loader.balance_sampler import BalancedSampler
+from shardsmith.torch_feed import DevicePrefetcher, map_tensors
+from shardsmith.torch_images import (
+    DecodeAugment,
+    JpegBatch,
+    JpegCollate,
+    RandomResizedCropFlip,
+    decode_jpegs,
+    to_model_input,
+)
 
-__all__ = ["BalancedSampler", "EpochBatchSampler", "EventBatches", "EventSamples", "MixBatches", "PackedBatches",
-           "TarIterable", "TarSamples", "TokenBatches", "TokenWindows", "event_collate", "global_position", "loader",
-           "varlen_collate"]
+__all__ = ["BalancedSampler", "DecodeAugment", "DevicePrefetcher", "EpochBatchSampler", "EventBatches", "EventSamples",
+           "JpegBatch", "JpegCollate", "MixBatches", "PackedBatches", "RandomResizedCropFlip", "TarIterable",
+           "TarSamples", "TokenBatches", "TokenWindows", "decode_jpegs", "event_collate", "global_position", "loader",
+           "map_tensors", "to_model_input", "varlen_collate"]
 
 
 class _Epoch(EpochStream):

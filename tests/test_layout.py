@@ -56,7 +56,7 @@ LAYERS: list[set[str]] = [
     {"kit", "registry"},
     {"sources", "transforms", "formats", "plugin"},
     {"engine", "loader"},
-    {"torch", "shardsmith", "executors"},
+    {"torch", "torch_feed", "torch_images", "shardsmith", "executors"},
     {"report"},
     {"commands", "demo"},
     {"cli_options", "cli", "program", "__main__"},
