@@ -141,3 +141,24 @@ def test_the_engine_check_decides_alike_when_its_child_fails(bpe_tokenizer, monk
     monkeypatch.setattr(ec, "_reference", fails_in_the_child)
     assert ec.check_engine("auto", tok, json_text, sample, piece_docs=8)[:3] == want
     assert ec.check_engine("hf", tok, json_text, sample, piece_docs=8)[:3] == ("hf", "requested", True)
+
+
+def test_gigatokens_batch_call_gives_the_ids_of_one_document_at_a_time(bpe_tokenizer):
+    """Batches of at least BATCH_CHARS go through gigatoken's batch call (half the cost per
+    document); the ids equal those of one document at a time and the reference's, pieces too."""
+    tok = Tokenizer.from_file(str(bpe_tokenizer))
+    spec = tk.TokenizerSpec(json=tok.to_str(), engine="gigatoken", eos_id=tok.token_to_id("<|endoftext|>"),
+                            bos_id=None, vocab_size=tok.get_vocab_size(), batch_chars=tk.BATCH_CHARS)
+    enc = tk.Encoder(spec)
+    rng = random.Random(5)
+    texts = ["", "ünïcödé — 日本語 🤖", _long_text(tk.PIECE_CHARS + 5000)]
+    while sum(map(len, texts)) < tk.BATCH_CHARS + 100_000:
+        texts.append(" ".join(rng.choices(WORDS, k=rng.randint(0, 2000))))
+    content, lengths = enc.encode(texts)
+    alone = [enc.encode([t]) for t in texts]  # each below BATCH_CHARS: one document at a time
+    assert lengths.tolist() == [int(n[0]) for _, n in alone]
+    assert np.array_equal(content, np.concatenate([c for c, _ in alone]))
+    eos = tok.token_to_id("<|endoftext|>")
+    ends = np.cumsum(lengths)
+    for k in [0, 1, 3, len(texts) - 1]:  # the reference's ids, as pieces or whole
+        assert content[ends[k] - lengths[k]:ends[k]].tolist() == tok.encode(texts[k], add_special_tokens=False).ids + [eos]

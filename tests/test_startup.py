@@ -80,8 +80,9 @@ def test_later_stages_of_a_root_run_do_not_open_the_inputs(tmp_path: Path) -> No
 
 def test_gigatoken_never_imports_awkward_in_the_check_or_in_a_worker(corpus, bpe_tokenizer, tmp_path: Path) -> None:
     """gigatoken's batch calls import awkward on first use (0.2-0.3 s, what the check used to wait
-    for, and each cluster rank paid): the check, a run in one process and a forked worker encode
-    one document at a time instead."""
+    for, and each cluster rank paid): the check, a run in one process and a forked worker of a run
+    under BATCH_RUN_BYTES encode one document at a time instead (a larger run's spec asks for the
+    batch call, ``batch_chars``: the import pays for itself there)."""
     root, docs = corpus
     run = _cli(["pack-tokens", str(root), "--tokenizer", str(bpe_tokenizer), "--workers", "1", "-q",
                 "-o", str(tmp_path / "out")])

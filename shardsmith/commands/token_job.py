@@ -141,8 +141,10 @@ class TokenSteps(JobSteps):
         if opts.nanogpt:
             companions[neighbours.NANOGPT_META] = neighbours.nanogpt_meta(facts.vocab_size)
         self.companions = neighbours.write_companions(home, companions, write=_write_changed)
+        input_bytes = sum(f.size for f in run.files or ())
         spec = tk.TokenizerSpec(json=facts.json, engine=engine, eos_id=facts.eos_id, bos_id=facts.bos_id,
-                                vocab_size=facts.vocab_size, piece_chars=tk.PIECE_CHARS if safe else None)
+                                vocab_size=facts.vocab_size, piece_chars=tk.PIECE_CHARS if safe else None,
+                                batch_chars=tk.BATCH_CHARS if input_bytes >= tk.BATCH_RUN_BYTES else None)
         run.make_write(schema=self.payload_dtype(spec))
         self.facts, self.spec, self.engine, self.why, self.val_share = facts, spec, engine, why, val_share
         return self.make_processor(spec, opts, loaded=loaded if tokenizing else None, tokenizing=tokenizing)
