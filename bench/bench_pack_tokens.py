@@ -1,6 +1,7 @@
 """Side-by-side benchmark of `shardsmith pack-tokens` (issue 2), measured in one run.
 
     python bench/bench_pack_tokens.py [--mb 100] [--workdir /tmp/shardsmith-bench] [--skip-anchors] [--big]
+    python bench/bench_pack_tokens.py --versus --mb 1000      # pack-tokens vs encode_files, and fixed costs
 
 On one synthetic corpus (bench/corpus.py) and one tokenizer (bench/make_tokenizers.py), warm page cache:
   * byte-level BPE: shardsmith vs the bare read, gigatoken's raw encode (the physical limit), nanoGPT's
@@ -350,6 +351,35 @@ def bpe_section(b: Bench, corpus: Path, tok: Path, anchors: dict[str, str | None
     return out
 
 
+def versus_section(b: Bench, corpus: Path, tok: Path) -> None:
+    """Issue 31, point 2: pack-tokens (plain, as a user runs it) against gigatoken's raw
+    ``encode_files`` (ids in memory) and the nanoGPT recipe on it (ids written as uint16), on the
+    same corpus and cores; and the fixed cost of each, on a corpus of one document."""
+    tiny = b.work / "corpus-one-doc.jsonl"
+    if not tiny.exists():
+        with open(corpus, "rb") as fh:
+            tiny.write_bytes(fh.readline())
+    rows = {k: Row(n) for k, n in [("files", "gigatoken encode_files (Rust JSONL reader, ids in memory)"),
+                                   ("prep", "nanoGPT prepare.py recipe on encode_files (writes uint16)"),
+                                   ("ss", f"shardsmith pack-tokens --workers {WORKERS}")]}
+    fixed = {k: Row(f"{r.name}, one document") for k, r in rows.items()}
+    for _ in range(b.repeat):  # interleaved
+        for which, src in ((fixed, tiny), (rows, corpus)):
+            b.baseline(which["files"], "gigatoken-files", src, tok)
+            b.baseline(which["prep"], "gigatoken-prepare", src, tok)
+            b.shardsmith(which["ss"], src, tok, b.work / "out-versus")
+    size = corpus.stat().st_size
+    table(f"pack-tokens against gigatoken, {size / 1e6:.1f} MB JSONL, {WORKERS} cores, median of {b.repeat}",
+          list(rows.values()), size, rows["ss"])
+    for r in fixed.values():
+        print(f"  {r.name:70s} {r.wall:8.2f} s")
+    ss = rows["ss"].wall
+    print(f"  pack-tokens at {rows['files'].wall / ss:.2f}x encode_files and {rows['prep'].wall / ss:.2f}x the "
+          f"recipe that writes its ids (goal at 1 GB: 0.95x encode_files)")
+    print(f"  fixed cost (one document): pack-tokens {fixed['ss'].wall:.2f} s, encode_files "
+          f"{fixed['files'].wall:.2f} s, the recipe {fixed['prep'].wall:.2f} s (goal: pack-tokens under 0.3 s)")
+
+
 def wordpiece_section(b: Bench, corpus: Path, tok: Path) -> None:
     size = corpus.stat().st_size
     ss = Row(f"shardsmith pack-tokens --workers {WORKERS}")
@@ -437,6 +467,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=3, help="runs of every row (medians); default 3")
     ap.add_argument("--skip-anchors", action="store_true", help="skip datatrove and Megatron")
     ap.add_argument("--big", action="store_true", help="also the peak-memory run on a 1 GB corpus")
+    ap.add_argument("--versus", action="store_true",
+                    help="only pack-tokens against gigatoken's encode_files, and each one's fixed cost")
     ap.add_argument("--child", nargs=3, metavar=("NAME", "CORPUS", "TOKENIZER"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -457,6 +489,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"shardsmith pack-tokens benchmark: {corpus} ({corpus.stat().st_size / 1e6:.1f} MB), {os.cpu_count()} cores, "
           f"workdir {args.workdir}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     b = Bench(args.workdir, args.repeat)
+    if args.versus:
+        versus_section(b, corpus, toks["bpe"])
+        return
     out = bpe_section(b, corpus, toks["bpe"], anchors)
     wordpiece_section(b, corpus, toks["wordpiece"])
     if (out / "train.bin").exists():
