@@ -158,6 +158,7 @@ class Mixture:
         self._fill = fills[0] if same else None
         self.consumed = self._start(start)
         self._ahead: tuple[int, np.ndarray, np.ndarray] | None = None  # (first position, sources, samples)
+        self._after = -1  # the position after the last run located
         self.ahead = AHEAD  # positions located at once for a run
         self._keys = np.array([path_hash(f"mix:{self.seed}", n) for n in self.names], dtype=np.uint64)
         self._len = self._no_repeats() if num_samples is None else int(num_samples)
@@ -215,7 +216,10 @@ class Mixture:
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         lo, n = (int(idx[0]), idx.size) if idx.size else (0, 0)
         run = n and lo >= 0 and lo + n <= self._len and int(idx[-1]) == lo + n - 1
-        if run and (n == 1 or (np.diff(idx) == 1).all()):
+        # a run of positions, or one position right after the last run (reading in order): located ahead;
+        # a lone position (``m[i]``, ``source_of``) alone
+        after, self._after = self._after, (lo + n if run else -1)
+        if run and ((n == 1 and lo == after) or (n > 1 and (np.diff(idx) == 1).all())):
             got = self._ahead
             if got is None or not got[0] <= lo or lo + n > got[0] + len(got[1]):
                 hi = min(self._len, lo + max(self.ahead, n))
