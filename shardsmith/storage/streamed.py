@@ -28,7 +28,6 @@ The pins pickle with the store: DataLoader workers, forked or spawned, check the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 from typing import Any, BinaryIO
@@ -249,6 +248,8 @@ class RemoteStore:
                 return resp.get("ETag", ""), await resp["Body"].read()
             finally:
                 resp["Body"].close()
+
+        import asyncio  # here: its import (with ssl's, ~15 ms) is for streamed reads only
 
         return list(await asyncio.gather(*(one(a, b) for a, b in ranges)))
 

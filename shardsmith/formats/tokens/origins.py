@@ -18,7 +18,6 @@ import numpy as np
 
 from shardsmith.core.fsutil import HashingFile
 from shardsmith.errors import DatasetError
-from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.doc_origin import DOC_ORIGIN
 
 ORIGINS_SUFFIX = ".origins.npy"
@@ -77,6 +76,8 @@ def verify_origins(out: Any, manifest: dict[str, Any], split: str) -> list[str]:
     """``verify``: each shard of ``split`` has its origins (hashed already, with the other files),
     one ``DOC_ORIGIN`` row per document (per piece of a packed shard, as its boundaries list them),
     each naming one of the manifest's inputs."""
+    from shardsmith.kit.dataset_files import files_for  # the readers' side: not imported by the writer
+
     files = files_for(out)
     inputs = manifest["source"].get("inputs")
     problems = []
