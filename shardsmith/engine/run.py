@@ -164,7 +164,7 @@ def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:
     """Every task's result from the parts the scatter ranks wrote; a missing one names its task."""
     results, missing = [], []
     for t in tasks:
-        res = finished_task(job.work_dir, t, facts=job.fact_columns)
+        res = finished_task(job.work_dir, t, facts=job.fact_columns, buckets=job.n_buckets)
         if res is None:
             missing.append(t.index)
         else:
