@@ -16,6 +16,7 @@ through the scratch folder, and a rank rerun finds its finished piece and does n
 
 from __future__ import annotations
 
+import gc
 import mmap
 from collections.abc import Callable
 from concurrent.futures import as_completed
@@ -82,6 +83,14 @@ class SplitGather:
     drops: list[np.ndarray | None] = field(default_factory=list)  # per group: input orders left out (sorted)
     drop_bytes: list[int] = field(default_factory=list)  # per group: their payload bytes
     origins: Origins | None = None
+    # made here, in the parent: a forked gather worker reads only its own range's groups (touching the
+    # others' objects would copy their pages into it: ~85 MB a worker at a 10 GB input, issue 31)
+    max_group_bytes: int = field(init=False, default=0)  # the largest group's heads and payloads
+    part_files: int = field(init=False, default=0)  # the part files its groups read
+
+    def __post_init__(self) -> None:
+        self.max_group_bytes = max((sum(s.nbytes + mmap.PAGESIZE for s in g) for g in self.groups), default=0)
+        self.part_files = len({seg.path for g in self.groups for seg in g})
 
     @classmethod
     def of(cls, name: str, buckets: dict[int, list[Segment]], *, budget: int, removals: Removals | None = None,
@@ -193,12 +202,16 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     # a mapped part file holds a file descriptor while any batch of it is alive: not for thousands. Its
     # pages stay resident up to two groups' bytes (the group being copied and the one before it; heads
     # and the pages around them included), the memory the reading path spends on one group and its buffer
-    maps = (PartMaps(resident=2 * max(sum(s.nbytes + mmap.PAGESIZE for s in g) for g in split.groups))
-            if writer.maps_parts and split.groups and _part_files(split) <= MAX_MAPPED_PARTS else None)
+    maps = (PartMaps(resident=2 * split.max_group_bytes)
+            if writer.maps_parts and split.groups and split.part_files <= MAX_MAPPED_PARTS else None)
     into = None if writer.keeps_batches or maps is not None else LoadBuffer()
+    starts = split.starts
+    # the groups [a, b) lies in, found without touching any other group's objects
+    g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
     try:
         batches = 0
-        for g, (group, gs, ge) in enumerate(zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist())):
+        for g in range(g0, g1):
+            group, gs, ge = split.groups[g], int(starts[g]), int(starts[g + 1])
             if ge <= a or gs >= b:
                 continue
             if maps is not None:
@@ -231,10 +244,6 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
 MAX_MAPPED_PARTS = 512
 
 
-def _part_files(split: SplitGather) -> int:
-    return len({seg.path for g in split.groups for seg in g})
-
-
 # -- in worker processes ---------------------------------------------------------------------------
 
 _STATE: dict[str, Any] = {}
@@ -264,13 +273,19 @@ def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs:
     from shardsmith.engine.workers import worker_pool
 
     state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir, "out_dir": out_dir}
-    with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
-                     advice="try fewer --workers or a smaller --memory") as pool:
-        running = {pool.submit(_range_in_worker, job): job for job in jobs}
-        for done in as_completed(running):
-            done.result()
-            if tick is not None:
-                tick(_job_samples(splits, plans, running[done]))
+    # the parent's objects (the split tables above all) out of the collector's reach while the workers
+    # fork: a collection in a worker would otherwise write to every one of them, copying their pages
+    gc.freeze()
+    try:
+        with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
+                         advice="try fewer --workers or a smaller --memory") as pool:
+            running = {pool.submit(_range_in_worker, job): job for job in jobs}
+            for done in as_completed(running):
+                done.result()
+                if tick is not None:
+                    tick(_job_samples(splits, plans, running[done]))
+    finally:
+        gc.unfreeze()
 
 
 def _job_samples(splits: list[SplitGather], plans: list[SplitPlan | None], job: tuple[int, int, int]) -> int:
