@@ -168,6 +168,7 @@ class Release:
 
     def after(self, writer: Writer) -> None:
         """Record the writer's newly finished shards, then punch what only finished shards read."""
+        writer.settle()
         made = len(writer.shards)
         if made == self.recorded:
             return

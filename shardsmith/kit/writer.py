@@ -114,6 +114,10 @@ class Writer:
         return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],
                 "md5s": self.md5s}
 
+    def settle(self) -> None:
+        """Count in ``shards`` every shard finished by now (a writer that finishes shards in the
+        background); the base writer's shards are counted when finished."""
+
     def shard_piece(self, i: int) -> dict[str, Any] | None:
         """``piece()`` of this writer's ``i``-th finished shard alone (a gather resumes after it and
         gives back the spill it read: ``engine/release.py``); None for a writer whose piece is more

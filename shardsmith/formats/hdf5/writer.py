@@ -208,6 +208,12 @@ class HDF5Writer(Writer):
         self._futures.append(self._pool.submit(_commit, skeleton, path, regions, self._n, self.compression))
         self._pending, self._n = [], 0
 
+    def settle(self) -> None:
+        """Take the shards whose commit has finished (no waiting): the gather records each one and
+        gives back the spill it read as soon as it is whole (``engine/release.py``)."""
+        while self._futures and self._futures[0].done():
+            self.shards.append(self._futures.pop(0).result())
+
     def _drain(self, keep: int) -> None:
         """Wait for finishing shards until at most ``keep`` are in flight; records stay in order."""
         while len(self._futures) > keep:
