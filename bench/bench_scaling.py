@@ -3,6 +3,7 @@ sees that the cost grows linearly with the input and memory stays flat.
 
     python bench/bench_scaling.py [--sizes 0.1,1,10] [--workdir /tmp/shardsmith-bench/scaling] [--repeat 1]
     python bench/bench_scaling.py --sizes 0.02,0.05,0.1          # a quick check (~1-2 min)
+    python bench/bench_scaling.py --sizes 1,10 --only events     # one command: events or tokens
 
 Inputs, generated once per size and reused from --workdir (each written under a temporary name, in
 pieces, in a child process whose own peak memory is printed: the generators never hold GBs):
@@ -116,6 +117,7 @@ WORKLOADS = (
     Workload(name="pack-tokens", maker="corpus", suffix="jsonl", disk_factor=1.5, command=_pack_tokens),
     Workload(name="convert --to hdf5", maker="events", suffix="root", disk_factor=4.0, command=_convert_hdf5),
 )
+ONLY = {"tokens": WORKLOADS[:1], "events": WORKLOADS[1:]}  # --only
 
 
 def input_path(work: Path, load: Workload, gb: float) -> Path:
@@ -186,10 +188,10 @@ def ensure_input(work: Path, load: Workload, gb: float) -> Path:
     return path
 
 
-def check_disk(work: Path, sizes: list[float]) -> str | None:
+def check_disk(work: Path, sizes: list[float], loads: tuple[Workload, ...] = WORKLOADS) -> str | None:
     """A one-line refusal if the missing inputs plus the largest run's outputs do not fit in `work`."""
-    missing = sum(gb for load in WORKLOADS for gb in sizes if not input_path(work, load, gb).exists())
-    outputs = max(gb * load.disk_factor for load in WORKLOADS for gb in sizes)
+    missing = sum(gb for load in loads for gb in sizes if not input_path(work, load, gb).exists())
+    outputs = max(gb * load.disk_factor for load in loads for gb in sizes)
     need, free = missing + outputs + 0.5, shutil.disk_usage(work).free / 1e9
     if need > free:
         return (f"bench_scaling: needs ~{need:.1f} GB free in {work} ({missing:.1f} GB of inputs to "
@@ -322,6 +324,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per size (median wall, max memory); default 1")
     ap.add_argument("--memory", help="--memory passed to both commands (default: theirs, 1GB)")
+    ap.add_argument("--only", choices=sorted(ONLY), help="one command: events (convert --to hdf5) or tokens "
+                    "(pack-tokens); default both")
     ap.add_argument("--make", nargs=3, help=argparse.SUPPRESS)  # child: KIND BYTES PATH
     args = ap.parse_args(argv)
     if args.make:
@@ -330,7 +334,8 @@ def main(argv: list[str] | None = None) -> None:
     sizes = args.sizes
     work = args.workdir.resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    if refusal := check_disk(work, sizes):
+    loads = ONLY[args.only] if args.only else WORKLOADS
+    if refusal := check_disk(work, sizes, loads):
         raise SystemExit(refusal)
     version, start = code_version(), loadavg()
     print(f"shardsmith scaling benchmark: sizes {', '.join(f'{s:g}' for s in sizes)} GB, "
@@ -339,17 +344,17 @@ def main(argv: list[str] | None = None) -> None:
     avail = int(next(ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines()
                      if ln.startswith("MemAvailable:"))) * 1024
     points: dict[str, list[Point]] = {}
-    for load in WORKLOADS:
+    for load in loads:
         points[load.name] = []
         for gb in sizes:
             src = ensure_input(work, load, gb)
             size = src.stat().st_size
             points[load.name].append(Point(load.name, gb, size, "warm" if size < avail / 2 else "cold"))
     tokenizer = work / "bpe.json"
-    if not tokenizer.exists():
+    if WORKLOADS[0] in loads and not tokenizer.exists():
         make_tokenizer(tokenizer, input_path(work, WORKLOADS[0], sizes[0]))
     for _ in range(args.repeat):
-        for load in WORKLOADS:
+        for load in loads:
             for p in points[load.name]:
                 run_point(p, load, input_path(work, load, p.size_gb), work, tokenizer, args.memory)
     for name, pts in points.items():

@@ -402,3 +402,21 @@ def test_rntuple_records_and_name_clashes(tmp_path: Path) -> None:
     _, _, columns, offsets = _collect(reader, _input(path), schema, chunk_bytes=1 << 20)
     assert columns["p_x"].tolist() == [0, 1, 2, 3, 4] and columns["p_v"].tolist() == [1, 2, 3, 4, 5, 6]
     assert offsets["p_v"].tolist() == [0, 2, 2, 3, 6, 6]
+
+
+def test_the_schema_estimates_the_decoded_bytes_of_the_selected_branches(tmp_path: Path) -> None:
+    """The shuffle's buckets are sized by it (``Reader.decoded_bytes``): the selected branches'
+    uncompressed bytes from the files' metadata, the same in a process that recalls the schema."""
+    files = [_input(make_icecube_like(tmp_path / f"{i}.root", events=800, mean_pulses=20, seed=i,
+                                      events_per_basket=200), index=i) for i in range(2)]
+    chosen = ["event_id", "pulses_time", "pulses_charge"]
+    reader = RootReader(branches=chosen)
+    reader.schema(files)
+    want = sum(float(uproot.open(f.path)["events"][b].member("fTotBytes")) for f in files for b in chosen)
+    assert reader.decoded_bytes() is not None and abs(reader.decoded_bytes() - want) <= 0.05 * want
+    every = RootReader()
+    every.schema(files)
+    assert every.decoded_bytes() > 1.5 * reader.decoded_bytes()  # only what is selected counts
+    other = RootReader(branches=chosen)
+    other.recall_schema(reader._schema, reader.schema_memo())
+    assert other.decoded_bytes() == reader.decoded_bytes()

@@ -249,3 +249,25 @@ def test_mapped_part_pages_stay_bounded(tmp_path: Path) -> None:
                                                               .astype(np.int64).sum())
         peak = max(peak, _rss_file_mb() - before)
     assert peak < 40, f"{peak:.0f} MB of mapped part pages resident for a 16 MB bound"
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's /proc")
+def test_a_shard_copied_from_mapped_pages_lets_them_go(tmp_path: Path) -> None:
+    """The HDF5 writer copies a shard's values out of the part files' mapped pages, then lets those
+    pages go (``pages.let_go_views``): a view of a map loses its resident pages and keeps its bytes;
+    an array of anonymous memory is left alone (letting it go would zero it)."""
+    from shardsmith.core import pages
+    from shardsmith.engine.mapped import PartMaps
+
+    part = tmp_path / "part.bin"
+    data = np.random.default_rng(1).integers(0, 256, 32 << 20, dtype=np.uint8)
+    data.tofile(part)
+    src = PartMaps(resident=1 << 40).source(str(part))
+    before = _rss_file_mb()
+    copied = np.array(src[1000:])  # the writer's copy faults every page in
+    assert _rss_file_mb() - before > 24
+    anon = np.arange(1000, dtype=np.int64)
+    pages.let_go_views([src[5:9], src[10:], anon[3:]])
+    assert _rss_file_mb() - before < 4
+    assert np.array_equal(anon, np.arange(1000)) and np.array_equal(copied, data[1000:])
+    assert np.array_equal(src, data)

@@ -32,3 +32,16 @@ def _advise(mm: mmap.mmap, advice: int | None, first: int, size: int) -> None:
         return
     with contextlib.suppress(OSError, ValueError):
         mm.madvise(advice, first, size)
+
+
+def let_go_views(arrays: list) -> None:
+    """Take every page of the memory maps that these arrays view out of the resident set (each map
+    once; an array of anonymous memory is left alone: letting it go would zero it)."""
+    seen: set[int] = set()
+    for arr in arrays:
+        base = arr
+        while base is not None and not isinstance(base, mmap.mmap):
+            base = base.obj if isinstance(base, memoryview) else getattr(base, "base", None)
+        if isinstance(base, mmap.mmap) and id(base) not in seen:
+            seen.add(id(base))
+            let_go(base)

@@ -16,6 +16,7 @@ through the scratch folder, and a rank rerun finds its finished piece and does n
 
 from __future__ import annotations
 
+import gc
 import mmap
 from collections.abc import Callable
 from concurrent.futures import as_completed
@@ -32,8 +33,10 @@ from shardsmith.core.progress import Progress
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, is_intact, piece_path
+from shardsmith.engine.release import Release, finished, released_mark, to_write
 from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.shuffle import LoadBuffer, Origins, groups, sort_group, sorted_lengths
+from shardsmith.errors import DatasetError
 from shardsmith.kit.batches import Segment
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
@@ -82,6 +85,14 @@ class SplitGather:
     drops: list[np.ndarray | None] = field(default_factory=list)  # per group: input orders left out (sorted)
     drop_bytes: list[int] = field(default_factory=list)  # per group: their payload bytes
     origins: Origins | None = None
+    # made here, in the parent: a forked gather worker reads only its own range's groups (touching the
+    # others' objects would copy their pages into it: ~85 MB a worker at a 10 GB input, issue 31)
+    max_group_bytes: int = field(init=False, default=0)  # the largest group's heads and payloads
+    part_files: int = field(init=False, default=0)  # the part files its groups read
+
+    def __post_init__(self) -> None:
+        self.max_group_bytes = max((sum(s.nbytes + mmap.PAGESIZE for s in g) for g in self.groups), default=0)
+        self.part_files = len({seg.path for g in self.groups for seg in g})
 
     @classmethod
     def of(cls, name: str, buckets: dict[int, list[Segment]], *, budget: int, removals: Removals | None = None,
@@ -134,6 +145,9 @@ def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
             return SplitPlan(bounds=saved["bounds"], weights=saved["weights"])
         except (OSError, ValueError, KeyError):
             pass  # torn: compute it again
+    if released_mark(work_dir, split.name).exists():  # the heads it would read may be punched out
+        raise DatasetError(f"{path}: the plan of split {split.name} is lost and part of its spill already "
+                           f"released; remove {work_dir} and run again")
     roller = writer.rollover()
     bounds, weights, total = [0], [0], 0
     starts = split.starts.tolist()
@@ -175,30 +189,51 @@ def share(first: int, stop: int, parts: int) -> list[tuple[int, int]]:
 def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, *, make_writer: MakeWriter,
                 work_dir: Path, out_dir: Path, tick: Callable[[int], Any] | None = None) -> None:
     """Shards ``[first, stop)`` of a split (``plan`` None: every shard, by one writer), and their
-    piece; a range whose piece a previous run of the same command finished is left as it is.
-    ``tick``: told the samples of each group as it is sorted and written."""
+    piece; a range whose piece a previous run of the same command finished is left as it is, and
+    so is each shard a killed run finished (recorded on its own as it was finished, with the spill
+    only finished shards read given back: ``engine/release.py``). ``tick``: told the samples of
+    each group as it is sorted and written."""
+    if plan is None:
+        _write_run(split, None, 0, 0, None, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir, tick=tick)
+        return
+    path = piece_path(work_dir, split.name, first, stop)
+    if path.is_file():
+        try:
+            if is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split.name):
+                return
+        except (OSError, ValueError):
+            pass
+    done = finished(work_dir, out_dir, split.name, first, stop)
+    release = Release(split=split.name, groups=split.groups, starts=split.starts.tolist(), bounds=plan.bounds,
+                      first=first, done=done, work_dir=work_dir, enabled=RELEASE)
+    for begin, end in to_write(first, done):
+        _write_run(split, plan, begin, end, release, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir,
+                   tick=tick)
+
+
+def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, release: Release | None, *,
+               make_writer: MakeWriter, work_dir: Path, out_dir: Path, tick: Callable[[int], Any] | None) -> None:
+    """Shards ``[first, stop)`` by one writer (every shard: ``plan`` None), and their piece."""
     whole = plan is None
-    if not whole:
-        path = piece_path(work_dir, split.name, first, stop)
-        if path.is_file():
-            try:
-                if is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split.name):
-                    return
-            except (OSError, ValueError):
-                pass
     weight_before = 0 if plan is None else plan.weights[first]
     a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
     writer = make_writer(split.name, ShardRange(first_shard=first, first_sample=a, weight_before=weight_before,
                                                 whole=whole, work_dir=work_dir))
+    if release is not None:
+        release.writing(first)
     # a mapped part file holds a file descriptor while any batch of it is alive: not for thousands. Its
     # pages stay resident up to two groups' bytes (the group being copied and the one before it; heads
     # and the pages around them included), the memory the reading path spends on one group and its buffer
-    maps = (PartMaps(resident=2 * max(sum(s.nbytes + mmap.PAGESIZE for s in g) for g in split.groups))
-            if writer.maps_parts and split.groups and _part_files(split) <= MAX_MAPPED_PARTS else None)
+    maps = (PartMaps(resident=2 * split.max_group_bytes)
+            if writer.maps_parts and split.groups and split.part_files <= MAX_MAPPED_PARTS else None)
     into = None if writer.keeps_batches or maps is not None else LoadBuffer()
+    starts = split.starts
+    # the groups [a, b) lies in, found without touching any other group's objects
+    g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
     try:
         batches = 0
-        for g, (group, gs, ge) in enumerate(zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist())):
+        for g in range(g0, g1):
+            group, gs, ge = split.groups[g], int(starts[g]), int(starts[g + 1])
             if ge <= a or gs >= b:
                 continue
             if maps is not None:
@@ -209,9 +244,13 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
                                                origins=split.origins))
             if tick is not None:
                 tick(min(b, ge) - max(a, gs))
+            if release is not None:
+                release.after(writer)
             crash_point(f"gather:{split.name}:{batches}")
             batches += 1
         writer.close()
+        if release is not None:
+            release.after(writer)
     except BaseException:
         abort = getattr(writer, "abort", None)
         if abort is not None:
@@ -229,10 +268,7 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
 
 
 MAX_MAPPED_PARTS = 512
-
-
-def _part_files(split: SplitGather) -> int:
-    return len({seg.path for g in split.groups for seg in g})
+RELEASE = True  # punch out the spill that only finished shards read (``engine/release.py``)
 
 
 # -- in worker processes ---------------------------------------------------------------------------
@@ -264,13 +300,19 @@ def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs:
     from shardsmith.engine.workers import worker_pool
 
     state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir, "out_dir": out_dir}
-    with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
-                     advice="try fewer --workers or a smaller --memory") as pool:
-        running = {pool.submit(_range_in_worker, job): job for job in jobs}
-        for done in as_completed(running):
-            done.result()
-            if tick is not None:
-                tick(_job_samples(splits, plans, running[done]))
+    # the parent's objects (the split tables above all) out of the collector's reach while the workers
+    # fork: a collection in a worker would otherwise write to every one of them, copying their pages
+    gc.freeze()
+    try:
+        with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
+                         advice="try fewer --workers or a smaller --memory") as pool:
+            running = {pool.submit(_range_in_worker, job): job for job in jobs}
+            for done in as_completed(running):
+                done.result()
+                if tick is not None:
+                    tick(_job_samples(splits, plans, running[done]))
+    finally:
+        gc.unfreeze()
 
 
 def _job_samples(splits: list[SplitGather], plans: list[SplitPlan | None], job: tuple[int, int, int]) -> int:
@@ -291,7 +333,9 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     jobs: list[tuple[int, int, int]] = []
     for s, split in enumerate(splits):
         probe = make_writer(split.name, ShardRange())
-        if not probe.rangeable or (world_size == 1 and workers <= 1):
+        # a killed run that released spill: its ranges resume after their finished shards, never from the start
+        released = released_mark(work_dir, split.name).exists()
+        if not probe.rangeable or (world_size == 1 and workers <= 1 and not released):
             plans.append(None)  # one writer goes through the split: nothing to plan
             if rank == 0:
                 jobs.append((s, 0, 0))
@@ -301,7 +345,7 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
         plan = plan_split(split, probe, work_dir)
         ranks = share(0, plan.shards, world_size)  # min(shards, world_size) ranges: later ranks have none
         mine = share(*ranks[rank], max(1, workers)) if rank < len(ranks) else []
-        if world_size == 1 and len(mine) == 1:
+        if world_size == 1 and len(mine) == 1 and not released:
             plans.append(None)  # a single shard: one writer, hashing the nanoGPT file as it goes
             jobs.append((s, 0, 0))
             continue

@@ -18,6 +18,7 @@ from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.own_files import CARD, OWN_FOLDERS, _own_folder, own_file
 from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
+from shardsmith.kit.writer import shard_files
 
 # What a shardsmith conversion may leave in its folder; --overwrite removes only these.
 # The folders a conversion may make in its output, and what each may hold: the index folder holds the
@@ -29,17 +30,33 @@ def foreign(out: Path, *, card: bool = True) -> list[str]:
     return sorted(p.name for p in out.iterdir() if not _ours(p, card=card))
 
 
-def remove_own(out: Path, *, card: bool = True) -> None:
-    """Remove shardsmith's files from ``out``, and its own folders once they are empty."""
+def remove_own(out: Path, *, card: bool = True, keep: frozenset[str] = frozenset()) -> None:
+    """Remove shardsmith's files from ``out`` (but those named in ``keep``, relative paths), and its
+    own folders once they are empty."""
     for p in sorted(out.iterdir()):
         if _own_folder(p):
             for q in p.iterdir():
-                if q.is_file() and own_file(f"{p.name}/{q.name}"):
+                if q.is_file() and own_file(f"{p.name}/{q.name}") and f"{p.name}/{q.name}" not in keep:
                     q.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 p.rmdir()
-        elif _ours(p, card=card):
+        elif _ours(p, card=card) and p.name not in keep:
             p.unlink(missing_ok=True)
+
+
+def _finished_shards(out: Path, run: dict[str, str] | None) -> frozenset[str]:
+    """The files of the shards a killed run of this very run finished (its scratch folder, which the
+    run resumes from, names them in its gather pieces): taken over as they are, not written again
+    (the spill they were read from may be released: ``engine/release.py``)."""
+    work = work_path(out)
+    try:
+        if run is None or orjson.loads((work / "run.json").read_bytes()) != run:
+            return frozenset()
+        pieces = [orjson.loads(p.read_bytes()) for p in work.glob("piece-*.json")]
+    except (OSError, ValueError):
+        return frozenset()
+    return frozenset(e["path"] for piece in pieces for shard in piece.get("shards", ()) for e in shard_files(shard)
+                     if isinstance(e.get("path"), str))
 
 
 def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:
@@ -168,6 +185,7 @@ def _ours(p: Path, *, card: bool) -> bool:
 def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, str] | None) -> None:
     card = (out / MANIFEST).exists() or read_run_file(out) is not None
     own = all(_ours(p, card=card) for p in present)
+    same = False
     if own and not (out / MANIFEST).exists() and not overwrite:
         previous = read_run_file(out)
         same = previous is not None and run is not None and previous.get("options") == run["options"]
@@ -180,9 +198,11 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
         raise UsageError(f"-o {out}: folder is not empty ({len(present)} entries); pass --overwrite to replace "
                          f"a previous dataset there")
     (out / MANIFEST).unlink(missing_ok=True)  # first, so a half-cleaned folder is never a dataset
-    remove_own(out, card=card)
+    keep = _finished_shards(out, run) if same else frozenset()
+    remove_own(out, card=card, keep=keep)
     left: list[str] = []  # (what is left in an own folder by its path: the user's file, not the folder)
     for p in sorted(out.iterdir()):
         left += [f"{p.name}/{q.name}" for q in sorted(p.iterdir())] if _own_folder(p) else [p.name]
+    left = [name for name in left if name not in keep]
     if left:
         raise UsageError(f"-o {out}: --overwrite removes only shardsmith's own files; also found {left[:3]}")

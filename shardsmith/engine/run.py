@@ -19,6 +19,7 @@ from shardsmith.engine.duplicates import Duplicates, find_duplicates
 from shardsmith.engine.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.plan import task_bytes
+from shardsmith.engine.release import pinned_budget
 from shardsmith.engine.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_by_split
 from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, Unit
@@ -115,8 +116,8 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
         # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'
         share = workers * (opts.world_size if staged else 1)
         dups, origins = _cleaned(job, results, memory=opts.memory)
-        splits = split_tables(job, results, budget=max(16 << 10, sizing.group_bytes // share), duplicates=dups,
-                              origins=origins)
+        budget = pinned_budget(work, max(16 << 10, sizing.group_bytes // share))  # a resumed gather's groups
+        splits = split_tables(job, results, budget=budget, duplicates=dups, origins=origins)
         if not isinstance(unit, FinalizeUnit):
             rank, world = (unit.rank, unit.world) if isinstance(unit, GatherUnit) else (0, 1)
             ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
@@ -164,7 +165,7 @@ def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:
     """Every task's result from the parts the scatter ranks wrote; a missing one names its task."""
     results, missing = [], []
     for t in tasks:
-        res = finished_task(job.work_dir, t, facts=job.fact_columns)
+        res = finished_task(job.work_dir, t, facts=job.fact_columns, buckets=job.n_buckets)
         if res is None:
             missing.append(t.index)
         else:

@@ -119,7 +119,7 @@ def scatter_task(job: ScatterJob, task: Task, *, max_records: int | None = None)
         if facts is not None:
             facts.write(job.work_dir)
         cleaned = {"removed": result.removed, "rules": result.rules} if result.rules else {}
-        part.write({"task": task.index, "plan": _task_id(task), "records": result.records,
+        part.write({"task": task.index, "plan": _task_id(task), "buckets": job.n_buckets, "records": result.records,
                     "skipped": result.skipped, **({"dropped": result.dropped} if result.dropped else {}), **cleaned,
                     **({"stats": result.stats} if result.stats else {})})
         crash_point(f"scatter:{task.index}")
@@ -144,9 +144,11 @@ def _task_id(task: Task) -> list[Any]:
     return [task.file.rel, task.start, task.stop, task.first_record, len(task.files)]
 
 
-def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = ()) -> TaskResult | None:
+def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = (), buckets: int | None = None
+                  ) -> TaskResult | None:
     """The result of a task whose part file a previous (killed) run of the same command finished
-    (with its ``facts`` columns: ``engine/doc_facts.py``)."""
+    (with its ``facts`` columns: ``engine/doc_facts.py``) into ``buckets`` key ranges (a part cut
+    into others is redone: every part of a run must cut the keys alike)."""
     path = part_path(work_dir, task.index)
     if not path.is_file() or not has_facts(work_dir, task.index, facts):
         return None
@@ -155,6 +157,8 @@ def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = ()) -> Ta
     except Exception:  # a torn or foreign file: redo the task
         return None
     if meta.get("task") != task.index or meta.get("plan") != _task_id(task) or "records" not in meta:
+        return None
+    if buckets is not None and meta.get("buckets") != buckets:
         return None
     return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])),
                       dropped=int(meta.get("dropped", 0)), removed=list(meta.get("removed", [])),
@@ -330,7 +334,7 @@ def run_scatter(job: ScatterJob, tasks: Sequence[Task], *, workers: int, limit: 
 
     def todo() -> Iterator[Task]:
         for t in tasks:
-            if (done := finished_task(job.work_dir, t, facts=job.fact_columns)) is not None:
+            if (done := finished_task(job.work_dir, t, facts=job.fact_columns, buckets=job.n_buckets)) is not None:
                 results[t.index] = done
                 tick(t.nbytes)
             else:
@@ -367,7 +371,7 @@ def _limited(job: ScatterJob, tasks: Sequence[Task], *, limit: int, progress: Ca
     inputs staged) only as far as they are read. A killed run's parts are reused only when it had
     finished every task (the last task of a limited run holds part of its records)."""
     if isinstance(tasks, list):
-        done = [r for t in tasks if (r := finished_task(job.work_dir, t, facts=job.fact_columns)) is not None]
+        done = [r for t in tasks if (r := finished_task(job.work_dir, t, facts=job.fact_columns, buckets=job.n_buckets)) is not None]
         if tasks and len(done) == len(tasks):
             progress(sum(t.nbytes for t in tasks))
             return done

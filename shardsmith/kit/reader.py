@@ -119,6 +119,12 @@ class Reader:
         """Take the ``EventSchema`` an earlier process of the run read, with its ``schema_memo``."""
         raise NotImplementedError(f"{self.name} reads its schema in every process")
 
+    def decoded_bytes(self) -> int | None:
+        """Events sources: about how many bytes the selected fields of every input weigh decoded,
+        as reading the schema found from the files' metadata (sizes the shuffle's buckets; part of
+        ``schema_memo``, so every process of a staged run has the same); None: unknown."""
+        return None
+
     max_record_bytes: int | None = None  # a record longer than this is a bad record, never held whole
 
     def limit_records(self, max_bytes: int) -> None:

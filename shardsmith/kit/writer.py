@@ -114,6 +114,19 @@ class Writer:
         return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],
                 "md5s": self.md5s}
 
+    def settle(self) -> None:
+        """Count in ``shards`` every shard finished by now (a writer that finishes shards in the
+        background); the base writer's shards are counted when finished."""
+
+    def shard_piece(self, i: int) -> dict[str, Any] | None:
+        """``piece()`` of this writer's ``i``-th finished shard alone (a gather resumes after it and
+        gives back the spill it read: ``engine/release.py``); None for a writer whose piece is more
+        than its shards (a split-wide file written in pieces)."""
+        if type(self).piece is not Writer.piece or len(self.md5s) not in (0, len(self.shards)):
+            return None
+        return {"first_shard": self.part.first_shard + i, "shards": [self.shards[i].to_json()],
+                "md5s": self.md5s[i:i + 1]}
+
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
         """Split-wide files made once every shard of the split is written, from the ``piece()`` of
         every writer that made some (on a writer made for this, which wrote nothing)."""

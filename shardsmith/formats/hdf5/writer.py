@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardsmith.core import pages
 from shardsmith.core.events import EventChunk, EventSchema, decode, decode_from, decode_heads
 from shardsmith.core.fsutil import HashingFile, _tmp, fsync_dir, naming
 from shardsmith.core.ragged import Runs
@@ -207,6 +208,12 @@ class HDF5Writer(Writer):
         self._futures.append(self._pool.submit(_commit, skeleton, path, regions, self._n, self.compression))
         self._pending, self._n = [], 0
 
+    def settle(self) -> None:
+        """Take the shards whose commit has finished (no waiting): the gather records each one and
+        gives back the spill it read as soon as it is whole (``engine/release.py``)."""
+        while self._futures and self._futures[0].done():
+            self.shards.append(self._futures.pop(0).result())
+
     def _drain(self, keep: int) -> None:
         """Wait for finishing shards until at most ``keep`` are in flight; records stay in order."""
         while len(self._futures) > keep:
@@ -316,6 +323,9 @@ def _commit(skeleton: Path, path: Path, regions: list[tuple[int, list[np.ndarray
             if at > size:
                 raise OSError(f"{skeleton}: the datasets end at byte {at}, past the file's {size} bytes")
             _copy_range(src, at, size, out)
+        # the part files' pages this shard's values were copied from: out of the resident set now (the
+        # gather's bound on them counts the pages it maps, not those this copy faulted in again)
+        pages.let_go_views([s for _, columns in regions for c in columns if isinstance(c, Runs) for s in c.sources])
         sha = out.commit()
     except BaseException:
         if out is not None:

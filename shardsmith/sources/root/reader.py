@@ -52,6 +52,7 @@ class RootReader(Reader):
         self.branches = list(branches) if branches else None
         self.step_bytes = step_bytes
         self._schema: EventSchema | None = None
+        self._decoded: int | None = None  # the selected columns' bytes decoded, from the files' metadata
         self.tree_name: str | None = tree  # the tree read (the only one of the first file when not given)
 
     # -- schema ---------------------------------------------------------------------------
@@ -62,8 +63,10 @@ class RootReader(Reader):
             raise ValueError("no files")
         first: EventSchema | None = None
         skipped: list[str] = []
+        self._decoded = 0
         for f in files:
             leaves, skip = self._leaves(f)
+            self._decoded = None if self._decoded is None else self._add_decoded(f, leaves)
             schema = EventSchema(tuple(leaf.field for leaf in leaves))
             if first is None:
                 first, skipped = schema, skip
@@ -76,10 +79,22 @@ class RootReader(Reader):
         return first, skipped
 
     def schema_memo(self) -> dict[str, Any] | None:
-        return {"tree_name": self.tree_name}
+        return {"tree_name": self.tree_name, "decoded": self._decoded}
 
     def recall_schema(self, schema: EventSchema, memo: dict[str, Any]) -> None:
-        self._schema, self.tree_name = schema, memo["tree_name"]
+        self._schema, self.tree_name, self._decoded = schema, memo["tree_name"], memo.get("decoded")
+
+    def decoded_bytes(self) -> int | None:
+        return self._decoded
+
+    def _add_decoded(self, file: InputFile, leaves: list[_Leaf]) -> int | None:
+        """The decoded bytes so far plus this file's selected columns' (its cluster layout, which
+        the plan reads next: metadata only); None when a file's layout cannot be read."""
+        obj, memo = _open(file, self.tree)
+        try:
+            return int(self._decoded or 0) + int(sum(_clusters(obj, leaves, memo)[1]))
+        except Exception:  # a broken basket index: the plan says so; the buckets go by the input's size
+            return None
 
     def _leaves(self, file: InputFile) -> tuple[list[_Leaf], list[str]]:
         """The selected leaves of a file and the names skipped (memoized while the file is open)."""

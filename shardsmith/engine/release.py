@@ -1,0 +1,203 @@
+"""The spill given back as the gather goes (issue 31): a gather range records each shard it finishes
+(a piece of its own, ``piece-{split}-{k}-{k+1}.json``), so that a killed gather resumes after its
+last finished shard, and then punches out of the part files the bytes that only finished shards
+read (``fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)``): the disk and the page cache get
+them back at once, not when the spill folder is removed at the end.
+
+What is punched is never read again, by this run or a resumed one: a bucket group is punched only
+when every shard that holds one of its samples has its piece (written, fsynced and renamed first),
+and only by the range that holds the whole group (a group that straddles two ranges, which two
+workers or ranks read, is left to the spill's removal). Resumed ranges start after their finished
+shards (``resume_at``) and the plan is read back, never recomputed from punched heads
+(``released_mark``). Each punch is aligned inward to the file system's blocks, so no byte of a
+neighbouring group is touched; footers, after the last segment, never are. Linux only; elsewhere,
+or on a file system without hole punching, nothing is punched and the spill goes at the end as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from shardsmith.core.faults import crash_point
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.engine.pieces import is_intact, piece_path
+from shardsmith.kit.batches import Segment
+from shardsmith.kit.writer import Writer
+
+_PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01
+_state: dict[str, Any] = {}
+
+
+def _fallocate() -> Any:
+    """libc's fallocate (64-bit offsets), or None off Linux."""
+    if "fn" not in _state:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                fn = getattr(libc, "fallocate64", None) or libc.fallocate
+                fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                fn = None
+        _state["fn"] = fn
+    return _state["fn"]
+
+
+def supported() -> bool:
+    return _fallocate() is not None and not _state.get("refused")
+
+
+def punch(path: str, ranges: Sequence[tuple[int, int]]) -> int:
+    """Punch ``[start, stop)`` ranges of a file, each shrunk inward to whole blocks; returns the
+    bytes punched (0 where hole punching is not available: a no-op)."""
+    fn = _fallocate()
+    if fn is None or _state.get("refused") or not ranges:
+        return 0
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        block = max(os.fstat(fd).st_blksize, 4096)
+        done = 0
+        for start, stop in ranges:
+            first, last = -(-start // block) * block, stop // block * block
+            if last <= first:
+                continue
+            if fn(fd, _PUNCH_HOLE | _KEEP_SIZE, first, last - first) != 0:
+                err = ctypes.get_errno()
+                if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    _state["refused"] = True  # this file system cannot: keep the spill to the end
+                    return done
+                raise OSError(err, f"{path}: cannot release the spill's bytes {first}..{last}: {os.strerror(err)}")
+            done += last - first
+        return done
+    finally:
+        os.close(fd)
+
+
+def group_ranges(groups: Sequence[Sequence[Segment]]) -> dict[str, list[tuple[int, int]]]:
+    """Per part file, the byte ranges the groups' segments (heads and payloads) take, adjacent ones merged."""
+    by_path: dict[str, list[tuple[int, int]]] = {}
+    for group in groups:
+        for seg in group:
+            if seg.count:
+                by_path.setdefault(seg.path, []).append((seg.offset, seg.offset + seg.nbytes))
+    merged: dict[str, list[tuple[int, int]]] = {}
+    for path, spans in by_path.items():
+        out: list[tuple[int, int]] = []
+        for a, b in sorted(spans):
+            if out and a <= out[-1][1]:
+                out[-1] = (out[-1][0], max(b, out[-1][1]))
+            else:
+                out.append((a, b))
+        merged[path] = out
+    return merged
+
+
+def pinned_budget(work_dir: Path, budget: int) -> int:
+    """The gather's bucket-group budget, the same for every run of the scratch folder: the first
+    gather records it (before any punch), a rerun with other ``--workers`` (whose share of memory
+    differs) reads the groups of the run it resumes, never a group of which a part was punched."""
+    path = Path(work_dir) / "group-budget.json"
+    try:
+        return int(orjson.loads(path.read_bytes()))
+    except (OSError, ValueError, TypeError):
+        atomic_write_bytes(path, orjson.dumps(budget))
+        return budget
+
+
+def released_mark(work_dir: Path, split: str) -> Path:
+    """Made before the first punch of a split: its plan may no longer be computed from the parts."""
+    return work_dir / f"released-{split}"
+
+
+def finished(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> list[bool]:
+    """Which shards of ``[first, stop)`` a killed run finished, each recorded on its own (and its
+    files still whole): a rerun writes only the others."""
+    done = []
+    for k in range(first, stop):
+        path = piece_path(work_dir, split, k, k + 1)
+        try:
+            done.append(path.is_file() and is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split))
+        except (OSError, ValueError):
+            done.append(False)
+    return done
+
+
+def to_write(first: int, done: list[bool]) -> list[tuple[int, int]]:
+    """The runs ``[begin, end)`` of unfinished shards, each written by a writer of its own (it starts
+    at a planned boundary and ends before a finished shard)."""
+    runs: list[tuple[int, int]] = []
+    for i, d in enumerate(done):
+        if d:
+            continue
+        if runs and runs[-1][1] == first + i:
+            runs[-1] = (runs[-1][0], first + i + 1)
+        else:
+            runs.append((first + i, first + i + 1))
+    return runs
+
+
+class Release:
+    """One gather range's bookkeeping: record each shard its writers finish, then punch the groups
+    that lie wholly in the range and hold samples of finished shards only. ``bounds``: the plan's
+    shard starts; ``starts``: each group's first sample, then the split's end; ``done``: the
+    range's shards a killed run finished."""
+
+    def __init__(self, *, split: str, groups: list[list[Segment]], starts: list[int], bounds: list[int],
+                 first: int, done: list[bool], work_dir: Path, enabled: bool) -> None:
+        self.split, self.groups, self.starts, self.bounds = split, groups, starts, bounds
+        self.first, self.done, self.work_dir = first, list(done), work_dir
+        self.enabled = enabled and supported()
+        self.begin = self.recorded = 0  # the writer at work: its first shard, its shards recorded so far
+        lo = bounds[first]
+        # the first group wholly inside the range: one that starts before it is shared with the range before
+        self.next = next((g for g, s in enumerate(starts[:-1]) if s >= lo), len(groups))
+        self.punched = 0
+
+    def writing(self, begin: int) -> None:
+        """A writer starts at shard ``begin``."""
+        self.begin, self.recorded = begin, 0
+
+    def after(self, writer: Writer) -> None:
+        """Record the writer's newly finished shards, then punch what only finished shards read."""
+        writer.settle()
+        made = len(writer.shards)
+        if made == self.recorded:
+            return
+        for i in range(self.recorded, made):
+            piece = writer.shard_piece(i)
+            k = self.begin + i
+            if piece is None:
+                self.enabled = False
+            else:
+                atomic_write_bytes(piece_path(self.work_dir, self.split, k, k + 1),
+                                   orjson.dumps({**piece, "stop": k + 1, "whole": False}))
+            self.done[k - self.first] = True
+        newly, self.recorded = range(self.begin + self.recorded, self.begin + made), made
+        if self.enabled:
+            self._punch()
+        for k in newly:  # the tests' kill points: shard k recorded, the spill it alone read punched out
+            crash_point(f"released:{self.split}:{k}")
+
+    def _punch(self) -> None:
+        unfinished = next((i for i, d in enumerate(self.done) if not d), len(self.done))
+        reach = self.bounds[self.first + unfinished]  # every sample before it is in a finished shard
+        last = self.next
+        while last < len(self.groups) and self.starts[last + 1] <= reach:
+            last += 1
+        if last == self.next:
+            return
+        mark = released_mark(self.work_dir, self.split)
+        if not mark.exists():
+            atomic_write_bytes(mark, b"")
+        for path, spans in group_ranges(self.groups[self.next:last]).items():
+            self.punched += punch(path, spans)
+        self.next = last

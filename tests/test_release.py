@@ -1,0 +1,85 @@
+"""The gather gives the spill back as it goes (engine/release.py, issue 31): the part files' bytes
+that only finished shards read are punched out, each finished shard is recorded on its own, and a
+gather killed after punching resumes after its finished shards with the bytes of an uninterrupted
+run (guarantee 4), with the same or another number of workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+from conftest import run_subprocess, tree_digest
+
+from shardsmith.demo.root_files import make_icecube_like
+from shardsmith.engine import release
+from shardsmith.engine.release import group_ranges, punch
+from shardsmith.kit.batches import Segment
+
+pytestmark = pytest.mark.skipif(not release.supported(), reason="no hole punching here (Linux only)")
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 6 MB of events once decoded: a dozen tasks at --memory 8MB, groups of ~700 KB."""
+    return make_icecube_like(tmp_path_factory.mktemp("release") / "ice.root", events=6_000, mean_pulses=40,
+                             seed=4, events_per_basket=500)
+
+
+def _args(src: Path, out: Path, workers: int) -> list[str | Path]:
+    return ["convert", src, "-o", out, "--to", "hdf5", "--memory", "8MB", "--workers", str(workers),
+            "--shard-samples", "700", "-q"]
+
+
+def _holes(work: Path) -> int:
+    """Bytes of the part files no longer on the disk (allocated less than their size)."""
+    return sum(max(0, p.stat().st_size - p.stat().st_blocks * 512) for p in work.glob("part-*.bin"))
+
+
+def _killed(args: list[str | Path], point: str) -> None:
+    res = run_subprocess(*args, env={**os.environ, "SHARDSMITH_CRASH_AT": point, "SHARDSMITH_CRASH_PARENT": "1"})
+    assert res.returncode == -signal.SIGKILL, (point, res.returncode, res.stderr)
+
+
+@pytest.mark.parametrize("rerun_workers", [2, 1, 3])
+def test_a_gather_killed_after_releasing_resumes_to_the_same_bytes(events, tmp_path, rerun_workers):
+    ref = tmp_path / "ref"
+    assert run_subprocess(*_args(events, ref, 1)).returncode == 0
+    out = tmp_path / "out"
+    _killed(_args(events, out, 2), "released:train:1")  # the first range's shards 0 and 1 finished
+    work = tmp_path / ".out.shardsmith-work"
+    assert (work / "released-train").is_file() and (work / "piece-train-000001-000002.json").is_file()
+    assert _holes(work) > 500_000, "the groups shards 0 and 1 alone read are punched out"
+    # the rerun starts after them: were shard 1 written again, this crash point would kill it too
+    res = run_subprocess(*_args(events, out, rerun_workers),
+                         env={**os.environ, "SHARDSMITH_CRASH_AT": "released:train:1"})
+    assert res.returncode == 0, res.stderr
+    assert tree_digest(out) == tree_digest(ref)
+    assert not work.exists()
+
+
+def test_an_uninterrupted_run_releases_all_but_the_shared_groups(events, tmp_path):
+    out = tmp_path / "out"
+    res = run_subprocess(*_args(events, out, 2), env={**os.environ, "SHARDSMITH_CRASH_AT": "manifest"})
+    assert res.returncode == -signal.SIGKILL
+    work = tmp_path / ".out.shardsmith-work"
+    parts = sum(p.stat().st_size for p in work.glob("part-*.bin"))
+    assert _holes(work) > 0.6 * parts, (_holes(work), parts)
+
+
+def test_punch_keeps_the_blocks_it_only_partly_covers(tmp_path):
+    path = tmp_path / "f"
+    data = bytes(range(256)) * (64 * 1024 // 256)
+    path.write_bytes(data)
+    assert punch(str(path), [(100, 9000), (8192 + 1, 8192 + 4096 * 3 - 1)]) == 4096 + 4096
+    got = path.read_bytes()
+    assert len(got) == len(data)
+    assert got[:4096] == data[:4096] and got[4096:8192] == bytes(4096)  # the one whole block in (100, 9000)
+    assert got[8192:12288] == data[8192:12288] and got[12288:16384] == bytes(4096)
+    assert got[16384:] == data[16384:]
+
+
+def test_group_ranges_merge_adjacent_segments():
+    segs = [[Segment("a", 0, 2, 100), Segment("b", 10, 1, 5)], [Segment("a", 148, 1, 10), Segment("a", 500, 0, 0)]]
+    assert group_ranges(segs) == {"a": [(0, 182)], "b": [(10, 39)]}
