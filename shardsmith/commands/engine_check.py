@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.engine.forked import ForkedAnswer
 from shardsmith.errors import UsageError
 from shardsmith.transforms import tokenize as tk
 
@@ -46,43 +47,19 @@ def _reference(tok: Any, texts: list[str], piece_texts: list[str], *, batch: boo
     return {"safe": safe, "digests": [_digest(ids[t]) for t in texts]}
 
 
-class _ReferenceChild:
-    """``_reference`` in a forked child, read back through a pipe as JSON (nothing is unpickled)."""
+def _reference_in_child(tok: Any, texts: list[str], piece_texts: list[str]) -> ForkedAnswer:
+    """``_reference`` in a forked child, sent back as JSON (nothing is unpickled)."""
+    return ForkedAnswer(lambda: json.dumps(_reference(tok, texts, piece_texts, batch=True)).encode())
 
-    def __init__(self, tok: Any, texts: list[str], piece_texts: list[str]) -> None:
-        read, write = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: encode, send, and leave without running any of the parent's exit code
-            code = 1
-            try:
-                from shardsmith.engine.interrupt import end_with_parent
 
-                end_with_parent()  # it ignores Ctrl-C (interrupt.install); an interrupted run leaves no child
-                os.close(read)
-                with os.fdopen(write, "wb") as out:
-                    out.write(json.dumps(_reference(tok, texts, piece_texts, batch=True)).encode())
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        self.fd = read
-
-    def result(self) -> dict[str, Any] | None:
-        """The child's answer, or None when it failed (the caller computes the reference itself)."""
-        try:
-            chunks = []
-            while chunk := os.read(self.fd, 1 << 20):
-                chunks.append(chunk)
-        finally:
-            os.close(self.fd)
-            _, status = os.waitpid(self.pid, 0)
-        if status != 0:
-            return None
-        with contextlib.suppress(ValueError):
-            got = json.loads(b"".join(chunks))
-            if isinstance(got, dict) and isinstance(got.get("safe"), bool) and isinstance(got.get("digests"), list):
-                return got
-        return None
+def _answer(child: ForkedAnswer) -> dict[str, Any] | None:
+    """The child's reference, or None when it failed (the caller computes the reference itself)."""
+    data = child.result()
+    with contextlib.suppress(ValueError):
+        got = json.loads(data) if data is not None else None
+        if isinstance(got, dict) and isinstance(got.get("safe"), bool) and isinstance(got.get("digests"), list):
+            return got
+    return None
 
 
 def check_engine(requested: str, tok: Any, json_text: str, sample: list[str], *, piece_docs: int,
@@ -96,7 +73,7 @@ def check_engine(requested: str, tok: Any, json_text: str, sample: list[str], *,
         return "hf", "requested", tk.piece_safe(tok, piece_texts), None
     cut = [p for text in sample[:_CUT_DOCS] for p in (tk.pieces(text, 48) or [])]
     texts = [*tk.PROBES, *sample, *cut]
-    child = _ReferenceChild(tok, texts, piece_texts) if hasattr(os, "fork") else None
+    child = _reference_in_child(tok, texts, piece_texts) if hasattr(os, "fork") else None
     giga, error = None, None
     try:
         import gigatoken
@@ -105,7 +82,7 @@ def check_engine(requested: str, tok: Any, json_text: str, sample: list[str], *,
         mine = [_digest(giga.encode(t)) for t in texts]
     except Exception as exc:  # gigatoken raises plain exceptions from Rust
         error = exc
-    ref = child.result() if child is not None else None
+    ref = _answer(child) if child is not None else None
     if ref is None or len(ref["digests"]) != len(texts):
         ref = _reference(tok, texts, piece_texts, batch=False)
     if tick is not None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.names import not_utf8
+from shardsmith.engine.forked import ForkedAnswer
 from shardsmith.errors import UsageError
 
 _Row = tuple[str, str, int, int, str, int, int]  # absolute path, relative path, size, mtime, group, ctime, inode
@@ -179,42 +180,24 @@ _MAGIC = b"SSW2"
 
 
 class _Walk:
-    """``_walk(folder, None)`` in a forked child, read back through a pipe."""
+    """``_walk(folder, None)`` in a forked child (``engine.forked``), read back through a pipe."""
 
     def __init__(self, folder: str, *, quiet: bool = True) -> None:
         self.folder = folder
-        read, write = os.pipe()
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: list, send, and leave without running any of the parent's exit code
-            code = 1
-            try:
-                from shardsmith.engine.interrupt import end_with_parent
 
-                end_with_parent()  # it ignores Ctrl-C (interrupt.install): an interrupted run must not leave it listing
-                os.close(read)
-                found = _listed_here(folder, None, None if quiet else _child_progress())
-                found.sort(key=itemgetter(1))  # as discover sorts them, so that its sort finds them in order
-                with os.fdopen(write, "wb") as out:
-                    out.write(_encode(found))
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        self.fd = read
+        def listing() -> bytes:
+            found = _listed_here(folder, None, None if quiet else _child_progress())
+            found.sort(key=itemgetter(1))  # as discover sorts them, so that its sort finds them in order
+            return _encode(found)
+
+        self._answer = ForkedAnswer(listing)
+        self.pid = self._answer.pid
 
     def result(self) -> list[_Row] | None:
         """The child's listing, or None when it failed (the caller lists the folder itself, and
         meets the error there)."""
-        try:
-            chunks = []
-            while chunk := os.read(self.fd, 1 << 20):
-                chunks.append(chunk)
-        finally:
-            os.close(self.fd)
-            _, status = os.waitpid(self.pid, 0)
-        if status != 0:
-            return None
-        return _decode(self.folder, b"".join(chunks))
+        data = self._answer.result()
+        return None if data is None else _decode(self.folder, data)
 
 
 def _encode(found: list[_Row]) -> bytes:
