@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,8 +17,42 @@ from hypothesis import strategies as st
 import shardsmith
 from shardsmith.errors import UsageError
 from shardsmith.loader import mix
-from shardsmith.loader.mixture import _permute, _permute_run
+from shardsmith.loader.mixture import _GOLD, _MUL, _permute_run
 from tests.test_torch_resume import token_dataset
+
+
+def _round(x: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """The reference (the vectorised form ``_permute_run`` replaced): one Feistel round's mixing of a half and its key (multiply-xorshift, wrapping uint64)."""
+    h = (x ^ key) * _GOLD
+    h ^= h >> np.uint64(29)
+    h *= _MUL
+    return h ^ (h >> np.uint64(32))
+
+
+def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
+    """Position p of a keyed pseudo-random permutation of range(n) (n: one per element, >= 1): an
+    unbalanced 4-round Feistel network on the bits of n - 1 (a domain under 2n), walking each
+    cycle back into range(n). Vectorised over elements of different sources and passes at once."""
+    n = np.broadcast_to(np.asarray(n, dtype=np.uint64), p.shape)
+    bits = np.frexp((n - np.uint64(1)).astype(np.float64))[1].astype(np.uint64)  # bit length (n < 2**53)
+    one = np.uint64(1)
+    a, b = bits // np.uint64(2), bits - bits // np.uint64(2)  # halves swap sizes each round; 4 rounds restore
+    keys = [keys + np.uint64(r * 0x9E3779B97F4A7C15 % 2**64) for r in range(1, 5)]
+
+    def feistel(x: np.ndarray, sel: Any) -> np.ndarray:
+        top, low = a[sel], b[sel]
+        hi, lo = x >> low, x & ((one << low) - one)
+        for k in keys:  # (hi: top bits, lo: low bits) -> (lo, hi ^ F(lo) masked to top bits)
+            hi, lo, top, low = lo, hi ^ (_round(lo, k[sel]) & ((one << top) - one)), low, top
+        return (hi << low) | lo
+
+    y = feistel(p.astype(np.uint64), slice(None))
+    out = np.flatnonzero(y >= n)
+    while out.size:  # walk the cycle back into range(n): a bijection stays a bijection
+        y[out] = feistel(y[out], out)
+        out = out[y[out] >= n[out]]
+    return y.astype(np.int64)
+
 
 
 class Ids:

@@ -36,43 +36,12 @@ AHEAD = 1 << 14  # positions located at once when batches ask for runs of them
 _GOLD, _MUL = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
 
 
-def _round(x: np.ndarray, key: np.ndarray) -> np.ndarray:
-    """One Feistel round's mixing of a half and its key (multiply-xorshift, wrapping uint64)."""
-    h = (x ^ key) * _GOLD
-    h ^= h >> np.uint64(29)
-    h *= _MUL
-    return h ^ (h >> np.uint64(32))
-
-
-def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
-    """Position p of a keyed pseudo-random permutation of range(n) (n: one per element, >= 1): an
-    unbalanced 4-round Feistel network on the bits of n - 1 (a domain under 2n), walking each
-    cycle back into range(n). Vectorised over elements of different sources and passes at once."""
-    n = np.broadcast_to(np.asarray(n, dtype=np.uint64), p.shape)
-    bits = np.frexp((n - np.uint64(1)).astype(np.float64))[1].astype(np.uint64)  # bit length (n < 2**53)
-    one = np.uint64(1)
-    a, b = bits // np.uint64(2), bits - bits // np.uint64(2)  # halves swap sizes each round; 4 rounds restore
-    keys = [keys + np.uint64(r * 0x9E3779B97F4A7C15 % 2**64) for r in range(1, 5)]
-
-    def feistel(x: np.ndarray, sel: Any) -> np.ndarray:
-        top, low = a[sel], b[sel]
-        hi, lo = x >> low, x & ((one << low) - one)
-        for k in keys:  # (hi: top bits, lo: low bits) -> (lo, hi ^ F(lo) masked to top bits)
-            hi, lo, top, low = lo, hi ^ (_round(lo, k[sel]) & ((one << top) - one)), low, top
-        return (hi << low) | lo
-
-    y = feistel(p.astype(np.uint64), slice(None))
-    out = np.flatnonzero(y >= n)
-    while out.size:  # walk the cycle back into range(n): a bijection stays a bijection
-        y[out] = feistel(y[out], out)
-        out = out[y[out] >= n[out]]
-    return y.astype(np.int64)
-
-
 def _permute_run(p: np.ndarray, n: int, key: np.uint64) -> np.ndarray:
-    """``_permute`` for one domain and one key (a source's pass): the same positions, with the
-    halves' sizes, masks and round keys as scalars and the rounds in place, ~3x faster."""
-    bits = (n - 1).bit_length()  # frexp's exponent in _permute, for n < 2**53
+    """Position p of a keyed pseudo-random permutation of range(n), for one source's pass (one n,
+    one key): an unbalanced 4-round Feistel network on the bits of n - 1 (a domain under 2n),
+    multiply-xorshift rounds in wrapping uint64, walking each cycle back into range(n). Scalars
+    and rounds in place; tests/test_mix.py keeps the vectorised form it replaced as the reference."""
+    bits = (n - 1).bit_length()
     sizes = (bits // 2, bits - bits // 2)
     masks = {w: np.uint64((1 << w) - 1) for w in sizes}
     keys = [np.uint64((int(key) + r * 0x9E3779B97F4A7C15) % 2**64) for r in range(1, 5)]
@@ -96,7 +65,7 @@ def _permute_run(p: np.ndarray, n: int, key: np.uint64) -> np.ndarray:
     y = feistel(p.astype(np.uint64))
     bound = np.uint64(n)
     out = np.flatnonzero(y >= bound)
-    while out.size:  # the cycle walk of _permute
+    while out.size:  # walk the cycle back into range(n): a bijection stays a bijection
         y[out] = feistel(y[out])
         out = out[y[out] >= bound]
     return y.astype(np.int64)
