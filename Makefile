@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test bench lint install-dev clean data
+.PHONY: demo test bench lint install-dev clean data docs
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,11 +35,21 @@ data: $(VENV)/.core
 bench: $(VENV)/.dev
 	$(PY) bench/bench_pack_tokens.py
 
+# make docs: the documentation site from docs/ into build/site/ (open build/site/index.html), --strict: a broken
+# link, a missing page or an API reference that does not resolve fails the build
+docs: $(VENV)/.docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	@echo "docs: build/site/index.html"
+
+$(VENV)/.docs: $(VENV)/bin/python pyproject.toml
+	$(PIP) install -e '.[docs]'
+	touch $@
+
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check shardsmith tests bench examples
 
 clean:
-	rm -rf demo-out .pytest_cache
+	rm -rf demo-out tour build .pytest_cache
 
 .PHONY: slurm test-slurm test-cluster
 

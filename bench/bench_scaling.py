@@ -36,7 +36,7 @@ extrapolated from the 0.02-0.1 GB check (under load 2-4): generating the inputs 
 the first time and ~10 min with the inputs reused; two to three times that under a load of 10. Disk:
 ~22 GB of inputs plus ~30 GB while the 10 GB conversion runs (spill and output: 3.0x its input;
 the check asks for 4x). The default run was measured on an idle machine (bench/README.md has the
-figures; bench/figures/scaling.png the plot).
+figures; docs/img/scaling.png the plot).
 """
 
 from __future__ import annotations

@@ -1,0 +1,66 @@
+"""The runnable blocks of the README and the documentation pages, for the documentation test.
+
+A fenced ``bash`` or ``python`` block runs, in page order, as one shell script per page (so an
+`export` or a file made by one block is there for the next, as for a reader going down the page).
+A block preceded by ``<!-- doctest: skip: REASON -->`` does not run (it needs a cluster, a GPU, a
+network beyond this machine, or installs into the reader's environment); every other fence language
+(``text``, ``toml``, a bare fence) is shown, not run.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+RUN = ("bash", "python")
+SKIP = re.compile(r"<!--\s*doctest:\s*skip:\s*(?P<reason>[^>]*?)\s*-->")
+FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
+
+
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int
+    lang: str
+    code: str
+    skip: str | None
+
+
+def blocks(path: Path, *, root: Path) -> list[Block]:
+    """Every fenced block of one page; `skip` holds the reason of a skip marker right above it."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        start, lang = i, m["lang"]
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith("```"):
+            j += 1
+        above = lines[start - 1] if start else ""
+        marker = SKIP.search(above)
+        if "doctest" in above and marker is None:
+            raise ValueError(f"{path}:{start}: a doctest marker must read <!-- doctest: skip: REASON -->")
+        out.append(Block(page=str(path.relative_to(root)), line=start + 1, lang=lang,
+                         code="\n".join(lines[start + 1:j]), skip=marker["reason"] if marker else None))
+        i = j + 1
+    return out
+
+
+def script(page_blocks: list[Block]) -> str:
+    """One bash script that runs a page's runnable blocks in order, stopping at the first failure."""
+    parts = ["set -eo pipefail"]
+    for b in page_blocks:
+        if b.lang not in RUN or b.skip is not None:
+            continue
+        parts.append(f"echo '>>> {b.page}:{b.line} ({b.lang})' >&2")
+        if b.lang == "bash":
+            parts.append(b.code)
+        else:
+            name = f".doc-block-{b.line}.py"  # a file, as a reader saves a snippet (workers re-import it)
+            parts.append(f"cat > {name} <<'SHARDSMITH_DOC_PY'\n{b.code}\nSHARDSMITH_DOC_PY\npython {name}")
+    return "\n".join(parts) + "\n"
