@@ -13,6 +13,7 @@ Import cost stays out of ``import shardsmith``: only this module imports torch.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -42,6 +43,11 @@ __all__ = ["BalancedSampler", "DecodeAugment", "DevicePrefetcher", "EpochBatchSa
            "JpegBatch", "JpegCollate", "MixBatches", "PackedBatches", "RandomResizedCropFlip", "TarIterable",
            "TarSamples", "TokenBatches", "TokenWindows", "decode_jpegs", "event_collate", "global_position", "loader",
            "map_tensors", "to_model_input", "varlen_collate"]
+
+# torchdata 0.11's StatefulDataLoader calls torch.set_vital, which newer torch deprecates with a UserWarning for
+# every loader made: neither a user nor shardsmith can act on it, so that one warning from that one module is off.
+warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=UserWarning,
+                        module=r"torchdata\.stateful_dataloader")
 
 
 class _Epoch(EpochStream):

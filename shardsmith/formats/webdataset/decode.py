@@ -62,7 +62,9 @@ def _image_decoder(mode: str, max_pixels: int) -> Callable[[bytes], Any]:
     def decode(data: bytes) -> Any:
         with pillow_open(data, max_pixels=max_pixels) as img:  # an image over the limit: ImageError
             img.load()  # decode now, so a corrupt image fails here and not in the user's transform
-            return img if mode == "pil" else np.asarray(img.convert("RGB"))
+            # np.array, not asarray: Pillow's buffer is read-only, and torch warns on (and must not write to)
+            # a non-writable array; the copy costs ~1 % of the decode
+            return img if mode == "pil" else np.array(img.convert("RGB"))
 
     return decode
 
