@@ -15,7 +15,7 @@ from pathlib import Path
 
 RUN = ("bash", "python")
 SKIP = re.compile(r"<!--\s*doctest:\s*skip:\s*(?P<reason>[^>]*?)\s*-->")
-FENCE = re.compile(r"^```(?P<lang>[\w-]*)\s*$")
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w-]*)\s*$")  # indented: a block inside a list item
 
 
 @dataclass(frozen=True)
@@ -37,16 +37,17 @@ def blocks(path: Path, *, root: Path) -> list[Block]:
         if not m:
             i += 1
             continue
-        start, lang = i, m["lang"]
+        start, lang, indent = i, m["lang"], len(m["indent"])
         j = i + 1
-        while j < len(lines) and not lines[j].startswith("```"):
+        while j < len(lines) and not lines[j].lstrip().startswith("```"):
             j += 1
         above = lines[start - 1] if start else ""
         marker = SKIP.search(above)
         if "doctest" in above and marker is None:
             raise ValueError(f"{path}:{start}: a doctest marker must read <!-- doctest: skip: REASON -->")
         out.append(Block(page=str(path.relative_to(root)), line=start + 1, lang=lang,
-                         code="\n".join(lines[start + 1:j]), skip=marker["reason"] if marker else None))
+                         code="\n".join(line[indent:] for line in lines[start + 1:j]),
+                         skip=marker["reason"] if marker else None))
         i = j + 1
     return out
 

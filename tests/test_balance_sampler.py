@@ -187,12 +187,12 @@ def test_labels_come_from_the_datasets(tmp_path):
 
 
 def test_the_readmes_balanced_loader_runs(tmp_path, monkeypatch):
-    """README, "Class balance": the sampler example as written, on a converted image folder."""
+    """docs/loader.md, "Class balance": the sampler example as written, on a converted image folder."""
     from pathlib import Path
 
     from conftest import jpeg, run_cli
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "loader.md").read_text()
     section = readme[readme.index("### Class balance"):]
     first = section.index("```python\n") + len("```python\n")
     code = section[first:section.index("```\n", first)]
@@ -203,7 +203,7 @@ def test_the_readmes_balanced_loader_runs(tmp_path, monkeypatch):
     assert run_cli("convert", tmp_path / "imgs", "-o", tmp_path / "out", "--to", "webdataset", "--quiet").exit_code == 0
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__name__": "__main__"}
-    exec(compile(code.replace('"OUT"', repr(str(tmp_path / "out"))), "README.md", "exec"), scope)
+    exec(compile(code.replace('"demo-out/images"', repr(str(tmp_path / "out"))), "loader.md", "exec"), scope)
     report = scope["sampler"].report().as_dict(scope["ds"].classes)
     assert {c: r["drawn"] for c, r in report.items()} == {"ant": 13, "bee": 12, "cat": 12}
     assert report["cat"]["repeated"] == 10 and len(scope["labels"]) == 16

@@ -179,6 +179,19 @@ def test_default_length_repeats_nothing_and_cycling_warns():
     assert m.cycling == ["s1"] and m.epochs["s1"] == pytest.approx(100 / 30)
 
 
+def test_the_cycling_warning_points_at_the_callers_line():
+    """Through mix() and through Mixture() alike, the warning names this file, not the library."""
+    from shardsmith.loader import Mixture
+
+    for make in (lambda: mix(sources([100, 30]), {"s0": 1, "s1": 1}, seed=0, num_samples=200),
+                 lambda: Mixture(sources([100, 30]), {"s0": 1, "s1": 1}, seed=0, num_samples=200, shuffle=True,
+                                 start=None)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            make()
+        assert [w.filename for w in caught] == [__file__], [(w.filename, w.lineno) for w in caught]
+
+
 @settings(max_examples=40, deadline=None)
 @given(lengths=st.lists(st.integers(1, 40), min_size=2, max_size=4), seed=st.integers(0, 99), data=st.data())
 def test_new_weights_at_a_resume_point_continue_every_source(lengths, seed, data):
@@ -326,33 +339,33 @@ def test_mix_batches_resume_exactly_through_stateful_dataloader(token_mix, worke
 
 @pytest.mark.filterwarnings("ignore:'set_vital' is deprecated", "ignore:This DataLoader will create",
                             "ignore:mix. sources")
-def test_the_readmes_mixture_runs_as_written(tmp_path, monkeypatch, capsys):
+def test_the_docs_mixture_runs_as_written(tmp_path, monkeypatch, capsys):
     from pathlib import Path
 
     from shardsmith.loader.mix_recipe import from_recipe
     from tests.conftest import run_cli
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "loader.md").read_text()
     section = readme[readme.index("### Weighted mixtures"):]
     first = section.index("```python\n") + len("```python\n")
     code = section[first:section.index("```\n", first)]
     at = section.index("```toml\n") + len("```toml\n")
     (tmp_path / "mix.toml").write_text(section[at:section.index("```\n", at)])
-    token_dataset(tmp_path / "shards" / "web", windows=1000, seq_len=128, vocab=512)
-    token_dataset(tmp_path / "shards" / "code", windows=100, seq_len=128, vocab=512)
+    token_dataset(tmp_path / "tour" / "web", windows=1000, seq_len=128, vocab=512)
+    token_dataset(tmp_path / "tour" / "code", windows=200, seq_len=128, vocab=512)
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__name__": "__main__"}
-    exec(compile(code, "README.md", "exec"), scope)
-    assert capsys.readouterr().out.split()[:2] == ["1000", "web"]
+    exec(compile(code, "loader.md", "exec"), scope)
+    assert capsys.readouterr().out.split()[:2] == ["400", "web"]
     m, m2 = scope["m"], scope["m2"]
-    assert m.cycling == ["code"] and scope["x"].shape == (8, 128)
+    assert m.cycling == [] and scope["x"].shape == (8, 128)
     assert m2.consumed == m.counts(8) and m.deviation_bound < 1
     res = run_cli("run", "mix.toml", "--set", "code=0.7")  # weights are normalised: 0.7, 0.7
     assert res.exit_code == 0, res.stderr
-    assert "mixture of 2 sources: 1,000 samples" in res.output and "code  weight 0.500" in res.output
+    assert "mixture of 2 sources: 400 samples" in res.output and "code  weight 0.500" in res.output
     again = from_recipe("mix.toml")
     assert again.get_batch(np.arange(50))[0].tolist() == m.get_batch(np.arange(50))[0].tolist()
-    (tmp_path / "bad.toml").write_text('[mix]\nseed = 0\n[mix.sources.web]\npath = "shards/web"\n')
+    (tmp_path / "bad.toml").write_text('[mix]\nseed = 0\n[mix.sources.web]\npath = "tour/web"\n')
     res = run_cli("run", "bad.toml")
     assert res.exit_code == 2 and "needs path" in res.stderr and "Traceback" not in res.stderr
 

@@ -1,4 +1,4 @@
-"""The README's fine-tuning section runs as written (issue 30): its shell block from a folder
+"""The fine-tuning section of docs/tokens.md runs as written (issue 30): its shell block from a folder
 holding the repository's ``examples/``, then its PyTorch loop over the packed chat batches."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ pytest.importorskip("torchdata.stateful_dataloader")
 
 
 def section_blocks(title: str) -> list[tuple[str, str]]:
-    """(language, code) of each fenced block of the README section headed ``title``."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    """(language, code) of each fenced block of the docs/tokens.md section headed ``title``."""
+    text = (ROOT / "docs" / "tokens.md").read_text(encoding="utf-8")
     start = text.index(f"### {title}")
     end = min(i for i in (text.find("\n## ", start + 1), text.find("\n### ", start + 1)) if i > 0)
     return re.findall(r"```(\w+)\n(.*?)```", text[start:end], flags=re.S)
@@ -40,4 +40,4 @@ def test_the_fine_tuning_section_runs_as_written(tmp_path):
     assert res.returncode == 0, res.stderr
     losses = [float(x) for x in re.findall(r"loss ([0-9.]+)", res.stdout)]
     assert len(losses) >= 3 and losses[-1] < losses[0], res.stdout  # it learns
-    assert (tmp_path / "sft-checkpoint.pt").is_file()
+    assert (tmp_path / "tour" / "sft-checkpoint.pt").is_file()

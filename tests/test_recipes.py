@@ -14,7 +14,10 @@ RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.toml")), ids=lambda p: p.stem)
-def test_shipped_recipes_parse_into_valid_command_lines(path):
+def test_shipped_recipes_parse_into_valid_command_lines(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the recipe's inputs are (a dry run checks that they exist)
+    for name in load(path)["inputs"]:
+        (tmp_path / name).mkdir(parents=True)
     res = run_cli("run", path, "--dry-run")
     assert res.exit_code == 0, res.stderr
     line = res.output.strip()
@@ -68,3 +71,37 @@ def test_bad_recipes_are_usage_errors(tmp_path, text, message):
     assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
     res = run_cli("run", tmp_path / "missing.toml")
     assert res.exit_code == 2 and "no such recipe" in res.stderr
+
+
+def test_a_dry_run_names_the_inputs_that_are_missing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "here.jsonl").write_text('{"text": "a"}\n')
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('command = "pack-tokens"\ninputs = ["here.jsonl", "gone/", "parts/*.jsonl", "s3://b/x/"]\n'
+                      'out = "o"\n[options]\ntrain-tokenizer = 300\n')
+    res = run_cli("run", recipe, "--dry-run")
+    assert res.exit_code == 2 and "Traceback" not in res.stderr
+    assert "no such input: gone/, parts/*.jsonl (paths are relative to the working directory" in res.stderr
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "a.jsonl").write_text('{"text": "b"}\n')
+    res = run_cli("run", recipe, "--dry-run")  # a URL is listed by the run itself, not by a dry run
+    assert res.exit_code == 0, res.stderr
+
+
+def test_the_tiny_recipe_runs_out_of_the_box_and_twice(tmp_path):
+    """make data RECIPE=recipes/tiny-tokens.toml, as a user runs it from the clone's folder: the second run finds
+    the dataset complete (exit 0), and leaves its files as they were."""
+    import subprocess
+    import sys
+
+    (tmp_path / "examples").symlink_to(RECIPES.parent / "examples")
+    (tmp_path / "recipes").symlink_to(RECIPES)
+    runs = [subprocess.run([sys.executable, "-m", "shardsmith", "run", "recipes/tiny-tokens.toml"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300) for _ in range(2)]
+    out = tmp_path / "build" / "tiny-tokens"
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr
+    assert "already complete" in runs[1].stderr and "already complete" not in runs[0].stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["splits"]["train"]["samples"] + m["splits"]["val"]["samples"] == 589, m["splits"]
+    assert (out / "train.bin").is_file() and (out / "val.bin").is_file()

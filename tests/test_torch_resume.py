@@ -294,22 +294,23 @@ def test_event_batches_resume_and_elastic(event_dataset):
 
 
 def test_the_readmes_training_loop_runs_and_resumes(tmp_path, monkeypatch):
-    """README, "Resuming training": the loop as written, run fresh and then restarted from its save."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """docs/loader.md, "Resuming training": the loop as written, run fresh and then restarted from its save."""
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "loader.md").read_text()
     section = readme[readme.index("### Resuming training"):]
     first = section.index("```python\n") + len("```python\n")
     code = section[first:section.index("```\n", first)]
     out = token_dataset(tmp_path / "tokens", windows=200, seq_len=128, vocab=512)
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "tour").mkdir()
     for run in range(2):  # 25 batches an epoch, saved at batch 20: the second run resumes there
         scope: dict = {"__name__": "__main__"}
-        exec(compile(code.replace('"OUT"', repr(str(out))), "README.md", "exec"), scope)
+        exec(compile(code.replace('"demo-out/tokens"', repr(str(out))), "loader.md", "exec"), scope)
         assert scope["epoch"] == 1 and scope["first_epoch"] == run  # the restart began in epoch 1
-        saved = json.loads((tmp_path / "loader-rank0.json").read_text())
+        saved = json.loads((tmp_path / "tour" / "loader-rank0.json").read_text())
         assert saved["epoch"] == 1 and global_position(saved["loader"])["position"] == 20 * 8
     at = section.index("```python\n", first) + len("```python\n")  # the elastic restart, after the run
     elastic = textwrap.dedent(section[at:section.index("```\n", at)])
-    restarted = {**scope, "old_world_size": 1}
-    exec(compile(elastic, "README.md", "exec"), restarted)
+    restarted = {"__name__": "__main__"}
+    exec(compile(elastic.replace('"demo-out/tokens"', repr(str(out))), "loader.md", "exec"), restarted)
     assert restarted["first_epoch"] == 1 and restarted["batches"].start == 160
     assert len(list(restarted["loader"])) == (200 - 160) // 8

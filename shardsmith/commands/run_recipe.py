@@ -122,6 +122,7 @@ def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any) -> N
         return
     args = argv(recipe, overrides)
     if dry_run:
+        _check_inputs(path, args[1:args.index("-o")])
         # every option checked as the real run checks it (types, ranges, sizes), nothing run
         ctx = click.get_current_context()
         command = cli.get_command(ctx, args[0])
@@ -132,6 +133,19 @@ def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any) -> N
         return
     click.echo("$ shardsmith " + shlex.join(args), err=True)
     cli.main(args=args, prog_name="shardsmith", standalone_mode=True)
+
+
+def _check_inputs(path: Path, inputs: list[str]) -> None:
+    """A dry run says what the real run would find missing first: a local input that is not there
+    (a glob that matches nothing). URLs are only listed by the run itself."""
+    import glob
+
+    from shardsmith.core.urls import is_url
+
+    missing = [i for i in inputs if not is_url(i) and not Path(i).exists() and not glob.glob(i)]
+    if missing:
+        raise UsageError(f"{path}: no such input: {', '.join(missing)} (paths are relative to the working "
+                         f"directory, {Path.cwd()})")
 
 
 def _parse_value(text: str) -> Any:

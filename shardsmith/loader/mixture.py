@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import warnings
 from collections.abc import Mapping
 from functools import singledispatch
 from typing import Any
 
 import numpy as np
 
+from shardsmith.core.user_warning import warn_user
 from shardsmith.errors import UsageError
 from shardsmith.kit.event_batch import EventBatch
 from shardsmith.kit.keys import mix64, path_hash
@@ -137,8 +137,8 @@ class Mixture:
         self.epochs = {n: (self.consumed[n] + ends[n]) / self.lengths[n] for n in self.names}
         self.cycling = [n for n in self.names if self.consumed[n] + ends[n] > self.lengths[n]]
         if self.cycling:
-            warnings.warn(f"mix: sources {self.cycling} run out and start a new shuffled pass "
-                          f"(passes: {', '.join(f'{n}={self.epochs[n]:.2f}' for n in self.cycling)})", stacklevel=3)
+            warn_user(f"mix: sources {self.cycling} run out and start a new shuffled pass "
+                      f"(passes: {', '.join(f'{n}={self.epochs[n]:.2f}' for n in self.cycling)})")
 
     def _start(self, start: Mapping[str, Any] | None) -> dict[str, int]:
         """Draws each source has had before this mixture (from ``state``); unknown sources carry over."""
