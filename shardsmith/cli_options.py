@@ -110,8 +110,8 @@ def _splits(ctx: click.Context, param: click.Parameter, value: str | None) -> tu
 
     try:
         return tuple(parse_splits(value).items())
-    except ShardsmithError as exc:
-        raise click.BadParameter(str(exc)) from None
+    except ShardsmithError as exc:  # click names the option itself: "Invalid value for '--split': ..."
+        raise click.BadParameter(str(exc).removeprefix("--split: ")) from None
 
 
 def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:

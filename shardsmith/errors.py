@@ -15,6 +15,12 @@ class UsageError(ShardsmithError):
     exit_code = 2
 
 
+def install_hint(extra: str) -> str:
+    """How to install an extra, worded once for every hint: shardsmith is installed from a clone (or a wheel
+    or git URL made from one), not from a package index, so ``pip install 'shardsmith[x]'`` would not work."""
+    return f"pip install -e '.[{extra}]' in the shardsmith clone (or add [{extra}] to how you installed shardsmith)"
+
+
 class DataError(ShardsmithError):
     """A bad input record, named by file and record (line for text, row for tables).
 
@@ -29,7 +35,8 @@ class DataError(ShardsmithError):
         self.unit = unit
         self.skippable = skippable
         where = f"{file}" if record is None else f"{file}: {unit} {record + 1}"
-        hint = " (pass --on-error skip to skip bad records)" if skippable else ""
+        # a reason that already gives its way out (--text-field, then --on-error skip) gets no second hint
+        hint = " (pass --on-error skip to skip bad records)" if skippable and "--on-error" not in reason else ""
         super().__init__(f"{where}: {reason}{hint}")
 
     def __reduce__(self) -> tuple:

@@ -31,7 +31,7 @@ from functools import cache
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from shardsmith.errors import DatasetError, UsageError
+from shardsmith.errors import DatasetError, UsageError, install_hint
 
 if TYPE_CHECKING:
     from shardsmith.kit.format import Format
@@ -50,7 +50,8 @@ class Plugin:
     name: str
     target: str
     requires: tuple[str, ...] = ()
-    hint: str = ""
+    extra: str = ""  # the shardsmith extra that installs what it requires
+    suffixes: tuple[str, ...] = ()  # a built-in source's suffixes, known without importing it (to name the extra)
     origin: str = "shardsmith"  # the distribution that registered it
     options: str = ""  # a format's options: "module:attribute" of a FormatOptions in a light module
 
@@ -62,7 +63,7 @@ class Plugin:
         """The registered object, imported now; a one-line UsageError if it cannot be."""
         missing = self.missing()
         if missing:
-            hint = f"; install it with: pip install {self.hint}" if self.hint else ""
+            hint = f": {install_hint(self.extra)}" if self.extra else ""
             raise UsageError(f"{self.kind} {self.name!r} needs {', '.join(missing)}, which is not installed{hint}")
         return self._import(self.target)
 
@@ -85,8 +86,8 @@ BUILTIN = (
     Plugin("source", "jsonl", "shardsmith.sources.jsonl:JsonlReader", ("orjson",)),
     Plugin("source", "parquet", "shardsmith.sources.parquet:ParquetReader", ("pyarrow",)),
     Plugin("source", "parquet-events", "shardsmith.sources.parquet_events:ParquetEventReader", ("pyarrow",)),
-    Plugin("source", "root", "shardsmith.sources.root:RootReader", _ROOT, hint="'shardsmith[root]'"),
-    Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), hint="'shardsmith[images]'"),
+    Plugin("source", "root", "shardsmith.sources.root:RootReader", _ROOT, extra="root", suffixes=(".root",)),
+    Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), extra="images"),
     Plugin("transform", "select", "shardsmith.transforms.select:SelectFields"),
     Plugin("format", "tokens", "shardsmith.formats.tokens.format:TokensFormat", ("numpy",),
            options="shardsmith.formats.tokens.options:OPTIONS"),
@@ -157,6 +158,11 @@ def loaded(kind: str) -> dict[str, Any]:
         except UsageError as exc:
             _warn(p, exc)
     return out
+
+
+def unavailable(kind: str) -> list[Plugin]:
+    """The plugins of a kind whose optional dependencies are missing (``loaded`` leaves them out)."""
+    return [p for p in plugins() if p.kind == kind and p.missing()]
 
 
 def _warn(p: Plugin, exc: UsageError) -> None:

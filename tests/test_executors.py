@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import free_port, run_cli, run_subprocess, same_dataset, two_file_corpus, write_jsonl
 
+from shardsmith.errors import install_hint
+
 pytest.importorskip("distributed")
 
 
@@ -156,7 +158,7 @@ def test_a_missing_engine_is_one_line_naming_its_extra(texts, tmp_path, executor
                           "--executor", executor], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == (f"shardsmith: error: --executor {executor} needs the {module} package: "
-                                  f"pip install 'shardsmith[{extra}]'"), res.stderr
+                                  f"{install_hint(extra)}"), res.stderr
 
 
 def test_a_killed_local_run_is_finished_by_an_executor_and_back(texts, bpe_tokenizer, tmp_path):

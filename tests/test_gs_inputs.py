@@ -27,6 +27,8 @@ import orjson
 import pytest
 from conftest import free_port, jpeg_folder, make_docs, run_cli, same_dataset, write_jsonl
 
+from shardsmith.errors import install_hint
+
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 gcsfs = pytest.importorskip("gcsfs", reason="GCS inputs need gcsfs (pip install 'shardsmith[gcs]')")
 pytest.importorskip("gcp_storage_emulator", reason="the GCS tests need gcp-storage-emulator (the dev extra)")
@@ -192,7 +194,7 @@ def test_missing_gcsfs_names_the_extra(gs_env, tmp_path):
                          env={**os.environ, **gs_env}, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == ("shardsmith: error: gs://bucket/data/: reading gs:// needs gcsfs: "
-                                  "pip install 'shardsmith[gcs]'"), res.stderr
+                                  f"{install_hint('gcs')}"), res.stderr
 
 
 def test_verify_and_inspect_a_dataset_on_gs(gs, tmp_path):

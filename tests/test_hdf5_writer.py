@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import h5py
@@ -14,7 +15,7 @@ import pytest
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.events import EventChunk, EventSchema, Field, encode
 from shardsmith.core.ragged import starts_of
-from shardsmith.errors import UsageError
+from shardsmith.errors import UsageError, install_hint
 from shardsmith.formats.hdf5.writer import CHUNK_BYTES, HDF5Writer
 from shardsmith.kit import manifest_io
 
@@ -253,7 +254,7 @@ def test_blosc_needs_hdf5plugin(tmp_path, monkeypatch):
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_plugin)
-    with pytest.raises(UsageError, match="pip install hdf5plugin"):
+    with pytest.raises(UsageError, match=re.escape(install_hint("blosc"))):
         HDF5Writer(out_dir=tmp_path, split="t", schema=SCHEMA, shard_samples=None, shard_bytes=1,
                    compression="blosc")
 

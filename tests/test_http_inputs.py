@@ -20,6 +20,8 @@ import orjson
 import pytest
 from conftest import make_docs, run_cli, tree_digest, write_jsonl
 
+from shardsmith.errors import install_hint
+
 pytest.importorskip("aiohttp", reason="http:// inputs need aiohttp (pip install 'shardsmith[http]')")
 
 
@@ -133,4 +135,4 @@ def test_a_missing_client_names_the_extra(tmp_path, url, module, extra):
     assert res.returncode == 2, res.stderr
     scheme = url.split(":", 1)[0]
     assert res.stderr.strip() == (f"shardsmith: error: {url}: reading {scheme}:// needs {module}: "
-                                  f"pip install 'shardsmith[{extra}]'"), res.stderr
+                                  f"{install_hint(extra)}"), res.stderr

@@ -265,3 +265,18 @@ def test_the_plugin_format_s_own_option(venv, tmp_path):
     (shard,) = [s["path"] for s in manifest["splits"]["train"]["shards"]]
     assert shard == "train-000000.tsv" and (tmp_path / "out" / shard).read_text().startswith("__key__\tid\ttext\n")
     assert venv.run("verify", tmp_path / "out", "--deep").returncode == 0
+
+
+def test_a_core_install_names_the_extra_a_root_file_needs(venv, tmp_path):
+    """Given a ROOT file without the root extra, the hint names it, worded as every hint is (install_hint)."""
+    pytest.importorskip("uproot")
+    from shardsmith.demo.root_files import make_icecube_like
+    from shardsmith.errors import install_hint
+
+    root = make_icecube_like(tmp_path / "in" / "run.root", events=20, mean_pulses=3, seed=0)
+    res = venv.run("convert", root.parent, "-o", tmp_path / "out", "--to", "hdf5")
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "run.root: the root source reads it, and needs uproot" in res.stderr, res.stderr
+    assert install_hint("root") in res.stderr and "not a supported input" not in res.stderr
+    res = venv.run("convert", root, "-o", tmp_path / "out", "--to", "hdf5")
+    assert res.returncode == 2 and install_hint("root") in res.stderr, res.stderr

@@ -16,6 +16,7 @@ import orjson
 import pytest
 from PIL import Image
 
+from shardsmith.errors import install_hint
 from shardsmith.kit import manifest_io
 from tests.conftest import jpeg_folder, make_docs, run_cli, write_jsonl
 
@@ -180,6 +181,5 @@ def test_raw_inputs_need_report_and_matplotlib_hint(corpus: Path, tmp_path: Path
                           text=True, env=env, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip().splitlines() == [
-        "shardsmith: error: the report needs matplotlib, which is not installed; install it with: "
-        "pip install 'shardsmith[report]'"]
+        f"shardsmith: error: the report needs matplotlib, which is not installed: {install_hint('report')}"]
     assert not (tmp_path / "r").exists()

@@ -27,6 +27,8 @@ from conftest import (
     write_jsonl,
 )
 
+from shardsmith.errors import install_hint
+
 pytest.importorskip("s3fs", reason="S3 inputs need s3fs (pip install 'shardsmith[s3]')")
 boto3 = pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
 moto_server = pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
@@ -208,7 +210,7 @@ def test_missing_s3fs_names_the_extra(s3_env, tmp_path):
                          env={**os.environ, **s3_env}, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.strip() == ("shardsmith: error: s3://bucket/data/: reading s3:// needs s3fs: "
-                                  "pip install 'shardsmith[s3]'"), res.stderr
+                                  f"{install_hint('s3')}"), res.stderr
 
 
 def test_a_url_input_starts_no_more_workers_than_it_has_tasks(s3, s3_env, tmp_path, bpe_tokenizer):

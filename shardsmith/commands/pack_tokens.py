@@ -90,6 +90,10 @@ def summary_line(out: Path, manifest: dict[str, Any]) -> str:
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     line = (f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
             f"engine {manifest['tokenizer']['engine']}")
+    tok = manifest["tokenizer"]
+    if tok.get("vocab_size_asked", tok["vocab_size"]) > tok["vocab_size"]:
+        line += (f"; --train-tokenizer {tok['vocab_size_asked']}: trained {tok['vocab_size']:,} tokens "
+                 "(the corpus has no more merges)")
     line += cleaning_dropped(manifest) + chat_line(manifest)
     if (share := manifest.get("nanogpt_default_val")) is not None:
         line += f"; --nanogpt without --split: val holds the default share {share:g} of the documents"

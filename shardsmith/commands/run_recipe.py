@@ -127,7 +127,8 @@ def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any) -> N
         ctx = click.get_current_context()
         command = cli.get_command(ctx, args[0])
         assert command is not None
-        with command.make_context(args[0], list(args[1:]), parent=ctx):
+        # named as the user would run it: a usage error says "Try 'shardsmith convert --help'", a command that runs
+        with command.make_context(f"shardsmith {args[0]}", list(args[1:])):
             pass
         click.echo("shardsmith " + shlex.join(args))
         return

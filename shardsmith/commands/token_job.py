@@ -22,6 +22,7 @@ from shardsmith.commands.engine_check import check_engine as checked_engine
 from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
+from shardsmith.core.text_field import why_no_text
 from shardsmith.engine.job import Described, JobRun, JobSteps
 from shardsmith.engine.outdir import work_path
 from shardsmith.engine.plan import cached, task_bytes
@@ -33,7 +34,7 @@ from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all, build_transforms
 from shardsmith.storage import arrival
 from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.text import TokenProcessor, why_no_text
+from shardsmith.transforms.text import TokenProcessor
 
 SAMPLE_DOCS = 500
 SAMPLE_BYTES = 128 << 10
@@ -170,7 +171,9 @@ class TokenSteps(JobSteps):
         tokenizer = {"path": "tokenizer.json", "sha256": facts.sha256, "vocab_size": facts.vocab_size,
                      "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
                      "dtype": self.spec.dtype.name, "engine": self.engine, "engine_reason": self.why,
-                     "trained": opts.train_tokenizer is not None}
+                     "trained": opts.train_tokenizer is not None,
+                     # a small corpus runs out of merges before the asked size: both are recorded, and said
+                     **({"vocab_size_asked": opts.train_tokenizer} if opts.train_tokenizer is not None else {})}
         source = {"reader": "+".join(kinds), "text_field": opts.text_field, "inputs_sha256": _inputs_digest(files)}
         if opts.provenance:  # what ``trace`` checks an input against, and how it names a record of it
             source.update(input_sizes=[f.size for f in files], input_units=[run.reader.unit_for(f) for f in files])

@@ -22,6 +22,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
+from shardsmith.errors import install_hint
+
 EXTENSIONS = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
 LEVELS = ("none", "header", "full")
 # Pillow's own default ``Image.MAX_IMAGE_PIXELS`` (int(1024 * 1024 * 1024 // 4 // 3)): the default
@@ -330,7 +332,7 @@ def _decode_fully(data: bytes | memoryview, info: ImageInfo, max_pixels: int) ->
     try:
         import PIL.Image  # noqa: F401
     except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError("--check-images full needs Pillow: pip install 'shardsmith[images]'") from None
+        raise ImportError(f"--check-images full needs Pillow: {install_hint('images')}") from None
     try:
         with pillow_open(data, max_pixels=max_pixels, quiet=True) as im:
             im.load()

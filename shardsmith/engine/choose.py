@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from shardsmith import registry
 from shardsmith.core.input_file import InputFile
-from shardsmith.errors import UsageError
+from shardsmith.errors import UsageError, install_hint
 from shardsmith.kit.format import Format
 from shardsmith.kit.reader import Reader
 
@@ -38,7 +38,14 @@ def source_and_format(run: JobRun) -> tuple[type[Reader], Format]:
     sources = registry.loaded("source")
     name = run.job.source
     if name is None:
-        files = run.discover(tuple(s for c in sources.values() for s in c.suffixes))
+        # a source whose extra is not installed still claims its suffixes, so its files are named with the extra
+        absent = {sfx: p for p in registry.unavailable("source") for sfx in p.suffixes}
+        files = run.discover(tuple(dict.fromkeys((*(s for c in sources.values() for s in c.suffixes), *absent))))
+        for f in files:
+            for sfx, p in absent.items():
+                if f.path.lower().endswith(sfx):
+                    raise UsageError(f"{f.path}: the {p.name} source reads it, and needs {', '.join(p.missing())}, "
+                                     f"which is not installed: {install_hint(p.extra)}")
         name = infer_source(files, sources)
     cls = sources.get(name) or registry.get("source", name)
     if cls.events_variant and (cls.wants_events(run.opts) or not registry.formats_for(option=run.job.format,

@@ -17,7 +17,7 @@ from shardsmith.core.progress import Progress
 from shardsmith.engine.job import Job
 from shardsmith.engine.outdir import complete_line
 from shardsmith.engine.units import FinalizeUnit, PrepareUnit, Unit, phases
-from shardsmith.errors import ShardsmithError, UsageError
+from shardsmith.errors import ShardsmithError, UsageError, install_hint
 
 MAX_RANKS = 1 << 16
 # a unit whose copy a killed driver left running is tried again every BUSY_POLL_S, up to BUSY_WAIT_S
@@ -45,7 +45,7 @@ class MissingExtra(UsageError):
     """An executor whose engine is not installed: one line naming the extra to install."""
 
     def __init__(self, *, executor: str, module: str) -> None:
-        super().__init__(f"--executor {executor} needs the {module} package: pip install 'shardsmith[{executor}]'")
+        super().__init__(f"--executor {executor} needs the {module} package: {install_hint(executor)}")
 
 
 @dataclass(frozen=True, kw_only=True)

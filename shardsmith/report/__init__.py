@@ -11,9 +11,9 @@ matplotlib is the ``shardsmith[report]`` extra.
 
 from __future__ import annotations
 
-from shardsmith.errors import UsageError
+from shardsmith.errors import UsageError, install_hint
 
-HINT = "the report needs matplotlib, which is not installed; install it with: pip install 'shardsmith[report]'"
+HINT = f"the report needs matplotlib, which is not installed: {install_hint('report')}"
 
 
 def need_matplotlib() -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from shardsmith.core.urls import SCHEME, safe_url
-from shardsmith.errors import UsageError
+from shardsmith.errors import UsageError, install_hint
 
 Role = Literal["inputs", "outputs", "loader"]
 ALL: frozenset[str] = frozenset({"inputs", "outputs", "loader"})
@@ -128,7 +128,7 @@ def filesystem(urls: list[str], *, role: Role = "inputs") -> Any:
             __import__(s.module)
     except ImportError:
         raise UsageError(f"{_LEAD[role]}{shown}: {_DOES[role]} {s.name}:// needs {s.module or 'fsspec'}: "
-                         f"pip install 'shardsmith[{s.extra or s.name}]'") from None
+                         f"{install_hint(s.extra or s.name)}") from None
     if s.hosted:
         hosts = {host(u) for u in urls}
         if len(hosts) > 1 or "" in hosts:

@@ -27,7 +27,7 @@ from shardsmith.core.images import (
     pillow_open,
     strict_jpeg_check,
 )
-from shardsmith.errors import UsageError
+from shardsmith.errors import UsageError, install_hint
 from shardsmith.kit.transform import Transform
 from shardsmith.transforms.augment_ops import (
     CenterCrop,
@@ -137,7 +137,7 @@ class Augmenter(Transform):
         if engine == "auto":
             engine = "simplejpeg" if _have_simplejpeg() else "pillow"
         elif engine == "simplejpeg" and not _have_simplejpeg():
-            raise UsageError("image engine simplejpeg is not installed: pip install simplejpeg")
+            raise UsageError(f"image engine simplejpeg is not installed: {install_hint('images')}")
         self.ops = list(ops)
         self.quality = quality
         self.seed = seed

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.text_field import why_no_text
 from shardsmith.kit.processed import Processed
 from shardsmith.kit.reader import RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all
@@ -58,14 +59,3 @@ class TokenProcessor:
         flat, lengths = self._encoder.encode(texts) if texts else (np.zeros(0, self.spec.dtype), np.zeros(0, np.int64))
         return Processed(records=np.asarray(records, dtype=np.int64), lengths=lengths, payload=flat, bad=bad,
                          texts=texts, raw_texts=raw)
-
-
-def why_no_text(value: Any, field: str) -> str:
-    """Why a row gives no text to tokenize, in a few words."""
-    if not isinstance(value, dict):
-        return f"expected a JSON object with a {field!r} field, got {type(value).__name__}"
-    if field not in value:
-        return f"no {field!r} field (fields: {', '.join(list(value)[:8])})"
-    if value[field] is None:
-        return f"{field!r} is null"
-    return f"{field!r} is a {type(value[field]).__name__}, not a string"

@@ -48,7 +48,7 @@ from shardsmith.core.events import EventChunk, EventSchema, decode, decode_from,
 from shardsmith.core.fsutil import HashingFile, _tmp, fsync_dir, naming
 from shardsmith.core.ragged import Runs
 from shardsmith.core.version import __version__
-from shardsmith.errors import UsageError
+from shardsmith.errors import UsageError, install_hint
 from shardsmith.kit.rollover import Rollover, runs
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
@@ -82,7 +82,7 @@ def check_compression(compression: str) -> dict[str, Any]:
         try:
             import hdf5plugin
         except ImportError:
-            raise UsageError("--compression blosc needs the hdf5plugin package: pip install hdf5plugin") from None
+            raise UsageError(f"--compression blosc needs the hdf5plugin package: {install_hint('blosc')}") from None
         return dict(hdf5plugin.Blosc(cname="lz4", clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE))
     raise UsageError(f"--compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.images import pixel_limit  # stdlib only: no Pillow
-from shardsmith.errors import DatasetError, UsageError
+from shardsmith.errors import DatasetError, UsageError, install_hint
 from shardsmith.formats.webdataset.decode import (
     _EXT_KINDS,
     DECODES,
@@ -79,7 +79,7 @@ class TarDataset:
             try:
                 import PIL.Image  # noqa: F401
             except ImportError:
-                raise ImportError(f"decode={decode!r} needs Pillow: pip install 'shardsmith[images]'") from None
+                raise ImportError(f"decode={decode!r} needs Pillow: {install_hint('images')}") from None
         self._files = files_for(out_dir, cache_dir=cache_dir, cache_limit=cache_limit)
         self.out_dir = self._files.root
         self.manifest, entries = self._files.load_split(fmt="webdataset", split=split)
@@ -332,8 +332,7 @@ class TarDataset:
         try:
             import webdataset as wds
         except ImportError:
-            raise UsageError("TarDataset.webdataset() needs the webdataset package: "
-                             "pip install 'shardsmith[webdataset]'") from None
+            raise UsageError(f"TarDataset.webdataset() needs the webdataset package: {install_hint('webdataset')}") from None
 
         kwargs.setdefault("shardshuffle", False)
         pipeline = wds.WebDataset([str(p) for p in self._paths], **kwargs)

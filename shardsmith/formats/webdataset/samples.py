@@ -14,6 +14,7 @@ import numpy as np
 from shardsmith.core.images import ImageError, canonical_ext, check_image
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.sample import Identity
+from shardsmith.core.text_field import why_no_text
 from shardsmith.errors import DataError
 from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
 from shardsmith.formats.webdataset.writer import SourceRef
@@ -146,7 +147,7 @@ class SampleProcessor:
             return []
         text = record.get(self.text_field)
         if not isinstance(text, str):
-            raise RecordError(f"no string {self.text_field!r} field")
+            raise RecordError(why_no_text(record, self.text_field))
         return [("txt", text.encode("utf-8"))]
 
 
