@@ -257,6 +257,9 @@ def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | 
 
         run_inspect(paths[0], as_json=as_json, samples=samples)
         return
+    missing = [p for p in paths if not is_url(p) and not Path(p).exists()]
+    if missing:
+        raise UsageError(f"{missing[0]}: no such file or folder")
     if not is_dataset(paths):
         if report is None:
             raise UsageError(f"{paths[0]}: not a dataset folder (no manifest.json); to look at raw inputs, "
@@ -330,12 +333,13 @@ def trace(out: Path, index: int | None, split: str, seq_len: int | None, state: 
 @click.argument("recipe", type=click.Path(path_type=Path))
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override an option of the recipe.")
 @click.option("--dry-run", is_flag=True, help="Print the command line the recipe stands for, and stop.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no echoed command line: the command runs with --quiet.")
 @user_errors
-def run_recipe(recipe: Path, overrides: tuple[str, ...], dry_run: bool) -> None:
+def run_recipe(recipe: Path, overrides: tuple[str, ...], dry_run: bool, quiet: bool) -> None:
     """Run a recipe: a TOML file holding one command's inputs, output and options (or a training mixture)."""
     from shardsmith.commands.run_recipe import run
 
-    run(recipe, overrides, dry_run=dry_run, cli=main)
+    run(recipe, overrides, dry_run=dry_run, quiet=quiet, cli=main)
 
 
 @main.command()

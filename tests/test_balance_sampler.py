@@ -205,8 +205,9 @@ def test_the_readmes_balanced_loader_runs(tmp_path, monkeypatch):
     scope: dict = {"__name__": "__main__"}
     exec(compile(code.replace('"demo-out/images"', repr(str(tmp_path / "out"))), "loader.md", "exec"), scope)
     report = scope["sampler"].report().as_dict(scope["ds"].classes)
-    assert {c: r["drawn"] for c, r in report.items()} == {"ant": 13, "bee": 12, "cat": 12}
-    assert report["cat"]["repeated"] == 10 and len(scope["labels"]) == 16
+    # 37 samples in batches of 16 (drop_last): the loader delivers 32 an epoch, and the report counts those
+    assert {c: r["drawn"] for c, r in report.items()} == {"ant": 11, "bee": 11, "cat": 10}
+    assert report["cat"]["repeated"] == 8 and len(scope["labels"]) == 16
 
 
 def test_equal_shares_take_the_round_robin_the_general_rule_gives():
@@ -218,3 +219,14 @@ def test_equal_shares_take_the_round_robin_the_general_rule_gives():
     order = {c: i for i, c in enumerate(fast[:4].tolist())}
     rank = [order.get(c, 9) for c in range(5)]
     assert np.array_equal(fast, _wf2q(w, 203, rank))
+
+
+def test_the_report_counts_what_the_loader_delivers_on_every_rank():
+    """drop_last leaves the last partial global step undrawn; without it every rank's short batch counts."""
+    labels = np.repeat([0, 1, 2], [30, 5, 2])
+    for world, drop_last in ((1, True), (2, True), (2, False), (3, False)):
+        delivered = 0
+        for rank in range(world):
+            s = BalancedSampler(labels, batch_size=4, seed=0, rank=rank, world_size=world, drop_last=drop_last)
+            delivered += sum(len(b) for b in s)
+        assert sum(r["drawn"] for r in s.report().as_dict().values()) == delivered, (world, drop_last)

@@ -73,6 +73,11 @@ def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -
         if where is None and e.get("record") is not None:  # a source whose unit is "record": 0-based there
             where = f"record {e['record'] + 1}"
         tail = " on" if where and e.get("unread_tail") else ""
-        names.append(f"{e['file']}" + (f" {where}{tail}" if where else " (rest of the file)"))
+        if where:
+            names.append(f"{e['file']} {where}{tail}")
+        elif e.get("unread_tail"):  # a record file broken part-way: what follows the break is unread
+            names.append(f"{e['file']} (rest of the file)")
+        else:  # a whole input skipped (an image is one sample): why, in its words
+            names.append(f"{e['file']} ({e['reason']})" if e.get("reason") else e["file"])
     more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
     click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {str(out).rstrip('/')}/manifest.json", err=True)

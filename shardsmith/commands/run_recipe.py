@@ -107,9 +107,10 @@ def argv(recipe: dict[str, Any], overrides: tuple[str, ...] = ()) -> list[str]:
     return args
 
 
-def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any) -> None:
+def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any, quiet: bool = False) -> None:
     """``shardsmith run``: the recipe's command line through ``cli`` (the click group), or a
-    mixture's summary; ``dry_run`` prints the command line after click has checked every option."""
+    mixture's summary; ``dry_run`` prints the command line after click has checked every option;
+    ``quiet`` runs the command with ``--quiet`` (as the recipe's ``quiet = true`` does)."""
     import shlex
 
     import click
@@ -121,6 +122,8 @@ def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any) -> N
         click.echo(mix_recipe.describe(mix_recipe.build(mix_recipe.override(recipe["mix"], overrides))))
         return
     args = argv(recipe, overrides)
+    if quiet and "--quiet" not in args:
+        args.append("--quiet")
     if dry_run:
         _check_inputs(path, args[1:args.index("-o")])
         # every option checked as the real run checks it (types, ranges, sizes), nothing run
@@ -132,7 +135,8 @@ def run(path: Path, overrides: tuple[str, ...], *, dry_run: bool, cli: Any) -> N
             pass
         click.echo("shardsmith " + shlex.join(args))
         return
-    click.echo("$ shardsmith " + shlex.join(args), err=True)
+    if not quiet:
+        click.echo("$ shardsmith " + shlex.join(args), err=True)
     cli.main(args=args, prog_name="shardsmith", standalone_mode=True)
 
 

@@ -1,8 +1,10 @@
-"""Progress on stderr (tqdm), silent with --quiet."""
+"""Progress on stderr: tqdm bars on a terminal; in a pipe or a log file, one plain line per step
+when it ends (a bar's carriage returns would fill a log with half-drawn lines); nothing with --quiet."""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -17,6 +19,32 @@ class _Silent:
 
     def set_postfix_str(self, text: str) -> None:
         pass
+
+
+class _Lines:
+    """A bar for a pipe: counts, and says once what the step did and how long it took."""
+
+    def __init__(self, *, desc: str, unit: str) -> None:
+        self.desc, self.unit, self.n, self.postfix = desc, unit, 0, ""
+        self.started = time.perf_counter()
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_description(self, desc: str) -> None:
+        self.desc = desc
+
+    def set_postfix_str(self, text: str) -> None:
+        self.postfix = text
+
+    def line(self) -> str:
+        if self.unit == "B":
+            size = next((f"{self.n / f:.1f} {u}" for f, u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
+                         if self.n >= f), f"{self.n} B")
+        else:
+            size = f"{self.n:,} {self.unit.strip()}"
+        extra = f", {self.postfix}" if self.postfix else ""
+        return f"{self.desc}: {size}{extra}, {time.perf_counter() - self.started:.1f} s"
 
 
 class Progress:
@@ -37,6 +65,11 @@ class Progress:
         bytes in kB/MB/GB, counts as they are."""
         if self.quiet:
             yield _Silent()
+            return
+        if not sys.stderr.isatty():
+            lines = _Lines(desc=desc, unit=unit)
+            yield lines
+            print(lines.line(), file=sys.stderr, flush=True)
             return
         from tqdm import tqdm
 

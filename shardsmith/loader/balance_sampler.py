@@ -51,8 +51,10 @@ class BalancedSampler(EpochStream):
         return self._cached[1]
 
     def report(self) -> BalanceReport:
-        """This epoch's draws per class and the repeats of classes that ran out (the whole epoch)."""
-        return self.order.report(self.n, seed=self.seed)
+        """This epoch's draws per class and the repeats of classes that ran out: the draws its batches
+        deliver, over every rank (with ``drop_last``, a last partial global step is never drawn)."""
+        layout = self.layout()
+        return self.order.report(layout.position_after(layout.steps), seed=self.seed)
 
     def __iter__(self) -> Iterator[list[int]]:
         return (batch.tolist() for batch in self._walk())
