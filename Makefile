@@ -32,8 +32,11 @@ data: $(VENV)/.core
 	@test -n "$(RECIPE)" || { echo "usage: make data RECIPE=recipes/NAME.toml"; exit 2; }
 	$(PY) -m shardsmith run $(RECIPE)
 
+# make bench [BENCH=mix,pack_tokens]: every benchmark that can run here, at quick sizes, into build/bench/
+# (a table as they end; peer tools not installed are named with their install command). Full-size runs:
+# bench/README.md.
 bench: $(VENV)/.dev
-	$(PY) bench/bench_pack_tokens.py
+	$(PY) bench/suite.py --only "$(BENCH)"
 
 # make docs: the documentation site from docs/ into build/site/ (open build/site/index.html), --strict: a broken
 # link, a missing page or an API reference that does not resolve fails the build

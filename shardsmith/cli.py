@@ -243,9 +243,11 @@ def _report_submitted(out: Path, result: dict[str, Any]) -> bool:
               help="Report of raw inputs: their kind [default: inferred from the inputs].")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_INT32),
               help="Report: the seed of the sample it reads.")
+@click.option("--fields", default=None, metavar="A,B,...",
+              help="Report of events: the fields to draw [default: every field, up to 24; the table lists all].")
 @user_errors
 def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | None, seq_len: int | None,
-            source: str | None, seed: int) -> None:
+            source: str | None, seed: int, fields: str | None) -> None:
     """Summary of a dataset's manifest and a few samples (a folder, or a URL the loader reads); with --report,
     an HTML report of a dataset or of raw inputs."""
     from shardsmith.commands.inspect_report import dataset_report, inputs_report, is_dataset
@@ -257,6 +259,9 @@ def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | 
 
         run_inspect(paths[0], as_json=as_json, samples=samples)
         return
+    chosen = tuple(f.strip() for f in fields.split(",") if f.strip()) if fields else None
+    if fields is not None and not chosen:
+        raise UsageError("--fields: give one field name or more, comma-separated")
     missing = [p for p in paths if not is_url(p) and not Path(p).exists()]
     if missing:
         raise UsageError(f"{missing[0]}: no such file or folder")
@@ -264,10 +269,10 @@ def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | 
         if report is None:
             raise UsageError(f"{paths[0]}: not a dataset folder (no manifest.json); to look at raw inputs, "
                              f"give --report DIR")
-        inputs_report(paths, report, source=source, seed=seed)
+        inputs_report(paths, report, source=source, seed=seed, fields=chosen)
         return
     if report is not None:
-        dataset_report(Path(paths[0]), report, seq_len=seq_len, seed=seed)
+        dataset_report(Path(paths[0]), report, seq_len=seq_len, seed=seed, fields=chosen)
         return
     from shardsmith.commands.inspect import run
 

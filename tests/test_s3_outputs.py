@@ -19,6 +19,8 @@ import pytest
 from conftest import make_docs, root_data, run_cli, run_subprocess, same_dataset, two_file_corpus, write_jsonl
 from s3_fault_proxy import Faults, fault_proxy
 
+from shardsmith.errors import install_hint
+
 pytest.importorskip("s3fs", reason="S3 outputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
 pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode (moto[server])")
@@ -307,7 +309,7 @@ def test_missing_s3fs_names_the_extra(store, corpus, bpe_tokenizer, monkeypatch)
 
     monkeypatch.setitem(sys.modules, "s3fs", None)  # as if not installed: the import fails
     res = run_cli(*_pack(corpus, "s3://out-errors/x", bpe_tokenizer))
-    assert res.exit_code == 2 and "pip install 'shardsmith[s3]'" in res.stderr, res.stderr
+    assert res.exit_code == 2 and install_hint("s3") in res.stderr, res.stderr
 
 
 def test_manifest_of_a_bucket_run_names_no_credentials(store, corpus, bpe_tokenizer, tmp_path):

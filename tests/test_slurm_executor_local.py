@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import make_docs, write_jsonl
 
-from shardsmith.errors import UsageError
+from shardsmith.errors import UsageError, install_hint
 
 
 def _cli(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -49,7 +49,7 @@ def test_without_submitit_the_slurm_executor_names_the_extra(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.splitlines() == ["shardsmith: error: --executor slurm needs the submitit package: "
-                                       "pip install 'shardsmith[slurm]'"]
+                                       f"{install_hint('slurm')}"]
 
 
 def test_slurm_args_become_sbatch_parameters():

@@ -20,7 +20,8 @@ def is_dataset(paths: tuple[str, ...]) -> bool:
     return len(paths) == 1 and (Path(paths[0]) / manifest_mod.MANIFEST).is_file()
 
 
-def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -> Path:
+def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int,
+                   fields: tuple[str, ...] | None = None) -> Path:
     from shardsmith.kit.sections.model import Sampling
     from shardsmith.report import need_matplotlib
     from shardsmith.report.dataset import cleaning_section, splits_section
@@ -28,7 +29,7 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -
     need_matplotlib()
     m = manifest_io.load(out)
     fmt = registry.format_of(m, where=str(out))
-    sampling = Sampling(seed=seed, seq_len=seq_len)
+    sampling = Sampling(seed=seed, seq_len=seq_len, fields=fields)
     cleaned = cleaning_section(m)
     sections = [splits_section(m, unit=fmt.sample_unit), *([cleaned] if cleaned else []), *fmt.report(out, m, sampling)]
     intro = [f"{out.name}: a {fmt.name} dataset written by shardsmith {m['tool_version']} on {m['created']}.",
@@ -39,7 +40,8 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int) -
     return _write(folder, f"shardsmith report: {out.name}", intro, sections, sampling)
 
 
-def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, seed: int) -> Path:
+def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, seed: int,
+                  fields: tuple[str, ...] | None = None) -> Path:
     from shardsmith.engine.choose import infer_source
     from shardsmith.engine.inputs import discover
     from shardsmith.kit.sections.model import Sampling
@@ -48,7 +50,7 @@ def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, s
     need_matplotlib()
     sources = registry.loaded("source")
     if source is None:
-        files = discover(list(paths), suffixes=tuple(s for c in sources.values() for s in c.suffixes))
+        files = discover(list(paths), suffixes=tuple(dict.fromkeys(s for c in sources.values() for s in c.suffixes)))
         source = infer_source(files, sources)
     cls = sources.get(source) or registry.get("source", source)
     try:
@@ -56,7 +58,7 @@ def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, s
     except TypeError as exc:  # a source that needs convert's options to be made
         raise UsageError(f"source {source!r} cannot be read without its conversion options ({exc})") from None
     files = discover(list(paths), suffixes=reader.suffixes)
-    sampling = Sampling(seed=seed)
+    sampling = Sampling(seed=seed, fields=fields)
     sections = reader.report(files, sampling)
     intro = [f"Raw inputs read as {reader.name}: {len(files):,} files, {format_size(sum(f.size for f in files))}, "
              f"before any conversion.",

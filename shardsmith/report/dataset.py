@@ -34,12 +34,17 @@ def splits_section(manifest: dict[str, Any], *, unit: str) -> Section:
         caption="Every shard", header=("split", "shard", f"{unit}s", "bytes"),
         rows=[(name, x["path"], x["samples"], x["bytes"]) for name, x in shown],
         note=f"the first {len(shown):,} of {len(shards):,} shards" if len(shards) > len(shown) else ""))
+    starts, at = [], 0
+    for name, s in splits.items():
+        if s["shards"]:
+            starts.append((at, name))
+        at += len(s["shards"])
     section.figures.append(figures.per_index("shard-sizes", title="Shard sizes, in manifest order",
                                              values=sizes / 1e6, xlabel="shard (all splits, in order)",
-                                             ylabel="size (MB)"))
+                                             ylabel="size (MB)", splits=starts))
     section.figures.append(figures.per_index("samples-per-shard", title=f"{unit.capitalize()}s per shard",
                                              values=samples, xlabel="shard (all splits, in order)",
-                                             ylabel=f"{unit}s"))
+                                             ylabel=f"{unit}s", splits=starts))
     return section
 
 

@@ -20,6 +20,7 @@ body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 60em;
 h1 { font-size: 1.5em; } h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; margin-top: 2em; }
 table { border-collapse: collapse; margin: 0.8em 0; font-size: 13px; }
 th, td { border: 1px solid #ddd; padding: 2px 8px; text-align: right; }
+td { white-space: pre-wrap; }  /* a token of spaces stays spaces: HTML would collapse them */
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 caption { text-align: left; font-weight: 600; padding: 4px 0; }
 figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }

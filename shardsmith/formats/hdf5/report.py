@@ -19,4 +19,5 @@ def hdf5_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> li
     for _, batch in sampled_batches(EventDataset, out, chosen, sampling):
         columns = {**batch.fixed, **{name: r.values for name, r in batch.ragged.items()}}
         sample.add(batch.n, columns, {c: batch.offsets(c) for c in sample.schema.counters})
-    return event_sections(sample, said=events_note(chosen, sampling, sample.events, "events"))
+    return event_sections(sample, said=events_note(chosen, sampling, sample.events, "events"),
+                          fields=sampling.fields)

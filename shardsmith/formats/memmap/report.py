@@ -28,4 +28,5 @@ def memmap_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> 
         columns.update(batch["scalars"])
         offsets = np.concatenate([[0], np.cumsum(batch["counts"])])
         sample.add(len(batch["lengths"]), columns, {counter: offsets})
-    return event_sections(sample, said=events_note(chosen, sampling, sample.events, "events"))
+    return event_sections(sample, said=events_note(chosen, sampling, sample.events, "events"),
+                          fields=sampling.fields)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventSchema
+from shardsmith.errors import UsageError
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
 
@@ -59,12 +60,18 @@ class EventSample:
         self.add(n, columns, offsets)
 
 
-def event_sections(sample: EventSample, *, said: str) -> list[Section]:
-    """Multiplicity, per-field histograms and categorical balance; ``said``: what was read, for the notes."""
+def event_sections(sample: EventSample, *, said: str, fields: tuple[str, ...] | None = None) -> list[Section]:
+    """Multiplicity, per-field histograms and categorical balance; ``said``: what was read, for the notes;
+    ``fields``: the fields to draw (``inspect --report --fields``; None: every one up to ``MAX_PANELS``)."""
+    known = [f.name for f in sample.schema.fields]
+    unknown = [f for f in fields or () if f not in known]
+    if unknown:
+        raise UsageError(f"--fields: no field {', '.join(map(repr, unknown))} in these events (fields: "
+                         f"{', '.join(known)})")
     sections = []
     if sample.multiplicity:
         sections.append(_multiplicity(sample, said))
-    sections.append(_fields(sample, said))
+    sections.append(_fields(sample, said, fields))
     cats = _categories(sample)
     if cats:
         sections.append(cats)
@@ -91,10 +98,10 @@ def _multiplicity(sample: EventSample, said: str) -> Section:
     return section
 
 
-def _fields(sample: EventSample, said: str) -> Section:
+def _fields(sample: EventSample, said: str, chosen: tuple[str, ...] | None) -> Section:
     section = Section(title="Fields")
     section.notes.append(said + " Histograms show the finite values; NaN and infinities are counted in the table.")
-    rows, panels = [], []
+    rows, panels, constant, left_out = [], [], [], []
     for f in sample.schema.fields:
         v = _joined(sample, f.name)
         kind = f"ragged ({f.counter})" if f.ragged else "per event"
@@ -110,19 +117,32 @@ def _fields(sample: EventSample, said: str) -> Section:
         good = x[finite]
         stats = (f"{good.min():.4g}", f"{good.mean():.4g}", f"{good.max():.4g}") if len(good) else ("", "", "")
         rows.append((f.name, kind, f.dtype, shape, len(v), nan, pinf, ninf, *stats))
-        if len(panels) < MAX_PANELS:
+        if chosen is not None and f.name not in chosen:
+            continue
+        if len(good) and good.min() == good.max():  # one value: a line of text, not a solid block
+            constant.append(f"{f.name} = {good[0]:.6g}")
+        elif len(panels) < MAX_PANELS:
             bad = f" (NaN {nan:,}, inf {pinf + ninf:,})" if nan or pinf or ninf else ""
             panels.append((f"{f.name}{bad}", good, f"value ({kind})"))
+        else:
+            left_out.append(f.name)
     section.tables.append(Table(caption="Every field (over the values read)",
                                 header=("field", "kind", "dtype", "shape", "values", "NaN", "+inf", "-inf",
                                         "min", "mean", "max"), rows=rows))
     for k in range(0, len(panels), 12):
         part = panels[k:k + 12]
         section.figures.append(figures.hist_grid(f"fields-{k // 12 + 1}", title=f"Field values ({k + 1} to "
-                                                 f"{k + len(part)} of {len(sample.schema.fields)} fields)",
+                                                 f"{k + len(part)} of {len(panels)} drawn)",
                                                  panels=part, ylabel="values"))
-    if len(sample.schema.fields) > MAX_PANELS:
-        section.notes.append(f"The first {MAX_PANELS} fields are drawn; every field is in the table.")
+    if constant:
+        section.notes.append(f"Constant in the events read (not drawn): {'; '.join(constant)}.")
+    if left_out:
+        section.notes.append(f"{len(left_out)} fields are not drawn ({MAX_PANELS} at most): {', '.join(left_out)}. "
+                             "Choose the fields to draw with inspect --report DIR --fields A,B,...; every field is in "
+                             "the table.")
+    elif chosen is not None:
+        section.notes.append(f"Drawn: the fields --fields names ({len(chosen)} of {len(sample.schema.fields)}); "
+                             "every field is in the table.")
     return section
 
 

@@ -72,6 +72,13 @@ def hist(name: str, *, title: str, values: np.ndarray, xlabel: str, ylabel: str 
     return _draw(name, title, paint)
 
 
+def integer_edges(lo: float, hi: float, bins: int) -> np.ndarray:
+    """Bin edges for whole-number data: each bin holds the same count of integers (``width`` of them,
+    centred on them), so no bin gets an extra integer and shows a false spike, none gets none."""
+    width = max(1, -(-int(hi - lo + 1) // bins))  # ceil((span + 1) / bins) integers a bin
+    return np.arange(lo - 0.5, hi + width, width)
+
+
 def _hist_into(ax: Any, v: np.ndarray, *, bins: int, log_x: bool) -> None:
     if not len(v):
         ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
@@ -82,29 +89,54 @@ def _hist_into(ax: Any, v: np.ndarray, *, bins: int, log_x: bool) -> None:
 
         ax.hist(v, bins=np.geomspace(lo, hi, bins + 1), color="#4477aa")
         ax.set_xscale("log")  # plain tick labels: mathtext (10^2) is off
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:g}"))
-        ax.xaxis.set_minor_formatter(NullFormatter())
+        plain = FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:g}")
+        ax.xaxis.set_major_formatter(plain)
+        # within a decade or two there is one major tick or none: then the minor ticks carry the labels
+        ax.xaxis.set_minor_formatter(plain if hi / lo < 100 else NullFormatter())
+    elif hi > lo and np.array_equal(v, np.round(v)):  # whole numbers (counts, ids, flags): integer bins
+        from matplotlib.ticker import MaxNLocator
+
+        ax.hist(v, bins=integer_edges(lo, hi, bins), color="#4477aa")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
     else:
         ax.hist(v, bins=bins if hi > lo else 1, color="#4477aa")
 
 
 def scatter(name: str, *, title: str, x: np.ndarray, y: np.ndarray, xlabel: str, ylabel: str) -> Figure:
+    """Points counted: many samples share a point (image sizes), so each distinct point is drawn once,
+    its area by its count, and labelled with it when there are few."""
+    pairs, counts = np.unique(np.stack([np.asarray(x, np.float64), np.asarray(y, np.float64)], axis=1), axis=0,
+                              return_counts=True) if len(x) else (np.zeros((0, 2)), np.zeros(0, np.int64))
+
     def paint(fig: Any) -> None:
         ax = fig.add_subplot()
-        ax.scatter(x, y, s=6, alpha=0.4, color="#4477aa", edgecolors="none")
-        ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+        area = 12 + 400 * np.sqrt(counts / counts.max()) if len(counts) else counts
+        ax.scatter(pairs[:, 0], pairs[:, 1], s=area, alpha=0.5, color="#4477aa", edgecolors="#224466")
+        if len(counts) <= 30:
+            for (px, py), c in zip(pairs, counts):
+                ax.annotate(f"{c:,}", (px, py), ha="center", va="center", fontsize=7)
+        ax.set(title=f"{title}: {len(x):,} samples, {len(counts):,} distinct (area: count)", xlabel=xlabel,
+               ylabel=ylabel)
 
     return _draw(name, title, paint)
 
 
-def per_index(name: str, *, title: str, values: Sequence[float], xlabel: str, ylabel: str) -> Figure:
-    """A value per shard (tokens per shard, samples per shard): bars, or a line past 200 shards."""
+def per_index(name: str, *, title: str, values: Sequence[float], xlabel: str, ylabel: str,
+              splits: Sequence[tuple[int, str]] | None = None) -> Figure:
+    """A value per shard (tokens per shard, samples per shard): bars, or a line past 200 shards;
+    ``splits``: (first index, split name) of each split, marked and labelled on the axis."""
     def paint(fig: Any) -> None:
         ax = fig.add_subplot()
+        from matplotlib.ticker import MaxNLocator
+
         if len(values) <= 200:
             ax.bar(range(len(values)), values, color="#4477aa", width=0.9)
         else:
             ax.plot(range(len(values)), values, color="#4477aa", linewidth=0.8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # shard numbers: never "2.5"
+        for at, label in splits or ():  # where each split's shards begin
+            ax.axvline(at - 0.5, color="#888888", linewidth=0.8, linestyle=":")
+            ax.text(at - 0.4, 1.0, label, transform=ax.get_xaxis_transform(), va="top", fontsize=8, color="#555")
         ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
 
     return _draw(name, title, paint)

@@ -47,6 +47,7 @@ class Sampling:
 
     seed: int = 0
     seq_len: int | None = None  # tokens: documents longer than this are cut (None: the manifest's, or 1024)
+    fields: tuple[str, ...] | None = None  # events: the fields to draw (None: every one, up to the panel limit)
     max_samples: int = 20_000
     max_documents: int = 5_000_000
     max_tokens: int = 2_000_000

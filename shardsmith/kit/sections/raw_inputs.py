@@ -182,7 +182,7 @@ def _events(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[
             sample.add(chunk.n, chunk.columns, chunk.offsets)
             left -= chunk.n
     note = f"{said} {sample.events:,} events read." + (" Stopped at the time limit." if sampling.late() else "")
-    sections = event_sections(sample, said=note)
+    sections = event_sections(sample, said=note, fields=sampling.fields)
     if skipped:
         sections[0].notes.append(f"Fields left out (not numeric, or not convertible): {', '.join(skipped[:20])}"
                                  + (f", … ({len(skipped)} in all)" if len(skipped) > 20 else ""))

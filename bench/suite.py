@@ -1,0 +1,174 @@
+"""`make bench`: every benchmark of bench/ that can run on this machine, at quick sizes, one after another.
+
+    python bench/suite.py [--only mix,pack_tokens] [--out build/bench] [--list]
+    make bench [BENCH=mix,pack_tokens]
+
+Each benchmark runs as its own process with its work folder under ``--out`` (never /tmp), its whole
+output in ``OUT/NAME.log``; a line per benchmark as it ends (status, wall time, its PASS/FAIL verdicts)
+and the table again at the end, with the peer tools ("anchors") that are missing here and the command
+that installs them. The sizes are small (a few minutes in all on 2 cores): the figures of record come
+from the full-size runs that bench/README.md gives, on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import anchor_python  # noqa: E402
+
+ANCHOR_SETUP = "bash bench/anchors/setup.sh"
+# how to install each peer tool: the anchors venv (bench/anchors/setup.sh), or the project's extras
+INSTALL = {"datatrove": ANCHOR_SETUP, "megatron.core": ANCHOR_SETUP, "streaming": ANCHOR_SETUP,
+           "litdata": ANCHOR_SETUP, "webdataset": "pip install -e '.[dev]'", "wids": "pip install -e '.[dev]'",
+           "datasketch": "pip install datasketch", "ray": "pip install -e '.[ray]'"}
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One benchmark: ``bench/bench_{name}.py`` and how the suite runs it."""
+
+    name: str
+    args: tuple[str, ...]          # a quick run's options
+    work: str | None = "--workdir"  # the option that takes its work folder (None: it writes nothing)
+    needs: tuple[str, ...] = ()    # modules this interpreter must have, or it is skipped
+    anchors: tuple[str, ...] = ()  # peer tools (modules) it compares with: missing ones are named
+    unless: str = ""               # "cuda": runs only where torch sees a GPU
+
+    @property
+    def script(self) -> Path:
+        return HERE / f"bench_{self.name}.py"
+
+
+SUITE = (
+    Bench("pack_tokens", ("--mb", "10", "--repeat", "1"), anchors=("datatrove", "megatron.core")),
+    Bench("convert", ("--n", "400", "--aug-n", "100", "--repeat", "1"), needs=("PIL",),
+          anchors=("streaming", "litdata", "webdataset")),
+    Bench("tar_loader", ("--samples", "2000", "--repeat", "1"), work=None, anchors=("webdataset", "wids")),
+    Bench("events", ("--events", "20000", "--gzip-events", "5000", "--seconds", "0.3", "--repeat", "1"),
+          needs=("uproot",)),
+    Bench("memmap", ("--events", "20000", "--repeat", "1"), needs=("uproot",)),
+    Bench("pack", ("--mb", "5", "--repeat", "1")),
+    Bench("chat", ("--conversations", "300", "--seq-lens", "2048"), work="--out", needs=("torch",)),
+    Bench("mix", ("--samples", "200000", "--windows", "20000", "--repeat", "1"), work=None),
+    Bench("resume", ("--samples", "100000", "--repeat", "1"), work=None, needs=("torch", "torchdata")),
+    Bench("augment", ("--images", "50", "--rounds", "1"), work=None, needs=("PIL", "simplejpeg")),
+    Bench("crash_safety", ("--repeat", "1"), needs=("PIL",)),
+    Bench("dedup", ("--mb", "5", "--sample-mb", "2", "--only", "shardsmith,cost,decon"), anchors=("datatrove",)),
+    Bench("minhash_core", ("--mb", "2", "--pairs", "200"), work=None),
+    Bench("minhash_libs", ("--mb", "2", "--pairs", "200", "--num-perm", "128"), work=None,
+          anchors=("datasketch",)),
+    Bench("stages", ("--quick", "--mb", "20", "--events", "20000", "--worlds", "2")),
+    Bench("scaling", ("--sizes", "0.005,0.02",)),
+    Bench("executors", ("--mb", "10", "--ranks", "2", "--executors", "local,dask", "--only", "tokens"),
+          needs=("distributed",), anchors=("ray",)),
+    Bench("gpu_feed", ("--images", "2000", "--steps", "20"), needs=("torch", "PIL"), unless="cuda"),
+)
+BY_NAME = {b.name: b for b in SUITE}
+
+
+def why_not(bench: Bench) -> str:
+    """Why a benchmark cannot run here ("" when it can)."""
+    missing = [m for m in bench.needs if importlib.util.find_spec(m) is None]
+    if missing:
+        return f"needs {', '.join(missing)} (pip install -e '.[dev]')"
+    if bench.unless == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            return "needs a CUDA GPU (bench/README.md, 'a fed GPU', runs it on a device machine)"
+    return ""
+
+
+def missing_anchors(bench: Bench) -> list[str]:
+    return [m for m in bench.anchors if anchor_python(m) is None]
+
+
+def choose(only: str) -> list[Bench]:
+    """The benchmarks ``BENCH=`` names (all when empty); an unknown name is one line and exit 2."""
+    names = [n.strip().removeprefix("bench_").removesuffix(".py") for n in only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        print(f"bench: no benchmark named {', '.join(unknown)} (known: {', '.join(BY_NAME)})", file=sys.stderr)
+        sys.exit(2)
+    return [BY_NAME[n] for n in names] if names else list(SUITE)
+
+
+def run_one(bench: Bench, out: Path, *, timeout: float) -> dict[str, object]:
+    """Run one benchmark into ``out``; its status, wall time, verdicts and log."""
+    log = out / f"{bench.name}.log"
+    if reason := why_not(bench):
+        return {"status": "skipped", "detail": reason, "seconds": 0.0, "log": None}
+    cmd = [sys.executable, str(bench.script), *bench.args]
+    if bench.work is not None:
+        cmd += [bench.work, str(out / bench.name)]
+    started = time.perf_counter()
+    with open(log, "w") as fh:
+        fh.write("$ " + " ".join(cmd) + "\n")
+        fh.flush()
+        try:
+            code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
+                                  cwd=HERE.parent).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    seconds = time.perf_counter() - started
+    text = log.read_text(errors="replace")
+    passed, failed = text.count("  PASS  "), text.count("  FAIL  ")
+    if code is None:
+        status, detail = "failed", f"over {timeout:.0f} s"
+    elif code != 0:
+        last = [line for line in text.strip().splitlines() if line.strip()][-1:]
+        status, detail = "failed", f"exit {code}: {last[0][:100] if last else ''}"
+    else:
+        status, detail = "ok", f"{passed} PASS, {failed} FAIL" if passed or failed else "figures in the log"
+    return {"status": status, "detail": detail, "seconds": seconds, "log": str(log.relative_to(HERE.parent))
+            if log.is_relative_to(HERE.parent) else str(log)}
+
+
+def row(name: str, r: dict[str, object]) -> str:
+    return f"{name:<14} {r['status']:<8} {r['seconds']:>7.1f} s  {r['detail']}" + (f"  [{r['log']}]" if r["log"] else "")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--only", default=os.environ.get("BENCH", ""), help="names, comma-separated (default: all)")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "build" / "bench", help="work folders and logs")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds one benchmark may take")
+    ap.add_argument("--list", action="store_true", help="list the benchmarks and whether each can run here")
+    args = ap.parse_args()
+    chosen = choose(args.only)
+    if args.list:
+        for b in chosen:
+            print(f"{b.name:<14} {why_not(b) or 'runs here'}")
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict[str, object]] = {}
+    print(f"bench: {len(chosen)} benchmarks at quick sizes into {args.out} (load average {os.getloadavg()[0]:.2f})",
+          flush=True)
+    for k, b in enumerate(chosen, 1):
+        print(f"[{k}/{len(chosen)}] {b.name} ...", flush=True)
+        results[b.name] = run_one(b, args.out, timeout=args.timeout)
+        print("   " + row(b.name, results[b.name]), flush=True)
+    print(f"\n{'benchmark':<14} {'status':<8} {'wall':>9}  figures")
+    for name, r in results.items():
+        print(row(name, r))
+    anchors = sorted({m for b in chosen for m in missing_anchors(b)})
+    if anchors:
+        print("\npeer tools not installed here (their rows say 'not installed'):")
+        for command in dict.fromkeys(INSTALL.get(m, f"pip install {m}") for m in anchors):
+            print(f"  {', '.join(m for m in anchors if INSTALL.get(m, f'pip install {m}') == command)}: {command}")
+    if any(r["status"] == "failed" for r in results.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
