@@ -178,3 +178,27 @@ def test_the_command_line_holds_no_secret_and_no_absolute_path():
                          "C:\\Users\\x\\out", "--split", "train=0.9,val=0.1"])
     assert line == ("shardsmith convert s3://bucket/in --tokenizer=https://host/t.json images -o out "
                     "--split train=0.9,val=0.1")
+
+
+def test_a_memmap_card_shows_the_np_memmap_recipe_and_load_dataset_says_why_not(tmp_path):
+    """The card's numpy recipe runs as written in the folder; ``load_dataset`` fails with the card's sentence."""
+    import re
+    import subprocess
+    import sys
+
+    pytest.importorskip("uproot")
+    datasets = pytest.importorskip("datasets")
+    from shardsmith.demo.root_files import make_icecube_like
+
+    root = make_icecube_like(tmp_path / "run.root", events=200, mean_pulses=5, seed=0)
+    out = tmp_path / "mm"
+    assert run_cli("convert", root, "-o", out, "--to", "memmap", "--max-len", "4", "-q").exit_code == 0
+    card = (out / "README.md").read_text()
+    recipe = re.search(r"With numpy alone.*?```python\n(.*?)```", card, flags=re.S).group(1)
+    res = subprocess.run([sys.executable, "-c", recipe + "\nprint(values.shape, int(mask.sum()))"], cwd=out,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[:3] == ["(200,", "4,", "6)"], res.stdout
+    with pytest.raises(FileNotFoundError, match="memmap arrays are read with np.memmap or shardsmith.open, not "
+                                                "HuggingFace datasets - see README.md"):
+        datasets.load_dataset(str(out), cache_dir=str(tmp_path / "hf"))

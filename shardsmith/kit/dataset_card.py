@@ -52,6 +52,8 @@ def front_matter(manifest: dict[str, Any], data: CardData) -> dict[str, Any]:
     if data.builder is not None and loadable:
         front["configs"] = [{"config_name": "default", "data_files": [
             {"split": s, "path": data.pattern.format(split=s)} for s in loadable]}]
+    elif data.unreadable and loadable:
+        front["configs"] = [{"config_name": "default", "data_files": [{"split": loadable[0], "path": data.unreadable}]}]
     info: dict[str, Any] = {}
     if data.features:
         info["features"] = data.features

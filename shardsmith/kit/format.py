@@ -47,6 +47,9 @@ class CardData:
     pattern: str = ""  # a split's shards, relative to the folder: "{split}-*.tar"
     features: list[dict[str, Any]] | None = None  # ``dataset_info.features`` (None: ``datasets`` infers them)
     notes: tuple[str, ...] = ()  # lines of text: what ``datasets`` leaves out, what it needs
+    # no builder: the sentence ``load_dataset(OUT)`` fails with (named as the split's data file it cannot find),
+    # instead of a builder guessed from the folder's JSON files failing on a split size
+    unreadable: str = ""
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,12 @@ class MemmapFormat(Format):
                 f"pad {mm.get('pad_value')}; {len(mm['scalars'])} event-level arrays")
         return {"memmap": mm, "format_lines": [line]}
 
+    def card(self, out: Path, manifest: dict[str, Any]) -> Any:
+        """The plain ``np.memmap`` recipe; ``datasets`` reads no raw arrays (``formats/memmap/card.py``)."""
+        from shardsmith.formats.memmap.card import memmap_card
+
+        return memmap_card(manifest)
+
     def report(self, out: Path, manifest: dict[str, Any], sampling: Any) -> list[Any]:
         """Values per event (before truncation), a histogram per stored field and scalar, label balance."""
         from shardsmith.formats.memmap.report import memmap_sections

@@ -72,11 +72,25 @@ def hist(name: str, *, title: str, values: np.ndarray, xlabel: str, ylabel: str 
     return _draw(name, title, paint)
 
 
-def integer_edges(lo: float, hi: float, bins: int) -> np.ndarray:
-    """Bin edges for whole-number data: each bin holds the same count of integers (``width`` of them,
-    centred on them), so no bin gets an extra integer and shows a false spike, none gets none."""
-    width = max(1, -(-int(hi - lo + 1) // bins))  # ceil((span + 1) / bins) integers a bin
-    return np.arange(lo - 0.5, hi + width, width)
+def grid_step(v: np.ndarray) -> float | None:
+    """The spacing of data that lie on a regular grid (whole numbers, detector positions every 17 m), or None.
+
+    Such data binned by equal-width bins get one or two grid values a bin by turns: alternating bars
+    and false spikes. Looked for among at most 1,000 distinct values."""
+    u = np.unique(v)
+    if len(u) < 2 or len(u) > 1000:
+        return 1.0 if len(u) > 1000 and np.array_equal(v, np.round(v)) else None
+    step = float(np.diff(u).min())
+    k = (u - u[0]) / step
+    return step if np.allclose(k, np.round(k), rtol=0, atol=1e-3) else None
+
+
+def grid_edges(lo: float, hi: float, step: float, bins: int) -> np.ndarray:
+    """Bin edges for data on a grid of ``step``: each bin holds the same number of grid values, centred
+    on them, so no bin gets an extra one (a spike) and none gets none (a gap)."""
+    values = int(round((hi - lo) / step)) + 1
+    width = max(1, -(-values // bins)) * step  # ceil(values / bins) grid values a bin
+    return np.arange(lo - step / 2, hi + width, width)
 
 
 def _hist_into(ax: Any, v: np.ndarray, *, bins: int, log_x: bool) -> None:
@@ -93,11 +107,12 @@ def _hist_into(ax: Any, v: np.ndarray, *, bins: int, log_x: bool) -> None:
         ax.xaxis.set_major_formatter(plain)
         # within a decade or two there is one major tick or none: then the minor ticks carry the labels
         ax.xaxis.set_minor_formatter(plain if hi / lo < 100 else NullFormatter())
-    elif hi > lo and np.array_equal(v, np.round(v)):  # whole numbers (counts, ids, flags): integer bins
+    elif hi > lo and (step := grid_step(v)) is not None:  # counts, ids, flags, positions on a grid
         from matplotlib.ticker import MaxNLocator
 
-        ax.hist(v, bins=integer_edges(lo, hi, bins), color="#4477aa")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
+        ax.hist(v, bins=grid_edges(lo, hi, step, bins), color="#4477aa")
+        if step == round(step):  # whole numbers: no tick at 2.5
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
     else:
         ax.hist(v, bins=bins if hi > lo else 1, color="#4477aa")
 
