@@ -117,3 +117,16 @@ def test_a_different_command_is_refused_unless_overwrite(big_corpus, bpe_tokeniz
     assert res.exit_code == 0 and "already complete" in res.stderr, res.stderr
     res = run_cli(*other[:-2])
     assert res.exit_code == 2 and "--overwrite" in res.stderr
+
+
+def test_a_resumed_run_says_what_it_reused(big_corpus, bpe_tokenizer, tmp_path):
+    """The rerun of a killed run says it resumed, and how much, on stderr (and nothing with -q)."""
+    out = tmp_path / "out"
+    args = [a for a in _pack(big_corpus, out, bpe_tokenizer, 1) if a != "-q"]
+    _crash(args, "scatter:2")
+    res = run_subprocess(*args, env=dict(os.environ))
+    assert res.returncode == 0, res.stderr
+    line = next((ln for ln in res.stderr.splitlines() if ln.startswith("resumed: ")), None)
+    # the task that crashed wrote its part first (test_pack_tokens_resumes_after_kill_9): tasks 0 to 2 are reused
+    assert line is not None and line.startswith("resumed: 3 of ") and "scatter tasks reused" in line, res.stderr
+    assert "input bytes not read again" in line

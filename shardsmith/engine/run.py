@@ -111,6 +111,10 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
             with progress.bar(total=task_bytes(tasks), desc=desc, unit="B") as bar:
                 results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update,
                                       idle=lambda: _preload(make_writer, job.splits))
+            if reused := sum(r.reused for r in results):
+                progress.note(f"resumed: {reused} of {len(results)} scatter tasks reused from a killed run of this "
+                              f"command ({sum(t.nbytes for t, r in zip(tasks, results) if r.reused):,} input bytes "
+                              "not read again)")
         workers = max(1, opts.workers)
         # gather workers each hold a group at a time: share the budget between them; ranks each
         # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'

@@ -66,6 +66,7 @@ class TaskResult:
     removed: list[dict[str, Any]] = field(default_factory=list)  # the documents --decontaminate left out
     rules: dict[str, list[int]] = field(default_factory=dict)  # per rule: [documents, payload units] left out
     stats: dict[str, int] = field(default_factory=dict)  # the processor's counts (``Processed.stats``), summed
+    reused: bool = False  # a killed run of the same command finished it: its part file is taken as it is
 
     def count(self, out: Processed) -> None:
         """A processed batch's records left out on purpose and its counts, added to the task's."""
@@ -162,7 +163,7 @@ def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = (), bucke
         return None
     return TaskResult(task=task.index, records=int(meta["records"]), skipped=list(meta.get("skipped", [])),
                       dropped=int(meta.get("dropped", 0)), removed=list(meta.get("removed", [])),
-                      rules=dict(meta.get("rules", {})), stats=dict(meta.get("stats", {})))
+                      rules=dict(meta.get("rules", {})), stats=dict(meta.get("stats", {})), reused=True)
 
 
 def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
