@@ -183,3 +183,34 @@ def test_raw_inputs_need_report_and_matplotlib_hint(corpus: Path, tmp_path: Path
     assert done.stderr.strip().splitlines() == [
         f"shardsmith: error: the report needs matplotlib, which is not installed: {install_hint('report')}"]
     assert not (tmp_path / "r").exists()
+
+
+def test_data_on_a_grid_get_one_grid_value_a_bin_or_the_same_count():
+    """Whole numbers and positions on a grid: equal-width bins would take one or two values by turns."""
+    from shardsmith.kit.sections.figures import grid_edges, grid_step
+
+    counts = np.arange(0, 101)  # 0..100: 101 integers
+    assert grid_step(counts.astype(np.float64)) == 1.0
+    edges = grid_edges(0, 100, 1.0, 40)
+    per_bin = np.histogram(counts, bins=edges)[0]
+    assert set(per_bin[:-1].tolist()) == {3} and per_bin[-1] == 2  # 3 integers a bin; the last holds what is left
+    z = -500 + 17.0 * np.arange(60)  # detector positions every 17 m
+    assert grid_step(np.repeat(z, 3)) == pytest.approx(17.0)
+    per_bin = np.histogram(z, bins=grid_edges(z.min(), z.max(), 17.0, 40))[0]
+    assert set(per_bin.tolist()) == {2}
+    assert grid_step(np.random.default_rng(0).random(500)) is None  # continuous: ordinary bins
+
+
+def test_events_report_fields_constant_fields_and_unknown_names(tmp_path):
+    pytest.importorskip("uproot")
+    from shardsmith.demo.root_files import make_icecube_like
+
+    root = make_icecube_like(tmp_path / "run.root", events=300, mean_pulses=5, seed=0)
+    out = tmp_path / "ev"
+    assert run_cli("convert", root, "-o", out, "--to", "hdf5", "-q").exit_code == 0
+    res = run_cli("inspect", out, "--report", tmp_path / "r", "--fields", "zenith,pulses_time")
+    assert res.exit_code == 0, res.stderr
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "Drawn: the fields --fields names (2 of 10)" in page
+    res = run_cli("inspect", out, "--report", tmp_path / "r2", "--fields", "zenith,nope")
+    assert res.exit_code == 2 and "--fields: no field 'nope' in these events (fields: event_id" in res.stderr

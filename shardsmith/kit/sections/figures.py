@@ -115,6 +115,9 @@ def _hist_into(ax: Any, v: np.ndarray, *, bins: int, log_x: bool) -> None:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
     else:
         ax.hist(v, bins=bins if hi > lo else 1, color="#4477aa")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: never "0.2 files"
 
 
 def scatter(name: str, *, title: str, x: np.ndarray, y: np.ndarray, xlabel: str, ylabel: str) -> Figure:
