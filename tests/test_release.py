@@ -83,3 +83,33 @@ def test_punch_keeps_the_blocks_it_only_partly_covers(tmp_path):
 def test_group_ranges_merge_adjacent_segments():
     segs = [[Segment("a", 0, 2, 100), Segment("b", 10, 1, 5)], [Segment("a", 148, 1, 10), Segment("a", 500, 0, 0)]]
     assert group_ranges(segs) == {"a": [(0, 182)], "b": [(10, 39)]}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """About 2 MB of JSONL: ten tasks at --memory 2MB, several shards of 100K tokens."""
+    from conftest import two_file_corpus
+
+    return two_file_corpus(tmp_path_factory.mktemp("release-text"), 12_000, seed=5, max_words=60, first=7000)
+
+
+def _pack(src: Path, out: Path, tokenizer: Path, workers: int) -> list[str | Path]:
+    return ["pack-tokens", src, "-o", out, "--tokenizer", tokenizer, "--memory", "2MB", "--workers", str(workers),
+            "--shard-tokens", "100K", "--split", "train=0.9,val=0.1", "-q"]
+
+
+@pytest.mark.parametrize("rerun_workers", [2, 1, 3])
+def test_pack_tokens_releases_its_spill_and_resumes_after_a_kill(corpus, bpe_tokenizer, tmp_path, rerun_workers):
+    """Token shards are recorded one by one too: their spill is punched, and a killed gather resumes."""
+    ref = tmp_path / "ref"
+    assert run_subprocess(*_pack(corpus, ref, bpe_tokenizer, 1)).returncode == 0
+    out = tmp_path / "out"
+    _killed(_pack(corpus, out, bpe_tokenizer, 2), "released:train:2")  # the first range's shards 0 to 2 finished
+    work = tmp_path / ".out.shardsmith-work"
+    assert (work / "released-train").is_file() and (work / "piece-train-000002-000003.json").is_file()
+    assert _holes(work) > 32_768, "the groups token shards 0 to 2 alone read are punched out"
+    res = run_subprocess(*_pack(corpus, out, bpe_tokenizer, rerun_workers),
+                         env={**os.environ, "SHARDSMITH_CRASH_AT": "released:train:2"})
+    assert res.returncode == 0, res.stderr
+    assert tree_digest(out) == tree_digest(ref)
+    assert not work.exists()

@@ -192,6 +192,14 @@ class TokensWriter(Writer):
     def piece(self) -> dict[str, Any]:
         return {**super().piece(), "flat": self.flat_record}
 
+    def shard_piece(self, i: int) -> dict[str, Any] | None:
+        """One finished shard alone, so the gather gives back the spill it read (``engine/release.py``).
+        None with ``--nanogpt``: the split-wide ``train.bin`` is written in pieces of whole ranges."""
+        if self.nanogpt:
+            return None
+        return {"first_shard": self.part.first_shard + i, "shards": [self.shards[i].to_json()], "md5s": [],
+                "flat": None}
+
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
         """The nanoGPT file: the one whole writer's, or the scratch file the ranges filled, hashed and moved."""
         if not self.nanogpt:
