@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -103,7 +104,7 @@ def choose(only: str) -> list[Bench]:
     return [BY_NAME[n] for n in names] if names else list(SUITE)
 
 
-def run_one(bench: Bench, out: Path, *, timeout: float) -> dict[str, object]:
+def run_one(bench: Bench, out: Path, *, timeout: float, keep: bool = False) -> dict[str, object]:
     """Run one benchmark into ``out``; its status, wall time, verdicts and log."""
     log = out / f"{bench.name}.log"
     if reason := why_not(bench):
@@ -111,15 +112,20 @@ def run_one(bench: Bench, out: Path, *, timeout: float) -> dict[str, object]:
     cmd = [sys.executable, str(bench.script), *bench.args]
     if bench.work is not None:
         cmd += [bench.work, str(out / bench.name)]
+    tmp = out / f"{bench.name}-tmp"  # what a benchmark puts in tempfile's folder lands here too, never in /tmp
+    tmp.mkdir(exist_ok=True)
     started = time.perf_counter()
     with open(log, "w") as fh:
         fh.write("$ " + " ".join(cmd) + "\n")
         fh.flush()
         try:
-            code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout,
-                                  cwd=HERE.parent).returncode
+            code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, cwd=HERE.parent,
+                                  env={**os.environ, "TMPDIR": str(tmp)}).returncode
         except subprocess.TimeoutExpired:
             code = None
+    if not keep:  # the log holds the figures; the work folders of quick runs are not worth their disk
+        for path in (tmp, out / bench.name):
+            shutil.rmtree(path, ignore_errors=True)
     seconds = time.perf_counter() - started
     text = log.read_text(errors="replace")
     passed, failed = text.count("  PASS  "), text.count("  FAIL  ")
@@ -144,6 +150,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE.parent / "build" / "bench", help="work folders and logs")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one benchmark may take")
     ap.add_argument("--list", action="store_true", help="list the benchmarks and whether each can run here")
+    ap.add_argument("--keep", action="store_true", help="keep each benchmark's work folder (default: its log only)")
     args = ap.parse_args()
     chosen = choose(args.only)
     if args.list:
@@ -156,7 +163,7 @@ def main() -> None:
           flush=True)
     for k, b in enumerate(chosen, 1):
         print(f"[{k}/{len(chosen)}] {b.name} ...", flush=True)
-        results[b.name] = run_one(b, args.out, timeout=args.timeout)
+        results[b.name] = run_one(b, args.out, timeout=args.timeout, keep=args.keep)
         print("   " + row(b.name, results[b.name]), flush=True)
     print(f"\n{'benchmark':<14} {'status':<8} {'wall':>9}  figures")
     for name, r in results.items():
