@@ -209,8 +209,10 @@ def _label(ax: Any, head: str, xlabel: str, ylabel: str) -> None:
     if isinstance(ax.xaxis.get_major_formatter(), ScalarFormatter):  # whole values, no "+2.27e6" offset
         ax.xaxis.get_major_formatter().set_useOffset(False)
         ax.locator_params(axis="x", nbins=4)
-    ax.set_title(_short(head, 60), fontsize=8)
-    ax.set_xlabel(_short(xlabel, 50), fontsize=7)
+    # a panel's title and label fit its width (a character is about 0.6 em), so neighbours never overlap
+    inches = ax.get_position().width * ax.figure.get_figwidth()
+    ax.set_title(_short(head, min(60, max(10, int(inches * 72 / (8 * 0.6))))), fontsize=8)
+    ax.set_xlabel(_short(xlabel, min(50, max(10, int(inches * 72 / (7 * 0.6))))), fontsize=7)
     ax.set_ylabel(ylabel, fontsize=7)
     ax.tick_params(labelsize=6)
 
