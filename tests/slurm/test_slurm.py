@@ -135,8 +135,12 @@ def runs(cluster, tmp_path_factory):
         recipe = work / f"{kind}-w{world}.toml"
         recipe.write_text(RECIPES[kind].format(out=f"out/{kind}-w{world}"))
         jobs[(kind, world)], _ = _submit(recipe, world, cluster, cwd=work)
-    # a chain whose scatter fails (an input that is not there): gather and finalize must never run
-    (work / "broken.toml").write_text(RECIPES["tar"].format(out="out/broken").replace('"data/corpus"', '"data/missing"'))
+    # a chain whose scatter fails on every rank (two inputs, one task each, neither JSON): gather and finalize must
+    # never run (an input that is not there is refused by submit.sh's dry run, before anything is submitted)
+    for name in ("a", "b"):
+        (work / "data/broken").mkdir(parents=True, exist_ok=True)
+        (work / "data/broken" / f"{name}.jsonl").write_text("this line is not JSON\n")
+    (work / "broken.toml").write_text(RECIPES["tar"].format(out="out/broken").replace('"data/corpus"', '"data/broken"'))
     jobs["broken"], _ = _submit(work / "broken.toml", 2, cluster, cwd=work)
     # a chain whose scatter rank 1 dies (as on a lost node): rerun alone later
     python = _flaky_python(work, "scatter", "scatter", 'echo "simulated node failure" >&2; exit 3')
