@@ -216,6 +216,10 @@ def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, b
             subprocess.run(["scontrol", "requeue", task], env=env, check=True)
         else:  # submitit's SlurmJob._interrupt(): SIGTERM, then its USR2 (checkpoint, then it requeues itself)
             subprocess.run(["scancel", task, "--signal", "SIGTERM"], env=env, check=True)
+            # slurmd delivers each signal on its own time: a SIGTERM that lands after the USR2 handler has started
+            # `scontrol requeue` kills that scontrol (it runs in the job's step), and the job then fails instead of
+            # requeueing. Sent back to back, the two raced in about one run of four here.
+            time.sleep(1.0)
             subprocess.run(["scancel", task, "--signal", "USR2"], env=env, check=True)
 
         # SLURM holds a requeued job for cred_expire (10 s on the test cluster, 120 s by default) before it
