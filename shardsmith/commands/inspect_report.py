@@ -42,7 +42,7 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int,
 
 def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, seed: int,
                   fields: tuple[str, ...] | None = None) -> Path:
-    from shardsmith.engine.choose import infer_source
+    from shardsmith.engine.choose import infer_source, suffixes_of
     from shardsmith.engine.inputs import discover
     from shardsmith.kit.sections.model import Sampling
     from shardsmith.report import need_matplotlib
@@ -50,7 +50,7 @@ def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, s
     need_matplotlib()
     sources = registry.loaded("source")
     if source is None:
-        files = discover(list(paths), suffixes=tuple(dict.fromkeys(s for c in sources.values() for s in c.suffixes)))
+        files = discover(list(paths), suffixes=suffixes_of(sources))
         source = infer_source(files, sources)
     cls = sources.get(source) or registry.get("source", source)
     try:

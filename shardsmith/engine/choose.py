@@ -32,6 +32,11 @@ def infer_source(files: list[InputFile], sources: dict[str, type[Reader]]) -> st
     return kinds.pop()
 
 
+def suffixes_of(sources: dict[str, type[Reader]]) -> tuple[str, ...]:
+    """Every suffix the sources read, each once (Parquet is read as rows and as events)."""
+    return tuple(dict.fromkeys(s for c in sources.values() for s in c.suffixes))
+
+
 def source_and_format(run: JobRun) -> tuple[type[Reader], Format]:
     """The job's source class and format; an inferred source lists the inputs (``run.files``: exactly
     that source's files, since one kind is inferred)."""
@@ -40,7 +45,7 @@ def source_and_format(run: JobRun) -> tuple[type[Reader], Format]:
     if name is None:
         # a source whose extra is not installed still claims its suffixes, so its files are named with the extra
         absent = {sfx: p for p in registry.unavailable("source") for sfx in p.suffixes}
-        files = run.discover(tuple(dict.fromkeys((*(s for c in sources.values() for s in c.suffixes), *absent))))
+        files = run.discover(tuple(dict.fromkeys((*suffixes_of(sources), *absent))))
         for f in files:
             for sfx, p in absent.items():
                 if f.path.lower().endswith(sfx):

@@ -124,6 +124,10 @@ class Writer:
         than its shards (a split-wide file written in pieces)."""
         if type(self).piece is not Writer.piece or len(self.md5s) not in (0, len(self.shards)):
             return None
+        return self.one_shard(i)
+
+    def one_shard(self, i: int) -> dict[str, Any]:
+        """The base ``piece()`` of the ``i``-th finished shard alone (what ``shard_piece`` builds on)."""
         return {"first_shard": self.part.first_shard + i, "shards": [self.shards[i].to_json()],
                 "md5s": self.md5s[i:i + 1]}
 

@@ -195,10 +195,7 @@ class TokensWriter(Writer):
     def shard_piece(self, i: int) -> dict[str, Any] | None:
         """One finished shard alone, so the gather gives back the spill it read (``engine/release.py``).
         None with ``--nanogpt``: the split-wide ``train.bin`` is written in pieces of whole ranges."""
-        if self.nanogpt:
-            return None
-        return {"first_shard": self.part.first_shard + i, "shards": [self.shards[i].to_json()], "md5s": [],
-                "flat": None}
+        return None if self.nanogpt else {**self.one_shard(i), "flat": None}
 
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
         """The nanoGPT file: the one whole writer's, or the scratch file the ranges filled, hashed and moved."""
