@@ -4,6 +4,7 @@ sees that the cost grows linearly with the input and memory stays flat.
     python bench/bench_scaling.py [--sizes 0.1,1,10] [--workdir /tmp/shardsmith-bench/scaling] [--repeat 1]
     python bench/bench_scaling.py --sizes 0.02,0.05,0.1          # a quick check (~1-2 min)
     python bench/bench_scaling.py --sizes 1,10 --only events     # one command: events or tokens
+    python bench/bench_scaling.py --sizes 0.3 --only tokens --tokens-workers 1 --shard-tokens 8M  # the spill's release
 
 Inputs, generated once per size and reused from --workdir (each written under a temporary name, in
 pieces, in a child process whose own peak memory is printed: the generators never hold GBs):
@@ -60,6 +61,7 @@ sys.path.insert(0, str(HERE))
 from harness import code_version, tree_memory_kb, warm  # noqa: E402
 
 WORKERS = 2
+TOKENS_OPTIONS: dict[str, str] = {}  # pack-tokens' --workers / --shard-tokens (the spill release's checks, issue 31)
 ROOT_BYTES_PER_EVENT = 2579  # make_icecube_like at 240 pulses, seed 0: a 20k-event file is 51.6 MB
 TOKENIZER_SAMPLE_MB = 4
 SAMPLE_S, DISK_EVERY = 0.05, 2  # RSS every 50 ms, the output folders' size every 2nd sample
@@ -103,7 +105,9 @@ class Workload:
 
 
 def _pack_tokens(src: Path, out: Path, tokenizer: Path) -> list[str]:
-    return ["pack-tokens", str(src), "-o", str(out), "--tokenizer", str(tokenizer), "--workers", str(WORKERS)]
+    options = {"--workers": str(WORKERS), **TOKENS_OPTIONS}
+    return ["pack-tokens", str(src), "-o", str(out), "--tokenizer", str(tokenizer),
+            *(x for kv in options.items() for x in kv)]
 
 
 def _convert_hdf5(src: Path, out: Path, tokenizer: Path) -> list[str]:
@@ -326,12 +330,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--memory", help="--memory passed to both commands (default: theirs, 1GB)")
     ap.add_argument("--only", choices=sorted(ONLY), help="one command: events (convert --to hdf5) or tokens "
                     "(pack-tokens); default both")
+    ap.add_argument("--tokens-workers", type=int, help="pack-tokens' --workers (default 2)")
+    ap.add_argument("--shard-tokens", help="pack-tokens' --shard-tokens (default: its own, 1G): smaller shards "
+                    "show the spill given back at small sizes")
     ap.add_argument("--make", nargs=3, help=argparse.SUPPRESS)  # child: KIND BYTES PATH
     args = ap.parse_args(argv)
     if args.make:
         MAKERS[args.make[0]](Path(args.make[2]), int(args.make[1]))
         return
     sizes = args.sizes
+    if args.tokens_workers is not None:
+        TOKENS_OPTIONS["--workers"] = str(args.tokens_workers)
+    if args.shard_tokens:
+        TOKENS_OPTIONS["--shard-tokens"] = args.shard_tokens
     work = args.workdir.resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
     loads = ONLY[args.only] if args.only else WORKLOADS
