@@ -147,6 +147,7 @@ class Measure:
     peak_rss_mb: float
     peak_disk_mb: float
     peak_pss_mb: float = 0.0
+    final_disk_mb: float = 0.0  # what is left once the run ends: the output (its spill folder removed)
 
 
 def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
@@ -175,9 +176,9 @@ def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
     if code != 0:
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(cmd)} exited {code}; stderr tail:\n{tail}")
-    if out is not None:
-        disk[0] = max(disk[0], folder_bytes(out))
-    return Measure(wall, rss[0] / 1024, disk[0] / 1e6, pss[0] / 1024)
+    final = folder_bytes(out) if out is not None else 0
+    disk[0] = max(disk[0], final)
+    return Measure(wall, rss[0] / 1024, disk[0] / 1e6, pss[0] / 1024, final / 1e6)
 
 
 def ensure_input(work: Path, load: Workload, gb: float) -> Path:
@@ -216,6 +217,7 @@ class Point:
     peak_rss_mb: float = 0.0
     peak_disk_mb: float = 0.0
     peak_pss_mb: float = 0.0
+    output_mb: float = 0.0
 
     @property
     def wall(self) -> float:
@@ -242,6 +244,7 @@ def run_point(point: Point, load: Workload, src: Path, work: Path, tokenizer: Pa
     point.peak_rss_mb = max(point.peak_rss_mb, m.peak_rss_mb)
     point.peak_disk_mb = max(point.peak_disk_mb, m.peak_disk_mb)
     point.peak_pss_mb = max(point.peak_pss_mb, m.peak_pss_mb)
+    point.output_mb = m.final_disk_mb
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:
@@ -256,14 +259,17 @@ def linear_fit(points: list[Point]) -> tuple[float, float] | None:
 
 def print_table(name: str, points: list[Point]) -> None:
     ref = points[0]
-    print(f"\n{name} (--workers {WORKERS}), {len(ref.walls)} run(s) each, median wall")
+    options = " ".join(f"{k} {v}" for k, v in {"--workers": WORKERS, **(TOKENS_OPTIONS if name == "pack-tokens"
+                                                                     else {})}.items())
+    print(f"\n{name} ({options}), {len(ref.walls)} run(s) each, median wall")
     print(f"  {'size GB':>8s} {'wall s':>8s} {'MB/s':>7s} {'peak RSS MB':>12s} {'peak PSS MB':>12s} "
-          f"{'x s/GB':>7s} {'peak disk MB':>13s}  cache")
+          f"{'x s/GB':>7s} {'peak disk MB':>13s} {'output MB':>10s}  cache")
     for p in points:
         print(f"  {p.input_bytes / 1e9:8.3f} {p.wall:8.2f} {p.input_bytes / 1e6 / p.wall:7.1f} "
               f"{p.peak_rss_mb:12,.0f} {p.peak_pss_mb:12,.0f} {p.s_per_gb / ref.s_per_gb:7.2f} "
-              f"{p.peak_disk_mb:13,.0f}  {p.cache}")
-    print("  RSS: summed over the process tree (a page forked workers share counts in each); PSS: each page once")
+              f"{p.peak_disk_mb:13,.0f} {p.output_mb:10,.0f}  {p.cache}")
+    print("  RSS: summed over the process tree (a page forked workers share counts in each); PSS: each page once;\n"
+          "  peak disk: the output and its spill folder (not the input); output: what is left at the end")
     if fit := linear_fit(points):
         fixed, per_gb = fit
         marginal = f", marginal {1000 / per_gb:.0f} MB/s" if per_gb > 0 else ""
