@@ -56,6 +56,15 @@ def supported() -> bool:
     return _fallocate() is not None and not _state.get("refused")
 
 
+ENABLED = True  # punch out the spill that only finished shards read (False: the spill goes at the end)
+
+
+def gives_back(writer: Writer) -> bool:
+    """Whether a gather by this writer gives its spill back as it goes: it can record each shard
+    alone (``Writer.shards_alone``) and this file system punches holes."""
+    return ENABLED and writer.shards_alone and supported()
+
+
 def punch(path: str, ranges: Sequence[tuple[int, int]]) -> int:
     """Punch ``[start, stop)`` ranges of a file, each shrunk inward to whole blocks; returns the
     bytes punched (0 where hole punching is not available: a no-op)."""

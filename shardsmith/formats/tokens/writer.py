@@ -192,10 +192,14 @@ class TokensWriter(Writer):
     def piece(self) -> dict[str, Any]:
         return {**super().piece(), "flat": self.flat_record}
 
+    @property
+    def shards_alone(self) -> bool:
+        """Not with ``--nanogpt``: the split-wide ``train.bin`` is written in pieces of whole ranges."""
+        return not self.nanogpt
+
     def shard_piece(self, i: int) -> dict[str, Any] | None:
-        """One finished shard alone, so the gather gives back the spill it read (``engine/release.py``).
-        None with ``--nanogpt``: the split-wide ``train.bin`` is written in pieces of whole ranges."""
-        if self.nanogpt:
+        """One finished shard alone, so the gather gives back the spill it read (``engine/release.py``)."""
+        if not self.shards_alone:
             return None
         return {"first_shard": self.part.first_shard + i, "shards": [self.shards[i].to_json()], "md5s": [],
                 "flat": None}
