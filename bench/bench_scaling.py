@@ -22,7 +22,8 @@ Peak RSS is the largest sum of VmRSS over the child and all its descendants, rea
 inherit) counts in each, so the sum overstates; peak PSS, read in the same walk, counts each page
 once (what a batch system's memory limit sees is closer to it). Both commands keep the shuffle
 within --memory (default 1GB; --memory passes one to both), so peak memory grows with the input only
-until the budget (or a read step) is full, then stays flat. Peak disk: the largest size of the output folder and its spill folder beside it, every 0.1 s.
+until the budget (or a read step) is full, then stays flat. Peak disk: the largest size of the output folder and its spill folder beside it
+(allocated blocks: punched holes do not count), every 5 ms.
 "x s/GB" is the time per GB over the smallest size's (1.0 everywhere: linear; start-up inflates the
 smallest); the fit line, wall = fixed + s/GB x size, separates start-up from the per-GB cost.
 
@@ -64,7 +65,9 @@ WORKERS = 2
 TOKENS_OPTIONS: dict[str, str] = {}  # pack-tokens' --workers / --shard-tokens (the spill release's checks, issue 31)
 ROOT_BYTES_PER_EVENT = 2579  # make_icecube_like at 240 pulses, seed 0: a 20k-event file is 51.6 MB
 TOKENIZER_SAMPLE_MB = 4
-SAMPLE_S, DISK_EVERY = 0.05, 2  # RSS every 50 ms, the output folders' size every 2nd sample
+# RSS every 50 ms; the output folders' size every 5 ms on a thread of its own (the peak lasts from the
+# gather's last shard to the spill's removal: at small sizes, less than a tenth of a second)
+SAMPLE_S, DISK_S = 0.05, 0.005
 
 
 # ---------------------------------------------------------------- inputs (each made in a child process)
@@ -159,20 +162,22 @@ def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
         rss, pss, disk, done = [0], [0], [0], threading.Event()
 
         def sample() -> None:
-            tick = 0
             while not done.wait(SAMPLE_S):
                 now_rss, now_pss = tree_memory_kb(proc.pid, keys=("VmRSS:", "Pss:"))
                 rss[0], pss[0] = max(rss[0], now_rss), max(pss[0], now_pss)
-                if out is not None and tick % DISK_EVERY == 0:
-                    disk[0] = max(disk[0], folder_bytes(out))
-                tick += 1
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        def sample_disk() -> None:
+            while out is not None and not done.wait(DISK_S):
+                disk[0] = max(disk[0], folder_bytes(out))
+
+        samplers = [threading.Thread(target=sample, daemon=True), threading.Thread(target=sample_disk, daemon=True)]
+        for t in samplers:
+            t.start()
         code = proc.wait()
         wall = time.perf_counter() - t0
         done.set()
-        sampler.join()
+        for t in samplers:
+            t.join()
     if code != 0:
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(cmd)} exited {code}; stderr tail:\n{tail}")
