@@ -34,7 +34,7 @@ from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.shard_plan import SplitPlan, one_writer, plan_split, planned, share
 from shardsmith.engine.shuffle import LoadBuffer, sort_group
 from shardsmith.engine.split_gather import SplitGather, SplitOutput
-from shardsmith.kit.batches import Segment
+from shardsmith.kit.batches import MappedBatch, Segment, SortedBatch
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
@@ -104,22 +104,31 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
     starts = split.starts
     # the groups [a, b) lies in, found without touching any other group's objects
     g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
+    # when the spill is given back: the shards' ends inside the range, where the writer is told its shard is full
+    ends = set() if plan is None or release is None or not release.enabled else set(plan.bounds[first + 1:stop])
     try:
         batches = 0
         for g in range(g0, g1):
             group, gs, ge = split.groups[g], int(starts[g]), int(starts[g + 1])
             if ge <= a or gs >= b:
                 continue
+            lo, hi = max(a, gs), min(b, ge)
+            batch: SortedBatch | MappedBatch
             if maps is not None:
-                writer.write_mapped(map_group(group, max(a, gs) - gs, min(b, ge) - gs, maps=maps, drop=split.drop(g),
-                                              origins=split.origins))
+                batch = map_group(group, lo - gs, hi - gs, maps=maps, drop=split.drop(g), origins=split.origins)
             else:
-                writer.write_sorted(sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into, drop=split.drop(g),
-                                               origins=split.origins))
+                batch = sort_group(group, lo - gs, hi - gs, into=into, drop=split.drop(g), origins=split.origins)
+            for i, j in _pieces(ends, lo, hi):
+                if isinstance(batch, MappedBatch):
+                    writer.write_mapped(batch.rows(i, j))
+                else:
+                    writer.write_sorted(batch.rows(i, j))
+                if lo + j in ends:
+                    writer.shard_full()  # the plan's boundary: closed now, not when the next sample comes
+                if release is not None:
+                    release.after(writer)
             if tick is not None:
-                tick(min(b, ge) - max(a, gs))
-            if release is not None:
-                release.after(writer)
+                tick(hi - lo)
             crash_point(f"gather:{split.name}:{batches}")
             batches += 1
         writer.close()
@@ -139,6 +148,14 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
                                  f"written with {got}")
     piece = {**writer.piece(), "stop": first + made, "whole": whole}
     atomic_write_bytes(piece_path(work_dir, split.name, first, first + made), orjson.dumps(piece))
+
+
+def _pieces(ends: set[int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The rows of a group's batch (samples ``[lo, hi)`` of the split) handed to the writer at a
+    time: all of them, or a piece a shard cut at ``ends``, so that a shard that ends inside a group
+    is recorded (and the spill before it punched) then, not after the rest of the group."""
+    cuts = [0, *sorted(c - lo for c in ends if lo < c < hi), hi - lo]
+    return list(zip(cuts[:-1], cuts[1:]))
 
 
 MAX_MAPPED_PARTS = 512

@@ -114,6 +114,11 @@ class Writer:
         return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],
                 "md5s": self.md5s}
 
+    def shard_full(self) -> None:
+        """The gather's plan says the shard being filled ends here: close it now rather than when
+        the next sample comes (the same bytes), so that the gather records it and gives back the
+        spill it read at once. The base writer leaves it to the next sample."""
+
     def settle(self) -> None:
         """Count in ``shards`` every shard finished by now (a writer that finishes shards in the
         background); the base writer's shards are counted when finished."""

@@ -165,6 +165,10 @@ class EventTarWriter(Writer):
     def shards_alone(self) -> bool:
         return self.rangeable  # one event a sample: a shard's events are its samples
 
+    def shard_full(self) -> None:
+        if self._held is None:  # one event a sample (a planned split): no window waits
+            self.tar.shard_full()
+
     def settle(self) -> None:
         """The tar writer's shards finished by now, counted here too (the gather records them one by one)."""
         self.tar.settle()

@@ -180,6 +180,11 @@ class TokensWriter(Writer):
                                        extra=extra))
         self._bin, self._lengths, self._origins, self._mask = None, [], [], None
 
+    def shard_full(self) -> None:
+        if self._bin is not None:
+            self._roll()
+        self._roller = self.rollover()  # an empty shard: the next sample opens one
+
     def close(self) -> list[ShardRecord]:
         if self._bin is not None:
             self._roll()
