@@ -477,8 +477,8 @@ def table_cost(parts: int = 200, buckets: int = 4096, per_part: int = 2000) -> d
     import numpy as np
     import orjson
 
-    from shardsmith.engine.gather import SplitGather
     from shardsmith.engine.shuffle import segments_by_split
+    from shardsmith.engine.split_gather import SplitGather
 
     rng = np.random.default_rng(0)
     footers = []

@@ -4,6 +4,7 @@ sees that the cost grows linearly with the input and memory stays flat.
     python bench/bench_scaling.py [--sizes 0.1,1,10] [--workdir /tmp/shardsmith-bench/scaling] [--repeat 1]
     python bench/bench_scaling.py --sizes 0.02,0.05,0.1          # a quick check (~1-2 min)
     python bench/bench_scaling.py --sizes 1,10 --only events     # one command: events or tokens
+    python bench/bench_scaling.py --sizes 0.3 --only tokens --tokens-workers 1 --shard-tokens 8M  # the spill's release
 
 Inputs, generated once per size and reused from --workdir (each written under a temporary name, in
 pieces, in a child process whose own peak memory is printed: the generators never hold GBs):
@@ -21,7 +22,8 @@ Peak RSS is the largest sum of VmRSS over the child and all its descendants, rea
 inherit) counts in each, so the sum overstates; peak PSS, read in the same walk, counts each page
 once (what a batch system's memory limit sees is closer to it). Both commands keep the shuffle
 within --memory (default 1GB; --memory passes one to both), so peak memory grows with the input only
-until the budget (or a read step) is full, then stays flat. Peak disk: the largest size of the output folder and its spill folder beside it, every 0.1 s.
+until the budget (or a read step) is full, then stays flat. Peak disk: the largest size of the output folder and its spill folder beside it
+(allocated blocks: punched holes do not count), every 5 ms.
 "x s/GB" is the time per GB over the smallest size's (1.0 everywhere: linear; start-up inflates the
 smallest); the fit line, wall = fixed + s/GB x size, separates start-up from the per-GB cost.
 
@@ -60,9 +62,12 @@ sys.path.insert(0, str(HERE))
 from harness import code_version, tree_memory_kb, warm  # noqa: E402
 
 WORKERS = 2
+TOKENS_OPTIONS: dict[str, str] = {}  # pack-tokens' --workers / --shard-tokens (the spill release's checks, issue 31)
 ROOT_BYTES_PER_EVENT = 2579  # make_icecube_like at 240 pulses, seed 0: a 20k-event file is 51.6 MB
 TOKENIZER_SAMPLE_MB = 4
-SAMPLE_S, DISK_EVERY = 0.05, 2  # RSS every 50 ms, the output folders' size every 2nd sample
+# RSS every 50 ms; the output folders' size every 5 ms on a thread of its own (the peak lasts from the
+# gather's last shard to the spill's removal: at small sizes, less than a tenth of a second)
+SAMPLE_S, DISK_S = 0.05, 0.005
 
 
 # ---------------------------------------------------------------- inputs (each made in a child process)
@@ -103,7 +108,9 @@ class Workload:
 
 
 def _pack_tokens(src: Path, out: Path, tokenizer: Path) -> list[str]:
-    return ["pack-tokens", str(src), "-o", str(out), "--tokenizer", str(tokenizer), "--workers", str(WORKERS)]
+    options = {"--workers": str(WORKERS), **TOKENS_OPTIONS}
+    return ["pack-tokens", str(src), "-o", str(out), "--tokenizer", str(tokenizer),
+            *(x for kv in options.items() for x in kv)]
 
 
 def _convert_hdf5(src: Path, out: Path, tokenizer: Path) -> list[str]:
@@ -143,6 +150,7 @@ class Measure:
     peak_rss_mb: float
     peak_disk_mb: float
     peak_pss_mb: float = 0.0
+    final_disk_mb: float = 0.0  # what is left once the run ends: the output (its spill folder removed)
 
 
 def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
@@ -154,26 +162,28 @@ def measure(cmd: list[str], log: Path, out: Path | None = None) -> Measure:
         rss, pss, disk, done = [0], [0], [0], threading.Event()
 
         def sample() -> None:
-            tick = 0
             while not done.wait(SAMPLE_S):
                 now_rss, now_pss = tree_memory_kb(proc.pid, keys=("VmRSS:", "Pss:"))
                 rss[0], pss[0] = max(rss[0], now_rss), max(pss[0], now_pss)
-                if out is not None and tick % DISK_EVERY == 0:
-                    disk[0] = max(disk[0], folder_bytes(out))
-                tick += 1
 
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        def sample_disk() -> None:
+            while out is not None and not done.wait(DISK_S):
+                disk[0] = max(disk[0], folder_bytes(out))
+
+        samplers = [threading.Thread(target=sample, daemon=True), threading.Thread(target=sample_disk, daemon=True)]
+        for t in samplers:
+            t.start()
         code = proc.wait()
         wall = time.perf_counter() - t0
         done.set()
-        sampler.join()
+        for t in samplers:
+            t.join()
     if code != 0:
         tail = log.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{' '.join(cmd)} exited {code}; stderr tail:\n{tail}")
-    if out is not None:
-        disk[0] = max(disk[0], folder_bytes(out))
-    return Measure(wall, rss[0] / 1024, disk[0] / 1e6, pss[0] / 1024)
+    final = folder_bytes(out) if out is not None else 0
+    disk[0] = max(disk[0], final)
+    return Measure(wall, rss[0] / 1024, disk[0] / 1e6, pss[0] / 1024, final / 1e6)
 
 
 def ensure_input(work: Path, load: Workload, gb: float) -> Path:
@@ -212,6 +222,7 @@ class Point:
     peak_rss_mb: float = 0.0
     peak_disk_mb: float = 0.0
     peak_pss_mb: float = 0.0
+    output_mb: float = 0.0
 
     @property
     def wall(self) -> float:
@@ -238,6 +249,7 @@ def run_point(point: Point, load: Workload, src: Path, work: Path, tokenizer: Pa
     point.peak_rss_mb = max(point.peak_rss_mb, m.peak_rss_mb)
     point.peak_disk_mb = max(point.peak_disk_mb, m.peak_disk_mb)
     point.peak_pss_mb = max(point.peak_pss_mb, m.peak_pss_mb)
+    point.output_mb = m.final_disk_mb
 
 
 def linear_fit(points: list[Point]) -> tuple[float, float] | None:
@@ -252,14 +264,17 @@ def linear_fit(points: list[Point]) -> tuple[float, float] | None:
 
 def print_table(name: str, points: list[Point]) -> None:
     ref = points[0]
-    print(f"\n{name} (--workers {WORKERS}), {len(ref.walls)} run(s) each, median wall")
+    options = " ".join(f"{k} {v}" for k, v in {"--workers": WORKERS, **(TOKENS_OPTIONS if name == "pack-tokens"
+                                                                     else {})}.items())
+    print(f"\n{name} ({options}), {len(ref.walls)} run(s) each, median wall")
     print(f"  {'size GB':>8s} {'wall s':>8s} {'MB/s':>7s} {'peak RSS MB':>12s} {'peak PSS MB':>12s} "
-          f"{'x s/GB':>7s} {'peak disk MB':>13s}  cache")
+          f"{'x s/GB':>7s} {'peak disk MB':>13s} {'output MB':>10s}  cache")
     for p in points:
         print(f"  {p.input_bytes / 1e9:8.3f} {p.wall:8.2f} {p.input_bytes / 1e6 / p.wall:7.1f} "
               f"{p.peak_rss_mb:12,.0f} {p.peak_pss_mb:12,.0f} {p.s_per_gb / ref.s_per_gb:7.2f} "
-              f"{p.peak_disk_mb:13,.0f}  {p.cache}")
-    print("  RSS: summed over the process tree (a page forked workers share counts in each); PSS: each page once")
+              f"{p.peak_disk_mb:13,.0f} {p.output_mb:10,.0f}  {p.cache}")
+    print("  RSS: summed over the process tree (a page forked workers share counts in each); PSS: each page once;\n"
+          "  peak disk: the output and its spill folder (not the input); output: what is left at the end")
     if fit := linear_fit(points):
         fixed, per_gb = fit
         marginal = f", marginal {1000 / per_gb:.0f} MB/s" if per_gb > 0 else ""
@@ -326,12 +341,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--memory", help="--memory passed to both commands (default: theirs, 1GB)")
     ap.add_argument("--only", choices=sorted(ONLY), help="one command: events (convert --to hdf5) or tokens "
                     "(pack-tokens); default both")
+    ap.add_argument("--tokens-workers", type=int, help="pack-tokens' --workers (default 2)")
+    ap.add_argument("--shard-tokens", help="pack-tokens' --shard-tokens (default: its own, 1G): smaller shards "
+                    "show the spill given back at small sizes")
     ap.add_argument("--make", nargs=3, help=argparse.SUPPRESS)  # child: KIND BYTES PATH
     args = ap.parse_args(argv)
     if args.make:
         MAKERS[args.make[0]](Path(args.make[2]), int(args.make[1]))
         return
     sizes = args.sizes
+    if args.tokens_workers is not None:
+        TOKENS_OPTIONS["--workers"] = str(args.tokens_workers)
+    if args.shard_tokens:
+        TOKENS_OPTIONS["--shard-tokens"] = args.shard_tokens
     work = args.workdir.resolve()
     (work / "logs").mkdir(parents=True, exist_ok=True)
     loads = ONLY[args.only] if args.only else WORKLOADS

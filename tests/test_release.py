@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,9 +29,26 @@ def events(tmp_path_factory: pytest.TempPathFactory) -> Path:
                              seed=4, events_per_basket=500)
 
 
-def _args(src: Path, out: Path, workers: int) -> list[str | Path]:
-    return ["convert", src, "-o", out, "--to", "hdf5", "--memory", "8MB", "--workers", str(workers),
+def _args(src: Path, out: Path, workers: int, to: str = "hdf5") -> list[str | Path]:
+    return ["convert", src, "-o", out, "--to", to, "--memory", "8MB", "--workers", str(workers),
             "--shard-samples", "700", "-q"]
+
+
+def _unreleased(args: list[str | Path]) -> dict[str, str]:
+    """The bytes ``args`` make with nothing given back (with one worker: one writer, unplanned)."""
+    out = Path(args[args.index("-o") + 1])
+    code = ("import sys; from shardsmith.engine import release; release.ENABLED = False; "
+            "from shardsmith.cli import main; sys.argv[0] = 'shardsmith'; main()")
+    res = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert not (out.parent / f".{out.name}.shardsmith-work").exists()
+    return tree_digest(out)
+
+
+@pytest.fixture(scope="module")
+def events_refs(events, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    root = tmp_path_factory.mktemp("events-refs")
+    return {to: _unreleased(_args(events, root / to, 1, to)) for to in ("hdf5", "webdataset")}
 
 
 def _holes(work: Path) -> int:
@@ -37,25 +56,30 @@ def _holes(work: Path) -> int:
     return sum(max(0, p.stat().st_size - p.stat().st_blocks * 512) for p in work.glob("part-*.bin"))
 
 
-def _killed(args: list[str | Path], point: str) -> None:
-    res = run_subprocess(*args, env={**os.environ, "SHARDSMITH_CRASH_AT": point, "SHARDSMITH_CRASH_PARENT": "1"})
+def _killed(args: list[str | Path], point: str, *, in_worker: bool = True) -> None:
+    """The run killed at ``point``: in a gather worker, which takes the run down with it, or (not
+    ``in_worker``: one gather worker is the run itself) in the run."""
+    env = {**os.environ, "SHARDSMITH_CRASH_AT": point, **({"SHARDSMITH_CRASH_PARENT": "1"} if in_worker else {})}
+    res = run_subprocess(*args, env=env)
     assert res.returncode == -signal.SIGKILL, (point, res.returncode, res.stderr)
 
 
-@pytest.mark.parametrize("rerun_workers", [2, 1, 3])
-def test_a_gather_killed_after_releasing_resumes_to_the_same_bytes(events, tmp_path, rerun_workers):
-    ref = tmp_path / "ref"
-    assert run_subprocess(*_args(events, ref, 1)).returncode == 0
+@pytest.mark.parametrize(("to", "workers", "rerun_workers"), [
+    ("hdf5", 2, 2), ("hdf5", 2, 1), ("hdf5", 2, 3), ("hdf5", 1, 2), ("webdataset", 2, 1), ("webdataset", 1, 3)])
+def test_a_gather_killed_after_releasing_resumes_to_the_same_bytes(events, events_refs, tmp_path, to, workers,
+                                                                   rerun_workers):
+    """HDF5 and event tars (one writer or the first of two ranges) record shards 0 and 1, punch the
+    spill only they read, and the rerun writes the rest: the bytes of a run that gives nothing back."""
     out = tmp_path / "out"
-    _killed(_args(events, out, 2), "released:train:1")  # the first range's shards 0 and 1 finished
+    _killed(_args(events, out, workers, to), "released:train:1", in_worker=workers > 1)
     work = tmp_path / ".out.shardsmith-work"
     assert (work / "released-train").is_file() and (work / "piece-train-000001-000002.json").is_file()
     assert _holes(work) > 500_000, "the groups shards 0 and 1 alone read are punched out"
     # the rerun starts after them: were shard 1 written again, this crash point would kill it too
-    res = run_subprocess(*_args(events, out, rerun_workers),
+    res = run_subprocess(*_args(events, out, rerun_workers, to),
                          env={**os.environ, "SHARDSMITH_CRASH_AT": "released:train:1"})
     assert res.returncode == 0, res.stderr
-    assert tree_digest(out) == tree_digest(ref)
+    assert tree_digest(out) == events_refs[to]
     assert not work.exists()
 
 
@@ -98,18 +122,51 @@ def _pack(src: Path, out: Path, tokenizer: Path, workers: int) -> list[str | Pat
             "--shard-tokens", "100K", "--split", "train=0.9,val=0.1", "-q"]
 
 
-@pytest.mark.parametrize("rerun_workers", [2, 1, 3])
-def test_pack_tokens_releases_its_spill_and_resumes_after_a_kill(corpus, bpe_tokenizer, tmp_path, rerun_workers):
-    """Token shards are recorded one by one too: their spill is punched, and a killed gather resumes."""
-    ref = tmp_path / "ref"
-    assert run_subprocess(*_pack(corpus, ref, bpe_tokenizer, 1)).returncode == 0
+@pytest.fixture(scope="module")
+def unreleased(corpus, bpe_tokenizer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    return _unreleased(_pack(corpus, tmp_path_factory.mktemp("unreleased") / "ref", bpe_tokenizer, 1))
+
+
+@pytest.mark.parametrize(("workers", "rerun_workers"), [(2, 2), (2, 1), (2, 3), (1, 1), (1, 2), (1, 3)])
+def test_pack_tokens_releases_its_spill_and_resumes_after_a_kill(corpus, bpe_tokenizer, unreleased, tmp_path,
+                                                                 workers, rerun_workers):
+    """Token shards are recorded one by one too, with one gather worker or several: their spill is
+    punched, and a killed gather resumes to the bytes of a writer that gives nothing back."""
     out = tmp_path / "out"
-    _killed(_pack(corpus, out, bpe_tokenizer, 2), "released:train:2")  # the first range's shards 0 to 2 finished
+    # shards 0 to 2 finished: the first range's (2 workers) or the one writer's
+    _killed(_pack(corpus, out, bpe_tokenizer, workers), "released:train:2", in_worker=workers > 1)
     work = tmp_path / ".out.shardsmith-work"
     assert (work / "released-train").is_file() and (work / "piece-train-000002-000003.json").is_file()
     assert _holes(work) > 32_768, "the groups token shards 0 to 2 alone read are punched out"
+    if workers == 1:  # shard 2 was recorded as soon as its last sample was in, before shard 3 had any
+        assert not list(out.glob(".train-000003.*")), sorted(p.name for p in out.iterdir())
     res = run_subprocess(*_pack(corpus, out, bpe_tokenizer, rerun_workers),
                          env={**os.environ, "SHARDSMITH_CRASH_AT": "released:train:2"})
     assert res.returncode == 0, res.stderr
-    assert tree_digest(out) == tree_digest(ref)
+    assert tree_digest(out) == unreleased
     assert not work.exists()
+
+
+def test_one_gather_worker_gives_back_all_its_spill(corpus, bpe_tokenizer, unreleased, tmp_path):
+    """One writer, one range: every group is punched once its shards are whole (none is shared
+    between ranges); what stays is the single-shard val split's (one unplanned writer) and the
+    blocks that segments share with their neighbours."""
+    out = tmp_path / "out"
+    res = run_subprocess(*_pack(corpus, out, bpe_tokenizer, 1), env={**os.environ, "SHARDSMITH_CRASH_AT": "manifest"})
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    work = tmp_path / ".out.shardsmith-work"
+    parts = sum(p.stat().st_size for p in work.glob("part-*.bin"))
+    assert _holes(work) > 0.7 * parts, (_holes(work), parts)
+    assert run_subprocess(*_pack(corpus, out, bpe_tokenizer, 1)).returncode == 0
+    assert tree_digest(out) == unreleased
+
+
+def test_nanogpt_keeps_one_unplanned_writer(corpus, bpe_tokenizer, tmp_path):
+    """--nanogpt's train.bin is hashed as one writer writes it: with one worker, nothing is planned or punched."""
+    out = tmp_path / "out"
+    res = run_subprocess(*_pack(corpus, out, bpe_tokenizer, 1), "--nanogpt",
+                         env={**os.environ, "SHARDSMITH_CRASH_AT": "manifest"})
+    assert res.returncode == -signal.SIGKILL, res.stderr
+    work = tmp_path / ".out.shardsmith-work"
+    assert _holes(work) == 0 and not list(work.glob("plan-*.json")) and not (work / "released-train").exists()
+

@@ -1,12 +1,10 @@
 """The gather: each split's samples, in shuffle order, into shards, by one writer or by several.
 
 One writer can go through a split alone (``whole``). To share the work between gather workers or
-cluster ranks, the shard boundaries are planned first: the samples' weights in output order (their
-lengths, read from the part files' heads without the payload, or the payload itself for writers
-that must look into it) go through the writers' own rollover rule (``formats.rollover``). Each
-writer then takes a contiguous range of shards, starting at a planned boundary, and cuts exactly
-the shards one writer would have cut: the bytes never depend on how many workers or ranks wrote
-them.
+cluster ranks, or to give the spill back as the shards are finished, the shard boundaries are
+planned first (``shard_plan.py``). Each writer then takes a contiguous range of shards, starting at
+a planned boundary, and cuts exactly the shards one writer would have cut: the bytes never depend
+on how many workers or ranks wrote them.
 
 Every writer leaves a *piece* (its shards' records) in the scratch folder; finishing a split reads
 the pieces, checks that they cover every shard, and makes the split-wide files (the wids index,
@@ -17,12 +15,10 @@ through the scratch folder, and a rank rerun finds its finished piece and does n
 from __future__ import annotations
 
 import gc
-import mmap
 from collections.abc import Callable
 from concurrent.futures import as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import orjson
@@ -30,14 +26,15 @@ import orjson
 from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
-from shardsmith.core.ragged import starts_of
+from shardsmith.engine import release as spill_release
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, is_intact, piece_path
 from shardsmith.engine.release import Release, finished, released_mark, to_write
 from shardsmith.engine.resume import die_with_parent
-from shardsmith.engine.shuffle import LoadBuffer, Origins, groups, sort_group, sorted_lengths
-from shardsmith.errors import DatasetError
-from shardsmith.kit.batches import Segment
+from shardsmith.engine.shard_plan import SplitPlan, one_writer, plan_split, planned, share
+from shardsmith.engine.shuffle import LoadBuffer, sort_group
+from shardsmith.engine.split_gather import SplitGather, SplitOutput
+from shardsmith.kit.batches import MappedBatch, Segment, SortedBatch
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
@@ -58,129 +55,6 @@ def fetching(fetch: Fetch | None) -> None:
 def _bring(segments: list[Segment], payloads: bool) -> None:
     for fetch in _fetch:
         fetch(segments, payloads)
-
-
-@dataclass(frozen=True)
-class SplitPlan:
-    """Where each shard of a split starts (a sample position), then the split's end; and the
-    split's weight (the rollover's units: tokens for token shards) before each of those."""
-
-    bounds: list[int]
-    weights: list[int]
-
-    @property
-    def shards(self) -> int:
-        return len(self.bounds) - 1
-
-
-@dataclass
-class SplitGather:
-    """One split as the gather reads it: its bucket groups in key order and where each starts,
-    less the samples a dedup rule removed (``Removals``), with their documents' origins when the
-    run keeps them (``--provenance``)."""
-
-    name: str
-    groups: list[list[Segment]]
-    starts: np.ndarray  # sample position of each group's first kept sample, then the split's size
-    drops: list[np.ndarray | None] = field(default_factory=list)  # per group: input orders left out (sorted)
-    drop_bytes: list[int] = field(default_factory=list)  # per group: their payload bytes
-    origins: Origins | None = None
-    # made here, in the parent: a forked gather worker reads only its own range's groups (touching the
-    # others' objects would copy their pages into it: ~85 MB a worker at a 10 GB input, issue 31)
-    max_group_bytes: int = field(init=False, default=0)  # the largest group's heads and payloads
-    part_files: int = field(init=False, default=0)  # the part files its groups read
-
-    def __post_init__(self) -> None:
-        self.max_group_bytes = max((sum(s.nbytes + mmap.PAGESIZE for s in g) for g in self.groups), default=0)
-        self.part_files = len({seg.path for g in self.groups for seg in g})
-
-    @classmethod
-    def of(cls, name: str, buckets: dict[int, list[Segment]], *, budget: int, removals: Removals | None = None,
-           origins: Origins | None = None) -> SplitGather:
-        grouped = groups(buckets, budget=budget)
-        drops = [None if removals is None else removals.orders(ids) for ids, _ in grouped]
-        drop_bytes = [0 if removals is None else removals.nbytes(ids) for ids, _ in grouped]
-        counts = [sum(s.count for s in g) - (0 if d is None else len(d)) for (_, g), d in zip(grouped, drops)]
-        return cls(name=name, groups=[g for _, g in grouped], starts=starts_of(np.asarray(counts, dtype=np.int64)),
-                   drops=drops, drop_bytes=drop_bytes, origins=origins)
-
-    @property
-    def samples(self) -> int:
-        return int(self.starts[-1])
-
-    def drop(self, g: int) -> np.ndarray | None:
-        return self.drops[g] if self.drops else None
-
-
-class Removals(Protocol):
-    """The samples of one split a dedup rule removed, by bucket (``engine/duplicates.py``)."""
-
-    def orders(self, buckets: list[int]) -> np.ndarray | None:
-        """The input orders removed from these buckets, sorted (None: none)."""
-
-    def nbytes(self, buckets: list[int]) -> int:
-        """Their payload bytes."""
-
-
-@dataclass
-class SplitOutput:
-    """A finished split: its shards in order, and what its writers' finishing step added."""
-
-    shards: list[ShardRecord]
-    md5s: list[str | None] = field(default_factory=list)
-    flat_record: dict[str, Any] | None = None
-    events: int | None = None
-
-
-# -- planning ---------------------------------------------------------------------------------------
-
-
-def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
-    """The split's shard boundaries under ``writer``'s rollover rule (saved in the scratch folder:
-    every rank computes the same one, and later ranks read it)."""
-    path = work_dir / f"plan-{split.name}.json"
-    if path.is_file():
-        try:
-            saved = orjson.loads(path.read_bytes())
-            return SplitPlan(bounds=saved["bounds"], weights=saved["weights"])
-        except (OSError, ValueError, KeyError):
-            pass  # torn: compute it again
-    if released_mark(work_dir, split.name).exists():  # the heads it would read may be punched out
-        raise DatasetError(f"{path}: the plan of split {split.name} is lost and part of its spill already "
-                           f"released; remove {work_dir} and run again")
-    roller = writer.rollover()
-    bounds, weights, total = [0], [0], 0
-    starts = split.starts.tolist()
-    for g, (group, start, stop) in enumerate(zip(split.groups, starts[:-1], starts[1:])):
-        # a group that fits whole in the shard being filled holds no boundary: its samples' weights one
-        # by one are not needed, only their sum (at 10 GB, 8 of 9 groups: ~12 s of reading heads saved)
-        kept_bytes = sum(s.payload_bytes for s in group) - (split.drop_bytes[g] if split.drop_bytes else 0)
-        whole = None if writer.weigh_payload else writer.total_weight(kept_bytes)
-        if whole is not None and roller.takes_whole(whole, stop - start):
-            total += whole
-            continue
-        if writer.weigh_payload:
-            w = writer.sorted_weights(sort_group(group, drop=split.drop(g)))
-        else:
-            w = writer.weights(sorted_lengths(group, split.drop(g)), None)
-        ends = starts_of(w)
-        for cut in roller.cut(w):
-            bounds.append(start + cut)
-            weights.append(total + int(ends[cut]))
-        total += int(ends[-1])
-    if split.samples:
-        bounds.append(split.samples)
-        weights.append(total)
-    plan = SplitPlan(bounds=bounds, weights=weights)
-    atomic_write_bytes(path, orjson.dumps({"bounds": bounds, "weights": weights}))
-    return plan
-
-
-def share(first: int, stop: int, parts: int) -> list[tuple[int, int]]:
-    """``[first, stop)`` cut into at most ``parts`` contiguous, non-empty, near-equal ranges."""
-    n = stop - first
-    cuts = [first + n * k // parts for k in range(parts + 1)]
-    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
 
 
 # -- writing a range ----------------------------------------------------------------------------------
@@ -205,7 +79,7 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
             pass
     done = finished(work_dir, out_dir, split.name, first, stop)
     release = Release(split=split.name, groups=split.groups, starts=split.starts.tolist(), bounds=plan.bounds,
-                      first=first, done=done, work_dir=work_dir, enabled=RELEASE)
+                      first=first, done=done, work_dir=work_dir, enabled=spill_release.ENABLED)
     for begin, end in to_write(first, done):
         _write_run(split, plan, begin, end, release, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir,
                    tick=tick)
@@ -230,22 +104,31 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
     starts = split.starts
     # the groups [a, b) lies in, found without touching any other group's objects
     g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
+    # when the spill is given back: the shards' ends inside the range, where the writer is told its shard is full
+    ends = set() if plan is None or release is None or not release.enabled else set(plan.bounds[first + 1:stop])
     try:
         batches = 0
         for g in range(g0, g1):
             group, gs, ge = split.groups[g], int(starts[g]), int(starts[g + 1])
             if ge <= a or gs >= b:
                 continue
+            lo, hi = max(a, gs), min(b, ge)
+            batch: SortedBatch | MappedBatch
             if maps is not None:
-                writer.write_mapped(map_group(group, max(a, gs) - gs, min(b, ge) - gs, maps=maps, drop=split.drop(g),
-                                              origins=split.origins))
+                batch = map_group(group, lo - gs, hi - gs, maps=maps, drop=split.drop(g), origins=split.origins)
             else:
-                writer.write_sorted(sort_group(group, max(a, gs) - gs, min(b, ge) - gs, into=into, drop=split.drop(g),
-                                               origins=split.origins))
+                batch = sort_group(group, lo - gs, hi - gs, into=into, drop=split.drop(g), origins=split.origins)
+            for i, j in _pieces(ends, lo, hi):
+                if isinstance(batch, MappedBatch):
+                    writer.write_mapped(batch.rows(i, j))
+                else:
+                    writer.write_sorted(batch.rows(i, j))
+                if lo + j in ends:
+                    writer.shard_full()  # the plan's boundary: closed now, not when the next sample comes
+                if release is not None:
+                    release.after(writer)
             if tick is not None:
-                tick(min(b, ge) - max(a, gs))
-            if release is not None:
-                release.after(writer)
+                tick(hi - lo)
             crash_point(f"gather:{split.name}:{batches}")
             batches += 1
         writer.close()
@@ -267,8 +150,15 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
     atomic_write_bytes(piece_path(work_dir, split.name, first, first + made), orjson.dumps(piece))
 
 
+def _pieces(ends: set[int], lo: int, hi: int) -> list[tuple[int, int]]:
+    """The rows of a group's batch (samples ``[lo, hi)`` of the split) handed to the writer at a
+    time: all of them, or a piece a shard cut at ``ends``, so that a shard that ends inside a group
+    is recorded (and the spill before it punched) then, not after the rest of the group."""
+    cuts = [0, *sorted(c - lo for c in ends if lo < c < hi), hi - lo]
+    return list(zip(cuts[:-1], cuts[1:]))
+
+
 MAX_MAPPED_PARTS = 512
-RELEASE = True  # punch out the spill that only finished shards read (``engine/release.py``)
 
 
 # -- in worker processes ---------------------------------------------------------------------------
@@ -335,7 +225,7 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
         probe = make_writer(split.name, ShardRange())
         # a killed run that released spill: its ranges resume after their finished shards, never from the start
         released = released_mark(work_dir, split.name).exists()
-        if not probe.rangeable or (world_size == 1 and workers <= 1 and not released):
+        if not planned(probe, workers=workers, world_size=world_size, released=released):
             plans.append(None)  # one writer goes through the split: nothing to plan
             if rank == 0:
                 jobs.append((s, 0, 0))
@@ -345,8 +235,8 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
         plan = plan_split(split, probe, work_dir)
         ranks = share(0, plan.shards, world_size)  # min(shards, world_size) ranges: later ranks have none
         mine = share(*ranks[rank], max(1, workers)) if rank < len(ranks) else []
-        if world_size == 1 and len(mine) == 1 and not released:
-            plans.append(None)  # a single shard: one writer, hashing the nanoGPT file as it goes
+        if one_writer(plan, probe, len(mine), world_size=world_size, released=released):
+            plans.append(None)  # one writer, hashing the nanoGPT file as it goes
             jobs.append((s, 0, 0))
             continue
         plans.append(plan)

@@ -20,11 +20,11 @@ import numpy as np
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.memory import no_gc
-from shardsmith.engine.gather import SplitOutput
 from shardsmith.engine.outdir import finish_output
 from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.run import Converted
 from shardsmith.engine.scatter import TaskResult
+from shardsmith.engine.split_gather import SplitOutput
 from shardsmith.engine.workers import worker_pool
 from shardsmith.kit import keys as keymod
 from shardsmith.kit.file_copy import FileCopier, FileShard, ImageSamples

@@ -2,7 +2,10 @@
 (a piece of its own, ``piece-{split}-{k}-{k+1}.json``), so that a killed gather resumes after its
 last finished shard, and then punches out of the part files the bytes that only finished shards
 read (``fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)``): the disk and the page cache get
-them back at once, not when the spill folder is removed at the end.
+them back at once, not when the spill folder is removed at the end. Any writer that can record a
+shard alone takes part (``Writer.shards_alone``), with any ``--workers``: one gather worker writes
+the split as one planned range (``shard_plan.planned``), and the gather tells the writer where each
+planned shard ends (``Writer.shard_full``), so a shard is recorded as soon as its last sample is in.
 
 What is punched is never read again, by this run or a resumed one: a bucket group is punched only
 when every shard that holds one of its samples has its piece (written, fsynced and renamed first),
@@ -54,6 +57,15 @@ def _fallocate() -> Any:
 
 def supported() -> bool:
     return _fallocate() is not None and not _state.get("refused")
+
+
+ENABLED = True  # punch out the spill that only finished shards read (False: the spill goes at the end)
+
+
+def gives_back(writer: Writer) -> bool:
+    """Whether a gather by this writer gives its spill back as it goes: it can record each shard
+    alone (``Writer.shards_alone``) and this file system punches holes."""
+    return ENABLED and writer.shards_alone and supported()
 
 
 def punch(path: str, ranges: Sequence[tuple[int, int]]) -> int:

@@ -16,12 +16,13 @@ from typing import Any
 
 from shardsmith.engine.doc_facts import OriginIndex
 from shardsmith.engine.duplicates import Duplicates, find_duplicates
-from shardsmith.engine.gather import MakeWriter, SplitGather, SplitOutput, finish, gather
+from shardsmith.engine.gather import MakeWriter, finish, gather
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.plan import task_bytes
 from shardsmith.engine.release import pinned_budget
 from shardsmith.engine.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_by_split
+from shardsmith.engine.split_gather import SplitGather, SplitOutput
 from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, Unit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import DataError, UsageError

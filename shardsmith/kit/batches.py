@@ -45,6 +45,11 @@ class SortedBatch:
         flat = np.frombuffer(payload, dtype=np.uint8)
         return cls(lengths=lengths, source=flat, starts=starts_of(lengths)[:-1], _payload=memoryview(flat))
 
+    def rows(self, i: int, j: int) -> SortedBatch:
+        """Samples ``[i, j)`` of the batch (the same source: no copy)."""
+        return SortedBatch(lengths=self.lengths[i:j], source=self.source, starts=self.starts[i:j],
+                           origins=None if self.origins is None else self.origins[i:j])
+
     @property
     def payload(self) -> memoryview:
         if self._payload is None:
@@ -70,3 +75,8 @@ class MappedBatch:
     src: np.ndarray
     starts: np.ndarray
     origins: np.ndarray | None = None  # as ``SortedBatch.origins``
+
+    def rows(self, i: int, j: int) -> MappedBatch:
+        """Samples ``[i, j)`` of the batch (the same mapped pages)."""
+        return MappedBatch(lengths=self.lengths[i:j], sources=self.sources, src=self.src[i:j], starts=self.starts[i:j],
+                           origins=None if self.origins is None else self.origins[i:j])

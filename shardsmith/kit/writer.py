@@ -114,15 +114,26 @@ class Writer:
         return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],
                 "md5s": self.md5s}
 
+    def shard_full(self) -> None:
+        """The gather's plan says the shard being filled ends here: close it now rather than when
+        the next sample comes (the same bytes), so that the gather records it and gives back the
+        spill it read at once. The base writer leaves it to the next sample."""
+
     def settle(self) -> None:
         """Count in ``shards`` every shard finished by now (a writer that finishes shards in the
         background); the base writer's shards are counted when finished."""
 
+    @property
+    def shards_alone(self) -> bool:
+        """Whether ``shard_piece`` records each finished shard alone: a gather by this writer then
+        gives back the spill behind it as it goes (``engine/release.py``), with any ``--workers``.
+        Not a writer whose piece is more than its shards (a split-wide file written in pieces)."""
+        return self.rangeable and type(self).piece is Writer.piece
+
     def shard_piece(self, i: int) -> dict[str, Any] | None:
         """``piece()`` of this writer's ``i``-th finished shard alone (a gather resumes after it and
-        gives back the spill it read: ``engine/release.py``); None for a writer whose piece is more
-        than its shards (a split-wide file written in pieces)."""
-        if type(self).piece is not Writer.piece or len(self.md5s) not in (0, len(self.shards)):
+        gives back the spill it read: ``engine/release.py``); None when not ``shards_alone``."""
+        if not self.shards_alone or len(self.md5s) not in (0, len(self.shards)):
             return None
         return self.one_shard(i)
 

@@ -161,6 +161,24 @@ class EventTarWriter(Writer):
     def piece(self) -> dict[str, Any]:
         return {**super().piece(), "events": self.events - self.part.first_sample}
 
+    @property
+    def shards_alone(self) -> bool:
+        return self.rangeable  # one event a sample: a shard's events are its samples
+
+    def shard_full(self) -> None:
+        if self._held is None:  # one event a sample (a planned split): no window waits
+            self.tar.shard_full()
+
+    def settle(self) -> None:
+        """The tar writer's shards finished by now, counted here too (the gather records them one by one)."""
+        self.tar.settle()
+        self.shards, self.md5s = list(self.tar.shards), list(self.tar.md5s)
+
+    def shard_piece(self, i: int) -> dict[str, Any] | None:
+        """One finished shard alone, with its events, so the gather gives back the spill it read."""
+        piece = self.tar.shard_piece(i) if self.shards_alone else None
+        return None if piece is None else {**piece, "events": self.shards[i].samples}
+
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
         self.tar.finish_split(pieces)
         return {"events": sum(int(p["events"]) for p in pieces)}

@@ -168,6 +168,11 @@ class HDF5Writer(Writer):
             self._pending.append(_slice(chunk, values, a, b, self.schema))
             self._n += b - a
 
+    def shard_full(self) -> None:
+        if self._n:
+            self._roll()
+        self._roller = self.rollover()  # an empty shard: the next sample opens one
+
     def close(self) -> list[ShardRecord]:
         if self._n:
             self._roll()

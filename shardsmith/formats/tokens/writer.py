@@ -180,6 +180,11 @@ class TokensWriter(Writer):
                                        extra=extra))
         self._bin, self._lengths, self._origins, self._mask = None, [], [], None
 
+    def shard_full(self) -> None:
+        if self._bin is not None:
+            self._roll()
+        self._roller = self.rollover()  # an empty shard: the next sample opens one
+
     def close(self) -> list[ShardRecord]:
         if self._bin is not None:
             self._roll()
@@ -192,10 +197,14 @@ class TokensWriter(Writer):
     def piece(self) -> dict[str, Any]:
         return {**super().piece(), "flat": self.flat_record}
 
+    @property
+    def shards_alone(self) -> bool:
+        """Not with ``--nanogpt``: the split-wide ``train.bin`` is written in pieces of whole ranges."""
+        return not self.nanogpt
+
     def shard_piece(self, i: int) -> dict[str, Any] | None:
-        """One finished shard alone, so the gather gives back the spill it read (``engine/release.py``).
-        None with ``--nanogpt``: the split-wide ``train.bin`` is written in pieces of whole ranges."""
-        return None if self.nanogpt else {**self.one_shard(i), "flat": None}
+        """One finished shard alone, so the gather gives back the spill it read (``engine/release.py``)."""
+        return {**self.one_shard(i), "flat": None} if self.shards_alone else None
 
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
         """The nanoGPT file: the one whole writer's, or the scratch file the ranges filled, hashed and moved."""

@@ -311,6 +311,13 @@ class TarWriter(Writer):
         self.md5s.append(md5)
         self._tar, self._index = None, ShardIndex()
 
+    def shard_full(self) -> None:
+        if self.sources is not None:
+            return  # shards planned from SourceRefs are written on threads: left to the next sample
+        if self._tar is not None:
+            self._roll()
+        self._roller = self.rollover()  # an empty shard: the next sample opens one
+
     def close(self) -> list[ShardRecord]:
         if self._tar is not None:
             self._roll()
