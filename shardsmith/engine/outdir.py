@@ -16,6 +16,7 @@ import orjson
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.own_files import CARD, OWN_FOLDERS, _own_folder, own_file
+from shardsmith.engine.intact import changes
 from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
 from shardsmith.kit.writer import shard_files
@@ -74,6 +75,7 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
         return False
     if run is not None and not overwrite and (out / MANIFEST).is_file() and run in (read_run_file(out),
                                                                                       finished_by(out)):
+        _refuse_changed(out)
         return True  # (--overwrite: made again, as asked)
     present = sorted(p for p in out.iterdir())
     if stage not in (None, "prepare"):  # gather ranks share the folder: never remove what another rank wrote
@@ -84,6 +86,16 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     if run is not None:
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
     return False
+
+
+def _refuse_changed(out: Path) -> None:
+    """The same command's finished dataset is complete only while its files are as the manifest
+    lists them (``engine/intact.py``); one that changed since is never called complete."""
+    changed = changes(out)
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        raise UsageError(f"-o {out}: holds the dataset this same command finished, but it changed since "
+                         f"({'; '.join(changed[:3])}{more}); pass --overwrite to make it again")
 
 
 def finished_by(out: Path) -> dict[str, str] | None:
