@@ -155,3 +155,16 @@ def test_a_dry_run_of_the_tiny_recipe_away_from_the_clone_names_its_missing_inpu
     ok = subprocess.run([sys.executable, "-m", "shardsmith", "run", "recipes/tiny-tokens.toml", "--dry-run"],
                         cwd=REPO, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0 and ok.stdout.startswith("shardsmith pack-tokens examples/corpus "), ok.stderr
+
+
+@pytest.mark.parametrize("url, message", [
+    ("s3://", "input s3://: names no bucket or server"),
+    ("htps://host/a.jsonl", "unknown URL scheme htps://"),
+    ("file:///data/a.jsonl", "give the local path instead of a file:// URL"),
+])
+def test_a_dry_run_checks_the_form_of_url_inputs(url, message):
+    """A URL is not listed by a dry run (no network), but one the run would refuse outright is named."""
+    res = run_cli("run", REPO / "recipes" / "tiny-tokens.toml", "--set", f"inputs={url}", "--dry-run")
+    assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
+    fine = run_cli("run", REPO / "recipes" / "tiny-tokens.toml", "--set", "inputs=s3://bucket/corpus/", "--dry-run")
+    assert fine.exit_code == 0, fine.stderr
