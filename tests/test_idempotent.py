@@ -168,3 +168,23 @@ def test_a_dry_run_checks_the_form_of_url_inputs(url, message):
     assert res.exit_code == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr
     fine = run_cli("run", REPO / "recipes" / "tiny-tokens.toml", "--set", "inputs=s3://bucket/corpus/", "--dry-run")
     assert fine.exit_code == 0, fine.stderr
+
+
+def test_the_same_command_after_its_inputs_changed_says_so(tmp_path, bpe_tokenizer):
+    """The same command line, but an input was edited since the finished run: not complete, and the
+    line says why (not only that the folder is not empty)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for part in (REPO / "examples" / "corpus").glob("*.jsonl"):
+        (corpus / part.name).write_bytes(part.read_bytes())
+    out = tmp_path / "out"
+    args = ["pack-tokens", corpus, "-o", out, "--tokenizer", bpe_tokenizer, "-q"]
+    first = run_cli(*args)
+    assert first.exit_code == 0, first.stderr
+    with open(corpus / "part-0.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"text": "one more document"}\n')
+    res = run_cli(*args)
+    assert res.exit_code == 2 and "already complete" not in res.stderr, res.stderr
+    assert "holds the dataset this same command made from other inputs" in res.stderr and "--overwrite" in res.stderr
+    assert run_cli(*args, "--overwrite").exit_code == 0
+    assert "already complete" in run_cli(*args[:-1]).stderr

@@ -206,6 +206,10 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
                              f"({previous.get('command', '?')} with other options); rerun that command to finish "
                              f"it, or pass --overwrite to replace it")
         overwrite = True  # the same command's unfinished output (or one from before run files): take it over
+    made = None if overwrite else finished_by(out)
+    if run is not None and made is not None and made.get("options") == run["options"]:
+        raise UsageError(f"-o {out}: holds the dataset this same command made from other inputs (changed, added "
+                         f"or removed since); pass --overwrite to make it again")
     if not overwrite:
         raise UsageError(f"-o {out}: folder is not empty ({len(present)} entries); pass --overwrite to replace "
                          f"a previous dataset there")
