@@ -66,7 +66,8 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     ``run`` (see ``shardsmith.engine.resume.run_identity``) is recorded in the folder until the manifest
     is written; the unfinished output of the same command is taken over without ``--overwrite``.
     Returns True when the folder already holds the dataset of this very run (its record, or its
-    manifest's ``run``, says so) and ``overwrite`` is not asked: nothing is to be done.
+    manifest's ``run``, says so) and ``overwrite`` is not asked: nothing is to be done; unless its
+    files changed since (``engine/intact.py``), which is a UsageError naming them.
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a folder")
@@ -75,7 +76,8 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
         return False
     if run is not None and not overwrite and (out / MANIFEST).is_file() and run in (read_run_file(out),
                                                                                       finished_by(out)):
-        _refuse_changed(out)
+        if stage in (None, "prepare"):  # (a cluster rank's folder may hold stand-ins: ``outstages``)
+            _refuse_changed(out)
         return True  # (--overwrite: made again, as asked)
     present = sorted(p for p in out.iterdir())
     if stage not in (None, "prepare"):  # gather ranks share the folder: never remove what another rank wrote
