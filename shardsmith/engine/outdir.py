@@ -16,7 +16,7 @@ import orjson
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.own_files import CARD, OWN_FOLDERS, _own_folder, own_file
-from shardsmith.engine.intact import changes
+from shardsmith.engine.intact import changes, refusal
 from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
 from shardsmith.kit.writer import shard_files
@@ -95,9 +95,7 @@ def _refuse_changed(out: Path) -> None:
     lists them (``engine/intact.py``); one that changed since is never called complete."""
     changed = changes(out)
     if changed:
-        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
-        raise UsageError(f"-o {out}: holds the dataset this same command finished, but it changed since "
-                         f"({'; '.join(changed[:3])}{more}); pass --overwrite to make it again")
+        raise UsageError(refusal(f"-o {out}", changed))
 
 
 def finished_by(out: Path) -> dict[str, str] | None:
