@@ -435,3 +435,26 @@ def test_ctrl_c_during_an_upload_ends_soon_and_resumes(store, corpus, bpe_tokeni
     assert res.returncode == 0, res.stderr
     assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
     same_dataset(tmp_path / "ref", _download(client, bucket, "i", tmp_path / "got"))
+
+
+def test_a_finished_prefix_whose_objects_changed_is_not_complete(store, corpus, bpe_tokenizer):
+    """The same command into a prefix it finished is complete only while every object the manifest
+    lists is there with its size (issue 32): one deleted, or rewritten shorter, is named, and nothing
+    is uploaded or removed."""
+    client, _ = store
+    bucket = _bucket(client, "out-changed")
+    url = f"s3://{bucket}/ds"
+    assert run_cli(*_pack(corpus, url, bpe_tokenizer)).exit_code == 0
+    m = orjson.loads(client.get_object(Bucket=bucket, Key="ds/manifest.json")["Body"].read())
+    shard, tok = m["splits"]["val"]["shards"][0]["path"], "tokenizer.json"
+    client.delete_object(Bucket=bucket, Key=f"ds/{shard}")
+    client.put_object(Bucket=bucket, Key=f"ds/{tok}", Body=b"{}")
+    kept = _keys(client, bucket, "ds")
+    res = run_cli(*_pack(corpus, url, bpe_tokenizer))
+    assert res.exit_code == 2 and "already complete" not in res.stderr, res.stderr
+    line = res.stderr.strip()
+    assert len(line.splitlines()) == 1 and "changed since" in line and f"{shard} is missing" in line, line
+    assert f"{tok} is 2 bytes, the manifest says" in line and "--overwrite" in line
+    assert _keys(client, bucket, "ds") == kept
+    assert run_cli(*_pack(corpus, url, bpe_tokenizer, "--overwrite")).exit_code == 0
+    assert "already complete" in run_cli(*[a for a in _pack(corpus, url, bpe_tokenizer) if a != "-q"]).stderr

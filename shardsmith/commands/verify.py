@@ -28,18 +28,7 @@ from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DatasetError, ShardsmithError
 from shardsmith.kit.dataset_files import LocalFiles, StreamedFiles, files_at
-from shardsmith.kit.writer import shard_files
-
-
-def _files(m: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every file entry the manifest lists: shards, their indexes, boundaries and origins, nanoGPT files."""
-    entries = []
-    for split in m["splits"].values():
-        for shard in split["shards"]:
-            entries += shard_files(shard)
-    entries += [e for e in (m.get("nanogpt") or {}).values() if isinstance(e, dict)]
-    entries += m.get("files") or []
-    return entries
+from shardsmith.kit.writer import manifest_files
 
 
 def _unlisted_files(read: Callable[[str], bytes], m: dict[str, Any]) -> list[str]:
@@ -172,7 +161,7 @@ def _verify(files: LocalFiles | StreamedFiles, *, deep: bool, workers: int) -> b
         return False
     out = files if files.streamed else files.root  # what the format's checks are given
     check = (lambda e: _check_object(files, e)) if files.streamed else (lambda e: _check_file(files.root, e))
-    entries = _files(m)
+    entries = manifest_files(m)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         problems = [p for p in pool.map(check, entries) if p]
     problems += _unlisted_files(_reader(files), m)

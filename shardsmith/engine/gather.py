@@ -28,8 +28,8 @@ from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
 from shardsmith.engine import release as spill_release
 from shardsmith.engine.mapped import PartMaps, map_group
-from shardsmith.engine.pieces import cover, is_intact, piece_path
-from shardsmith.engine.release import Release, finished, released_mark, to_write
+from shardsmith.engine.pieces import cover, piece_intact, piece_path
+from shardsmith.engine.release import Release, finished, released_mark, reused, to_write
 from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.shard_plan import SplitPlan, one_writer, plan_split, planned, share
 from shardsmith.engine.shuffle import LoadBuffer, sort_group
@@ -70,13 +70,8 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     if plan is None:
         _write_run(split, None, 0, 0, None, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir, tick=tick)
         return
-    path = piece_path(work_dir, split.name, first, stop)
-    if path.is_file():
-        try:
-            if is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split.name):
-                return
-        except (OSError, ValueError):
-            pass
+    if piece_intact(work_dir, out_dir, split.name, first, stop):
+        return
     done = finished(work_dir, out_dir, split.name, first, stop)
     release = Release(split=split.name, groups=split.groups, starts=split.starts.tolist(), bounds=plan.bounds,
                       first=first, done=done, work_dir=work_dir, enabled=spill_release.ENABLED)
@@ -214,11 +209,11 @@ def _job_samples(splits: list[SplitGather], plans: list[SplitPlan | None], job: 
 
 
 def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,
-           rank: int = 0, world_size: int = 1, progress: Any = None) -> dict[str, list[int]]:
+           rank: int = 0, world_size: int = 1, progress: Any = None) -> tuple[dict[str, list[int]], int]:
     """This rank's share of every split's shards (all of them on one rank), over ``workers``
     processes; returns the shard range (first, stop) of each split it wrote a part of ([0, -1]:
-    every shard, by one writer). ``progress`` (``core.progress.Progress``): a bar of the samples
-    sorted into output order and written."""
+    every shard, by one writer), and how many of its shards a killed run had finished (reused).
+    ``progress`` (``core.progress.Progress``): a bar of the samples sorted into output order and written."""
     plans: list[SplitPlan | None] = []
     jobs: list[tuple[int, int, int]] = []
     for s, split in enumerate(splits):
@@ -243,6 +238,7 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
         jobs += [(s, a, b) for a, b in mine]
     if _fetch:
         _bring(_read_by(splits, plans, jobs), True)
+    kept = sum(reused(work_dir, out_dir, splits[s].name, a, b) for s, a, b in jobs if plans[s] is not None)
     total = sum(_job_samples(splits, plans, job) for job in jobs)
     desc = "gather" if world_size == 1 else f"gather rank {rank}"
     with (progress or Progress(quiet=True)).bar(total=total, desc=desc, unit=" samples") as bar:
@@ -256,7 +252,7 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
         else:
             got = mine_by_split.setdefault(name, [first, stop])
             got[0], got[1] = min(got[0], first), max(got[1], stop)
-    return mine_by_split
+    return mine_by_split, kept
 
 
 def _read_by(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]

@@ -16,6 +16,7 @@ import orjson
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.own_files import CARD, OWN_FOLDERS, _own_folder, own_file
+from shardsmith.engine.intact import changes, refusal
 from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
 from shardsmith.kit.writer import shard_files
@@ -65,7 +66,8 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     ``run`` (see ``shardsmith.engine.resume.run_identity``) is recorded in the folder until the manifest
     is written; the unfinished output of the same command is taken over without ``--overwrite``.
     Returns True when the folder already holds the dataset of this very run (its record, or its
-    manifest's ``run``, says so) and ``overwrite`` is not asked: nothing is to be done.
+    manifest's ``run``, says so) and ``overwrite`` is not asked: nothing is to be done; unless its
+    files changed since (``engine/intact.py``), which is a UsageError naming them.
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a folder")
@@ -74,6 +76,8 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
         return False
     if run is not None and not overwrite and (out / MANIFEST).is_file() and run in (read_run_file(out),
                                                                                       finished_by(out)):
+        if stage in (None, "prepare"):  # (a cluster rank's folder may hold stand-ins: ``outstages``)
+            _refuse_changed(out)
         return True  # (--overwrite: made again, as asked)
     present = sorted(p for p in out.iterdir())
     if stage not in (None, "prepare"):  # gather ranks share the folder: never remove what another rank wrote
@@ -84,6 +88,14 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     if run is not None:
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
     return False
+
+
+def _refuse_changed(out: Path) -> None:
+    """The same command's finished dataset is complete only while its files are as the manifest
+    lists them (``engine/intact.py``); one that changed since is never called complete."""
+    changed = changes(out)
+    if changed:
+        raise UsageError(refusal(f"-o {out}", changed))
 
 
 def finished_by(out: Path) -> dict[str, str] | None:
@@ -194,6 +206,10 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
                              f"({previous.get('command', '?')} with other options); rerun that command to finish "
                              f"it, or pass --overwrite to replace it")
         overwrite = True  # the same command's unfinished output (or one from before run files): take it over
+    made = None if overwrite else finished_by(out)
+    if run is not None and made is not None and made.get("options") == run["options"]:
+        raise UsageError(f"-o {out}: holds the dataset this same command made from other inputs (changed, added "
+                         f"or removed since); pass --overwrite to make it again")
     if not overwrite:
         raise UsageError(f"-o {out}: folder is not empty ({len(present)} entries); pass --overwrite to replace "
                          f"a previous dataset there")

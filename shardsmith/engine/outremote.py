@@ -35,6 +35,7 @@ from shardsmith.core.own_files import own_file
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
+from shardsmith.engine.intact import listing_changes, refusal
 from shardsmith.engine.outdir import (
     complete_line,
     finish_output,
@@ -88,6 +89,9 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
     previous = parse(found[0]) if found else None
     refuse_live(store, previous)  # a live run's prefix, --overwrite or not
     if MANIFEST in present and not overwrite and (same_run(previous, run) or finished_by(store) == run):
+        changed = listing_changes(store.read(MANIFEST), present)  # complete only as it was made
+        if changed:
+            raise UsageError(refusal(f"-o {shown}", changed))
         return None  # (--overwrite: made again, as asked)
     refuse_prefix(store, present, overwrite=overwrite, record=False)  # (a manifest of this very run: above)
     takeover = False

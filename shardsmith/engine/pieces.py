@@ -51,6 +51,16 @@ def is_intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) 
     return True
 
 
+def piece_intact(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> bool:
+    """Whether shards ``[first, stop)`` have their piece, every file of it intact (a killed run of the
+    same command finished the range: a rerun leaves it as it is)."""
+    path = piece_path(work_dir, split, first, stop)
+    try:
+        return path.is_file() and is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split)
+    except (OSError, ValueError):
+        return False
+
+
 def cover(split: str, samples: int, work_dir: Path, out_dir: Path) -> list[dict[str, Any]]:
     """Pieces that cover the split's shards once each, in order (ranks of different runs' world
     sizes may have left overlapping ones: their shards are the same)."""

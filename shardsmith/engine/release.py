@@ -31,7 +31,7 @@ import orjson
 
 from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.engine.pieces import is_intact, piece_path
+from shardsmith.engine.pieces import is_intact, piece_intact, piece_path
 from shardsmith.kit.batches import Segment
 from shardsmith.kit.writer import Writer
 
@@ -141,6 +141,14 @@ def finished(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -
         except (OSError, ValueError):
             done.append(False)
     return done
+
+
+def reused(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> int:
+    """How many shards of ``[first, stop)`` a killed run of the same command finished, found before
+    the range is written: the range's piece, or its shards recorded one by one (``finished``)."""
+    if piece_intact(work_dir, out_dir, split, first, stop):
+        return stop - first
+    return sum(finished(work_dir, out_dir, split, first, stop))
 
 
 def to_write(first: int, done: list[bool]) -> list[tuple[int, int]]:

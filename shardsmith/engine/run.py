@@ -112,10 +112,6 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
             with progress.bar(total=task_bytes(tasks), desc=desc, unit="B") as bar:
                 results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update,
                                       idle=lambda: _preload(make_writer, job.splits))
-            if reused := sum(r.reused for r in results):
-                progress.note(f"resumed: {reused} of {len(results)} scatter tasks reused from a killed run of this "
-                              f"command ({sum(t.nbytes for t, r in zip(tasks, results) if r.reused):,} input bytes "
-                              "not read again)")
         workers = max(1, opts.workers)
         # gather workers each hold a group at a time: share the budget between them; ranks each
         # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'
@@ -123,15 +119,31 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
         dups, origins = _cleaned(job, results, memory=opts.memory)
         budget = pinned_budget(work, max(16 << 10, sizing.group_bytes // share))  # a resumed gather's groups
         splits = split_tables(job, results, budget=budget, duplicates=dups, origins=origins)
+        kept = 0  # shards a killed run finished
         if not isinstance(unit, FinalizeUnit):
             rank, world = (unit.rank, unit.world) if isinstance(unit, GatherUnit) else (0, 1)
-            ranges = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
-                            rank=rank, world_size=world, progress=progress)
+            ranges, kept = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
+                                  rank=rank, world_size=world, progress=progress)
         if isinstance(unit, GatherUnit):
             return Converted(results=results, summary={**_stage(opts), "shards": ranges})
         outputs = finish(splits, make_writer=make_writer, work_dir=work, out_dir=out)
+        line = None if staged else resumed_line(tasks, results, shards=kept,
+                                                of=sum(len(o.shards) for o in outputs.values()))
+        if line:  # (a cluster's finalize: its parts are all the scatter's, none reused)
+            progress.note(line)
     named = {t.file.index: (t.file.rel, reader.unit_for(t.file)) for t in tasks} if cleaner is not None else {}
     return Converted(results=results, outputs=outputs, duplicates=dups, cleaning=cleaner, named=named)
+
+
+def resumed_line(tasks: Sequence[Task], results: list[TaskResult], *, shards: int, of: int) -> str | None:
+    """What a rerun of a killed run took over from it (None: nothing, a fresh run): its finished
+    shards and scatter tasks, and the input it did not read again."""
+    tasks_kept = sum(r.reused for r in results)
+    if not tasks_kept and not shards:
+        return None
+    unread = sum(t.nbytes for t, r in zip(tasks, results) if r.reused)
+    return (f"resumed: {shards} of {of} shards and {tasks_kept} of {len(results)} scatter tasks reused from a "
+            f"killed run of this command ({unread:,} input bytes not read again)")
 
 
 def _preload(make_writer: MakeWriter, splits: tuple[tuple[str, float], ...]) -> None:

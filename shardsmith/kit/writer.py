@@ -45,6 +45,14 @@ def shard_files(shard: dict[str, Any]) -> list[dict[str, Any]]:
     return [shard, *(shard[k] for k in COMPANIONS if isinstance(shard.get(k), dict))]
 
 
+def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every file entry a manifest lists (path, bytes, sha256): shards and their companions, the
+    nanoGPT files, the split-wide ``files``; what ``verify`` checks and a rerun finds intact or not."""
+    entries = [e for split in manifest["splits"].values() for shard in split["shards"] for e in shard_files(shard)]
+    entries += [e for e in (manifest.get("nanogpt") or {}).values() if isinstance(e, dict)]
+    return entries + list(manifest.get("files") or [])
+
+
 @dataclass(frozen=True, kw_only=True)
 class ShardRange:
     """Which shards of a split one writer makes: from ``first_shard`` on, after ``weight_before``
