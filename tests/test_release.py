@@ -83,6 +83,19 @@ def test_a_gather_killed_after_releasing_resumes_to_the_same_bytes(events, event
     assert not work.exists()
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_finished_shard_removed_after_releasing_makes_the_rerun_start_afresh(events, events_refs, tmp_path,
+                                                                              workers):
+    """A shard a killed run recorded is removed (by hand, or a staging folder cleared): the spill it was
+    made from is given back, so the rerun reads the inputs again rather than punched bytes."""
+    out = tmp_path / "out"
+    _killed(_args(events, out, workers), "released:train:1", in_worker=workers > 1)
+    (out / "train-000000.h5").unlink()
+    res = run_subprocess(*_args(events, out, workers))
+    assert res.returncode == 0, res.stderr
+    assert tree_digest(out) == events_refs["hdf5"]
+
+
 def test_an_uninterrupted_run_releases_all_but_the_shared_groups(events, tmp_path):
     out = tmp_path / "out"
     res = run_subprocess(*_args(events, out, 2), env={**os.environ, "SHARDSMITH_CRASH_AT": "manifest"})

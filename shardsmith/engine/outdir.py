@@ -74,8 +74,7 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     out.mkdir(parents=True, exist_ok=True)
     if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
         return False
-    if run is not None and not overwrite and (out / MANIFEST).is_file() and run in (read_run_file(out),
-                                                                                      finished_by(out)):
+    if run is not None and not overwrite and (out / MANIFEST).is_file() and holds_run(out, run):
         if stage in (None, "prepare"):  # (a cluster rank's folder may hold stand-ins: ``outstages``)
             _refuse_changed(out)
         return True  # (--overwrite: made again, as asked)
@@ -96,6 +95,11 @@ def _refuse_changed(out: Path) -> None:
     changed = changes(out)
     if changed:
         raise UsageError(refusal(f"-o {out}", changed))
+
+
+def holds_run(out: Path, run: dict[str, str]) -> bool:
+    """Whether ``out`` holds this very run's files, finished or not (its record, or its manifest's ``run``)."""
+    return run in (read_run_file(out), finished_by(out))
 
 
 def finished_by(out: Path) -> dict[str, str] | None:

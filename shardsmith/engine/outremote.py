@@ -40,6 +40,7 @@ from shardsmith.engine.outdir import (
     complete_line,
     finish_output,
     foreign,
+    holds_run,
     prepare_output,
     remove_own,
     run_named,
@@ -184,8 +185,9 @@ class RemoteOutputRun(OutputRun):
             return orjson.loads(self.store.read(MANIFEST) or b"{}")
         self.fresh = not present
         self.inherited = {i for ids in leftover_uploads(self.store).values() for i in ids}
-        # the staging folder is this URL's alone: anything in it is an earlier run's into the prefix
-        complete = prepare_output(self.out, overwrite=True, run=run)
+        # the staging folder is this URL's alone: anything in it is an earlier run's into the prefix, taken
+        # over when it is this same command's (its finished shards kept, a finished dataset published as it is)
+        complete = prepare_output(self.out, overwrite=self.overwrite or not holds_run(self.out, run), run=run)
         crash_point("claimed")
         self.uploader = Uploader(store=self.store, folder=self.out, remote=present,
                                  held=lambda: hold.lost is None).start()

@@ -22,8 +22,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import sys
 from collections.abc import Sequence
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,26 @@ def pinned_budget(work_dir: Path, budget: int) -> int:
 def released_mark(work_dir: Path, split: str) -> Path:
     """Made before the first punch of a split: its plan may no longer be computed from the parts."""
     return work_dir / f"released-{split}"
+
+
+def spill_lost(work_dir: Path, out_dir: Path) -> list[str]:
+    """The splits whose spill was given back while a shard recorded from it is gone from ``out_dir``
+    or changed (removed by hand; a staging folder cleared): a resumed gather would have to write
+    that shard again from bytes that are no longer there, so the run starts afresh instead."""
+    lost = []
+    for mark in sorted(Path(work_dir).glob("released-*")):
+        split = mark.name[len("released-"):]
+        for path in Path(work_dir).glob(f"piece-{glob_escape(split)}-*.json"):
+            if not re.fullmatch(rf"piece-{re.escape(split)}-\d+-\d+\.json", path.name):
+                continue  # another split's whose name starts with this one's
+            try:
+                intact = is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split)
+            except (OSError, ValueError):
+                intact = False
+            if not intact:
+                lost.append(split)
+                break
+    return lost
 
 
 def finished(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> list[bool]:

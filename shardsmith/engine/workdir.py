@@ -13,6 +13,7 @@ import orjson
 
 from shardsmith.engine import interrupt
 from shardsmith.engine.outdir import STAGED, finish_output, work_path
+from shardsmith.engine.release import spill_lost
 from shardsmith.errors import UsageError, WorkerDied
 
 
@@ -35,6 +36,8 @@ def work_folder(out_dir: Path, *, run: dict[str, str] | None = None, shared: boo
     if run is not None and stamp.is_file():
         with contextlib.suppress(OSError, ValueError):
             same = orjson.loads(stamp.read_bytes()) == run
+    if same and spill_lost(work, out_dir):
+        same = False  # a shard made from given-back spill is gone: its bytes can only come from the inputs again
     if work.exists() and not same:
         for entry in work.iterdir():  # not the staged inputs: each is checked against its object before reuse
             if entry.name in STAGED:
