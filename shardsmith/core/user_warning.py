@@ -18,12 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from shardsmith.errors import ShardsmithWarning
+
 _PACKAGE = str(Path(__file__).resolve().parent.parent) + "/"
-
-
-class ShardsmithWarning(UserWarning):
-    """A warning about the user's own call (a mixture that cycles): a ``UserWarning``, so filters on
-    that category still apply, and told apart from other libraries' warnings by the command line."""
 
 
 def warn_user(message: str, category: type[Warning] = ShardsmithWarning) -> None:
