@@ -2,13 +2,13 @@
 
 Public API: ``open`` (any dataset by its manifest), ``TokenDataset`` (packed token windows),
 ``TarDataset`` (webdataset shards), ``EventDataset`` (HDF5 event shards),
-and the errors a user can catch.
+and the errors a user can catch (and ``ShardsmithWarning``, to filter).
 """
 
 from __future__ import annotations
 
 from shardsmith.core.version import __version__  # noqa: E402
-from shardsmith.errors import DataError, DatasetError, ShardsmithError, UsageError  # noqa: E402
+from shardsmith.errors import DataError, DatasetError, ShardsmithError, ShardsmithWarning, UsageError  # noqa: E402
 
 _LAZY = {"EventDataset", "TarDataset", "TokenDataset", "TokenDocuments", "open"}
 
@@ -25,6 +25,7 @@ __all__ = [
     "DatasetError",
     "EventDataset",
     "ShardsmithError",
+    "ShardsmithWarning",
     "TarDataset",
     "TokenDataset",
     "TokenDocuments",

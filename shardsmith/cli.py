@@ -36,6 +36,7 @@ from shardsmith.commands.report import (
 from shardsmith.core import invocation
 from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is not imported
 from shardsmith.core.names import not_utf8
+from shardsmith.core.user_warning import as_lines
 from shardsmith.core.version import __version__
 from shardsmith.engine import interrupt
 from shardsmith.kit.options import MAX_COUNT, MAX_INT32
@@ -59,7 +60,8 @@ class _Main(click.Group):
         _refuse_undecodable(given)
         invocation.record(given)
         try:
-            return super().main(args, *rest, **kwargs)
+            with as_lines():  # shardsmith's own warnings as the program's other warning lines
+                return super().main(args, *rest, **kwargs)
         finally:
             invocation.record(None)  # a library call after this one records its own process's arguments
 

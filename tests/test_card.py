@@ -195,9 +195,10 @@ def test_a_memmap_card_shows_the_np_memmap_recipe_and_load_dataset_says_why_not(
     assert run_cli("convert", root, "-o", out, "--to", "memmap", "--max-len", "4", "-q").exit_code == 0
     card = (out / "README.md").read_text()
     recipe = re.search(r"With numpy alone.*?```python\n(.*?)```", card, flags=re.S).group(1)
-    res = subprocess.run([sys.executable, "-c", recipe + "\nprint(values.shape, int(mask.sum()))"], cwd=out,
+    res = subprocess.run([sys.executable, "-W", "error", "-c",  # no warning (an unclosed file: ResourceWarning)
+                          recipe + "\nprint(values.shape, int(mask.sum()))"], cwd=out,
                          capture_output=True, text=True, timeout=60)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 0 and not res.stderr, res.stderr
     assert res.stdout.split()[:3] == ["(200,", "4,", "6)"], res.stdout
     with pytest.raises(FileNotFoundError, match="memmap arrays are read with np.memmap or shardsmith.open, not "
                                                 "HuggingFace datasets - see README.md"):

@@ -12,7 +12,7 @@ import pytest
 import test_hdf5_writer as hw
 
 import shardsmith
-from shardsmith.errors import DatasetError
+from shardsmith.errors import DatasetError, install_hint
 from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset, event_order
 from shardsmith.kit.collate import collate_events
 
@@ -329,4 +329,5 @@ def test_blosc_shards_load_hdf5plugin_when_needed(tmp_path, events):
     blocked = script.format(block="sys.modules['hdf5plugin'] = None\n")
     res = subprocess.run([sys.executable, "-c", blocked, str(out)], capture_output=True, text=True)
     assert "val-000000.h5" not in res.stdout and "train-000000.h5" in res.stdout
-    assert "pip install hdf5plugin" in res.stdout, res.stderr
+    assert "is compressed with HDF5 filter 32001 (blosc), which needs the hdf5plugin package: " \
+           f"{install_hint('blosc')}" in res.stdout, res.stdout + res.stderr

@@ -192,6 +192,67 @@ def test_the_cycling_warning_points_at_the_callers_line():
         assert [w.filename for w in caught] == [__file__], [(w.filename, w.lineno) for w in caught]
 
 
+def _cycling_recipe(tmp_path):
+    """A mix recipe over 100 and 10 windows, drawing 50 of each: `code` cycles (5 passes)."""
+    token_dataset(tmp_path / "web", windows=100, seq_len=16, shards=1, vocab=64)
+    token_dataset(tmp_path / "code", windows=10, seq_len=16, shards=1, vocab=64)
+    recipe = tmp_path / "mix.toml"
+    recipe.write_text("[mix]\nseed = 0\nnum_samples = 100\n" + "".join(
+        f'[mix.sources.{name}]\npath = "{name}"\nweight = 1\nloader = "TokenDataset"\nseq_len = 16\n'
+        for name in ("web", "code")))
+    return recipe
+
+
+def test_a_mix_recipe_gives_seq_len_to_token_windows_only(tmp_path, monkeypatch):
+    """seq_len with the default loader (documents) is one line, not open()'s TypeError."""
+    from tests.conftest import run_cli
+
+    monkeypatch.chdir(tmp_path)  # a recipe's paths are relative to the working directory
+    recipe = _cycling_recipe(tmp_path)
+    recipe.write_text(recipe.read_text().replace('loader = "TokenDataset"\n', "", 1))
+    res = run_cli("run", recipe)
+    assert res.exit_code == 2 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().endswith('[mix.sources.web] seq_len is for loader = "TokenDataset" (windows of '
+                                       'seq_len tokens); the default loader gives whole documents'), res.stderr
+
+
+def test_the_cycling_warning_of_a_recipe_points_at_the_callers_line(tmp_path, monkeypatch):
+    """from_recipe is one more layer of shardsmith between the caller and Mixture: still this file."""
+    from shardsmith.loader.mix_recipe import from_recipe
+
+    monkeypatch.chdir(tmp_path)
+    recipe = _cycling_recipe(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m = from_recipe(recipe)
+    assert m.cycling == ["code"]
+    assert [(w.category, w.filename) for w in caught] == [(shardsmith.ShardsmithWarning, __file__)], caught
+    assert issubclass(shardsmith.ShardsmithWarning, UserWarning)  # a user's filter on UserWarning still applies
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", category=shardsmith.ShardsmithWarning)  # shardsmith's alone, silenced
+        from_recipe(recipe)
+    assert caught == []
+
+
+def test_the_program_says_the_cycling_warning_as_one_line(tmp_path):
+    """`shardsmith run` of a cycling mixture: one `shardsmith: warning:` line, not Python's file:line (click's)
+    and source line; under -W error it is still an error (the filters decide, not the program)."""
+    import subprocess
+    import sys
+
+    recipe = _cycling_recipe(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "shardsmith", "run", str(recipe)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "code  weight 0.500" in res.stdout and "(cycles: new shuffled passes)" in res.stdout, res.stdout
+    assert res.stderr.splitlines() == ["shardsmith: warning: mix: sources ['code'] run out and start a new shuffled "
+                                       "pass (passes: code=5.00)"], res.stderr
+    res = subprocess.run([sys.executable, "-W", "error::UserWarning", "-m", "shardsmith", "run", str(recipe)],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode != 0 and "ShardsmithWarning: mix: sources ['code']" in res.stderr, res.stderr
+
+
 @settings(max_examples=40, deadline=None)
 @given(lengths=st.lists(st.integers(1, 40), min_size=2, max_size=4), seed=st.integers(0, 99), data=st.data())
 def test_new_weights_at_a_resume_point_continue_every_source(lengths, seed, data):

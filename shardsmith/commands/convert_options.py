@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardsmith.core.images import MAX_IMAGE_PIXELS
+from shardsmith.core.images import MAX_IMAGE_PIXELS, require_pillow
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.errors import UsageError
 from shardsmith.kit.downsample import BalanceSpec
@@ -49,6 +49,8 @@ class ConvertOptions(ConvertingOptions):
             raise UsageError(f"--max-image-pixels must be a whole number >= 1, got {self.max_image_pixels!r}")
         if self.balance is not None:
             BalanceSpec.parse(self.balance)  # a bad spec is refused before any work
+        if self.check_images == "full":
+            require_pillow("--check-images full")
 
     def __getattr__(self, name: str) -> Any:
         """A format option read as ``opts.NAME`` (``job.opts.NAME``: a format written before formats

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from shardsmith.errors import install_hint
+from shardsmith.errors import UsageError, install_hint
 
 EXTENSIONS = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png", "webp": "webp", "bmp": "bmp"}
 LEVELS = ("none", "header", "full")
@@ -329,10 +329,7 @@ def _decode_fully(data: bytes | memoryview, info: ImageInfo, max_pixels: int) ->
     Pillow silently fills corrupt entropy-coded data with gray."""
     if info.format == "jpeg" and strict_jpeg_check(data):
         return
-    try:
-        import PIL.Image  # noqa: F401
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ImportError(f"--check-images full needs Pillow: {install_hint('images')}") from None
+    require_pillow("decoding every image (verify --deep, convert --check-images full)")
     try:
         with pillow_open(data, max_pixels=max_pixels, quiet=True) as im:
             im.load()
@@ -340,6 +337,15 @@ def _decode_fully(data: bytes | memoryview, info: ImageInfo, max_pixels: int) ->
         raise
     except Exception as e:  # Pillow raises OSError, SyntaxError, ValueError, struct.error, ...
         raise ImageError(f"cannot decode {info.format.upper()}: {e}") from None
+
+
+def require_pillow(needed_by: str) -> None:
+    """Pillow imports, or one line naming the images extra: a run that would decode images refuses
+    before any work rather than fail with ImportError in a worker (``needed_by``: what asked)."""
+    try:
+        import PIL.Image  # noqa: F401
+    except ImportError:
+        raise UsageError(f"{needed_by} needs Pillow, which is not installed: {install_hint('images')}") from None
 
 
 def strict_jpeg_check(data: bytes | memoryview, *, scaled: bool = False) -> bool:

@@ -50,6 +50,9 @@ def check(table: Any, *, where: str) -> dict[str, Any]:
             raise UsageError(f"{where}: unknown keys {sorted(set(source) - SOURCE_KEYS)} in [mix.sources.{name}]")
         if source.get("loader", "open") not in ("open", *LOADERS):
             raise UsageError(f"{where}: [mix.sources.{name}] loader must be one of {', '.join(LOADERS)}")
+        if "seq_len" in source and source.get("loader") != "TokenDataset":  # the one loader that takes it
+            raise UsageError(f"{where}: [mix.sources.{name}] seq_len is for loader = \"TokenDataset\" "
+                             f"(windows of seq_len tokens); the default loader gives whole documents")
     return {"seed": seed, "num_samples": num, "sources": {n: dict(s) for n, s in sources.items()}}
 
 

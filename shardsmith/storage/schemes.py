@@ -1,6 +1,6 @@
 """The one table of URL schemes, for inputs, outputs (``-o``) and the loader (with ``verify`` and
 ``inspect``), in the spirit of fsspec's ``known_implementations``: one record per scheme says which
-fsspec filesystem reads it and which extra installs it (``pip install 'shardsmith[EXTRA]'``), how its
+fsspec filesystem reads it and which extra installs it (worded by ``errors.install_hint``), how its
 URLs name things, and what each role supports. Every place that asks about a scheme reads it here,
 so a scheme is added (or a role opened to it) in one record; a missing extra or an unsupported
 scheme is one line.

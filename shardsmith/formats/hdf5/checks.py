@@ -5,14 +5,13 @@ installed, and declared sizes backed by stored bytes.
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardsmith.core.events import EventSchema
-from shardsmith.errors import DatasetError
+from shardsmith.errors import DatasetError, install_hint
 
 
 def _bad(path: Path, msg: str) -> DatasetError:
@@ -70,12 +69,17 @@ def _check_filters(ds: Any, path: Path) -> None:
         code, _flags, _values, name = dcpl.get_filter(k)
         if h5z.filter_avail(code):
             continue
-        with contextlib.suppress(ImportError):
+        try:
             import hdf5plugin  # noqa: F401  (registers blosc, zstd, lz4, … with HDF5)
+        except ImportError:
+            plugin = False
+        else:
+            plugin = True
         if not h5z.filter_avail(code):
             label = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
-            raise _bad(path, f"{ds.name!r} is compressed with HDF5 filter {code} ({label}), which is not "
-                             f"installed: pip install hdf5plugin")
+            why = ("which neither HDF5 nor hdf5plugin provides" if plugin else
+                   f"which needs the hdf5plugin package: {install_hint('blosc')}")
+            raise _bad(path, f"{ds.name!r} is compressed with HDF5 filter {code} ({label}), {why}")
 
 
 # How far each filter can expand what is stored: deflate at most 1032:1 (its format's limit), LZF
