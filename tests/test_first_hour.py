@@ -49,6 +49,20 @@ def test_the_wrong_text_field_names_the_fields_and_the_option(tmp_path):
                                       "records)"), res.stderr
 
 
+def test_a_parquet_file_without_the_text_column_names_its_columns_and_the_option(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "body": ["a b c", "d e"]}), tmp_path / "in" / "a.parquet")
+    res = _cli("pack-tokens", tmp_path / "in", "--train-tokenizer", "300", "-o", tmp_path / "out", "-q")
+    assert res.returncode == 1 and res.stderr.strip() == ("shardsmith: error: a.parquet: no 'text' column; its "
+                                                          "columns: id, body (name the text with --text-field)")
+    res = _cli("pack-tokens", tmp_path / "in", "--train-tokenizer", "300", "-o", tmp_path / "out", "-q",
+               "--text-field", "body")
+    assert res.returncode == 0, res.stderr  # the option it names is the way out
+
+
 def test_run_has_quiet_and_a_bad_set_suggests_a_command_that_runs(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text(f'command = "pack-tokens"\ninputs = ["{ROOT / "examples/corpus"}"]\nout = "{tmp_path / "o"}"\n'
