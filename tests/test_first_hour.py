@@ -26,6 +26,42 @@ def test_progress_in_a_pipe_is_plain_lines(tmp_path):
     steps = [line.split(":")[0] for line in res.stderr.splitlines()]
     assert {"listing corpus", "tokenize", "gather"} <= set(steps), res.stderr
     assert all(line.endswith(" s") for line in res.stderr.splitlines() if line.startswith(("tokenize:", "gather:")))
+    assert res.stderr.startswith("listing corpus: 2 files, ")
+    one = write_jsonl(tmp_path / "one" / "a.jsonl", [f"text {i}" for i in range(5)])
+    res = _cli("convert", one.parent, "-o", tmp_path / "w", "--to", "webdataset", "--text-field", "text")
+    assert res.returncode == 0 and "\r" not in res.stderr, res.stderr
+    assert res.stderr.splitlines()[0].startswith("listing one: 1 file, "), res.stderr  # one file, not "1 files"
+
+
+def test_a_terminal_still_gets_bars(tmp_path):
+    """The plain lines are for pipes only: stderr on a terminal (a pty) gets tqdm's redrawn bars."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    import tty
+
+    leader, follower = pty.openpty()
+    tty.setraw(follower)  # no newline translation: a carriage return read back is one the program wrote
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", "pack-tokens", str(ROOT / "examples/corpus"), "-o",
+                             str(tmp_path / "t"), "--train-tokenizer", "300"], stdout=subprocess.DEVNULL,
+                            stderr=follower)
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the pty closes when the program ends
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert proc.wait(timeout=300) == 0, drawn
+    assert b"\r" in drawn and b"tokenize" in drawn, drawn
+    assert not any(line.startswith(b"tokenize: ") and line.endswith(b" s") for line in drawn.split(b"\n")), drawn
 
 
 def test_a_small_corpus_says_it_trained_fewer_tokens_than_asked(tmp_path):
