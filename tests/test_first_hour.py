@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import jpeg_folder, run_cli, write_jsonl
+from conftest import jpeg_folder, write_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,6 +129,9 @@ def test_option_and_folder_errors_say_it_once_and_plainly(tmp_path):
 def test_a_skipped_image_says_why_not_rest_of_the_file(tmp_path):
     root = jpeg_folder(tmp_path / "imgs", classes=2, per_class=3)
     (root / "c0" / "img_0003.jpg").write_bytes((root / "c1" / "0.jpg").read_bytes()[:100])
-    res = run_cli("convert", root, "-o", tmp_path / "out", "--to", "webdataset", "--on-error", "skip", "-q")
-    assert res.exit_code == 0, res.stderr
-    assert "skipped c0/img_0003.jpg (truncated JPEG" in res.stderr and "rest of the file" not in res.stderr
+    (root / "c1" / "bad.png").write_bytes(b"notanimage")
+    res = _cli("convert", root, "-o", tmp_path / "out", "--to", "webdataset", "--on-error", "skip", "-q")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip() == (f"{tmp_path / 'out'}: skipped c0/img_0003.jpg: truncated JPEG: header ends before "
+                                  "the frame size; c1/bad.png: not an image (unknown magic bytes 6e6f7461); "
+                                  f"reasons in {tmp_path / 'out'}/manifest.json"), res.stderr
