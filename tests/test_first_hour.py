@@ -112,6 +112,13 @@ def test_run_has_quiet_and_a_bad_set_suggests_a_command_that_runs(tmp_path):
         suggested = tried.split("'")[1].split()
         assert suggested[:2] == ["shardsmith", "pack-tokens"], tried
         assert _cli(*suggested[1:]).returncode == 0  # the suggested help runs
+    images = tmp_path / "images.toml"
+    images.write_text(f'command = "convert"\ninputs = ["{tmp_path}"]\nout = "{tmp_path / "w"}"\n'
+                      '[options]\nto = "webdataset"\n')
+    res = _cli("run", images, "--set", "to=nope")  # a bad value, not only an unknown option
+    assert res.returncode == 2 and "Invalid value for '--to'" in res.stderr, res.stderr
+    tried = next(line for line in res.stderr.splitlines() if line.startswith("Try '"))
+    assert tried == "Try 'shardsmith convert --help' for help." and _cli("convert", "--help").returncode == 0
 
 
 def test_option_and_folder_errors_say_it_once_and_plainly(tmp_path):
