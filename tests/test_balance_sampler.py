@@ -255,6 +255,8 @@ def test_the_report_counts_the_samples_read_so_far_and_across_a_resume():
     alone = make()  # the sampler's own state, loaded: counted before its next batch
     alone.load_state_dict(dl.batch_sampler.state_dict())
     assert alone.report().drawn.sum() == 20
+    elastic = BalancedSampler(LABELS, batch_size=2, seed=1, rank=1, world_size=2, start=global_position(state))
+    assert elastic.report().drawn.sum() == 20  # an elastic restart: the draws before its start were delivered
     it = iter(resumed)
     for _ in range(3):
         read += next(it).tolist()
