@@ -172,7 +172,7 @@ def test_missing_parquet_column(tmp_path, bpe_tokenizer):
     (tmp_path / "in").mkdir()
     pq.write_table(pa.table({"body": ["a", "b"]}), tmp_path / "in" / "p.parquet")
     res = run_cli("pack-tokens", tmp_path / "in", "-o", tmp_path / "o", "--tokenizer", bpe_tokenizer, "-q")
-    assert res.exit_code == 1 and "p.parquet: no column 'text' (columns: body)" in res.stderr
+    assert res.exit_code == 1 and "p.parquet: no 'text' column; its columns: body (name the text with --text-field)" in res.stderr
 
 
 def test_a_killed_worker_ends_the_run_with_a_message(tmp_path, bpe_tokenizer, monkeypatch):

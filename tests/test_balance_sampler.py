@@ -230,3 +230,50 @@ def test_the_report_counts_what_the_loader_delivers_on_every_rank():
             s = BalancedSampler(labels, batch_size=4, seed=0, rank=rank, world_size=world, drop_last=drop_last)
             delivered += sum(len(b) for b in s)
         assert sum(r["drawn"] for r in s.report().as_dict().values()) == delivered, (world, drop_last)
+
+
+def _counted(labels_read, report) -> dict[str, int]:
+    """Both as {class: draws}: what the loop read, and what the report says was drawn."""
+    read = np.bincount(LABELS[np.asarray(labels_read, dtype=np.int64)], minlength=7)
+    return {str(c): int(n) for c, n in enumerate(read) if n}, {c: r["drawn"] for c, r in report.as_dict().items()
+                                                              if r["drawn"]}
+
+
+def test_the_report_counts_the_samples_read_so_far_and_across_a_resume():
+    """Issue 32: the report counted the whole epoch from the start; it counts what was delivered."""
+    make = lambda: BalancedSampler(LABELS, batch_size=4, seed=1, rank=0, world_size=1)  # noqa: E731
+    assert make().report().drawn.sum() == 0  # nothing drawn at construction
+    dl = loader(make(), 0, 1)
+    it, read = iter(dl), []
+    for _ in range(5):  # k = 20 samples
+        read += next(it).tolist()
+        got, said = _counted(read, dl.batch_sampler.report())
+        assert said == got and sum(said.values()) == len(read)
+    state = json.loads(json.dumps(dl.state_dict()))
+    resumed = loader(make(), 0, 1)
+    resumed.load_state_dict(state)
+    alone = make()  # the sampler's own state, loaded: counted before its next batch
+    alone.load_state_dict(dl.batch_sampler.state_dict())
+    assert alone.report().drawn.sum() == 20
+    elastic = BalancedSampler(LABELS, batch_size=2, seed=1, rank=1, world_size=2, start=global_position(state))
+    assert elastic.report().drawn.sum() == 20  # an elastic restart: the draws before its start were delivered
+    it = iter(resumed)
+    for _ in range(3):
+        read += next(it).tolist()
+    got, said = _counted(read, resumed.batch_sampler.report())
+    assert said == got and sum(said.values()) == 32
+    read += [i for batch in it for i in batch.tolist()]  # the epoch's end: every delivered draw, none more
+    assert _counted(read, resumed.batch_sampler.report()) == _counted(read, make().report(steps=len(make())))
+    assert len(read) == 211 // 4 * 4
+
+
+def test_with_workers_the_loops_own_count_gives_the_exact_report():
+    """A DataLoader with workers takes batches ahead of the loop; report(steps=) counts the loop's."""
+    sampler = BalancedSampler(LABELS, batch_size=4, seed=1, rank=0, world_size=1)
+    it, read = iter(loader(sampler, 2, 1)), []
+    for _ in range(3):
+        read += next(it).tolist()
+    got, said = _counted(read, sampler.report(steps=3))
+    assert said == got and sum(said.values()) == 12
+    assert sampler.report().drawn.sum() >= 12  # the batches handed to the workers, read or not
+    del it

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import jpeg_folder, run_cli, write_jsonl
+from conftest import jpeg_folder, write_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,6 +26,42 @@ def test_progress_in_a_pipe_is_plain_lines(tmp_path):
     steps = [line.split(":")[0] for line in res.stderr.splitlines()]
     assert {"listing corpus", "tokenize", "gather"} <= set(steps), res.stderr
     assert all(line.endswith(" s") for line in res.stderr.splitlines() if line.startswith(("tokenize:", "gather:")))
+    assert res.stderr.startswith("listing corpus: 2 files, ")
+    one = write_jsonl(tmp_path / "one" / "a.jsonl", [f"text {i}" for i in range(5)])
+    res = _cli("convert", one.parent, "-o", tmp_path / "w", "--to", "webdataset", "--text-field", "text")
+    assert res.returncode == 0 and "\r" not in res.stderr, res.stderr
+    assert res.stderr.splitlines()[0].startswith("listing one: 1 file, "), res.stderr  # one file, not "1 files"
+
+
+def test_a_terminal_still_gets_bars(tmp_path):
+    """The plain lines are for pipes only: stderr on a terminal (a pty) gets tqdm's redrawn bars."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    import tty
+
+    leader, follower = pty.openpty()
+    tty.setraw(follower)  # no newline translation: a carriage return read back is one the program wrote
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new pty is 0 columns wide
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", "pack-tokens", str(ROOT / "examples/corpus"), "-o",
+                             str(tmp_path / "t"), "--train-tokenizer", "300"], stdout=subprocess.DEVNULL,
+                            stderr=follower)
+    os.close(follower)
+    drawn = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the pty closes when the program ends
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert proc.wait(timeout=300) == 0, drawn
+    assert b"\r" in drawn and b"tokenize" in drawn, drawn
+    assert not any(line.startswith(b"tokenize: ") and line.endswith(b" s") for line in drawn.split(b"\n")), drawn
 
 
 def test_a_small_corpus_says_it_trained_fewer_tokens_than_asked(tmp_path):
@@ -49,6 +85,20 @@ def test_the_wrong_text_field_names_the_fields_and_the_option(tmp_path):
                                       "records)"), res.stderr
 
 
+def test_a_parquet_file_without_the_text_column_names_its_columns_and_the_option(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"id": [1, 2], "body": ["a b c", "d e"]}), tmp_path / "in" / "a.parquet")
+    res = _cli("pack-tokens", tmp_path / "in", "--train-tokenizer", "300", "-o", tmp_path / "out", "-q")
+    assert res.returncode == 1 and res.stderr.strip() == ("shardsmith: error: a.parquet: no 'text' column; its "
+                                                          "columns: id, body (name the text with --text-field)")
+    res = _cli("pack-tokens", tmp_path / "in", "--train-tokenizer", "300", "-o", tmp_path / "out", "-q",
+               "--text-field", "body")
+    assert res.returncode == 0, res.stderr  # the option it names is the way out
+
+
 def test_run_has_quiet_and_a_bad_set_suggests_a_command_that_runs(tmp_path):
     recipe = tmp_path / "r.toml"
     recipe.write_text(f'command = "pack-tokens"\ninputs = ["{ROOT / "examples/corpus"}"]\nout = "{tmp_path / "o"}"\n'
@@ -62,6 +112,13 @@ def test_run_has_quiet_and_a_bad_set_suggests_a_command_that_runs(tmp_path):
         suggested = tried.split("'")[1].split()
         assert suggested[:2] == ["shardsmith", "pack-tokens"], tried
         assert _cli(*suggested[1:]).returncode == 0  # the suggested help runs
+    images = tmp_path / "images.toml"
+    images.write_text(f'command = "convert"\ninputs = ["{tmp_path}"]\nout = "{tmp_path / "w"}"\n'
+                      '[options]\nto = "webdataset"\n')
+    res = _cli("run", images, "--set", "to=nope")  # a bad value, not only an unknown option
+    assert res.returncode == 2 and "Invalid value for '--to'" in res.stderr, res.stderr
+    tried = next(line for line in res.stderr.splitlines() if line.startswith("Try '"))
+    assert tried == "Try 'shardsmith convert --help' for help." and _cli("convert", "--help").returncode == 0
 
 
 def test_option_and_folder_errors_say_it_once_and_plainly(tmp_path):
@@ -79,6 +136,9 @@ def test_option_and_folder_errors_say_it_once_and_plainly(tmp_path):
 def test_a_skipped_image_says_why_not_rest_of_the_file(tmp_path):
     root = jpeg_folder(tmp_path / "imgs", classes=2, per_class=3)
     (root / "c0" / "img_0003.jpg").write_bytes((root / "c1" / "0.jpg").read_bytes()[:100])
-    res = run_cli("convert", root, "-o", tmp_path / "out", "--to", "webdataset", "--on-error", "skip", "-q")
-    assert res.exit_code == 0, res.stderr
-    assert "skipped c0/img_0003.jpg (truncated JPEG" in res.stderr and "rest of the file" not in res.stderr
+    (root / "c1" / "bad.png").write_bytes(b"notanimage")
+    res = _cli("convert", root, "-o", tmp_path / "out", "--to", "webdataset", "--on-error", "skip", "-q")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip() == (f"{tmp_path / 'out'}: skipped c0/img_0003.jpg: truncated JPEG: header ends before "
+                                  "the frame size; c1/bad.png: not an image (unknown magic bytes 6e6f7461); "
+                                  f"reasons in {tmp_path / 'out'}/manifest.json"), res.stderr

@@ -66,7 +66,7 @@ def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -
     entries = [*source["skipped"]["records"], *source.get("unread", [])]
     if not entries:
         return
-    names = []
+    names, told = [], False
     for e in entries[:shown]:
         where = next((f"{unit} {e[unit]}" for unit in ("line", "row", "entry", "event", "image")
                       if e.get(unit) is not None), None)
@@ -78,6 +78,8 @@ def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -
         elif e.get("unread_tail"):  # a record file broken part-way: what follows the break is unread
             names.append(f"{e['file']} (rest of the file)")
         else:  # a whole input skipped (an image is one sample): why, in its words
-            names.append(f"{e['file']} ({e['reason']})" if e.get("reason") else e["file"])
-    more = f", … ({len(entries)} in all)" if len(entries) > shown else ""
-    click.echo(f"{out}: skipped {', '.join(names)}{more}; reasons in {str(out).rstrip('/')}/manifest.json", err=True)
+            told = told or bool(e.get("reason"))
+            names.append(f"{e['file']}: {e['reason']}" if e.get("reason") else e["file"])
+    sep = "; " if told else ", "  # a reason may hold commas of its own: entries with one are set apart by semicolons
+    more = f"{sep}… ({len(entries)} in all)" if len(entries) > shown else ""
+    click.echo(f"{out}: skipped {sep.join(names)}{more}; reasons in {str(out).rstrip('/')}/manifest.json", err=True)

@@ -42,7 +42,8 @@ class _Lines:
             size = next((f"{self.n / f:.1f} {u}" for f, u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
                          if self.n >= f), f"{self.n} B")
         else:
-            size = f"{self.n:,} {self.unit.strip()}"
+            one = self.unit.strip().removesuffix("s")  # the bars name units either way: "files", "unit"
+            size = f"{self.n:,} {one if self.n == 1 else one + 's'}"
         extra = f", {self.postfix}" if self.postfix else ""
         return f"{self.desc}: {size}{extra}, {time.perf_counter() - self.started:.1f} s"
 

@@ -50,11 +50,19 @@ class BalancedSampler(EpochStream):
             self._cached = (self.epoch, super().indices())
         return self._cached[1]
 
-    def report(self) -> BalanceReport:
-        """This epoch's draws per class and the repeats of classes that ran out: the draws its batches
-        deliver, over every rank (with ``drop_last``, a last partial global step is never drawn)."""
-        layout = self.layout()
-        return self.order.report(layout.position_after(layout.steps), seed=self.seed)
+    def report(self, *, steps: int | None = None) -> BalanceReport:
+        """The draws per class delivered so far in this epoch, and the repeats of classes that ran out,
+        over every rank (each takes as many batches): those before the start position, then the
+        batches handed over (a resumed ``state_dict`` counts its own), never the draws yet to come.
+
+        ``steps``: count as if every rank had taken ``steps`` batches, as ``position(steps)`` does. A
+        DataLoader with workers takes batches ahead of the loop (``num_workers × prefetch_factor``),
+        so mid-epoch the loop's own count is the exact one there; at the epoch's end both agree."""
+        if steps is not None:
+            return self.order.report(self.layout().position_after(steps), seed=self.seed)
+        saved = self._saved()
+        layout = self.layout(start=saved["start"])
+        return self.order.report(layout.position_after(min(saved["produced"], layout.steps)), seed=self.seed)
 
     def __iter__(self) -> Iterator[list[int]]:
         return (batch.tolist() for batch in self._walk())

@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from shardsmith.core.input_file import InputFile
+from shardsmith.core.text_field import no_text_column
 from shardsmith.errors import DataError, UsageError
 from shardsmith.kit.reader import BadRecord, Reader, Task
 
@@ -27,12 +28,13 @@ class ParquetReader(Reader):
     holds = "rows"
     events_variant = "parquet-events"
 
-    def __init__(self, *, columns: list[str] | None = None) -> None:
+    def __init__(self, *, columns: list[str] | None = None, text_field: str | None = None) -> None:
         self.columns = columns
+        self.text_field = text_field  # the one column read for --text-field: a missing one names the option
 
     @classmethod
     def for_text(cls, field: str) -> ParquetReader:
-        return cls(columns=[field])
+        return cls(columns=[field], text_field=field)
 
     @classmethod
     def wants_events(cls, opts: Any) -> bool:
@@ -70,7 +72,9 @@ class ParquetReader(Reader):
         names = pf.schema_arrow.names
         missing = [c for c in self.columns or [] if c not in names]
         if missing:
-            raise DataError(file=task.file.rel, reason=f"no column {missing[0]!r} (columns: {', '.join(names)})")
+            reason = (no_text_column(missing[0], names) if missing[0] == self.text_field
+                      else f"no column {missing[0]!r} (columns: {', '.join(names)})")
+            raise DataError(file=task.file.rel, reason=reason)
         try:
             table = pf.read_row_group(task.start, columns=self.columns)
         except Exception as exc:  # pyarrow raises ArrowInvalid/OSError for corrupt pages
