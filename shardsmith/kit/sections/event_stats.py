@@ -95,6 +95,8 @@ def _multiplicity(sample: EventSample, said: str) -> Section:
                "values per event") for c, v in counts.items()]
     section.figures.append(figures.hist_grid("multiplicity", title="Multiplicity: values per event, per counter",
                                              panels=panels[:MAX_PANELS], ylabel="events", cols=min(3, len(panels))))
+    if len(panels) > MAX_PANELS:
+        section.notes.append(f"The first {MAX_PANELS} of {len(panels)} counters are drawn; every one is in the table.")
     return section
 
 
