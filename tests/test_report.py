@@ -214,6 +214,10 @@ def test_events_report_fields_constant_fields_and_unknown_names(tmp_path):
     assert "Drawn: the fields --fields names (2 of 10)" in page
     res = run_cli("inspect", out, "--report", tmp_path / "r2", "--fields", "zenith,nope")
     assert res.exit_code == 2 and "--fields: no field 'nope' in these events (fields: event_id" in res.stderr
+    for shard in out.glob("*.h5"):  # the names are checked from the manifest, before any event is read
+        shard.write_bytes(b"")
+    res = run_cli("inspect", out, "--report", tmp_path / "r3", "--fields", "nope")
+    assert res.exit_code == 2 and res.stderr.startswith("shardsmith: error: --fields: no field 'nope'"), res.stderr
 
 
 def test_log_bins_of_whole_numbers_hold_whole_runs_that_never_shrink():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,6 +27,17 @@ def check_fields(fields: tuple[str, ...] | None, *, holds: str, what: str) -> No
         raise UsageError(f"--fields chooses the event fields a report draws; {what}, not events")
 
 
+def _check_names(manifest: dict[str, Any], fields: tuple[str, ...]) -> None:
+    from shardsmith.core.events import EventSchema
+    from shardsmith.kit.sections.event_stats import check_field_names
+
+    try:
+        schema = EventSchema.from_json(manifest["schema"])
+    except (KeyError, TypeError, ValueError):  # a plugin format's own schema: its report's event_sections checks
+        return
+    check_field_names(schema, fields)
+
+
 def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int,
                    fields: tuple[str, ...] | None = None) -> Path:
     from shardsmith.kit.sections.model import Sampling
@@ -36,8 +48,9 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int,
     m = manifest_io.load(out)
     fmt = registry.format_of(m, where=str(out))
     reader = registry.loaded("source").get(str((m.get("source") or {}).get("reader")))
-    if reader is not None:  # a reader no longer installed: event_sections still checks the names
+    if fields is not None and reader is not None:  # before any event is read (else event_sections checks)
         check_fields(fields, holds=reader.holds, what=f"{out.name} is a {fmt.name} dataset of {reader.name} {reader.holds}")
+        _check_names(m, fields)
     sampling = Sampling(seed=seed, seq_len=seq_len, fields=fields)
     cleaned = cleaning_section(m)
     sections = [splits_section(m, unit=fmt.sample_unit), *([cleaned] if cleaned else []), *fmt.report(out, m, sampling)]
