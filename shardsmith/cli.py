@@ -256,6 +256,8 @@ def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | 
     from shardsmith.core.urls import is_url
     from shardsmith.errors import UsageError
 
+    if fields is not None and report is None:
+        raise UsageError("--fields chooses the fields a report draws: give --report DIR too")
     if len(paths) == 1 and is_url(paths[0]) and report is None:  # a dataset at a URL
         from shardsmith.commands.inspect import run as run_inspect
 

@@ -214,3 +214,96 @@ def test_events_report_fields_constant_fields_and_unknown_names(tmp_path):
     assert "Drawn: the fields --fields names (2 of 10)" in page
     res = run_cli("inspect", out, "--report", tmp_path / "r2", "--fields", "zenith,nope")
     assert res.exit_code == 2 and "--fields: no field 'nope' in these events (fields: event_id" in res.stderr
+    for shard in out.glob("*.h5"):  # the names are checked from the manifest, before any event is read
+        shard.write_bytes(b"")
+    res = run_cli("inspect", out, "--report", tmp_path / "r3", "--fields", "nope")
+    assert res.exit_code == 2 and res.stderr.startswith("shardsmith: error: --fields: no field 'nope'"), res.stderr
+
+
+def test_log_bins_of_whole_numbers_hold_whole_runs_that_never_shrink():
+    """Lengths and byte counts on a log axis: rounded geometric edges gave bins of 1 and 2 values
+    by turns (bars alternating by 2x) and, unrounded, bins between two integers (gaps)."""
+    from shardsmith.kit.sections.figures import log_grid_edges
+
+    for lo, hi in [(1, 29), (7, 230), (1, 2_000_000), (200, 10_000), (2_107, 2_156)]:
+        edges = log_grid_edges(lo, hi, 1.0, 50)
+        widths = np.diff(edges)
+        assert edges[0] == lo - 0.5 and edges[-1] == hi + 0.5, (lo, hi)
+        assert np.all(edges == np.round(edges - 0.5) + 0.5), (lo, hi)  # between integers, never on one
+        assert np.all(widths[:-1] >= 1) and np.all(np.diff(widths[:-1]) >= 0), (lo, hi, widths)
+        assert len(widths) <= 52, (lo, hi, len(widths))
+    assert np.array_equal(log_grid_edges(1, 29, 1.0, 50), np.arange(30) + 0.5)  # few values: one bin each
+    mb = log_grid_edges(0.002107, 0.002156, 1e-6, 50)  # bytes as MB: the same grid, scaled
+    assert np.allclose(mb * 1e6, log_grid_edges(2_107, 2_156, 1.0, 50))
+
+
+def _axes():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
+
+
+@pytest.mark.parametrize("lo,hi", [(7, 1024), (1, 2_000_000), (200, 10_000), (2_107, 2_156), (0.3, 0.9)])
+def test_log_axes_have_tick_labels_that_do_not_run_into_each_other(lo, hi):
+    from shardsmith.kit.sections.figures import _hist_into
+
+    fig, ax = _axes()
+    values = np.geomspace(lo, hi, 500)
+    _hist_into(ax, np.round(values) if lo >= 1 else values, bins=50, log_x=True)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    shown = [t for t in ax.get_xticklabels(minor=False) + ax.get_xticklabels(minor=True)
+             if t.get_text() and t.get_visible() and lo * 0.9 <= t.get_position()[0] <= hi * 1.1]
+    assert len(shown) >= 2, [t.get_text() for t in shown]
+    boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [t.get_text() for t in shown]
+
+
+def test_one_value_is_one_labelled_bar_and_whole_numbers_get_whole_ticks():
+    from shardsmith.kit.sections.figures import _hist_into
+
+    fig, ax = _axes()
+    _hist_into(ax, np.full(50, 256.0), bins=50, log_x=True)
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["256"]  # not -0.4 ... 0.6 around a bin of width 1
+    assert [t.get_text() for t in ax.texts] == ["all 50 values are 256"]
+    fig, ax = _axes()
+    _hist_into(ax, np.random.default_rng(0).integers(0, 7, 300).astype(np.float64), bins=50, log_x=False)
+    fig.canvas.draw()
+    ticks = [t.get_position()[0] for t in ax.get_xticklabels() if t.get_text()]
+    assert ticks and all(t == round(t) for t in ticks)
+    assert len(ax.patches) == 7 and all(p.get_width() == 1 for p in ax.patches)  # a bar per integer, centred
+
+
+def test_event_fields_constant_ones_as_text_and_the_ones_left_out_named():
+    from shardsmith.core.events import EventSchema
+    from shardsmith.kit.sections.event_stats import MAX_PANELS, EventSample, event_sections
+
+    names = [f"f{i:02d}" for i in range(MAX_PANELS + 2)] + ["flat"]
+    sample = EventSample(schema=EventSchema.from_json({n: {"dtype": "<f4", "shape": [], "ragged": False}
+                                                       for n in names}))
+    rng = np.random.default_rng(0)
+    columns = {n: rng.normal(size=40).astype(np.float32) for n in names}
+    columns["flat"] = np.full(40, 3.0, np.float32)
+    sample.add(40, columns, {})
+    (fields,) = [s for s in event_sections(sample, said="40 events.") if s.title == "Fields"]
+    notes = " ".join(fields.notes)
+    assert "Constant in the events read (not drawn): flat = 3." in notes
+    assert f"2 fields are not drawn ({MAX_PANELS} at most): f24, f25." in notes and "--fields" in notes
+    assert len(fields.figures) == 2 and len(fields.tables[0].rows) == len(names)  # 12 + 12 panels; all in the table
+    (chosen,) = [s for s in event_sections(sample, said="", fields=("f25", "flat")) if s.title == "Fields"]
+    assert len(chosen.figures) == 1 and "flat = 3." in " ".join(chosen.notes)
+    assert "Drawn: the fields --fields names (2 of 27)" in " ".join(chosen.notes)
+
+
+def test_fields_only_with_a_report_of_events(corpus: Path, tmp_path: Path) -> None:
+    res = run_cli("inspect", corpus, "--fields", "text")
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        "shardsmith: error: --fields chooses the fields a report draws: give --report DIR too"]
+    res = run_cli("inspect", corpus, "--report", tmp_path / "r", "--fields", "text")
+    assert res.exit_code == 2 and res.stderr.strip().splitlines() == [
+        "shardsmith: error: --fields chooses the event fields a report draws; these jsonl inputs hold rows, not events"]
+    assert not (tmp_path / "r").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -20,6 +21,23 @@ def is_dataset(paths: tuple[str, ...]) -> bool:
     return len(paths) == 1 and (Path(paths[0]) / manifest_mod.MANIFEST).is_file()
 
 
+def check_fields(fields: tuple[str, ...] | None, *, holds: str, what: str) -> None:
+    """``--fields`` names the event fields to draw: given for images, rows or tokens it would be ignored."""
+    if fields is not None and holds != "events":
+        raise UsageError(f"--fields chooses the event fields a report draws; {what}, not events")
+
+
+def _check_names(manifest: dict[str, Any], fields: tuple[str, ...]) -> None:
+    from shardsmith.core.events import EventSchema
+    from shardsmith.kit.sections.event_stats import check_field_names
+
+    try:
+        schema = EventSchema.from_json(manifest["schema"])
+    except (KeyError, TypeError, ValueError):  # a plugin format's own schema: its report's event_sections checks
+        return
+    check_field_names(schema, fields)
+
+
 def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int,
                    fields: tuple[str, ...] | None = None) -> Path:
     from shardsmith.kit.sections.model import Sampling
@@ -29,6 +47,10 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int,
     need_matplotlib()
     m = manifest_io.load(out)
     fmt = registry.format_of(m, where=str(out))
+    reader = registry.loaded("source").get(str((m.get("source") or {}).get("reader")))
+    if fields is not None and reader is not None:  # before any event is read (else event_sections checks)
+        check_fields(fields, holds=reader.holds, what=f"{out.name} is a {fmt.name} dataset of {reader.name} {reader.holds}")
+        _check_names(m, fields)
     sampling = Sampling(seed=seed, seq_len=seq_len, fields=fields)
     cleaned = cleaning_section(m)
     sections = [splits_section(m, unit=fmt.sample_unit), *([cleaned] if cleaned else []), *fmt.report(out, m, sampling)]
@@ -57,6 +79,7 @@ def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, s
         reader = cls()
     except TypeError as exc:  # a source that needs convert's options to be made
         raise UsageError(f"source {source!r} cannot be read without its conversion options ({exc})") from None
+    check_fields(fields, holds=reader.holds, what=f"these {reader.name} inputs hold {reader.holds}")
     files = discover(list(paths), suffixes=reader.suffixes)
     sampling = Sampling(seed=seed, fields=fields)
     sections = reader.report(files, sampling)

@@ -60,14 +60,19 @@ class EventSample:
         self.add(n, columns, offsets)
 
 
-def event_sections(sample: EventSample, *, said: str, fields: tuple[str, ...] | None = None) -> list[Section]:
-    """Multiplicity, per-field histograms and categorical balance; ``said``: what was read, for the notes;
-    ``fields``: the fields to draw (``inspect --report --fields``; None: every one up to ``MAX_PANELS``)."""
-    known = [f.name for f in sample.schema.fields]
+def check_field_names(schema: EventSchema, fields: tuple[str, ...] | None) -> None:
+    """``--fields`` names fields of these events, or the error lists them (before a dataset's events are read)."""
+    known = [f.name for f in schema.fields]
     unknown = [f for f in fields or () if f not in known]
     if unknown:
         raise UsageError(f"--fields: no field {', '.join(map(repr, unknown))} in these events (fields: "
                          f"{', '.join(known)})")
+
+
+def event_sections(sample: EventSample, *, said: str, fields: tuple[str, ...] | None = None) -> list[Section]:
+    """Multiplicity, per-field histograms and categorical balance; ``said``: what was read, for the notes;
+    ``fields``: the fields to draw (``inspect --report --fields``; None: every one up to ``MAX_PANELS``)."""
+    check_field_names(sample.schema, fields)
     sections = []
     if sample.multiplicity:
         sections.append(_multiplicity(sample, said))
@@ -95,6 +100,8 @@ def _multiplicity(sample: EventSample, said: str) -> Section:
                "values per event") for c, v in counts.items()]
     section.figures.append(figures.hist_grid("multiplicity", title="Multiplicity: values per event, per counter",
                                              panels=panels[:MAX_PANELS], ylabel="events", cols=min(3, len(panels))))
+    if len(panels) > MAX_PANELS:
+        section.notes.append(f"The first {MAX_PANELS} of {len(panels)} counters are drawn; every one is in the table.")
     return section
 
 

@@ -89,35 +89,76 @@ def grid_edges(lo: float, hi: float, step: float, bins: int) -> np.ndarray:
     """Bin edges for data on a grid of ``step``: each bin holds the same number of grid values, centred
     on them, so no bin gets an extra one (a spike) and none gets none (a gap)."""
     values = int(round((hi - lo) / step)) + 1
-    width = max(1, -(-values // bins)) * step  # ceil(values / bins) grid values a bin
-    return np.arange(lo - step / 2, hi + width, width)
+    per_bin = max(1, -(-values // bins))  # ceil(values / bins) grid values a bin
+    starts = lo - step / 2 + np.arange(-(-values // per_bin)) * per_bin * step
+    return np.append(starts, hi + step / 2)  # the last bin ends at the last value: narrower, not emptier
+
+
+def log_grid_edges(lo: float, hi: float, step: float, bins: int) -> np.ndarray:
+    """Logarithmic bins for multiples of ``step`` (lengths, bytes), about ``bins`` of them: each holds
+    a whole run of grid values, centred on them, and never fewer than the bin before it. Rounded
+    geometric edges hold 1 and 2 values by turns where the bins are a value or two wide: false spikes."""
+    a, b = int(round(lo / step)), int(round(hi / step))
+    if b - a + 1 <= bins:  # few values: one bin each
+        return (np.arange(a, b + 2) - 0.5) * step
+    grow = ((b + 1) / a) ** (1 / bins) - 1
+    edges, k, width = [a - 0.5], a, 1
+    while k <= b:
+        width = max(width, int(round(k * grow)))
+        k += width
+        edges.append(min(k, b + 1) - 0.5)  # the last bin ends at the last value: narrower, not emptier
+    return np.asarray(edges) * step
 
 
 def _hist_into(ax: Any, v: np.ndarray, *, bins: int, log_x: bool) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     if not len(v):
         ax.text(0.5, 0.5, "no values", ha="center", va="center", transform=ax.transAxes)
         return
     lo, hi = float(v.min()), float(v.max())
-    if log_x and lo > 0 and hi > lo:
-        from matplotlib.ticker import FuncFormatter, NullFormatter
-
-        ax.hist(v, bins=np.geomspace(lo, hi, bins + 1), color="#4477aa")
-        ax.set_xscale("log")  # plain tick labels: mathtext (10^2) is off
-        plain = FuncFormatter(lambda x, _: f"{x:,.0f}" if x >= 1 else f"{x:g}")
-        ax.xaxis.set_major_formatter(plain)
-        # within a decade or two there is one major tick or none: then the minor ticks carry the labels
-        ax.xaxis.set_minor_formatter(plain if hi / lo < 100 else NullFormatter())
-    elif hi > lo and (step := grid_step(v)) is not None:  # counts, ids, flags, positions on a grid
-        from matplotlib.ticker import MaxNLocator
-
+    step = grid_step(v) if hi > lo else None
+    if hi == lo:  # one value: one bar at it, labelled (a bin of width 1 put ticks at -0.4 and 0.6)
+        ax.bar([lo], [len(v)], width=max(abs(lo), 1.0) * 0.1, color="#4477aa")
+        ax.margins(x=4.5, y=0.15)  # a bar a tenth of the axis wide, room above it for the words
+        ax.set_xticks([lo], [_plain(lo)])
+        said = f"all {len(v):,} values are {_plain(lo)}" if len(v) > 1 else f"one value: {_plain(lo)}"
+        ax.text(0.5, 0.97, said, ha="center", va="top", transform=ax.transAxes, fontsize=8)
+    elif log_x and lo > 0:
+        whole = step is not None and np.allclose(v / step, np.round(v / step), rtol=0, atol=1e-3)
+        edges = log_grid_edges(lo, hi, step, bins) if whole else np.geomspace(lo, hi, bins + 1)
+        ax.hist(v, bins=edges, color="#4477aa")
+        ax.set_xscale("log")
+        _log_ticks(ax)
+    elif step is not None:  # counts, ids, flags, positions on a grid
         ax.hist(v, bins=grid_edges(lo, hi, step, bins), color="#4477aa")
         if step == round(step):  # whole numbers: no tick at 2.5
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
     else:
-        ax.hist(v, bins=bins if hi > lo else 1, color="#4477aa")
-    from matplotlib.ticker import MaxNLocator
-
+        ax.hist(v, bins=bins, color="#4477aa")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts: never "0.2 files"
+
+
+def _plain(x: float) -> str:
+    """A number as a person writes it: 2,048, 0.5, 3e-07 (mathtext is off, so no 10^x)."""
+    return f"{x:,.0f}" if abs(x) >= 1 and x == round(x) else f"{x:.3g}"
+
+
+def _log_ticks(ax: Any) -> None:
+    """Labels on a logarithmic axis, as many as fit: every tick within a decade, 1-2-5 within a few,
+    the decades alone beyond (a minor tick label at each of 2..9 ran into its neighbours)."""
+    from matplotlib.ticker import FuncFormatter
+
+    def label(x: float, _: Any) -> str:
+        lo, hi = sorted(ax.get_xlim())
+        decades = np.log10(hi / lo) if lo > 0 else 99.0
+        if decades <= 1.2:
+            return _plain(x)
+        lead = int(round(x / 10 ** np.floor(np.log10(x) + 1e-9))) if x > 0 else 0
+        return _plain(x) if lead in ((1, 2, 5) if decades <= 2.5 else (1,)) else ""
+
+    ax.xaxis.set_major_formatter(FuncFormatter(label))
+    ax.xaxis.set_minor_formatter(FuncFormatter(label))
 
 
 def scatter(name: str, *, title: str, x: np.ndarray, y: np.ndarray, xlabel: str, ylabel: str) -> Figure:
@@ -133,6 +174,10 @@ def scatter(name: str, *, title: str, x: np.ndarray, y: np.ndarray, xlabel: str,
         if len(counts) <= 30:
             for (px, py), c in zip(pairs, counts):
                 ax.annotate(f"{c:,}", (px, py), ha="center", va="center", fontsize=7)
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # pixels: never "38.5"
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set(title=f"{title}: {len(x):,} samples, {len(counts):,} distinct (area: count)", xlabel=xlabel,
                ylabel=ylabel)
 
