@@ -78,6 +78,15 @@ def verdict(label: str, ok: bool, detail: str) -> None:
     print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
 
 
+KEY = "  KEY   "  # the prefix of a headline figure's line: bench/suite.py shows these lines in its table
+
+
+def key_figure(label: str, value: str) -> None:
+    """Print one headline figure (a ratio to the peer tool or the limit) of a benchmark without a
+    PASS/FAIL goal, so that `make bench` can show it beside the verdicts of the others."""
+    print(f"{KEY}{label}: {value}")
+
+
 def run_children(cmds: list[list[str]], log: Path, env: dict[str, str] | None = None
                  ) -> tuple[float, float, list[str]]:
     """Run ``cmds`` side by side: wall seconds until the last exits, user + system CPU seconds of
