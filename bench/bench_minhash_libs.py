@@ -50,6 +50,7 @@ import xxhash
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
+from harness import key_figure  # noqa: E402
 
 NGRAM = 5
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -244,8 +245,10 @@ def main() -> None:
     print(f"{'method':<11} {'perm':>4} {'sign_s':>7} {'docs/s':>8} {'MB/s':>7} {'MB/s+sh':>7} {'cpu/wall':>8}"
           f" {'bias':>7} {'MAE':>6} {'RMSE':>6} {'max':>6} {'det':>4}")
     for p in perms:
+        speed = {}
         for m in methods:
             sig, t_in, t_sign, c_sign = sign(m, docs, p, args.seed)
+            speed[m] = mb / (t_sign + t_in)
             sa = sign(m, left, p, args.seed)[0]
             sb = sign(m, right, p, args.seed)[0]
             err = (sa == sb).mean(axis=1) - jac
@@ -254,6 +257,9 @@ def main() -> None:
                   f" {mb / (t_sign + t_in):>7.1f} {c_sign / t_sign:>8.2f} {err.mean():>+7.4f} {np.abs(err).mean():>6.4f}"
                   f" {np.sqrt((err ** 2).mean()):>6.4f}"
                   f" {np.abs(err).max():>6.3f} {det:>4}", flush=True)
+        fastest = max(speed, key=speed.get)
+        key_figure(f"signatures, {p} permutations", f"{fastest} fastest at {speed[fastest]:.1f} MB/s with shingling"
+                   + ("".join(f"; {speed[fastest] / v:.1f}x {m}'s" for m, v in speed.items() if m == "datasketch")))
         print(f"{'(theory)':<11} {p:>4} {'':>7} {'':>8} {'':>7} {'':>7} {'':>8} {'':>7} {'':>6}"
               f" {np.sqrt((jac * (1 - jac) / p).mean()):>6.4f}  RMSE sqrt(J(1-J)/P)")
     for p in perms:

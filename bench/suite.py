@@ -69,7 +69,7 @@ SUITE = (
           anchors=("datatrove", "megatron.core")),
     Bench("convert", ("--n", "400", "--aug-n", "100", "--repeat", "1"), needs=("PIL", "simplejpeg", "webdataset", "wids"),
           anchors=("streaming", "litdata")),
-    Bench("tar_loader", ("--samples", "2000", "--repeat", "1"), work=None, needs=("webdataset", "wids")),
+    Bench("tar_loader", ("--samples", "2000", "--repeat", "1"), work=None, needs=("webdataset",), anchors=("wids",)),
     Bench("events", ("--events", "20000", "--gzip-events", "5000", "--seconds", "0.3", "--repeat", "1"),
           needs=("uproot", "awkward")),
     Bench("memmap", ("--events", "20000", "--repeat", "1"), needs=("uproot", "awkward")),
@@ -80,8 +80,8 @@ SUITE = (
     Bench("resume", ("--samples", "100000", "--repeat", "1"), work=None, needs=("torch", "torchdata")),
     Bench("augment", ("--images", "50", "--rounds", "1"), work=None, needs=("PIL", "simplejpeg")),
     Bench("crash_safety", ("--repeat", "1"), needs=("PIL",)),
-    Bench("dedup", ("--mb", "5", "--sample-mb", "2", "--only", "shardsmith,cost,decon"), anchors=("datatrove",),
-          note="datatrove's rows at full size (--only datatrove,shardsmith,cost,decon)"),
+    Bench("dedup", ("--mb", "5", "--sample-mb", "2", "--only", "shardsmith,cost,decon"),
+          note="no datatrove row (at full size, from its own venv: bench/README.md, 'Dedup and decontamination')"),
     Bench("minhash_core", ("--mb", "2", "--pairs", "200"), work=None, needs=("xxhash",)),
     Bench("minhash_libs", ("--mb", "2", "--pairs", "200", "--num-perm", "128"), work=None, needs=("xxhash",),
           anchors=("datasketch",)),
@@ -89,9 +89,9 @@ SUITE = (
     Bench("scaling", ("--sizes", "0.005,0.02"), needs=("matplotlib",)),
     Bench("executors", ("--mb", "10", "--ranks", "2", "--executors", "local,dask", "--only", "tokens"),
           needs=("distributed",), anchors=("ray",),
-          note="Ray's rows at full size (--executors local,dask,ray: a Ray head on this machine)"),
+          note="no Ray rows (at full size: --executors local,dask,ray starts a Ray head here)"),
     Bench("gpu_feed", ("--images", "2000", "--steps", "20"), needs=("torch", "PIL", "simplejpeg"),
-          anchors=("torchvision",), unless="cuda", note="DALI's row is left out (its wheel is too big to carry)"),
+          anchors=("torchvision",), unless="cuda", note="no DALI row (its wheel is too big to carry to the device)"),
 )
 BY_NAME = {b.name: b for b in SUITE}
 
@@ -132,7 +132,7 @@ def choose(only: str) -> list[Bench]:
     return [BY_NAME[n] for n in names] if names else list(SUITE)
 
 
-def figures(text: str, width: int = 110) -> list[str]:
+def figures(text: str, width: int = 120) -> list[str]:
     """A log's verdict and headline-figure lines (harness.verdict, harness.key_figure), cut to ``width``."""
     lines = [line.strip() for line in text.splitlines() if line.startswith(MARKS)]
     return [line if len(line) <= width else line[:width - 3] + "..." for line in lines]
@@ -169,19 +169,19 @@ def run_one(bench: Bench, out: Path, *, timeout: float, keep: bool = False) -> d
         last = [line for line in text.strip().splitlines() if line.strip()][-1:]
         status, detail = "failed", f"exit {code}: {last[0][:100] if last else ''}"
     else:
-        status, detail = "ok", f"{passed} PASS, {failed} FAIL" if passed or failed else "figures below"
+        status, detail = "ok", f"{passed} PASS, {failed} FAIL" if passed or failed else \
+            "figures below" if KEY in text else "figures in the log"
     if peers := missing_anchors(bench):
         detail += f"; not installed: {', '.join(peers)}"
-    if bench.note and status == "ok":
-        detail += f"; {bench.note}"
-    return {"status": status, "detail": detail, "seconds": seconds, "figures": figures(text) if code == 0 else [],
+    shown = (figures(text) if code == 0 else []) + ([f"NOTE  quick run: {bench.note}"] if bench.note else [])
+    return {"status": status, "detail": detail, "seconds": seconds, "figures": shown,
             "log": str(log.relative_to(HERE.parent)) if log.is_relative_to(HERE.parent) else str(log)}
 
 
 def row(name: str, r: dict[str, object]) -> str:
     """The table's lines for one benchmark: status, wall time, detail, log; then its figures, indented."""
     head = f"{name:<14} {r['status']:<8} {r['seconds']:>7.1f} s  {r['detail']}" + (f"  [{r['log']}]" if r["log"] else "")
-    return "\n".join([head, *(f"{'':<34}{line}" for line in r["figures"])])
+    return "\n".join([head, *(f"      {line}" for line in r["figures"])])
 
 
 def main() -> None:

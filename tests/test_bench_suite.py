@@ -39,8 +39,10 @@ def test_one_benchmark_runs_through_the_suite_into_its_folder(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     table = res.stdout.split("figures\n", 1)[1]
     assert table.startswith("minhash_core   ok"), res.stdout
+    assert "\n      KEY   band_keys (normalize, 5-grams, sign, bands): " in table, res.stdout  # its headline figures
     log = (tmp_path / "minhash_core.log").read_text()
     assert log.startswith("$ ") and "bench_minhash_core.py" in log.splitlines()[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["minhash_core.log"]  # its temporary folder was in here, and is gone
 
 
 def _imports(path: Path, *, top_level: bool) -> set[str]:
