@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -72,6 +73,21 @@ def anchor_python(module: str) -> str | None:
 
 
 NOT_INSTALLED = "not installed here (bash bench/anchors/setup.sh)"
+
+
+def comparable(name: str, data: bytes) -> bytes:
+    """A dataset file's bytes less what names the run that wrote it: manifest.json without `created`,
+    `command` and `run` (its identity), the README.md card without its "## Command" section (the
+    command line names the output). Two runs of a job into different outputs (a folder and s3://, one
+    process and W ranks) must agree on the rest."""
+    if name == "manifest.json":
+        manifest = json.loads(data)
+        for key in ("created", "command", "run"):
+            manifest.pop(key, None)
+        return json.dumps(manifest, sort_keys=True).encode()
+    if name == "README.md":
+        return re.sub(rb"## Command\n\n```\n.*?\n```\n", b"", data, flags=re.S)
+    return data
 
 
 def verdict(label: str, ok: bool, detail: str) -> None:

@@ -36,9 +36,12 @@ INSTALL = {"datatrove": ANCHOR_SETUP, "streaming": ANCHOR_SETUP, "litdata": ANCH
            "PIL": "pip install -e '.[images]'", "simplejpeg": "pip install -e '.[images]'",
            "webdataset": "pip install -e '.[webdataset]'", "matplotlib": "pip install -e '.[report]'",
            "distributed": "pip install -e '.[dask]'", "ray": "pip install -e '.[ray]'",
-           "datasketch": "pip install datasketch", "xxhash": "pip install xxhash",
+           "datasketch": "pip install datasketch", "xxhash": "pip install xxhash", "moto": DEV, "boto3": DEV,
+           "s3fs": "pip install -e '.[s3]'",
            # the release built for the dev extra's torch==2.13.0 (a later one would replace torch)
            "torchvision": "pip install torchvision==0.28.0"}
+# the venv's scripts first, as in an activated venv (bench/stream_loader.py starts moto_server from PATH)
+PATH = os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", "")))
 MARKS = ("  PASS  ", "  FAIL  ", KEY)  # the lines of a benchmark's log that the table shows
 
 
@@ -58,10 +61,11 @@ class Bench:
     anchors: tuple[str, ...] = ()  # peer tools it compares with, when installed (else its rows say "not installed")
     unless: str = ""               # "cuda": runs only where torch sees a GPU
     note: str = ""                 # what the quick run leaves out of the full one
+    file: str = ""                 # its script when not bench_{name}.py
 
     @property
     def script(self) -> Path:
-        return HERE / f"bench_{self.name}.py"
+        return HERE / (self.file or f"bench_{self.name}.py")
 
 
 SUITE = (
@@ -90,10 +94,25 @@ SUITE = (
     Bench("executors", ("--mb", "10", "--ranks", "2", "--executors", "local,dask", "--only", "tokens"),
           needs=("distributed",), anchors=("ray",),
           note="no Ray rows (at full size: --executors local,dask,ray starts a Ray head here)"),
+    Bench("s3_inputs", ("--mb", "5", "--images", "200", "--repeat", "1"), work="--work", file="s3_inputs.py",
+          needs=("moto", "boto3", "s3fs")),
+    Bench("s3_outputs", ("--mb", "5", "--shard-bytes", "1MB", "--shard-tokens", "256K"), file="s3_outputs.py",
+          needs=("moto", "boto3", "s3fs")),
+    Bench("stream_loader", ("--mb", "5", "--shard-bytes", "500KB", "--random", "100"), work=None, file="stream_loader.py",
+          needs=("moto", "boto3", "s3fs", "torch"), anchors=("webdataset",)),
     Bench("gpu_feed", ("--images", "2000", "--steps", "20"), needs=("torch", "PIL", "simplejpeg"),
           anchors=("torchvision",), unless="cuda", note="no DALI row (its wheel is too big to carry to the device)"),
 )
 BY_NAME = {b.name: b for b in SUITE}
+# the other scripts of bench/, and why the suite does not run them
+NOT_RUN = {"ab_versions": "two checkouts side by side (--base PATH)",
+           "campaign_signals": "a count of outcomes under signals, not a measure of speed",
+           "campaign_storage": "a count of outcomes under kills and races, not a measure of speed",
+           "profile_events": "profiles one command that you give it",
+           "dedup_floor": "a floor measured on a corpus file that you give it",
+           "dedup_datatrove": "datatrove's side of bench_dedup, run from its venv",
+           **dict.fromkeys(("harness", "corpus", "images", "chat_data", "planted", "make_tokenizers", "suite"),
+                           "a helper of the benchmarks")}
 
 
 def has(module: str) -> bool:
@@ -154,7 +173,7 @@ def run_one(bench: Bench, out: Path, *, timeout: float, keep: bool = False) -> d
         fh.flush()
         try:
             code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout, cwd=HERE.parent,
-                                  env={**os.environ, "TMPDIR": str(tmp)}).returncode
+                                  env={**os.environ, "TMPDIR": str(tmp), "PATH": PATH}).returncode
         except subprocess.TimeoutExpired:
             code = None
     if not keep:  # the log holds the figures; the work folders of quick runs are not worth their disk
@@ -193,10 +212,14 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep each benchmark's work folder (default: its log only)")
     args = ap.parse_args()
     chosen = choose(args.only)
+    args.out = args.out.resolve()  # the benchmarks run from the repository root
     if args.list:
         for b in chosen:
             peers = missing_anchors(b)
             print(f"{b.name:<14} {why_not(b) or 'runs here'}" + (f"; not installed: {', '.join(peers)}" if peers else ""))
+        if not args.only:
+            print("\nnot run by the suite:\n" + "\n".join(f"{name:<17} {why}" for name, why in NOT_RUN.items()
+                                                           if why != NOT_RUN["harness"]))
         return
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, object]] = {}
