@@ -4,6 +4,7 @@ one end to end."""
 from __future__ import annotations
 
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -103,3 +104,19 @@ def test_the_table_shows_verdicts_and_headline_figures():
     log = "noise\n  PASS  issue 2: >= 50 MB/s end to end: 61.0 MB/s\n  KEY   order build: 12.0x megatron's\n  x  PASS\n"
     assert suite.figures(log) == ["PASS  issue 2: >= 50 MB/s end to end: 61.0 MB/s", "KEY   order build: 12.0x megatron's"]
     assert suite.figures("  KEY   " + "x" * 200, width=20) == ["KEY   " + "x" * 11 + "..."]
+
+
+def test_outputs_compare_without_what_names_their_run():
+    from harness import comparable
+
+    card = "# ds\n\n## Command\n\n```\nshardsmith pack-tokens IN -o {out}\n```\n\n## Splits\n\n{n} samples\n"
+    assert comparable("README.md", card.format(out="a", n=3).encode()) == \
+        comparable("README.md", card.format(out="s3://b/a", n=3).encode())
+    assert comparable("README.md", card.format(out="a", n=3).encode()) != \
+        comparable("README.md", card.format(out="a", n=4).encode())
+    manifest = {"created": "t1", "command": ["-o", "a"], "run": {"id": "x"}, "splits": {"train": 3}}
+    same = {**manifest, "created": "t2", "command": ["-o", "s3://b/a"], "run": {"id": "y"}}
+    assert comparable("manifest.json", json.dumps(manifest).encode()) == comparable("manifest.json", json.dumps(same).encode())
+    assert comparable("manifest.json", json.dumps(manifest).encode()) != \
+        comparable("manifest.json", json.dumps({**manifest, "splits": {"train": 4}}).encode())
+    assert comparable("train-000000.tar", b"bytes") == b"bytes"
