@@ -3,11 +3,13 @@
     python bench/suite.py [--only mix,pack_tokens] [--out build/bench] [--list]
     make bench [BENCH=mix,pack_tokens]
 
-Each benchmark runs as its own process with its work folder under ``--out`` (never /tmp), its whole
-output in ``OUT/NAME.log``; a line per benchmark as it ends (status, wall time, its PASS/FAIL verdicts)
-and the table again at the end, with the peer tools ("anchors") that are missing here and the command
-that installs them. The sizes are small (a few minutes in all on 2 cores): the figures of record come
-from the full-size runs that bench/README.md gives, on an idle machine.
+Each benchmark runs as its own process with its work folder and tempfile's folder under ``--out`` (never
+/tmp), its whole output in ``OUT/NAME.log``; its rows as it ends (status, wall time, its PASS/FAIL
+verdicts and headline figures: harness.verdict, harness.key_figure) and the table again at the end, with
+the peer tools ("anchors") and modules that are missing here and the command that installs them. A
+benchmark that lacks a module it needs, or a GPU, is skipped with the reason. The sizes are small (about
+ten minutes in all on 2 busy cores): the figures of record come from the full-size runs that
+bench/README.md gives, on an idle machine.
 """
 
 from __future__ import annotations
