@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 import simplejpeg
+from harness import verdict
 from PIL import Image
 
 from shardsmith.transforms.augment import Augmenter, parse_augment
@@ -117,6 +118,9 @@ def main() -> None:
         for name, ts in times.items():
             t = statistics.median(ts)
             print(f"  {name:30s} {len(images) / t:8.0f} images/s per core   {t / bare:5.2f}x the bare loop's time")
+        ours = statistics.median(times["Augmenter engine=simplejpeg"])
+        verdict(f"issue 3: --augment {spec} <= 1.2x the bare loop's time", ours <= 1.2 * bare,
+                f"{ours / bare:.2f}x, {len(images) / ours:,.0f} images/s per core")
     print(f"\nload average at end: {os.getloadavg()[0]:.2f}")
 
 

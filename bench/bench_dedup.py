@@ -54,6 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import planted  # noqa: E402
 from bench_pack_tokens import run  # noqa: E402
+from harness import key_figure  # noqa: E402
 
 WORKERS = 2
 DATATROVE_PY = "/work/bench-venvs/datatrove/bin/python"
@@ -338,6 +339,8 @@ def cost_section(ss: Shardsmith, args) -> dict:
         print(f"  {name:<16} {r['wall']:>7.2f} {r['wall_ratio']:>6.3f} {r['bytes'] / 1e6:>8.2f}"
               f" {r['bytes_ratio']:>7.4f} {r['peak_mb']:>8.0f}")
     ss.tokenize_wall = base["wall"]
+    key_figure("cost of cleaning", ", ".join(f"{name} {r['wall_ratio']:.2f}x" for name, r in rows.items()
+                                             if "wall_ratio" in r and r is not base) + " the tokenize-only wall")
     return rows
 
 
@@ -359,6 +362,7 @@ def decon_section(ss: Shardsmith, truth: Truth) -> dict:
     r = {"wall": res.wall, "removed": len(got), "contaminated": len(want), "tp": tp,
          "recall": tp / len(want) if want else 1.0, "precision": tp / len(got) if got else 1.0, "item_matches": item_ok,
          "item_base": base}
+    key_figure("--decontaminate", f"recall {r['recall']:.3f}, precision {r['precision']:.3f}")
     print(f"\n--decontaminate bench.jsonl ({truth.meta['items']} items, planted in {len(want)} documents): "
           f"removed {len(got)}, recall {r['recall']:.4f}, precision {r['precision']:.4f}, "
           f"right item named {item_ok}/{tp} (as its {'1-based line' if base else '0-based index'}), wall {res.wall:.1f} s")
@@ -487,6 +491,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{'':<4}{o.note}")
         share = ", ".join(f"{k} {v:.3f}" for k, v in ev["removed_share"].items() if v is not None)
         print(f"{'':<4}share removed by planted kind: {share}")
+        key_figure(o.tool, f"precision {ev['planted']['precision']:.3f}, recall {ev['planted']['recall']:.3f} (planted); "
+                   + (f"{dt_wall / o.wall:.2f}x datatrove's speed" if dt_wall and o.wall else f"{o.wall:.1f} s"))
         results["tools"][o.tool] = {"wall": o.wall, "peak_mb": o.peak_mb, "removed": len(o.removed), **ev, **o.extra,
                                     "speed_vs_datatrove": (dt_wall / o.wall) if dt_wall and o.wall else None}
     print(f"load at end {os.getloadavg()[0]:.2f}")

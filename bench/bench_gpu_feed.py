@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import code_version  # noqa: E402
+from harness import code_version, key_figure  # noqa: E402
 from images import ensure_imagefolder  # noqa: E402
 
 from shardsmith.core import manifest  # noqa: E402
@@ -414,6 +414,9 @@ def main() -> None:
     print(f"\n{out}\n\nGPU busy: CUDA events around each step, summed, over the measured wall time "
           f"({args.steps} steps after {args.warmup}); on a CPU the step's own clock. "
           f"Total {time.perf_counter() - t0:.0f} s.")
+    for label, r in rows.items():
+        if "per_s" in r:
+            key_figure(label, f"{r['per_s']:,.0f} {r['unit']}, GPU busy {100 * r['busy']:.0f} %")
     report = {"args": {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v)
                        for k, v in vars(args).items()},
               "torch": torch.__version__, "torchvision": tv, "device": gpu, "code": code_version(), "rows": rows}

@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_minhash_libs as libs  # noqa: E402
+from harness import key_figure  # noqa: E402
 
 from shardsmith.kit.minhash import MinHashSpec, band_keys, near_duplicates, signatures  # noqa: E402
 from shardsmith.kit.ngrams import word_ngram_hashes  # noqa: E402
@@ -68,6 +69,7 @@ def main() -> None:
     print(row.format("sign numpy", t, len(docs) / t, mb / t, cpu))
     keys, t, cpu = timed(lambda: band_keys(docs, spec))
     print(row.format("band_keys (all of it)", t, len(docs) / t, mb / t, cpu))
+    key_figure("band_keys (normalize, 5-grams, sign, bands)", f"{mb / t:.1f} MB/s, {len(docs) / t:,.0f} docs/s")
     chunks = lambda: (keys[i:i + 4096] for i in range(0, len(keys), 4096))  # noqa: E731
     with tempfile.TemporaryDirectory() as tmp:
         first, t, cpu = timed(lambda: near_duplicates(chunks, len(docs), spec, memory=1 << 30, tmp_dir=tmp))
@@ -89,6 +91,9 @@ def main() -> None:
         print(f"estimate {name:<6} {len(jac)} pairs J {jac.min():.2f}-{jac.max():.2f}: bias {err.mean():+.4f} "
               f"MAE {np.abs(err).mean():.4f} RMSE {np.sqrt((err ** 2).mean()):.4f} max {np.abs(err).max():.3f} "
               f"(theory k permutations {np.sqrt((jac * (1 - jac) / spec.num_perm).mean()):.4f})")
+        if name == "rensa":
+            key_figure(f"Jaccard estimate, {len(jac)} pairs", f"RMSE {np.sqrt((err ** 2).mean()):.4f} (k permutations' "
+                       f"theory {np.sqrt((jac * (1 - jac) / spec.num_perm).mean()):.4f})")
     kl, kr = band_keys(left, spec), band_keys(right, spec)
     cand = (kl == kr).any(axis=1)
     for lo, hi in ((0.5, 0.7), (0.7, 0.8), (0.8, 0.9), (0.9, 1.01)):

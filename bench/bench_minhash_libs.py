@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -49,6 +50,7 @@ import xxhash
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402
+from harness import key_figure  # noqa: E402
 
 NGRAM = 5
 M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -222,6 +224,10 @@ def main() -> None:
     args = ap.parse_args()
     perms = [int(p) for p in args.num_perm.split(",")]
     methods = args.methods.split(",")
+    if "datasketch" in methods and importlib.util.find_spec("datasketch") is None:  # a peer tool: its row says so
+        methods.remove("datasketch")
+        args.methods = ",".join(methods)
+        print("datasketch: not installed (pip install datasketch)")
     det_docs = load_docs(0.2, seed=7)[:100]
     if args.child:  # determinism check: print one digest per (method, num_perm)
         print(json.dumps({f"{m}/{p}": digest_of(m, det_docs, p, args.seed) for m in methods for p in perms}))
@@ -239,8 +245,10 @@ def main() -> None:
     print(f"{'method':<11} {'perm':>4} {'sign_s':>7} {'docs/s':>8} {'MB/s':>7} {'MB/s+sh':>7} {'cpu/wall':>8}"
           f" {'bias':>7} {'MAE':>6} {'RMSE':>6} {'max':>6} {'det':>4}")
     for p in perms:
+        speed = {}
         for m in methods:
             sig, t_in, t_sign, c_sign = sign(m, docs, p, args.seed)
+            speed[m] = mb / (t_sign + t_in)
             sa = sign(m, left, p, args.seed)[0]
             sb = sign(m, right, p, args.seed)[0]
             err = (sa == sb).mean(axis=1) - jac
@@ -249,6 +257,9 @@ def main() -> None:
                   f" {mb / (t_sign + t_in):>7.1f} {c_sign / t_sign:>8.2f} {err.mean():>+7.4f} {np.abs(err).mean():>6.4f}"
                   f" {np.sqrt((err ** 2).mean()):>6.4f}"
                   f" {np.abs(err).max():>6.3f} {det:>4}", flush=True)
+        fastest = max(speed, key=speed.get)
+        key_figure(f"signatures, {p} permutations", f"{fastest} fastest at {speed[fastest]:.1f} MB/s with shingling"
+                   + ("".join(f"; {speed[fastest] / v:.1f}x {m}'s" for m, v in speed.items() if m == "datasketch")))
         print(f"{'(theory)':<11} {p:>4} {'':>7} {'':>8} {'':>7} {'':>7} {'':>8} {'':>7} {'':>6}"
               f" {np.sqrt((jac * (1 - jac) / p).mean()):>6.4f}  RMSE sqrt(J(1-J)/P)")
     for p in perms:

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_resume import write_tokens  # noqa: E402
-from harness import code_version, median_time  # noqa: E402
+from harness import code_version, key_figure, median_time  # noqa: E402
 
 import shardsmith  # noqa: E402
 from shardsmith.kit.order import epoch_order  # noqa: E402
@@ -93,6 +93,8 @@ def order_rows(n: int, repeat: int) -> None:
           f"-> {t_meg / t_mix:,.0f}x faster")
     print(f"  (mix, all {n:,} located: interleave {t_plain:.2f} s, with per-source shuffle {t_all:.2f} s)")
     print(f"  counts differ from megatron's by at most {np.abs(ours_counts - meg_counts).max()} at every 1000th prefix")
+    key_figure(f"order, {n:,} samples", f"ready {t_meg / t_mix:,.0f}x sooner than megatron's, {peak:,} B a fetch "
+               f"against its {(index.nbytes + sample.nbytes) / 1e6:,.1f} MB")
 
 
 def deviation(source: np.ndarray, share: np.ndarray) -> float:
@@ -154,6 +156,7 @@ def throughput_rows(windows: int, batch: int, repeat: int) -> None:
         print(f"mixed reading: {steps * batch:,} windows of 128 tokens, batches of {batch}")
         print("  alone: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
         print(f"  mixed: {rate:,.0f}/s = {rate / rates[slowest]:.2f} x the slowest source ({slowest}) alone")
+        key_figure("mixed reading", f"{rate:,.0f} windows/s, {rate / rates[slowest]:.2f}x the slowest source alone")
 
 
 def main() -> None:

@@ -59,7 +59,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import code_version, tree_memory_kb, warm  # noqa: E402
+from harness import code_version, key_figure, tree_memory_kb, warm  # noqa: E402
 
 WORKERS = 2
 TOKENS_OPTIONS: dict[str, str] = {}  # pack-tokens' --workers / --shard-tokens (the spill release's checks, issue 31)
@@ -280,6 +280,10 @@ def print_table(name: str, points: list[Point]) -> None:
         marginal = f", marginal {1000 / per_gb:.0f} MB/s" if per_gb > 0 else ""
         print(f"  linear fit: wall = {fixed:.2f} s + {per_gb:.1f} s/GB x size "
               f"(fixed: start-up, imports{marginal})")
+    big = points[-1]
+    key_figure(name, f"s/GB at {big.input_bytes / 1e9:.2g} GB = {big.s_per_gb / ref.s_per_gb:.2f}x that at "
+               f"{ref.input_bytes / 1e9:.2g} GB (<= 1: linear or better); peak PSS {ref.peak_pss_mb:,.0f} -> "
+               f"{big.peak_pss_mb:,.0f} MB")
 
 
 def plot(points: dict[str, list[Point]], path: Path, subtitle: str) -> None:

@@ -32,7 +32,6 @@ import hashlib
 import json
 import math
 import os
-import re
 import statistics
 import sys
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import byte_compiled, clear, code_version, run_children, verdict, warm  # noqa: E402
+from harness import byte_compiled, clear, code_version, comparable, run_children, verdict, warm  # noqa: E402
 
 TARGET = 1.3  # issue 6: staged cost per sample within 1.3x of one process's
 SHARDS = 8  # shards aimed at, so that several gather ranks have a range to write
@@ -69,22 +68,14 @@ def run(cmd: list[str], log: Path) -> Proc:
 
 
 def tree_digest(folder: Path) -> dict[str, str]:
-    """sha256 of every file under `folder` (relative paths), manifest.json without its run-specific
-    entries (`created`, `command`) and README.md without its "## Command" section (the dataset card
-    shows the command line, which names the output and the stage): what must not depend on how many
-    ranks wrote the dataset."""
+    """sha256 of every file under `folder` (relative paths), manifest.json and the README.md card
+    without what names the run (harness.comparable): what must not depend on how many ranks wrote
+    the dataset."""
     digest: dict[str, str] = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         name = str(path.relative_to(folder))
-        if name == "manifest.json":
-            manifest = json.loads(path.read_bytes())
-            manifest.pop("created", None)
-            manifest.pop("command", None)
-            digest[name] = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
-            continue
-        if name == "README.md":
-            card = re.sub(r"## Command\n\n```\n.*?\n```\n", "", path.read_text(), flags=re.S)
-            digest[name] = hashlib.sha256(card.encode()).hexdigest()
+        if name in ("manifest.json", "README.md"):
+            digest[name] = hashlib.sha256(comparable(name, path.read_bytes())).hexdigest()
             continue
         h = hashlib.sha256()
         with open(path, "rb") as f:

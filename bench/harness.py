@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -74,8 +75,32 @@ def anchor_python(module: str) -> str | None:
 NOT_INSTALLED = "not installed here (bash bench/anchors/setup.sh)"
 
 
+def comparable(name: str, data: bytes) -> bytes:
+    """A dataset file's bytes less what names the run that wrote it: manifest.json without `created`,
+    `command` and `run` (its identity), the README.md card without its "## Command" section (the
+    command line names the output). Two runs of a job into different outputs (a folder and s3://, one
+    process and W ranks) must agree on the rest."""
+    if name == "manifest.json":
+        manifest = json.loads(data)
+        for key in ("created", "command", "run"):
+            manifest.pop(key, None)
+        return json.dumps(manifest, sort_keys=True).encode()
+    if name == "README.md":
+        return re.sub(rb"## Command\n\n```\n.*?\n```\n", b"", data, flags=re.S)
+    return data
+
+
 def verdict(label: str, ok: bool, detail: str) -> None:
     print(f"  {'PASS' if ok else 'FAIL'}  {label}: {detail}")
+
+
+KEY = "  KEY   "  # the prefix of a headline figure's line: bench/suite.py shows these lines in its table
+
+
+def key_figure(label: str, value: str) -> None:
+    """Print one headline figure (a ratio to the peer tool or the limit) of a benchmark without a
+    PASS/FAIL goal, so that `make bench` can show it beside the verdicts of the others."""
+    print(f"{KEY}{label}: {value}")
 
 
 def run_children(cmds: list[list[str]], log: Path, env: dict[str, str] | None = None

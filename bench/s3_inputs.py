@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import HERE, clear, code_version, warm
+from harness import HERE, clear, code_version, comparable, warm
 
 KEYS = {"AWS_ACCESS_KEY_ID": "bench-key", "AWS_SECRET_ACCESS_KEY": "bench-secret", "AWS_DEFAULT_REGION": "us-east-1"}
 BUCKET = "bench-inputs"
@@ -105,7 +105,8 @@ def run(args: list[str], env: dict[str, str]) -> float:
 
 
 def digest(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())
+    """sha256 of each file but the manifest (its source names the inputs' place), the card less its command line."""
+    return {p.name: hashlib.sha256(comparable(p.name, p.read_bytes())).hexdigest() for p in sorted(folder.iterdir())
             if p.is_file() and p.name != "manifest.json"}
 
 

@@ -17,7 +17,6 @@ the same server is printed beside it (the server's floor). Goal (issue 15): the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import shutil
 import socket
@@ -29,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from corpus import write_corpus  # noqa: E402
-from harness import clear, code_version, run_children, verdict  # noqa: E402
+from harness import clear, code_version, comparable, run_children, verdict  # noqa: E402
 
 GOAL = 1.3
 
@@ -56,22 +55,14 @@ def _files(local: Path) -> list[str]:
 
 
 def _same(client, bucket: str, prefix: str, local: Path) -> bool:
-    """Every local file is an object with its sha256 (the manifest but for created/command)."""
-    import orjson
-
+    """Every local file is an object with its bytes, but for what names the run (harness.comparable)."""
     names = {o["Key"][len(prefix) + 1:] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]}
     if names != set(_files(local)):
         return False
     for name in names:
         body = client.get_object(Bucket=bucket, Key=f"{prefix}/{name}")["Body"].read()
         mine = (local / name).read_bytes()
-        if name == "manifest.json":
-            a, b = orjson.loads(body), orjson.loads(mine)
-            for m in (a, b):
-                m.pop("created"), m.pop("command"), m.pop("run", None)
-            if a != b:
-                return False
-        elif hashlib.sha256(body).digest() != hashlib.sha256(mine).digest():
+        if comparable(name, body) != comparable(name, mine):
             return False
     return True
 

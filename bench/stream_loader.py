@@ -37,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import write_corpus  # noqa: E402
-from harness import code_version  # noqa: E402
+from harness import code_version, key_figure  # noqa: E402
 
 KEYS = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
 BUCKET = "shardsmith-bench"
@@ -165,6 +165,9 @@ def main() -> None:
             print(f"\n{'':58} {'samples/s':>10} {'vs local':>9} {'MB fetched':>11}")
             for label, rate, nbytes in rows:
                 print(f"{label:58} {rate:>10,.0f} {rate / rows[0][1]:>8.3f}x {nbytes / 1e6:>11.2f}")
+            for label, rate, _ in rows:
+                if label.startswith(("S3, cold cache, one epoch, iter(shuffle=True)", "webdataset")):
+                    key_figure(label, f"{rate:,.0f} samples/s, {rate / rows[0][1]:.3f}x a warm local read")
 
             limit = int(total * args.limit)
             cache = tmp / "cache-ranks"
