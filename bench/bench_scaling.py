@@ -1,9 +1,9 @@
-"""The scaling curve (issue 18): `pack-tokens` and `convert --to hdf5` at growing input sizes, so a user
-sees that the cost grows linearly with the input and memory stays flat.
+"""The scaling curve (issues 18, 31): `pack-tokens`, `convert --to hdf5` and `convert --to webdataset`
+at growing input sizes, so a user sees that the cost grows linearly with the input and memory stays flat.
 
     python bench/bench_scaling.py [--sizes 0.1,1,10] [--workdir /tmp/shardsmith-bench/scaling] [--repeat 1]
     python bench/bench_scaling.py --sizes 0.02,0.05,0.1          # a quick check (~1-2 min)
-    python bench/bench_scaling.py --sizes 1,10 --only events     # one command: events or tokens
+    python bench/bench_scaling.py --sizes 1,10 --only events     # one command: events, images or tokens
     python bench/bench_scaling.py --sizes 0.3 --only tokens --tokens-workers 1 --shard-tokens 8M  # the spill's release
 
 Inputs, generated once per size and reused from --workdir (each written under a temporary name, in
@@ -11,6 +11,9 @@ pieces, in a child process whose own peak memory is printed: the generators neve
   * tokens: the `bench/corpus.py` JSONL (size GB of it), tokenized by `pack-tokens --workers 2` with a
     32k byte-level BPE trained once on the first 4 MB of the smallest corpus (`make_tokenizers.train_bpe`;
     gigatoken is the engine shardsmith picks for it);
+  * images: an ImageFolder of bench/images.py's JPEGs (~27 KB each, 100 classes; 512 encoded once and
+    copied, each copy made unique by a JPEG comment segment: `make_images`), converted by
+    `convert --to webdataset --workers 2` (the copy path: no shuffle spill);
   * events: an IceCube-like ROOT file (`shardsmith.demo.root_files.make_icecube_like`, ~240 pulses an
     event, seed 0, baskets of 10k events) of about size GB, converted by `convert --to hdf5 --workers 2`
     with bench_events.py's 7 branches.
@@ -93,7 +96,32 @@ def make_tokenizer(path: Path, corpus: Path) -> None:
     train_bpe(list(sample_texts(corpus, TOKENIZER_SAMPLE_MB))).save(str(path))
 
 
-MAKERS: dict[str, Callable[[Path, int], None]] = {"corpus": make_corpus, "events": make_events}
+IMAGE_POOL, IMAGE_CLASSES = 512, 100
+
+
+def make_images(path: Path, size_bytes: int) -> None:
+    """An ImageFolder of about ``size_bytes``: bench/images.py's JPEGs (~27 KB, ImageNet-like), a pool of
+    512 encoded once and written again and again, each copy made unique by a comment segment (JPEG COM)
+    after its start marker: distinct files (no hard links, no page-cache sharing), decodable as they are,
+    at the disk's speed rather than the encoder's (370k images for 10 GB)."""
+    from images import class_names, make_image
+
+    pool = [make_image(0, i) for i in range(IMAGE_POOL)]
+    classes = class_names(IMAGE_CLASSES)
+    for name in classes:
+        (path / name).mkdir(parents=True, exist_ok=True)
+    written = i = 0
+    while written < size_bytes:
+        jpeg, name = pool[i % IMAGE_POOL], classes[i % IMAGE_CLASSES]
+        note = b"shardsmith bench copy %d" % i
+        data = jpeg[:2] + b"\xff\xfe" + (len(note) + 2).to_bytes(2, "big") + note + jpeg[2:]
+        (path / name / f"{name}_{i:07d}.jpg").write_bytes(data)
+        written += len(data)
+        i += 1
+
+
+MAKERS: dict[str, Callable[[Path, int], None]] = {"corpus": make_corpus, "events": make_events,
+                                                  "images": make_images}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,15 +148,28 @@ def _convert_hdf5(src: Path, out: Path, tokenizer: Path) -> list[str]:
             "--workers", str(WORKERS)]
 
 
+def _convert_images(src: Path, out: Path, tokenizer: Path) -> list[str]:
+    return ["convert", str(src), "-o", str(out), "--to", "webdataset", "--workers", str(WORKERS)]
+
+
 WORKLOADS = (
     Workload(name="pack-tokens", maker="corpus", suffix="jsonl", disk_factor=1.5, command=_pack_tokens),
     Workload(name="convert --to hdf5", maker="events", suffix="root", disk_factor=4.0, command=_convert_hdf5),
+    Workload(name="convert --to webdataset", maker="images", suffix="", disk_factor=1.2, command=_convert_images),
 )
-ONLY = {"tokens": WORKLOADS[:1], "events": WORKLOADS[1:]}  # --only
+ONLY = {"tokens": WORKLOADS[:1], "events": WORKLOADS[1:2], "images": WORKLOADS[2:]}  # --only
 
 
 def input_path(work: Path, load: Workload, gb: float) -> Path:
-    return work / f"{load.maker}-{gb:g}gb.{load.suffix}"
+    """A file, or a folder (images) when the workload has no suffix."""
+    return work / f"{load.maker}-{gb:g}gb{'.' + load.suffix if load.suffix else ''}"
+
+
+def input_bytes(path: Path) -> int:
+    """The input's size: a file's, or the files' under a folder."""
+    if path.is_file():
+        return path.stat().st_size
+    return sum(os.stat(os.path.join(d, f)).st_size for d, _, files in os.walk(path) for f in files)
 
 
 # ---------------------------------------------------------------- running a child and sampling its tree
@@ -193,8 +234,9 @@ def ensure_input(work: Path, load: Workload, gb: float) -> Path:
         m = measure([sys.executable, __file__, "--make", load.maker, str(int(gb * 1e9)), str(tmp)],
                     work / "logs" / f"make-{path.name}.log")
         os.replace(tmp, path)
-        print(f"  generated {path.name}: {path.stat().st_size / 1e6:,.0f} MB in {m.wall:.1f} s "
-              f"({path.stat().st_size / 1e6 / m.wall:.0f} MB/s), generator peak RSS {m.peak_rss_mb:,.0f} MB")
+        size = input_bytes(path)
+        print(f"  generated {path.name}: {size / 1e6:,.0f} MB in {m.wall:.1f} s "
+              f"({size / 1e6 / m.wall:.0f} MB/s), generator peak RSS {m.peak_rss_mb:,.0f} MB")
     return path
 
 
@@ -343,8 +385,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per size (median wall, max memory); default 1")
     ap.add_argument("--memory", help="--memory passed to both commands (default: theirs, 1GB)")
-    ap.add_argument("--only", choices=sorted(ONLY), help="one command: events (convert --to hdf5) or tokens "
-                    "(pack-tokens); default both")
+    ap.add_argument("--only", choices=sorted(ONLY), help="one command: events (convert --to hdf5), images "
+                    "(convert --to webdataset) or tokens (pack-tokens); default all three")
     ap.add_argument("--tokens-workers", type=int, help="pack-tokens' --workers (default 2)")
     ap.add_argument("--shard-tokens", help="pack-tokens' --shard-tokens (default: its own, 1G): smaller shards "
                     "show the spill given back at small sizes")
@@ -374,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
         points[load.name] = []
         for gb in sizes:
             src = ensure_input(work, load, gb)
-            size = src.stat().st_size
+            size = input_bytes(src)
             points[load.name].append(Point(load.name, gb, size, "warm" if size < avail / 2 else "cold"))
     tokenizer = work / "bpe.json"
     if WORKLOADS[0] in loads and not tokenizer.exists():
