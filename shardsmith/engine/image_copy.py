@@ -11,6 +11,7 @@ path, where a skipped image moves the shard boundaries.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ import numpy as np
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.memory import no_gc
+from shardsmith.core.packed_files import PackedFiles
 from shardsmith.engine.outdir import finish_output
 from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.run import Converted
@@ -74,15 +76,18 @@ class _Shared:
 
     copier: FileCopier | None = None
     images: ImageSamples | None = None
-    shards: dict[tuple[str, int], FileShard] = {}  # noqa: RUF012 (set once per process)
+    # each shard without its files, and where they lie in ``files`` (set once per process)
+    shards: dict[tuple[str, int], tuple[FileShard, int, int]] = {}  # noqa: RUF012
+    files: PackedFiles | None = None
 
 
 def _init(copier: FileCopier, images: ImageSamples, worker: bool = False,
-          shards: dict[tuple[str, int], FileShard] | None = None) -> None:
+          shards: dict[tuple[str, int], tuple[FileShard, int, int]] | None = None,
+          files: PackedFiles | None = None) -> None:
     if worker:
         die_with_parent()
         gc.freeze()  # the parent's objects (the whole listing) are never garbage: collections skip them
-    _Shared.copier, _Shared.images, _Shared.shards = copier, images, shards or {}
+    _Shared.copier, _Shared.images, _Shared.shards, _Shared.files = copier, images, shards or {}, files
 
 
 def _write(shard: FileShard) -> tuple[ShardRecord, Any]:
@@ -92,8 +97,11 @@ def _write(shard: FileShard) -> tuple[ShardRecord, Any]:
 
 def _write_planned(split: str, index: int) -> tuple[ShardRecord, Any]:
     """In a worker: a shard of the plan it was started with. Only the shard's name crosses the
-    pipe: pickling its ten thousand file entries took longer than writing a small shard."""
-    return _write(_Shared.shards[(split, index)])
+    pipe: pickling its ten thousand file entries took longer than writing a small shard. Its files
+    are rebuilt from the packed listing, which the worker only reads (``core/packed_files.py``)."""
+    assert _Shared.files is not None
+    shard, start, stop = _Shared.shards[(split, index)]
+    return _write(dataclasses.replace(shard, files=_Shared.files.take(start, stop)))
 
 
 def write_all(plans: Plans, *, copier: FileCopier, images: ImageSamples, workers: int,
@@ -125,8 +133,13 @@ def write_all(plans: Plans, *, copier: FileCopier, images: ImageSamples, workers
 
 def _run_pool(shards: list[FileShard], *, copier: FileCopier, images: ImageSamples, workers: int,
               done: dict[tuple[str, int], tuple[ShardRecord, Any]], progress: Callable[[int], None]) -> None:
-    plan = {(shard.split, shard.index): shard for shard in shards}  # inherited through fork, or sent once
-    with worker_pool(min(workers, len(shards)), initializer=_init, initargs=(copier, images, True, plan),
+    # inherited through fork, or sent once: the files as arrays, so that workers copy none of the listing
+    files = PackedFiles.of([f for shard in shards for f in shard.files])
+    plan, start = {}, 0
+    for shard in shards:
+        plan[(shard.split, shard.index)] = (dataclasses.replace(shard, files=()), start, start + len(shard.files))
+        start += len(shard.files)
+    with worker_pool(min(workers, len(shards)), initializer=_init, initargs=(copier, images, True, plan, files),
                      advice="try fewer --workers") as pool:
         # the biggest shards first, so the last one to finish is a small one
         futures = {pool.submit(_write_planned, shard.split, shard.index): shard
