@@ -34,14 +34,11 @@ Prints the load average at start and end and the commit under test; writes scali
 log-log, and peak memory vs size) and scaling.json (every figure) to --workdir. Before generating it
 checks the free space for the missing inputs plus the largest run's outputs and refuses if short.
 
-Expected time of the default run (0.1, 1, 10 GB: 11.1 GB of each input) on an idle 2-core machine,
-extrapolated from the 0.02-0.1 GB check (under load 2-4): generating the inputs ~15 min, once (corpus
-25-50 MB/s, ROOT 13-24 MB/s); the runs ~10 min (marginal rates: pack-tokens 31-58 MB/s, convert
-47-64 MB/s; the 10 GB runs spill to disk, and a 10 GB input may not stay in the page cache). So ~25 min
-the first time and ~10 min with the inputs reused; two to three times that under a load of 10. Disk:
-~22 GB of inputs plus ~30 GB while the 10 GB conversion runs (spill and output: 3.0x its input;
-the check asks for 4x). The default run was measured on an idle machine (bench/README.md has the
-figures; docs/img/scaling.png the plot).
+Expected time of the default run (0.1, 1, 10 GB: 11.1 GB of each input) on an idle 2-core machine:
+generating the inputs ~15 min, once (corpus 25-50 MB/s, ROOT 13-24 MB/s, images ~150 MB/s); the runs
+~3 min (10 GB: pack-tokens ~65 s, events ~70 s, images ~15 s). Disk: 33 GB of inputs plus, while the
+10 GB events conversion runs, ~16 GB of spill and output (1.6x its input with the spill given back as
+the gather goes; the check asks for 2x). bench/README.md has the figures; docs/img/scaling.png the plot.
 """
 
 from __future__ import annotations
@@ -131,7 +128,7 @@ class Workload:
     name: str
     maker: str  # a key of MAKERS
     suffix: str
-    disk_factor: float  # free space a run needs beside its input, in inputs (measured 0.94 and 3.0 at 0.1 GB)
+    disk_factor: float  # free space a run needs beside its input, in inputs (measured at 10 GB: 0.86, 1.6, 1.07)
     command: Callable[[Path, Path, Path], list[str]]  # (input, output, tokenizer) -> argv after -m shardsmith
 
 
@@ -154,7 +151,7 @@ def _convert_images(src: Path, out: Path, tokenizer: Path) -> list[str]:
 
 WORKLOADS = (
     Workload(name="pack-tokens", maker="corpus", suffix="jsonl", disk_factor=1.5, command=_pack_tokens),
-    Workload(name="convert --to hdf5", maker="events", suffix="root", disk_factor=4.0, command=_convert_hdf5),
+    Workload(name="convert --to hdf5", maker="events", suffix="root", disk_factor=2.0, command=_convert_hdf5),
     Workload(name="convert --to webdataset", maker="images", suffix="", disk_factor=1.2, command=_convert_images),
 )
 ONLY = {"tokens": WORKLOADS[:1], "events": WORKLOADS[1:2], "images": WORKLOADS[2:]}  # --only
