@@ -96,6 +96,24 @@ def test_a_finished_shard_removed_after_releasing_makes_the_rerun_start_afresh(e
     assert tree_digest(out) == events_refs["hdf5"]
 
 
+def test_a_gather_rank_whose_released_shard_was_removed_refuses_in_one_line(events, tmp_path):
+    """Cluster stages share the scratch folder, so it is never started afresh under the ranks: the
+    rank that would write a removed shard from given-back spill stops in one line (exit 2); the
+    other rank, whose shards are whole, is not held up by it."""
+    out, args = tmp_path / "out", _args(events, tmp_path / "out", 1)[1:]
+    args = [a for a in args if a != "-o" and a != out]
+    stage = ["convert", *args, "-o", out, "--world-size", "2"]
+    for rank in ("0", "1"):
+        assert run_subprocess(*stage, "--stage", "scatter", "--rank", rank).returncode == 0
+    _killed([*stage, "--stage", "gather", "--rank", "0"], "released:train:1", in_worker=False)
+    (out / "train-000000.h5").unlink()
+    res = run_subprocess(*stage, "--stage", "gather", "--rank", "0")
+    assert res.returncode == 2 and "run again with --overwrite" in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = run_subprocess(*stage, "--stage", "gather", "--rank", "1")
+    assert res.returncode == 0, res.stderr
+
+
 def test_an_uninterrupted_run_releases_all_but_the_shared_groups(events, tmp_path):
     out = tmp_path / "out"
     res = run_subprocess(*_args(events, out, 2), env={**os.environ, "SHARDSMITH_CRASH_AT": "manifest"})

@@ -29,7 +29,7 @@ from shardsmith.core.progress import Progress
 from shardsmith.engine import release as spill_release
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, piece_intact, piece_path
-from shardsmith.engine.release import Release, finished, released_mark, reused, spill_lost, to_write
+from shardsmith.engine.release import Release, finished, range_lost, released_mark, reused, to_write
 from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.shard_plan import SplitPlan, one_writer, plan_split, planned, share
 from shardsmith.engine.shuffle import LoadBuffer, sort_group
@@ -217,10 +217,6 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     ``progress`` (``core.progress.Progress``): a bar of the samples sorted into output order and written."""
     plans: list[SplitPlan | None] = []
     jobs: list[tuple[int, int, int]] = []
-    lost = spill_lost(work_dir, out_dir)  # (a run of its own starts afresh first: ``workdir.work_folder``)
-    if lost:
-        raise UsageError(f"-o {out_dir}: shards of split {lost[0]!r} that a killed run finished were removed or "
-                         f"changed, and the spill they were made from is given back; run again with --overwrite")
     for s, split in enumerate(splits):
         probe = make_writer(split.name, ShardRange())
         # a killed run that released spill: its ranges resume after their finished shards, never from the start
@@ -241,6 +237,11 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
             continue
         plans.append(plan)
         jobs += [(s, a, b) for a, b in mine]
+    for s, first, stop in jobs:  # (a run of its own has started afresh already: ``workdir.work_folder``)
+        if plans[s] is not None and range_lost(work_dir, out_dir, splits[s].name, first, stop):
+            raise UsageError(f"-o {out_dir}: shards of split {splits[s].name!r} that a killed run finished were "
+                             f"removed or changed, and the spill they were made from is given back; run again "
+                             f"with --overwrite")
     if _fetch:
         _bring(_read_by(splits, plans, jobs), True)
     kept = sum(reused(work_dir, out_dir, splits[s].name, a, b) for s, a, b in jobs if plans[s] is not None)

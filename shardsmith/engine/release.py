@@ -152,6 +152,21 @@ def spill_lost(work_dir: Path, out_dir: Path) -> list[str]:
     return lost
 
 
+def range_lost(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> bool:
+    """``spill_lost`` for the shards ``[first, stop)`` alone (what one gather rank writes: the pieces
+    of other ranks, downloaded with the run's records, name shards of their own staging folders)."""
+    if not released_mark(work_dir, split).exists():
+        return False
+    for a, b in [(first, stop), *((k, k + 1) for k in range(first, stop))]:
+        path = piece_path(work_dir, split, a, b)
+        try:
+            if path.is_file() and not is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split):
+                return True
+        except (OSError, ValueError):
+            return True
+    return False
+
+
 def finished(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> list[bool]:
     """Which shards of ``[first, stop)`` a killed run finished, each recorded on its own (and its
     files still whole): a rerun writes only the others."""
