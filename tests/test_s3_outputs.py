@@ -237,6 +237,32 @@ def test_overwrite_and_the_checks_of_a_folder(store, corpus, bpe_tokenizer, tmp_
     assert "notes/readme.txt" in run_cli(*_pack(corpus, url, bpe_tokenizer, "--overwrite")).stderr
 
 
+def test_a_staged_dataset_killed_before_publishing_is_published_as_made_or_made_again(store, corpus, bpe_tokenizer,
+                                                                                    tmp_path):
+    """Killed once the staged dataset is whole (its manifest written locally), the same command
+    publishes it as it is; a staged file changed meanwhile makes it again (never the changed bytes)."""
+    client, faults = store
+    bucket = _bucket(client, "out-staged")
+    assert run_cli(*_pack(corpus, tmp_path / "ref", bpe_tokenizer)).exit_code == 0
+    for name, tamper in (("as-made", False), ("changed", True)):
+        staging = tmp_path / f"staging-{name}"
+        args = [*_pack(corpus, f"s3://{bucket}/{name}", bpe_tokenizer), "--staging", staging]
+        killed = run_subprocess(*args, env={**os.environ, "SHARDSMITH_CRASH_AT": "committed"})
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+        assert (staging / "manifest.json").is_file()
+        if tamper:
+            with open(staging / "train-000000.bin", "r+b") as fh:
+                fh.write(b"\xff\xff")
+        _settled(faults)
+        before = set(_keys(client, bucket, name)) - {".shardsmith-run.json"}
+        start = len(faults.requests)
+        res = run_subprocess(*args)
+        assert res.returncode == 0, res.stderr
+        same_dataset(tmp_path / "ref", _download(client, bucket, name, tmp_path / f"got-{name}"))
+        if not tamper:
+            assert not {n for n, _ in _puts(faults, start)} & before, "objects already up are not uploaded again"
+
+
 def test_another_commands_unfinished_output_is_refused(store, corpus, bpe_tokenizer, tmp_path):
     client, _ = store
     bucket = _bucket(client, "out-other")
