@@ -83,15 +83,17 @@ def test_a_gather_killed_after_releasing_resumes_to_the_same_bytes(events, event
     assert not work.exists()
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize(("workers", "overwrite"), [(1, False), (2, False), (2, True)])
 def test_a_finished_shard_removed_after_releasing_makes_the_rerun_start_afresh(events, events_refs, tmp_path,
-                                                                              workers):
-    """A shard a killed run recorded is removed (by hand, or a staging folder cleared): the spill it was
-    made from is given back, so the rerun reads the inputs again rather than punched bytes."""
+                                                                              workers, overwrite):
+    """A shard a killed run recorded is removed (by hand, by the rerun's own --overwrite, or a staging
+    folder cleared): the spill it was made from is given back, so the rerun reads the inputs again
+    rather than punched bytes."""
     out = tmp_path / "out"
     _killed(_args(events, out, workers), "released:train:1", in_worker=workers > 1)
-    (out / "train-000000.h5").unlink()
-    res = run_subprocess(*_args(events, out, workers))
+    if not overwrite:
+        (out / "train-000000.h5").unlink()
+    res = run_subprocess(*_args(events, out, workers), *(["--overwrite"] if overwrite else []))
     assert res.returncode == 0, res.stderr
     assert tree_digest(out) == events_refs["hdf5"]
 
@@ -108,7 +110,7 @@ def test_a_gather_rank_whose_released_shard_was_removed_refuses_in_one_line(even
     _killed([*stage, "--stage", "gather", "--rank", "0"], "released:train:1", in_worker=False)
     (out / "train-000000.h5").unlink()
     res = run_subprocess(*stage, "--stage", "gather", "--rank", "0")
-    assert res.returncode == 2 and "run again with --overwrite" in res.stderr, res.stderr
+    assert res.returncode == 2 and "start the stages over" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1, res.stderr
     res = run_subprocess(*stage, "--stage", "gather", "--rank", "1")
     assert res.returncode == 0, res.stderr

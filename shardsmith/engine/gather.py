@@ -240,8 +240,8 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     for s, first, stop in jobs:  # (a run of its own has started afresh already: ``workdir.work_folder``)
         if plans[s] is not None and range_lost(work_dir, out_dir, splits[s].name, first, stop):
             raise UsageError(f"-o {out_dir}: shards of split {splits[s].name!r} that a killed run finished were "
-                             f"removed or changed, and the spill they were made from is given back; run again "
-                             f"with --overwrite")
+                             f"removed or changed, and the spill they were made from is given back; start the "
+                             f"stages over (remove {out_dir} and {work_dir})")
     if _fetch:
         _bring(_read_by(splits, plans, jobs), True)
     kept = sum(reused(work_dir, out_dir, splits[s].name, a, b) for s, a, b in jobs if plans[s] is not None)
