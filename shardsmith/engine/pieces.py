@@ -51,14 +51,22 @@ def is_intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) 
     return True
 
 
+def piece_state(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> bool | None:
+    """None where shards ``[first, stop)`` have no piece; else whether every file it names is intact
+    (an unreadable piece is not)."""
+    path = piece_path(work_dir, split, first, stop)
+    if not path.is_file():
+        return None
+    try:
+        return is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split)
+    except (OSError, ValueError):
+        return False
+
+
 def piece_intact(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> bool:
     """Whether shards ``[first, stop)`` have their piece, every file of it intact (a killed run of the
     same command finished the range: a rerun leaves it as it is)."""
-    path = piece_path(work_dir, split, first, stop)
-    try:
-        return path.is_file() and is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split)
-    except (OSError, ValueError):
-        return False
+    return bool(piece_state(work_dir, out_dir, split, first, stop))
 
 
 def cover(split: str, samples: int, work_dir: Path, out_dir: Path) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ import orjson
 
 from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.engine.pieces import is_intact, piece_intact, piece_path
+from shardsmith.engine.pieces import piece_intact, piece_path, piece_state
 from shardsmith.kit.batches import Segment
 from shardsmith.kit.writer import Writer
 
@@ -134,50 +134,31 @@ def released_mark(work_dir: Path, split: str) -> Path:
 
 def spill_lost(work_dir: Path, out_dir: Path) -> list[str]:
     """The splits whose spill was given back while a shard recorded from it is gone from ``out_dir``
-    or changed (removed by hand; a staging folder cleared): a resumed gather would have to write
-    that shard again from bytes that are no longer there, so the run starts afresh instead."""
+    or changed (removed by hand or by ``--overwrite``; a staging folder cleared): a resumed gather
+    would have to write that shard again from bytes that are no longer there, so the run starts
+    afresh instead."""
     lost = []
     for mark in sorted(Path(work_dir).glob("released-*")):
         split = mark.name[len("released-"):]
-        for path in Path(work_dir).glob(f"piece-{glob_escape(split)}-*.json"):
-            if not re.fullmatch(rf"piece-{re.escape(split)}-\d+-\d+\.json", path.name):
-                continue  # another split's whose name starts with this one's
-            try:
-                intact = is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split)
-            except (OSError, ValueError):
-                intact = False
-            if not intact:
-                lost.append(split)
-                break
+        spans = [re.fullmatch(rf"piece-{re.escape(split)}-(\d+)-(\d+)\.json", p.name)
+                 for p in Path(work_dir).glob(f"piece-{glob_escape(split)}-*.json")]  # (not a longer name's)
+        if any(piece_state(work_dir, out_dir, split, int(m[1]), int(m[2])) is False for m in spans if m):
+            lost.append(split)
     return lost
 
 
 def range_lost(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> bool:
     """``spill_lost`` for the shards ``[first, stop)`` alone (what one gather rank writes: the pieces
     of other ranks, downloaded with the run's records, name shards of their own staging folders)."""
-    if not released_mark(work_dir, split).exists():
-        return False
-    for a, b in [(first, stop), *((k, k + 1) for k in range(first, stop))]:
-        path = piece_path(work_dir, split, a, b)
-        try:
-            if path.is_file() and not is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split):
-                return True
-        except (OSError, ValueError):
-            return True
-    return False
+    spans = [(first, stop), *((k, k + 1) for k in range(first, stop))]
+    return released_mark(work_dir, split).exists() and any(
+        piece_state(work_dir, out_dir, split, a, b) is False for a, b in spans)
 
 
 def finished(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> list[bool]:
     """Which shards of ``[first, stop)`` a killed run finished, each recorded on its own (and its
     files still whole): a rerun writes only the others."""
-    done = []
-    for k in range(first, stop):
-        path = piece_path(work_dir, split, k, k + 1)
-        try:
-            done.append(path.is_file() and is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split))
-        except (OSError, ValueError):
-            done.append(False)
-    return done
+    return [piece_intact(work_dir, out_dir, split, k, k + 1) for k in range(first, stop)]
 
 
 def reused(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> int:
