@@ -105,12 +105,14 @@ def make_images(path: Path, size_bytes: int) -> None:
     at the disk's speed rather than the encoder's (370k images for 10 GB)."""
     from images import class_names, make_image
 
-    pool = [make_image(0, i) for i in range(IMAGE_POOL)]
+    pool: list[bytes] = []  # encoded as first needed (a small folder needs fewer than the 512)
     classes = class_names(IMAGE_CLASSES)
     for name in classes:
         (path / name).mkdir(parents=True, exist_ok=True)
     written = i = 0
     while written < size_bytes:
+        if i < IMAGE_POOL:
+            pool.append(make_image(0, i))
         jpeg, name = pool[i % IMAGE_POOL], classes[i % IMAGE_CLASSES]
         note = b"shardsmith bench copy %d" % i
         data = jpeg[:2] + b"\xff\xfe" + (len(note) + 2).to_bytes(2, "big") + note + jpeg[2:]
