@@ -29,7 +29,7 @@ from shardsmith.core.progress import Progress
 from shardsmith.engine import release as spill_release
 from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, piece_intact, piece_path
-from shardsmith.engine.release import Release, finished, range_lost, released_mark, reused, to_write
+from shardsmith.engine.release import Release, finished, found, released_mark, to_write
 from shardsmith.engine.resume import die_with_parent
 from shardsmith.engine.shard_plan import SplitPlan, one_writer, plan_split, planned, share
 from shardsmith.engine.shuffle import LoadBuffer, sort_group
@@ -237,14 +237,18 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
             continue
         plans.append(plan)
         jobs += [(s, a, b) for a, b in mine]
-    for s, first, stop in jobs:  # (a run of its own has started afresh already: ``workdir.work_folder``)
-        if plans[s] is not None and range_lost(work_dir, out_dir, splits[s].name, first, stop):
+    kept = 0  # shards a killed run finished
+    for s, first, stop in jobs:
+        if plans[s] is None:
+            continue
+        done, lost = found(work_dir, out_dir, splits[s].name, first, stop)
+        if lost:  # (a run of its own has started afresh already: ``workdir.work_folder``)
             raise UsageError(f"-o {out_dir}: shards of split {splits[s].name!r} that a killed run finished were "
                              f"removed or changed, and the spill they were made from is given back; start the "
                              f"stages over (remove {out_dir} and {work_dir})")
+        kept += done
     if _fetch:
         _bring(_read_by(splits, plans, jobs), True)
-    kept = sum(reused(work_dir, out_dir, splits[s].name, a, b) for s, a, b in jobs if plans[s] is not None)
     total = sum(_job_samples(splits, plans, job) for job in jobs)
     desc = "gather" if world_size == 1 else f"gather rank {rank}"
     with (progress or Progress(quiet=True)).bar(total=total, desc=desc, unit=" samples") as bar:

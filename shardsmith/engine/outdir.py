@@ -60,14 +60,16 @@ def _finished_shards(out: Path, run: dict[str, str] | None) -> frozenset[str]:
                      if isinstance(e.get("path"), str))
 
 
-def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None) -> bool:
+def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None,
+                   remake_changed: bool = False) -> bool:
     """Create ``out``; an existing non-empty folder needs ``--overwrite``, which removes the old dataset's files.
 
     ``run`` (see ``shardsmith.engine.resume.run_identity``) is recorded in the folder until the manifest
     is written; the unfinished output of the same command is taken over without ``--overwrite``.
     Returns True when the folder already holds the dataset of this very run (its record, or its
     manifest's ``run``, says so) and ``overwrite`` is not asked: nothing is to be done; unless its
-    files changed since (``engine/intact.py``), which is a UsageError naming them.
+    files changed since (``engine/intact.py``), which is a UsageError naming them, or with
+    ``remake_changed`` (a staging folder, the run's own) makes it again.
     """
     if out.exists() and not out.is_dir():
         raise UsageError(f"-o {out}: exists and is not a folder")
@@ -75,9 +77,13 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     if stage == "scatter":  # scatter ranks write only to the scratch folder; the gather prepares ``out``
         return False
     if run is not None and not overwrite and (out / MANIFEST).is_file() and holds_run(out, run):
-        if stage in (None, "prepare"):  # (a cluster rank's folder may hold stand-ins: ``outstages``)
-            _refuse_changed(out)
-        return True  # (--overwrite: made again, as asked)
+        # (a cluster rank's folder may hold stand-ins: ``outstages``)
+        changed = changes(out) if stage in (None, "prepare") else []
+        if not changed:
+            return True  # (--overwrite: made again, as asked)
+        if not remake_changed:  # complete only while its files are as the manifest lists them
+            raise UsageError(refusal(f"-o {out}", changed))
+        overwrite = True
     present = sorted(p for p in out.iterdir())
     if stage not in (None, "prepare"):  # gather ranks share the folder: never remove what another rank wrote
         _join(out, present, run=run)
@@ -87,14 +93,6 @@ def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = N
     if run is not None:
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
     return False
-
-
-def _refuse_changed(out: Path) -> None:
-    """The same command's finished dataset is complete only while its files are as the manifest
-    lists them (``engine/intact.py``); one that changed since is never called complete."""
-    changed = changes(out)
-    if changed:
-        raise UsageError(refusal(f"-o {out}", changed))
 
 
 def holds_run(out: Path, run: dict[str, str]) -> bool:

@@ -35,7 +35,7 @@ from shardsmith.core.own_files import own_file
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
-from shardsmith.engine.intact import changes, listing_changes, refusal
+from shardsmith.engine.intact import listing_changes, refusal
 from shardsmith.engine.outdir import (
     complete_line,
     finish_output,
@@ -187,8 +187,8 @@ class RemoteOutputRun(OutputRun):
         self.inherited = {i for ids in leftover_uploads(self.store).values() for i in ids}
         # the staging folder is this URL's alone: anything in it is an earlier run's into the prefix, taken
         # over when it is this same command's (its finished shards kept, a finished dataset published as it is)
-        keep = holds_run(self.out, run) and not ((self.out / MANIFEST).is_file() and changes(self.out))
-        complete = prepare_output(self.out, overwrite=self.overwrite or not keep, run=run)
+        complete = prepare_output(self.out, overwrite=self.overwrite or not holds_run(self.out, run), run=run,
+                                  remake_changed=True)
         crash_point("claimed")
         self.uploader = Uploader(store=self.store, folder=self.out, remote=present,
                                  held=lambda: hold.lost is None).start()

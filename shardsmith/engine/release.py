@@ -147,26 +147,22 @@ def spill_lost(work_dir: Path, out_dir: Path) -> list[str]:
     return lost
 
 
-def range_lost(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> bool:
-    """``spill_lost`` for the shards ``[first, stop)`` alone (what one gather rank writes: the pieces
-    of other ranks, downloaded with the run's records, name shards of their own staging folders)."""
-    spans = [(first, stop), *((k, k + 1) for k in range(first, stop))]
-    return released_mark(work_dir, split).exists() and any(
-        piece_state(work_dir, out_dir, split, a, b) is False for a, b in spans)
+def found(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> tuple[int, bool]:
+    """What a killed run of the same command left of shards ``[first, stop)``, read once before the
+    range is written: how many it finished (the range's piece, or its shards recorded one by one,
+    intact), and whether one it recorded is gone or changed while the spill behind it is given back
+    (``spill_lost`` for one rank's range: the pieces of other ranks, downloaded with an S3 stage's
+    records, name shards of their own staging folders)."""
+    whole = piece_state(work_dir, out_dir, split, first, stop)
+    alone = [piece_state(work_dir, out_dir, split, k, k + 1) for k in range(first, stop)]
+    kept = stop - first if whole else sum(1 for state in alone if state)
+    return kept, False in (whole, *alone) and released_mark(work_dir, split).exists()
 
 
 def finished(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> list[bool]:
     """Which shards of ``[first, stop)`` a killed run finished, each recorded on its own (and its
     files still whole): a rerun writes only the others."""
     return [piece_intact(work_dir, out_dir, split, k, k + 1) for k in range(first, stop)]
-
-
-def reused(work_dir: Path, out_dir: Path, split: str, first: int, stop: int) -> int:
-    """How many shards of ``[first, stop)`` a killed run of the same command finished, found before
-    the range is written: the range's piece, or its shards recorded one by one (``finished``)."""
-    if piece_intact(work_dir, out_dir, split, first, stop):
-        return stop - first
-    return sum(finished(work_dir, out_dir, split, first, stop))
 
 
 def to_write(first: int, done: list[bool]) -> list[tuple[int, int]]:
