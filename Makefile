@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test bench lint install-dev clean data docs
+.PHONY: demo test test-walkthroughs bench lint install-dev clean data docs
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +23,14 @@ install-dev: $(VENV)/.dev
 demo: $(VENV)/.core
 	$(PY) examples/demo.py --out demo-out
 
-# two processes, each taking whole test files (a file's module fixtures, e.g. its S3 server, start once)
+# two processes, each taking whole test files (a file's module fixtures, e.g. its S3 server, start once);
+# the walk-throughs (a user's path end to end: every docs page, the README's loops, a plugin package in a fresh
+# venv) are a target of their own, which .ci/run also runs
 test: $(VENV)/.dev
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile -m "not walkthrough"
+
+test-walkthroughs: $(VENV)/.dev
+	$(PY) -m pytest -n 2 --dist loadfile -m walkthrough
 
 # make data RECIPE=recipes/NAME.toml: run a data-preparation recipe on this machine
 data: $(VENV)/.core

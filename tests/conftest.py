@@ -8,6 +8,7 @@ import random
 import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,50 @@ def run_cli(*args: str | Path) -> Result:
 def run_subprocess(*args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "shardsmith", *map(str, args)], capture_output=True, text=True,
                           env=env, timeout=300)
+
+
+def run_measured(*args: str | Path, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], int]:
+    """The program in a subprocess, as ``run_subprocess``, and its own peak RSS in KB (``wait4``: this
+    child's, not the largest of all the children this test process has had)."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *map(str, args)], stdout=out, stderr=err,
+                                text=True, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
+        out.seek(0), err.seek(0)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()), usage.ru_maxrss
+
+
+class Stall:
+    """A run held at one of the program's fault points (``core.faults``) until the test releases it.
+
+    ``env`` makes the run create ``mark`` when it gets there and wait until ``gate`` exists: the test
+    does what it must while the run is held (another run, a signal, an edited input), then
+    ``release()``s it. Nothing depends on how fast a loaded machine runs either process; a run never
+    released waits ten minutes, far past any ``wait`` of the tests."""
+
+    def __init__(self, folder: Path, point: str) -> None:
+        stamp = f"{point.replace(':', '-')}-{time.monotonic_ns()}"
+        self.mark = folder / f"stalled-{stamp}"
+        self.gate = folder / f"released-{stamp}"
+        self.env = {"SHARDSMITH_STALL_AT": point, "SHARDSMITH_STALL_MARK": str(self.mark),
+                    "SHARDSMITH_STALL_UNTIL": str(self.gate)}
+
+    def reached(self, proc: subprocess.Popen[Any], timeout: float = 300) -> None:
+        """Wait until the run is held at its point (it fails the test if the run ends first)."""
+        deadline = time.monotonic() + timeout
+        while not self.mark.exists():
+            if proc.poll() is not None:
+                raise AssertionError(f"the run ended before its stall point: {proc.returncode} "
+                                     f"{proc.stderr.read() if proc.stderr else ''}")
+            assert time.monotonic() < deadline, "the run never reached its stall point"
+            time.sleep(0.02)
+
+    def release(self) -> None:
+        self.gate.touch()
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,8 @@ import pytest
 
 from tests.docblocks import RUN, blocks, script
 
+pytestmark = pytest.mark.walkthrough  # make test-walkthroughs (a user's path, end to end: slow)
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 VENV = Path(sys.prefix)

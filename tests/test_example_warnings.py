@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.walkthrough  # make test-walkthroughs (a user's path, end to end: slow)
+
 pytest.importorskip("torchdata")
 pytest.importorskip("PIL")
 

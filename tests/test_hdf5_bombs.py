@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import resource
 import shutil
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import root_data, run_cli, run_subprocess
+from conftest import root_data, run_cli, run_measured
 from test_fuzz_readers import rehash
 
 import shardsmith
@@ -69,16 +68,13 @@ def _bomb(src: Path, dst: Path, *, chunked: bool) -> Path:
 def test_a_tiny_shard_declaring_3e8_events_is_refused_at_once(small_events, tmp_path, chunked):
     out = _bomb(small_events["gzip" if chunked else "none"], tmp_path / "bomb", chunked=chunked)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.monotonic()
     ev = shardsmith.open(out)
     with pytest.raises(DatasetError, match="train-000000.h5"):
         ev.get_batch(np.arange(10))
-    assert time.monotonic() - t0 < 5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KB: nothing near 2.4 GB
-    t0 = time.monotonic()
-    res = run_subprocess("verify", out, "--deep")
+    res, peak = run_measured("verify", out, "--deep")
     assert res.returncode == 1 and "FAIL" in res.stdout and "train-000000.h5" in res.stdout, res.stdout
-    assert time.monotonic() - t0 < 30
+    assert peak < 600_000, peak  # KB: the interpreter and its libraries, nothing near the 2.4 GB claimed
 
 
 @pytest.mark.parametrize("compression", ["none", "lzf", "gzip", "blosc"])
@@ -100,8 +96,6 @@ def test_a_second_offsets_dataset_declaring_3e8_rows_is_refused_at_once(small_ev
         f["Jet_Py"].create_dataset("offsets", shape=(CLAIM,), dtype="<i8", chunks=(1 << 16,))
     rehash(out)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.monotonic()
     with pytest.raises(DatasetError, match="Jet_Py/offsets"):
         shardsmith.open(out)[0]
-    assert time.monotonic() - t0 < 5
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KB

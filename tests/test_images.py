@@ -6,7 +6,6 @@ import io
 import pickle
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -158,28 +157,44 @@ def test_extensions() -> None:
         canonical_ext("tiff")
 
 
-def test_header_check_is_fast_and_never_imports_pillow(tmp_path) -> None:
+def test_header_check_never_imports_pillow(tmp_path) -> None:
     path = tmp_path / "a.jpg"
     path.write_bytes(encode("JPEG", size=(500, 375)))
     code = (
-        "import sys, time, pathlib\n"
+        "import sys, pathlib\n"
         "from shardsmith.core.images import check_image\n"
-        f"data = pathlib.Path({str(path)!r}).read_bytes()\n"
-        "t = time.perf_counter()\n"
-        "for _ in range(2000): check_image(data)\n"
-        "print((time.perf_counter() - t) / 2000)\n"
+        f"check_image(pathlib.Path({str(path)!r}).read_bytes())\n"
         "assert not any(m.startswith(('PIL', 'simplejpeg')) for m in sys.modules), 'decoder imported'\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert float(out.stdout) < 100e-6  # microseconds in practice; generous for a shared machine
+    subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
 
 
-def test_header_check_does_not_scale_with_file_size() -> None:
-    big = encode("JPEG", size=(1600, 1200))
-    t = time.perf_counter()
-    for _ in range(200):
-        check_image(big)
-    assert (time.perf_counter() - t) / 200 < 100e-6
+def _lines_run(fn, *args) -> int:
+    """How many lines of Python ``fn(*args)`` runs, calls included: the work done, whatever the
+    machine's load (a wall-clock bound would fail on a busy machine and pass a slow parser on a fast one)."""
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        if event == "line":
+            count += 1
+        return trace
+
+    sys.settrace(trace)
+    try:
+        fn(*args)
+    finally:
+        sys.settrace(None)
+    return count
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "WEBP", "BMP"])
+def test_header_check_does_not_scale_with_file_size(fmt) -> None:
+    small, big = encode(fmt, size=(40, 30)), encode(fmt, size=(1600, 1200))
+    assert len(big) > 20 * len(small)
+    lines = _lines_run(check_image, big)
+    assert lines == _lines_run(check_image, small), "work that grows with the image"
+    assert lines < 200, lines  # a header's few fields: a few dozen lines
 
 
 def _jpeg_outcome(parse, data: bytes) -> object:

@@ -24,6 +24,8 @@ from pathlib import Path
 import pytest
 from conftest import make_docs, tree_digest
 
+pytestmark = pytest.mark.walkthrough  # make test-walkthroughs (a user's path, end to end: slow)
+
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "examples/plugins/shardsmith-csv"
 BROKEN_WARNING = ("shardsmith: warning: source 'broken' from shardsmith-broken: cannot load "

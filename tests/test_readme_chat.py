@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.walkthrough  # make test-walkthroughs (a user's path, end to end: slow)
+
 ROOT = Path(__file__).resolve().parents[1]
 pytest.importorskip("torch")
 pytest.importorskip("torchdata.stateful_dataloader")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import run_cli
+from conftest import Stall, run_cli
 
 pytest.importorskip("s3fs", reason="S3 outputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
@@ -30,18 +30,13 @@ from test_s3_outputs import _bucket, _download, _keys, _pack, corpus, store  # n
 RECORD = ".shardsmith-run.json"
 
 
-def _stalled(args: list, tmp_path: Path, point: str, seconds: float) -> subprocess.Popen:
-    """Run 1 in a subprocess, stopped at ``point`` for ``seconds``; returns once it is there."""
-    mark = tmp_path / f"stalled-{point}"
-    env = {**os.environ, "SHARDSMITH_STALL_AT": point, "SHARDSMITH_STALL_MARK": str(mark),
-           "SHARDSMITH_STALL_SECONDS": str(seconds)}
-    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *map(str, args)], env=env,
+def _stalled(args: list, tmp_path: Path, point: str) -> tuple[subprocess.Popen, Stall]:
+    """Run 1 in a subprocess, held at ``point`` until the test releases it; returns once it is there."""
+    held = Stall(tmp_path, point)
+    proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *map(str, args)], env={**os.environ, **held.env},
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert mark.exists(), proc.stderr.read() if proc.poll() is not None else "run 1 never got there"
-    return proc
+    held.reached(proc)
+    return proc, held
 
 
 def _record(client, bucket: str, prefix: str) -> dict:
@@ -59,13 +54,14 @@ def test_a_live_run_keeps_its_prefix_even_from_overwrite(store, corpus, bpe_toke
     bucket = _bucket(client, "hold-live")
     url = f"s3://{bucket}/x"
     one = _pack(corpus, url, bpe_tokenizer, "--seed", "1", "--staging", tmp_path / "A")
-    proc = _stalled(one, tmp_path, "uploaded-all", 5)
+    proc, held = _stalled(one, tmp_path, "uploaded-all")
     res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--seed", "2", "--staging", tmp_path / "B", "--overwrite"))
+    held.release()
     assert res.exit_code != 0, res.stderr
     line = res.stderr.strip()
     assert len(line.splitlines()) == 1 and "another run is writing into it" in line, line
     assert f"pid {proc.pid} on {socket.gethostname()}" in line, line
-    assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()
     got = _download(client, bucket, "x", tmp_path / "got")
     assert orjson.loads((got / "manifest.json").read_bytes())["seed"] == 1
     assert run_cli("verify", got).exit_code == 0
@@ -74,12 +70,13 @@ def test_a_live_run_keeps_its_prefix_even_from_overwrite(store, corpus, bpe_toke
 def test_a_run_whose_record_was_replaced_commits_nothing(store, corpus, bpe_tokenizer, tmp_path):  # noqa: F811
     client, _ = store
     bucket = _bucket(client, "hold-lost")
-    proc = _stalled(_pack(corpus, f"s3://{bucket}/x", bpe_tokenizer, "--staging", tmp_path / "A"), tmp_path,
-                    "uploaded-all", 3)
+    proc, held = _stalled(_pack(corpus, f"s3://{bucket}/x", bpe_tokenizer, "--staging", tmp_path / "A"), tmp_path,
+                          "uploaded-all")
     theirs = {**_record(client, bucket, "x"), "host": "elsewhere", "pid": 4242, "token": "theirs",
               "beat": time.time()}
     client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps(theirs))
-    assert proc.wait(timeout=120) == 1
+    held.release()
+    assert proc.wait(timeout=300) == 1
     line = proc.stderr.read().strip()
     assert len(line.splitlines()) == 1 and "lost its prefix to another run" in line and "pid 4242 on elsewhere" in line
     assert "nothing committed" in line, line
@@ -107,9 +104,10 @@ def test_a_stale_record_is_taken_over_and_only_dead_uploads_are_aborted(store, c
     assert res.exit_code != 0 and "pid 4242 on elsewhere" in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and _record(client, bucket, "x")["token"] == "theirs"
     client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps({**theirs, "beat": time.time() - 3600}))
-    proc = _stalled(args, tmp_path, "claimed", 2)
+    proc, held = _stalled(args, tmp_path, "claimed")
     late = client.create_multipart_upload(Bucket=bucket, Key="x/train-000099.bin")["UploadId"]
-    assert proc.wait(timeout=120) == 0
+    held.release()
+    assert proc.wait(timeout=300) == 0
     said = proc.stderr.read()
     assert "took the prefix over" in said and "pid 4242 on elsewhere" in said and "heartbeat" in said, said
     assert "train-000005.bin" not in _keys(client, bucket, "x") and RECORD not in _keys(client, bucket, "x")

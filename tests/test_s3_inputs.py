@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
 import pytest
 from conftest import (
+    Stall,
     free_port,
     jpeg_folder,
     make_docs,
@@ -219,18 +219,13 @@ def test_a_url_input_starts_no_more_workers_than_it_has_tasks(s3, s3_env, tmp_pa
     local = tmp_path / "corpus"
     write_jsonl(local / "a.jsonl", make_docs(200, seed=3))
     _upload(s3, "shardsmith-few", local, "data")
-    mark = tmp_path / "stalled"
-    env = {**os.environ, **s3_env, "SHARDSMITH_STALL_AT": "scatter:0", "SHARDSMITH_STALL_SECONDS": "30",
-           "SHARDSMITH_STALL_MARK": str(mark)}
+    held = Stall(tmp_path, "scatter:0")  # never released: killed below
+    env = {**os.environ, **s3_env, **held.env}
     proc = subprocess.Popen([sys.executable, "-m", "shardsmith", "pack-tokens", "s3://shardsmith-few/data/",
                              "-o", str(tmp_path / "out"), "--tokenizer", str(bpe_tokenizer), "--workers", "16",
                              "--engine", "hf", "-q"], env=env, stderr=subprocess.PIPE, text=True)
     try:
-        for _ in range(600):
-            if mark.exists() or proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert mark.exists(), proc.stderr.read() if proc.poll() is not None else "never reached the stall point"
+        held.reached(proc)
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert len(children) == 1, children  # the one worker (stalled in its task); never 16
     finally:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import free_port, run_cli, same_dataset, two_file_corpus
+from conftest import Stall, free_port, run_cli, same_dataset, two_file_corpus
 
 pytest.importorskip("distributed")
 DASK = Path(sys.executable).parent / "dask"
@@ -85,7 +85,7 @@ def shardsmith(*args: str | Path, **kw) -> subprocess.Popen:
 
 def stalled(proc: subprocess.Popen, mark: Path) -> None:
     """Wait until a unit of ``proc``'s run waits at its fault point (it created ``mark``)."""
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while not mark.exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
@@ -102,21 +102,21 @@ def test_a_dask_cluster_writes_the_local_bytes(cluster, texts, bpe_tokenizer, tm
 
 
 def test_a_worker_killed_mid_unit_changes_no_byte(texts, bpe_tokenizer, tmp_path):
-    """Task 1's scatter waits 3 s (a fault point) while its worker is SIGKILLed: the nanny starts
+    """Task 1's scatter waits at a fault point while its worker is SIGKILLed: the nanny starts
     a new worker, the scheduler runs the unit again, and the dataset is the local run's."""
     from distributed import Client
 
     assert run_cli(*tokens(texts, bpe_tokenizer), "-o", tmp_path / "local").exit_code == 0
-    mark = tmp_path / "stalled"
-    env = {"SHARDSMITH_STALL_AT": "scatter:1", "SHARDSMITH_STALL_SECONDS": "3", "SHARDSMITH_STALL_MARK": str(mark)}
-    with dask_cluster(tmp_path / "cluster.log", env=env) as address, Client(address, timeout=10) as watcher:
+    held = Stall(tmp_path, "scatter:1")
+    with dask_cluster(tmp_path / "cluster.log", env=held.env) as address, Client(address, timeout=60) as watcher:
         proc = shardsmith(*tokens(texts, bpe_tokenizer), "-o", tmp_path / "dask", "--executor", "dask",
                           "--address", address, "--ranks", 2)
-        stalled(proc, mark)
+        stalled(proc, held.mark)
         busy = [w for w, keys in watcher.processing().items() if any("scatter" in str(k) for k in keys)]
         pids = watcher.run(os.getpid, workers=busy)
         for pid in pids.values():
             os.kill(pid, signal.SIGKILL)
+        held.release()  # the unit, run again on the new worker, passes the fault point
         out, err = proc.communicate(timeout=300)
     assert pids, "no worker was running a scatter unit"
     assert proc.returncode == 0 and "Traceback" not in err, err
@@ -125,15 +125,15 @@ def test_a_worker_killed_mid_unit_changes_no_byte(texts, bpe_tokenizer, tmp_path
 
 def test_a_driver_killed_mid_run_resumes_with_the_same_command(texts, bpe_tokenizer, tmp_path):
     assert run_cli(*tokens(texts, bpe_tokenizer), "-o", tmp_path / "local").exit_code == 0
-    mark = tmp_path / "stalled"
-    env = {"SHARDSMITH_STALL_AT": "scatter:1", "SHARDSMITH_STALL_SECONDS": "2", "SHARDSMITH_STALL_MARK": str(mark)}
+    held = Stall(tmp_path, "scatter:1")
     args = [*tokens(texts, bpe_tokenizer), "-o", tmp_path / "dask", "--executor", "dask", "--ranks", 3]
-    with dask_cluster(tmp_path / "cluster.log", env=env) as address:
+    with dask_cluster(tmp_path / "cluster.log", env=held.env) as address:
         proc = shardsmith(*args, "--address", address)
-        stalled(proc, mark)
+        stalled(proc, held.mark)
         proc.kill()
         proc.communicate()
         assert not (tmp_path / "dask" / "manifest.json").exists()
+        held.release()
         again = shardsmith(*args, "--address", address)
         out, err = again.communicate(timeout=300)
     assert again.returncode == 0 and "Traceback" not in err, err
@@ -142,12 +142,11 @@ def test_a_driver_killed_mid_run_resumes_with_the_same_command(texts, bpe_tokeni
 
 def test_a_scheduler_that_goes_away_is_one_line(texts, bpe_tokenizer, tmp_path):
     """The whole cluster ends while units run: one line naming the lost unit, exit 1; no traceback."""
-    mark = tmp_path / "stalled"
-    env = {"SHARDSMITH_STALL_AT": "scatter:1", "SHARDSMITH_STALL_SECONDS": "20", "SHARDSMITH_STALL_MARK": str(mark)}
-    with dask_cluster(tmp_path / "cluster.log", env=env) as address:
+    held = Stall(tmp_path, "scatter:1")  # never released: the cluster ends under it
+    with dask_cluster(tmp_path / "cluster.log", env=held.env) as address:
         proc = shardsmith(*tokens(texts, bpe_tokenizer), "-o", tmp_path / "dask", "--executor", "dask",
                           "--address", address, "--ranks", 2)
-        stalled(proc, mark)
+        stalled(proc, held.mark)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode != 0, err
     assert "Traceback" not in err and err.strip().count("\n") == 0, err
