@@ -5,9 +5,15 @@ clusters: tests/cluster (``make test-cluster``) and tests/slurm (``make test-slu
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
+import socket
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -94,18 +100,56 @@ def test_a_bad_record_on_a_rank_is_one_line_naming_rank_and_file(tmp_path):
     write_jsonl(tmp_path / "in" / "a.jsonl", [f"doc {i}" for i in range(50)])
     with open(tmp_path / "in" / "b.jsonl", "a") as fh:
         fh.write('{"text": "fine"}\n{"text": broken\n')
-    res = run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "--text-field", "text",
-                  "--executor", "dask", "--ranks", "2", "-q")
+    args = ["convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "--text-field", "text", "-q"]
+    local = run_cli(*args)
+    assert local.exit_code == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["in"], local.stderr
+    res = run_cli(*args, "--executor", "dask", "--ranks", "2")
     assert res.exit_code == 1, res.stderr
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert "scatter rank" in lines[0] and "of 2 failed" in lines[0] and "b.jsonl: line 2" in lines[0], lines[0]
-    assert not (tmp_path / "out" / "manifest.json").exists()
+    # what the failed local run leaves: nothing (no output folder, scratch folder or lock file)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
     # mended, the same command starts over (the failed run's scratch folder replaced, as a local run does)
     (tmp_path / "in" / "b.jsonl").write_text('{"text": "fine"}\n{"text": "mended"}\n')
     ok(run_cli("convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "--text-field", "text",
                "--executor", "dask", "--ranks", "2", "-q"))
     assert json.loads((tmp_path / "out" / "manifest.json").read_text())["splits"]["train"]["samples"] == 52
+
+
+def test_a_prepare_unit_failing_after_its_claim_leaves_what_a_local_run_leaves(tmp_path):
+    """The first unit claims the folder (its run record) and then fails (its scratch folder's name is
+    a file): released as a failed local run releases it, not left half made."""
+    write_jsonl(tmp_path / "in" / "a.jsonl", [f"doc {i}" for i in range(20)])
+    (tmp_path / ".out.shardsmith-work").write_text("a file of the user's")
+    args = ["convert", tmp_path / "in", "-o", tmp_path / "out", "--to", "webdataset", "--text-field", "text", "-q"]
+    for extra in ([], ["--executor", "dask", "--ranks", "1"]):
+        res = run_cli(*args, *extra)
+        assert res.exit_code == 1 and len(res.stderr.strip().splitlines()) == 1, (extra, res.stderr)
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".out.shardsmith-work", "in"], extra
+
+
+def test_the_cluster_we_start_prints_nothing_of_its_own(capfd):
+    """The LocalCluster the executor starts shares our stderr with its worker processes: a record
+    its workers log must not reach it (after a failed unit, a worker still running a cancelled one
+    logged its heartbeat to the closing scheduler: a 28-line traceback after our one line, in some
+    runs); nor the scheduler's warning that port 8787 is taken (by another Dask on this machine)."""
+    from shardsmith.executors import DaskExecutor
+
+    with contextlib.ExitStack() as stack, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        taken = stack.enter_context(socket.socket())
+        with contextlib.suppress(OSError):  # (taken already: the same for the test)
+            taken.bind(("127.0.0.1", 8787))
+            taken.listen()
+        with DaskExecutor(ranks=1).session() as client:
+            # what the worker logs when its heartbeat meets a closed scheduler
+            ran = client.run(lambda: logging.getLogger("distributed.worker").error(
+                "Failed to communicate with scheduler during heartbeat.", exc_info=OSError("Stream is closed")))
+            client.run(os.write, 2, b"the worker's own stderr\n")  # (it is captured here)
+    assert ran  # every worker logged it
+    assert capfd.readouterr().err == "the worker's own stderr\n"
+    assert not [w for w in caught if "already in use" in str(w.message)], [str(w.message) for w in caught]
 
 
 def test_another_rank_count_resumes_the_units_a_run_left(texts, bpe_tokenizer, tmp_path):
@@ -159,7 +203,6 @@ def test_a_missing_engine_is_one_line_naming_its_extra(texts, tmp_path, executor
 
 def test_a_killed_local_run_is_finished_by_an_executor_and_back(texts, bpe_tokenizer, tmp_path):
     """Killed (SIGKILL) mid-scatter on one machine, finished on Dask; and the other way round."""
-    import os
 
     args = tokens_args(texts, bpe_tokenizer)
     ok(run_cli(*args, "-o", tmp_path / "local"))

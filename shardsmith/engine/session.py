@@ -32,7 +32,7 @@ from shardsmith.engine.outdir import (
     prepare_output,
     remove_own,
 )
-from shardsmith.engine.outlock import OutputLock
+from shardsmith.engine.outlock import LockedError, OutputLock
 from shardsmith.errors import WorkerDied
 from shardsmith.kit import manifest_io
 
@@ -93,8 +93,9 @@ class OutputRun:
 
     def abandon(self) -> None:
         """The run failed: leave nothing that would refuse the corrected command."""
-        if self.stage is not None:
-            return  # cluster ranks share the folder: a failed rank is rerun alone
+        if self.lock_stage is not None:
+            return  # cluster ranks share the folder: a failed rank is rerun alone (an executor's prepare
+            # unit holds the whole folder, as a local run does)
         if not self.claimed:
             drop_staged(self.out)  # inputs it staged before it failed (the folder may be another run's)
             return
@@ -104,8 +105,9 @@ class OutputRun:
                 remove_own(self.out)
 
 
-def _missing(path: Path) -> list[Path]:
-    """``path`` and its ancestors that do not exist yet, outermost first."""
+def missing(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, outermost first: the folders a run into
+    ``path`` makes, removed again (when empty) if it fails."""
     missing = []
     for p in (path, *path.parents):
         if p.exists():
@@ -119,7 +121,7 @@ def output_run(*, out: Path, overwrite: bool, stage: str | None = None, rank: in
                quiet: bool = False) -> Iterator[OutputRun]:
     """Lock ``out`` for the run, and release (or keep) what the run claimed when it ends."""
     out = Path(out).absolute()
-    created = _missing(out)
+    created = missing(out)
     session = OutputRun(out=out, overwrite=overwrite, stage=stage, created=created, quiet=quiet)
     with held(session, rank=rank) as s:
         yield s
@@ -129,7 +131,6 @@ def output_run(*, out: Path, overwrite: bool, stage: str | None = None, rank: in
 def held(session: OutputRun, *, rank: int = 0) -> Iterator[OutputRun]:
     """The run of ``session``, holding the lock of its (local) output folder: a failed run releases
     what it claimed, an interrupted one keeps it for the same command to resume."""
-    stage = session.stage
     lock = OutputLock(out=session.out, stage=session.lock_stage, rank=rank).acquire()
     failed = False
     try:
@@ -143,7 +144,34 @@ def held(session: OutputRun, *, rank: int = 0) -> Iterator[OutputRun]:
     finally:
         session.close()
         lock.release()
-        if failed and stage is None:
-            for folder in reversed(session.created):  # only if empty: never another's file
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+        if failed and session.lock_stage is None:
+            _remove_empty(session.created)
+
+
+def release_failed(out: Path, *, created: list[Path]) -> bool:
+    """A failed run whose units ran in other processes (an executor's: its prepare unit claimed
+    ``out``; the unit that failed, and the others, have ended): release what it claimed, as a failed
+    local run does (``held``): the run record and scratch folder removed, the output folder too if
+    this run made it (``created``: ``missing(out)`` before the run) and only this run's files are in
+    it, the lock file gone. Returns False, touching nothing, while another process holds the folder
+    (a unit a cluster could not stop, or another run): its files stay, and the same command takes
+    them over."""
+    session = OutputRun(out=Path(out).absolute(), overwrite=False, stage=None, created=created)
+    session.claimed = True
+    try:
+        lock = OutputLock(out=session.out).acquire()
+    except LockedError:
+        return False
+    try:
+        session.abandon()
+    finally:
+        lock.release()
+        _remove_empty(created)
+    return True
+
+
+def _remove_empty(created: list[Path]) -> None:
+    """The folders a failed run made (outermost first), removed if empty: never another's file."""
+    for folder in reversed(created):
+        with contextlib.suppress(OSError):
+            folder.rmdir()

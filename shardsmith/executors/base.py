@@ -8,14 +8,17 @@ how many ranks it runs by default; the order, the bars and the errors are decide
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from shardsmith.core.progress import Progress
+from shardsmith.core.urls import is_url
 from shardsmith.engine.job import Job
 from shardsmith.engine.outdir import complete_line
+from shardsmith.engine.session import missing, release_failed
 from shardsmith.engine.units import FinalizeUnit, PrepareUnit, Unit, phases
 from shardsmith.errors import ShardsmithError, UsageError, install_hint
 
@@ -23,6 +26,7 @@ MAX_RANKS = 1 << 16
 # a unit whose copy a killed driver left running is tried again every BUSY_POLL_S, up to BUSY_WAIT_S
 BUSY_POLL_S = 2.0
 BUSY_WAIT_S = 900.0
+RELEASE_WAIT_S = 5.0  # a failed run waits this long at most for its stopped units to let go of the folder
 
 
 class Executor(Protocol):
@@ -34,11 +38,14 @@ class Executor(Protocol):
 
 
 class UnitFailed(ShardsmithError):
-    """A unit of a job failed on a cluster: its stage, rank and first error line."""
+    """A unit of a job failed on a cluster: its stage, rank and first error line. ``resumable``: its
+    process died or the engine lost it (not an error of the data or options): what the run finished
+    is kept for the same command, as a local run that loses a worker keeps it."""
 
-    def __init__(self, message: str, *, exit_code: int = 1) -> None:
+    def __init__(self, message: str, *, exit_code: int = 1, resumable: bool = False) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.resumable = resumable
 
 
 class MissingExtra(UsageError):
@@ -115,15 +122,17 @@ class PhasedExecutor:
     def run(self, job: Job) -> dict[str, Any]:
         refuse_local_only(job, executor=self.name)
         progress = Progress(quiet=job.opts.quiet)
-        with self.session():
+        with released_if_failed(job) as claim, self.session():
             world = self.ranks or max(1, self.default_ranks())
             remote = remote_job(job)
             result: dict[str, Any] = {}
             for units in phases(world):
                 result = self._phase(remote, units, progress=progress)[-1].result or {}
-                if isinstance(units[0], PrepareUnit) and "stage" not in result:  # this very run's finished dataset
-                    progress.note(complete_line(job.out, left=None))
-                    break
+                if isinstance(units[0], PrepareUnit):
+                    if "stage" not in result:  # this very run's finished dataset
+                        progress.note(complete_line(job.out, left=None))
+                        break
+                    claim.claimed = True
         return result
 
     def _phase(self, job: Job, units: Sequence[Unit], *, progress: Progress) -> list[UnitOutcome]:
@@ -177,7 +186,38 @@ def raise_first_failure(outcomes: Sequence[UnitOutcome]) -> None:
     again = "; the same command resumes from the finished units" if first.lost else ""
     # the prepare unit's errors are the command's own (options, inputs, the output folder)
     who = "" if isinstance(first.unit, PrepareUnit) else f"{unit_name(first.unit)} failed: "
-    raise UnitFailed(f"{who}{first.error}{more}{again}", exit_code=first.exit_code or 1)
+    raise UnitFailed(f"{who}{first.error}{more}{again}", exit_code=first.exit_code or 1, resumable=first.lost)
+
+
+class Claim:
+    """Whether an executor's run claimed its output folder (its prepare unit ran), and the folders
+    it made; see ``released_if_failed``."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.created = missing(out)  # before the prepare unit makes any
+        self.claimed = False
+
+
+@contextmanager
+def released_if_failed(job: Job) -> Iterator[Claim]:
+    """The driver's side of a failed run (enter it before the engine's session, so that the units
+    have ended when it exits): a unit that failed on its data or options (or the driver, on an
+    option of the engine's) releases what the run claimed (``engine.session.release_failed``), as
+    a failed local run does; a lost unit, an interruption, or a failure before the claim (the
+    folder may be another run's) keep everything. Set ``claimed`` once the prepare unit claimed it."""
+    claim = Claim(Path(job.out).absolute())
+    try:
+        yield claim
+    except ShardsmithError as exc:  # (an interruption is no ShardsmithError: it keeps everything)
+        resumable = isinstance(exc, UnitFailed) and exc.resumable
+        if claim.claimed and not resumable and not is_url(str(job.out)):
+            deadline = time.monotonic() + RELEASE_WAIT_S
+            # a unit a cluster was told to stop may hold the folder a moment longer (Ray kills its
+            # worker, SLURM its job, after the call returns): waited for a little, never for long
+            while not release_failed(claim.out, created=claim.created) and time.monotonic() < deadline:
+                time.sleep(BUSY_POLL_S / 8)
+        raise
 
 
 def refuse_local_only(job: Job, *, executor: str) -> None:

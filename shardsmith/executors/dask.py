@@ -21,6 +21,11 @@ from shardsmith.executors.base import MissingExtra, PhasedExecutor, UnitOutcome,
 from shardsmith.executors.remote import run_remote
 
 CONNECT_TIMEOUT_S = 5
+# The level of the records a LocalCluster of ours lets through (``silence_logs``): none. Its worker
+# processes write to our stderr, and the driver's one line says what happened to each unit; at
+# ERROR, a worker whose heartbeat met the scheduler closing after a failed unit (it was still
+# running a cancelled one) printed a 28-line traceback after that line, in some runs, by timing.
+QUIET = logging.CRITICAL + 1
 
 
 class DaskExecutor(PhasedExecutor):
@@ -56,9 +61,12 @@ class DaskExecutor(PhasedExecutor):
                 finally:
                     self.client = None
             return
-        # processes, one thread each: a unit owns its process while it runs (executors/remote.py)
-        with LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, host="127.0.0.1",
-                          dashboard_address=None, silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
+        # processes, one thread each: a unit owns its process while it runs (executors/remote.py); no
+        # more of them than there are ranks to run
+        workers = min(os.cpu_count() or 1, self.ranks or os.cpu_count() or 1)
+        with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                          dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                          silence_logs=QUIET) as cluster, Client(cluster) as client:
             self.client = client
             try:
                 yield client

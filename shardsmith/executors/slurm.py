@@ -44,6 +44,7 @@ from shardsmith.executors.base import (
     first_line,
     raise_first_failure,
     refuse_local_only,
+    released_if_failed,
     remote_job,
     unit_order,
 )
@@ -65,7 +66,10 @@ _OURS = frozenset({"array", "dependency", "output", "error", "open_mode", "parsa
 
 
 class _ControllerLost(UnitFailed):
-    """squeue has not answered for the patience: the jobs are left as they are."""
+    """squeue has not answered for the patience: the jobs are left as they are (and their folder)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, resumable=True)
 
 
 class SlurmUnitError(Exception):
@@ -125,29 +129,31 @@ class SlurmExecutor:
     def run(self, job: Job) -> dict[str, Any]:
         progress = Progress(quiet=job.opts.quiet)
         refuse_local_only(job, executor=self.name)
-        # the first unit here, where the command runs (it sees the shared folder): a folder that needs
-        # --overwrite, or a dataset this very command finished, is said now, before anything is queued
-        prepared = run_remote(remote_job(job), PrepareUnit(), os.getcwd())
-        raise_first_failure([prepared])
-        if "stage" not in (prepared.result or {}):
-            progress.note(complete_line(job.out, left=None))
-            return prepared.result or {}
-        stages = self.submit(job)
-        ids = [s.job_id for s in stages]
-        submitted = dict(zip(("scatter", "gather", "finalize"), ids))
-        if not self.wait:
-            return {"submitted": submitted, "ranks": self.ranks, "logs": str(self._folder())}
-        progress.note(f"slurm: {submitted_line(submitted, self.ranks)}; logs in {self._folder()}/")
-        try:
-            result: dict[str, Any] = {}
-            for stage in stages:
-                result = self._wait_stage(stage, stages, progress)[-1].result or {}
-            return result
-        except _ControllerLost:  # nothing to cancel through a controller that does not answer
-            raise
-        except BaseException:  # a failed unit, Ctrl-C: the rest of the chain goes (finished work is kept)
-            _cancel(ids)
-            raise
+        with released_if_failed(job) as claim:
+            # the first unit here, where the command runs (it sees the shared folder): a folder that needs
+            # --overwrite, or a dataset this very command finished, is said now, before anything is queued
+            prepared = run_remote(remote_job(job), PrepareUnit(), os.getcwd())
+            raise_first_failure([prepared])
+            if "stage" not in (prepared.result or {}):
+                progress.note(complete_line(job.out, left=None))
+                return prepared.result or {}
+            claim.claimed = True
+            stages = self.submit(job)
+            ids = [s.job_id for s in stages]
+            submitted = dict(zip(("scatter", "gather", "finalize"), ids))
+            if not self.wait:
+                return {"submitted": submitted, "ranks": self.ranks, "logs": str(self._folder())}
+            progress.note(f"slurm: {submitted_line(submitted, self.ranks)}; logs in {self._folder()}/")
+            try:
+                result: dict[str, Any] = {}
+                for stage in stages:
+                    result = self._wait_stage(stage, stages, progress)[-1].result or {}
+                return result
+            except _ControllerLost:  # nothing to cancel through a controller that does not answer
+                raise
+            except BaseException:  # a failed unit, Ctrl-C: the rest of the chain goes (finished work is kept)
+                _cancel(ids)
+                raise
 
     # submitting
     def _folder(self) -> Path:

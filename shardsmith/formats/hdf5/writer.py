@@ -243,21 +243,26 @@ class HDF5Writer(Writer):
             f.attrs["counters"] = json.dumps(counters)
             f.attrs["samples"] = np.int64(n)
             f.attrs["layout"] = LAYOUT
+            # the dataset of each kind being written: closed (its chunks placed) once the next is laid out
+            ds = shared = None
             for field in schema.fixed:
-                ds = self._dataset(f, field.name, (n, *field.shape), field.np_dtype)
+                ds = _close_previous(ds, self._dataset(f, field.name, (n, *field.shape), field.np_dtype))
                 self._fill(ds, [p.columns[field.name] for p, _ in pieces], raw)
             group = f.create_group(COUNTERS_GROUP) if counters else None
             for c in schema.counters:
                 offsets = _join_offsets([p.offsets[c] for p, _ in pieces])
-                shared = self._dataset(group, c, offsets.shape, np.dtype(np.int64))
+                shared = _close_previous(shared, self._dataset(group, c, offsets.shape, np.dtype(np.int64)))
                 self._fill(shared, [offsets], raw)
                 shared.attrs["members"] = json.dumps(counters[c])
                 for field in schema.members(c):
                     g = f.create_group(field.name)
                     g.attrs["counter"] = c
                     g["offsets"] = shared  # a hard link: one array, several names
-                    ds = self._dataset(g, "values", (int(offsets[-1]), *field.shape), field.np_dtype)
+                    values_shape = (int(offsets[-1]), *field.shape)
+                    ds = _close_previous(ds, self._dataset(g, "values", values_shape, field.np_dtype))
                     self._fill(ds, [values[field.name] for _, values in pieces], raw, field)
+            for last in (shared, ds):
+                _close_previous(last, None)
         return sorted(raw, key=lambda r: r[0])
 
     def _dataset(self, parent: Any, name: str, shape: tuple[int, ...], dtype: np.dtype) -> Any:
@@ -297,6 +302,23 @@ class HDF5Writer(Writer):
             if len(col):
                 ds[at:at + len(col)] = col
                 at += len(col)
+
+
+def _close_previous(previous: Any, laid_out: Any) -> Any:
+    """Close ``previous`` (a dataset, or None) now that ``laid_out`` exists; returns ``laid_out``.
+
+    Closing a chunked dataset writes the compressed chunks still in its chunk cache, and HDF5 gives
+    them their file space then: the order in which datasets close is the order of those chunks in
+    the file. Left to Python, a dataset closes when its last reference goes, and a reference can
+    outlive the code that made it: a sampling profiler that holds a frame of this writer (a Dask
+    worker samples its task's stack every 10 ms) closed datasets later, from its own thread or at
+    the file's close, and the same data made other bytes. Closed here, explicitly, at the points
+    where the last reference went before (the next dataset of the same kind laid out; the last
+    ones before the file closes), whoever still holds them: the layout is a function of the data.
+    """
+    if previous is not None:
+        previous.id.close()
+    return laid_out
 
 
 def _skeleton(path: Path) -> Path:
