@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import warnings
 from pathlib import Path
 
