@@ -18,8 +18,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
-import torch
-from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
+
+from shardsmith.torch_extra import torch_missing
+
+try:
+    import torch
+    from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
+except ImportError:
+    raise torch_missing(__name__) from None
 
 from shardsmith.core.events import EventSchema
 from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset

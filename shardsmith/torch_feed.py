@@ -22,7 +22,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-import torch
+from shardsmith.torch_extra import torch_missing
+
+try:
+    import torch
+except ImportError:
+    raise torch_missing(__name__) from None
 
 __all__ = ["DevicePrefetcher", "map_tensors"]
 

@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
+
+from shardsmith.torch_extra import torch_missing
+
+try:
+    import torch
+except ImportError:
+    raise torch_missing(__name__) from None
 
 from shardsmith.core.images import MAX_IMAGE_PIXELS, ImageError, check_image, pillow_open
 from shardsmith.transforms.augment_ops import HFlip, RandomResizedCrop, View, _Draws, draw_key

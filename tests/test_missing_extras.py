@@ -75,3 +75,17 @@ def test_a_root_file_without_uproot_names_the_root_extra(tmp_path: Path) -> None
                                 cwd=tmp_path))
         assert line.endswith(f"uproot, awkward, which is not installed: {install_hint('root')}"), line
         assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("module", ["shardsmith.torch", "shardsmith.torch_feed", "shardsmith.torch_images"])
+def test_the_torch_adapters_without_torch_name_the_torch_extra(module: str, tmp_path: Path) -> None:
+    """`import shardsmith.torch` in a user's script, torch not installed: the error is one line naming the extra
+    (not Python's bare "No module named 'torch'"), with nothing chained to it, and still a ModuleNotFoundError."""
+    program = (f"import sys\nsys.modules['torch'] = None  # as for a module that is not installed\n"
+               f"try:\n    import {module}\nexcept ModuleNotFoundError as e:\n    assert e.name == 'torch'\n    raise\n")
+    res = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.returncode == 1, res.stderr
+    assert res.stderr.splitlines()[-1] == \
+        f"ModuleNotFoundError: {module} needs torch, which is not installed: {install_hint('torch')}", res.stderr
+    assert "During handling" not in res.stderr and "direct cause" not in res.stderr, res.stderr

@@ -412,8 +412,8 @@ def test_the_docs_mixture_runs_as_written(tmp_path, monkeypatch, capsys):
     code = section[first:section.index("```\n", first)]
     at = section.index("```toml\n") + len("```toml\n")
     (tmp_path / "mix.toml").write_text(section[at:section.index("```\n", at)])
-    token_dataset(tmp_path / "tour" / "web", windows=1000, seq_len=128, vocab=512)
-    token_dataset(tmp_path / "tour" / "code", windows=200, seq_len=128, vocab=512)
+    token_dataset(tmp_path / "tour" / "loader" / "web", windows=1000, seq_len=128, vocab=512)
+    token_dataset(tmp_path / "tour" / "loader" / "code", windows=200, seq_len=128, vocab=512)
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__name__": "__main__"}
     exec(compile(code, "loader.md", "exec"), scope)

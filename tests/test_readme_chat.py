@@ -42,4 +42,4 @@ def test_the_fine_tuning_section_runs_as_written(tmp_path):
     assert res.returncode == 0, res.stderr
     losses = [float(x) for x in re.findall(r"loss ([0-9.]+)", res.stdout)]
     assert len(losses) >= 3 and losses[-1] < losses[0], res.stdout  # it learns
-    assert (tmp_path / "tour" / "sft-checkpoint.pt").is_file()
+    assert (tmp_path / "tour" / "tokens" / "sft-checkpoint.pt").is_file()

@@ -301,12 +301,12 @@ def test_the_readmes_training_loop_runs_and_resumes(tmp_path, monkeypatch):
     code = section[first:section.index("```\n", first)]
     out = token_dataset(tmp_path / "tokens", windows=200, seq_len=128, vocab=512)
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "tour").mkdir()
+    (tmp_path / "tour" / "loader").mkdir(parents=True)
     for run in range(2):  # 25 batches an epoch, saved at batch 20: the second run resumes there
         scope: dict = {"__name__": "__main__"}
         exec(compile(code.replace('"demo-out/tokens"', repr(str(out))), "loader.md", "exec"), scope)
         assert scope["epoch"] == 1 and scope["first_epoch"] == run  # the restart began in epoch 1
-        saved = json.loads((tmp_path / "tour" / "loader-rank0.json").read_text())
+        saved = json.loads((tmp_path / "tour" / "loader" / "loader-rank0.json").read_text())
         assert saved["epoch"] == 1 and global_position(saved["loader"])["position"] == 20 * 8
     at = section.index("```python\n", first) + len("```python\n")  # the elastic restart, after the run
     elastic = textwrap.dedent(section[at:section.index("```\n", at)])
