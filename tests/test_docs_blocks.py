@@ -10,7 +10,7 @@ A reader takes the pages in any order, in one clone: so a page writes only under
 `tour/<page>/` (`docblocks.own_folder`), never into `demo-out/` or another page's files, and what it
 imports comes with `make demo` or with an install the page names before. Both are checked on every
 run; running every page again in one folder, one after the other (the README, then the site's nav),
-is the slow proof of the same: SHARDSMITH_DOCS_TOGETHER=1.
+is the slow proof of the same. The file runs in `make test-walkthroughs`, not in `make test`.
 """
 
 from __future__ import annotations
@@ -206,9 +206,6 @@ def _reading_order() -> list[Path]:
     return [ROOT / "README.md", *(ROOT / "docs" / page for page in pages(nav))]
 
 
-@pytest.mark.skipif(os.environ.get("SHARDSMITH_DOCS_TOGETHER") != "1",
-                    reason="every page again, one after the other in one folder (as long as the runs alone): "
-                           "SHARDSMITH_DOCS_TOGETHER=1")
 def test_the_pages_run_one_after_the_other_in_one_clone(tmp_path: Path) -> None:
     order = _reading_order()
     assert sorted(order) == sorted(PAGES), "a page is missing from mkdocs.yml's nav"
