@@ -29,7 +29,6 @@ from shardsmith.commands.report import (
     balance_dropped,
     cleaning_dropped,
     inputs_left_out,
-    plural,
     report_skipped,
     report_stage,
 )
@@ -38,6 +37,7 @@ from shardsmith.core.images import MAX_IMAGE_PIXELS  # stdlib only: Pillow is no
 from shardsmith.core.names import not_utf8
 from shardsmith.core.user_warning import as_lines
 from shardsmith.core.version import __version__
+from shardsmith.core.words import plural
 from shardsmith.engine import interrupt
 from shardsmith.kit.options import MAX_COUNT, MAX_INT32
 
@@ -216,7 +216,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     src = manifest["source"]
     parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
-    click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped"
+    click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']:,} skipped"
                f"{balance_dropped(manifest)}{cleaning_dropped(manifest)}{inputs_left_out(src)}")
     report_skipped(out, src)
 

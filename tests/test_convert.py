@@ -204,7 +204,7 @@ def test_loader_inspect_and_bench_on_converted_images(image_folder, tmp_path):
     m["source"]["inputs"] = 1500
     manifest.write_text(json.dumps(m))
     res = run_cli("inspect", tmp_path / "out")
-    assert res.exit_code == 0 and "1500 input files" in res.output
+    assert res.exit_code == 0 and "1,500 input files" in res.output
     assert json.loads(run_cli("inspect", tmp_path / "out", "--json").output)["source"]["inputs"] == 1500
 
 

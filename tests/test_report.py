@@ -292,7 +292,7 @@ def test_event_fields_constant_ones_as_text_and_the_ones_left_out_named():
     (fields,) = [s for s in event_sections(sample, said="40 events.") if s.title == "Fields"]
     notes = " ".join(fields.notes)
     assert "Constant in the events read (not drawn): flat = 3." in notes
-    assert f"2 fields are not drawn ({MAX_PANELS} at most): f24, f25." in notes and "--fields" in notes
+    assert f"2 fields not drawn ({MAX_PANELS} at most): f24, f25." in notes and "--fields" in notes
     assert len(fields.figures) == 2 and len(fields.tables[0].rows) == len(names)  # 12 + 12 panels; all in the table
     (chosen,) = [s for s in event_sections(sample, said="", fields=("f25", "flat")) if s.title == "Fields"]
     assert len(chosen.figures) == 1 and "flat = 3." in " ".join(chosen.notes)

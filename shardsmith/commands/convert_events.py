@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from shardsmith.core import provenance
 from shardsmith.core.events import EventSchema
 from shardsmith.core.input_file import InputFile
+from shardsmith.core.words import plural
 from shardsmith.engine.job import Described, JobRun, JobSteps
 from shardsmith.engine.plan import cached, wait_to_check
 from shardsmith.engine.resume import run_identity
@@ -40,9 +41,8 @@ class EventSteps(JobSteps):
             raise UsageError(f"{run.files[0].rel}: no numeric fields to convert" + (
                 f" (skipped: {', '.join(skipped[:5])})" if skipped else ""))
         if skipped:
-            more = f" and {len(skipped) - 8} more" if len(skipped) > 8 else ""
-            fields = f"{len(skipped)} field" + ("s" if len(skipped) > 1 else "")
-            run.progress.note(f"shardsmith: warning: skipping {fields} not numbers or lists of numbers "
+            more = f" and {len(skipped) - 8:,} more" if len(skipped) > 8 else ""
+            run.progress.note(f"shardsmith: warning: skipping {plural(len(skipped), 'field')} not numbers or lists of numbers "
                               f"(strings, records, nested collections): {', '.join(skipped[:8])}{more}")
         self.schema, self.skipped_fields = schema, skipped
         self.events = EventProcessor(schema=schema, balance=None,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.words import plural
 from shardsmith.engine.forked import ForkedAnswer
 from shardsmith.errors import UsageError
 from shardsmith.transforms import tokenize as tk
@@ -99,4 +100,4 @@ def check_engine(requested: str, tok: Any, json_text: str, sample: list[str], *,
             if requested == "gigatoken":
                 raise UsageError(f"--engine gigatoken: {reason}")
             return "hf", reason, safe, None
-    return "gigatoken", f"matched tokenizers on {checked} documents", safe, giga
+    return "gigatoken", f"matched tokenizers on {plural(checked, 'document')}", safe, giga

@@ -13,6 +13,7 @@ import orjson
 from shardsmith import registry
 from shardsmith.commands.report import cleaning_dropped
 from shardsmith.core.sizes import format_size
+from shardsmith.core.words import plural
 from shardsmith.kit.dataset_files import files_at
 
 
@@ -56,11 +57,12 @@ def run(where: str | Path, *, as_json: bool, samples: int) -> None:
     echo = click.echo
     echo(f"{info['path']}: {info['format']} dataset, shardsmith {info['tool_version']}, created {info['created']}")
     src = info["source"]
-    echo(f"  source: {src.get('reader')} reader, {src['inputs']} input files, {src.get('records')} records, "
-         f"{info['skipped']} skipped")
+    records = src.get("records")
+    echo(f"  source: {src.get('reader')} reader, {plural(src['inputs'], 'input file')}, "
+         f"{'unknown records' if records is None else plural(records, 'record')}, {info['skipped']:,} skipped")
     if src.get("skipped_inputs"):
         left_out = src["skipped_inputs"]
-        echo(f"  skipped inputs (--on-error skip): {len(left_out)}: "
+        echo(f"  skipped inputs (--on-error skip): {len(left_out):,}: "
              f"{', '.join(str(s.get('url')) for s in left_out[:3])}{', …' if len(left_out) > 3 else ''}")
     echo(f"  shuffle: {'exact, seed ' + str(info['seed']) if info['shuffle'] else 'off (input order)'}")
     if "cleaning" in info:
@@ -68,19 +70,19 @@ def run(where: str | Path, *, as_json: bool, samples: int) -> None:
         traced = "documents carry their origins (shardsmith trace)" if info["cleaning"].get("provenance") else ""
         echo(f"  cleaning: {'; '.join(x for x in (said, traced) if x)}")
     for name, s in info["splits"].items():
-        tokens = f", {s['tokens']:,} tokens" if "tokens" in s else ""
-        events = f" ({s['events']:,} events)" if "events" in s and s["events"] != s["samples"] else ""
-        echo(f"  split {name}: {s['samples']:,} samples{tokens}{events} in {s['shards']} shards, "
+        tokens = f", {plural(s['tokens'], 'token')}" if "tokens" in s else ""
+        events = f" ({plural(s['events'], 'event')})" if "events" in s and s["events"] != s["samples"] else ""
+        echo(f"  split {name}: {plural(s['samples'], 'sample')}{tokens}{events} in {plural(s['shards'], 'shard')}, "
              f"{format_size(s['bytes'])}")
     if "tokenizer" in info:
         t = info["tokenizer"]
         echo(f"  tokenizer: vocab {t['vocab_size']}, eos {t.get('eos_token')!r} ({t.get('eos_id')}), dtype {t['dtype']}, "
              f"engine {t.get('engine')}, sha256 {t['sha256'][:12]}…")
     if info.get("classes"):
-        echo(f"  classes: {len(info['classes'])} ({', '.join(info['classes'][:8])}{', …' if len(info['classes']) > 8 else ''})")
+        echo(f"  classes: {len(info['classes']):,} ({', '.join(info['classes'][:8])}{', …' if len(info['classes']) > 8 else ''})")
     if info.get("events"):
         e = info["events"]
-        echo(f"  events: {e['fields']} fields, counters {', '.join(map(str, e.get('counters') or []))}"
+        echo(f"  events: {plural(e['fields'], 'field')}, counters {', '.join(map(str, e.get('counters') or []))}"
              + (f", {e['events_per_sample']} per sample" if "events_per_sample" in e else ""))
     for line in info.get("format_lines", []):  # what the format's ``describe`` says of itself
         echo(f"  {line}")
@@ -88,7 +90,7 @@ def run(where: str | Path, *, as_json: bool, samples: int) -> None:
         echo(f"  augment: {info['augment']}")
     for s in info.get("samples", []):
         if "tokens" in s:
-            echo(f"  sample {s['split']}[{s['index']}]: {s['tokens']} tokens {s['ids']}…")
+            echo(f"  sample {s['split']}[{s['index']}]: {plural(s['tokens'], 'token')} {s['ids']}…")
             if s["text"] is not None:
                 echo(f"    {s['text']!r}")
         elif "fields" in s:

@@ -12,6 +12,7 @@ import click
 from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
+from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
 from shardsmith.kit import manifest_io
 
@@ -83,13 +84,13 @@ def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, s
     files = discover(list(paths), suffixes=reader.suffixes)
     sampling = Sampling(seed=seed, fields=fields)
     sections = reader.report(files, sampling)
-    intro = [f"Raw inputs read as {reader.name}: {len(files):,} files, {format_size(sum(f.size for f in files))}, "
+    intro = [f"Raw inputs read as {reader.name}: {plural(len(files), 'file')}, {format_size(sum(f.size for f in files))}, "
              f"before any conversion.",
              "What was read: every file is listed; then a seeded sample (seed "
              f"{seed}) of at most {sampling.max_files} files and {sampling.max_tasks} byte ranges of each, the first "
              f"{sampling.records_per_task:,} records of each range (images: {sampling.max_samples:,} files at most), "
              f"for at most {sampling.seconds:.0f} s. Each section says what share it read."]
-    return _write(folder, f"shardsmith report: {len(files):,} {reader.name} inputs", intro, sections, sampling)
+    return _write(folder, f"shardsmith report: {plural(len(files), reader.name + ' input')}", intro, sections, sampling)
 
 
 def _write(folder: Path, title: str, intro: list[str], sections: list, sampling: object) -> Path:
@@ -98,6 +99,6 @@ def _write(folder: Path, title: str, intro: list[str], sections: list, sampling:
     t0 = getattr(sampling, "started", time.monotonic())
     path = html.write(folder, title=title, intro=intro, sections=sections)
     figures = sum(len(s.figures) for s in sections)
-    click.echo(f"{path}: {len(sections)} sections, {figures} figures (PNG beside it), "
+    click.echo(f"{path}: {plural(len(sections), 'section')}, {plural(figures, 'figure')} (PNG beside it), "
                f"in {time.monotonic() - t0:.1f} s", err=True)
     return path

@@ -12,6 +12,7 @@ from typing import Any
 
 from shardsmith.commands.token_job import TokenSteps, check_packing, window_of
 from shardsmith.core.memory import keep_freed_memory
+from shardsmith.core.words import plural
 from shardsmith.engine.conduct import run_job
 from shardsmith.engine.job import Job
 from shardsmith.engine.options import ConvertingOptions
@@ -66,8 +67,6 @@ def run(opts: PackTokensOptions, *, executor: Executor | None = None) -> dict[st
 
 def chat_line(manifest: dict[str, Any]) -> str:
     """The chat figures of a ``--chat`` run's summary (empty for others)."""
-    from shardsmith.commands.report import plural
-
     chat = manifest.get("chat")
     if not chat:
         return ""
@@ -82,17 +81,17 @@ def chat_line(manifest: dict[str, Any]) -> str:
 
 def summary_line(out: Path, manifest: dict[str, Any]) -> str:
     """The run's one-line summary for the CLI (with the packing figures of a packed run)."""
-    from shardsmith.commands.report import cleaning_dropped, plural
+    from shardsmith.commands.report import cleaning_dropped
 
     src = manifest["source"]
     unit = "sequence" if manifest.get("packing") else "document"
     parts = ", ".join(f"{name}: {plural(s['samples'], unit)}, {plural(s['tokens'], 'token')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
-    line = (f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']} skipped; "
+    line = (f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']:,} skipped; "
             f"engine {manifest['tokenizer']['engine']}")
     tok = manifest["tokenizer"]
     if tok.get("vocab_size_asked", tok["vocab_size"]) > tok["vocab_size"]:
-        line += (f"; --train-tokenizer {tok['vocab_size_asked']}: trained {tok['vocab_size']:,} tokens "
+        line += (f"; --train-tokenizer {tok['vocab_size_asked']}: trained {plural(tok['vocab_size'], 'token')} "
                  "(the corpus has no more merges)")
     line += cleaning_dropped(manifest) + chat_line(manifest)
     if (share := manifest.get("nanogpt_default_val")) is not None:

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from shardsmith.core.words import plural
+
 
 def report_stage(out: Path, result: dict[str, Any]) -> bool:
     """One line for a stage that wrote no manifest; False when ``result`` is a manifest."""
@@ -20,14 +22,9 @@ def report_stage(out: Path, result: dict[str, Any]) -> bool:
                  for split, (a, b) in result["shards"].items()]
         click.echo(f"{who}: wrote {', '.join(wrote) or 'no shard (more ranks than shards, or a format one writer makes on rank 0)'}")
     else:
-        click.echo(f"{who}: {result['tasks']} tasks, {result['records']} records read, {result['skipped']} skipped"
-                   + (f", {result['dropped']} dropped (--balance, --decontaminate)" if result.get("dropped") else ""))
+        click.echo(f"{who}: {plural(result['tasks'], 'task')}, {plural(result['records'], 'record')} read, "
+                   f"{result['skipped']:,} skipped" + (f", {result['dropped']:,} dropped (--balance, --decontaminate)" if result.get("dropped") else ""))
     return True
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 shard``, ``2 shards``."""
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def inputs_left_out(source: dict[str, Any]) -> str:
@@ -58,7 +55,7 @@ def cleaning_dropped(manifest: dict[str, Any]) -> str:
         return ""
     units = cleaning.get("units", "tokens")  # type: ignore[union-attr]
     return "".join(f"; {rule}{'' if name is None else ' ' + name} dropped {plural(docs, 'document')} "
-                   f"({count:,} {units})" for rule, name, _, docs, count in rows)
+                   f"({plural(count, units.removesuffix('s'))})" for rule, name, _, docs, count in rows)
 
 
 def report_skipped(out: Path | str, source: dict[str, Any], *, shown: int = 5) -> None:

@@ -19,6 +19,7 @@ import click
 import orjson
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.kit import manifest_io
 from shardsmith.kit.chat import ChatFields, record_text
@@ -141,7 +142,7 @@ def trace_index(out: Path, index: int, *, split: str, seq_len: int | None, input
     except IndexError as exc:
         raise UsageError(f"{out}: {exc}") from None
     texts = InputTexts(ds.manifest, inputs=inputs)
-    click.echo(f"{out} [{split}] {_kind(ds)} {index}: {len(docs)} document{'s' * (len(docs) != 1)}")
+    click.echo(f"{out} [{split}] {_kind(ds)} {index}: {plural(len(docs), 'document')}")
     for line in doc_lines(docs, texts):
         click.echo(line)
 
@@ -231,7 +232,7 @@ def trace_state(out: Path, state_file: Path, *, split: str, seq_len: int | None,
                f"{len(indices)} {_kind(ds)}s")
     for i in indices:
         docs = ds.sources(i)
-        click.echo(f"{_kind(ds)} {i}: {len(docs)} document{'s' * (len(docs) != 1)}")
+        click.echo(f"{_kind(ds)} {i}: {plural(len(docs), 'document')}")
         for line in doc_lines(docs, texts):
             click.echo(line)
 

@@ -26,6 +26,7 @@ import orjson
 from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.sizes import format_size
+from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError, ShardsmithError
 from shardsmith.kit.dataset_files import LocalFiles, StreamedFiles, files_at
 from shardsmith.kit.writer import manifest_files
@@ -180,7 +181,8 @@ def _verify(files: LocalFiles | StreamedFiles, *, deep: bool, workers: int) -> b
     for p in problems:
         click.echo(f"FAIL {p}")
     samples = sum(s["samples"] for s in m["splits"].values())
-    verdict = "OK" if not problems else f"{len(problems)} problem{'s' * (len(problems) != 1)}"
-    click.echo(f"{files.where}: {verdict}: {len(entries)} files, {samples:,} samples, {format_size(size)} checked"
+    verdict = "OK" if not problems else plural(len(problems), 'problem')
+    click.echo(f"{files.where}: {verdict}: {plural(len(entries), 'file')}, {plural(samples, 'sample')}, "
+               f"{format_size(size)} checked"
                f"{' (deep)' if deep else ''} in {elapsed:.2f} s ({size / max(elapsed, 1e-9) / 1e6:,.0f} MB/s)")
     return not problems

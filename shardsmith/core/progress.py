@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from shardsmith.core.words import plural
+
 
 class _Silent:
     def update(self, n: int = 1) -> None:
@@ -42,8 +44,7 @@ class _Lines:
             size = next((f"{self.n / f:.1f} {u}" for f, u in ((1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
                          if self.n >= f), f"{self.n} B")
         else:
-            one = self.unit.strip().removesuffix("s")  # the bars name units either way: "files", "unit"
-            size = f"{self.n:,} {one if self.n == 1 else one + 's'}"
+            size = plural(self.n, self.unit.strip().removesuffix("s"))  # bars name units either way: "files", "unit"
         extra = f", {self.postfix}" if self.postfix else ""
         return f"{self.desc}: {size}{extra}, {time.perf_counter() - self.started:.1f} s"
 

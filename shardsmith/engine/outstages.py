@@ -37,6 +37,7 @@ import orjson
 from shardsmith.core.faults import crash_point
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.progress import Progress
+from shardsmith.core.words import plural
 from shardsmith.engine import gather
 from shardsmith.engine.outdir import prepare_output, work_path
 from shardsmith.engine.outhold import refuse_live
@@ -262,8 +263,8 @@ class StagedRemoteRun(RemoteOutputRun):
 
         with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="shardsmith-upload") as pool:
             sent = sum(pool.map(one, files))
-        Progress(quiet=self.quiet).note(f"{self.url}: {self.stage} rank {self.rank}: {sent} of {len(files)} files "
-                                        f"uploaded ({len(files) - sent} were there already)")
+        Progress(quiet=self.quiet).note(f"{self.url}: {self.stage} rank {self.rank}: {sent:,} of "
+                                        f"{plural(len(files), 'file')} uploaded ({len(files) - sent:,} were there already)")
         return sent
 
     # -- finalize ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core.words import plural
 from shardsmith.engine.doc_facts import OriginIndex
 from shardsmith.engine.duplicates import Duplicates, find_duplicates
 from shardsmith.engine.gather import MakeWriter, finish, gather
@@ -142,8 +143,8 @@ def resumed_line(tasks: Sequence[Task], results: list[TaskResult], *, shards: in
     if not tasks_kept and not shards:
         return None
     unread = sum(t.nbytes for t, r in zip(tasks, results) if r.reused)
-    return (f"resumed: {shards} of {of} shards and {tasks_kept} of {len(results)} scatter tasks reused from a "
-            f"killed run of this command ({unread:,} input bytes not read again)")
+    return (f"resumed: {shards:,} of {plural(of, 'shard')} and {tasks_kept:,} of {plural(len(results), 'scatter task')} "
+            f"reused from a killed run of this command ({plural(unread, 'input byte')} not read again)")
 
 
 def _preload(make_writer: MakeWriter, splits: tuple[tuple[str, float], ...]) -> None:
@@ -219,11 +220,11 @@ class Tally:
                     unread=[*unread_files, *(s for s in every if s.get("unread_tail"))])
         dropped = sum(r.dropped for r in results) + duplicates  # left out by --balance, --decontaminate, --dedup
         if tally.written == 0:
-            left_out = f", {dropped} left out on purpose (--dedup, --decontaminate, --balance, --too-long)" \
+            left_out = f", {dropped:,} left out on purpose (--dedup, --decontaminate, --balance, --too-long)" \
                 if dropped else ""
-            raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ({tally.records} "
-                            f"records read, {len(tally.skipped)} skipped{left_out}, {len(tally.unread)} files "
-                            f"broken off)")
+            raise DataError(file=", ".join(f.rel for f in inputs[:3]), reason=f"nothing to write ("
+                            f"{plural(tally.records, 'record')} read, {len(tally.skipped):,} skipped{left_out}, "
+                            f"{plural(len(tally.unread), 'file')} broken off)")
         assert tally.written == (tally.records - len(tally.skipped) - dropped) * copies, "records lost"
         return tally
 

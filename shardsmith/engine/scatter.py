@@ -21,6 +21,7 @@ import numpy as np
 
 from shardsmith.core.faults import crash_point
 from shardsmith.core.ragged import starts_of
+from shardsmith.core.words import plural
 from shardsmith.engine.doc_facts import TaskFacts, has_facts
 from shardsmith.engine.inputs import changed
 from shardsmith.engine.plan import workers_for
@@ -191,7 +192,7 @@ def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, A
                 result.error = {"file": rel, "record": None, "reason": broken.reason, "unit": unit}
                 return
             result.skipped.append({"file": rel, "record": None, "unread_tail": True, "reason": f"{broken.reason} "
-                                   f"(after {result.records} records of this task; the rest of the file is unread)"})
+                                   f"(after {plural(result.records, 'record')} of this task; the rest of the file is unread)"})
 
 
 def _bad_records(job: ScatterJob, task: Task, bad: list[tuple[int, str]], result: TaskResult, unit: str) -> bool:
@@ -217,7 +218,7 @@ def _scatter_chunks(job: ScatterJob, task: Task, chunks: Iterator[Any], part: Pa
                 result.error = {"file": task.file.rel, "record": None, "reason": chunk.reason, "unit": unit}
                 return
             result.skipped.append({"file": task.file.rel, "record": None, "unread_tail": True,
-                                   "reason": f"{chunk.reason} (after {result.records} {_plural(unit)} of this task; "
+                                   "reason": f"{chunk.reason} (after {plural(result.records, unit)} of this task; "
                                              f"the rest of it is unread)"})
             return
         if max_records is not None:
@@ -392,7 +393,3 @@ def _check(res: TaskResult) -> TaskResult:
     if res.error:  # a bad record (or a file's unreadable rest) that --on-error skip would have skipped
         raise DataError(**{"skippable": True, **res.error})
     return res
-
-
-def _plural(unit: str) -> str:
-    return unit[:-1] + "ies" if unit.endswith("y") else unit + "s"

@@ -38,6 +38,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import is_url, safe_url
+from shardsmith.core.words import plural
 from shardsmith.engine import inputs
 from shardsmith.engine.outdir import STAGED, staging_path, work_path
 from shardsmith.errors import DataError, UsageError
@@ -128,18 +129,18 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
     root.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(root).free
     if need > free and limit is None and stage is None:
-        raise UsageError(f"staging {len(todo)} input objects ({format_size(need)}) needs that much local disk in "
+        raise UsageError(f"staging {plural(len(todo), 'input object')} ({format_size(need)}) needs that much local disk in "
                          f"{root.parent}, beside the output; {format_size(free)} is free there")
     stager = Stager(todo=todo, fetch=lambda o, stop: _fetch(fs, root, o, stop, policy), budget=ahead(memory, free),
                     failure=root.parent / STAGED[1] / ".failed", skip=on_error == "skip", on_demand=stage is not None)
     if on_error != "skip":  # the run starts now; its readers wait for their files (``arrival``)
         if todo:
-            progress.note(f"staging {len(todo)} of {len(files)} input objects ({format_size(need)}) into {root}, "
+            progress.note(f"staging {len(todo):,} of {plural(len(files), 'input object')} ({format_size(need)}) into {root}, "
                           f"alongside the work")
         _RUNNING.append(stager.start())
         return files
     if todo:  # every object first, so that one that stays unreadable is left out before the run
-        progress.note(f"staging {len(todo)} of {len(files)} input objects ({format_size(need)}) into {root}")
+        progress.note(f"staging {len(todo):,} of {plural(len(files), 'input object')} ({format_size(need)}) into {root}")
         with progress.bar(total=need, desc="stage", unit="B") as bar:
             stager.progress = bar.update
             try:
@@ -148,7 +149,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
                 stager.stop()
     skipped = sorted(stager.skipped, key=lambda s: s["url"])
     if skipped:
-        progress.note(f"skipped {len(skipped)} unreadable input objects (--on-error skip): "
+        progress.note(f"skipped {plural(len(skipped), 'unreadable input object')} (--on-error skip): "
                       f"{', '.join(s['url'] for s in skipped[:3])}{' …' if len(skipped) > 3 else ''}")
         gone = {s["url"] for s in skipped}
         entries = [(path, folder, [r for r in rows if r[4] not in gone]) for path, folder, rows in entries]

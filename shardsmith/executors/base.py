@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from shardsmith.core.progress import Progress
 from shardsmith.core.urls import is_url
+from shardsmith.core.words import plural
 from shardsmith.engine.job import Job
 from shardsmith.engine.outdir import complete_line
 from shardsmith.engine.session import missing, release_failed
@@ -167,7 +168,7 @@ class PhasedExecutor:
                 todo = [o.unit for o in busy]
         raise_first_failure(outcomes)
         if len(outcomes) != len(units):  # an engine that returned early without a failure: a bug of ours
-            raise UnitFailed(f"{stage}: {len(units) - len(outcomes)} of {len(units)} units never came back")
+            raise UnitFailed(f"{stage}: {len(units) - len(outcomes):,} of {plural(len(units), 'unit')} never came back")
         return sorted(outcomes, key=lambda o: unit_order(o.unit))
 
 

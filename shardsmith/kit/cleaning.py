@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
 from shardsmith.kit import textnorm
 
@@ -104,7 +105,7 @@ class Cleaner:
         if not few:
             return []
         name, line = few[0]
-        return [f"--decontaminate: {len(few)} item{'s' * (len(few) != 1)} of fewer than "
+        return [f"--decontaminate: {plural(len(few), 'item')} of fewer than "
                 f"{min(self.spec.ngram, SHORT_ITEM_WORDS)} words (the first: {name}:{line}) match wherever "
                 f"those words appear in a document, and may drop many documents"]
 

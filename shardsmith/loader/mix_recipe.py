@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
 
 SOURCE_KEYS = {"path", "weight", "split", "loader", "seq_len"}
@@ -106,7 +107,7 @@ def from_recipe(path: str | Path, *, overrides: Sequence[str] = ()) -> Any:
 def describe(m: Any) -> str:
     """What a mixture draws, one line per source."""
     counts = m.counts(len(m))
-    lines = [f"mixture of {len(m.names)} sources: {len(m):,} samples, seed {m.seed}; every prefix of n samples "
+    lines = [f"mixture of {plural(len(m.names), 'source')}: {plural(len(m), 'sample')}, seed {m.seed}; every prefix of n samples "
              f"holds each source weight·n times within {m.deviation_bound:.3f}"]
     width = max(len(n) for n in m.names)
     for name in m.names:

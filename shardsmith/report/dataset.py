@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.sizes import format_size
+from shardsmith.core.words import plural
 from shardsmith.kit.cleaning import dropped_by_rule
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
@@ -55,7 +56,7 @@ def cleaning_section(manifest: dict[str, Any]) -> Section | None:
     if not isinstance(cleaning, dict):
         return None
     units = cleaning.get("units", "tokens")
-    rows: list[tuple[Any, ...]] = [(rule, "" if name is None else f"{name} ({items:,} items)", docs, count)
+    rows: list[tuple[Any, ...]] = [(rule, "" if name is None else f"{name} ({plural(items, 'item')})", docs, count)
                                    for rule, name, items, docs, count in dropped_by_rule(cleaning)]
     section = Section(title="Cleaning")
     if rows:

@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 
 from shardsmith.core.urls import error_line
+from shardsmith.core.words import plural
 from shardsmith.errors import ShardsmithError
 from shardsmith.storage import retry
 
@@ -27,8 +28,8 @@ def describe(exc: BaseException, *, verb: str, words: Mapping[str, str] | None =
     retries), no-bucket, missing, missing-file, denied, other."""
     said = {**WORDS, **(words or {})}
     if isinstance(exc, retry.GaveUp):
-        last, s = exc.last, "s" if exc.attempts > 1 else ""
-        return "gave-up", (f"cannot {verb} it after {exc.attempts} attempt{s} (the last: "
+        last = exc.last
+        return "gave-up", (f"cannot {verb} it after {plural(exc.attempts, 'attempt')} (the last: "
                            f"{type(last).__name__}: {error_line(last)})")
     if isinstance(exc, FileNotFoundError):
         kind = "no-bucket" if "bucket" in str(exc).lower() else "missing"

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import manifest as m_
+from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.options import OPTIONS
 from shardsmith.formats.memmap.shape import Layout, layout_of
@@ -109,7 +110,7 @@ class MemmapFormat(Format):
         mm = manifest["memmap"]
         line = (f"memmap: N x {mm['max_len']} x {len(mm['fields'])} {np.dtype(mm['dtype']).name} "
                 f"({', '.join(mm['fields'][:8])}{', …' if len(mm['fields']) > 8 else ''}), keep {mm.get('keep')}, "
-                f"pad {mm.get('pad_value')}; {len(mm['scalars'])} event-level arrays")
+                f"pad {mm.get('pad_value')}; {plural(len(mm['scalars']), 'event-level array')}")
         return {"memmap": mm, "format_lines": [line]}
 
     def card(self, out: Path, manifest: dict[str, Any]) -> Any:

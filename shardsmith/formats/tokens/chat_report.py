@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.words import plural
 from shardsmith.formats.tokens.masks import bits_of
 from shardsmith.kit.chat import MESSAGE_BINS
 from shardsmith.kit.sections import figures
@@ -45,10 +46,10 @@ def chat_section(out: Path, manifest: dict[str, Any], shards: list[dict[str, Any
     section = Section(title="Conversations")
     packed = manifest.get("packing") is not None
     section.notes.append(
-        f"{chat['conversations']:,} conversations rendered with the chat template (sha256 "
+        f"{plural(chat['conversations'], 'conversation')} rendered with the chat template (sha256 "
         f"{chat['template_sha256'][:12]}; {'its {% generation %} blocks' if chat['generation_blocks'] else 'turn by turn'}"
         f" mark the assistant's tokens); the loss counts --train-on {chat['train_on']}: "
-        f"{chat['trained_tokens']:,} of their {chat['tokens']:,} tokens ({100 * chat['trained_fraction']:.1f} %"
+        f"{chat['trained_tokens']:,} of their {plural(chat['tokens'], 'token')} ({100 * chat['trained_fraction']:.1f} %"
         f"). Per conversation: {len(lens):,} of them from the report's sample"
         + (" (pieces, where a conversation was split across sequences)." if packed else "."))
     section.tables.append(Table(caption="Per conversation", header=SUMMARY_HEADER, rows=[

@@ -12,6 +12,7 @@ import numpy as np
 from shardsmith.core import manifest as m_
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
+from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.options import OPTIONS
 from shardsmith.kit import manifest_io
@@ -174,8 +175,8 @@ class TokensFormat(Format):
         lines = []
         if (chat := manifest.get("chat")) is not None:
             described["chat"] = chat
-            lines.append(f"chat: {chat['conversations']:,} conversations through the chat template, the loss on "
-                         f"{chat['trained_tokens']:,} of {chat['tokens']:,} tokens "
+            lines.append(f"chat: {plural(chat['conversations'], 'conversation')} through the chat template, the loss "
+                         f"on {chat['trained_tokens']:,} of {plural(chat['tokens'], 'token')} "
                          f"({100 * chat['trained_fraction']:.1f} %, --train-on {chat['train_on']}); loss bits "
                          f"beside each shard (.mask.bin)")
         if has_origins(manifest):

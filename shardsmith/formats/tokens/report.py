@@ -13,6 +13,7 @@ import numpy as np
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
+from shardsmith.core.words import plural
 from shardsmith.formats.tokens.indexed import read_idx
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
@@ -40,7 +41,7 @@ def token_sections(out: Path, manifest: dict[str, Any], sampling: Sampling) -> l
     unit = "document pieces" if packing else "documents"
     per_shard = [int(s.get("tokens", s["bytes"] // dtype.itemsize)) for _, s in shards]
     section = Section(title="Tokens")
-    section.notes.append(f"Lengths of {len(lens):,} {unit} from {len(taken):,} of {len(shards):,} shards "
+    section.notes.append(f"Lengths of {plural(len(lens), unit[:-1])} from {len(taken):,} of {plural(len(shards), 'shard')} "
                          f"({'all' if len(taken) == len(shards) else f'a seeded sample, seed {sampling.seed}'}).")
     if packing:
         section.notes.append("A packed dataset stores pieces of documents: a document cut across sequences counts "
@@ -127,7 +128,7 @@ def _top_tokens(out: Path, tok: dict[str, Any], found: tuple[np.ndarray, np.ndar
     order = np.argsort(-n, kind="stable")[:50]
     top, counts = ids[order].astype(np.int64), n[order]
     section = Section(title="Most frequent tokens")
-    section.notes.append(f"Counted over {counted:,} tokens of a seeded sample of documents (seed {sampling.seed}); "
+    section.notes.append(f"Counted over {plural(counted, 'token')} of a seeded sample of documents (seed {sampling.seed}); "
                          f"decoded with the dataset's {tok['path']}" + ("" if decode else " (not readable: ids only)")
                          + ". Whitespace is shown as Python escapes (repr).")
     rows = [(i + 1, int(t), repr(decode(int(t))) if decode else "", int(c), f"{c / counted:.3%}")

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.words import plural
 from shardsmith.kit.sections.model import Sampling
 
 BLOCK = 4096  # events a batch reads
@@ -49,4 +50,4 @@ def events_note(chosen: dict[str, tuple[int, np.ndarray]], sampling: Sampling, e
     """What an events section read: the share of the ``unit``s (events or samples), the events in them."""
     read = sum(len(i) for _, i in chosen.values())
     late = " Stopped at the time limit." if sampling.late() else ""
-    return f"{sampled_note(chosen, sampling, unit)} {events:,} events read.{late}" if read else "No events."
+    return f"{sampled_note(chosen, sampling, unit)} {plural(events, 'event')} read.{late}" if read else "No events."

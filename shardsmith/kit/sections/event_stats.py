@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.events import EventSchema
+from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
@@ -101,7 +102,7 @@ def _multiplicity(sample: EventSample, said: str) -> Section:
     section.figures.append(figures.hist_grid("multiplicity", title="Multiplicity: values per event, per counter",
                                              panels=panels[:MAX_PANELS], ylabel="events", cols=min(3, len(panels))))
     if len(panels) > MAX_PANELS:
-        section.notes.append(f"The first {MAX_PANELS} of {len(panels)} counters are drawn; every one is in the table.")
+        section.notes.append(f"The first {MAX_PANELS} of {plural(len(panels), 'counter')} are drawn; every one is in the table.")
     return section
 
 
@@ -144,7 +145,7 @@ def _fields(sample: EventSample, said: str, chosen: tuple[str, ...] | None) -> S
     if constant:
         section.notes.append(f"Constant in the events read (not drawn): {'; '.join(constant)}.")
     if left_out:
-        section.notes.append(f"{len(left_out)} fields are not drawn ({MAX_PANELS} at most): {', '.join(left_out)}. "
+        section.notes.append(f"{plural(len(left_out), 'field')} not drawn ({MAX_PANELS} at most): {', '.join(left_out)}. "
                              "Choose the fields to draw with inspect --report DIR --fields A,B,...; every field is in "
                              "the table.")
     elif chosen is not None:

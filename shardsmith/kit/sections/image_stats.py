@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardsmith.core.images import ImageError, check_image
+from shardsmith.core.words import plural
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
 
@@ -55,14 +56,14 @@ def image_sections(sample: ImageSample, *, counted: str) -> list[Section]:
     if counts:
         out.append(_classes(counts, sample.classes, counted))
         if odd:
-            out[-1].notes.append(f"{odd:,} labels below 0 or from {MAX_LABEL:,} up are left out of the counts.")
+            out[-1].notes.append(f"{plural(odd, 'label')} below 0 or from {MAX_LABEL:,} up are left out of the counts.")
     if not sample.nbytes:
         return out
     section = Section(title="Images")
     w, h = np.asarray(sample.widths, np.float64), np.asarray(sample.heights, np.float64)
-    section.notes.append(f"{len(sample.nbytes):,} images read; sizes from the image headers (no pixel decoded).")
+    section.notes.append(f"{plural(len(sample.nbytes), 'image')} read; sizes from the image headers (no pixel decoded).")
     if sample.bad:
-        section.notes.append(f"{len(sample.bad)} images whose header could not be read: " + "; ".join(sample.bad[:5]))
+        section.notes.append(f"{plural(len(sample.bad), 'image')} whose header could not be read: " + "; ".join(sample.bad[:5]))
     section.tables.append(Table(caption="Image sizes and bytes", header=SUMMARY_HEADER, rows=[
         summary_row("width", w, "px"), summary_row("height", h, "px"),
         summary_row("pixels", w * h / 1e6, "megapixels"), summary_row("bytes per image", np.asarray(sample.nbytes), "B")]))
@@ -91,7 +92,7 @@ def _classes(counts: dict[str, np.ndarray], classes: list[str] | None, counted: 
         table[row, :len(c)] = c
     total = table.sum(0)
     section = Section(title="Classes")
-    section.notes.append(f"{len(names):,} classes; counts {counted}."
+    section.notes.append(f"{plural(len(names), 'class', 'classes')}; counts {counted}."
                          + ("" if classes else " No class names are recorded: labels are shown as numbers."))
     groups = list(counts)
     share = total / max(int(total.sum()), 1)
@@ -103,5 +104,5 @@ def _classes(counts: dict[str, np.ndarray], classes: list[str] | None, counted: 
     section.figures.append(figures.bar("class-counts", title=title, labels=[names[i] for i in order],
                                        values=total[order], xlabel="class", ylabel="images"))
     if total.max() > 0:
-        section.notes.append(f"largest / smallest class: {int(total.max()):,} / {int(total.min()):,} images.")
+        section.notes.append(f"largest / smallest class: {int(total.max()):,} / {plural(int(total.min()), 'image')}.")
     return section

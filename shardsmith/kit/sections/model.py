@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.words import plural
+
 
 @dataclass(frozen=True, kw_only=True)
 class Table:
@@ -71,9 +73,10 @@ class Sampling:
 
     def said(self, taken: int, of: int, unit: str) -> str:
         """A note of the share read: "all 1,200 samples" or "a seeded sample of 20,000 of 3,000,000 samples (0.7%)"."""
+        counted = plural(of, unit.removesuffix("s"))  # (the callers name the unit in the plural)
         if taken >= of:
-            return f"all {of:,} {unit}"
-        return f"a seeded sample (seed {self.seed}) of {taken:,} of {of:,} {unit} ({100 * taken / max(of, 1):.2g}%)"
+            return f"all {counted}"
+        return f"a seeded sample (seed {self.seed}) of {taken:,} of {counted} ({100 * taken / max(of, 1):.2g}%)"
 
 
 def summary_row(name: str, values: np.ndarray, unit: str = "") -> tuple[Any, ...]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from shardsmith.core.images import MAX_IMAGE_PIXELS
 from shardsmith.core.sizes import format_size
+from shardsmith.core.words import plural
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.event_stats import EventSample, event_sections
 from shardsmith.kit.sections.image_stats import ImageSample, image_sections
@@ -59,7 +60,7 @@ def raw_sections(reader: Reader, files: list[InputFile], sampling: Sampling) -> 
 def _inputs(reader: Reader, files: list[InputFile], sampling: Sampling) -> Section:
     sizes = np.array([f.size for f in files], np.float64)
     section = Section(title="Inputs")
-    section.notes.append(f"{len(files):,} {reader.name} files, {format_size(sizes.sum())} in all (every file listed). "
+    section.notes.append(f"{plural(len(files), reader.name + ' file')}, {format_size(sizes.sum())} in all (every file listed). "
                          f"How the records are sampled: {HOW}")
     section.tables.append(Table(caption="Input files", header=SUMMARY_HEADER,
                                 rows=[summary_row("file size", sizes / 1e6, "MB")]))
@@ -125,7 +126,7 @@ def _rows(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Se
                     lengths.setdefault(key, []).append(measure)
     section = Section(title="Records")
     share = f" About {min(1.0, nbytes / max(sum(f.size for f in files), 1)):.2%} of the input bytes (as JSON)."
-    section.notes.append(f"{said} {rows:,} records read, {bad:,} unreadable.{share}"
+    section.notes.append(f"{said} {plural(rows, 'record')} read, {bad:,} unreadable.{share}"
                          + (" Stopped at the time limit." if sampling.late() else ""))
     table = []
     for key, n in present.most_common():
@@ -181,7 +182,7 @@ def _events(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[
                 chunk = chunk.take(np.arange(left), schema)
             sample.add(chunk.n, chunk.columns, chunk.offsets)
             left -= chunk.n
-    note = f"{said} {sample.events:,} events read." + (" Stopped at the time limit." if sampling.late() else "")
+    note = f"{said} {plural(sample.events, 'event')} read." + (" Stopped at the time limit." if sampling.late() else "")
     sections = event_sections(sample, said=note, fields=sampling.fields)
     if skipped:
         sections[0].notes.append(f"Fields left out (not numeric, or not convertible): {', '.join(skipped[:20])}"
