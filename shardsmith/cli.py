@@ -58,12 +58,18 @@ class _Main(click.Group):
         """Click's entry, the arguments recorded first (``core.invocation``: the manifest's command)."""
         given = sys.argv[1:] if args is None else list(args)
         _refuse_undecodable(given)
-        invocation.record(given)
+        invocation.record(given, differ=self._differences)
         try:
             with as_lines():  # shardsmith's own warnings as the program's other warning lines
                 return super().main(args, *rest, **kwargs)
         finally:
             invocation.record(None)  # a library call after this one records its own process's arguments
+
+    def _differences(self, before: list[str], now: list[str]) -> list[str] | None:
+        """How the command line ``now`` differs from ``before`` (``core.invocation.differences``)."""
+        from shardsmith.cli_changes import differences
+
+        return differences(self, before, now)
 
     def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
         """Click parses the options here, inside its own ``except KeyboardInterrupt`` ("Aborted!"):

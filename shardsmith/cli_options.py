@@ -214,13 +214,18 @@ def cleaning_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+# the executor's options: where a run's units run, never what they make (not part of the run's identity)
+EXECUTOR_PARAMS = frozenset({"executor", "ranks", "address", "no_wait", "slurm_args"})
+
+
 def take_executor(kw: dict[str, Any], workers: int | None) -> tuple[Any, int]:
     """Pop the executor's options from a command's ``kw``: (the executor, None for a local run; the
     workers of each unit: all cores here, one per unit on a cluster unless ``--workers`` says)."""
     from shardsmith.engine.workers import default_workers
 
-    name, ranks = kw.pop("executor"), kw.pop("ranks")
-    options = {"address": kw.pop("address"), "wait": not kw.pop("no_wait"), "slurm_args": kw.pop("slurm_args")}
+    given = {name: kw.pop(name) for name in EXECUTOR_PARAMS}
+    name, ranks = given["executor"], given["ranks"]
+    options = {"address": given["address"], "wait": not given["no_wait"], "slurm_args": given["slurm_args"]}
     if name == "local" and ranks is None and options == {"address": None, "wait": True, "slurm_args": ()}:
         return None, workers or default_workers()
     if kw.get("stage") is not None:

@@ -8,14 +8,17 @@ left. The same command (same options) may take it over and finish; a different o
 from __future__ import annotations
 
 import contextlib
+import shlex
 import shutil
 from pathlib import Path
 
 import orjson
 
+from shardsmith.core import invocation
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.own_files import CARD, OWN_FOLDERS, _own_folder, own_file
+from shardsmith.core.words import plural
 from shardsmith.engine.intact import changes, refusal
 from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
@@ -118,6 +121,28 @@ def run_named(manifest: bytes | None) -> dict[str, str] | None:
     return found if isinstance(found, dict) else None
 
 
+SHOWN_CHANGES = 4  # the options a refusal names; more are counted
+
+
+def other_dataset(where: str, manifest: bytes) -> str:
+    """The refusal of a finished dataset that another command made (``manifest``: its manifest's
+    bytes): the options of this command line that differ from those it was made with, else (a
+    library call, or nothing that shows) the command that made it."""
+    try:
+        command = orjson.loads(manifest).get("command")
+    except (orjson.JSONDecodeError, AttributeError):
+        command = None
+    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
+        command = None
+    changed = invocation.differences(command) if command else None
+    if changed:
+        more = len(changed) - SHOWN_CHANGES
+        said = "; ".join(changed[:SHOWN_CHANGES]) + (f"; and {plural(more, 'other')}" if more > 0 else "")
+        return f"{where}: holds a finished dataset made with other options: {said}; pass --overwrite to replace it"
+    made = f" ({shlex.join(command)})" if command else ""
+    return f"{where}: holds a finished dataset that another command made{made}; pass --overwrite to replace it"
+
+
 def complete_line(where: object, *, left: str | None) -> str:
     """What the same command says of the dataset it finished: ``left``, what it removed of a run
     stopped after its manifest (None: nothing was left)."""
@@ -212,9 +237,11 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
     if run is not None and made is not None and made.get("options") == run["options"]:
         raise UsageError(f"-o {out}: holds the dataset this same command made from other inputs (changed, added "
                          f"or removed since); pass --overwrite to make it again")
+    if made is not None:  # (not --overwrite) a finished dataset of other options: say which
+        raise UsageError(other_dataset(f"-o {out}", (out / MANIFEST).read_bytes()))
     if not overwrite:
-        raise UsageError(f"-o {out}: folder is not empty ({len(present)} entries); pass --overwrite to replace "
-                         f"a previous dataset there")
+        raise UsageError(f"-o {out}: folder is not empty ({plural(len(present), 'entry')}); pass --overwrite to "
+                         f"replace a previous dataset there")
     (out / MANIFEST).unlink(missing_ok=True)  # first, so a half-cleaned folder is never a dataset
     keep = _finished_shards(out, run) if same else frozenset()
     remove_own(out, card=card, keep=keep)

@@ -35,12 +35,14 @@ from shardsmith.core.own_files import own_file
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
+from shardsmith.core.words import plural
 from shardsmith.engine.intact import listing_changes, refusal
 from shardsmith.engine.outdir import (
     complete_line,
     finish_output,
     foreign,
     holds_run,
+    other_dataset,
     prepare_output,
     remove_own,
     run_named,
@@ -135,7 +137,9 @@ def refuse_prefix(store: Store, present: dict[str, ObjectInfo], *, overwrite: bo
     claim): a finished dataset or another's objects need --overwrite, which never deletes those."""
     foreign = sorted(rel for rel in present if not _own(rel))
     if present and not overwrite and (foreign or MANIFEST in present and not record):
-        what = "a finished dataset (manifest.json)" if MANIFEST in present else f"{len(present)} objects"
+        if MANIFEST in present and not foreign:  # made by another command: say what differs
+            raise UsageError(other_dataset(f"-o {store.url}", store.read(MANIFEST) or b""))
+        what = "a finished dataset (manifest.json)" if MANIFEST in present else plural(len(present), "object")
         raise UsageError(f"-o {store.url}: the prefix holds {what}; pass --overwrite to replace a previous "
                          f"dataset there")
     if foreign and overwrite:
@@ -222,8 +226,8 @@ class RemoteOutputRun(OutputRun):
         assert self.uploader is not None and self.hold is not None
         names = self.uploader.finish()
         self.hold.check()  # before anything is deleted: the prefix is still this run's
-        Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent} of {len(names)} files uploaded "
-                                        f"({len(names) - self.uploader.sent} were there already); the manifest last")
+        Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent:,} of {plural(len(names), 'file')} uploaded "
+                                        f"({len(names) - self.uploader.sent:,} were there already); the manifest last")
         # an earlier run's files this one did not make (or made and removed again)
         stale = [rel for rel in self.store.list() if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
         self.store.delete(sorted(stale))

@@ -19,9 +19,23 @@ import orjson
 
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.manifest import RUN_FILE
+from shardsmith.core.urls import is_url
 
-_VOLATILE = {"workers", "quiet", "overwrite", "stage", "rank", "world_size", "retries", "retry_wait", "staging",
-             "part_size", "out_url", "removed"}
+VOLATILE = frozenset({"workers", "quiet", "overwrite", "stage", "rank", "world_size", "retries", "retry_wait",
+                      "staging", "part_size", "out_url", "removed"})
+# the options that name a local file or folder (the command line's and the options' own names): the same
+# job named two ways (``data`` from its parent folder, ``./data``, ``/home/me/data``) is the same run
+PATH_OPTIONS = frozenset({"inputs", "out", "tokenizer", "chat_template", "events_table", "decontaminate"})
+
+
+def resolved(value: Any) -> Any:
+    """A path option's value (a path, or a tuple of them) as the absolute path it names, symbolic
+    links followed; URLs (and None) as they are."""
+    if isinstance(value, tuple | list):
+        return tuple(resolved(v) for v in value)
+    if isinstance(value, str | os.PathLike) and not is_url(str(value)):
+        return os.path.realpath(value)
+    return value
 
 
 def _digest(value: Any) -> str:
@@ -42,10 +56,13 @@ def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths
     truncation, or a copy put in its place) changes the ctime, which no user can set back (``touch
     -d`` sets the mtime only), so an input edited in place is never taken for the one a part was made
     from. Where a file system keeps no ctime (0), the input's content is hashed instead. Files named
-    by options (a tokenizer, an events table) are hashed whole. A file staged from object storage
-    stands for its object (URL, size, ETag), so a rerun that finds it staged again resumes.
+    by options (a tokenizer, an events table) are hashed whole. Paths count as the files they name
+    (``PATH_OPTIONS``): a relative path and the absolute one of the same folder are the same run. A
+    file staged from object storage stands for its object (URL, size, ETag), so a rerun that finds it
+    staged again resumes.
     """
-    options = {k: v for k, v in dataclasses.asdict(opts).items() if k not in _VOLATILE}
+    options = {k: resolved(v) if k in PATH_OPTIONS else v for k, v in dataclasses.asdict(opts).items()
+               if k not in VOLATILE}
     if getattr(opts, "out_url", None):  # into object storage: the URL, not the staging folder of this machine
         options["out"] = opts.out_url
     stats: list[Any] = [(f.rel, f.size, f.origin) if f.origin  # staged: the object, not the copy
@@ -53,7 +70,7 @@ def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths
                         else (f.rel, f.size, _sha256(f.path)) for f in files]
     for p in extra_paths:
         if p and os.path.isfile(p):
-            stats.append((os.path.abspath(p), _sha256(p)))
+            stats.append((resolved(p), _sha256(p)))
     return {"command": command, "options": _digest({"command": command, "options": options}),
             "inputs": _digest(stats)}
 
