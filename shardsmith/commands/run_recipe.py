@@ -144,8 +144,7 @@ def _check_inputs(path: Path, inputs: list[str]) -> None:
     """A dry run says what the real run would find missing first: a local input that is not there
     (a glob that matches nothing), a URL of a scheme inputs cannot be read from or without a bucket
     or server. URLs are only listed by the run itself."""
-    import glob
-
+    from shardsmith.core.globs import is_glob, local_matches
     from shardsmith.core.urls import is_url
     from shardsmith.storage import schemes
 
@@ -153,7 +152,7 @@ def _check_inputs(path: Path, inputs: list[str]) -> None:
         scheme = schemes.check(url, role="inputs")  # the run's own check of the scheme, and its line
         if not url.partition("://")[2].split("/", 1)[0]:
             raise UsageError(f"{path}: input {url}: names no bucket or server ({scheme.name}://NAME/...)")
-    missing = [i for i in inputs if not is_url(i) and not Path(i).exists() and not glob.glob(i)]
+    missing = [i for i in inputs if not is_url(i) and not Path(i).exists() and not (is_glob(i) and local_matches(i))]
     if missing:
         raise UsageError(f"{path}: no such input: {', '.join(missing)} (paths are relative to the working "
                          f"directory, {Path.cwd()})")

@@ -13,14 +13,18 @@ import struct
 import sys
 import threading
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from itertools import repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core.globs import is_glob, local_matches, no_match
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.names import not_utf8
+from shardsmith.core.user_warning import warn_user
+from shardsmith.core.words import plural
 from shardsmith.engine.forked import ForkedAnswer
 from shardsmith.errors import UsageError
 
@@ -90,7 +94,9 @@ def _walk(folder: str, suffixes: tuple[str, ...] | None, tick: Callable[[int], A
 
 
 def discover(paths: list[str], *, suffixes: tuple[str, ...], progress: Any = None) -> list[InputFile]:
-    """Files named on the command line plus those found in folders, sorted by identity.
+    """Files named on the command line (a quoted glob: each file it matches, ``core/globs.py``) plus
+    those found in folders, sorted by identity; a file named twice (by two arguments, or two
+    spellings of one) is read once, and one warning line says so (``NamedTwice``).
 
     The root is the deepest folder that holds every input, so the identities (and so the shuffle
     and the splits) stay the same when the whole tree moves. ``progress`` (``core.progress.Progress``):
@@ -98,28 +104,78 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], progress: Any = Non
     """
     if not paths:
         raise UsageError("no inputs given")
+    named = [(arg, path) for arg in paths for path in _expanded(arg)]  # (a glob's matches: each as if named alone)
     found: list[_Row] = []
     roots: list[str] = []
-    for raw in paths:
+    twice = NamedTwice() if len(named) > 1 else None
+    for at, (_, raw) in enumerate(named):
         p = Path(raw)
         if p.is_dir():
             base = os.path.abspath(p)
             matched = _walked(base, suffixes, progress)
             if not matched:
                 raise UsageError(f"{raw}: no input files ({', '.join(suffixes)}) in this folder")
-            roots.append(base)
-            found.extend(matched)
+            if twice is not None:
+                real = os.path.realpath(base) + os.sep
+                matched = [row for row in matched if twice.first(real + row[1], at)]
+            if matched:  # (a folder named again adds no root: its files keep the identities they had)
+                roots.append(base)
+                found.extend(matched)
         elif p.is_file():
             if not p.name.lower().endswith(suffixes):
                 raise UsageError(f"{raw}: not a supported input (expected {', '.join(suffixes)})")
             absolute = os.path.abspath(p)
-            roots.append(os.path.dirname(absolute))
-            found.append(_row(absolute, p.name, p.stat(), ""))
+            if twice is None or twice.first(os.path.realpath(absolute), at):
+                roots.append(os.path.dirname(absolute))
+                found.append(_row(absolute, p.name, p.stat(), ""))
         elif p.exists():
             raise UsageError(f"{raw}: not a regular file or folder")
         else:
             raise UsageError(f"{raw}: no such file or folder")
-    return _identified(found, roots, one_folder=len(paths) == 1 and Path(paths[0]).is_dir())
+    if twice is not None:
+        twice.warn([arg for arg, _ in named])
+    return _identified(found, roots, one_folder=len(named) == 1 and Path(named[0][1]).is_dir())
+
+
+def _expanded(raw: str) -> list[str]:
+    """A command-line input as the paths it names: itself, or a glob's matches (none: a usage error)."""
+    if not is_glob(raw) or os.path.lexists(raw):
+        return [raw]
+    matches = local_matches(raw)
+    if not matches:
+        raise no_match(raw)
+    return matches
+
+
+class NamedTwice:
+    """Which input files the command line names more than once: by two arguments (a folder and a
+    file in it, overlapping globs, the same argument twice) or by two spellings of one path (``data``
+    and ``./data/``, a symbolic link). Each is read once; ``warn`` says so in one line, since a
+    file named twice is most likely a slip of the command line, not a wish to read it twice (that
+    would need copies: ``--copies``, or a weighted mixture at training time)."""
+
+    def __init__(self) -> None:
+        self._by: dict[str, int] = {}  # a file's key -> the argument that named it first
+        self._again: Counter[tuple[int, int]] = Counter()  # (argument, the earlier one) -> files named by both
+
+    def first(self, key: str, at: int) -> bool:
+        """Whether the input ``at`` (its place among the inputs, a glob's matches each one) is the
+        first to name the file ``key`` (its resolved path, or its URL)."""
+        earlier = self._by.setdefault(key, at)
+        if earlier != at:
+            self._again[at, earlier] += 1
+        return earlier == at
+
+    def warn(self, shown: Sequence[str]) -> None:
+        """One warning line naming the inputs that named files again (nothing when none did);
+        ``shown``: each input as the command line gave it (a glob's matches: the glob)."""
+        said: Counter[tuple[str, str]] = Counter()
+        for (at, earlier), n in sorted(self._again.items()):
+            said[shown[at], shown[earlier]] += n
+        if said:
+            warn_user("inputs named more than once are read once: " + "; ".join(
+                f"{later}: {plural(n, 'file')} {'named twice' if later == first else 'also named by ' + first}"
+                for (later, first), n in said.items()))
 
 
 def listed(entries: list[tuple[str, bool, list[tuple[str, str, int, str]]]]) -> list[InputFile]:

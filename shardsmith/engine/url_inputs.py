@@ -115,10 +115,14 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: b
     root = staging_path(out) if stage is None else work_path(out) / f"rank-{rank}" / STAGED[0]
     objects: list[RemoteObject] = []
     entries: list[_Entry] = []
-    for url in urls:
+    twice = inputs.NamedTwice()
+    for at, url in enumerate(urls):
         found, entry = _list(fs, url, suffixes, root, policy)
-        objects.extend(found)
-        entries.extend(entry)
+        kept = {o.url for o in found if twice.first(o.url, at)}  # an object named twice is read once
+        objects.extend(o for o in found if o.url in kept)
+        entries.extend(e for e in ((path, folder, [r for r in rows if r[4] in kept]) for path, folder, rows in entry)
+                       if e[2])
+    twice.warn([safe_url(u) for u in urls])
     in_place = {o.local for o in objects if _read_in_place(o.url)}
     staged = {o.local for o in objects if o.local not in in_place and _is_staged(root, o)}
     _prune(root, staged)  # what is left at an input's path is whole: a reader may take it as soon as it exists

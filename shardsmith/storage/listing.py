@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, NamedTuple
 
+from shardsmith.core.globs import is_glob, no_match
 from shardsmith.core.urls import safe_url
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 from shardsmith.storage import errors as storage_errors
@@ -58,12 +59,12 @@ def list_url(fs: Any, url: str, *, suffixes: tuple[str, ...], policy: retry.Poli
     name, host = scheme.name, schemes.host(url)
     path = schemes.key(name, fs._strip_protocol(url)).rstrip("/")
     with errors_naming(shown):
-        if any(c in path for c in "*?["):
+        if is_glob(path):
             matched = retry.call(lambda: fs.glob(path, detail=True, **scheme.walk), policy)
             found = [_object(name, host, schemes.key(name, key), _sized(fs, key, info, policy))
                      for key, info in sorted(matched.items()) if info.get("type") == "file"]
             if not found:
-                raise UsageError(f"{shown}: no object matches")
+                raise no_match(shown, noun="object")
             return Listing(found, None)
         info = retry.call(lambda: fs.info(path or "/"), policy)
         if not schemes.is_folder(name, url, info):
