@@ -90,7 +90,7 @@ def _cut_table(manifest: dict[str, Any], lens: np.ndarray, seq_len: int, packing
         for name, split in manifest["splits"].items():
             p = split.get("packing") or {}
             if p:
-                rows.append((f"padding in split {name}", f"{p.get('padding_tokens', 0):,} tokens",
+                rows.append((f"padding in split {name}", plural(p.get('padding_tokens', 0), 'token'),
                              f"{float(p.get('padding_fraction', 0)):.2%}"))
         return Table(caption=f"Packing into sequences of {packing['seq_len']:,} tokens", header=("what", "count", "share"),
                      rows=rows)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.words import plural
 from shardsmith.kit.sections.model import Figure
 
 SIZE = (7.0, 4.0)  # inches, at DPI: 700 x 400 pixels
@@ -178,7 +179,7 @@ def scatter(name: str, *, title: str, x: np.ndarray, y: np.ndarray, xlabel: str,
 
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # pixels: never "38.5"
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set(title=f"{title}: {len(x):,} samples, {len(counts):,} distinct (area: count)", xlabel=xlabel,
+        ax.set(title=f"{title}: {plural(len(x), 'sample')}, {len(counts):,} distinct (area: count)", xlabel=xlabel,
                ylabel=ylabel)
 
     return _draw(name, title, paint)
