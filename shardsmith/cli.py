@@ -259,6 +259,7 @@ def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | 
     """Summary of a dataset's manifest and a few samples (a folder, or a URL the loader reads); with --report,
     an HTML report of a dataset or of raw inputs."""
     from shardsmith.commands.inspect_report import dataset_report, inputs_report, is_dataset
+    from shardsmith.core.globs import is_glob
     from shardsmith.core.urls import is_url
     from shardsmith.errors import UsageError
 
@@ -272,7 +273,7 @@ def inspect(paths: tuple[str, ...], as_json: bool, samples: int, report: Path | 
     chosen = tuple(f.strip() for f in fields.split(",") if f.strip()) if fields else None
     if fields is not None and not chosen:
         raise UsageError("--fields: give one field name or more, comma-separated")
-    missing = [p for p in paths if not is_url(p) and not Path(p).exists()]
+    missing = [p for p in paths if not is_url(p) and not Path(p).exists() and not is_glob(p)]  # (globs: discover's)
     if missing:
         raise UsageError(f"{missing[0]}: no such file or folder")
     if not is_dataset(paths):
