@@ -117,6 +117,13 @@ def test_pack_tokens_from_s3_glob_equals_local(s3, tmp_path, bpe_tokenizer):
     got = run_cli("pack-tokens", "s3://shardsmith-text/data/*.jsonl", "-o", tmp_path / "got", *common)
     assert got.exit_code == 0, got.stderr
     same_dataset(tmp_path / "ref", tmp_path / "got")
+    # an object named twice (by the glob and by itself) is read once, and a line says so
+    twice = run_cli("pack-tokens", "s3://shardsmith-text/data/*.jsonl", "s3://shardsmith-text/data/a.jsonl", "-o",
+                    tmp_path / "twice", *common)
+    assert twice.exit_code == 0 and twice.stderr == (
+        "shardsmith: warning: inputs named more than once are read once: s3://shardsmith-text/data/a.jsonl: 1 file "
+        "also named by s3://shardsmith-text/data/*.jsonl\n"), twice.stderr
+    same_dataset(tmp_path / "ref", tmp_path / "twice")
 
 
 def _stats(folder: Path) -> dict[str, tuple[int, int]]:

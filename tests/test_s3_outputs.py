@@ -229,6 +229,7 @@ def test_overwrite_and_the_checks_of_a_folder(store, corpus, bpe_tokenizer, tmp_
     assert _keys(client, bucket, "ds") == first
     res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--seed", "1"))
     assert res.exit_code == 2 and "finished dataset" in res.stderr and "--overwrite" in res.stderr
+    assert "made with other options: no --seed (now 1);" in res.stderr, res.stderr  # what differs, named
     assert len(res.stderr.strip().splitlines()) == 1 and _keys(client, bucket, "ds") == first
     # --overwrite: another dataset in its place (shards of the old one that the new one lacks are gone)
     res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--seed", "1", "--shard-tokens", "200K", "--overwrite"))

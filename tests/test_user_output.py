@@ -111,6 +111,18 @@ def test_the_same_job_named_by_relative_or_absolute_paths_is_the_same_run(tmp_pa
     assert recorded[2] == str(tmp_path / "in")  # the command stays as it was typed
 
 
+def test_a_killed_run_resumes_when_its_paths_are_spelled_another_way(tmp_path):
+    src = write_jsonl(tmp_path / "in" / "a.jsonl", [f"document {i} with some words" for i in range(20)]).parent
+    common = ["--to", "webdataset", "--text-field", "text", "--workers", "1"]
+    killed = subprocess.run([sys.executable, "-m", "shardsmith", "convert", str(src), "-o", str(tmp_path / "out"),
+                             *common], env={**os.environ, "SHARDSMITH_CRASH_AT": "manifest"}, capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr  # every shard written, no manifest
+    rerun = _cli("convert", "./in", "-o", "out/", *common, cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert re.search(r"^resumed: .* scatter tasks? reused from a killed run", rerun.stderr, re.M), rerun.stderr
+
+
 def test_an_input_named_twice_is_read_once_and_said(tmp_path):
     src = write_jsonl(tmp_path / "in" / "a.jsonl", [f"document {i}" for i in range(6)])
     write_jsonl(tmp_path / "in" / "b.jsonl", [f"other {i}" for i in range(4)])
