@@ -2,7 +2,7 @@
 
 One place for the rule, so that no summary, progress line, report or error says "1 shards" and
 none spells its own ``if n == 1``. Counts are grouped by thousands (``12,345 records``), as
-the summaries always wrote them.
+``inspect`` and the reports wrote them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 _SIBILANT = ("s", "x", "z", "ch", "sh")
 
 
-def nouns(count: int, noun: str, many: str | None = None) -> str:
+def _noun(count: int, noun: str, many: str | None) -> str:
     """``noun`` as it goes with ``count``: itself for one, else its plural (``many``, or the regular
     English plural of its last word: entry/entries, class/classes, file/files)."""
     if count == 1:
@@ -26,4 +26,4 @@ def nouns(count: int, noun: str, many: str | None = None) -> str:
 
 def plural(count: int, noun: str, many: str | None = None) -> str:
     """``count`` and the noun that goes with it: ``1 shard``, ``2 shards``, ``1,024 input files``."""
-    return f"{count:,} {nouns(count, noun, many)}"
+    return f"{count:,} {_noun(count, noun, many)}"

@@ -92,7 +92,7 @@ def _classes(counts: dict[str, np.ndarray], classes: list[str] | None, counted: 
         table[row, :len(c)] = c
     total = table.sum(0)
     section = Section(title="Classes")
-    section.notes.append(f"{plural(len(names), 'class', 'classes')}; counts {counted}."
+    section.notes.append(f"{plural(len(names), 'class')}; counts {counted}."
                          + ("" if classes else " No class names are recorded: labels are shown as numbers."))
     groups = list(counts)
     share = total / max(int(total.sum()), 1)
