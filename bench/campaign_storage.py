@@ -19,8 +19,9 @@ server on loopback. Not a benchmark of speed: a count of outcomes, one run.
   the oldest evicted) is killed at a random moment,
   often mid-download; then a fresh reader iterates the epoch through the same cache and must see
   exactly the local dataset's values, in the same order.
-- **frozen writers** (issue 42): run 1 (``--seed 1``) is frozen (SIGSTOP) while it uploads, just
-  after its first object is up; once its heartbeat is older than the lease's 60 s, run 2
+- **frozen writers** (issue 42): run 1 (``--seed 1``) is frozen (SIGSTOP) while it uploads: as
+  soon as its dataset is made in its staging folder, when the files not up yet are all handed to
+  its upload threads; once its heartbeat is older than the lease's 60 s, run 2
   (``--seed 2 --overwrite``, from another machine: another host name) takes the prefix over and
   commits; then run 1 continues (SIGCONT). Counted: objects of run 2 that run 1 replaced or removed
   (the goal: 0), whether run 2's dataset is still whole (its manifest, every object's sha256), how
@@ -128,12 +129,11 @@ def frozen_writers(trials: int, client, base: list[str], env: dict[str, str], wo
                                 str(work / "st-f1")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                text=True)
         deadline = time.monotonic() + 10 * span + 60
-        while one.poll() is None and time.monotonic() < deadline:  # until its first object is up
-            listed = client.list_objects_v2(Bucket="campaign", Prefix="frozen/").get("Contents", [])
-            if any(not o["Key"].endswith(".shardsmith-run.json") for o in listed):
-                break
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0, 0.2))  # (into its uploads, which take a small part of a run)
+        # frozen once its dataset is made locally (its manifest in the staging folder): the files not up yet
+        # are all handed to its upload threads at that moment
+        while one.poll() is None and time.monotonic() < deadline and not (work / "st-f1" / "manifest.json").exists():
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.02))
         if one.poll() is not None:
             counts["run 1 finished before it could be frozen"] += 1
             print(f"  frozen trial {trial + 1}: run 1 finished before it could be frozen", flush=True)
