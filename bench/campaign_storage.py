@@ -1,8 +1,8 @@
 """Object storage under attack (issue 26): kills of ``-o s3://`` runs, two machines' ``--overwrite``
-races, and kills of the streaming loader's downloads, against a moto server on loopback. Not a
-benchmark of speed: a count of outcomes, one run.
+races, kills of the streaming loader's downloads, and frozen writers (issue 42), against a moto
+server on loopback. Not a benchmark of speed: a count of outcomes, one run.
 
-    python bench/campaign_storage.py [--kills 30] [--races 20] [--loader-kills 30]
+    python bench/campaign_storage.py [--kills 30] [--races 20] [--loader-kills 30] [--frozen 5]
                                      [--workdir /tmp/shardsmith-campaign]
 
 - **kills**: ``pack-tokens ... -o s3://campaign/kill`` killed (SIGKILL) at a random moment, then the
@@ -19,6 +19,14 @@ benchmark of speed: a count of outcomes, one run.
   the oldest evicted) is killed at a random moment,
   often mid-download; then a fresh reader iterates the epoch through the same cache and must see
   exactly the local dataset's values, in the same order.
+- **frozen writers** (issue 42): run 1 (``--seed 1``) is frozen (SIGSTOP) while it uploads: as
+  soon as its dataset is made in its staging folder, when the files not up yet are all handed to
+  its upload threads; once its heartbeat is older than the lease's 60 s, run 2
+  (``--seed 2 --overwrite``, from another machine: another host name) takes the prefix over and
+  commits; then run 1 continues (SIGCONT). Counted: objects of run 2 that run 1 replaced or removed
+  (the goal: 0), whether run 2's dataset is still whole (its manifest, every object's sha256), how
+  run 1 ended, and objects run 1 left outside run 2's manifest. Each trial waits out the lease
+  (over a minute). Needs root (the other host name).
 """
 
 from __future__ import annotations
@@ -101,11 +109,77 @@ def clear_prefix(client, bucket: str, prefix: str) -> None:
         client.abort_multipart_upload(Bucket=bucket, Key=u["Key"], UploadId=u["UploadId"])
 
 
+def frozen_writers(trials: int, client, base: list[str], env: dict[str, str], work: Path,
+                   references: dict[int, dict[str, str]], span: float, rng: random.Random) -> None:
+    """The frozen-writer attack (see the module's docstring), ``trials`` times."""
+    from shardsmith.engine.outhold import STALE_SECONDS
+
+    if trials and not OTHER_HOST:
+        print("frozen writers: skipped (run 2 needs another host name: run as root, with unshare)", flush=True)
+        return
+    counts: collections.Counter[str] = collections.Counter()
+    said: set[str] = set()
+    replaced_total = 0
+    for trial in range(trials):
+        clear_prefix(client, "campaign", "frozen")
+        for st in ("st-f1", "st-f2"):
+            shutil.rmtree(work / st, ignore_errors=True)
+        url = "s3://campaign/frozen"
+        one = subprocess.Popen([sys.executable, "-m", "shardsmith", *base, "-o", url, "--seed", "1", "--staging",
+                                str(work / "st-f1")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True)
+        deadline = time.monotonic() + 10 * span + 60
+        # frozen once its dataset is made locally (its manifest in the staging folder): the files not up yet
+        # are all handed to its upload threads at that moment
+        while one.poll() is None and time.monotonic() < deadline and not (work / "st-f1" / "manifest.json").exists():
+            time.sleep(0.002)
+        time.sleep(rng.uniform(0, 0.02))
+        if one.poll() is not None:
+            counts["run 1 finished before it could be frozen"] += 1
+            print(f"  frozen trial {trial + 1}: run 1 finished before it could be frozen", flush=True)
+            continue
+        one.send_signal(signal.SIGSTOP)
+        while True:  # its heartbeat older than the lease: another machine may take the prefix over
+            record = json.loads(client.get_object(Bucket="campaign", Key="frozen/.shardsmith-run.json")["Body"].read())
+            if time.time() - record.get("beat", 0) > STALE_SECONDS + 1:
+                break
+            time.sleep(1)
+        two = subprocess.run([*OTHER_HOST, sys.executable, "-m", "shardsmith", *base, "-o", url, "--seed", "2",
+                              "--staging", str(work / "st-f2"), "--overwrite"], env=env, capture_output=True,
+                             text=True, timeout=300)
+        theirs = {o["Key"]: o["ETag"] for o in client.list_objects_v2(Bucket="campaign", Prefix="frozen/")
+                  .get("Contents", [])}
+        one.send_signal(signal.SIGCONT)
+        err1 = one.communicate(timeout=300)[1]
+        after = {o["Key"]: o["ETag"] for o in client.list_objects_v2(Bucket="campaign", Prefix="frozen/")
+                 .get("Contents", [])}
+        replaced = sum(after.get(k) != v for k, v in theirs.items())
+        replaced_total += replaced
+        manifest, shas = bucket_state(client, "campaign", "frozen")
+        whole = manifest is not None and manifest.get("seed") == 2 and consistent(manifest, shas, references)
+        outcome = (f"run 2 exit {two.returncode}, run 1 exit {one.returncode}: {replaced} of run 2's objects replaced "
+                   f"or removed, run 2's dataset {'whole' if whole else 'NOT WHOLE'}, "
+                   f"{len(set(after) - set(theirs))} objects of run 1 left outside it")
+        if "Traceback" in err1 + two.stderr:
+            outcome += " + traceback"
+        counts[outcome] += 1
+        said.update(err.strip().splitlines()[-1][:200] for err in (err1, two.stderr)
+                    if err.strip() and "Traceback" not in err)
+        print(f"  frozen trial {trial + 1}: {outcome}", flush=True)
+    print(f"frozen writers ({trials}; lease {STALE_SECONDS:.0f} s): {replaced_total} objects of the new runs "
+          f"replaced or removed in all", flush=True)
+    for k, v in sorted(counts.items()):
+        print(f"  {v:3d}  {k}", flush=True)
+    for line in sorted(said):
+        print(f"       said: {line}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=30)
     ap.add_argument("--races", type=int, default=20)
     ap.add_argument("--loader-kills", type=int, default=30)
+    ap.add_argument("--frozen", type=int, default=5)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/shardsmith-campaign"))
     ap.add_argument("--seed", type=int, default=26)
     args = ap.parse_args()
@@ -205,6 +279,8 @@ def main() -> None:
             print(f"  {v:3d}  {k}", flush=True)
         for line in sorted(said):
             print(f"       said: {line}", flush=True)
+
+        frozen_writers(args.frozen, client, base, env, work, references, span, rng)
 
         loader: collections.Counter[str] = collections.Counter()
         local = work / "ref1"

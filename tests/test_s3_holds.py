@@ -140,3 +140,64 @@ def test_a_container_beside_us_is_judged_by_its_heartbeat(store, corpus, bpe_tok
     res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--overwrite", "--staging", tmp_path / "A"))
     assert res.exit_code == 1 and f"pid 1 on {here}" in res.stderr, res.stderr
     assert _record(client, bucket, "x")["token"] == "theirs"
+
+
+def test_a_run_that_lost_its_prefix_cannot_write_into_it(store, corpus, bpe_tokenizer, tmp_path,  # noqa: F811
+                                                         monkeypatch):
+    """Issue 42 item 3: run 1 is frozen (its heartbeat too) with its prefix claimed; another
+    machine's run takes the prefix over with --overwrite and commits; then run 1 goes on with the
+    uploads it had started. Its writes are refused by the store (conditional puts and deletes), it
+    stops in one line, and the other run's dataset is whole: no object replaced or removed, no
+    manifest of run 1's. Run 1 is driven in this process, through the engine's own session, so
+    that nothing depends on timing."""
+    import hashlib
+    import shutil
+
+    from shardsmith.engine import outhold
+    from shardsmith.engine.outlock import LockedError
+    from shardsmith.engine.outremote import output_store, remote_session
+    from shardsmith.engine.session import held
+    from shardsmith.kit import manifest_io
+
+    client, _ = store
+    bucket = _bucket(client, "hold-fenced")
+    url = f"s3://{bucket}/x"
+    made = tmp_path / "made"  # what run 1 makes in its staging folder
+    assert run_cli(*_pack(corpus, made, bpe_tokenizer, "--seed", "1")).exit_code == 0
+    monkeypatch.setattr(outhold, "HEARTBEAT_SECONDS", 3600.0)  # frozen: no heartbeat tells run 1 anything
+    (tmp_path / "A").mkdir()
+    one = remote_session(url=url, staging=tmp_path / "A", overwrite=False, quiet=True,
+                         store=output_store(url=url, retries=0, retry_wait=0.01, part_size=None))
+    with pytest.raises(LockedError) as err, held(one):
+        one.claim({"command": "pack-tokens", "options": "--seed 1", "inputs": "corpus"})
+        opened = [u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket, Prefix="x/").get("Uploads", [])
+                  if u["Key"] == "x/manifest.json"]  # the upload that would commit run 1's manifest
+        # run 1's record as a frozen machine leaves it: its heartbeat an hour old
+        frozen = {**_record(client, bucket, "x"), "host": "elsewhere", "beat": time.time() - 3600}
+        client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps(frozen))
+        res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--seed", "2", "--staging", tmp_path / "B", "--overwrite"))
+        assert res.exit_code == 0 and "took the prefix over" in res.stderr, res.stderr
+        theirs = _keys(client, bucket, "x")
+        for rel in sorted(p.relative_to(made).as_posix() for p in made.rglob("*")
+                          if p.is_file() and p.name != "manifest.json"):
+            (tmp_path / "A" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made / rel, tmp_path / "A" / f".{rel}.part")
+            os.replace(tmp_path / "A" / f".{rel}.part", tmp_path / "A" / rel)  # (as the writers rename)
+        one.commit(manifest_io.load(made))  # run 1 goes on: its uploads, then its manifest
+    line = str(err.value)
+    assert "\n" not in line and "lost its prefix to another run" in line and "nothing committed" in line, line
+    assert _keys(client, bucket, "x") == theirs, "no object of the other run replaced or removed"
+    got = _download(client, bucket, "x", tmp_path / "got")
+    manifest = orjson.loads((got / "manifest.json").read_bytes())
+    assert manifest["seed"] == 2
+    for split in manifest["splits"].values():
+        for shard in split["shards"]:
+            assert hashlib.sha256((got / shard["path"]).read_bytes()).hexdigest() == shard["sha256"]
+    assert run_cli("verify", got).exit_code == 0
+    # frozen right after its last check, run 1 could not commit either: its manifest upload was aborted
+    from shardsmith.storage.objstore import Changed
+
+    assert len(opened) == 1, opened
+    with pytest.raises(Changed, match="aborted"):
+        one.store.commit("manifest.json", opened[0], (made / "manifest.json").read_bytes())
+    assert _keys(client, bucket, "x") == theirs

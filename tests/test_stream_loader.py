@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import threading
@@ -224,6 +225,82 @@ def test_a_tampered_shard_is_one_error_line_and_is_removed(s3, bucket, local, tm
     assert "\n" not in msg and "sha256" in msg and f"s3://{BUCKET}/tampered/{victim['path']}" in msg, msg
     assert not (tmp_path / "cache" / "data" / victim["sha256"][:2] / victim["sha256"]).exists()
     assert not [n for n in os.listdir(tmp_path / "cache" / "tmp") if n.startswith(victim["sha256"])]
+
+
+@pytest.mark.parametrize("name", ["webdataset", "tokens", "hdf5", "event-tar"])
+def test_a_shard_object_of_another_size_is_refused_at_open_as_a_local_one(s3, bucket, local, tmp_path, name):  # noqa: F811
+    """Issue 42 item 2: a shard whose bytes and size differ from the manifest (here its bytes
+    flipped and a page more) served random-access windows from the bucket, silently; a local open
+    refuses it. Both now refuse it when opened, in the same one line naming the file."""
+    folder = tmp_path / "grown"
+    shutil.copytree(local[name], folder)
+    victim = shards(folder)[1]
+    path = folder / victim["path"]
+    path.write_bytes(bytes(b ^ 0x5A for b in path.read_bytes()) + bytes(4096))
+    with pytest.raises(DatasetError) as here:
+        shardsmith.open(folder)
+    prefix = f"grown-{name}"
+    upload(s3, folder, prefix)
+    with pytest.raises(DatasetError) as there:
+        opened(f"s3://{BUCKET}/{prefix}", tmp_path / "cache")
+    said = "as the manifest says"
+    for err, where in ((here, str(path)), (there, f"s3://{BUCKET}/{prefix}/{victim['path']}")):
+        msg = str(err.value)
+        assert "\n" not in msg and msg.startswith(where + ":") and said in msg, msg
+        assert f"({victim['bytes'] + 4096} bytes)" in msg, msg
+
+
+TRUNCATE = r"""
+import json, os, sys
+import numpy as np
+import shardsmith
+from shardsmith.errors import DatasetError
+
+cache = sys.argv[2]
+for name, where, shard in json.loads(sys.argv[1]):
+    kw = {"cache_dir": cache, "cache_limit": "1GB"} if where.startswith("s3://") else {}
+    ds = shardsmith.TokenDataset(where, **kw) if name == "tokens" else shardsmith.open(where, **kw)
+    next(iter(ds.iter(shuffle=False)))  # the first shard mapped (a streamed one downloaded into the cache first)
+    if name == "hdf5":
+        assert ds._shard(0).mm is not None, "the HDF5 shard is mapped"
+    os.chmod(shard, 0o644)  # (cached files are read-only)
+    os.truncate(shard, 0)  # by "another program", while it is mapped
+    try:
+        ds.get_batch(np.arange(2))
+    except DatasetError as exc:
+        print(f"{name} {where}: {exc}", flush=True)
+    else:
+        print(f"{name} {where}: READ", flush=True)
+"""
+
+
+def test_a_file_truncated_while_mapped_is_an_error_not_sigbus(s3, s3_env, bucket, local, tmp_path):  # noqa: F811
+    """Issue 42 item 10: a cached shard (or a local one) truncated by another process while a
+    reader has it mapped killed the reader with SIGBUS. Each is now a DatasetError line naming
+    the file, before any byte past its new end is touched. The reads run in a subprocess: SIGBUS
+    would kill the pytest worker."""
+    cache = tmp_path / "cache"
+    cases = []
+    # each way a shard is mapped (tokens, tar, HDF5), from a folder and from the cache alike
+    for name, streamed in (("tokens", False), ("tokens", True), ("webdataset", True), ("hdf5", False)):
+        entry = shards(local[name])[0]
+        if streamed:
+            cases.append((name, bucket[name], str(cache / "data" / entry["sha256"][:2] / entry["sha256"])))
+        else:
+            copy = tmp_path / f"local-{name}"
+            shutil.copytree(local[name], copy)
+            cases.append((name, str(copy), str(copy / entry["path"])))
+    env = {**os.environ, **s3_env, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]),
+                                                                   os.environ.get("PYTHONPATH", "")])}
+    got = subprocess.run([sys.executable, "-c", TRUNCATE, json.dumps(cases), str(cache)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, (got.returncode, got.stdout, got.stderr[-2000:])  # -7: SIGBUS
+    lines = got.stdout.splitlines()
+    assert len(lines) == len(cases), got.stdout
+    for (name, where, shard), line in zip(cases, lines):
+        named = shard if name == "hdf5" else f"{where}/{shards(local[name])[0]['path']}"  # (HDF5: the file opened)
+        assert line.startswith(f"{name} {where}: {named}: truncated to 0 of its "), line
+        assert line.endswith("open the dataset again"), line
 
 
 # -- random access by byte ranges: counted by the proxy ----------------------------------------------

@@ -7,10 +7,18 @@ dataset records each file's identity (device, inode, size, modification time) wh
 and every later open compares the file descriptor it actually got (``os.fstat``), once per shard
 and process: a file that was replaced is a DatasetError, never silently another dataset's bytes.
 Shards already open keep serving the old files, which stay whole while they are open.
+
+A file truncated in place while it is mapped (by another program: nothing of shardsmith's writes a
+dataset's files, or a cache's, in place) would kill its reader with SIGBUS at the first page past
+its new end. So every read of a mapped file is preceded by ``intact``: one ``fstat`` (the map's
+own descriptor, ``mmap.size``), and a file shorter than its map is a DatasetError naming it. A
+truncation in the microseconds between that look and the copy is still SIGBUS: no check can close
+that window, only keeping other programs out of the folder can (as the docs say).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
 from pathlib import Path
@@ -39,10 +47,23 @@ def stamp(path: str | os.PathLike[str], *, size: int | None = None) -> Stamp:
         st = os.stat(path)
     except OSError:
         st = None
-    if st is None or not stat.S_ISREG(st.st_mode) or (size is not None and st.st_size != size):
-        raise DatasetError(f"{path}: missing or not {size} bytes as the manifest says" if size is not None
-                           else f"{path}: missing, or not a file")
+    if st is None or not stat.S_ISREG(st.st_mode):
+        if size is not None:
+            check_size(path, None, size)
+        raise DatasetError(f"{path}: missing, or not a file")
+    if size is not None:
+        check_size(path, st.st_size, size)
     return Stamp.of(st)
+
+
+def check_size(name: str | os.PathLike[str], found: int | None, want: int) -> None:
+    """A dataset file is of the size its manifest gives (``found``: its size now, None when it is
+    missing): the check every open makes of every shard, on a folder (``stamp``) and at a URL (the
+    listing the dataset was opened on, ``storage/streamed.py``), so that no read by offsets ever
+    serves a file that is not the one the manifest describes."""
+    if found != want:
+        now = "no such file" if found is None else f"{found} bytes"
+        raise DatasetError(f"{name}: missing or not {want} bytes as the manifest says ({now})")
 
 
 def check_fd(fd: int, path: str | os.PathLike[str], want: Stamp | None) -> None:
@@ -65,3 +86,13 @@ def open_checked(path: str | os.PathLike[str], want: Stamp | None) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def intact(mm: mmap.mmap, name: str | os.PathLike[str]) -> None:
+    """The mapped file ``name`` still holds every byte of its map ``mm`` (see above): its size is
+    looked at now, before a read, and a file truncated since it was mapped is a DatasetError."""
+    now = mm.size()
+    if now < len(mm):
+        raise DatasetError(f"{name}: truncated to {now} of its {len(mm)} bytes while it was mapped for reading (by "
+                           f"another program: keep others out of a dataset's folder and out of its cache folder); "
+                           f"open the dataset again")

@@ -17,6 +17,9 @@ thread, each write conditional on the ETag of the last: ``If-Match``).
 - Before the manifest, the run rewrites its record (``If-Match``): a run whose record was taken
   over meanwhile commits nothing (``check``). Taking over needs a stale heartbeat, which a run that
   has just rewritten its record does not have.
+- The same ``check`` is the fence's question (``storage/upload.py``): when the store refuses a
+  conditional write of the run, is the prefix still its own? The lease is never the fence itself:
+  a run frozen right after a check finds its writes refused by the store (``objstore``).
 """
 
 from __future__ import annotations
@@ -187,11 +190,12 @@ class Hold:
             self._thread.join()
 
     def drop(self) -> None:
-        """Remove the record (the run is committed, or failed), if it is still ours."""
+        """Remove the record (the run is committed, or failed), if it is still ours: a delete with
+        ``If-Match`` its ETag, so another run's record is never removed."""
         self._halt()
         with self._lock:
-            if self.etag is not None and self._ours() is not None:
-                self.store.delete([RUN_FILE])
+            if self.etag is not None:
+                self.store.delete_known({RUN_FILE: self.etag})
             self.etag = None
 
     def release(self) -> None:

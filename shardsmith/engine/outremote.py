@@ -14,6 +14,15 @@ and the parts of an unfinished multipart upload are reused. The run record is th
 (``outhold``): a live run's prefix is refused to any other, ``--overwrite`` or not; it is taken
 with a conditional put, so of two runs that claim the prefix at once one is refused; and it is
 checked to be still this run's immediately before the manifest.
+
+A lease alone cannot stop a run that was frozen (SIGSTOP, a VM paused) past its heartbeat while
+another run took the prefix over: when it continues, its requests are already under way. So its
+writes are fenced by the store itself (issue 42; ``objstore``): objects are created with
+``If-None-Match: *`` and replaced or removed with ``If-Match`` the ETag the run knows, and the
+manifest is committed through an upload opened before the claim, which every later claim aborts.
+A run that lost its prefix can then add an object under a name the new run has not written yet
+(the new run replaces it, conditionally, or leaves it outside its manifest), but it can neither
+put bytes over the new run's objects nor commit a manifest.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 from shardsmith.kit import manifest_io
 from shardsmith.storage import retry
-from shardsmith.storage.objstore import MAX_PART, MIN_PART, PART_SIZE, ObjectInfo, Store, open_store
+from shardsmith.storage.objstore import MAX_PART, MIN_PART, PART_SIZE, Changed, ObjectInfo, Store, open_store
 from shardsmith.storage.upload import Uploader
 
 # where the ranks of cluster stages share their work, below the output prefix (``outstages``)
@@ -81,11 +90,13 @@ def _record(store: Store) -> dict[str, Any] | None:
     return parse(store.read(RUN_FILE))
 
 
-def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Hold) -> dict[str, ObjectInfo] | None:
+def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Hold,
+                 commit: str | None = None) -> dict[str, ObjectInfo] | None:
     """Check the prefix as ``outdir.prepare_output`` checks a folder, and take its run record
     (``hold``, this run's: ``outhold``); returns what the prefix holds for the run to resume
     against, or None when this very run already finished it (its manifest is there: killed before
-    it removed its record)."""
+    it removed its record). ``commit``: this run's manifest upload (``Store.open_commit``), opened
+    before the record is taken; every other run's is aborted once it is taken."""
     present = store.list()
     shown = store.url
     found = store.read_tagged(RUN_FILE) if RUN_FILE in present else None
@@ -104,6 +115,8 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
                              f"({previous.get('command', '?')} with other options); rerun that command to finish "
                              f"it, or pass --overwrite to replace it")
         takeover = True  # the same command's unfinished output: keep what matches, resume
+    # unfinished uploads of our names, listed before the record is taken: never a later holder's
+    before = {rel: [i for i in ids if i != commit] for rel, ids in leftover_uploads(store).items()}
     # the record first (a conditional put): of two runs that claim the prefix at once, one wins
     if not hold.take(found[1] if found else None):
         other = hold.lost or {}
@@ -112,14 +125,32 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
     note = taken_over(previous)
     if note:
         print(f"{shown}: {note}", file=sys.stderr)
-    if present and not takeover:  # --overwrite
-        store.delete([MANIFEST] if MANIFEST in present else [])  # first: a half-cleared prefix is never a dataset
-        store.delete(sorted(rel for rel in present if rel not in (MANIFEST, RUN_FILE)))
+    # the runs that held the prefix before can commit nothing from now on: their manifest uploads are
+    # aborted, and a manifest one of them completed meanwhile is removed (first: a half-cleared prefix
+    # is never a dataset)
+    store.abort(MANIFEST, before.pop(MANIFEST, []))
+    late = store.head(MANIFEST)
+    clear(store, hold, {MANIFEST: late.etag} if late is not None else {})
+    if not takeover:  # --overwrite (or nothing there): only what was listed, as it was listed
+        clear(store, hold, {rel: info.etag for rel, info in present.items() if rel not in (MANIFEST, RUN_FILE)})
         present = {}
-    if not takeover:  # a replaced dataset's unfinished uploads: no live run holds the prefix
-        for rel, ids in leftover_uploads(store).items():
+        for rel, ids in before.items():  # a replaced dataset's unfinished uploads: no live run holds the prefix
             store.abort(rel, ids)
     return {rel: info for rel, info in present.items() if rel not in (RUN_FILE, MANIFEST)}
+
+
+def clear(store: Store, hold: Hold, known: dict[str, str]) -> None:
+    """Remove the objects named, each only if it still has the ETag given (``Store.delete_known``).
+    One that changed meanwhile was put by a run that lost the prefix, or this run lost it: the
+    record says which (``Hold.check`` raises in the second case); the first is removed as it is now."""
+    for _ in range(3):
+        changed = store.delete_known(known)
+        if not changed:
+            return
+        hold.check()
+        known = {rel: now.etag for rel in changed if (now := store.head(rel)) is not None}
+    raise DataError(file=store.url, reason=f"{len(known)} objects changed again each time they were removed "
+                                           f"(another writer?): {sorted(known)[:3]}")
 
 
 def finished_by(store: Store) -> dict[str, str] | None:
@@ -160,6 +191,7 @@ class RemoteOutputRun(OutputRun):
         self.keep = False  # an upload failed after its retries: the rerun resumes, as after a kill
         self.hold: Hold | None = None  # the run record as this run's lease on the prefix (``outhold``)
         self.inherited: set[str] = set()  # unfinished uploads found at the claim (a dead run's): ours to end
+        self.commit_id: str | None = None  # the upload that commits the manifest (``Store.open_commit``)
 
     def localize(self, opts: Any) -> Any:
         return dataclasses.replace(opts, out=self.out, out_url=self.url)
@@ -176,9 +208,15 @@ class RemoteOutputRun(OutputRun):
                              f"({', '.join(others[:3])}); give --staging an empty folder")
         self.run = run
         hold = self.hold = Hold(self.store, run)  # (before the claim: one that fails after taking it lets go)
-        present = claim_prefix(self.store, run, overwrite=self.overwrite, hold=hold)
+        self.commit_id = self.store.open_commit(MANIFEST)  # before the record: a later claim aborts it
+        try:
+            present = claim_prefix(self.store, run, overwrite=self.overwrite, hold=hold, commit=self.commit_id)
+        except BaseException:
+            self._end_commit()
+            raise
         self.claimed = True
         if present is None:
+            self._end_commit()
             found = self.store.read_tagged(RUN_FILE)
             left = found is not None and same_run(parse(found[0]), run)
             if left and hold.take(found[1]):  # the dead run's record, only if no other run took it meanwhile
@@ -188,14 +226,14 @@ class RemoteOutputRun(OutputRun):
                 print(complete_line(self.url, left="its run record" if left else None), file=sys.stderr)
             return orjson.loads(self.store.read(MANIFEST) or b"{}")
         self.fresh = not present
-        self.inherited = {i for ids in leftover_uploads(self.store).values() for i in ids}
+        self.inherited = {i for ids in leftover_uploads(self.store).values() for i in ids} - {self.commit_id}
         # the staging folder is this URL's alone: anything in it is an earlier run's into the prefix, taken
         # over when it is this same command's (its finished shards kept, a finished dataset published as it is)
         complete = prepare_output(self.out, overwrite=self.overwrite or not holds_run(self.out, run), run=run,
                                   remake_changed=True)
         crash_point("claimed")
         self.uploader = Uploader(store=self.store, folder=self.out, remote=present,
-                                 held=lambda: hold.lost is None).start()
+                                 held=lambda: hold.lost is None, fence=hold.check).start()
         if complete:  # made and committed locally; killed while it was published
             return self._publish(manifest_io.load(self.out))
         return None
@@ -228,9 +266,10 @@ class RemoteOutputRun(OutputRun):
         self.hold.check()  # before anything is deleted: the prefix is still this run's
         Progress(quiet=self.quiet).note(f"{self.url}: {self.uploader.sent:,} of {plural(len(names), 'file')} uploaded "
                                         f"({len(names) - self.uploader.sent:,} were there already); the manifest last")
-        # an earlier run's files this one did not make (or made and removed again)
-        stale = [rel for rel in self.store.list() if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
-        self.store.delete(sorted(stale))
+        # an earlier run's files this one did not make (or made and removed again): as this run knows them
+        # (listed at its claim, or written by it), and only if they still are (``clear``)
+        clear(self.store, self.hold, {rel: info.etag for rel, info in self.uploader.remote.items()
+                                      if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)})
         # unfinished uploads: a dead run's found at the claim, this run's, and any left under the names of
         # its objects (a create retried after its answer was lost); never another's under other names
         mine = self.inherited | self.store.started
@@ -238,9 +277,31 @@ class RemoteOutputRun(OutputRun):
             self.store.abort(rel, ids if rel in names else [i for i in ids if i in mine])
         crash_point("uploaded-all")
         self.hold.check()  # immediately before the manifest: a run that lost its prefix commits nothing
-        self.store.put(MANIFEST, (self.out / MANIFEST).read_bytes())
+        self._commit((self.out / MANIFEST).read_bytes())
         crash_point("published")
         self.hold.drop()
+
+    def _commit(self, data: bytes) -> None:
+        """The manifest through the upload opened at the claim (``Store.commit``): refused to a run
+        whose prefix was taken over, even one frozen right after its check. A manifest found there
+        while the prefix is still ours (a run that lost it committed just before it was taken over)
+        is removed, once, and ours committed."""
+        try:
+            self.store.commit(MANIFEST, self.commit_id, data)
+        except Changed:
+            assert self.hold is not None
+            self.hold.check()  # the prefix is another run's: stop, nothing committed
+            there = self.store.head(MANIFEST)
+            clear(self.store, self.hold, {MANIFEST: there.etag} if there is not None else {})
+            self.store.commit(MANIFEST, self.commit_id, data)
+        self.commit_id = None
+
+    def _end_commit(self) -> None:
+        """The manifest upload opened at the claim, aborted (the run stops, or has nothing to commit)."""
+        if self.commit_id is not None:
+            with contextlib.suppress(Exception):
+                self.store.abort(MANIFEST, [self.commit_id])
+            self.commit_id = None
 
     def _drop_staging(self) -> None:
         """The staging folder's dataset files and run state (never another file of a --staging folder)."""
@@ -257,11 +318,13 @@ class RemoteOutputRun(OutputRun):
         if self.keep:
             self.close()
             return
+        self._end_commit()
         if self.claimed and self.hold is not None and self.hold.etag is not None:
             with contextlib.suppress(Exception):
-                listed = self.store.list()
-                doomed = [rel for rel in listed if _own(rel) and rel not in (MANIFEST, RUN_FILE)] if self.fresh else []
-                self.store.delete(sorted(doomed))
+                # a fresh prefix: what this run put, as it put it (never what another run put since)
+                written = self.uploader.remote if self.uploader is not None and self.fresh else {}
+                self.store.delete_known({rel: info.etag for rel, info in written.items()
+                                         if _own(rel) and rel not in (MANIFEST, RUN_FILE)})
                 self.hold.drop()
         super().abandon()
         if self.claimed:
@@ -272,6 +335,7 @@ class RemoteOutputRun(OutputRun):
         the record stays, without a holder, for the same command to resume."""
         if self.uploader is not None:
             self.uploader.close()
+        self._end_commit()
         if self.hold is not None:
             self.hold.release()
 

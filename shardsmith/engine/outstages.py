@@ -257,7 +257,7 @@ class StagedRemoteRun(RemoteOutputRun):
 
         def one(item: tuple[str, Path]) -> bool:
             rel, path = item
-            sent = self.store.upload(rel, path, known=listing.get(rel), resumable=resumable.get(rel, []))
+            sent = self.store.upload(rel, path, known=listing.get(rel), resumable=resumable.get(rel, [])) is not None
             crash_point("uploaded")
             return sent
 

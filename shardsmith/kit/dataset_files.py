@@ -171,6 +171,8 @@ class StreamedFiles:
         self.names = [self.store.name(e["path"]) for e in self.entries]
         for e in self.entries:
             self.store.key(e["path"])  # every name stays below the prefix: refused now, not mid-epoch
+        # each shard of the manifest's size, as a local open checks (ranged reads trust the offsets)
+        self.store.expect({e["path"]: e["bytes"] for e in self.entries})
         return self.manifest, self.entries
 
     def item(self, entry: dict[str, Any]) -> Item:

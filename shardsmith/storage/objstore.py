@@ -7,6 +7,22 @@ match (``list_multipart_uploads``, ``list_parts``), ETags to compare a local fil
 without downloading it, and conditional puts (``If-None-Match: *``, ``If-Match: ETAG``) for the run
 record, which is the prefix's lease (``outhold``).
 
+Fenced writes (issue 42): every write of a run into its prefix is conditional on what the run last
+knew of the object, so that a run that lost the prefix (frozen past its heartbeat while another
+run took it over) cannot put bytes over another run's object, whatever the timing:
+
+- a new object is put or completed with ``If-None-Match: *`` (``upload``): it never replaces one;
+- an object is replaced or removed only by a delete with ``If-Match: <ETag>``, the ETag the run
+  listed or wrote (``upload`` with ``known``, ``delete_known``): it can remove only the bytes it
+  knew there, never those another run put since;
+- the manifest, the commit point, is the one part of a multipart upload opened when the run
+  claims the prefix (``open_commit``, ``commit``); a run that takes the prefix over aborts it, so
+  the run that lost it cannot commit at all.
+
+An answer that says the object is not what the run knew is ``Changed``: the caller asks whether the
+prefix is still its own (``outhold.Hold.check``) and stops if not. An object found with the very
+bytes the run was putting (a retried request whose answer was lost) is taken as put.
+
 Every call goes through ``storage/retry.py`` (the only layer that retries: s3fs's and botocore's own
 retries are off), and the storage client's errors become one line naming the URL, never with
 credentials.
@@ -35,11 +51,21 @@ MIN_PART = 5 << 20
 MAX_PART = 5 << 30
 MAX_PARTS = 10_000
 PARTS_IN_FLIGHT = 4  # parts being uploaded at once (each held in memory)
+DELETES_IN_FLIGHT = 16  # conditional deletes sent at once (one request per object: ``delete_known``)
 
 
 class ObjectInfo(NamedTuple):
     size: int
     etag: str  # without quotes
+
+
+class Changed(ShardsmithError):
+    """A conditional write refused: object ``rel`` is not what this run last knew of it (another
+    writer put, replaced or removed it), or the run's commit upload was aborted."""
+
+    def __init__(self, message: str, *, rel: str) -> None:
+        super().__init__(message)
+        self.rel = rel
 
 
 def file_etag(path: Path, part_size: int) -> str:
@@ -120,8 +146,31 @@ class Store:
         return hashlib.md5(data).hexdigest()
 
     def delete(self, rels: list[str]) -> None:
+        """Remove objects whatever they hold: only a run that has just taken the prefix (``outremote``)
+        and cluster stages, which hold no lease, remove this way; ``delete_known`` is the fenced way."""
         if rels:
             self.call(lambda: self.fs.rm([f"{self.root}/{r}" for r in rels]))
+
+    def head(self, rel: str) -> ObjectInfo | None:
+        """What object ``rel`` is now (None: there is none)."""
+        try:
+            info = self.call(lambda: self.fs.info(f"{self.root}/{rel}"), rel=rel)
+        except UsageError:
+            return None
+        return ObjectInfo(int(info.get("size") or 0), _etag(info))
+
+    def delete_known(self, known: dict[str, str]) -> list[str]:
+        """Remove each object ``rel`` if it still has the ETag ``known[rel]``; returns the names of
+        those that changed (one already gone counts as removed). Not atomic here: ``S3Store``
+        deletes with ``If-Match``."""
+        changed = []
+        for rel, etag in sorted(known.items()):
+            now = self.head(rel)
+            if now is not None and now.etag != etag:
+                changed.append(rel)
+            elif now is not None:
+                self.delete([rel])
+        return changed
 
     def uploads(self) -> dict[str, list[str]]:
         """Unfinished multipart uploads, by name: none without multipart."""
@@ -133,13 +182,30 @@ class Store:
     def close(self) -> None:
         """No more uploads: stop the threads the store runs (none here)."""
 
-    def upload(self, rel: str, path: Path, *, known: ObjectInfo | None, resumable: list[str]) -> bool:
-        """``path`` to ``rel``, unless ``known`` (the object there) has its size and checksum;
-        True if uploaded."""
+    def open_commit(self, rel: str) -> str | None:
+        """The upload that will commit ``rel`` (the manifest), opened before the prefix is claimed;
+        None where there is no multipart upload (``commit`` is then a conditional put)."""
+        return None
+
+    def commit(self, rel: str, upload_id: str | None, data: bytes) -> None:
+        """Put ``rel`` as new (the manifest, last): Changed if it is there with other bytes, or if
+        the upload ``open_commit`` gave was aborted (the prefix was taken over)."""
+        if self.create(rel, data) is None and self.read(rel) != data:
+            raise Changed(f"-o {self.show(rel)}: another run put it", rel=rel)
+
+    def upload(self, rel: str, path: Path, *, known: ObjectInfo | None, resumable: list[str]) -> ObjectInfo | None:
+        """``path`` to ``rel``, unless ``known`` (the object there as this run knows it, None: none)
+        has its size and checksum (then None); else the object put. Changed when the object is not
+        ``known`` any more. Not atomic here (a look, then a put): ``S3Store`` puts conditionally."""
         if known is not None and known.size == path.stat().st_size and known.etag == file_etag(path, self.part_size):
-            return False
+            return None
+        if self.head(rel) != known:
+            raise Changed(f"-o {self.show(rel)}: changed by another writer since this run knew it", rel=rel)
         self.call(lambda: self.fs.put_file(str(path), f"{self.root}/{rel}"), rel=rel)
-        return True
+        got = self.head(rel)
+        if got is None:
+            raise Changed(f"-o {self.show(rel)}: removed by another writer as it was put", rel=rel)
+        return got
 
 
 class S3Store(Store):
@@ -241,16 +307,76 @@ class S3Store(Store):
                 return found
             marker = {"PartNumberMarker": int(page["NextPartNumberMarker"])}
 
-    def upload(self, rel: str, path: Path, *, known: ObjectInfo | None, resumable: list[str]) -> bool:
+    def head(self, rel: str) -> ObjectInfo | None:
+        try:
+            answer = self.s3("head_object", rel=rel, Key=self.prefix + rel)
+        except UsageError:  # (storage_errors: "no such object")
+            return None
+        return ObjectInfo(int(answer["ContentLength"]), str(answer.get("ETag", "")).strip('"'))
+
+    def delete_known(self, known: dict[str, str]) -> list[str]:
+        """One ``DeleteObject`` with ``If-Match`` per object, a few at once (moto, like S3 before
+        2025, ignores the ETags of a batch ``DeleteObjects``)."""
+
+        def one(item: tuple[str, str]) -> str | None:
+            rel, etag = item
+            how, _ = self._conditional(rel, lambda: self.fs.call_s3("delete_object", Bucket=self.bucket,
+                                                                    Key=self.prefix + rel, IfMatch=f'"{etag}"'))
+            return rel if how == "changed" else None
+
+        if not known:
+            return []
+        with ThreadPoolExecutor(max_workers=min(DELETES_IN_FLIGHT, len(known)),
+                                thread_name_prefix="shardsmith-delete") as pool:
+            return [rel for rel in pool.map(one, sorted(known.items())) if rel is not None]
+
+    def _conditional(self, rel: str, fn: Callable[[], Any]) -> tuple[str, Any]:
+        """("done", its answer), ("changed", None) when the store refused the condition (412), or
+        ("gone", None) when the object or the upload is not there; other errors as one line."""
+
+        def attempt() -> tuple[str, Any]:
+            try:
+                return "done", fn()
+            except FileExistsError:  # s3fs's PreconditionFailed of If-None-Match
+                return "changed", None
+            except FileNotFoundError:  # NoSuchKey, NoSuchUpload
+                return "gone", None
+            except OSError as exc:
+                if s3_code(exc) in ("PreconditionFailed", "412"):
+                    return "changed", None
+                raise
+
+        return self.call(attempt, rel=rel)
+
+    def _created(self, rel: str, want: ObjectInfo, put: Callable[[], Any]) -> ObjectInfo:
+        """``put()`` (a put or completion with ``If-None-Match: *``) of an object that must be
+        ``want``: refused, it is taken as done only if the object there is ``want`` (a request
+        retried after its answer was lost, or the very same bytes), else Changed."""
+        how, answer = self._conditional(rel, put)
+        if how == "done":
+            return ObjectInfo(want.size, str(answer.get("ETag", "")).strip('"') or want.etag)
+        if self.head(rel) == want:  # (a completion retried after it was done: "no such upload" now)
+            return want
+        why = ("another writer put it meanwhile; not replaced" if how == "changed" else
+               "its upload was aborted (another run took the prefix over); not put")
+        raise Changed(f"-o {self.show(rel)}: {why}", rel=rel)
+
+    def upload(self, rel: str, path: Path, *, known: ObjectInfo | None, resumable: list[str]) -> ObjectInfo | None:
         size = path.stat().st_size
         part = part_size_for(size, self.part_size)
         if known is not None and known.size == size and known.etag == file_etag(path, part):
-            return False
+            return None
         key = self.prefix + rel
+        if known is not None:  # the bytes this run knew there, and no others, make room for the new ones
+            how, _ = self._conditional(rel, lambda: self.fs.call_s3("delete_object", Bucket=self.bucket, Key=key,
+                                                                    IfMatch=f'"{known.etag}"'))
+            if how != "done":
+                raise Changed(f"-o {self.show(rel)}: {'changed' if how == 'changed' else 'removed'} by another writer "
+                              f"since this run knew it; not replaced", rel=rel)
         if size <= part:
             body = path.read_bytes()
-            self.s3("put_object", rel=rel, Key=key, Body=body, ContentMD5=_b64md5(body))
-            return True
+            return self._created(rel, ObjectInfo(size, hashlib.md5(body).hexdigest()), lambda: self.fs.call_s3(
+                "put_object", Bucket=self.bucket, Key=key, Body=body, ContentMD5=_b64md5(body), IfNoneMatch="*"))
         upload_id, have = None, {}
         for candidate in resumable:  # the newest unfinished upload of this name: its parts may be ours
             with contextlib.suppress(UsageError):
@@ -278,16 +404,37 @@ class S3Store(Store):
                     self._inflight.release()
                     raise
         done = [{"PartNumber": n, "ETag": f'"{f.result()}"'} for n, f in enumerate(futures, 1)]
-        want = f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}"
-        try:
-            self.s3("complete_multipart_upload", rel=rel, Key=key, UploadId=upload_id,
-                    MultipartUpload={"Parts": done})
-        except UsageError:  # no such upload: a completion whose answer was lost, retried (then the object is there)
-            head = self.s3("head_object", rel=rel, Key=key)
-            if head.get("ContentLength") != size or head.get("ETag", "").strip('"') != want:
-                raise
+        want = ObjectInfo(size, f"{hashlib.md5(b''.join(digests)).hexdigest()}-{len(digests)}")
+        got = self._created(rel, want, lambda: self.fs.call_s3(
+            "complete_multipart_upload", Bucket=self.bucket, Key=key, UploadId=upload_id,
+            MultipartUpload={"Parts": done}, IfNoneMatch="*"))
         self.started.discard(upload_id)
-        return True
+        return got
+
+    def open_commit(self, rel: str) -> str | None:
+        return str(self.s3("create_multipart_upload", rel=rel, Key=self.prefix + rel, claiming=True)["UploadId"])
+
+    def commit(self, rel: str, upload_id: str | None, data: bytes) -> None:
+        """The manifest as the only part of the upload opened at the claim, completed with
+        ``If-None-Match: *``: a run that took the prefix over aborted that upload, so this is
+        refused (Changed) to a run that lost it, however long it was frozen."""
+        if upload_id is None:
+            return super().commit(rel, upload_id, data)
+        key = self.prefix + rel
+        how, answer = self._conditional(rel, lambda: self.fs.call_s3(
+            "list_parts", Bucket=self.bucket, Key=key, UploadId=upload_id))  # (moto answers a part of an
+        if how == "done":  # aborted upload with a 500, S3 with NoSuchUpload: asked first, for the one line)
+            how, answer = self._conditional(rel, lambda: self.fs.call_s3(
+                "upload_part", Bucket=self.bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=data,
+                ContentMD5=_b64md5(data)))
+        if how != "done":
+            raise Changed(f"-o {self.show(rel)}: not put: its upload was aborted (another run took the prefix over)",
+                          rel=rel)
+        part = str(answer["ETag"]).strip('"')
+        self._created(rel, ObjectInfo(len(data), f"{hashlib.md5(bytes.fromhex(part)).hexdigest()}-1"),
+                      lambda: self.fs.call_s3("complete_multipart_upload", Bucket=self.bucket, Key=key,
+                                              UploadId=upload_id, IfNoneMatch="*",
+                                              MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": f'"{part}"'}]}))
 
     def _part(self, rel: str, key: str, upload_id: str, number: int, block: bytes, md5: bytes) -> str:
         try:

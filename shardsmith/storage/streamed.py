@@ -24,6 +24,12 @@ writes it last, ``engine/outremote.py``, so the listing is of the files the mani
   A file the listing did not show (``http(s)``: no listing) is pinned at that first look.
 
 The pins pickle with the store: DataLoader workers, forked or spawned, check the same versions.
+
+What a local open checks is checked here too (issue 42): every shard is of the size its manifest
+gives (``expect``, against the listing the dataset was opened on), so a ranged read never serves
+bytes of an object that is not the one the manifest describes; a whole download is checked by its
+sha256 as well (``storage/cache.py``). An object of the right size whose bytes differ is found by
+sha256 when it is downloaded, or by ``shardsmith verify URL``, as a local file changed in place is.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.identity import check_size
 from shardsmith.core.urls import safe_url
 from shardsmith.errors import DatasetError, ShardsmithError
 from shardsmith.storage import retry, schemes
@@ -57,6 +64,7 @@ class RemoteStore:
         self.scheme = schemes.record(self.url)  # what the table of schemes says of it
         self.pins: dict[str, str] = {}  # file -> its identity when the dataset was opened (s3: the ETag)
         self.sizes: dict[str, int] = {}  # file -> its size in the same listing
+        self.expected: dict[str, int] = {}  # file -> its size in the manifest (``expect``)
         self._fs: Any = None
         self._pid = -1
         self._seen: set[str] = set()  # other schemes: files whose identity this process has looked at
@@ -132,6 +140,15 @@ class RemoteStore:
                 raise DatasetError(f"{self.name(rel)}: {len(data)} bytes at {a}, expected {b - a}")
         return list(got)
 
+    def expect(self, sizes: dict[str, int]) -> None:
+        """The files' sizes as the manifest gives them, checked as a local open checks a folder's
+        (``identity.check_size``): against the listing the dataset was opened on, now; a scheme
+        that does not list (``http(s)``), at each file's first look, before any byte is read."""
+        self.expected.update(sizes)
+        if not self.scheme.whole_url:
+            for rel, want in sizes.items():
+                check_size(self.name(rel), self.sizes.get(rel), want)
+
     def size(self, rel: str) -> int | None:
         """The size of file ``rel`` in the listing taken when the dataset was opened (a scheme that does
         not list: its size now); None when there is no such object (``verify``: "missing")."""
@@ -176,8 +193,11 @@ class RemoteStore:
 
     def _identity(self, rel: str) -> str:
         """The identity of file ``rel`` now (a HEAD, or the scheme's ``info``), never a cached listing's."""
+        return _tag(self._info(rel))
+
+    def _info(self, rel: str) -> dict[str, Any]:
         self.fs.invalidate_cache()
-        return _tag(self.fs.info(self.key(rel)))
+        return self.fs.info(self.key(rel))
 
     def _manifest_bytes(self) -> tuple[str, bytes]:
         """(identity, bytes) of the manifest: on S3 one GET and its ETag; elsewhere ``info``, then the bytes."""
@@ -202,9 +222,12 @@ class RemoteStore:
         did not show); looked at once per process, or ``again``."""
         if rel in self._seen and not again:
             return
-        now = self._identity(rel)
+        info = self._info(rel)
+        now = _tag(info)
         if self.pins.setdefault(rel, now) != now:
             raise DatasetError(f"{self.name(rel)}: {CHANGED}")
+        if rel in self.expected and info.get("size") is not None:  # (a server may not say: reads check lengths)
+            check_size(self.name(rel), int(info["size"]), self.expected[rel])
         self._seen.add(rel)
 
     def _get(self, rel: str, ranges: list[tuple[int, int]], *, past_end: bool = False) -> list[bytes]:

@@ -6,6 +6,13 @@ thread hands such files to a pool of upload threads while the conversion goes on
 uploads what is left once the manifest is written locally, and uploads again any file that was
 replaced after its upload began (a split-wide index rewritten at the end). An object already
 there with the file's size and checksum (a resumed run) is not uploaded again.
+
+Every upload is fenced (``objstore``): a new object is put only where there is none, an object is
+replaced only if it still has the ETag this run knows (listed at its claim, or written by it).
+When the store says an object changed under the run (``Changed``), ``fence`` asks whether the
+prefix is still this run's: if not (the run was frozen while another took the prefix over), it
+stops, having written nothing over the other run's objects; if so (the object was left by a run
+that lost the prefix), it is replaced once more, conditionally.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from shardsmith.core.faults import crash_point
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
 from shardsmith.core.own_files import own_file, own_files
 from shardsmith.errors import ShardsmithError
-from shardsmith.storage.objstore import ObjectInfo, Store
+from shardsmith.storage.objstore import Changed, ObjectInfo, Store
 
 THREADS = 4  # files uploaded at once; each holds one part in memory
 POLL_SECONDS = 0.5
@@ -51,11 +58,12 @@ class Uploader:
     """The uploads of one run's staging folder into its store."""
 
     def __init__(self, *, store: Store, folder: Path, remote: dict[str, ObjectInfo], threads: int = THREADS,
-                 held: Callable[[], bool] | None = None) -> None:
+                 held: Callable[[], bool] | None = None, fence: Callable[[], None] | None = None) -> None:
         self.store = store
-        self.held = held  # whether the prefix is still this run's (``outhold``): else no upload starts
+        self.held = held  # whether the prefix is still this run's as far as it knows: else no upload starts
+        self.fence = fence  # asks the store whether it is still this run's; raises if not (``outhold``)
         self.folder = folder
-        self.remote = dict(remote)  # what the prefix held when the run claimed it
+        self.remote = dict(remote)  # each object as this run knows it: listed at the claim, or written by it
         self.resumable = store.uploads()  # unfinished multipart uploads, newest first
         self.sent = 0  # files uploaded (not found there already)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="shardsmith-upload")
@@ -99,12 +107,27 @@ class Uploader:
             if self.held is not None and not self.held():
                 raise ShardsmithError(f"{self.store.show(name)}: not uploaded: the prefix is another run's now")
             known = self.remote.get(name)
-            if self.store.upload(name, self.folder / name, known=known, resumable=self.resumable.pop(name, [])):
+            resumable = self.resumable.pop(name, [])
+            try:
+                got = self.store.upload(name, self.folder / name, known=known, resumable=resumable)
+            except Changed:
+                if self.fence is None:
+                    raise
+                self.fence()  # the prefix is another run's now: stop here, nothing of theirs replaced
+                known = self.store.head(name)  # left by a run that lost the prefix (or another tool): replaced
+                got = self.store.upload(name, self.folder / name, known=known, resumable=[])
+            except ShardsmithError:
+                if self.fence is not None:
+                    self.fence()  # (an upload aborted by a run that took the prefix over: said as such)
+                raise
+            if got is not None:
                 with self._lock:
                     self.sent += 1
                 crash_point("uploaded")
-            self.remote.pop(name, None)  # a later version of the file is compared with nothing: uploaded
             with self._lock:
+                now = got if got is not None else known  # (None only when nothing was there and nothing put)
+                if now is not None:
+                    self.remote[name] = now  # a later version of the file replaces this one, and only it
                 self._done[name] = stamp
         except BaseException as exc:
             self._errors.append(exc)

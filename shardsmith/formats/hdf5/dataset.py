@@ -88,7 +88,8 @@ class EventDataset:
                 "_pins": {}, "_pid": -1}
 
     def _shard(self, s: int) -> _OpenShard:
-        """Shard s, opened (and checked) on first use in this process."""
+        """Shard s, opened (and checked) on first use in this process, and looked at again before
+        each read (``_OpenShard.check``)."""
         if self._pid != os.getpid():  # a forked child: the parent's handles are not ours to use
             self._open = [None] * len(self._paths)
             for fd in self._pins.values():
@@ -109,6 +110,8 @@ class EventDataset:
             self._open[s] = shard
             if pin is not None:
                 self._pins[s] = pin
+        else:
+            shard.check()  # every read comes here first: a file truncated under its map is an error, not SIGBUS
         return shard
 
     def _trim(self, using: list[int], keep: int | None = None) -> None:

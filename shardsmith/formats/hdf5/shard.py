@@ -17,7 +17,7 @@ import numpy as np
 
 from shardsmith.core import pages, recycle
 from shardsmith.core.events import EventSchema
-from shardsmith.core.identity import Stamp, check_fd, open_checked
+from shardsmith.core.identity import Stamp, check_fd, intact, open_checked
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.hdf5.checks import _bad, _check_filters, _check_storage, _dataset, _equals
@@ -173,6 +173,11 @@ class _OpenShard:
         if offset + ds.nbytes > len(self.mm):
             raise _bad(self.path, f"{ds.name!r} runs past the end of the file (truncated?)")
         return np.frombuffer(self.mm, dtype=ds.dtype, count=ds.size, offset=offset).reshape(ds.shape)
+
+    def check(self) -> None:
+        """The mapped file still whole (``identity.intact``): a look at its size before a read."""
+        if self.mm is not None:
+            intact(self.mm, self.path)
 
     def bytes_of(self, name: str) -> memoryview:
         """A mapped column's bytes, as one flat memoryview (made once)."""

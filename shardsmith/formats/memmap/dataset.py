@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import recycle
-from shardsmith.core.identity import Stamp, open_checked, stamp
+from shardsmith.core.identity import Stamp, intact, open_checked, stamp
 from shardsmith.core.provenance import inputs_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.meta import Array, SplitArrays, read_meta
@@ -49,7 +49,7 @@ class MemmapDataset:
         self.keep = str(meta["keep"])
         self.inputs: list[str] | None = inputs_of(self.manifest)  # what ``_file`` indexes (--provenance)
         self._n = self.arrays.values.shape[0]
-        self._maps: dict[Path, np.ndarray] = {}
+        self._maps: dict[Path, tuple[np.ndarray, mmap.mmap | None]] = {}  # (the array, its map)
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -65,9 +65,10 @@ class MemmapDataset:
             self._maps, self._pid = {}, os.getpid()
         got = self._maps.get(a.path)
         if got is None:
-            got = _mapped(a, self._stamps[a.path])
-            self._maps[a.path] = got
-        return got
+            got = self._maps[a.path] = _mapped(a, self._stamps[a.path])
+        elif got[1] is not None:
+            intact(got[1], a.path)  # a file truncated under its map: an error, not SIGBUS
+        return got[0]
 
     @property
     def values(self) -> np.ndarray:
@@ -166,13 +167,14 @@ def _nbytes(a: Array) -> int:
     return int(np.prod(a.shape, dtype=np.int64)) * a.dtype.itemsize
 
 
-def _mapped(a: Array, want: Stamp) -> np.ndarray:
-    """The file as a read-only array of its JSON's shape (an empty one: no map, numpy cannot map 0 bytes)."""
+def _mapped(a: Array, want: Stamp) -> tuple[np.ndarray, mmap.mmap | None]:
+    """The file as a read-only array of its JSON's shape, and its map (an empty one: no map, numpy
+    cannot map 0 bytes)."""
     if _nbytes(a) == 0:
-        return np.zeros(a.shape, a.dtype)
+        return np.zeros(a.shape, a.dtype), None
     fd = open_checked(a.path, want)
     try:
         mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
-    return np.frombuffer(mm, dtype=a.dtype).reshape(a.shape)
+    return np.frombuffer(mm, dtype=a.dtype).reshape(a.shape), mm

@@ -6,12 +6,14 @@ Window i is tokens ``[i·L, i·L + L + 1)`` of the split's shards concatenated i
 
 from __future__ import annotations
 
+import mmap
 import os
 from typing import Any
 
 import numpy as np
 
 from shardsmith.core.dtypes import safe_dtype
+from shardsmith.core.identity import intact
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.indexed import parse_idx
 from shardsmith.formats.tokens.masks import ShardMasks
@@ -40,6 +42,7 @@ class _TokenShards:
         self.starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self.tokens = int(self.starts[-1])
         self._maps: list[np.ndarray] | None = None
+        self._files_mapped: dict[int, mmap.mmap] = {}  # shard -> its map (looked at before each read: ``intact``)
         self._some: list[np.ndarray | None] = []  # a streamed dataset's maps: a few shards at a time
         self._mapped: list[int] = []
         self._pid = -1
@@ -52,12 +55,14 @@ class _TokenShards:
 
     def __getstate__(self) -> dict[str, Any]:
         # a memory map pickles as a copy of its data: a spawned worker maps (and checks) its own
-        return {**self.__dict__, "_maps": None, "_some": [], "_mapped": [], "_pid": -1, "_views": {}}
+        return {**self.__dict__, "_maps": None, "_some": [], "_mapped": [], "_pid": -1, "_views": {},
+                "_files_mapped": {}}
 
     @property
     def maps(self) -> list[np.ndarray]:
         """Every shard mapped (a local dataset: all at once, each checked against its identity)."""
         if self._maps is None or self._pid != os.getpid():
+            self._files_mapped = {}
             self._maps = [self._map(s) for s in range(len(self.entries))]
             self._pid = os.getpid()
         return self._maps
@@ -65,15 +70,28 @@ class _TokenShards:
     def _map(self, s: int) -> np.ndarray:
         if not self.entries[s]["bytes"]:
             return np.zeros(0, self.dtype)
-        with os.fdopen(self._files.open(s, release=self._let_go), "rb") as fh:
-            return np.memmap(fh, dtype=self.dtype, mode="r")
+        fd = self._files.open(s, release=self._let_go)
+        try:
+            mm = self._files_mapped[s] = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)  # (the map holds its own descriptor, and with it the cache's hold on the file)
+        return np.frombuffer(mm, dtype=self.dtype)
 
     def array(self, s: int) -> np.ndarray | None:
-        """Shard s's tokens mapped, or None when it is read by byte ranges (streamed, not cached)."""
+        """Shard s's tokens mapped, or None when it is read by byte ranges (streamed, not cached);
+        the file is looked at first: one truncated under its map is a DatasetError, never SIGBUS."""
+        arr = self._array(s)
+        mm = self._files_mapped.get(s)
+        if arr is not None and mm is not None:
+            intact(mm, self.paths[s])
+        return arr
+
+    def _array(self, s: int) -> np.ndarray | None:
         if self._files.keep_open is None:
             return self.maps[s]
         if self._pid != os.getpid():
             self._some, self._mapped, self._pid = [None] * len(self.entries), [], os.getpid()
+            self._files_mapped = {}
         arr = self._some[s]
         if arr is None:
             if self.entries[s]["bytes"] and not self._files.whole(s):
@@ -81,12 +99,15 @@ class _TokenShards:
             arr = self._some[s] = self._map(s)
             self._mapped.append(s)
             if len(self._mapped) > self._files.keep_open:  # let the oldest go: the cache may evict it
-                self._some[self._mapped.pop(0)] = None
+                old = self._mapped.pop(0)
+                self._some[old] = None
+                self._files_mapped.pop(old, None)
         return arr
 
     def _let_go(self) -> None:
         """Unmap the streamed shards (waiting for room in the cache, a process lets go of its own)."""
         self._some, self._mapped, self._views = [None] * len(self.entries), [], {}
+        self._files_mapped = {}
 
     def release(self) -> None:
         """Unmap the streamed shards now (see ``TarDataset.release``); a local dataset keeps its maps."""

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.identity import intact
 from shardsmith.core.images import pixel_limit  # stdlib only: no Pillow
 from shardsmith.errors import DatasetError, UsageError, install_hint
 from shardsmith.formats.webdataset.decode import (
@@ -128,7 +129,9 @@ class TarDataset:
     # -- access ---------------------------------------------------------------------------------
 
     def _map(self, s: int) -> mmap.mmap:
-        """Shard s, memory-mapped on first use in this process (a forked worker maps its own)."""
+        """Shard s, memory-mapped on first use in this process (a forked worker maps its own); a map
+        already made is looked at first (``identity.intact``: a file truncated under it is a
+        DatasetError, never SIGBUS)."""
         if self._pid != os.getpid():
             self._maps = [None] * len(self._paths)
             self._open = [None] * len(self._paths)
@@ -152,6 +155,8 @@ class TarDataset:
             if keep is not None and len(self._mapped) > keep:  # let the oldest go: the cache may evict it
                 old = self._mapped.pop(0)
                 self._maps[old] = self._open[old] = None
+        else:
+            intact(mm, self._where[s])
         return mm
 
     def _let_go(self) -> None:

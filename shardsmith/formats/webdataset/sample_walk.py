@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.identity import intact
 from shardsmith.formats.webdataset.decode import load_npy
 from shardsmith.kit.order import ResumableIterator
 
@@ -34,11 +35,12 @@ class _Uniform:
     """One mapped shard whose samples all have the same members: their spans as (samples, members)
     arrays, and what a sample dict needs (names, keys, bare decoders)."""
 
-    __slots__ = ("data", "decoders", "keys", "mm", "names", "size")
+    __slots__ = ("data", "decoders", "keys", "mm", "names", "size", "where")
 
     def __init__(self, *, mm: Any, data: np.ndarray, size: np.ndarray, names: tuple[str, ...], keys: list[str],
-                 decoders: list[Any]) -> None:
+                 decoders: list[Any], where: str) -> None:
         self.mm, self.data, self.size, self.names, self.keys, self.decoders = mm, data, size, names, keys, decoders
+        self.where = where  # the shard's name, as errors give it
 
 
 def _uniform(ds: Any, s: int) -> _Uniform | None:
@@ -60,7 +62,7 @@ def _uniform(ds: Any, s: int) -> _Uniform | None:
     decoders = [ds._decoders[e] for e in exts]
     return _Uniform(mm=mm, data=np.frombuffer(table.data, np.int64).reshape(-1, c),
                     size=np.frombuffer(table.size, np.int64).reshape(-1, c), names=("__key__", *exts),
-                    keys=table.keys, decoders=[_NPY if d is load_npy else d for d in decoders])
+                    keys=table.keys, decoders=[_NPY if d is load_npy else d for d in decoders], where=ds._where[s])
 
 
 class SampleIterator(ResumableIterator[dict[str, Any]]):
@@ -79,6 +81,7 @@ class SampleIterator(ResumableIterator[dict[str, Any]]):
         self._first = self._end = 0  # the window's positions
         self._at = 0                 # the block's first position
         self._ahead: list[dict[str, Any] | None] = []
+        self._names: dict[int, str] = {}  # id of a window's map -> its shard's name
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -123,6 +126,7 @@ class SampleIterator(ResumableIterator[dict[str, Any]]):
         at = list(map(dict(zip(used, found)).__getitem__, self._shard))
         self._spans = (start.T.tolist(), (start + size).T.tolist(), found[0].names, found[0].decoders,
                        [u.mm for u in at], list(map(getitem, [u.keys for u in at], self._local)))
+        self._names = {id(u.mm): u.where for u in found}
         self._bytes = np.concatenate([[0], np.cumsum(size.sum(axis=1))]).tolist()  # before each position
 
     def _block(self, pos: int) -> None:
@@ -138,6 +142,8 @@ class SampleIterator(ResumableIterator[dict[str, Any]]):
         self._ahead = [None] * (b - a)
         starts, ends, names, decoders, maps, keys = self._spans
         maps, cols = maps[a:b], [keys[a:b]]
+        for mm in {id(m): m for m in maps}.values():  # each file still whole before it is sliced
+            intact(mm, self._names[id(mm)])
         try:
             for m, decode in enumerate(decoders):
                 raw = list(map(getitem, maps, map(slice, starts[m][a:b], ends[m][a:b])))

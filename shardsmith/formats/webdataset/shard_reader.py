@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.identity import intact
 from shardsmith.formats.webdataset.decode import _guard
 
 
@@ -34,11 +35,13 @@ _Open = Callable[[int], dict[str, Any]]
 def _shard_reader(mm: mmap.mmap, table: _MemberTable, decoders: list[Callable[[bytes], Any] | None],
                   where: str) -> _Open:
     """Sample j of one shard, by slicing its map where the table says: a closure over the shard's
-    arrays, so that each sample costs a few list lookups and one copy per member."""
+    arrays, so that each sample costs a few list lookups and one copy per member (and a look at the
+    file's size: ``identity.intact``)."""
     keys, first, data, size, ext, names = table.keys, table.first, table.data, table.size, table.ext, table.exts
     guarded = [None if d is None else _guard(d, name, where) for d, name in zip(decoders, names)]
 
     def read(j: int) -> dict[str, Any]:
+        intact(mm, where)
         sample: dict[str, Any] = {"__key__": keys[j]}
         for k in range(first[j], first[j + 1]):
             start = data[k]
