@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardsmith.kit.chat_template import ChatError, ChatTemplate
+from shardsmith.kit.chat_turns import prefix_length, turn_spans
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "ipython", "function")
 TRAIN_ON = ("assistant", "last", "completion", "all")
@@ -174,26 +175,6 @@ def _tidy(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _prefix(template: ChatTemplate, messages: list[dict], tools: list[dict] | None, text: str, *,
-            add_generation_prompt: bool) -> int:
-    """The length of the text ``messages`` render to, which must begin the whole conversation's."""
-    try:
-        part, _ = template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                  allow_empty=True)
-    except ChatError as exc:
-        if messages:
-            raise
-        part, why = None, f" ({exc})"
-    else:
-        why = ""
-    if part is None or not text.startswith(part):
-        if not messages:  # rendering no messages is not something templates are written for
-            raise ChatError("the template does not render what comes before an assistant that speaks first"
-                            f"{why}: start with a user message, or give the template {{% generation %}} blocks")
-        raise ChatError("the template does not render turn by turn: give it {% generation %} blocks")
-    return len(part)
-
-
 def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tuple[str, list[tuple[int, int]]]:
     """(the text ``apply_chat_template(conv.messages, tools=conv.tools)`` renders, the character spans
     the loss counts), by the rule ``train_on`` names (the module's docstring). The spans of the
@@ -203,6 +184,11 @@ def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tu
     (``ValueError`` otherwise: the caller checks the options)."""
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {TRAIN_ON}, not {train_on!r}")
+    with template.budget(messages=len(conv.messages) + len(conv.tools or ())):  # shared by all its renders
+        return _rendered(template, conv, train_on=train_on)
+
+
+def _rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tuple[str, list[tuple[int, int]]]:
     messages, tools = conv.messages, conv.tools
     text, generation = template.render(messages, tools=tools)
     if train_on == "all":
@@ -210,7 +196,7 @@ def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tu
     if train_on == "completion":
         if conv.prompt_messages is None:
             raise ValueError("train_on='completion' needs prompt/completion pairs")
-        start = _prefix(template, messages[: conv.prompt_messages], tools, text, add_generation_prompt=True)
+        start = prefix_length(template, messages[: conv.prompt_messages], tools, text, add_generation_prompt=True)
         return text, _tidy([(start, len(text))])
     if template.has_generation_for(tools=tools):
         spans = list(generation)
@@ -220,17 +206,8 @@ def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tu
                 return text, []
             before = template.render(messages[:last], tools=tools, allow_empty=True)[1] if last else []
             return text, spans[len(before):]
-    else:
-        spans = []
-        for k, message in enumerate(messages):
-            if message.get("role") != "assistant":
-                continue
-            start = _prefix(template, messages[:k], tools, text, add_generation_prompt=True)
-            end = _prefix(template, messages[: k + 1], tools, text, add_generation_prompt=False)
-            if end < start:
-                raise ChatError("the template does not render turn by turn: give it {% generation %} blocks")
-            spans.append((start, end))
-        spans = _tidy(spans)
+    else:  # kit/chat_turns.py: the renders of prefixes, in one render where the template allows
+        spans = _tidy(turn_spans(template, messages, tools, text))
     if train_on == "last":
         spans = spans[-1:]
     return text, spans
