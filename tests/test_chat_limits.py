@@ -94,3 +94,14 @@ def test_a_crafted_template_is_a_bad_record_of_one_line(tmp_path):
     assert len(res.stderr.strip().splitlines()) == 1
     res = run_cli(*base, "-o", tmp_path / "skipped", "--on-error", "skip")
     assert res.exit_code != 0 or "1 skipped" in res.stdout + res.stderr
+
+
+def test_a_conversation_nested_too_deep_is_a_bad_record():
+    """Its preparation, tojson and hash all recurse: past 200 levels it is refused before any of them."""
+    nested: object = "x"
+    for _ in range(900):
+        nested = [nested]
+    with pytest.raises(ChatError, match="'tools' nests lists and objects 200 levels deep"):
+        conversation_of({"messages": HI, "tools": [{"type": "function", "deep": nested}]}, ChatFields())
+    with pytest.raises(ChatError, match="'messages' nests lists and objects 200 levels deep"):
+        conversation_of({"messages": [*HI, {"role": "user", "content": [nested]}]}, ChatFields())

@@ -33,6 +33,7 @@ TRAIN_ON = ("assistant", "last", "completion", "all")
 _NAMES_SHOWN = 8
 MAX_CHARS = 4 << 20  # a conversation is rendered and encoded whole: longer ones are bad records
 MESSAGE_BINS = 16  # messages per conversation are counted up to this; more count as this many
+MAX_DEPTH = 200  # lists and objects nested in a conversation (deeper ones overflow the stack of what reads them)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +111,19 @@ def _json_list(value: Any, field: str) -> Any:
         raise ChatError(f"{field!r} is a string that is not JSON") from None
 
 
+def _shallow(value: Any, what: str) -> Any:
+    """``value`` when its lists and objects nest fewer than ``MAX_DEPTH`` levels (walked without
+    recursion): the template's preparation, its ``tojson`` and the record's hash all recurse."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            if depth >= MAX_DEPTH:
+                raise ChatError(f"{what} nests lists and objects {MAX_DEPTH} levels deep or more")
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return value
+
+
 def _sized(messages: list[dict], what: str) -> list[dict]:
     """Refuse, before any rendering, a conversation whose contents alone pass ``MAX_CHARS`` (the
     turn-by-turn rule renders every prefix of it)."""
@@ -129,7 +143,10 @@ def record_text(record: Any, fields: ChatFields) -> str:
         return ""
     value = [record.get(fields.prompt), record.get(fields.completion)] if fields.pairs else \
         record.get(fields.messages)
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    except orjson.JSONEncodeError:  # nested past orjson's depth: no conversation (conversation_of refuses it)
+        return ""
 
 
 def _tools(record: Mapping, field: str) -> list[dict] | None:
@@ -140,7 +157,7 @@ def _tools(record: Mapping, field: str) -> list[dict] | None:
     value = _json_list(value, field)
     if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
         raise ChatError(f"{field!r} is not a list of tool objects")
-    return value
+    return _shallow(value, repr(field))
 
 
 def conversation_of(record: Any, fields: ChatFields) -> Conversation:
@@ -155,13 +172,13 @@ def conversation_of(record: Any, fields: ChatFields) -> Conversation:
         completion = _side(record, fields.completion, "assistant")
         if not completion:
             raise ChatError(f"the completion {fields.completion!r} has no messages")
-        return Conversation(_sized(prompt + completion, "the pair"), tools, len(prompt))
+        return Conversation(_sized(_shallow(prompt + completion, "the pair"), "the pair"), tools, len(prompt))
     if fields.messages not in record:
         raise ChatError(f"no {fields.messages!r} field ({_fields_found(record)})")
     messages = _checked(_json_list(record[fields.messages], fields.messages), repr(fields.messages))
     if not messages:
         raise ChatError(f"{fields.messages!r} is an empty conversation")
-    return Conversation(_sized(messages, repr(fields.messages)), tools, None)
+    return Conversation(_sized(_shallow(messages, repr(fields.messages)), repr(fields.messages)), tools, None)
 
 
 def _tidy(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
