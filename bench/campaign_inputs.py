@@ -63,7 +63,7 @@ TEMPLATES = {
     "power": "{{ 7 ** 999999999 }}",
     "join": "{{ (['y' * 1000000] * 1000)|join }}",
     "replace": "{{ ('x' * 1000000)|replace('x', 'y' * 1000) }}",
-    "indent": "{{ ('\\n' * 1000000)|indent(1000) }}",
+    "indent": "{{ ('x\\n' * 1000000)|indent(1000) }}",
     "batch": "{{ [1]|batch(999999999, 0)|list|length }}",
     "slice": "{{ [1]|slice(999999999)|list|length }}",
     "sum of lists": "{{ ([[1] * 1000] * 100000)|sum(start=[])|length }}",

@@ -27,7 +27,7 @@ SIZES = {  # each would make a value of a gigabyte or more
     "center": "{{ 'x'|center(999999999) }}", "ljust": "{{ 'x'.ljust(999999999) }}",
     "str.format": "{{ '{:>999999999}'.format('x') }}", "to_bytes": "{{ (1).to_bytes(999999999, 'big') }}",
     "lipsum": "{{ lipsum(10**6) }}", "join": "{{ (['y' * 1000000] * 1000)|join }}",
-    "replace": "{{ ('x' * 1000000)|replace('x', 'y' * 1000) }}", "indent": "{{ ('\\n' * 1000000)|indent(1000) }}",
+    "replace": "{{ ('x' * 1000000)|replace('x', 'y' * 1000) }}", "indent": "{{ ('x\\n' * 1000000)|indent(1000) }}",
     "batch": "{{ [1]|batch(999999999, 0)|list|length }}", "slice": "{{ [1]|slice(999999999)|list|length }}",
     "expandtabs": "{{ ('\\t' * 100000).expandtabs(100000) }}", "tojson indent": "{{ messages|tojson(indent=10**9) }}",
     "power": "{{ 7 ** 999999 }}", "output": "{% for x in range(100000) %}{{ 'a' * 1000 }}{% endfor %}",
@@ -42,6 +42,18 @@ def test_what_would_make_a_huge_value_is_a_chat_error(name):
     assert template.syntax_error() is None
     with pytest.raises(ChatError, match="the chat template (would make|would raise|asks|made more)"):
         template.render(HI)
+
+
+@pytest.mark.parametrize(("source", "size"), [
+    ("{{ ('\\n' * 1000000)|indent(1000) }}", 1_000_000),  # blank lines are not indented
+    ("{{ ('x ' * 100000)|wordwrap(40) }}", 199_999),
+    ("{{ [1, 2, 3]|batch(10**8)|list|length }}", 1),  # no fill: nothing made past the items
+    ("{{ ('a\\tb' * 1000).expandtabs(8) }}", 8_001),
+    ("{{ ([[1] * 100] * 1000)|sum(start=[])|length }}", 6),
+])
+def test_what_only_looks_large_renders_as_it_does(source, size):
+    text, _ = ChatTemplate(source=source).render(HI)
+    assert len(text) == size
 
 
 def test_compiling_folds_no_operator():

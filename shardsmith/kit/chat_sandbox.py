@@ -195,17 +195,19 @@ def _check_filter(name: str, args: tuple, kwargs: dict) -> tuple:
 
     if name == "center":
         _width(arg(1, "width", 80), "a width")
-    elif name == "indent":
+    elif name == "indent":  # Jinja's do_indent: the first line and blank lines are left alone unless asked
         width, text = arg(1, "width", 4), str(arg(0, "s", ""))
-        if isinstance(width, str):
-            _chars(len(text) + len(width) * (text.count("\n") + 1), "an indented text")
-        else:
+        first, blank = arg(2, "first", False), arg(3, "blank", False)
+        if isinstance(width, int) and not isinstance(width, bool):
             _width(width, "an indent")
-            if isinstance(width, int):
-                _chars(len(text) + width * (text.count("\n") + 1), "an indented text")
-    elif name == "wordwrap":
-        wrap = arg(4, "wrapstring") or "\n"
-        _chars(len(str(arg(0, "s", ""))) * (1 + len(str(wrap))), "a wrapped text")
+        lines = (text + "\n").splitlines()
+        indented = (len(lines) - 1 if blank else sum(1 for line in lines[1:] if line)) + (1 if first else 0)
+        if isinstance(width, (int, str)):
+            _chars(len(text) + (len(width) if isinstance(width, str) else width) * indented, "an indented text")
+    elif name == "wordwrap":  # a wrap string at most once a word, or a width, or a line
+        text, width, wrap = str(arg(0, "s", "")), arg(1, "width", 79), arg(4, "wrapstring") or "\n"
+        breaks = len(text.split()) + text.count("\n") + 1 + len(text) // max(width if isinstance(width, int) else 1, 1)
+        _chars(len(text) + len(str(wrap)) * breaks, "a wrapped text")
     elif name == "format":
         check_percent(str(args[0]) if args else "", kwargs or tuple(args[1:]))
     elif name == "replace":
@@ -214,10 +216,14 @@ def _check_filter(name: str, args: tuple, kwargs: dict) -> tuple:
         if isinstance(count, int) and count >= 0:
             found = min(found, count)
         _chars(len(text) + found * max(0, len(new) - len(old)), "a replaced text")
-    elif name in ("batch", "slice"):
-        count = arg(1, "linecount" if name == "batch" else "slices", 0)
+    elif name == "slice":  # makes its number of lists, filled or not
+        count = arg(1, "slices", 0)
         if isinstance(count, int):
-            _items(count, f"a {name}")
+            _items(count, "a slice")
+    elif name == "batch" and arg(2, "fill_with") is not None:  # the last batch filled to its length
+        count = arg(1, "linecount", 0)
+        if isinstance(count, int):
+            _items(count, "a batch")
     elif name == "join" and args:
         items = _materialized(args[0])
         attribute, sep = arg(2, "attribute"), str(arg(1, "d", ""))
@@ -231,7 +237,8 @@ def _check_filter(name: str, args: tuple, kwargs: dict) -> tuple:
             sizes = [_sized(x) or 0 for x in items]
             total = len(start) + sum(sizes)
             (_chars if isinstance(start, str) else _items)(total, "a sum")
-            _items(total * len(items) // 64, "the copies of a sum")  # each term copies what came before
+            if total * len(items) // 2 > 64 * MAX_ITEMS:  # each term copies all that came before it
+                raise TemplateLimit(f"would copy {total * len(items) // 2:,} items summing {len(items):,} terms")
         args = (items, *args[1:])
     elif name == "tojson":
         indent = arg(2, "indent")
@@ -284,7 +291,7 @@ def _check_method(obj: Any, args: tuple, kwargs: dict) -> tuple:
         elif name == "expandtabs":
             size = args[0] if args else kwargs.get("tabsize", 8)
             if isinstance(size, int):
-                _chars(len(owner) * max(size, 1), "an expanded text")
+                _chars(len(owner) + owner.count("\t") * max(size - 1, 0), "an expanded text")
         elif name == "replace" and len(args) >= 2:
             found = owner.count(str(args[0])) if args[0] else len(owner) + 1
             if len(args) > 2 and isinstance(args[2], int) and args[2] >= 0:
