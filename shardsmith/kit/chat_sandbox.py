@@ -15,10 +15,10 @@ first. Reaching a bound is ``TemplateLimit``, one line (``chat_template.py`` mak
 conversation's ``ChatError``). Operators stay unfolded at compile time, so compiling allocates
 nothing.
 
-The loops are instrumented (``_Steps``): each item and each pass through a body is a step, and a
-pass's constant text is charged as produced; an ``Observer`` set for a render (``chat_turns.py``)
-also hears where loops start, pass and end, and namespace reads: what the turn-by-turn rule needs
-to find every prefix's render in one.
+The loops are instrumented (``Steps``): each item and each pass through a body is a step, and a
+pass's constant text is charged as produced; an observer set for a render (``OBSERVER``:
+``chat_turns.Observations``) also hears where loops start, pass and end, and namespace reads:
+what the turn-by-turn rule needs to find every prefix's render in one.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-MAX_VALUE_CHARS = 32 << 20  # the longest string (and the most characters a render produces) an operation may make
+MAX_VALUE_CHARS = 32 << 20  # the longest string an operation may make
 MAX_ITEMS = 1 << 20  # the longest list an operation may make
 MAX_INT_BITS = 1 << 16  # the largest integer (transformers' str() of an int stops at 4,300 digits anyway)
 MAX_INDENT = 64  # tojson's indent
@@ -44,7 +44,8 @@ class TemplateLimit(Exception):
 
 
 class Budget:
-    """Steps and produced characters left to the renders of one conversation (``steps``, ``chars``)."""
+    """What is left: ``steps`` to the renders of one conversation, ``chars`` (characters and items
+    made) to the render in progress (``ChatTemplate.render_prepared`` resets it to ``given[1]``)."""
 
     def __init__(self, *, steps: int, chars: int) -> None:
         self.steps, self.chars = steps, chars

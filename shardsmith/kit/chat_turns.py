@@ -44,19 +44,18 @@ class _Loop:
 
 
 class Observations:
-    """What a template read of its messages, in order: ``(offset, past, step)`` per read, where
-    ``past`` is the first prefix length the read tells apart from the whole (a read of message i:
-    i + 1 prefixes do not have it... so any k <= i; a length: every prefix) and ``step`` the loop
-    whose own step to the next message it was (None: another read); then where each loop ended and
-    whether anything was read after."""
+    """What a template read of its messages, in order, as ``(offset, past, step)``: where in the
+    text the render was; the longest prefix the read tells apart from the whole (message i: the
+    prefixes of i messages or fewer lack it; a length: all of them; a namespace: none, -1); and,
+    for a loop's own step to its next message, ``(the loop's run, passes so far)``. ``exits``:
+    where each run of a loop ended, and how many reads came before."""
 
     def __init__(self, total: int) -> None:
         self.total = total
         self.reads: list[tuple[int, int, tuple[_Loop, int] | None]] = []
-        self.exits: dict[int, int] = {}  # id(loop) -> the read count and offset at its end, as (offset, reads)
-        self.last_read_after: int = -1  # the offset of the latest read of any kind (messages, namespaces)
-        self.active: dict[int, _Loop] = {}
-        self.loops: dict[int, _Loop] = {}
+        self.exits: dict[int, tuple[int, int]] = {}  # id(run) -> (offset, reads before its end)
+        self.active: dict[int, _Loop] = {}  # the run in progress of each instrumented loop
+        self.runs: list[_Loop] = []  # every run, kept alive: their ids stay theirs
 
     @staticmethod
     def _offset() -> int:
@@ -77,7 +76,7 @@ class Observations:
         if not (streamed and isinstance(iterable, Tracked) and iterable.observations is self):
             return iterable
         run = self.active[loop] = _Loop(has_else=has_else)
-        self.loops[id(run)] = run
+        self.runs.append(run)
         return iterable.stepped(run)
 
     def entered(self, loop: int) -> None:
