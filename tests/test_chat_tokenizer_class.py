@@ -29,7 +29,7 @@ from shardsmith.kit.tokenizer_class import RECIPES, built
 from shardsmith.kit.tokenizer_folder import TokenizerFolder
 
 transformers = pytest.importorskip("transformers")
-N = 120
+N = 80
 
 
 @pytest.fixture(scope="module")
