@@ -192,6 +192,64 @@ def tokenizer_json(*, kind: str, trim_offsets: bool = True, add_prefix_space: bo
     return tok.to_str()
 
 
+# Mistral's template (v0.1), and the same with generation blocks around what the assistant writes
+MISTRAL = ("{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}"
+           "{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}"
+           "{{ message['content'] + eos_token }}{% endif %}{% endfor %}")
+MISTRAL_GENERATION = MISTRAL.replace("{{ message['content'] + eos_token }}",
+                                     "{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}")
+
+
+def sentencepiece_json(*, unigram: bool = False) -> str:
+    """A legacy SentencePiece tokenizer.json as Llama-2 and Mistral ship it: a Prepend("▁") and
+    Replace(" ", "▁") normalizer, no pre-tokenizer, byte fallback over <0x00>..<0xFF>, <unk> <s> </s>
+    first, and [INST] [/INST] as added special tokens (Mistral's control tokens)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, trainers
+
+    specials = ["<unk>", "<s>", "</s>"]
+    if unigram:
+        tok = Tokenizer(models.Unigram())
+        trainer = trainers.UnigramTrainer(vocab_size=400, special_tokens=specials, unk_token="<unk>",
+                                          show_progress=False)
+    else:
+        tok = Tokenizer(models.BPE(unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+        trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials, show_progress=False)
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.train_from_iterator(_corpus(), trainer=trainer)
+    spec = json.loads(tok.to_str())
+    if unigram:
+        ids = {piece: i for i, (piece, _) in enumerate(spec["model"]["vocab"])}
+    else:  # Llama-2's order: the specials, the 256 byte tokens, then the pieces
+        trained = sorted(spec["model"]["vocab"].items(), key=lambda kv: kv[1])
+        ids = {t: i for i, t in enumerate(specials + [f"<0x{b:02X}>" for b in range(256)])}
+        for piece, _ in trained:
+            ids.setdefault(piece, len(ids))
+        spec["model"]["vocab"] = ids
+    spec["added_tokens"] = [{"id": ids[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for t in specials]
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    spec["post_processor"] = {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                              "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos,
+                                       {"Sequence": {"id": "B", "type_id": 1}}],
+                              "special_tokens": {"<s>": {"id": "<s>", "ids": [ids["<s>"]], "tokens": ["<s>"]}}}
+    tok = Tokenizer.from_str(json.dumps(spec))
+    tok.add_special_tokens([AddedToken("[INST]", normalized=False, special=True),
+                            AddedToken("[/INST]", normalized=False, special=True)])
+    return tok.to_str()
+
+
+def sentencepiece_folder(root: Path, json_text: str, template, *, tokenizer_class: str = "LlamaTokenizer",
+                         **config) -> Path:
+    """A Llama-2/Mistral tokenizer folder: tokenizer_config.json names ``tokenizer_class`` and lists
+    the file's added tokens, as save_pretrained writes them."""
+    spec = json.loads(json_text)
+    decoder = {str(t["id"]): {k: v for k, v in t.items() if k != "id"} for t in spec["added_tokens"]}
+    return model_folder(root, json_text, template, tokenizer_class=tokenizer_class, bos_token="<s>", eos_token="</s>",
+                        unk_token="<unk>", added_tokens_decoder=decoder, legacy=False, **config)
+
+
 def model_folder(root: Path, json_text: str, template, **config) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "tokenizer.json").write_text(json_text, encoding="utf-8")

@@ -33,7 +33,7 @@ from shardsmith.transforms.chat import ChatProcessor, ChatRenderer
 from shardsmith.transforms.chat_tokens import ChatEncoder
 
 # what transformers reads a tokenizer's chat template and special tokens from, beside tokenizer.json
-TEMPLATE_FILES = ("tokenizer_config.json", "chat_template.jinja", "chat_template.json", "special_tokens_map.json")
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")
 
 
 class ChatSteps(TokenSteps):
@@ -56,10 +56,11 @@ class ChatSteps(TokenSteps):
         return self.renderer.render(value)[0]
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
-        """The tokenizer and benchmarks, and where the template and its special tokens come from."""
+        """The tokenizer (and the files beside it), the benchmarks, and where the template comes from."""
         opts = run.opts
         folder = Path(opts.tokenizer).parent
         beside = [str(folder / name) for name in TEMPLATE_FILES]
+        beside += sorted(str(p) for p in (folder / "additional_chat_templates").glob("*.jinja"))
         return (*super().extra_inputs(run), opts.chat_template, *beside)
 
     def payload_dtype(self, spec: tk.TokenizerSpec) -> np.dtype:

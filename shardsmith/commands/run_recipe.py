@@ -20,10 +20,12 @@ A recipe with a ``[mix]`` table instead describes a training mixture of finished
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core.side_file import RECIPE_LIMIT, read_side_text
 from shardsmith.errors import UsageError
 
 COMMANDS = ("convert", "pack-tokens")
@@ -36,11 +38,12 @@ else:  # pragma: no cover - Python 3.10
 
 def load(path: Path) -> dict[str, Any]:
     """The recipe's table, checked: a known command, inputs, an output, options as a table."""
+    if not os.path.lexists(path):
+        raise UsageError(f"{path}: no such recipe")
+    text = read_side_text(path, what="recipe", limit=RECIPE_LIMIT)
     try:
-        recipe = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such recipe") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        recipe = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not a readable TOML recipe ({exc})") from None
     if "mix" in recipe:
         from shardsmith.loader.mix_recipe import check

@@ -24,16 +24,18 @@ NANOGPT_VOCAB = 65536  # nanoGPT reads uint16 tokens
 @dataclass(frozen=True, kw_only=True)
 class TokenizerFacts:
     json: str  # the tokenizer as tokenizers writes it back: what every engine is built from
-    sha256: str  # of the tokenizer file as given
+    sha256: str  # of the tokenizer.json the run encodes with (the file as given, or as transformers builds it)
     eos: str | None  # appended to every document (None: --no-eos)
     eos_id: int | None
     bos_id: int | None
     vocab_size: int
     pad_id: int | None  # what packed sequences are padded with (--pack), else None
     pad: str | None  # the padding token the companion files name
+    built_as: str | None = None  # the class transformers builds the tokenizer with (None: tokenizer.json as given)
 
     @classmethod
-    def of(cls, opts: Any, hf: Any, *, json: str, sha256: str, source: Path) -> TokenizerFacts:
+    def of(cls, opts: Any, hf: Any, *, json: str, sha256: str, source: Path, built_as: str | None = None
+           ) -> TokenizerFacts:
         """The facts of ``hf`` (loaded from ``source``) under the run's options."""
         # --chat: the chat template places every special token, nothing is added
         eos = None if opts.no_eos or opts.chat else (opts.eos_token or tk.default_eos(hf))
@@ -47,7 +49,7 @@ class TokenizerFacts:
             raise UsageError(f"--nanogpt: nanoGPT reads uint16 tokens, but the vocabulary has {vocab_size} entries")
         pad_id = pad_id_of(opts, hf, eos_id, vocab_size) if opts.pack is not None else None
         return cls(json=json, sha256=sha256, eos=eos, eos_id=eos_id, bos_id=bos_id, vocab_size=vocab_size, pad_id=pad_id,
-                   pad=neighbours.found_pad(hf, pad_id if pad_id is not None else opts.pad_id))
+                   pad=neighbours.found_pad(hf, pad_id if pad_id is not None else opts.pad_id), built_as=built_as)
 
     def dump(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,6 +22,7 @@ from shardsmith.commands.engine_check import check_engine as checked_engine
 from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
+from shardsmith.core.side_file import TOKENIZER_LIMIT, check_side_file
 from shardsmith.core.text_field import why_no_text
 from shardsmith.engine.job import Described, JobRun, JobSteps
 from shardsmith.engine.outdir import work_path
@@ -29,6 +30,7 @@ from shardsmith.engine.plan import cached, task_bytes
 from shardsmith.engine.run import Converted
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.tokens import neighbours
+from shardsmith.kit import tokenizer_folder
 from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all, build_transforms
@@ -56,6 +58,9 @@ class TokenSteps(JobSteps):
             raise UsageError("--no-eos and --eos-token contradict each other")
         check_packing(opts)
         check_chat(opts)
+        if opts.tokenizer is not None:  # before the run hashes them: a FIFO or a huge file is refused, not read
+            check_side_file(opts.tokenizer, what="--tokenizer", limit=TOKENIZER_LIMIT)
+            tokenizer_folder.TokenizerFolder.read(opts.tokenizer)
         self.transforms = build_transforms(self.job.transforms, holds="rows", opts=opts)
         run.opts = opts = self.checked(opts)
         self.default_val = opts.nanogpt and nanogpt_split.check_names(opts.splits)  # the share comes with the sample
@@ -82,7 +87,10 @@ class TokenSteps(JobSteps):
         return text
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
-        return (run.opts.tokenizer, *run.opts.decontaminate)
+        """The tokenizer, the files beside it that decide what transformers builds of it, the benchmarks."""
+        tokenizer = run.opts.tokenizer
+        beside = [str(Path(tokenizer).parent / name) for name in tokenizer_folder.FILES] if tokenizer else []
+        return (tokenizer, *beside, *run.opts.decontaminate)
 
     def cleaning(self, run: JobRun) -> CleaningSpec | None:
         return CleaningSpec.of(run.opts, units="tokens")
@@ -106,13 +114,16 @@ class TokenSteps(JobSteps):
 
         def read_facts() -> TokenizerFacts:
             nonlocal hf
-            hf, json_text, sha = tk.load_hf(tok_path)
-            return TokenizerFacts.of(opts, hf, json=json_text, sha256=sha, source=tok_path)
+            loaded = tk.load_hf(tok_path)
+            hf = loaded.tok
+            return TokenizerFacts.of(opts, hf, json=loaded.json, sha256=loaded.sha256, source=tok_path,
+                                     built_as=loaded.built_as)
 
         facts = cached("tokenizer-facts", read_facts, stage=opts.stage, out=opts.out, run=run_id,
                        dump=TokenizerFacts.dump, load=TokenizerFacts.load)
-        if tok_path != home / "tokenizer.json":
-            _write_changed(home / "tokenizer.json", tk.tokenizer_bytes(tok_path))
+        if tok_path != home / "tokenizer.json":  # the one the ids come from: as given, or as transformers built it
+            _write_changed(home / "tokenizer.json", facts.json.encode("utf-8") if facts.built_as
+                           else tk.tokenizer_bytes(tok_path))
 
         loaded = None  # gigatoken built by the engine check: workers forked later inherit it (a decision
         # kept in the scratch folder leaves it to each worker)
@@ -120,7 +131,7 @@ class TokenSteps(JobSteps):
         def check_engine() -> tuple[str, str, bool, float | None]:
             nonlocal loaded, hf
             if hf is None:  # the facts came from the run's scratch folder
-                hf = tk.load_hf(tok_path)[0]
+                hf = tk.load_hf(tok_path).tok
             with progress.bar(total=None, desc="engine check", unit=" documents") as bar:
                 got = _sample(reader, tasks, self.text_of, transforms)
                 engine, why, safe, loaded = checked_engine(opts.engine, hf, facts.json, got.texts,
@@ -172,6 +183,8 @@ class TokenSteps(JobSteps):
                      "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
                      "dtype": self.spec.dtype.name, "engine": self.engine, "engine_reason": self.why,
                      "trained": opts.train_tokenizer is not None,
+                     # the class transformers 5 builds the tokenizer with from its folder (kit/tokenizer_class.py)
+                     **({"built_as": facts.built_as} if facts.built_as else {}),
                      # a small corpus runs out of merges before the asked size: both are recorded, and said
                      **({"vocab_size_asked": opts.train_tokenizer} if opts.train_tokenizer is not None else {})}
         source = {"reader": "+".join(kinds), "text_field": opts.text_field, "inputs_sha256": _inputs_digest(files)}

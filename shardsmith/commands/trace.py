@@ -20,6 +20,7 @@ import orjson
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.words import plural
+from shardsmith.core.side_file import STATE_LIMIT, read_side_file
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.kit import manifest_io
 from shardsmith.kit.chat import ChatFields, record_text
@@ -214,9 +215,7 @@ def _layout(state: Mapping[str, Any], *, n: int, start: int) -> EpochLayout:
 
 def trace_state(out: Path, state_file: Path, *, split: str, seq_len: int | None, inputs: Path | None) -> None:
     try:
-        saved = orjson.loads(state_file.read_bytes())
-    except OSError as exc:
-        raise UsageError(f"{state_file}: cannot read it ({exc.strerror or exc})") from None
+        saved = orjson.loads(read_side_file(state_file, what="--state", limit=STATE_LIMIT))
     except orjson.JSONDecodeError as exc:
         raise UsageError(f"{state_file}: not JSON ({exc})") from None
     ds = open_samples(out, split=split, seq_len=seq_len)

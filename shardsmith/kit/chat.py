@@ -26,12 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardsmith.kit.chat_template import ChatError, ChatTemplate
+from shardsmith.kit.chat_turns import prefix_length, turn_spans
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "ipython", "function")
 TRAIN_ON = ("assistant", "last", "completion", "all")
 _NAMES_SHOWN = 8
 MAX_CHARS = 4 << 20  # a conversation is rendered and encoded whole: longer ones are bad records
 MESSAGE_BINS = 16  # messages per conversation are counted up to this; more count as this many
+MAX_DEPTH = 200  # lists and objects nested in a conversation (deeper ones overflow the stack of what reads them)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,6 +111,19 @@ def _json_list(value: Any, field: str) -> Any:
         raise ChatError(f"{field!r} is a string that is not JSON") from None
 
 
+def _shallow(value: Any, what: str) -> Any:
+    """``value`` when its lists and objects nest fewer than ``MAX_DEPTH`` levels (walked without
+    recursion): the template's preparation, its ``tojson`` and the record's hash all recurse."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, dict)):
+            if depth >= MAX_DEPTH:
+                raise ChatError(f"{what} nests lists and objects {MAX_DEPTH} levels deep or more")
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict) else node))
+    return value
+
+
 def _sized(messages: list[dict], what: str) -> list[dict]:
     """Refuse, before any rendering, a conversation whose contents alone pass ``MAX_CHARS`` (the
     turn-by-turn rule renders every prefix of it)."""
@@ -128,7 +143,10 @@ def record_text(record: Any, fields: ChatFields) -> str:
         return ""
     value = [record.get(fields.prompt), record.get(fields.completion)] if fields.pairs else \
         record.get(fields.messages)
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS, default=str).decode()
+    except orjson.JSONEncodeError:  # nested past orjson's depth: no conversation (conversation_of refuses it)
+        return ""
 
 
 def _tools(record: Mapping, field: str) -> list[dict] | None:
@@ -139,7 +157,7 @@ def _tools(record: Mapping, field: str) -> list[dict] | None:
     value = _json_list(value, field)
     if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
         raise ChatError(f"{field!r} is not a list of tool objects")
-    return value
+    return _shallow(value, repr(field))
 
 
 def conversation_of(record: Any, fields: ChatFields) -> Conversation:
@@ -154,13 +172,13 @@ def conversation_of(record: Any, fields: ChatFields) -> Conversation:
         completion = _side(record, fields.completion, "assistant")
         if not completion:
             raise ChatError(f"the completion {fields.completion!r} has no messages")
-        return Conversation(_sized(prompt + completion, "the pair"), tools, len(prompt))
+        return Conversation(_sized(_shallow(prompt + completion, "the pair"), "the pair"), tools, len(prompt))
     if fields.messages not in record:
         raise ChatError(f"no {fields.messages!r} field ({_fields_found(record)})")
     messages = _checked(_json_list(record[fields.messages], fields.messages), repr(fields.messages))
     if not messages:
         raise ChatError(f"{fields.messages!r} is an empty conversation")
-    return Conversation(_sized(messages, repr(fields.messages)), tools, None)
+    return Conversation(_sized(_shallow(messages, repr(fields.messages)), repr(fields.messages)), tools, None)
 
 
 def _tidy(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -174,26 +192,6 @@ def _tidy(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _prefix(template: ChatTemplate, messages: list[dict], tools: list[dict] | None, text: str, *,
-            add_generation_prompt: bool) -> int:
-    """The length of the text ``messages`` render to, which must begin the whole conversation's."""
-    try:
-        part, _ = template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
-                                  allow_empty=True)
-    except ChatError as exc:
-        if messages:
-            raise
-        part, why = None, f" ({exc})"
-    else:
-        why = ""
-    if part is None or not text.startswith(part):
-        if not messages:  # rendering no messages is not something templates are written for
-            raise ChatError("the template does not render what comes before an assistant that speaks first"
-                            f"{why}: start with a user message, or give the template {{% generation %}} blocks")
-        raise ChatError("the template does not render turn by turn: give it {% generation %} blocks")
-    return len(part)
-
-
 def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tuple[str, list[tuple[int, int]]]:
     """(the text ``apply_chat_template(conv.messages, tools=conv.tools)`` renders, the character spans
     the loss counts), by the rule ``train_on`` names (the module's docstring). The spans of the
@@ -203,6 +201,11 @@ def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tu
     (``ValueError`` otherwise: the caller checks the options)."""
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {TRAIN_ON}, not {train_on!r}")
+    with template.budget(messages=len(conv.messages) + len(conv.tools or ())):  # shared by all its renders
+        return _rendered(template, conv, train_on=train_on)
+
+
+def _rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tuple[str, list[tuple[int, int]]]:
     messages, tools = conv.messages, conv.tools
     text, generation = template.render(messages, tools=tools)
     if train_on == "all":
@@ -210,7 +213,7 @@ def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tu
     if train_on == "completion":
         if conv.prompt_messages is None:
             raise ValueError("train_on='completion' needs prompt/completion pairs")
-        start = _prefix(template, messages[: conv.prompt_messages], tools, text, add_generation_prompt=True)
+        start = prefix_length(template, messages[: conv.prompt_messages], tools, text, add_generation_prompt=True)
         return text, _tidy([(start, len(text))])
     if template.has_generation_for(tools=tools):
         spans = list(generation)
@@ -220,17 +223,8 @@ def rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> tu
                 return text, []
             before = template.render(messages[:last], tools=tools, allow_empty=True)[1] if last else []
             return text, spans[len(before):]
-    else:
-        spans = []
-        for k, message in enumerate(messages):
-            if message.get("role") != "assistant":
-                continue
-            start = _prefix(template, messages[:k], tools, text, add_generation_prompt=True)
-            end = _prefix(template, messages[: k + 1], tools, text, add_generation_prompt=False)
-            if end < start:
-                raise ChatError("the template does not render turn by turn: give it {% generation %} blocks")
-            spans.append((start, end))
-        spans = _tidy(spans)
+    else:  # kit/chat_turns.py: the renders of prefixes, in one render where the template allows
+        spans = _tidy(turn_spans(template, messages, tools, text))
     if train_on == "last":
         spans = spans[-1:]
     return text, spans

@@ -5,31 +5,24 @@ beside the tokenizer, else ``tokenizer_config.json``'s ``"chat_template"``; the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core.side_file import (
+    TEMPLATE_LIMIT,
+    TOKENIZER_LIMIT,
+    is_side_file,
+    read_side_file,
+    read_side_text,
+)
 from shardsmith.errors import UsageError
-from shardsmith.kit.chat_template import SPECIAL_TOKEN_NAMES, ChatTemplate, one_line
+from shardsmith.kit.chat_template import SPECIAL_TOKEN_NAMES, ChatTemplate
+from shardsmith.kit.tokenizer_folder import TokenizerFolder
 
 
 def _read_text(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(f"{what}: {path}: no such file") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{what}: {path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise UsageError(f"{what}: {path}: {exc.strerror or 'cannot read'}") from None
-
-
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(_read_text(path, what))
-    except ValueError as exc:
-        raise UsageError(f"{what}: {path}: not valid JSON ({one_line(str(exc))})") from None
+    return read_side_text(path, what=what, limit=TEMPLATE_LIMIT)
 
 
 def _token_text(value: Any) -> str | None:
@@ -66,11 +59,11 @@ def _templates_beside(folder: Path, config: Mapping[str, Any], config_path: Path
     """(template or named templates, where from) as transformers finds them in a tokenizer folder."""
     found: dict[str, str] = {}
     default = folder / "chat_template.jinja"
-    if default.is_file():
+    if is_side_file(default):
         found["default"] = _read_text(default, "chat template")
     extra = folder / "additional_chat_templates"
     if extra.is_dir():
-        for path in sorted(extra.glob("*.jinja")):
+        for path in sorted(p for p in extra.glob("*.jinja") if not p.is_dir()):
             found[path.name.removesuffix(".jinja")] = _read_text(path, "chat template")
     if found:
         one = list(found) == ["default"]
@@ -90,18 +83,10 @@ def load_chat_template(*, tokenizer: str | Path, template_file: str | Path | Non
     tokenizer's folder; its variables are the special tokens of that folder's tokenizer_config.json,
     as transformers' ``special_tokens_map`` gives them. No template anywhere, a file that cannot be
     read or a template that does not compile is a ``UsageError`` naming the file."""
-    path = Path(tokenizer)
-    folder = path if path.is_dir() else path.parent
-    tokenizer_json = folder / "tokenizer.json" if path.is_dir() else path
-    config_path = folder / "tokenizer_config.json"
-    config = _read_json(config_path, "--tokenizer") if config_path.is_file() else {}
-    if not isinstance(config, dict):
-        raise UsageError(f"--tokenizer: {config_path}: not a JSON object")
-    legacy_path = folder / "special_tokens_map.json"
-    legacy = _read_json(legacy_path, "--tokenizer") if legacy_path.is_file() else None
-    padding = _tokenizer_padding(tokenizer_json) if "pad_token" not in config and tokenizer_json.is_file() else None
-    variables = special_tokens_map(config, legacy=legacy if isinstance(legacy, dict) else None,
-                                   padding=padding if isinstance(padding, dict) else None)
+    files = TokenizerFolder.read(tokenizer)
+    folder, config, config_path, legacy = files.folder, files.config, files.config_path, files.legacy
+    padding = _tokenizer_padding(files.tokenizer) if "pad_token" not in config and is_side_file(files.tokenizer) else None
+    variables = special_tokens_map(config, legacy=legacy, padding=padding if isinstance(padding, dict) else None)
     if template_file is not None:
         where = str(template_file)
         source: Any = _read_text(Path(template_file), "--chat-template")
@@ -123,10 +108,11 @@ def load_chat_template(*, tokenizer: str | Path, template_file: str | Path | Non
 
 
 def _tokenizer_padding(path: Path) -> Any:
-    """tokenizer.json's "padding" (transformers takes its pad_token when the config has none)."""
+    """tokenizer.json's "padding" (transformers takes its pad_token when the config has none); a
+    file that is no JSON object has none (it is refused where it is loaded)."""
     import orjson
 
     try:
-        return orjson.loads(path.read_bytes()).get("padding")
-    except (OSError, ValueError, AttributeError):
+        return orjson.loads(read_side_file(path, what="--tokenizer", limit=TOKENIZER_LIMIT)).get("padding")
+    except (ValueError, AttributeError):
         return None

@@ -1,11 +1,12 @@
 """Chat templates rendered exactly as ``transformers`` renders them (``apply_chat_template``).
 
-The same sandboxed Jinja2 environment (``trim_blocks``, ``lstrip_blocks``, loop controls, the
-``{% generation %}`` tag, ``raise_exception``, ``strftime_now``, ``tojson``, ``dict``, a namespace
-that refuses underscore names) and the same preparation of the inputs (keys whose value is None
-dropped, everything rebuilt from plain JSON types, reasoning fields aliased): the text is the one
-transformers would tokenize, and the generation spans are the ones its assistant mask is built
-from (``kit/chat_files.py`` finds a tokenizer's template and special tokens).
+The same sandboxed Jinja2 environment (``kit/chat_sandbox.py``: ``trim_blocks``, ``lstrip_blocks``,
+loop controls, the ``{% generation %}`` tag, ``raise_exception``, ``strftime_now``, ``tojson``,
+``dict``, a namespace that refuses underscore names; and bounds a crafted template cannot pass)
+and the same preparation of the inputs (keys whose value is None dropped, everything rebuilt from
+plain JSON types, reasoning fields aliased): the text is the one transformers would tokenize, and
+the generation spans are the ones its assistant mask is built from (``kit/chat_files.py`` finds a
+tokenizer's template and special tokens).
 """
 
 from __future__ import annotations
@@ -13,11 +14,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
-from contextvars import ContextVar
-from datetime import datetime
-from functools import cache
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
+
+from shardsmith.kit.chat_sandbox import (
+    BUDGET,
+    OBSERVER,
+    TRACKING,
+    Budget,
+    Refused,
+    TemplateLimit,
+    Tracking,
+    environment,
+)
 
 # the named special tokens of transformers v5 (``SPECIAL_TOKENS_ATTRIBUTES``); any other ``*_token``
 # string of the config is a model-specific one, also in ``special_tokens_map``
@@ -25,108 +35,17 @@ SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # the first is the one templates read
 _REASON_CHARS = 300
+# a conversation's renders may take this many steps (a loop's item, a call, a filter, an operator), and
+# each render may make this many characters (the strings and lists operations return, the text produced:
+# kit/chat_sandbox.py counts them), 16 times the content a conversation may hold
+STEPS_BASE = 1_000_000
+STEPS_PER_MESSAGE = 4_000  # (rendering every prefix of a conversation its template reads ahead in takes ~3n²)
+STEPS_MESSAGES = 2_000  # messages counted at most: a conversation's renders never take more than 9 million steps
+CHARS_PER_RENDER = 64 << 20
 
 
 class ChatError(ValueError):
     """Why one conversation cannot be rendered (a bad record), in one line."""
-
-
-class _Refused(Exception):
-    """The template's own ``raise_exception(message)``: its message is the reason."""
-
-
-class _Tracking:
-    """Characters yielded so far by the render in progress, and the generation spans it closed."""
-
-    def __init__(self) -> None:
-        self.emitted, self.spans = 0, []
-
-
-_TRACKING: ContextVar[_Tracking | None] = ContextVar("shardsmith_chat_generation", default=None)
-
-
-@cache
-def _environment() -> Any:
-    """The sandbox transformers renders chat templates in (one per process: templates from the Hub
-    are untrusted code; jinja2 >= 3.1.6 has no known sandbox escape)."""
-    import jinja2
-    import jinja2.ext
-    import jinja2.nodes
-    import jinja2.utils
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    class Generation(jinja2.ext.Extension):
-        """``{% generation %}...{% endgeneration %}``: renders its body and records where it starts,
-        counted as transformers counts it (the characters already yielded by the render)."""
-
-        tags = {"generation"}
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return jinja2.nodes.CallBlock(self.call_method("_span"), [], [], body).set_lineno(lineno)
-
-        def _span(self, caller: Any) -> str:
-            text = caller()
-            tracking = _TRACKING.get()
-            if tracking is not None:
-                tracking.spans.append((tracking.emitted, tracking.emitted + len(text)))
-            return text
-
-    class TemplateDict:
-        """``dict(...)`` in a template, without the type's attributes to climb through."""
-        def __call__(self, *args: Any, **kwargs: Any) -> dict:
-            return dict(*args, **kwargs)
-
-        def fromkeys(self, *args: Any, **kwargs: Any) -> dict:
-            return dict.fromkeys(*args, **kwargs)
-
-    class TemplateNamespace(jinja2.utils.Namespace):
-        """``namespace(...)`` refusing underscore names (no way to CPython internals)."""
-
-        def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: B902 - namespace(self=...) must work
-            self, args = args[0], args[1:]
-            attrs = dict(*args, **kwargs)
-            for name in attrs:
-                _check_name(name)
-            jinja2.utils.Namespace.__init__(self, attrs)
-
-        def __setitem__(self, name: str, value: Any) -> None:
-            _check_name(name)
-            jinja2.utils.Namespace.__setitem__(self, name, value)
-
-    def _check_name(name: Any) -> None:
-        if isinstance(name, str) and name.startswith("_"):
-            raise jinja2.exceptions.SecurityError(f"a namespace cannot hold the underscore name {name!r}")
-
-    def raise_exception(message: Any) -> None:
-        raise _Refused(message)
-
-    def tojson(x: Any, ensure_ascii: bool = False, indent: Any = None, separators: Any = None,
-               sort_keys: bool = False) -> str:  # not Jinja's own filter: that one escapes HTML characters
-        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
-
-    dict_names = frozenset(dir(dict))
-
-    class Sandbox(ImmutableSandboxedEnvironment):
-        """The same sandbox, with ``message.content`` on a plain dict looked up at once: a dict
-        instance has no attribute of its own, so for a name that is not one of ``dict``'s the
-        sandbox's ``getattr`` always ends in the item (or undefined), after a failed ``getattr``
-        (a third of a render's time)."""
-
-        def getattr(self, obj: Any, attribute: str) -> Any:
-            if type(obj) is dict and type(attribute) is str and attribute not in dict_names:
-                try:
-                    return obj[attribute]
-                except KeyError:
-                    return self.undefined(obj=obj, name=attribute)
-            return super().getattr(obj, attribute)
-
-    env = Sandbox(trim_blocks=True, lstrip_blocks=True, extensions=[Generation, jinja2.ext.loopcontrols])
-    env.filters["tojson"] = tojson
-    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f),
-                       dict=TemplateDict(), namespace=TemplateNamespace)
-    return env
 
 
 _SCALARS = frozenset((str, int, float, bool, type(None)))
@@ -233,26 +152,43 @@ class ChatTemplate:
                 self._template(name)
             except jinja2.TemplateSyntaxError as exc:
                 return name, one_line(f"line {exc.lineno}: {exc.message}")
+            except RecursionError:
+                return name, "it nests blocks or expressions too deeply to compile"
+            except SyntaxError as exc:  # Python's, of the code Jinja made (e.g. over 20 nested loops)
+                return name, one_line(f"it compiles to Python that does not compile ({exc.msg})")
         return None
 
     def _template(self, name: str) -> Any:
         compiled = self._compiled.get(name)
         if compiled is None:
-            compiled = self._compiled[name] = _environment().from_string(self.sources[name])
+            compiled = self._compiled[name] = environment().from_string(self.sources[name])
         return compiled
+
+    def budget(self, *, messages: int) -> Any:
+        """The bounds of every render of one conversation of ``messages`` messages (and tools), for
+        ``with``: steps shared by all its renders, characters each render may produce."""
+        steps = STEPS_BASE + STEPS_PER_MESSAGE * min(messages, STEPS_MESSAGES)
+        return _budgeted(Budget(steps=steps, chars=CHARS_PER_RENDER))
 
     def render(self, messages: list[dict], *, tools: list[dict] | None = None, documents: list[dict] | None = None,
                add_generation_prompt: bool = False, allow_empty: bool = False) -> tuple[str, list[tuple[int, int]]]:
         """(text, the character spans of its ``{% generation %}`` blocks, in the order they closed):
         what ``apply_chat_template(messages, tools=..., documents=..., tokenize=False)`` gives, and
         the spans its assistant mask is computed from. A conversation the template cannot render
-        (its ``raise_exception``, a missing field, a sandbox refusal...) raises ``ChatError``.
-        ``allow_empty``: render no messages too (transformers refuses to; the turn-by-turn rule
-        needs what a template writes before an assistant that speaks first)."""
+        (its ``raise_exception``, a missing field, a sandbox refusal, a bound reached...) raises
+        ``ChatError``. ``allow_empty``: render no messages too (transformers refuses to; the
+        turn-by-turn rule needs what a template writes before an assistant that speaks first)."""
+        return self.render_prepared(_messages(messages, allow_empty), tools=tools, documents=documents,
+                                    add_generation_prompt=add_generation_prompt)
+
+    def render_prepared(self, chat: Sequence[dict], *, tools: list[dict] | None = None,
+                        documents: list[dict] | None = None, add_generation_prompt: bool = False,
+                        observer: Any = None) -> tuple[str, list[tuple[int, int]]]:
+        """``render`` of messages already prepared (``prepared``; or a sequence standing for them);
+        ``observer``: told where loops start, pass and end as this render goes (``chat_turns.py``)."""
         name = self._name(tools)
         if name is None:
             raise ChatError(f"the tokenizer's chat templates have no 'default' one (only {sorted(self.sources)})")
-        chat = _messages(messages, allow_empty)
         if tools is not None:
             if not isinstance(tools, (list, tuple)) or not all(isinstance(t, Mapping) for t in tools):
                 raise ChatError("the tools are not a list of objects")
@@ -264,19 +200,45 @@ class ChatTemplate:
         import jinja2
 
         template = self._template(name)
-        tracking = _Tracking()
-        blocks = []
-        token = _TRACKING.set(tracking)
-        try:
-            for block in template.generate(messages=chat, tools=tools, documents=documents,
-                                           add_generation_prompt=add_generation_prompt, **self.variables):
-                blocks.append(block)
-                tracking.emitted += len(block)
-        except _Refused as exc:
-            raise ChatError(one_line(f"the chat template refused it: {exc}")) from None
-        except (ArithmeticError, AttributeError, LookupError, RecursionError, TypeError, ValueError,
-                jinja2.TemplateError) as exc:
-            raise ChatError(one_line(f"the chat template failed on it ({type(exc).__name__}: {exc})")) from None
-        finally:
-            _TRACKING.reset(token)
+        size = len(chat) if isinstance(chat, list) else 0  # (a tracked sequence is not asked its length)
+        with self.budget(messages=size + len(tools or ())) if BUDGET.get() is None else _same():
+            budget = BUDGET.get()
+            budget.chars = budget.given[1]  # the characters bound is per render, the steps one per conversation
+            tracking = Tracking()
+            blocks = []
+            token, seen = TRACKING.set(tracking), OBSERVER.set(observer)
+            try:
+                for block in template.generate(messages=chat, tools=tools, documents=documents,
+                                               add_generation_prompt=add_generation_prompt, **self.variables):
+                    blocks.append(block)
+                    tracking.emitted += len(block)
+            except Refused as exc:
+                raise ChatError(one_line(f"the chat template refused it: {exc}")) from None
+            except TemplateLimit as exc:
+                raise ChatError(one_line(f"the chat template {exc}")) from None
+            except (ArithmeticError, AttributeError, LookupError, RecursionError, TypeError, ValueError,
+                    jinja2.TemplateError) as exc:
+                raise ChatError(one_line(f"the chat template failed on it ({type(exc).__name__}: {exc})")) from None
+            finally:
+                TRACKING.reset(token)
+                OBSERVER.reset(seen)
         return "".join(blocks), tracking.spans
+
+
+def prepared(messages: Any, *, allow_empty: bool = False) -> list[dict]:
+    """The messages as a template sees them (``render_prepared`` takes them)."""
+    return _messages(messages, allow_empty)
+
+
+@contextmanager
+def _budgeted(budget: Budget) -> Iterator[Budget]:
+    token = BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        BUDGET.reset(token)
+
+
+@contextmanager
+def _same() -> Iterator[None]:
+    yield None

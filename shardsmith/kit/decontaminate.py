@@ -1,7 +1,9 @@
 """``--decontaminate FILE``: the word n-grams of benchmark items, and which documents share one.
 
 A benchmark file is JSONL (``.jsonl``, ``.json``: the item's text is ``--decontaminate-field``) or
-plain text (one item a line); blank lines are not items. Items and documents go through the one
+plain text (one item a line); blank lines are not items, and a UTF-8 byte order mark at the start
+of a file is not text of its first item (the file is read whole: a regular file of at most
+``core/side_file.BENCHMARK_LIMIT``). Items and documents go through the one
 normalization (``kit/textnorm.py``) and the same word n-gram hashes (``kit/ngrams.py``): a
 document that shares any n-gram (13 words by default) with an item is contaminated by it. An item
 shorter than n words is matched whole: its word sequence anywhere in the document. Every n-gram of
@@ -18,11 +20,13 @@ from pathlib import Path
 import numpy as np
 import orjson
 
+from shardsmith.core.side_file import BENCHMARK_LIMIT, read_side_file
 from shardsmith.errors import UsageError
 from shardsmith.kit.ngrams import word_ngram_hashes
 from shardsmith.kit.textnorm import normalize
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -114,10 +118,8 @@ class Benchmarks:
 
 def _items(path: Path, field: str) -> list[tuple[int, str]]:
     """(1-based line, text) of every item of a benchmark file; a broken one is a one-line error."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"--decontaminate {path}: cannot read it ({exc.strerror or exc})") from None
+    data = read_side_file(path, what="--decontaminate", limit=BENCHMARK_LIMIT)
+    data = data.removeprefix(UTF8_BOM)  # an editor's byte order mark is no part of the first item
     json_lines = path.suffix.lower() in JSON_SUFFIXES
     out = []
     for n, raw in enumerate(data.split(b"\n"), start=1):

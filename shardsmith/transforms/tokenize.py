@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.dtypes import token_dtype
+from shardsmith.core.side_file import TOKENIZER_LIMIT, read_side_file
 from shardsmith.errors import UsageError
 
 EOS_CANDIDATES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "[SEP]",
@@ -105,26 +106,46 @@ class TokenizerSpec:
         return token_dtype(self.vocab_size)
 
 
-def load_hf(path: str | Path) -> tuple[Any, str, str]:
-    """(tokenizer with truncation and padding off, its JSON, sha256 of the file as given)."""
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """``tok``: the tokenizer (truncation and padding off); ``json``: it as tokenizers writes it;
+    ``data``: the tokenizer.json the run encodes with and copies beside its dataset (the file's
+    bytes, unless transformers builds another tokenizer from its folder: then ``json``'s); ``sha256``: of ``data``;
+    ``built_as``: the class that built it (None: the file as it is)."""
+
+    tok: Any
+    json: str
+    data: bytes
+    sha256: str
+    built_as: str | None
+
+
+def load_hf(path: str | Path) -> LoadedTokenizer:
+    """The tokenizer ``AutoTokenizer.from_pretrained`` makes of ``path``'s folder in transformers 5
+    (``kit/tokenizer_class.py``): the file as it is, or rebuilt by the class tokenizer_config.json
+    names; a one-line usage error for a file that is no tokenizer.json or a class not reproduced."""
     from tokenizers import Tokenizer
+
+    from shardsmith.kit.tokenizer_class import built
+    from shardsmith.kit.tokenizer_folder import TokenizerFolder
 
     raw = tokenizer_bytes(path)
     try:
-        tok = Tokenizer.from_str(raw.decode("utf-8"))
+        Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # tokenizers raises plain Exception subclasses from Rust
         raise UsageError(f"--tokenizer: {path}: not a HuggingFace tokenizer.json ({str(exc)[:200]})") from None
-    return _plain(tok), tok.to_str(), hashlib.sha256(raw).hexdigest()
+    made = built(TokenizerFolder.read(path), raw)
+    tok = Tokenizer.from_str(made.data.decode("utf-8"))
+    text = tok.to_str()
+    data = made.data if made.built_as is None else text.encode("utf-8")  # a built one: as tokenizers writes it
+    return LoadedTokenizer(tok=_plain(tok), json=text, data=data, sha256=hashlib.sha256(data).hexdigest(),
+                           built_as=made.built_as)
 
 
 def tokenizer_bytes(path: str | Path) -> bytes:
-    """The tokenizer file's bytes; a usage error when it is not there."""
-    try:
-        return Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"--tokenizer: {path}: no such file") from None
-    except OSError as exc:
-        raise UsageError(f"--tokenizer: {path}: {exc.strerror or 'cannot read'}") from None
+    """The tokenizer file's bytes, as given; a usage error when it is not a regular file of at most
+    ``core/side_file.TOKENIZER_LIMIT`` bytes."""
+    return read_side_file(path, what="--tokenizer", limit=TOKENIZER_LIMIT)
 
 
 def _plain(tok: Any) -> Any:
