@@ -19,8 +19,8 @@ import click
 import orjson
 
 from shardsmith.core import manifest as manifest_mod
-from shardsmith.core.words import plural
 from shardsmith.core.side_file import STATE_LIMIT, read_side_file
+from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.kit import manifest_io
 from shardsmith.kit.chat import ChatFields, record_text
