@@ -145,19 +145,23 @@ def run_subprocess(*args: str | Path, env: dict[str, str] | None = None) -> subp
                           env=env, timeout=300)
 
 
+# runs the command given after the file name and writes its children's peak RSS (KB) to that file: a
+# process forked from this one (the test process, hundreds of MB) would report this one's peak as its
+# own, as Linux carries the peak across fork and exec; one forked from the shim starts from its few MB
+_PEAK_SHIM = ("import pathlib, resource, subprocess, sys; rc = subprocess.call(sys.argv[2:]); "
+              "pathlib.Path(sys.argv[1]).write_text(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); "
+              "sys.exit(rc)")
+
+
 def run_measured(*args: str | Path, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], int]:
-    """The program in a subprocess, as ``run_subprocess``, and its own peak RSS in KB (``wait4``: this
-    child's, not the largest of all the children this test process has had)."""
-    import os
+    """The program in a subprocess, as ``run_subprocess``, and its own peak RSS in KB."""
     import tempfile
 
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "shardsmith", *map(str, args)], stdout=out, stderr=err,
-                                text=True, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait for it again
-        out.seek(0), err.seek(0)
-        return subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()), usage.ru_maxrss
+    with tempfile.TemporaryDirectory() as folder:
+        peak = Path(folder) / "peak"
+        res = subprocess.run([sys.executable, "-c", _PEAK_SHIM, str(peak), sys.executable, "-m", "shardsmith",
+                              *map(str, args)], capture_output=True, text=True, env=env, timeout=300)
+        return res, int(peak.read_text())
 
 
 class Stall:

@@ -56,10 +56,10 @@ LAYERS: list[set[str]] = [
     {"kit", "registry"},
     {"sources", "transforms", "formats", "plugin"},
     {"engine", "loader"},
-    {"torch", "torch_feed", "torch_images", "shardsmith", "executors"},
+    {"torch", "torch_extra", "torch_feed", "torch_images", "shardsmith", "executors"},
     {"report"},
     {"commands", "demo"},
-    {"cli_options", "cli", "program", "__main__"},
+    {"cli_options", "cli_changes", "cli", "program", "__main__"},
     {"testing"},
 ]
 # Within one layer these never import each other: the training-time loader runs without the engine,

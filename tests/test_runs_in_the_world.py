@@ -245,7 +245,7 @@ def test_the_same_command_after_a_finished_run_is_already_complete(corpus, bpe_t
     assert other.returncode == 2 and "pass --overwrite" in other.stderr
     remade = run_subprocess(*_pack(corpus, out, bpe_tokenizer, "--overwrite")[:-1])
     assert remade.returncode == 0 and "already complete" not in remade.stderr, remade.stderr
-    assert "3000 documents" in remade.stdout + remade.stderr  # made again: its summary
+    assert "3,000 documents" in remade.stdout + remade.stderr  # made again: its summary
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

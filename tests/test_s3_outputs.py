@@ -292,7 +292,7 @@ def test_the_run_record_is_put_once(store):
     """Two runs claiming one empty prefix at once: the conditional put lets one win (moto honours
     ``If-None-Match: *``)."""
     from shardsmith.storage import retry
-    from shardsmith.storage.objstore import open_store
+    from shardsmith.storage.stores import open_store
 
     client, _ = store
     bucket = _bucket(client, "out-race")

@@ -17,7 +17,7 @@ checked to be still this run's immediately before the manifest.
 
 A lease alone cannot stop a run that was frozen (SIGSTOP, a VM paused) past its heartbeat while
 another run took the prefix over: when it continues, its requests are already under way. So its
-writes are fenced by the store itself (issue 42; ``objstore``): objects are created with
+writes are fenced by the store itself (``storage/s3store.py``): objects are created with
 ``If-None-Match: *`` and replaced or removed with ``If-Match`` the ETag the run knows, and the
 manifest is committed through an upload opened before the claim, which every later claim aborts.
 A run that lost its prefix can then add an object under a name the new run has not written yet
@@ -62,7 +62,8 @@ from shardsmith.engine.session import OutputRun
 from shardsmith.errors import DataError, ShardsmithError, UsageError
 from shardsmith.kit import manifest_io
 from shardsmith.storage import retry
-from shardsmith.storage.objstore import MAX_PART, MIN_PART, PART_SIZE, Changed, ObjectInfo, Store, open_store
+from shardsmith.storage.objstore import MAX_PART, MIN_PART, PART_SIZE, Changed, ObjectInfo, Store
+from shardsmith.storage.stores import open_store
 from shardsmith.storage.upload import Uploader
 
 # where the ranks of cluster stages share their work, below the output prefix (``outstages``)

@@ -18,16 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from shardsmith.kit.chat_sandbox import (
-    BUDGET,
-    OBSERVER,
-    TRACKING,
-    Budget,
-    Refused,
-    TemplateLimit,
-    Tracking,
-    environment,
-)
+from shardsmith.kit.chat_bounds import BUDGET, OBSERVER, TRACKING, Budget, TemplateLimit, Tracking
+from shardsmith.kit.chat_sandbox import Refused, environment
 
 # the named special tokens of transformers v5 (``SPECIAL_TOKENS_ATTRIBUTES``); any other ``*_token``
 # string of the config is a model-specific one, also in ``special_tokens_map``

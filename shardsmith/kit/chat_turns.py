@@ -29,7 +29,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from shardsmith.kit.chat_sandbox import TRACKING
+from shardsmith.kit.chat_bounds import TRACKING
 from shardsmith.kit.chat_template import ChatError, ChatTemplate, prepared
 
 _STATEFUL = re.compile(r"\b(cycler|joiner)\b")

@@ -48,7 +48,7 @@ from shardsmith.core.events import EventChunk, EventSchema, decode, decode_from,
 from shardsmith.core.fsutil import HashingFile, _tmp, fsync_dir, naming
 from shardsmith.core.ragged import Runs
 from shardsmith.core.version import __version__
-from shardsmith.errors import UsageError, install_hint
+from shardsmith.formats.hdf5.settings import COUNTERS_GROUP, check_compression, check_names, libver
 from shardsmith.kit.rollover import Rollover, runs
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
@@ -57,8 +57,6 @@ if TYPE_CHECKING:
 
 FORMAT = "shardsmith-events"
 FORMAT_VERSION = 1
-COUNTERS_GROUP = "_counters"
-COMPRESSIONS = ("none", "lzf", "gzip", "blosc")
 CHUNK_BYTES = 128 << 10
 ALIGN_THRESHOLD, ALIGN_INTERVAL = 64 << 10, 4096
 BATCH_BYTES = 8 << 20  # HashingFile batches: O_DIRECT writes of whole blocks, buffers reused
@@ -68,38 +66,6 @@ LAYOUT = (
     "event i of a ragged field is values[offsets[i]:offsets[i+1]]; "
     "fields of one counter share one offsets dataset, /_counters/{counter}, hard-linked into each group"
 )
-
-
-def check_compression(compression: str) -> dict[str, Any]:
-    """h5py ``create_dataset`` keywords for a compression name; blosc needs the hdf5plugin package."""
-    if compression == "none":
-        return {}
-    if compression == "lzf":
-        return {"compression": "lzf", "shuffle": True}
-    if compression == "gzip":
-        return {"compression": "gzip", "compression_opts": 4, "shuffle": True}
-    if compression == "blosc":
-        try:
-            import hdf5plugin
-        except ImportError:
-            raise UsageError(f"--compression blosc needs the hdf5plugin package: {install_hint('blosc')}") from None
-        return dict(hdf5plugin.Blosc(cname="lz4", clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE))
-    raise UsageError(f"--compression {compression!r}: choose one of {', '.join(COMPRESSIONS)}")
-
-
-def libver() -> tuple[str, str]:
-    """v1.8 object headers (large attributes stored densely) up to v1.14 structures, so HDF5 1.14 reads them."""
-    import h5py
-
-    return ("v108", "v114") if h5py.version.hdf5_version_tuple >= (1, 14) else ("v108", "latest")
-
-
-def check_names(schema: EventSchema) -> None:
-    """Field and counter names that make plain HDF5 link names."""
-    for name in (*(f.name for f in schema.fields), *schema.counters):
-        if not name or "/" in name or name in (".", COUNTERS_GROUP):
-            raise UsageError(f"field or counter name {name!r} cannot be an HDF5 dataset name "
-                             f"(no '/', not '.' or {COUNTERS_GROUP!r}); rename it")
 
 
 class HDF5Writer(Writer):
