@@ -227,3 +227,40 @@ def test_a_state_nested_deep_or_holding_itself_is_walked_without_recursion(state
     looped = dict(states["w2"]["loader"])
     looped["self"] = looped
     assert global_position(looped) == want
+
+
+@pytest.mark.parametrize("change", [{"consumed": {"a": 2**70, "b": 0}}, {"consumed": {"a": 1.5, "b": 0}},
+                                    {"consumed": []}, {"lengths": None}, {"lengths": {"a": True}},
+                                    {"consumed": {"a": 1, "b": 1, "gone": "x"}}, {"seed": 7.0}, {"shuffle": 1}])
+def test_a_crafted_mixture_state_is_one_line(made, change):
+    """``mix(start=state)`` with counts that are not counts, or a seed and shuffle of another type (7.0
+    and 1 were taken for 7 and True; None was a TypeError, 2**70 an OverflowError later)."""
+    from shardsmith.errors import UsageError
+    from shardsmith.loader import mix
+
+    ds = shardsmith.TokenDataset(made["plain"], seq_len=SEQ)
+    state = {**mix({"a": ds, "b": ds}, {"a": 2, "b": 1}, seed=7).state(10), **change}
+    with pytest.raises(UsageError) as info:
+        mix({"a": ds, "b": ds}, {"a": 2, "b": 1}, seed=7, start=state)
+    assert "\n" not in str(info.value)
+
+
+def test_a_mixture_length_or_seed_that_is_no_count_is_refused(made, tmp_path):
+    from shardsmith.errors import UsageError
+    from shardsmith.loader import mix
+    from shardsmith.loader.mix_recipe import from_recipe
+
+    ds = shardsmith.TokenDataset(made["plain"], seq_len=SEQ)
+    for bad in (2**63, 2**70, True, 1.5, "5"):  # 2**63 was an OverflowError traceback, 1.5 a mixture of 1
+        with pytest.raises(UsageError, match="num_samples"):
+            mix({"a": ds, "b": ds}, {"a": 1, "b": 1}, seed=0, num_samples=bad)
+    with pytest.raises(UsageError, match="seed"):
+        mix({"a": ds, "b": ds}, {"a": 1, "b": 1}, seed=1.5)
+    for line, word in (("num_samples = 9223372036854775807", "num_samples"), ("seq_len = true", "seq_len"),
+                       ("seq_len = 1.5", "seq_len"), ("split = 1", "split")):
+        recipe = tmp_path / "mix.toml"
+        recipe.write_text(f'[mix]\nseed = 0\n{line if word == "num_samples" else ""}\n'
+                          f'[mix.sources.a]\npath = "{made["plain"]}"\nweight = 1\nloader = "TokenDataset"\n'
+                          f'{line if word != "num_samples" else ""}\n')
+        with pytest.raises(UsageError, match=word):
+            from_recipe(recipe)
