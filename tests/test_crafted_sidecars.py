@@ -42,14 +42,19 @@ def made(tmp_path_factory: pytest.TempPathFactory, bpe_tokenizer: Path) -> dict[
 
 
 def rehash(out: Path) -> None:
-    """The manifest made to agree with the crafted files (sizes and sha256), so the lie reaches the reader."""
+    """The manifest made to agree with the crafted files (every entry's size and sha256, nested ones
+    too), so the lie reaches the reader."""
     m = json.loads((out / "manifest.json").read_text())
-    for split in m["splits"].values():
-        for shard in split["shards"]:
-            for entry in (shard, *(v for v in shard.values() if isinstance(v, dict))):
-                if isinstance(entry.get("path"), str) and (out / entry["path"]).is_file():
-                    data = (out / entry["path"]).read_bytes()
-                    entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    stack: list = [m["splits"], m.get("files") or []]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if isinstance(value.get("path"), str) and "sha256" in value and (out / value["path"]).is_file():
+                data = (out / value["path"]).read_bytes()
+                value["bytes"], value["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
     (out / "manifest.json").write_text(json.dumps(m))
 
 
@@ -264,3 +269,98 @@ def test_a_mixture_length_or_seed_that_is_no_count_is_refused(made, tmp_path):
                           f'{line if word != "num_samples" else ""}\n')
         with pytest.raises(UsageError, match=word):
             from_recipe(recipe)
+
+
+# -- verify without --deep reads every index; a manifest's records are typed -------------------------
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from conftest import jpeg_folder
+
+    root = tmp_path_factory.mktemp("crafted-tars")
+    res = run_cli("convert", jpeg_folder(root / "in", classes=2, per_class=5), "--to", "webdataset", "-o",
+                  root / "out", "--shard-samples", "4", "-q")
+    assert res.exit_code == 0, res.stderr
+    return root / "out"
+
+
+def _idx_claims_more(raw: bytes) -> bytes:
+    return raw[:18] + struct.pack("<QQ", 10**11, 10**11) + raw[34:]
+
+
+def _wids_count_true(raw: bytes) -> bytes:
+    index = json.loads(raw)
+    index["shardlist"][0]["nsamples"] = True if index["shardlist"][0]["nsamples"] == 1 else 1.0 * 4
+    return json.dumps(index).encode()
+
+
+@pytest.mark.parametrize("kind, pattern, craft", [
+    ("plain", "train-*.idx", _idx_claims_more), ("plain", "train-*.idx", lambda r: b""),
+    ("images", "__index__/train-*.offsets.npy", CRAFTS["1e11 rows"]),
+    ("images", "__index__/train-*.offsets.npy", lambda r: r[: len(r) // 2]),
+    ("images", "__index__/train.wids.json", _wids_count_true)])
+def test_verify_reads_every_index_without_deep(made, images, tmp_path, kind, pattern, craft):
+    """An index that lies, under a manifest made to agree with it: ``verify`` said OK (only ``--deep``
+    and the loader read the indexes)."""
+    out = tmp_path / "ds"
+    shutil.copytree(images if kind == "images" else made[kind], out)
+    target = sorted(out.glob(pattern))[0]
+    target.write_bytes(craft(target.read_bytes()))
+    rehash(out)
+    res = run_cli("verify", out)
+    assert res.exit_code == 1 and target.name in res.output, res.output
+
+
+@pytest.mark.parametrize("path, value, words", [
+    (("splits", "train", "shards", 0, "tokens"), 7, "tokens of"),
+    (("splits", "train", "tokens"), 5, "its shards hold"),
+    (("cleaning", "removed", "tokens"), "7", "cleaning.removed.tokens"),
+    (("source", "input_sizes", 0), 1.5, "input_sizes"),
+    (("schema", "tokens", "ragged"), 1, "schema.tokens.ragged"),
+    (("tokenizer", "trained"), "yes", "tokenizer.trained"),
+])
+def test_a_manifest_record_of_the_wrong_type_or_sum_is_refused(made, tmp_path, path, value, words):
+    out = tmp_path / "ds"
+    shutil.copytree(made["plain"], out)
+    m = json.loads((out / "manifest.json").read_text())
+    node = m
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    (out / "manifest.json").write_text(json.dumps(m))
+    res = run_cli("verify", out)
+    assert res.exit_code == 1 and words in res.output, res.output
+    with pytest.raises(DatasetError, match=words.replace(".", r"\.")):
+        shardsmith.open(out)
+
+
+def test_a_packed_manifest_records_shares_and_counts(made, tmp_path):
+    for key, value in (("padding_fraction", 1.5), ("documents_split", -1), ("sequences", True)):
+        out = tmp_path / key
+        shutil.copytree(made["packed"], out)
+        m = json.loads((out / "manifest.json").read_text())
+        m["packing"][key] = value
+        (out / "manifest.json").write_text(json.dumps(m))
+        res = run_cli("verify", out)
+        assert res.exit_code == 1 and f"packing.{key}" in res.output, res.output
+
+
+@pytest.mark.parametrize("key, value", [("events", "7"), ("events", 49), ("truncated_events", True),
+                                        ("max_len", 5), ("pad_value", "0"), ("keep", 3)])
+def test_a_memmap_description_that_lies_is_refused(tmp_path, key, value):
+    """``{split}.memmap.json``'s own numbers (under a manifest made to agree with the file): the events it
+    counts, how many were truncated, the row length, the padding value."""
+    pytest.importorskip("uproot")
+    from shardsmith.demo.root_files import make_icecube_like
+
+    out = tmp_path / "mm"
+    root = make_icecube_like(tmp_path / "run.root", events=50, mean_pulses=4, seed=0)
+    assert run_cli("convert", root, "-o", out, "--to", "memmap", "--max-len", "4", "-q").exit_code == 0
+    meta = json.loads((out / "train.memmap.json").read_text())
+    meta[key] = value
+    (out / "train.memmap.json").write_text(json.dumps(meta))
+    rehash(out)
+    res = run_cli("verify", out)
+    assert res.exit_code == 1 and "train.memmap.json" in res.output, res.output
+    with pytest.raises(DatasetError, match="memmap.json"):
+        shardsmith.open(out)

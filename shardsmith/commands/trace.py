@@ -171,6 +171,7 @@ def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any]
     if next(adapter_states(loader), None) is None:
         raise UsageError("no shardsmith loader state in it (TokenBatches, PackedBatches or EpochBatchSampler)")
     try:
+        later = 0 if asked is None else whole(asked, "epoch")  # the loop's own epoch, beside the loader's state
         found = read_state(next(adapter_states(loader)))
         name = found["order"]
         if name != "permutation" and not name.startswith("blocks:"):
@@ -183,7 +184,6 @@ def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any]
         epoch = position["epoch"]
         layout = _layout(found, start=position["position"])
         if layout.steps == 0:  # the epoch is over: the loop's next epoch starts at 0
-            later = whole(asked, "epoch") if asked is not None else 0
             epoch = max(later, epoch + 1)
             layout = _layout(found, start=0)
         if layout.steps == 0:
