@@ -110,6 +110,7 @@ BY_NAME = {b.name: b for b in SUITE}
 NOT_RUN = {"ab_versions": "two checkouts side by side (--base PATH)",
            "campaign_signals": "a count of outcomes under signals, not a measure of speed",
            "campaign_storage": "a count of outcomes under kills and races, not a measure of speed",
+           "campaign_crafted": "a count of outcomes of crafted sidecars, states and manifests, not a measure of speed",
            "profile_events": "profiles one command that you give it",
            "dedup_floor": "a floor measured on a corpus file that you give it",
            "dedup_datatrove": "datatrove's side of bench_dedup, run from its venv",
