@@ -79,7 +79,8 @@ def test_datasets_loads_the_folders_with_their_features(outputs, tmp_path):
     from shardsmith.loader import open as open_dataset
 
     ours = open_dataset(outputs["h5"], split="train")
-    assert h5["train"]["event_id"] == [int(ours[i]["event_id"]) for i in range(len(ours))]
+    for field in ("event_id", "label"):  # every fixed field, value for value
+        assert h5["train"][field] == [ours[i][field].item() for i in range(len(ours))], field
 
     with pytest.raises(datasets.exceptions.DataFilesNotFoundError):  # no builder reads .bin/.idx: said on the card
         datasets.load_dataset(str(outputs["tok"]), cache_dir=cache)
