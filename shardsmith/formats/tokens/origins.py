@@ -18,6 +18,7 @@ import numpy as np
 from shardsmith.core.fsutil import HashingFile
 from shardsmith.core.npy import npy_bytes, read_npy
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.boundaries import read_boundaries
 from shardsmith.kit.doc_origin import DOC_ORIGIN
 
 ORIGINS_SUFFIX = ".origins.npy"
@@ -70,9 +71,7 @@ def verify_origins(out: Any, manifest: dict[str, Any], split: str) -> list[str]:
     """``verify``: each shard of ``split`` has its origins (hashed already, with the other files),
     one ``DOC_ORIGIN`` row per document (per piece of a packed shard, as its boundaries list them),
     each naming one of the manifest's inputs."""
-    # the readers' side: not imported by the writer
-    from shardsmith.formats.tokens.packed import read_boundaries
-    from shardsmith.kit.dataset_files import files_for
+    from shardsmith.kit.dataset_files import files_for  # the readers' side: not imported by the writer
 
     files = files_for(out)
     inputs = manifest["source"].get("inputs")

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core.npy import read_npy
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.boundaries import read_boundaries
 from shardsmith.formats.tokens.dataset import _TokenShards
 from shardsmith.kit.order import ResumableIterator
 
@@ -27,24 +27,6 @@ def packing_stats(extras: list[dict[str, Any]], *, seq_len: int) -> dict[str, An
             "padding_fraction": round((tokens - real) / tokens, 6) if tokens else 0.0,
             "documents": docs, "documents_split": split,
             "split_fraction": round(split / docs, 6) if docs else 0.0}
-
-
-def read_boundaries(files: Any, entry: dict[str, Any], *, tokens: int | None) -> np.ndarray:
-    """A packed shard's document-piece ends (its ``.cu.npy``, named by the manifest ``entry``), int64,
-    checked: integers, increasing, each inside the shard's ``tokens`` (when known). ``files``: the
-    dataset's files (``kit.dataset_files``), which read only inside it and check the size."""
-    path = files.name_of(entry["path"])
-    try:
-        data = files.sidecar(entry)
-    except OSError as exc:
-        raise DatasetError(f"{path}: cannot read the document boundaries ({exc.strerror or exc})") from None
-    ends = read_npy(data, where=f"{path}: document boundaries", kinds="iu", ndim=1)
-    if ends.dtype.itemsize > 8 or (ends.dtype.kind == "u" and len(ends) and int(ends.max()) >= 1 << 63):
-        raise DatasetError(f"{path}: document boundaries beyond int64")
-    ends = ends.astype(np.int64)
-    if len(ends) and (np.any(np.diff(ends) <= 0) or ends[0] <= 0 or (tokens is not None and ends[-1] > tokens)):
-        raise DatasetError(f"{path}: document boundaries are not increasing inside the shard")
-    return ends
 
 
 IGNORE_INDEX = -100  # a label the loss skips (PyTorch's cross_entropy and HF models' default ignore_index)

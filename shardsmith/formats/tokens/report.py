@@ -13,8 +13,8 @@ import numpy as np
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
+from shardsmith.formats.tokens.boundaries import read_boundaries
 from shardsmith.formats.tokens.indexed import read_idx
-from shardsmith.formats.tokens.packed import read_boundaries
 from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
