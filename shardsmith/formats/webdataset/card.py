@@ -33,8 +33,11 @@ def tar_card(out: Path, manifest: dict[str, Any], *, notes: tuple[str, ...] = ()
     exts = member_exts(out, manifest)
     features = None if exts is None else tar_features(exts, classes=manifest.get("classes"))
     if features is not None:
-        features, said = exact_json(out, manifest, features)
-        notes = (*notes, *said)
+        try:
+            features, said = exact_json(out, manifest, features)
+            notes = (*notes, *said)
+        except (OSError, ValueError, ShardsmithError):  # shards not here to read (a cluster stage's stand-in)
+            features = None
     images = [e for e in exts or () if e.rsplit(".", 1)[-1].lower() in IMAGE_EXTS]
     notes = (*notes, data_dir_note(named=any("dtype" in f and isinstance(f["dtype"], dict) for f in features or ()),
                                    images=images))
@@ -47,7 +50,8 @@ def exact_json(out: Path, manifest: dict[str, Any],
                features: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], tuple[str, ...]]:
     """The features with each JSON member's typed exactly (``json_feature``: its rows read once from the
     shards), or left out, with a note, when its rows have no exact type: ``datasets``' own ``json``
-    feature keeps 10 decimals, and a feature the card leaves out is a column ``datasets`` does not make."""
+    feature keeps 10 decimals, and a feature the card leaves out is a column ``datasets`` does not make.
+    Shards that cannot be read raise (OSError, DatasetError): the card then names no features."""
     out_features, notes = [], []
     for feature in features:
         if feature.get("dtype") != "json":
@@ -56,7 +60,7 @@ def exact_json(out: Path, manifest: dict[str, Any],
         ext = feature["name"]
         try:
             shape = row_type(member_bytes(out, manifest, ext))
-        except (NoExactType, OSError, ValueError, ShardsmithError) as exc:
+        except NoExactType as exc:
             notes.append(f"The `{ext}` members (each row as it was read) are not a column here: their values have no "
                          f"one type that `datasets` keeps exactly ({exc}; its `json` type keeps 10 decimals). Read "
                          f"them with `shardsmith.open` or webdataset.")
