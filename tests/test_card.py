@@ -79,7 +79,8 @@ def test_datasets_loads_the_folders_with_their_features(outputs, tmp_path):
     from shardsmith.loader import open as open_dataset
 
     ours = open_dataset(outputs["h5"], split="train")
-    assert h5["train"]["event_id"] == [int(ours[i]["event_id"]) for i in range(len(ours))]
+    for field in ("event_id", "label"):  # every fixed field, value for value
+        assert h5["train"][field] == [ours[i][field].item() for i in range(len(ours))], field
 
     with pytest.raises(datasets.exceptions.DataFilesNotFoundError):  # no builder reads .bin/.idx: said on the card
         datasets.load_dataset(str(outputs["tok"]), cache_dir=cache)
@@ -203,3 +204,120 @@ def test_a_memmap_card_shows_the_np_memmap_recipe_and_load_dataset_says_why_not(
     with pytest.raises(FileNotFoundError, match="memmap arrays are read with np.memmap or shardsmith.open, not "
                                                 "HuggingFace datasets - see README.md"):
         datasets.load_dataset(str(out), cache_dir=str(tmp_path / "hf"))
+
+
+# -- what load_dataset returns is the input, value for value (issue 42, item 5) ----------------------
+
+EXACT_ROWS = [  # floats of every exponent (shortest repr round trips), ints beyond 2**53, nesting, nulls
+    {"text": "a", "x": 0.7288508165275867, "tiny": 1.5e-12, "sub": 5e-324, "huge": 1.7976931348623157e308,
+     "neg": -0.0, "big": 2**53 + 1, "low": -(2**63), "top": 2**63 - 1, "ok": True,
+     "nest": {"list": [1.0, 2.5e-300, None], "deeper": {"s": "é\u2603", "ll": [[1, -2], []]}}, "none": None},
+    {"text": "b", "x": 1e-320, "tiny": -1.2345678901234567e-200, "sub": 2.2250738585072014e-308, "huge": 1e300,
+     "neg": -1e-7, "big": -(2**62) - 3, "low": 0, "top": 9007199254740993, "ok": False,
+     "nest": {"list": [], "deeper": None}, "none": None},
+    {"text": "c", "x": 3.0, "tiny": 0.1, "sub": 0.30000000000000004, "huge": 123456789.12345679,
+     "neg": 4.9406564584124654e-324, "big": 1, "low": -1, "top": 12, "ok": True,
+     "nest": {"list": [None], "deeper": {"s": "", "ll": [[0]]}}, "none": None},
+]
+
+
+def _same_json(got, want) -> bool:
+    """Equal value for value, bit for bit: json.dumps writes each float's shortest exact repr
+    (-0.0 and 1.0 apart from 0.0 and 1), and the keys in order."""
+    import json
+
+    return json.dumps(got, sort_keys=True) == json.dumps(want, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def row_outputs(tmp_path_factory) -> dict[str, Path]:
+    """JSONL rows of one exact type; rows without one (an int and a float at one place, a key that one
+    row lacks, an int of 2**63); JPEGs and PNGs in one image folder."""
+    import json
+
+    root = tmp_path_factory.mktemp("exact")
+    (root / "rows").mkdir()
+    (root / "rows" / "a.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in EXACT_ROWS * 4))
+    (root / "mixed").mkdir()
+    (root / "mixed" / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [
+        {"text": "a", "v": 1, "w": 2**63}, {"text": "b", "v": 1.5, "w": 1}, {"text": "c", "v": 2}]))
+    images = jpeg_folder(root / "images", classes=2, per_class=3)
+    from PIL import Image
+
+    for c in range(2):
+        Image.new("RGB", (7, 5), (40 * c, 90, 200)).save(images / f"c{c}" / "p.png")
+    made = {name: root / f"{name}-out" for name in ("rows", "mixed", "images")}
+    for name, extra in (("rows", ["--text-field", "text"]), ("mixed", ["--text-field", "text"]), ("images", [])):
+        res = run_cli("convert", root / name, "--to", "webdataset", "-o", made[name], "-q", "--workers", "1", *extra)
+        assert res.exit_code == 0, res.stderr
+    return made
+
+
+def test_load_dataset_returns_every_json_value_exactly(row_outputs, tmp_path):
+    """The card types the ``json`` column from the rows (a struct of float64, int64, bool, string,
+    lists, nulls): ``load_dataset(OUT)`` gives every row back bit for bit, and so does
+    ``data_dir=`` given the card's features. (The card named ``datasets``' ``json`` type, which
+    keeps 10 decimals: 0.7288508165275867 came back 0.7288508165, 1.5e-12 as 0.0, 1e308 as inf.)"""
+    datasets = pytest.importorskip("datasets", reason="the dataset card is tested with HuggingFace datasets")
+    datasets.disable_progress_bars()
+    out = row_outputs["rows"]
+    front = _front(out / "README.md")
+    json_feature = next(f for f in front["dataset_info"]["features"] if f["name"] == "json")
+    assert "struct" in json_feature, json_feature
+    want = {r["text"]: r for r in EXACT_ROWS}
+    features = datasets.Features._from_yaml_list(front["dataset_info"]["features"])
+    for ds in (datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "a")),
+               datasets.load_dataset("webdataset", data_dir=str(out), split="train", features=features,
+                                     cache_dir=str(tmp_path / "b"))):
+        assert len(ds) == 12
+        for row in ds:
+            assert row["txt"] == row["json"]["text"]
+            assert _same_json(row["json"], want[row["txt"]]), (row["json"], want[row["txt"]])
+
+
+def test_rows_of_no_one_exact_type_are_left_out_of_the_card_not_rounded(row_outputs, tmp_path):
+    """An int and a float at one place (1 would come back 1.0), a key one row lacks (None), an int of
+    2**63 (``datasets`` writes ints through int64): no type keeps them, so the card names no ``json``
+    column and says why; what ``load_dataset`` returns is the rest, exactly."""
+    datasets = pytest.importorskip("datasets", reason="the dataset card is tested with HuggingFace datasets")
+    datasets.disable_progress_bars()
+    out = row_outputs["mixed"]
+    names = [f["name"] for f in _front(out / "README.md")["dataset_info"]["features"]]
+    assert names == ["txt", "__key__", "__url__"]
+    text = " ".join((out / "README.md").read_text().split())
+    assert "The `json` members (each row as it was read) are not a column here" in text
+    ds = datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "hf"))
+    assert sorted(ds["txt"]) == ["a", "b", "c"] and set(ds.features) == {"txt", "__key__", "__url__"}
+
+
+def test_an_image_folder_of_jpeg_and_png_loads_through_its_card_byte_for_byte(row_outputs, tmp_path):
+    """Images of two types are a column each: ``load_dataset(OUT)`` (and ``data_dir=`` with the card's
+    features) gives each sample its image, the input file's bytes, in its type's column and None in
+    the other; the card says that ``data_dir=`` alone infers the columns from the first samples and
+    fails (or drops the other type's images)."""
+    datasets = pytest.importorskip("datasets", reason="the dataset card is tested with HuggingFace datasets")
+    datasets.disable_progress_bars()
+    from shardsmith.loader import open as open_dataset
+
+    out = row_outputs["images"]
+    source = out.parent / "images"
+    front = _front(out / "README.md")
+    features = datasets.Features._from_yaml_list(front["dataset_info"]["features"])
+    assert {"jpg", "png", "cls"} <= set(features)
+    text = " ".join((out / "README.md").read_text().split())
+    assert "The images here are of 2 types (" in text and "`jpg`" in text and "`png`" in text
+    assert "without `features=` it fails on samples whose members differ" in text
+    ours = open_dataset(out, split="train")
+    files = {s["__key__"]: s for s in (ours[i] for i in range(len(ours)))}
+    undecoded = {"jpg": datasets.Image(decode=False), "png": datasets.Image(decode=False)}
+    for ds in (datasets.load_dataset(str(out), split="train", cache_dir=str(tmp_path / "a")),
+               datasets.load_dataset("webdataset", data_dir=str(out), split="train", features=features,
+                                     cache_dir=str(tmp_path / "b"))):
+        ds = ds.cast(datasets.Features({**ds.features, **undecoded}))
+        assert len(ds) == 8 and sum(row["png"] is not None for row in ds) == 2
+        for row in ds:
+            ext = "png" if row["png"] is not None else "jpg"
+            assert row["jpg" if ext == "png" else "png"] is None
+            sample = files[row["__key__"]]
+            assert row[ext]["bytes"] == sample[ext] and row["cls"] == sample["cls"]
+            assert sample[ext] in {p.read_bytes() for p in source.glob(f"c{row['cls']}/*.{ext}")}

@@ -25,7 +25,14 @@ from shardsmith.errors import DatasetError, UsageError
 from shardsmith.kit import manifest_io
 from shardsmith.kit.chat import ChatFields, record_text
 from shardsmith.kit.doc_origin import text_hashes
-from shardsmith.kit.rank_split import EpochLayout, EpochOrder, adapter_states, global_position
+from shardsmith.kit.rank_split import (
+    EpochLayout,
+    EpochOrder,
+    adapter_states,
+    global_position,
+    read_state,
+    whole,
+)
 
 SHOWN_CHARS = 80
 
@@ -163,32 +170,39 @@ def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any]
     that says otherwise is refused, never followed)."""
     loader = saved.get("loader", saved) if isinstance(saved, Mapping) else saved
     asked = saved.get("epoch") if isinstance(saved, Mapping) and "loader" in saved else None
-    found = next(adapter_states(loader), None)
-    if found is None:
+    if next(adapter_states(loader), None) is None:
         raise UsageError("no shardsmith loader state in it (TokenBatches, PackedBatches or EpochBatchSampler)")
     try:
-        position = global_position(loader)
-        name = str(found["order"])
+        later = 0 if asked is None else whole(asked, "epoch")  # the loop's own epoch, beside the loader's state
+        found = read_state(next(adapter_states(loader)))
+        name = found["order"]
         if name != "permutation" and not name.startswith("blocks:"):
             raise ValueError(f"the order {name!r} is not an epoch's permutation (a mixture or balanced sampler)")
-        order = EpochOrder(None if name == "permutation" else int(name.split(":", 1)[1]))
-        n, epoch = _whole(found["length"]), _whole(position["epoch"])
-        if length is not None and n != length:
+        order = EpochOrder(None if name == "permutation" else whole(_number(name.split(":", 1)[1]), "order", low=1))
+        n = found["length"]
+        if length is not None and n != length:  # before anything the state's numbers size
             raise LengthMismatch(n)
-        layout = _layout(found, n=n, start=_whole(position["position"]))
+        position = global_position(loader)
+        epoch = position["epoch"]
+        layout = _layout(found, start=position["position"])
         if layout.steps == 0:  # the epoch is over: the loop's next epoch starts at 0
-            epoch = max(int(asked) if isinstance(asked, int) else epoch + 1, epoch + 1)
-            layout = _layout(found, n=n, start=0)
+            epoch = max(later, epoch + 1)
+            layout = _layout(found, start=0)
         if layout.steps == 0:
             raise ValueError(f"an epoch of {n} samples gives rank {found['rank']} no batch")
-        indices = order(n, shuffle=bool(found["shuffle"]), seed=_whole(found["seed"]), epoch=epoch)
-        where = {"epoch": epoch, "rank": _whole(found["rank"]), "world_size": _whole(found["world_size"]),
+        indices = order(n, shuffle=found["shuffle"], seed=found["seed"], epoch=epoch)
+        where = {"epoch": epoch, "rank": found["rank"], "world_size": found["world_size"],
                  "position": layout.start, "length": n}
         return where, indices[layout.positions(0)].tolist()
     except LengthMismatch:
         raise
     except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, OverflowError) as exc:
         raise UsageError(f"cannot follow this loader state: {exc}") from None
+
+
+def _number(text: str) -> int | str:
+    """``text`` as an int when it is one in decimal digits (else itself, which ``whole`` refuses)."""
+    return int(text) if text.isdecimal() and len(text) < 20 else text
 
 
 class LengthMismatch(Exception):
@@ -199,18 +213,10 @@ class LengthMismatch(Exception):
         self.length = length
 
 
-def _whole(value: Any) -> int:
-    """A state's count: a whole number >= 0 (a bool or a float is not one)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{value!r} is not a count")
-    return value
-
-
-def _layout(state: Mapping[str, Any], *, n: int, start: int) -> EpochLayout:
-    batch = state["batch_size"]
-    return EpochLayout(total=n, start=start, batch_size=None if batch is None else _whole(batch),
-                       rank=_whole(state["rank"]), world_size=_whole(state["world_size"]),
-                       drop_last=bool(state["drop_last"]))
+def _layout(state: Mapping[str, Any], *, start: int) -> EpochLayout:
+    """The rank's layout of a ``read_state`` state from position ``start`` of the epoch."""
+    return EpochLayout(total=state["length"], start=start, batch_size=state["batch_size"], rank=state["rank"],
+                       world_size=state["world_size"], drop_last=state["drop_last"])
 
 
 def trace_state(out: Path, state_file: Path, *, split: str, seq_len: int | None, inputs: Path | None) -> None:

@@ -32,10 +32,11 @@ from shardsmith.kit.dataset_files import LocalFiles, StreamedFiles, files_at
 from shardsmith.kit.writer import manifest_files
 
 
-def _unlisted_files(read: Callable[[str], bytes], m: dict[str, Any]) -> list[str]:
-    """Split-wide files the manifest names but its ``files`` does not list (manifests written before
-    ``files`` was recorded, or a list cut short): the tokenizer against its sha256, each wids index
-    against the shards it lists."""
+def _split_files(read: Callable[[str], bytes], m: dict[str, Any], *, failed: set[str]) -> list[str]:
+    """Split-wide files: the tokenizer against its sha256 when the manifest's ``files`` does not list it
+    (manifests written before ``files`` was recorded, or a list cut short), and each wids index against
+    the shards it lists, whether listed or not (its sha256 agreeing with a manifest made to agree with it
+    says nothing of its shard list). ``failed``: files whose size or sha256 was found wrong already."""
     listed = {e["path"] for e in m.get("files") or []}
     problems = []
     tok = m.get("tokenizer")
@@ -50,7 +51,7 @@ def _unlisted_files(read: Callable[[str], bytes], m: dict[str, Any]) -> list[str
             problems.append(str(exc))
     for split in m["splits"].values():
         wids = split.get("wids")
-        if isinstance(wids, str) and wids not in listed:
+        if isinstance(wids, str) and wids not in failed:
             problems += _check_wids(read, wids, split["shards"])
     return problems
 
@@ -65,10 +66,14 @@ def _check_wids(read: Callable[[str], bytes], rel: str, shards: list[dict[str, A
         return [str(exc)]
     except OSError as exc:
         return [f"{rel}: cannot read ({exc.strerror or exc})"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, AttributeError):
         return [f"{rel}: not a wids shard index"]
+    if index.get("__kind__") != "wids-shard-index-v1" or type(index.get("wids_version")) is not int \
+            or index.get("wids_version") != 1:
+        return [f"{rel}: not a wids shard index (its __kind__ and wids_version are not wids' version 1)"]
     want = [(s["path"], s["samples"], s["bytes"]) for s in shards]
-    if listed != want:
+    # of the same types too: a count of True or 1.0 is not the manifest's 1
+    if [tuple(map(type, e)) for e in listed] != [(str, int, int)] * len(listed) or listed != want:
         return [f"{rel}: its shard list differs from the manifest's shards"]
     return []
 
@@ -164,8 +169,9 @@ def _verify(files: LocalFiles | StreamedFiles, *, deep: bool, workers: int) -> b
     check = (lambda e: _check_object(files, e)) if files.streamed else (lambda e: _check_file(files.root, e))
     entries = manifest_files(m)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        problems = [p for p in pool.map(check, entries) if p]
-    problems += _unlisted_files(_reader(files), m)
+        found = list(pool.map(check, entries))
+    problems = [p for p in found if p]
+    problems += _split_files(_reader(files), m, failed={e["path"] for e, p in zip(entries, found) if p})
     if not problems:
         try:
             fmt = registry.format_of(m, where=files.where)

@@ -127,7 +127,7 @@ def count(m: dict[str, Any], key: str, bad: Any, *, where: str = "", optional: b
            nullable: bool = False, low: int = 0) -> int | None:
     value = need(m, key, int, bad, where=where, optional=optional, nullable=nullable)
     if value is not None and not low <= value <= MAX_COUNT:
-        raise bad(f"{where}{key!r} is {value}, out of range [{low}, 2**62]")
+        raise bad(f"'{where}{key}' is {value}, out of range [{low}, 2**62]")
     return value
 
 
@@ -166,9 +166,37 @@ def _check_common(m: dict[str, Any], bad: Any) -> None:
         if not isinstance(rel, str) or not safe_relative(rel):
             raise bad(f"'companions' holds {rel!r}, not a plain relative path inside the dataset folder")
     need(m, "format_options", dict, bad, optional=True)  # the format's options (kit/options.py), as given
+    _check_records(m, source, bad)
     files = need(m, "files", list, bad, optional=True)
     for entry in files or ():
         file_entry(entry, bad, "files[]")
+
+
+def _check_records(m: dict[str, Any], source: dict[str, Any], bad: Any) -> None:
+    """The numbers a run records for people and for ``inspect`` (what it read, what cleaning removed,
+    each schema field's raggedness): read by no loader, yet typed, so that no reader ever shows a lie."""
+    count(source, "input_bytes", bad, where="source.", optional=True)
+    sizes = need(source, "input_sizes", list, bad, where="source.", optional=True)
+    if sizes is not None and not all(_is_count(x) for x in sizes):
+        raise bad("'source.input_sizes' must be a list of sizes")
+    count(m, "copies", bad, optional=True, low=1)
+    for name, field in m["schema"].items():
+        if isinstance(field, dict):
+            need(field, "ragged", bool, bad, where=f"schema.{name}.", optional=True)
+    cleaning = need(m, "cleaning", dict, bad, optional=True)
+    if cleaning is not None:
+        removed = need(cleaning, "removed", dict, bad, where="cleaning.", optional=True) or {}
+        for key in removed:
+            count(removed, key, bad, where="cleaning.removed.")
+        need(cleaning, "provenance", bool, bad, where="cleaning.", optional=True)
+
+
+def fraction(m: dict[str, Any], key: str, bad: Any, *, where: str = "", optional: bool = False) -> float | None:
+    """``m[key]``, a share: a number in [0, 1]."""
+    value = need(m, key, (int, float), bad, where=where, optional=optional)
+    if value is not None and not 0 <= value <= 1:
+        raise bad(f"'{where}{key}' is {value}, not a share in [0, 1]")
+    return value
 
 
 def check_events_schema(m: dict[str, Any], bad: Any) -> None:
@@ -182,6 +210,8 @@ def check_events_schema(m: dict[str, Any], bad: Any) -> None:
         counter = need(field, "counter", str, bad, where=f"schema.{name}.", optional=True, nullable=True)
         if counter == "":
             raise bad(f"'schema.{name}.counter' is empty")
+        if field.get("ragged", counter is not None) != (counter is not None):  # the record of what counter says
+            raise bad(f"'schema.{name}.ragged' is {field['ragged']!r}, but its counter is {counter!r}")
     from shardsmith.core.provenance import check_manifest
 
     check_manifest(m, bad)

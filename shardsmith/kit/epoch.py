@@ -6,13 +6,14 @@ epoch/start/layout/state rules exist once (``kit/rank_split.py`` holds the layou
 
 from __future__ import annotations
 
+import operator
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from shardsmith.kit.rank_split import POSITION, STATE, EpochLayout, check_state, resolve_start
+from shardsmith.kit.rank_split import POSITION, STATE, EpochLayout, check_state, resolve_start, worker_steps
 
 # (n, *, shuffle, seed, epoch) -> the epoch's order of item indices, with a ``name`` (``EpochOrder``)
 Order = Callable[..., np.ndarray]
@@ -67,11 +68,12 @@ class EpochStream:
                  drop_last: bool) -> None:
         self.n = n
         self.order = order
-        self.batch_size = batch_size
+        self.batch_size = None if batch_size is None else operator.index(batch_size)  # numpy ints saved as ints
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
-        self.rank, self.world_size = (rank, world_size) if rank is not None and world_size else distributed()
+        ranks = (rank, world_size) if rank is not None and world_size else distributed()
+        self.rank, self.world_size = operator.index(ranks[0]), operator.index(ranks[1])
         self._identity = {"length": int(n), "order": order.name, "shuffle": bool(shuffle), "seed": int(seed)}
         self._start_epoch, self._start = resolve_start(start, epoch=epoch, identity=self._identity)
         self.epoch = self._start_epoch  # a global position sets the epoch it is in
@@ -137,10 +139,11 @@ class EpochStream:
         """Continue where ``state`` was saved: the next iteration starts there, after the rest of its
         epoch if ``set_epoch`` asks for a later one (see the class). Without ``set_epoch`` the
         state's epoch becomes this one's."""
-        check_state(state, self._options())
-        saved = {"epoch": int(state["epoch"]), "start": int(state["start"]), "shift": int(state.get("shift", 0)),
-                 "produced": int(state["produced"])}
-        self.layout(start=saved["start"])
+        fields = check_state(state, self._options())
+        saved = {key: fields[key] for key in ("epoch", "start", "shift", "produced")}
+        if saved["produced"] > worker_steps(fields, self.layout(start=saved["start"])):
+            raise ValueError(f"state_dict 'produced' {saved['produced']} is more batches than this stream has "
+                             f"in its epoch")
         self._pending, self._walking = saved, None
         if not self._asked:
             self.epoch = saved["epoch"]

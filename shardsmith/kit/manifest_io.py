@@ -12,7 +12,7 @@ import orjson
 from shardsmith import registry
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST, check, resolve_inside, split_of, split_wide_files
-from shardsmith.errors import DatasetError
+from shardsmith.errors import DatasetError, UsageError
 
 
 def validate(manifest: Any, *, where: Path | str) -> None:
@@ -24,6 +24,22 @@ def validate(manifest: Any, *, where: Path | str) -> None:
         return DatasetError(f"{where}: {msg}")
 
     fmt.validate(manifest, bad)
+    _check_options(fmt, manifest.get("format_options"), bad)
+
+
+def _check_options(fmt: Any, given: Any, bad: Any) -> None:
+    """The format's options the manifest records, as the format declares them (``kit/options.py``): a
+    size in bytes, a flag a bool, a count in its range."""
+    if fmt.options is None or not isinstance(given, dict):
+        return
+    for option in fmt.options.options:
+        value = given.get(option.name)
+        if option.type == "size" and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise bad(f"'format_options.{option.name}' must be a size in bytes, not {value!r}")
+    try:
+        fmt.options.values(given)
+    except UsageError as exc:
+        raise bad(f"'format_options': {exc}") from None
 
 
 def save(out_dir: Path, manifest: dict[str, Any]) -> None:

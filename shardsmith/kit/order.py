@@ -8,6 +8,7 @@ item is seen twice.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
@@ -32,6 +33,11 @@ def epoch_order(n: int, *, shuffle: bool, seed: int, epoch: int, rank: int = 0, 
     return idx[:usable][rank::world_size]
 
 
+def plain_count(value: Any) -> int | None:
+    """An optional count as a plain int (a numpy int saved in a state is a plain int read back)."""
+    return None if value is None else operator.index(value)
+
+
 class ResumableIterator(Generic[T]):
     """Walks one epoch's order; ``state_dict()`` / ``load_state_dict()`` resume exactly mid-epoch."""
 
@@ -41,7 +47,8 @@ class ResumableIterator(Generic[T]):
         self._get_item = get_item
         self._get_batch = get_batch
         self._config = {"shuffle": bool(shuffle), "seed": int(seed), "epoch": int(epoch), "rank": int(rank),
-                        "world_size": int(world_size), "batch_size": batch_size, "drop_last": bool(drop_last)}
+                        "world_size": int(world_size), "batch_size": plain_count(batch_size),
+                        "drop_last": bool(drop_last)}
         self._order = epoch_order(n, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size)
         self.position = 0
 
@@ -76,13 +83,15 @@ class ResumableIterator(Generic[T]):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue where ``state`` left off; the dataset and options must be the same."""
-        for key, value in self._config.items():
-            if state.get(key) != value:
+        if not isinstance(state, dict):
+            raise ValueError("state_dict: not what ResumableIterator.state_dict() returned")
+        for key, value in self._config.items():  # of the same type: a saved True is not a 1, nor 5.0 a 5
+            if type(state.get(key)) is not type(value) or state.get(key) != value:
                 raise ValueError(f"state_dict was saved with {key}={state.get(key)!r}, this iterator has {value!r}")
-        if state.get("length") != self._n:
-            raise ValueError(f"state_dict was saved for {state.get('length')} items, the dataset has {self._n}")
+        if type(state.get("length")) is not int or state.get("length") != self._n:
+            raise ValueError(f"state_dict was saved for {state.get('length')!r} items, the dataset has {self._n}")
         position = state.get("position")
-        if not isinstance(position, int) or not 0 <= position <= len(self._order):
+        if type(position) is not int or not 0 <= position <= len(self._order):
             raise ValueError(f"state_dict position {position!r} is out of range")
         self.position = position
 

@@ -92,6 +92,65 @@ class EpochLayout:
         return self.start + self.full * self.world_size * self.batch + self.world_size * self.tail
 
 
+_LIMIT = 1 << 62  # a count, position or seed in a state: 64-bit sums of them stay exact
+
+
+def same(a: Any, b: Any) -> bool:
+    """``a == b`` of the same type: a state's ``True`` is not a loader's ``1``, nor ``1.0`` its ``1``."""
+    return type(a) is type(b) and a == b
+
+
+def whole(value: Any, name: str, *, low: int = 0, high: int = _LIMIT) -> int:
+    """A state's integer field: an ``int`` (a bool, a float or a numpy scalar is not one) in
+    ``[low, high]`` (ValueError naming the field)."""
+    if type(value) is not int or not low <= value <= high:
+        raise ValueError(f"state_dict {name!r} {value!r} is not a whole number in [{_shown(low)}, {_shown(high)}]")
+    return value
+
+
+def _shown(bound: int) -> str:
+    """A bound as a user reads it: ``2**62`` rather than its 19 digits."""
+    return f"{'-' * (bound < 0)}2**{abs(bound).bit_length() - 1}" if abs(bound) > 1 << 32 else str(bound)
+
+
+def read_state(state: Any) -> dict[str, Any]:
+    """An adapter's or sampler's saved state (``EpochStream.state_dict``), every field checked before any
+    number of it sizes a loop or an array: counts are ints within their bounds (the rank below the world
+    size, the worker below the workers, the start inside the epoch), flags are bools, the order a name.
+    Returns the fields (``shift`` 0 when absent, as states saved before it was kept)."""
+    if not isinstance(state, Mapping) or state.get("shardsmith") != STATE:
+        raise ValueError("not a shardsmith adapter or sampler state_dict")
+    missing = [k for k in (*IDENTITY, *LAYOUT, "rank", "workers", "worker", "epoch", "start", "produced")
+               if k not in state]
+    if missing:
+        raise ValueError(f"state_dict lacks {', '.join(missing)}")
+    out: dict[str, Any] = {"length": whole(state["length"], "length"), "epoch": whole(state["epoch"], "epoch"),
+                           "seed": whole(state["seed"], "seed", low=-(1 << 64), high=1 << 64),
+                           "produced": whole(state["produced"], "produced")}
+    if not isinstance(state["order"], str):
+        raise ValueError(f"state_dict 'order' {state['order']!r} is not an order's name")
+    out["order"] = state["order"]
+    for key in ("shuffle", "drop_last"):
+        if type(state[key]) is not bool:
+            raise ValueError(f"state_dict {key!r} {state[key]!r} is not true or false")
+        out[key] = state[key]
+    batch = state["batch_size"]
+    out["batch_size"] = None if batch is None else whole(batch, "batch_size", low=1)
+    out["world_size"] = whole(state["world_size"], "world_size", low=1)
+    out["rank"] = whole(state["rank"], "rank", high=out["world_size"] - 1)
+    out["workers"] = whole(state["workers"], "workers", low=1)
+    out["worker"] = whole(state["worker"], "worker", high=out["workers"] - 1)
+    out["shift"] = whole(state.get("shift", 0), "shift", high=out["workers"] - 1)
+    out["start"] = whole(state["start"], "start", high=out["length"])
+    return out
+
+
+def worker_steps(state: Mapping[str, Any], layout: EpochLayout) -> int:
+    """The most batches the worker of a ``read_state`` state can hand over in ``layout`` (its steps
+    ``s ≡ worker - shift (mod workers)``): a ``produced`` beyond it is a state that lies."""
+    return len(range((state["worker"] - state["shift"]) % state["workers"], layout.steps, state["workers"]))
+
+
 def resolve_start(start: int | Mapping[str, Any] | None, *, epoch: int, identity: dict[str, Any]) -> tuple[int, int]:
     """``start=`` as (epoch, position): an int is a position in ``epoch``; a ``global_position``
     carries its own epoch and must come from the same dataset and order."""
@@ -101,61 +160,73 @@ def resolve_start(start: int | Mapping[str, Any] | None, *, epoch: int, identity
         if start.get("shardsmith") != POSITION:
             raise ValueError("start= takes an int or what shardsmith.torch.global_position returned")
         for key, value in identity.items():
-            if start.get(key) != value:
+            if not same(start.get(key), value):
                 raise ValueError(f"start= was computed with {key}={start.get(key)!r}, this loader has {value!r}")
-        return int(start["epoch"]), int(start["position"])
+        return whole(start.get("epoch"), "epoch"), whole(start.get("position"), "position")
     if isinstance(start, bool) or not isinstance(start, (int, np.integer)):
         raise ValueError(f"start={start!r}: give an int or a global_position")
     return epoch, int(start)
 
 
-def check_state(state: Mapping[str, Any], expect: dict[str, Any]) -> None:
-    """Refuse a state saved for another dataset, order or layout (one line, naming the option)."""
-    if not isinstance(state, Mapping) or state.get("shardsmith") != STATE:
-        raise ValueError("not a shardsmith adapter or sampler state_dict")
+def check_state(state: Mapping[str, Any], expect: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a state saved for another dataset, order or layout (one line, naming the option), or one
+    whose fields are not what a loader saves (``read_state``); returns its fields."""
+    fields = read_state(state)
     for key, value in expect.items():
-        if state.get(key) != value:
+        if not same(fields.get(key), value):
             raise ValueError(f"state_dict was saved with {key}={state.get(key)!r}, this loader has {value!r}")
-    produced = state.get("produced")
-    if isinstance(produced, bool) or not isinstance(produced, int) or produced < 0:
-        raise ValueError(f"state_dict 'produced' {produced!r} is not a count")
-    shift = state.get("shift", 0)  # absent in states saved before it was kept
-    if isinstance(shift, bool) or not isinstance(shift, int) or not 0 <= shift < max(expect.get("workers", 1), 1):
-        raise ValueError(f"state_dict 'shift' {shift!r} is not a stream of this loader")
+    return fields
 
 
 def adapter_states(state: Any) -> Iterator[Mapping[str, Any]]:
-    """Every adapter or sampler state inside a loader's state (torchdata nests them per worker)."""
-    if isinstance(state, Mapping):
-        if state.get("shardsmith") == STATE:
-            yield state
-            return
-        for value in state.values():
-            yield from adapter_states(value)
-    elif isinstance(state, (list, tuple)):
-        for value in state:
-            yield from adapter_states(value)
+    """Every adapter or sampler state inside a loader's state (torchdata nests them per worker), in
+    order. Walked with a stack, not recursion: a state nested a thousand deep is not a RecursionError,
+    and one that holds itself is walked once."""
+    stack, seen = [state], set()
+    while stack:
+        value = stack.pop()
+        if isinstance(value, Mapping | list | tuple):
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+        if isinstance(value, Mapping):
+            if value.get("shardsmith") == STATE:
+                yield value
+            else:
+                stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list | tuple):
+            stack.extend(reversed(value))
 
 
 def _rank_steps(state: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
     """(the rank's options, batches its loader has yielded) from one rank's saved state."""
-    found = list(adapter_states(state))
+    found = [read_state(s) for s in adapter_states(state)]
     if not found:
         raise ValueError("no shardsmith adapter or sampler state in this loader state")
     first = found[0]
-    options = {k: first.get(k) for k in (*IDENTITY, *LAYOUT, "epoch", "start", "rank", "workers")}
+    options = {k: first[k] for k in (*IDENTITY, *LAYOUT, "epoch", "start", "rank", "workers")}
     for other in found[1:]:
         for key, value in options.items():
-            if other.get(key) != value:
+            if not same(other[key], value):
                 raise ValueError(f"the workers' states of one loader disagree on {key}")
-    workers = sorted(s.get("worker") for s in found)
-    if workers != list(range(options["workers"])):
-        raise ValueError(f"a loader with {options['workers']} workers holds states of workers {workers}")
-    since = state.get(_SINCE_SNAPSHOT, 0)
+    if len(found) != options["workers"] or sorted(s["worker"] for s in found) != list(range(len(found))):
+        raise ValueError(f"a loader with {options['workers']} workers holds states of workers "
+                         f"{sorted(s['worker'] for s in found)}")
+    since = whole(state.get(_SINCE_SNAPSHOT, 0), _SINCE_SNAPSHOT) if isinstance(state, Mapping) else 0
     if options["batch_size"] is None and (options["workers"] > 1 or since):
         raise ValueError("a global position needs the adapter to make the batches (batch_size=B on the adapter, "
                          "batch_size=None on the DataLoader) when samples are spread over workers")
-    return options, sum(int(s["produced"]) for s in found) + int(since)
+    layout = _layout(options)
+    for s in found:
+        if s["produced"] > worker_steps(s, layout):
+            raise ValueError(f"state_dict 'produced' {s['produced']} is more batches than worker {s['worker']} "
+                             f"has in its epoch")
+    return options, sum(s["produced"] for s in found) + since
+
+
+def _layout(options: Mapping[str, Any]) -> EpochLayout:
+    return EpochLayout(total=options["length"], start=options["start"], batch_size=options["batch_size"],
+                       rank=options["rank"], world_size=options["world_size"], drop_last=options["drop_last"])
 
 
 def global_position(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -180,13 +251,11 @@ def global_position(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> 
     (options, steps), *others = ranks.values()
     for other, _ in others:
         for key in (*IDENTITY, *LAYOUT, "epoch", "start"):
-            if other[key] != options[key]:
+            if not same(other[key], options[key]):
                 raise ValueError(f"the ranks' states disagree on {key}: they are not of one run")
     counts = {rank: s for rank, (_, s) in sorted(ranks.items())}
     if len(set(counts.values())) > 1:
         raise ValueError(f"the ranks are at different steps {counts}: in DDP every rank takes the same number "
                          f"of batches; give the states all ranks saved at one step")
-    layout = EpochLayout(total=options["length"], start=options["start"], batch_size=options["batch_size"],
-                         rank=options["rank"], world_size=options["world_size"], drop_last=options["drop_last"])
     return {"shardsmith": POSITION, **{k: options[k] for k in IDENTITY}, "epoch": options["epoch"],
-            "position": layout.position_after(steps)}
+            "position": _layout(options).position_after(steps)}

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.core.words import plural
+from shardsmith.core.manifest import MAX_COUNT
 from shardsmith.errors import UsageError
 
 SOURCE_KEYS = {"path", "weight", "split", "loader", "seq_len"}
@@ -39,8 +40,8 @@ def check(table: Any, *, where: str) -> dict[str, Any]:
     seed, num = table.get("seed", 0), table.get("num_samples")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise UsageError(f"{where}: [mix] seed must be an integer")
-    if num is not None and (isinstance(num, bool) or not isinstance(num, int) or num < 0):
-        raise UsageError(f"{where}: [mix] num_samples must be a count")
+    if num is not None and (isinstance(num, bool) or not isinstance(num, int) or not 0 <= num <= MAX_COUNT):
+        raise UsageError(f"{where}: [mix] num_samples must be a count (0 to 2**62)")
     sources = table.get("sources")
     if not isinstance(sources, Mapping) or not sources:
         raise UsageError(f"{where}: [mix.sources.NAME] tables (path, weight) are missing")
@@ -54,6 +55,10 @@ def check(table: Any, *, where: str) -> dict[str, Any]:
         if "seq_len" in source and source.get("loader") != "TokenDataset":  # the one loader that takes it
             raise UsageError(f"{where}: [mix.sources.{name}] seq_len is for loader = \"TokenDataset\" "
                              f"(windows of seq_len tokens); the default loader gives whole documents")
+        if "seq_len" in source and (type(source["seq_len"]) is not int or not 1 <= source["seq_len"] < 1 << 31):
+            raise UsageError(f"{where}: [mix.sources.{name}] seq_len must be a whole number of tokens (1 to 2**31 - 1)")
+        if not isinstance(source.get("split", "train"), str):
+            raise UsageError(f"{where}: [mix.sources.{name}] split must be a split's name")
     return {"seed": seed, "num_samples": num, "sources": {n: dict(s) for n, s in sources.items()}}
 
 

@@ -23,10 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.manifest import MAX_COUNT
 from shardsmith.core.user_warning import warn_user
 from shardsmith.errors import UsageError
 from shardsmith.kit.event_batch import EventBatch
 from shardsmith.kit.keys import mix64, path_hash
+from shardsmith.kit.rank_split import same
 from shardsmith.loader.interleave import interleave
 
 MIX_STATE = "shardsmith.mix/1"  # marks what ``Mixture.state`` returns (``start=`` of ``mix``)
@@ -104,6 +106,15 @@ def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
             raise UsageError(f"mix: source {name!r} is empty")
 
 
+def _counts(value: Any, name: str) -> dict[str, int]:
+    """A ``state``'s ``consumed`` or ``lengths``: source name -> count (an int in [0, 2**62]; a bool or a
+    float is none), refused in one line otherwise (a count past 2**62 would overflow the draws)."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) and type(v) is int and 0 <= v <= MAX_COUNT
+                                                 for k, v in value.items()):
+        raise UsageError(f"mix: start= {name} must map each source's name to a count, not {value!r}"[:300])
+    return dict(value)
+
+
 class Mixture:
     """A random-access weighted mixture (make it with ``mix``): ``len``, ``m[i]``, ``get_batch``,
     ``source_of(i)``, ``state(n)``; ``epochs`` / ``cycling`` say which sources repeat."""
@@ -118,6 +129,11 @@ class Mixture:
         self.weights = {n: float(w) for n, w in zip(self.names, self._interleave.weights)}
         self.deviation_bound = float(self._interleave.bound)  # proven, below 1
         self.sources = dict(sources)
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+            raise UsageError(f"mix: seed={seed!r} must be an integer")
+        if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int | np.integer)
+                                        or not 0 <= num_samples <= MAX_COUNT):
+            raise UsageError(f"mix: num_samples={num_samples!r} must be a count in [0, 2**62]")
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.lengths = {name: len(ds) for name, ds in sources.items()}
@@ -131,8 +147,6 @@ class Mixture:
         self.ahead = AHEAD  # positions located at once for a run
         self._keys = np.array([path_hash(f"mix:{self.seed}", n) for n in self.names], dtype=np.uint64)
         self._len = self._no_repeats() if num_samples is None else int(num_samples)
-        if self._len < 0:
-            raise UsageError(f"mix: num_samples={num_samples} must be at least 0")
         ends = self.counts(self._len)
         self.epochs = {n: (self.consumed[n] + ends[n]) / self.lengths[n] for n in self.names}
         self.cycling = [n for n in self.names if self.consumed[n] + ends[n] > self.lengths[n]]
@@ -147,18 +161,16 @@ class Mixture:
             return {n: 0 for n in self.names}
         if not isinstance(start, Mapping) or start.get("shardsmith") != MIX_STATE:
             raise UsageError("mix: start= takes what Mixture.state(n) returned")
-        if start.get("seed") != self.seed or start.get("shuffle") != self.shuffle:
+        if not same(start.get("seed"), self.seed) or not same(start.get("shuffle"), self.shuffle):
             raise UsageError(f"mix: start= was saved with seed={start.get('seed')!r} shuffle={start.get('shuffle')!r}; "
                              f"a continued mixture keeps them")
-        consumed, lengths = dict(start.get("consumed", {})), dict(start.get("lengths", {}))
+        consumed, lengths = _counts(start.get("consumed"), "consumed"), _counts(start.get("lengths"), "lengths")
         for n in self.names:
             if n in lengths and lengths[n] != self.lengths[n]:
                 raise UsageError(f"mix: source {n!r} had {lengths[n]} samples when the state was saved, now "
                                  f"{self.lengths[n]}: its order would differ")
-            if isinstance(consumed.get(n, 0), bool) or not isinstance(consumed.get(n, 0), int) or consumed.get(n, 0) < 0:
-                raise UsageError(f"mix: start= count of {n!r} is not a count")
         self._carried = {n: (consumed[n], lengths.get(n)) for n in consumed if n not in self.names}
-        return {n: int(consumed.get(n, 0)) for n in self.names}
+        return {n: consumed.get(n, 0) for n in self.names}
 
     def _no_repeats(self) -> int:
         """The default length: the longest prefix in which no source starts a second pass."""

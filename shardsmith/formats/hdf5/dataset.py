@@ -29,7 +29,7 @@ from shardsmith.formats.hdf5.shard import FORMAT, FORMAT_VERSION, _OpenShard
 from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.event_batch import EventBatch, Member, Ragged, _join, _join_runs, _long_runs
 from shardsmith.kit.event_order import EventIterator, event_order
-from shardsmith.kit.order import window_of
+from shardsmith.kit.order import plain_count, window_of
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "EventBatch", "EventDataset", "EventIterator", "Ragged", "event_order"]
 
@@ -361,8 +361,8 @@ class EventDataset:
         order = event_order(self._n, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
                             block=block, exact=exact)
         config = {"shuffle": bool(shuffle), "seed": int(seed), "epoch": int(epoch), "rank": int(rank),
-                  "world_size": int(world_size), "batch_size": batch_size, "drop_last": bool(drop_last),
-                  "block": int(block), "exact": bool(exact)}
+                  "world_size": int(world_size), "batch_size": plain_count(batch_size),
+                  "drop_last": bool(drop_last), "block": int(block), "exact": bool(exact)}
         self.prefetch(order)
         return EventIterator(n=self._n, order=order, get_item=self.__getitem__, get_batch=self.get_batch,
                              config=config)

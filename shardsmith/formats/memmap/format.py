@@ -4,6 +4,7 @@ says how to ``np.memmap`` them (docs/design.md, "On-disk formats")."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,9 @@ class MemmapFormat(Format):
         """The manifest fields the readers read, typed (the JSON is checked against them on open)."""
         mm = m_.need(m, "memmap", dict, bad)
         m_.count(mm, "max_len", bad, where="memmap.", low=1)
+        pad = m_.need(mm, "pad_value", (int, float), bad, where="memmap.", optional=True)
+        if pad is not None and not math.isfinite(pad):
+            raise bad(f"'memmap.pad_value' is {pad}, not a finite number")
         m_.dtype_of(m_.need(mm, "dtype", str, bad, where="memmap."), bad, "'memmap.dtype'")
         for key in ("fields", "scalars"):
             names = m_.need(mm, key, list, bad, where="memmap.")
@@ -66,6 +70,7 @@ class MemmapFormat(Format):
                           f"{len(split['shards'])}")
             for shard in split["shards"]:
                 arrays = m_.need(shard, "arrays", dict, bad, where=f"splits.{name}.shards[].")
+                m_.count(shard, "truncated", bad, where=f"splits.{name}.shards[].", optional=True)
                 for key in ("meta", "lengths", "counts"):
                     m_.file_entry(arrays.get(key), bad, f"splits.{name}.shards[].arrays.{key}")
                 scalars = m_.need(arrays, "scalars", dict, bad, where=f"splits.{name}.shards[].arrays.")

@@ -10,6 +10,7 @@ size, so a JSON that lies about a size is refused before anything is mapped.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import numpy as np
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
+from shardsmith.core.manifest import MAX_COUNT
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.shape import FORMAT, FORMAT_VERSION, PAD_VALUE, Layout
 
@@ -96,6 +98,21 @@ def read_meta(root: Path | str, manifest: dict[str, Any], split: str, *,
     located = (lambda rel: Path(rel)) if fetch is not None else (lambda rel: manifest_mod.resolve_inside(root, rel))
     try:
         n = shard["samples"]
+        if not isinstance(meta, dict):
+            raise DatasetError(f"{here}: not a memmap description (a JSON object)")
+        for key in ("events", "max_len", "truncated_events"):
+            if type(meta.get(key)) is not int or not 0 <= meta[key] <= MAX_COUNT:
+                raise DatasetError(f"{here}: {key!r} is {meta.get(key)!r}, not a count")
+        if meta["max_len"] != (manifest.get("memmap") or {}).get("max_len", meta["max_len"]):
+            raise DatasetError(f"{here}: 'max_len' is {meta['max_len']}, the manifest says "
+                               f"{manifest['memmap']['max_len']}")
+        if meta["events"] != n or meta["truncated_events"] != shard.get("truncated", meta["truncated_events"]):
+            raise DatasetError(f"{here}: {meta['events']} events ({meta['truncated_events']} truncated), the "
+                               f"manifest says {n} ({shard.get('truncated')})")
+        pad = meta.get("pad_value")
+        if isinstance(pad, bool) or not isinstance(pad, int | float) or not math.isfinite(pad) \
+                or not isinstance(meta.get("keep"), str):
+            raise DatasetError(f"{here}: 'pad_value' must be a number and 'keep' a name")
         values = _array(located, here, meta["values"], listed, where, "values")
         fields = meta["values"]["fields"]
         if not (isinstance(fields, list) and all(isinstance(f, str) for f in fields)):

@@ -227,8 +227,10 @@ class TokenDataset:
             raise DatasetError(f"{out_dir}: a chat dataset (pack-tokens --chat): windows would cross conversations "
                                f"and train on every token; read its conversations (shardsmith.open gives "
                                f"TokenDocuments, with loss_mask) or pack it (--pack best-fit)")
+        if seq_len is not None and (type(seq_len) is not int or seq_len < 1):  # (a bool is not a length)
+            raise ValueError(f"seq_len={seq_len!r}: give a whole number of tokens, at least 1")
         seq_len = seq_len or self._shards.manifest.get("seq_len")
-        if not isinstance(seq_len, int) or seq_len < 1:
+        if type(seq_len) is not int or seq_len < 1:
             raise DatasetError(f"{out_dir}: give seq_len (the manifest records none)")
         self.seq_len = seq_len
         self.split = split
@@ -239,11 +241,21 @@ class TokenDataset:
         return max(0, (self.tokens - 1) // self.seq_len)
 
     def _check(self, indices: np.ndarray) -> np.ndarray:
-        indices = np.asarray(indices, dtype=np.int64)
+        """Window indices as non-negative int64, or IndexError: a float or a bool is not an index, and
+        an int beyond int64 (``trace OUT 99999999999999999999``) is out of range, not an OverflowError."""
+        given = np.asarray(indices)
         n = len(self)
-        if indices.size and (indices.min() < -n or indices.max() >= n):
+        if not given.size:
+            return np.zeros(given.shape, np.int64)
+        if given.dtype.kind not in "iu":
+            items = np.asarray(indices, dtype=object).ravel().tolist()
+            if all(type(v) is int for v in items):  # Python ints that no 64-bit dtype holds together
+                raise IndexError(f"window index out of range for {n} windows")
+            raise IndexError(f"window indices must be integers, not {given.dtype}")
+        if given.min() < -n or given.max() >= n:
             raise IndexError(f"window index out of range for {n} windows")
-        return np.where(indices < 0, indices + n, indices)
+        given = given.astype(np.int64)
+        return np.where(given < 0, given + n, given)
 
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         x, y = self.get_batch(np.array([i]))

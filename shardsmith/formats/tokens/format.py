@@ -43,11 +43,19 @@ class TokensFormat(Format):
         for key in ("eos_token", "bos_token"):
             m_.need(tok, key, str, bad, where="tokenizer.", optional=True, nullable=True)
         m_.need(tok, "engine", str, bad, where="tokenizer.", optional=True)
+        m_.need(tok, "trained", bool, bad, where="tokenizer.", optional=True)
+        m_.count(tok, "vocab_size_asked", bad, where="tokenizer.", optional=True, low=1)
+        itemsize = m_.dtype_of(tok["dtype"], bad, "'tokenizer.dtype'").itemsize
         for name, split in m["splits"].items():
             for shard in split["shards"]:
                 if not isinstance(shard.get("index"), dict):
                     raise bad(f"shard {shard['path']!r} of split {name!r} names no '.idx' index")
-                m_.count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
+                tokens = m_.count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
+                if tokens is not None and tokens * itemsize != shard["bytes"]:
+                    raise bad(f"shard {shard['path']!r}: {tokens} tokens of {itemsize} bytes are not its "
+                              f"{shard['bytes']} bytes")
+                for key in ("real_tokens", "documents", "documents_split"):  # packed shards' records
+                    m_.count(shard, key, bad, where=f"splits.{name}.shards[].", optional=True)
                 if "origins" in shard:  # --provenance
                     m_.file_entry(shard["origins"], bad, f"splits.{name}.shards[].origins")
                 if "mask" in shard or m.get("chat") is not None:  # --chat: every shard has its loss bits
@@ -56,6 +64,10 @@ class TokensFormat(Format):
                     m_.file_entry(shard.get("mask"), bad, f"splits.{name}.shards[].mask")
                     for key in ("tokens", "trained"):
                         m_.count(shard["mask"], key, bad, where=f"splits.{name}.shards[].mask.")
+            recorded = [shard.get("tokens") for shard in split["shards"]]
+            if split.get("tokens") is not None and None not in recorded and split["tokens"] != sum(recorded):
+                raise bad(f"split {name!r}: 'tokens' is {split['tokens']}, its shards hold {sum(recorded)}")
+            _packing_record(split.get("packing"), bad, where=f"splits.{name}.packing.")
         seq_len = m_.count(m, "seq_len", bad, optional=True, nullable=True, low=1)
         if seq_len is not None and seq_len >= 1 << 31:
             raise bad(f"'seq_len' is {seq_len}, more than 2**31 - 1")
@@ -63,6 +75,7 @@ class TokensFormat(Format):
         if packing is not None:
             m_.count(packing, "seq_len", bad, where="packing.", low=1)
             m_.count(packing, "pad_id", bad, where="packing.")
+            _packing_record(packing, bad, where="packing.")
             for name, split in m["splits"].items():
                 for shard in split["shards"]:
                     m_.file_entry(shard.get("boundaries"), bad, f"splits.{name}.shards[].boundaries")
@@ -119,11 +132,10 @@ class TokensFormat(Format):
         return kind(files, split=split)
 
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
-        """Each index against the manifest (documents, dtype), and every token inside the vocabulary.
-        ``out``: a folder, or the files of a dataset at a URL (each shard fetched whole, as the loader does)."""
+        """Every token inside the vocabulary (``verify_layout`` has checked each index). ``out``: a folder,
+        or the files of a dataset at a URL (each shard fetched whole, as the loader does)."""
         import os
 
-        from shardsmith.formats.tokens.indexed import parse_idx
         from shardsmith.kit.dataset_files import files_for
 
         problems = []
@@ -133,13 +145,6 @@ class TokensFormat(Format):
         _, shards = files.load_split(fmt="tokens", split=split)
         for s, shard in enumerate(shards):
             try:
-                index = shard["index"]
-                idx = parse_idx(files.sidecar(index), files.name_of(index["path"]), bin_bytes=shard["bytes"])
-                if len(idx.lengths) != shard["samples"]:
-                    problems.append(f"{shard['index']['path']}: {len(idx.lengths)} documents, the manifest says "
-                                    f"{shard['samples']}")
-                if idx.dtype != dtype:
-                    problems.append(f"{shard['index']['path']}: dtype {idx.dtype}, the manifest says {dtype}")
                 tokens = np.zeros(0, dtype)
                 if shard["bytes"]:
                     with os.fdopen(files.open(s), "rb") as fh:
@@ -155,17 +160,38 @@ class TokensFormat(Format):
                 problems.append(str(exc))
         return problems
 
+    @staticmethod
+    def _index_problems(files: Any, shards: list[dict[str, Any]], dtype: np.dtype) -> list[str]:
+        """Each shard's ``.idx`` parsed as the loader parses it, against the manifest (documents, dtype)."""
+        from shardsmith.formats.tokens.indexed import parse_idx
+
+        problems = []
+        for shard in shards:
+            index = shard["index"]
+            try:
+                idx = parse_idx(files.sidecar(index), files.name_of(index["path"]), bin_bytes=shard["bytes"])
+            except (DatasetError, OSError) as exc:
+                problems.append(str(exc))
+                continue
+            if len(idx.lengths) != shard["samples"]:
+                problems.append(f"{index['path']}: {len(idx.lengths)} documents, the manifest says {shard['samples']}")
+            if idx.dtype != dtype:
+                problems.append(f"{index['path']}: dtype {idx.dtype}, the manifest says {dtype}")
+        return problems
+
     def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
-        """With ``--provenance``: every shard's origins, one row per document (per piece, packed);
-        with ``--chat``: every shard's loss bits."""
+        """Every shard's ``.idx`` (small: 12 bytes a document); with ``--provenance``: every shard's
+        origins, one row per document (per piece, packed); with ``--chat``: every shard's loss bits."""
         from shardsmith.formats.tokens.masks import verify_masks
         from shardsmith.formats.tokens.origins import has_origins, verify_origins
         from shardsmith.kit.dataset_files import files_for
 
-        problems = verify_origins(out, manifest, split) if has_origins(manifest) else []
+        dtype = safe_dtype(manifest["tokenizer"]["dtype"], field="tokenizer.dtype")
+        shards = manifest["splits"][split]["shards"]
+        problems = self._index_problems(files_for(out), shards, dtype)
+        problems += verify_origins(out, manifest, split) if has_origins(manifest) else []
         if manifest.get("chat") is not None:
-            problems += verify_masks(files_for(out), manifest["splits"][split]["shards"],
-                                     safe_dtype(manifest["tokenizer"]["dtype"], field="tokenizer.dtype"))
+            problems += verify_masks(files_for(out), shards, dtype)
         return problems
 
     def describe(self, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -239,6 +265,18 @@ class TokensFormat(Format):
         return Rate(tokens_per_s, "tokens/s",
                     f"{out} [{split}]: {batches / elapsed:,.0f} batches/s of {batch_size}×{ds.seq_len}, "
                     f"{tokens_per_s / 1e6:,.1f} M tokens/s (shuffled random windows, one process)")
+
+
+def _packing_record(packing: Any, bad: Any, *, where: str) -> None:
+    """The figures of a packing (``packing_stats``, and the window it packed in): counts and shares."""
+    if not isinstance(packing, dict):
+        if packing is not None:
+            raise bad(f"{where[:-1]!r} must be an object")
+        return
+    for key in ("window_tokens", "sequences", "real_tokens", "padding_tokens", "documents", "documents_split"):
+        m_.count(packing, key, bad, where=where, optional=True)
+    for key in ("padding_fraction", "split_fraction"):
+        m_.fraction(packing, key, bad, where=where, optional=True)
 
 
 def _check_chat(chat: dict[str, Any], bad: Any) -> None:

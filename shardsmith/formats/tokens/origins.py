@@ -10,24 +10,18 @@ hashes it; the loader reads it only for ``sources(i)``, never to serve tokens.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardsmith.core.fsutil import HashingFile
+from shardsmith.core.npy import npy_bytes, read_npy
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.boundaries import read_boundaries
 from shardsmith.kit.doc_origin import DOC_ORIGIN
 
 ORIGINS_SUFFIX = ".origins.npy"
-
-
-def npy_bytes(array: np.ndarray) -> bytes:
-    """``np.save`` into memory (header and data only: the same bytes every time)."""
-    buf = io.BytesIO()
-    np.save(buf, array, allow_pickle=False)
-    return buf.getvalue()
 
 
 def check_batch(origins: np.ndarray | None, documents: int) -> np.ndarray:
@@ -58,11 +52,12 @@ def load_origins(files: Any, entries: list[dict[str, Any]], counts: list[int], *
                                f"(pack-tokens --provenance writes them)")
         name = files.name_of(side["path"])
         try:
-            rows = np.load(io.BytesIO(files.sidecar(side)), allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise DatasetError(f"{name}: cannot read the document origins ({exc})") from None
-        if rows.dtype != DOC_ORIGIN or rows.ndim != 1 or len(rows) != want:
-            raise DatasetError(f"{name}: {len(rows)} origin rows of {rows.dtype}, the shard holds {want} documents")
+            data = files.sidecar(side)
+        except OSError as exc:
+            raise DatasetError(f"{name}: cannot read the document origins ({exc.strerror or exc})") from None
+        rows = read_npy(data, where=f"{name}: document origins", dtype=DOC_ORIGIN, ndim=1)
+        if len(rows) != want:
+            raise DatasetError(f"{name}: {len(rows)} origin rows, the shard holds {want} documents")
         parts.append(rows)
     return np.concatenate(parts) if parts else np.zeros(0, DOC_ORIGIN)
 
@@ -87,7 +82,7 @@ def verify_origins(out: Any, manifest: dict[str, Any], split: str) -> list[str]:
         try:
             want = int(shard["samples"])
             if isinstance(shard.get("boundaries"), dict):  # packed: a row per document piece
-                want = len(np.load(io.BytesIO(files.sidecar(shard["boundaries"])), allow_pickle=False))
+                want = len(read_boundaries(files, shard["boundaries"], tokens=shard.get("tokens")))
             rows = load_origins(files, [shard], [want], where=shard["path"])
         except (DatasetError, OSError, ValueError) as exc:
             problems.append(str(exc))

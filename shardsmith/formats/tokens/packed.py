@@ -6,13 +6,13 @@ is the number of real tokens), ``position_ids`` (restarting at each piece) and, 
 
 from __future__ import annotations
 
-import io
 import os
 from typing import Any
 
 import numpy as np
 
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.boundaries import read_boundaries
 from shardsmith.formats.tokens.dataset import _TokenShards
 from shardsmith.kit.order import ResumableIterator
 
@@ -101,19 +101,12 @@ class PackedSequences:
             cu = entry.get("boundaries")
             if not isinstance(cu, dict):
                 raise DatasetError(f"{entry['path']}: the manifest names no document boundaries for it")
-            path = files.name_of(cu["path"])
-            data = files.sidecar(cu)  # read now, whole: of the manifest's size (through the cache for a URL)
-            try:
-                ends = np.load(io.BytesIO(data), allow_pickle=False)
-            except (OSError, ValueError) as exc:
-                raise DatasetError(f"{path}: cannot read the document boundaries ({exc})") from None
             tokens = entry["bytes"] // self._shards.dtype.itemsize
             if tokens % self.seq_len:
-                raise DatasetError(f"{path}: its shard holds {tokens} tokens, not whole sequences of {self.seq_len}")
-            if ends.ndim != 1 or ends.dtype.kind not in "iu" or (len(ends) and (
-                    np.any(np.diff(ends) <= 0) or ends[0] <= 0 or ends[-1] > tokens)):
-                raise DatasetError(f"{path}: document boundaries are not increasing inside the shard")
-            parts.append(ends.astype(np.int64) + start)
+                raise DatasetError(f"{files.name_of(cu['path'])}: its shard holds {tokens} tokens, not whole "
+                                   f"sequences of {self.seq_len}")
+            ends = read_boundaries(files, cu, tokens=tokens)  # read now, whole (through the cache for a URL)
+            parts.append(ends + start)
         self._pieces = [len(p) for p in parts]  # per shard: what its origins hold a row for
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardsmith.core.fsutil import HashingFile
+from shardsmith.core.npy import npy_bytes
 from shardsmith.formats.tokens.masks import MASK_SUFFIX, MaskFile, ids_dtype, pad_unit, split_units
-from shardsmith.formats.tokens.origins import ORIGINS_SUFFIX, check_batch, npy_bytes, write_origins
+from shardsmith.formats.tokens.origins import ORIGINS_SUFFIX, check_batch, write_origins
 from shardsmith.formats.tokens.packing import BestFitPacker, Window
 from shardsmith.formats.tokens.writer import idx_bytes
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer

@@ -14,7 +14,9 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
 from shardsmith.core.words import plural
+from shardsmith.formats.tokens.boundaries import read_boundaries
 from shardsmith.formats.tokens.indexed import read_idx
+from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Table, summary_row
 
@@ -71,7 +73,7 @@ def _spans(out: Path, shard: dict[str, Any], dtype: np.dtype, packing: Any) -> t
         idx = read_idx(manifest_mod.resolve_inside(out, shard["index"]["path"]), bin_bytes=shard["bytes"])
         return idx.pointers // dtype.itemsize, idx.lengths
     seq_len = int(packing["seq_len"])
-    ends = np.load(manifest_mod.resolve_inside(out, shard["boundaries"]["path"]), allow_pickle=False).astype(np.int64)
+    ends = read_boundaries(files_for(out), shard["boundaries"], tokens=shard["bytes"] // dtype.itemsize)
     if not len(ends):
         return ends, ends
     prev = np.concatenate([[0], ends[:-1]])

@@ -242,6 +242,14 @@ class TarDataset:
         self._tables[s] = table
         return table
 
+    def check_indexes(self) -> None:
+        """Every shard's member table from its offset index, checked as first use checks it (the table
+        itself, and a few samples against the tar's headers): what ``verify`` without ``--deep`` reads,
+        so that an index which lies (its manifest entry made to agree) is not passed unread."""
+        for s in range(len(self._paths)):
+            if self._tables[s] is None:
+                self._table(s)
+
     def check_headers(self) -> None:
         """Read every tar header of every shard and check it against the shard's offset index:
         what a version-2 index spares ``ds[i]`` beyond its few spot checks (``verify --deep``).

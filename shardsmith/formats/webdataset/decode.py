@@ -5,8 +5,6 @@ other member, pickle-like ones (``.pyd``, ``.pth``, …) included, stays bytes.
 
 from __future__ import annotations
 
-import io
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +12,7 @@ import numpy as np
 import orjson
 
 from shardsmith.core.images import MAX_IMAGE_PIXELS, pillow_open  # stdlib only: no Pillow
+from shardsmith.core.npy import read_npy
 from shardsmith.errors import DatasetError
 
 KINDS = ("image", "int", "json", "text", "bytes", "npy")
@@ -27,28 +26,10 @@ _EXT_KINDS = {
     **dict.fromkeys(("jpg", "jpeg", "png", "ppm", "pgm", "pbm", "pnm", "bmp", "webp", "gif", "tif", "tiff"),
                     "image"),
 }
-_NPY_HEADER_MAX = 10000  # numpy's own default limit on .npy header sizes
-
-
 def load_npy(data: bytes, *, where: str) -> np.ndarray:
-    """A .npy payload without pickles, whose header is checked against its size before numpy allocates."""
-    fp = io.BytesIO(data)
-    fmt = np.lib.format
-    try:
-        version = fmt.read_magic(fp)
-        if version == (1, 0):
-            shape, _fortran, dtype = fmt.read_array_header_1_0(fp, max_header_size=_NPY_HEADER_MAX)
-        elif version == (2, 0):
-            shape, _fortran, dtype = fmt.read_array_header_2_0(fp, max_header_size=_NPY_HEADER_MAX)
-        else:
-            raise ValueError(f"unsupported .npy version {version}")
-        if dtype.hasobject:
-            raise ValueError("object arrays need pickles, which shardsmith never loads")
-        if len(data) - fp.tell() != math.prod(shape) * dtype.itemsize:
-            raise ValueError(f"{len(data) - fp.tell()} data bytes for shape {shape} of {dtype}")
-        return np.load(io.BytesIO(data), allow_pickle=False)
-    except Exception as exc:  # numpy's header parser raises many types (ValueError, TokenError, …) on junk
-        raise DatasetError(f"{where}: not a valid .npy array ({type(exc).__name__}: {exc})") from None
+    """A .npy payload without pickles, its header checked against its size before anything is allocated
+    (``core/npy.py``); a writable copy, as ``np.load`` gives."""
+    return read_npy(data, where=where).copy()
 
 
 def _text(data: bytes) -> str:

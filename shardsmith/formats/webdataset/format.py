@@ -58,6 +58,14 @@ class WebDatasetFormat(Format):
 
         return TarDataset(out_dir, split=split, decode=decode)
 
+    def verify_layout(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
+        """Every shard's offset index as the loader takes it (``TarDataset.check_indexes``)."""
+        try:
+            self.open(out, split=split).check_indexes()
+        except DatasetError as exc:
+            return [str(exc)]
+        return []
+
     def verify_deep(self, out: Path, manifest: dict[str, Any], split: str) -> list[str]:
         """Every header read, every sample opened, and (image datasets) every image decoded."""
         from shardsmith.core.images import ImageError, check_image

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.npy import HEADER_MAX, read_npy
 from shardsmith.errors import DatasetError
-from shardsmith.formats.webdataset.decode import _NPY_HEADER_MAX, load_npy
 from shardsmith.formats.webdataset.tarfmt import BLOCK, ShardMembers, index_offsets, is_index_v2, parse_sample
 
 _SPOT_CHECKS = 8  # samples per shard whose headers are read to check a full index against the tar
@@ -45,11 +45,11 @@ def _load_index(files: Any, entry: dict[str, Any], tar: Any) -> tuple[array, np.
     path = files.name_of(entry["index"]["path"])
     # a member needs a header block, a key or an extension at most 100 bytes: bounded by the tar's size
     if not isinstance(n, int) or entry["index"]["bytes"] > 8 * (2 * n + 10) + 240 * (size // BLOCK) \
-            + 2 * _NPY_HEADER_MAX:
+            + 2 * HEADER_MAX:
         raise DatasetError(f"{path}: {entry['index']['bytes']} bytes is too large an index for {n} samples of "
                            f"a {size}-byte shard")
     raw = files.sidecar(entry["index"])
-    arr = load_npy(raw, where=str(path))
+    arr = read_npy(raw, where=str(path))
     full = None
     if arr.dtype.kind == "i" and arr.dtype.itemsize == 8 and arr.ndim == 1 and is_index_v2(arr):
         # the member table is trusted in place of the tar's headers only as the manifest recorded it

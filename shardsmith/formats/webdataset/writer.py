@@ -11,7 +11,6 @@ folder (``formats.writer.INDEX_DIR``) so that a reader of the folder's files by 
 
 from __future__ import annotations
 
-import io
 import posixpath
 import struct
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,6 +22,7 @@ import numpy as np
 import orjson
 
 from shardsmith.core.fsutil import HashingFile, atomic_write_bytes, fsync_dir
+from shardsmith.core.npy import npy_bytes
 from shardsmith.core.own_files import INDEX_DIR
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DataError
@@ -104,12 +104,6 @@ class ShardIndex:
         cat = np.concatenate
         return index_array([*self.starts, end], first, cat(self.data) if self.data else [],
                            cat(self.size) if self.size else [], self.ext_names, self.keys)
-
-
-def npy_bytes(arr: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, arr, allow_pickle=False)
-    return buf.getvalue()
 
 
 def offsets_name(shard: str) -> str:
