@@ -22,8 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from shardsmith.core.words import plural
 from shardsmith.core.manifest import MAX_COUNT
+from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
 
 SOURCE_KEYS = {"path", "weight", "split", "loader", "seq_len"}
