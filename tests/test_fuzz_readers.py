@@ -371,7 +371,8 @@ def test_found_by_fuzzing_attributes_of_another_kind(events_h5, tmp_path, attr, 
 
 @pytest.mark.parametrize("field, key, value, message", [
     ("sensor_id", "counter", [], "'schema.sensor_id.counter' must be str"),  # a list: unhashable where counters are grouped
-    ("azimuth", "counter", "n_rows", "'azimuth' is not a group"),  # a fixed dataset read as a ragged group
+    ("azimuth", "counter", "n_rows", "'schema.azimuth.ragged' is False, but its counter is 'n_rows'"),  # a fixed
+    # dataset claimed ragged: refused by the manifest's own check, before the shard is read as a ragged group
     ("event_id", "shape", ["a"], "'schema.event_id.shape' must be a list of sizes"),
 ])
 def test_found_by_fuzzing_schemas_that_lie(events_h5, tmp_path, field, key, value, message):
