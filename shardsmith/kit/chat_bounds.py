@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import string
+from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
@@ -252,9 +253,24 @@ def bounded_filter(name: str, func: Any) -> Any:
     def bounded(*args: Any, **kwargs: Any) -> Any:
         tick()
         args = (*args[:skip], *_check_filter(name, tuple(args[skip:]), kwargs))
-        return made(func(*args, **kwargs))
+        value = made(func(*args, **kwargs))
+        observer = OBSERVER.get()
+        return value if observer is None or not isinstance(value, Iterator) else _told(value, observer)
 
     return bounded
+
+
+def _told(items: Iterator, observer: Any) -> Iterator:
+    """An iterator a filter made (``map``, ``select``, ``batch``...), each advance told to the
+    render's observer as a read of state: one made before a loop and advanced in its passes holds
+    how far the loop went (``chat_turns``)."""
+    while True:
+        observer.state_read()
+        try:
+            item = next(items)
+        except StopIteration:
+            return
+        yield item
 
 
 def bounded_test(func: Any) -> Any:

@@ -17,8 +17,9 @@ nothing.
 
 The loops are instrumented (``Steps``): each item and each pass through a body is a step, and a
 pass's constant text is charged as produced; an observer set for a render (``OBSERVER``:
-``chat_turns.Observations``) also hears where loops start, pass and end, and namespace reads:
-what the turn-by-turn rule needs to find every prefix's render in one.
+``chat_turns.Observations``) also hears where loops start, pass and end, and reads of state (a
+namespace, an iterator a filter made): what the turn-by-turn rule needs to find every prefix's
+render in one.
 """
 
 from __future__ import annotations
@@ -184,8 +185,9 @@ def environment() -> Any:
             return dict.fromkeys(*args, **kwargs)
 
     class TemplateNamespace(jinja2.utils.Namespace):
-        """``namespace(...)`` refusing underscore names (no way to CPython internals); its reads are
-        told to an observer (a later turn can change what a namespace holds)."""
+        """``namespace(...)`` refusing underscore names (no way to CPython internals); its reads (of
+        an attribute, or of all of them as text) are told to an observer (a later turn can change
+        what a namespace holds)."""
 
         def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: B902 - namespace(self=...) must work
             self, args = args[0], args[1:]
@@ -196,14 +198,21 @@ def environment() -> Any:
 
         def __getattribute__(self, name: str) -> Any:
             if name not in ("_Namespace__attrs", "__class__"):
-                observer = OBSERVER.get()
-                if observer is not None:
-                    observer.namespace_read()
+                _state_read()
             return jinja2.utils.Namespace.__getattribute__(self, name)
+
+        def __repr__(self) -> str:  # (``{{ ns }}``, ``ns|string``: every attribute read at once)
+            _state_read()
+            return jinja2.utils.Namespace.__repr__(self)
 
         def __setitem__(self, name: str, value: Any) -> None:
             _check_name(name)
             jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    def _state_read() -> None:
+        observer = OBSERVER.get()
+        if observer is not None:
+            observer.state_read()
 
     def _check_name(name: Any) -> None:
         if isinstance(name, str) and name.startswith("_"):
