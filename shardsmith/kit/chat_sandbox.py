@@ -31,6 +31,7 @@ from typing import Any
 
 from shardsmith.kit.chat_bounds import (
     BUDGET,
+    CHARS_PER_STEP,
     MAX_VALUE_CHARS,
     OBSERVER,
     TRACKING,
@@ -43,6 +44,9 @@ from shardsmith.kit.chat_bounds import (
     lipsum,
     made,
     materialized,
+    read,
+    read_text,
+    seen,
     tick,
 )
 
@@ -73,8 +77,9 @@ def environment() -> Any:
     import jinja2.ext
     import jinja2.nodes as nodes
     import jinja2.utils
-    from jinja2.compiler import CodeGenerator
+    from jinja2.compiler import CodeGenerator, operators
     from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
+    from jinja2.runtime import Macro
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.visitor import NodeTransformer
 
@@ -225,9 +230,15 @@ def environment() -> Any:
                sort_keys: bool = False) -> str:  # not Jinja's own filter: that one escapes HTML characters
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    def finalize(value: Any) -> Any:
-        """Every ``{{ }}`` value: its characters charged as produced."""
-        return made(value) if type(value) is str else value
+    @jinja2.pass_eval_context
+    def finalize(eval_ctx: Any, value: Any) -> Any:
+        """Every ``{{ }}`` value: its characters charged as produced; a value that is not a string
+        read first (its text checked before it is made). Taking the evaluation context keeps Jinja
+        from finalizing constants while compiling, uncounted (``{{ "<a megabyte>" }}`` in a loop)."""
+        if type(value) is str:
+            return made(value)
+        read_text(value, "a value to write out")
+        return made(str(value))
 
     dict_names = frozenset(dir(dict))
 
@@ -256,6 +267,38 @@ def environment() -> Any:
                 self.write(", ")
             self.write("))")
 
+        def visit_Compare(self, node: Any, frame: Any) -> None:
+            """Each operand read (``chat_bounds.seen``): ``'y' in text`` scans it, ``a == b`` may
+            walk two structures."""
+            self.write("(environment.seen(")
+            self.visit(node.expr, frame)
+            self.write(")")
+            for op in node.ops:
+                self.write(f" {operators[op.op]} environment.seen(")
+                self.visit(op.expr, frame)
+                self.write(")")
+            self.write(")")
+
+        def visit_Dict(self, node: Any, frame: Any) -> None:
+            """Keys read (hashing one walks it)."""
+            self.write("{")
+            for item in node.items:
+                self.write("environment.seen(")
+                self.visit(item.key, frame)
+                self.write("): ")
+                self.visit(item.value, frame)
+                self.write(", ")
+            self.write("}")
+
+        def visit_Getitem(self, node: Any, frame: Any) -> None:
+            """A slice is made here (Jinja compiles ``x[a:b]`` straight to Python, past ``getitem``)."""
+            if isinstance(node.arg, nodes.Slice):
+                self.write("environment.made(")
+                super().visit_Getitem(node, frame)
+                self.write(")")
+            else:
+                super().visit_Getitem(node, frame)
+
     class Sandbox(ImmutableSandboxedEnvironment):
         """The same sandbox, with operators that check what they make and calls counted; and
         ``message.content`` on a plain dict looked up at once: a dict instance has no attribute of
@@ -265,8 +308,14 @@ def environment() -> Any:
         intercepted_binops = frozenset(("*", "**", "+", "%"))  # nor folded at compile time
         code_generator_class = Generator
 
+        seen = staticmethod(seen)
+        made = staticmethod(made)
+
         def concat(self, values: tuple) -> str:
             tick()
+            for v in values:
+                if type(v) is not str:
+                    read_text(v, "a value to concatenate")
             parts = [str(v) for v in values]
             check_chars(sum(map(len, parts)), "a concatenation")
             return made("".join(parts))
@@ -278,7 +327,7 @@ def environment() -> Any:
                     check_chars(size, "a concatenation")
                 budget = BUDGET.get()
                 if budget is not None:
-                    budget.steps -= 1
+                    budget.steps -= 1 + size // CHARS_PER_STEP
                     budget.chars -= size
                     if budget.steps < 0 or budget.chars < 0:
                         budget.tick(0)
@@ -290,10 +339,16 @@ def environment() -> Any:
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: B902, N805
             tick()
+            if not (isinstance(__obj, Macro) or isinstance(getattr(__obj, "__self__", None), Steps)):
+                # (a macro takes its arguments as they are, unread; a loop reads its items one by one)
+                for value in (*args, *kwargs.values()):
+                    read(value)
             args = check_method(__obj, args, kwargs)
             return made(super().call(__context, __obj, *args, **kwargs))
 
         def getitem(self, obj: Any, argument: Any) -> Any:
+            if type(argument) not in (str, int):  # (a tuple key is hashed: read)
+                read(argument)
             value = super().getitem(obj, argument)
             return made(value) if type(argument) is slice else value
 
@@ -304,7 +359,7 @@ def environment() -> Any:
             fmt = value.__self__
 
             def checked(*args: Any, **kwargs: Any) -> str:
-                check_format(fmt)
+                check_format(fmt, args, kwargs)
                 return wrapped(*args, **kwargs)
 
             return checked
@@ -320,10 +375,12 @@ def environment() -> Any:
         def _parse(self, source: str, name: Any, filename: Any) -> Any:
             return self.extensions[Steps.identifier].instrument(super()._parse(source, name, filename))
 
-    env = Sandbox(trim_blocks=True, lstrip_blocks=True, finalize=finalize,
+    # optimized=False: nothing is computed while compiling (a constant filtered ten times over into
+    # 30 MB each, uncounted), every value is made as the template renders, under its bounds
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, finalize=finalize, optimized=False,
                   extensions=[Generation, Steps, jinja2.ext.loopcontrols])
     env.filters = {name: bounded_filter(name, f) for name, f in {**DEFAULT_FILTERS, "tojson": tojson}.items()}
-    env.tests = {name: bounded_test(f) for name, f in DEFAULT_TESTS.items()}
+    env.tests = {name: bounded_test(name, f) for name, f in DEFAULT_TESTS.items()}
     env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f),
                        dict=TemplateDict(), namespace=TemplateNamespace, lipsum=lipsum)
     return env
