@@ -142,6 +142,14 @@ def test_what_a_render_makes_is_counted(name):
         ChatTemplate(source=MADE[name]).render(HI)
 
 
+@pytest.mark.parametrize("operator", ["ns.n + ns.n", "ns.n - (0 - ns.n)"])
+def test_integers_doubled_by_addition_stop_at_their_bound(operator):
+    """A bit more each step: at 9 million steps a number of 9 million bits, each step slower."""
+    source = "{% set ns = namespace(n=1) %}{% for i in range(70000) %}{% set ns.n = " + operator + " %}{% endfor %}"
+    with pytest.raises(ChatError, match="would add integers past 65,536 bits"):
+        ChatTemplate(source=source).render(HI)
+
+
 def test_compiling_calls_no_filter():
     """Jinja calls filters of constants while compiling (and writes their result into the code),
     outside any budget: ten of 30 MB each took 3 GB before the first render."""

@@ -261,9 +261,13 @@ def check_binop(operator: str, left: Any, right: Any) -> None:
         if (isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1
                 and left.bit_length() * right > MAX_INT_BITS):
             raise TemplateLimit(f"would raise an integer past {MAX_INT_BITS:,} bits")
-    elif operator == "+":
+    elif operator in ("+", "-"):
+        if isinstance(left, int) and isinstance(right, int):  # (n + n, or n - -n, doubles each step)
+            if max(left.bit_length(), right.bit_length()) >= MAX_INT_BITS:
+                raise TemplateLimit(f"would add integers past {MAX_INT_BITS:,} bits")
+            return
         a, b = _sized(left), _sized(right)
-        if a is not None and b is not None:
+        if operator == "+" and a is not None and b is not None:
             (check_chars if isinstance(left, str) else _items)(a + b, "a concatenation")
     elif operator == "%":
         check_percent(left, right)

@@ -305,7 +305,7 @@ def environment() -> Any:
         its own, so for a name that is not one of ``dict``'s the sandbox's ``getattr`` always ends
         in the item (or undefined), after a failed ``getattr`` (a third of a render's time)."""
 
-        intercepted_binops = frozenset(("*", "**", "+", "%"))  # nor folded at compile time
+        intercepted_binops = frozenset(("*", "**", "+", "-", "%"))
         code_generator_class = Generator
 
         seen = staticmethod(seen)
