@@ -133,6 +133,8 @@ MADE = {
     "one value %-formatted many times": "{% set t = ('%(a)s' * 100) % {'a': 'x' * 350000} %}",
     "bytes kept": "{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(70) %}"
                   "{% set ns.l = ns.l + [s.encode()] %}{% endfor %}",
+    "markup kept": "{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(70) %}"
+                   "{% set ns.l = ns.l + [s|safe] %}{% endfor %}",
 }
 
 

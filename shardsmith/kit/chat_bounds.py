@@ -94,9 +94,10 @@ def tick(n: int = 1) -> None:
 
 
 def made(value: Any) -> Any:
-    """``value``, a string or list (or bytes: ``str.encode``) an operation made, charged to the
-    render's characters (what a render allocates stays bounded, not only what it keeps)."""
-    if type(value) in (str, list, tuple, bytes):
+    """``value``, a string or list (or bytes: ``str.encode``; or Markup: ``|safe``, ``|e``) an
+    operation made, charged to the render's characters (what a render allocates stays bounded, not
+    only what it keeps)."""
+    if isinstance(value, (str, list, tuple, bytes)):
         budget = BUDGET.get()
         if budget is not None:
             budget.charge(len(value))
