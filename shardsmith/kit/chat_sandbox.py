@@ -6,14 +6,15 @@ with bounds a crafted template cannot pass.
 A template from the Hub is code: ``{{ 'x' * 10**9 }}`` allocates a gigabyte (at compile time, as
 Jinja folds constants), nested ``range(100000)`` loops never end, 2,000 nested blocks overflow
 the parser's stack. Here every render runs under a ``Budget``: steps (a loop's item, a call, a
-filter, an operator) for all renders of a conversation, and characters made (the strings and
-lists operations return, the text produced) for each render; counted, never timed, so the same
-template and conversation stop at the same step on any machine (``kit/chat_bounds.py``). Each operation that can make a
-value much larger than its operands (string and list repetition, ``+``, ``~``, ``**``, ``%``,
-``format``, ``center``, ``indent``, ``join``, ``replace``...) checks the size it would make
-first. Reaching a bound is ``TemplateLimit``, one line (``chat_template.py`` makes it the
-conversation's ``ChatError``). Operators stay unfolded at compile time, so compiling allocates
-nothing.
+filter, an operator, and what each reads: characters and items) for all renders of a
+conversation, and characters made (the strings and lists operations return, the text produced)
+for each render; counted, never timed, so the same template and conversation stop at the same
+step on any machine (``kit/chat_bounds.py``). Each operation that can make a value much larger
+than its operands (string and list repetition, ``+``, ``~``, ``**``, ``%``, ``format``,
+``center``, ``indent``, ``join``, ``replace``...) checks the size it would make first. Reaching
+a bound is ``TemplateLimit``, one line (``chat_template.py`` makes it the conversation's
+``ChatError``). Nothing is computed while compiling (no constant folded, no filter called), so
+compiling allocates nothing; comparisons, dict keys and slices go through the environment too.
 
 The loops are instrumented (``Steps``): each item and each pass through a body is a step, and a
 pass's constant text is charged as produced; an observer set for a render (``OBSERVER``:
