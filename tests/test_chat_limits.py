@@ -66,6 +66,7 @@ def test_compiling_folds_no_operator():
     ("{% if true %}" * 2000 + "{% endif %}" * 2000, "nests blocks or expressions too deeply"),
     ("{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}", "nests blocks or expressions too deeply"),
     ("{% for a in [1] %}" * 25 + "x" + "{% endfor %}" * 25, "too many statically nested blocks"),
+    ("{{ x }}" * 30000, "more than 100,000 tokens"),  # (1.5 GB and 20 s to compile a megabyte of them)
 ])
 def test_a_template_too_deep_to_compile_is_one_line(tmp_path, source, words):
     folder = model_folder(tmp_path / "m", tokenizer_json(kind="gpt2"), source)

@@ -27,6 +27,7 @@ MAX_VALUE_CHARS = 32 << 20  # the longest string an operation may make
 MAX_ITEMS = 1 << 20  # the longest list an operation may make
 MAX_INT_BITS = 1 << 16  # the largest integer (transformers' str() of an int stops at 4,300 digits anyway)
 MAX_INDENT = 64  # tojson's indent
+MAX_TEMPLATE_TOKENS = 100_000  # a template's tokens (published ones have a few thousand; compiling takes ~2 KB each)
 # characters (or items) read or made that count as one step: C copies, scans, splits or matches a
 # kilobyte in about the time Python takes for a few steps (a loop's pass), so the steps bound a
 # conversation's time whatever its operations touch
