@@ -227,8 +227,10 @@ def run_case(argv: list[str], *, out: Path, guard: float, memory: int, pythonpat
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     start = time.monotonic()
+    # (run in the work folder: python -m puts its folder first on the path, which from a checkout would run
+    # that checkout's shardsmith whatever --pythonpath says)
     proc = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(pythonpath),
-                            preexec_fn=held, start_new_session=True)
+                            preexec_fn=held, start_new_session=True, cwd=out.parent)
     try:
         err = proc.communicate(timeout=guard)[1]
         code: int | None = proc.returncode
