@@ -153,6 +153,15 @@ def test_integers_doubled_by_addition_stop_at_their_bound(operator):
         ChatTemplate(source=source).render(HI)
 
 
+def test_json_indented_deep_is_sized_before_it_is_made():
+    """Each item on a line of its own, indented as deep as it lies: 60,000 items 190 lists deep are
+    720 MB of indentation (3 GB past the bound at a long conversation's steps), from a 400 kB value."""
+    source = ("{% set ns = namespace(x=range(60000)|list) %}{% for i in range(190) %}{% set ns.x = [ns.x] %}"
+              "{% endfor %}{{ ns.x|tojson(indent=64)|length }}")
+    with pytest.raises(ChatError, match="would make an indented JSON text of"):
+        ChatTemplate(source=source).render(HI)
+
+
 def test_compiling_calls_no_filter():
     """Jinja calls filters of constants while compiling (and writes their result into the code),
     outside any budget: ten of 30 MB each took 3 GB before the first render."""

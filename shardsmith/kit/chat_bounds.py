@@ -347,7 +347,24 @@ def _check_filter(name: str, args: tuple, kwargs: dict) -> tuple:
         indent = arg(2, "indent")
         if (isinstance(indent, int) and indent > MAX_INDENT) or (isinstance(indent, str) and len(indent) > MAX_INDENT):
             raise TemplateLimit(f"asks tojson for an indent over {MAX_INDENT}")
+        width = len(indent) if isinstance(indent, str) else indent if isinstance(indent, int) else None
+        if width is not None and args:  # each item on a line of its own, indented as deep as it lies
+            items, deepest = _nesting(args[0])
+            check_chars(items * (2 + deepest * max(width, 0)), "an indented JSON text")
     return args
+
+
+def _nesting(value: Any) -> tuple[int, int]:
+    """(items, the deepest level) of the lists and dicts in ``value``: walked only after ``read``
+    paid for a walk of it."""
+    items, deepest, stack = 0, 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (list, tuple, dict)):
+            items += len(node)
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return items, deepest
 
 
 def _plain_attribute(value: Any, attribute: Any) -> Any:
