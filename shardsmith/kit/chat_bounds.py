@@ -140,9 +140,15 @@ def read_text(value: Any, what: str) -> int:
 _VIEWS = (range, type({}.keys()), type({}.values()), type({}.items()))
 
 
-def _walk(value: Any) -> int:
+@functools.cache
+def _namespace_type() -> type:
     from jinja2.utils import Namespace
 
+    return Namespace
+
+
+def _walk(value: Any) -> int:
+    Namespace = _namespace_type()  # noqa: N806
     budget = BUDGET.get()
     left = budget.steps if budget is not None else MAX_VALUE_CHARS
     size, steps, stack = 0, 0, [value]

@@ -55,6 +55,24 @@ from shardsmith.kit.chat_bounds import (
 # the environment
 
 
+SHORT_CONSTANT = 256  # a constant written or compared shorter than this costs nothing to read
+
+
+def _short_text(node: Any) -> bool:
+    """A string constant short enough to be read for free (or, written, charged with its pass's text)."""
+    from jinja2 import nodes
+
+    return type(node) is nodes.Const and type(node.value) is str and len(node.value) < SHORT_CONSTANT
+
+
+def _read_free(node: Any) -> bool:
+    """A constant an operation reads at no cost: a short string, a number, a bool or None."""
+    from jinja2 import nodes
+
+    return type(node) is nodes.Const and (_short_text(node) or type(node.value) in (int, float, bool, type(None))
+                                          and not (type(node.value) is int and node.value.bit_length() > 64))
+
+
 def _constant_chars(body: list) -> int:
     """Characters of template text directly in a body (not in the nested bodies that count their own)."""
     from jinja2 import nodes
@@ -143,6 +161,14 @@ def environment() -> Any:
                     return node
 
                 visit_Macro = visit_CallBlock = visit_FilterBlock = visit_AssignBlock = visit_Block = _buffered
+
+                def visit_Output(self, node: Any) -> Any:
+                    """``{{ 'short constant' }}`` written as template text: charged with the pass's
+                    text (``_enter``), not through ``finalize`` each time it is written."""
+                    self.generic_visit(node)
+                    node.nodes = [nodes.TemplateData(child.value).set_lineno(child.lineno) if _short_text(child)
+                                  else child for child in node.nodes]
+                    return node
 
             return Instrument().visit(template)
 
@@ -237,8 +263,15 @@ def environment() -> Any:
         """Every ``{{ }}`` value: its characters charged as produced; a value that is not a string
         read first (its text checked before it is made). Taking the evaluation context keeps Jinja
         from finalizing constants while compiling, uncounted (``{{ "<a megabyte>" }}`` in a loop)."""
-        if type(value) is str:
-            return made(value)
+        if type(value) is str:  # (``made``, inline: every ``{{ }}`` of every render comes here)
+            budget = BUDGET.get()
+            if budget is not None:
+                size = len(value)
+                budget.chars -= size
+                if budget.chars < 0 or size >= CHARS_PER_STEP:
+                    budget.chars += size
+                    budget.charge(size)
+            return value
         read_text(value, "a value to write out")
         return made(str(value))
 
@@ -272,13 +305,19 @@ def environment() -> Any:
         def visit_Compare(self, node: Any, frame: Any) -> None:
             """Each operand read (``chat_bounds.seen``): ``'y' in text`` scans it, ``a == b`` may
             walk two structures."""
-            self.write("(environment.seen(")
-            self.visit(node.expr, frame)
-            self.write(")")
+            self.write("(")
+            self._seen(node.expr, frame)
             for op in node.ops:
-                self.write(f" {operators[op.op]} environment.seen(")
-                self.visit(op.expr, frame)
-                self.write(")")
+                self.write(f" {operators[op.op]} ")
+                self._seen(op.expr, frame)
+            self.write(")")
+
+        def _seen(self, node: Any, frame: Any) -> None:
+            if _read_free(node):
+                self.visit(node, frame)
+                return
+            self.write("environment.seen(")
+            self.visit(node, frame)
             self.write(")")
 
         def visit_Dict(self, node: Any, frame: Any) -> None:
