@@ -85,6 +85,10 @@ TEMPLATES = {
     "shared macro arguments": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1, varargs, varargs) }}{% else %}"
                               "{{ varargs|string|length }}{% endif %}{% endmacro %}{{ f(60, 1) }}",
     "groupby each step": "{% for i in range(100000) %}{{ range(100000)|groupby('real')|length }}{% endfor %}",
+    "rejectattr each step": "{% for i in range(100000) %}{{ range(100000)|rejectattr('real')|list|length }}"
+                            "{% endfor %}",
+    "sort by attribute each step": "{% for i in range(100000) %}{{ range(100000)|sort(attribute='real.real')|length }}"
+                                   "{% endfor %}",
     "list written out": "{% set s = 'x' * 30000000 %}{{ [s] * 100 }}",
     "constant written out": "{% for i in range(100000) %}{{ '" + "d" * 1000000 + "' }}{% endfor %}",
     "slices kept": "{% set s = 'x' * 30000000 %}{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"

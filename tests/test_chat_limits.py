@@ -113,6 +113,11 @@ READS = {
     "words wrapped in Python": "{% for i in range(3) %}{{ ('ab ' * 20000)|wordwrap(3)|length }}{% endfor %}",
     "an attribute of each item": "{% for i in range(2) %}{{ range(40000)|map(attribute='real')|list|length }}"
                                  "{% endfor %}",
+    # (each item looked at, none yielded: a few steps a pass, hours at full size)
+    "items a filter rejects": "{% for i in range(100) %}{{ range(1000)|rejectattr('real')|list|length }}{% endfor %}",
+    "items grouped": "{% for i in range(3) %}{{ range(10000)|groupby('real')|length }}{% endfor %}",
+    "items sorted by an attribute": "{% for i in range(3) %}{{ range(10000)|sort(attribute='real')|length }}"
+                                    "{% endfor %}",
 }
 
 

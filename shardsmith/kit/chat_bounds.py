@@ -37,6 +37,14 @@ CHARS_PER_STEP = 1024
 SHALLOW_FILTERS = frozenset(("abs", "attr", "batch", "count", "d", "default", "first", "items", "last", "length",
                              "list", "map", "random", "reject", "rejectattr", "reverse", "round", "select",
                              "selectattr", "slice"))
+# filters that go through their value item by item, lazily: each item taken is a step (a rejected
+# one too: ``rejectattr('real')`` over a range yields nothing and looks at every item)
+LAZY_FILTERS = frozenset(("map", "reject", "rejectattr", "select", "selectattr"))
+# an attribute path (``sort(attribute='a.b')``, ``groupby``, ``selectattr``, ``map(attribute=)``...)
+# costs each item this many steps a part: a lookup through the sandbox takes ~5 times a loop's pass
+ATTRIBUTE_STEPS = 4
+# groupby does more for each item: keyed twice, sorted, grouped, a group tuple made (~24 passes' time)
+GROUPBY_STEPS = 12
 # filters that work on their text word by word, in Python (a step a character) or in regular
 # expressions (a step for so many characters)
 TEXT_FILTERS = {"title": 1, "urlencode": 1, "urlize": 1, "wordwrap": 1, "striptags": 32, "wordcount": 32}
@@ -386,9 +394,31 @@ def _plain_attribute(value: Any, attribute: Any) -> Any:
     return "" if value is None else value
 
 
+def _attribute_at(name: str, func: Any, skip: int) -> int | None:
+    """Where among a filter's arguments its attribute path is passed (None: by keyword only, or not at all)."""
+    if name in ("selectattr", "rejectattr"):
+        return skip + 1
+    import inspect
+
+    try:
+        names = list(inspect.signature(func).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index("attribute") if "attribute" in names else None
+
+
+def _per_item(name: str, attribute: Any) -> int:
+    """The steps a filter's looking up ``attribute`` on each item costs beyond the item's own."""
+    if attribute is None:
+        return GROUPBY_STEPS if name == "groupby" else 0
+    parts = str(attribute).count(".") + 1 if isinstance(attribute, str) else 1
+    return ATTRIBUTE_STEPS * parts * 2 + GROUPBY_STEPS if name == "groupby" else ATTRIBUTE_STEPS * parts
+
+
 def bounded_filter(name: str, func: Any) -> Any:
     skip = _skip(func)
     reads, per_step = name not in SHALLOW_FILTERS, TEXT_FILTERS.get(name)
+    lazy, attribute_at = name in LAZY_FILTERS, _attribute_at(name, func, skip)
 
     @functools.wraps(func)
     def bounded(*args: Any, **kwargs: Any) -> Any:
@@ -400,17 +430,36 @@ def bounded_filter(name: str, func: Any) -> Any:
             if per_step:
                 tick(size // per_step)
         args = (*args[:skip], *_check_filter(name, tuple(args[skip:]), kwargs))
+        if len(args) > skip:
+            attribute = (args[attribute_at] if attribute_at is not None and len(args) > attribute_at
+                         else kwargs.get("attribute"))
+            extra = _per_item(name, attribute)
+            if lazy:  # each item it takes a step (and its lookups), whether it yields it or not
+                args = (*args[:skip], _taken(args[skip], 1 + extra), *args[skip + 1:])
+            elif extra:  # it looks up every item at once: paid for first
+                items = args[skip] if hasattr(args[skip], "__len__") else materialized(args[skip])
+                tick(len(items) * extra)
+                args = (*args[:skip], items, *args[skip + 1:])
         value = made(func(*args, **kwargs))
-        return _stepped(value, OBSERVER.get()) if isinstance(value, Iterator) else value
+        return _stepped(value, OBSERVER.get(), 0 if lazy else 1) if isinstance(value, Iterator) else value
 
     return bounded
 
 
-def _stepped(items: Iterator, observer: Any) -> Iterator:
-    """An iterator a filter made (``map``, ``select``, ``batch``...): each item a step (an
-    attribute looked up for it through the sandbox, a test...), and each advance told to the
-    render's observer as a read of state (one made before a loop and advanced in its passes holds
-    how far the loop went: ``chat_turns``)."""
+def _taken(items: Any, steps: int) -> Iterator:
+    """The items of a lazy filter's value, ``steps`` steps each as the filter takes it."""
+    budget = BUDGET.get()
+    for item in items:
+        if budget is not None:
+            budget.tick(steps)
+        yield item
+
+
+def _stepped(items: Iterator, observer: Any, steps: int) -> Iterator:
+    """An iterator a filter made (``map``, ``select``, ``batch``...): each item ``steps`` steps
+    (those of ``LAZY_FILTERS`` count the items they take instead: ``_taken``), and each advance
+    told to the render's observer as a read of state (one made before a loop and advanced in its
+    passes holds how far the loop went: ``chat_turns``)."""
     while True:
         if observer is not None:
             observer.state_read()
@@ -418,7 +467,8 @@ def _stepped(items: Iterator, observer: Any) -> Iterator:
             item = next(items)
         except StopIteration:
             return
-        tick()
+        if steps:
+            tick(steps)
         yield item
 
 
