@@ -12,15 +12,17 @@ from __future__ import annotations
 
 from shardsmith.core.events import EventChunk, EventSchema
 from shardsmith.core.input_file import InputFile
+from shardsmith.core.own_files import Folder, OwnFiles
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.kit.format import Format, Rate, WriteJob
 from shardsmith.kit.options import FormatOptions, Option, OptionValues
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
 from shardsmith.kit.transform import Transform
-from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
+from shardsmith.kit.writer import SHARD_NAMES, ShardRange, ShardRecord, Writer
 
 Source = Reader  # a source is a Reader subclass
 
-__all__ = ["BadRecord", "DataError", "DatasetError", "EventChunk", "EventSchema", "Format", "FormatOptions",
-           "InputFile", "Option", "OptionValues", "Rate", "Reader", "RecordError", "ShardRange", "ShardRecord",
-           "Source", "StreamError", "Task", "Transform", "UsageError", "WriteJob", "Writer"]
+__all__ = ["SHARD_NAMES", "BadRecord", "DataError", "DatasetError", "EventChunk", "EventSchema", "Folder", "Format",
+           "FormatOptions", "InputFile", "Option", "OptionValues", "OwnFiles", "Rate", "Reader", "RecordError",
+           "ShardRange", "ShardRecord", "Source", "StreamError", "Task", "Transform", "UsageError", "WriteJob",
+           "Writer"]

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from shardsmith.errors import DatasetError, UsageError, install_hint
 
 if TYPE_CHECKING:
+    from shardsmith.core.own_files import OwnFiles
     from shardsmith.kit.format import Format
     from shardsmith.kit.options import FormatOptions
 
@@ -207,6 +208,30 @@ def _class_options(p: Plugin, builtin: dict[str, FormatOptions | None]) -> Forma
 def formats() -> list[Format]:
     """Every usable format, as objects."""
     return [cls() for cls in loaded("format").values()]
+
+
+def own_files() -> OwnFiles:
+    """What any run may leave in an output folder: what every run leaves (``EVERY_OUTPUT``) and what
+    each format declares (``Format.own_files``), so that ``--overwrite`` removes an earlier dataset of
+    any format and an upload publishes every file of this one. A format whose optional dependencies
+    are missing counts too (its class declares its files without them); one that cannot be imported
+    does not, its files are then another tool's."""
+    from shardsmith.core.own_files import EVERY_OUTPUT
+
+    found = EVERY_OUTPUT
+    for p in plugins():
+        if p.kind != "format":
+            continue
+        try:
+            cls = p._import(p.target)
+        except UsageError as exc:
+            if not p.missing():
+                _warn(p, exc)
+            continue
+        declared = getattr(cls, "own_files", None)
+        if isinstance(declared, type(EVERY_OUTPUT)):
+            found = found | declared
+    return found
 
 
 def format_named(name: str) -> Format:

@@ -123,3 +123,62 @@ def test_formats_are_named_only_where_they_register() -> None:
              for p in PACKAGE.rglob("*.py") for i, line in enumerate(p.read_text().splitlines(), 1)
              if pattern.search(line)]
     assert not found, "format or source names compared outside the registry:\n" + "\n".join(found)
+
+
+# The layers below the formats decide nothing by a format's file names: each format declares what it
+# writes (``Format.own_files``) and what goes with a shard (its record's companions), and they ask.
+BELOW_FORMATS = ("core", "kit", "engine", "storage")
+# the built-in formats' suffixes that no declaration spells out as a pattern: the writers' shard
+# suffixes and the token shards' companions (``.bin`` itself is left out: the engine's scratch files
+# are ``part-000000.bin``, as are minhash's)
+SHARD_SUFFIXES = (".tar", ".h5", ".idx", ".origins.npy", ".mask.bin", ".cu.npy")
+# the modules that read a tokenizer given as an input, by HuggingFace's names for its files (the tokens
+# format writes the same beside its shards, so that those tools read them)
+INPUT_NAMES = {"shardsmith/kit/tokenizer_folder.py": {"tokenizer.json", "tokenizer_config.json",
+                                                      "special_tokens_map.json"},
+               "shardsmith/kit/tokenizer_class.py": {"tokenizer.json"}}
+
+
+def _builtin_format_names() -> set[str]:
+    """The literal part of every name the built-in formats declare as their own (``*.wids.json``:
+    ``.wids.json``; ``__index__``), and their shards' suffixes."""
+    from shardsmith import registry
+    from shardsmith.kit.writer import SHARD_NAMES
+
+    names = set(SHARD_SUFFIXES)
+    for plugin in registry.BUILTIN:
+        if plugin.kind != "format":
+            continue
+        own = plugin._import(plugin.target).own_files
+        for pattern in (*own.files, *(f.name for f in own.folders), *(h for f in own.folders for h in f.holds)):
+            if pattern == SHARD_NAMES:
+                continue
+            literal = re.split(r"[*\]]", pattern)[-1]
+            if literal not in ("", ".bin"):
+                names.add(literal)
+    return names
+
+
+def _strings(path: Path) -> list[tuple[int, str]]:
+    """The string constants of a module (f-strings' parts too), docstrings left out."""
+    tree = ast.parse(path.read_text())
+    docs = {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
+            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs]
+
+
+def test_no_format_file_name_below_the_formats() -> None:
+    """core, kit, engine and storage name no built-in format's file (``"*.wids.json"``, ``"meta.pkl"``,
+    ``"__index__"``, a ``.idx``): which files an output holds is the formats' to say."""
+    names = _builtin_format_names()
+    assert {".wids.json", "__index__", "meta.pkl", ".idx"} <= names, names
+    found = []
+    for package in BELOW_FORMATS:
+        for path in sorted((PACKAGE / package).rglob("*.py")):
+            rel = str(path.relative_to(PACKAGE.parent))
+            allowed = INPUT_NAMES.get(rel, set())
+            found += [f"{rel}:{line}: {text!r} names {name!r}" for line, text in _strings(path)
+                      for name in sorted(names - allowed) if name in text]
+    assert not found, "a format's file names below the formats:\n" + "\n".join(found)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -23,12 +24,15 @@ from conftest import (
     run_cli,
     run_subprocess,
     same_dataset,
+    tree_digest,
     two_file_corpus,
     write_jsonl,
 )
+from folder_format import LENGTHS, SAMPLES, registered
 from s3_fault_proxy import Faults, fault_proxy
 
 from shardsmith.errors import install_hint
+from shardsmith.testing.runs import run_killed
 
 pytest.importorskip("s3fs", reason="S3 outputs need s3fs (pip install 'shardsmith[s3]')")
 pytest.importorskip("boto3", reason="the S3 tests make their buckets with boto3 (the dev extra)")
@@ -69,12 +73,14 @@ def _bucket(client, name: str) -> str:
     return name
 
 
-def _download(client, bucket: str, prefix: str, dest: Path) -> Path:
+def _download(client, bucket: str, prefix: str, dest: Path, *, folders: bool = False) -> Path:
+    """The objects below ``prefix``: the built-in formats' at the top and in the index folder only
+    (``folders``: a format that writes folders of its own)."""
     dest.mkdir(parents=True, exist_ok=True)
     for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix + "/").get("Contents", []):
         rel = o["Key"][len(prefix) + 1:]
-        assert rel.rpartition("/")[0] in ("", "__index__"), rel  # the dataset's files and its index folder
-        (dest / rel).parent.mkdir(exist_ok=True)
+        assert folders or rel.rpartition("/")[0] in ("", "__index__"), rel  # the dataset's files, its index folder
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_bytes(client.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())
     return dest
 
@@ -487,3 +493,51 @@ def test_a_finished_prefix_whose_objects_changed_is_not_complete(store, corpus, 
     assert _keys(client, bucket, "ds") == kept
     assert run_cli(*_pack(corpus, url, bpe_tokenizer, "--overwrite")).exit_code == 0
     assert "already complete" in run_cli(*[a for a in _pack(corpus, url, bpe_tokenizer) if a != "-q"]).stderr
+
+
+# -- a format written as folders --------------------------------------------------------------------------
+
+@pytest.fixture
+def folders_format() -> Iterator[None]:
+    with registered():
+        yield
+
+
+def _rows(folder: Path) -> Path:
+    """Rows in two JSONL files: five shards of 20 at ``--shard-samples 20``."""
+    docs = make_docs(100, seed=11, max_words=12)
+    write_jsonl(folder / "a.jsonl", docs[:60])
+    write_jsonl(folder / "b.jsonl", docs[60:])
+    return folder
+
+
+def _folders(rows: Path, out: str | Path, *extra: str, shards: int = 20) -> list[str]:
+    return ["convert", str(rows), "-o", str(out), "--to", "folders", "--shard-samples", str(shards), "-q", *extra]
+
+
+def _ok(args: list[str]) -> None:
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+
+
+def test_a_format_written_as_folders_is_published_resumed_and_overwritten_whole(store, folders_format, tmp_path):
+    """A format that writes each shard as a folder (``tests/folder_format.py``): a run killed before
+    its manifest leaves its folders in the staging folder, which the same command takes over; every
+    file of every folder goes up, ``verify`` reads them back, ``--overwrite`` removes the folders'
+    objects it no longer makes (issue 45, item 3)."""
+    client, _ = store
+    rows = _rows(tmp_path / "rows")
+    bucket = _bucket(client, "out-folders")
+    _ok(_folders(rows, tmp_path / "ref"))
+    run_killed(_folders(rows, f"s3://{bucket}/ds"), "manifest")
+    _ok(_folders(rows, f"s3://{bucket}/ds"))
+    keys = set(_keys(client, bucket, "ds"))
+    assert {f"train-{i:06d}.dir/{f}" for i in range(5) for f in (SAMPLES, LENGTHS)} <= keys
+    got = _download(client, bucket, "ds", tmp_path / "got", folders=True)
+    assert tree_digest(got) == tree_digest(tmp_path / "ref")
+    res = run_cli("verify", f"s3://{bucket}/ds", "--deep")
+    assert res.exit_code == 0 and "OK: 10 files" in res.output, res.output
+    _ok(_folders(rows, f"s3://{bucket}/ds", "--overwrite", shards=50))
+    assert sorted(k for k in _keys(client, bucket, "ds") if ".dir/" in k) == [
+        f"train-{i:06d}.dir/{f}" for i in range(2) for f in (LENGTHS, SAMPLES)]
+    assert not list((tmp_path / "cache").rglob("*.dir")), "the staging folder goes once the dataset is up"

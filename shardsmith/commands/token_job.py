@@ -104,9 +104,9 @@ class TokenSteps(JobSteps):
         home = work_path(opts.out) if opts.stage == "scatter" else opts.out
         home.mkdir(parents=True, exist_ok=True)
         if opts.train_tokenizer is not None:
-            _write_changed(home / "tokenizer.json", _trained(opts, reader, tasks, progress, run_id, transforms,
+            _write_changed(home / neighbours.TOKENIZER, _trained(opts, reader, tasks, progress, run_id, transforms,
                                                              self.text_of))
-            tok_path = home / "tokenizer.json"
+            tok_path = home / neighbours.TOKENIZER
         else:
             tok_path = Path(opts.tokenizer)
         tokenizing = opts.stage in (None, "scatter")  # gather and finalize only move tokens
@@ -121,8 +121,8 @@ class TokenSteps(JobSteps):
 
         facts = cached("tokenizer-facts", read_facts, stage=opts.stage, out=opts.out, run=run_id,
                        dump=TokenizerFacts.dump, load=TokenizerFacts.load)
-        if tok_path != home / "tokenizer.json":  # the one the ids come from: as given, or as transformers built it
-            _write_changed(home / "tokenizer.json", facts.json.encode("utf-8") if facts.built_as
+        if tok_path != home / neighbours.TOKENIZER:  # the one the ids come from: as given, or as transformers built it
+            _write_changed(home / neighbours.TOKENIZER, facts.json.encode("utf-8") if facts.built_as
                            else tk.tokenizer_bytes(tok_path))
 
         loaded = None  # gigatoken built by the engine check: workers forked later inherit it (a decision
@@ -179,7 +179,7 @@ class TokenSteps(JobSteps):
         if opts.nanogpt:
             nanogpt_split.check_filled({name: sum(s.samples for s in o.shards) for name, o in done.outputs.items()},
                                        default=self.val_share is not None)
-        tokenizer = {"path": "tokenizer.json", "sha256": facts.sha256, "vocab_size": facts.vocab_size,
+        tokenizer = {"path": neighbours.TOKENIZER, "sha256": facts.sha256, "vocab_size": facts.vocab_size,
                      "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
                      "dtype": self.spec.dtype.name, "engine": self.engine, "engine_reason": self.why,
                      "trained": opts.train_tokenizer is not None,

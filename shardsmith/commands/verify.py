@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import posixpath
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import orjson
 
 from shardsmith import registry
 from shardsmith.core import manifest as manifest_mod
@@ -29,53 +27,7 @@ from shardsmith.core.sizes import format_size
 from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError, ShardsmithError
 from shardsmith.kit.dataset_files import LocalFiles, StreamedFiles, files_at
-from shardsmith.kit.writer import manifest_files
-
-
-def _split_files(read: Callable[[str], bytes], m: dict[str, Any], *, failed: set[str]) -> list[str]:
-    """Split-wide files: the tokenizer against its sha256 when the manifest's ``files`` does not list it
-    (manifests written before ``files`` was recorded, or a list cut short), and each wids index against
-    the shards it lists, whether listed or not (its sha256 agreeing with a manifest made to agree with it
-    says nothing of its shard list). ``failed``: files whose size or sha256 was found wrong already."""
-    listed = {e["path"] for e in m.get("files") or []}
-    problems = []
-    tok = m.get("tokenizer")
-    if isinstance(tok, dict) and tok["path"] not in listed:
-        try:
-            data = read(tok["path"])
-            if hashlib.sha256(data).hexdigest() != tok["sha256"]:
-                problems.append(f"{tok['path']}: sha256 differs from the manifest's tokenizer.sha256")
-        except OSError as exc:
-            problems.append(f"{tok['path']}: cannot read ({exc.strerror or exc})")
-        except DatasetError as exc:
-            problems.append(str(exc))
-    for split in m["splits"].values():
-        wids = split.get("wids")
-        if isinstance(wids, str) and wids not in failed:
-            problems += _check_wids(read, wids, split["shards"])
-    return problems
-
-
-def _check_wids(read: Callable[[str], bytes], rel: str, shards: list[dict[str, Any]]) -> list[str]:
-    try:
-        index = orjson.loads(read(rel))
-        here = posixpath.dirname(rel)  # urls are relative to the index (``__index__/``: ``../train-000000.tar``)
-        listed = [(posixpath.normpath(posixpath.join(here, e["url"])), e["nsamples"], e["filesize"])
-                  for e in index["shardlist"]]
-    except DatasetError as exc:
-        return [str(exc)]
-    except OSError as exc:
-        return [f"{rel}: cannot read ({exc.strerror or exc})"]
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return [f"{rel}: not a wids shard index"]
-    if index.get("__kind__") != "wids-shard-index-v1" or type(index.get("wids_version")) is not int \
-            or index.get("wids_version") != 1:
-        return [f"{rel}: not a wids shard index (its __kind__ and wids_version are not wids' version 1)"]
-    want = [(s["path"], s["samples"], s["bytes"]) for s in shards]
-    # of the same types too: a count of True or 1.0 is not the manifest's 1
-    if [tuple(map(type, e)) for e in listed] != [(str, int, int)] * len(listed) or listed != want:
-        return [f"{rel}: its shard list differs from the manifest's shards"]
-    return []
+from shardsmith.kit.format import manifest_files
 
 
 def _check_file(out: Path, entry: dict[str, Any]) -> str | None:
@@ -165,23 +117,19 @@ def _verify(files: LocalFiles | StreamedFiles, *, deep: bool, workers: int) -> b
     except ShardsmithError as exc:
         click.echo(f"FAIL {exc}")
         return False
+    fmt = registry.format_of(m, where=files.where)  # (loading the manifest found it)
     out = files if files.streamed else files.root  # what the format's checks are given
     check = (lambda e: _check_object(files, e)) if files.streamed else (lambda e: _check_file(files.root, e))
-    entries = manifest_files(m)
+    entries = manifest_files(m, fmt)
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         found = list(pool.map(check, entries))
     problems = [p for p in found if p]
-    problems += _split_files(_reader(files), m, failed={e["path"] for e, p in zip(entries, found) if p})
+    problems += fmt.verify_files(_reader(files), m, failed={e["path"] for e, p in zip(entries, found) if p})
     if not problems:
-        try:
-            fmt = registry.format_of(m, where=files.where)
-        except DatasetError as exc:
-            problems.append(str(exc))
-        else:
-            for split in m["splits"]:
-                problems += fmt.verify_layout(out, m, split)
-            for split in m["splits"] if deep and not problems else ():
-                problems += fmt.verify_deep(out, m, split)
+        for split in m["splits"]:
+            problems += fmt.verify_layout(out, m, split)
+        for split in m["splits"] if deep and not problems else ():
+            problems += fmt.verify_deep(out, m, split)
     elapsed = time.perf_counter() - t0
     size = sum(e["bytes"] for e in entries)
     for p in problems:

@@ -41,14 +41,19 @@ def new_manifest(*, fmt: str, seed: int, shuffle: bool, source: dict[str, Any], 
     }
 
 
-def split_wide_files(manifest: dict[str, Any]) -> list[str]:
-    """The dataset's files that are not shards (a tokenizer, wids indexes, the ``companions`` other
-    tools read beside them), as the manifest names them."""
-    names = [s["wids"] for s in manifest["splits"].values() if isinstance(s.get("wids"), str)]
-    tok = manifest.get("tokenizer")
-    if isinstance(tok, dict) and isinstance(tok.get("path"), str):
-        names.insert(0, tok["path"])
-    return names + [c for c in manifest.get("companions") or () if isinstance(c, str)]
+def companion_names(manifest: dict[str, Any]) -> list[str]:
+    """The ``companions`` a manifest names: split-wide files other tools read beside the shards,
+    which the manifest's ``files`` records (``kit/manifest_io.py``)."""
+    return [c for c in manifest.get("companions") or () if isinstance(c, str)]
+
+
+def shard_files(shard: dict[str, Any]) -> list[dict[str, Any]]:
+    """A shard's record and the records of the files that go with it (its *companions*), in that
+    order. A writer declares a companion by giving the shard's record a field that is a file entry
+    (an object with a ``path``, and its ``bytes`` and ``sha256``): a token shard's ``index``, a tar
+    shard's offset index, a file of a shard written as a folder. ``check`` holds each to the rules
+    of a shard's own entry, so every reader may trust its path."""
+    return [shard, *(v for v in shard.values() if isinstance(v, dict) and "path" in v)]
 
 
 def split_of(manifest: dict[str, Any], *, fmt: str, split: str, where: Any) -> list[dict]:
@@ -88,8 +93,8 @@ def check(manifest: Any, *, where: Path | str) -> None:
             _check_file_entry(shard, bad)
             if not _is_count(shard.get("samples")):
                 raise bad(f"shard {shard.get('path')!r}: 'samples' is not a count")
-            if "index" in shard:
-                _check_file_entry(shard["index"], bad)
+            for companion in shard_files(shard)[1:]:
+                _check_file_entry(companion, bad)
         if sum(s["samples"] for s in split["shards"]) != split["samples"]:
             raise bad(f"split {name!r}: shard sample counts do not add up to {split['samples']}")
     _check_common(manifest, bad)
@@ -159,9 +164,6 @@ def _check_common(m: dict[str, Any], bad: Any) -> None:
     for name, split in m["splits"].items():
         for key in ("tokens", "events"):
             count(split, key, bad, where=f"splits.{name}.", optional=True)
-        wids = need(split, "wids", str, bad, where=f"splits.{name}.", optional=True)
-        if wids is not None and not safe_relative(wids):
-            raise bad(f"'splits.{name}.wids' {wids!r} is not a plain relative path inside the dataset folder")
     for rel in need(m, "companions", list, bad, optional=True) or ():
         if not isinstance(rel, str) or not safe_relative(rel):
             raise bad(f"'companions' holds {rel!r}, not a plain relative path inside the dataset folder")

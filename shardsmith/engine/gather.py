@@ -15,6 +15,7 @@ through the scratch folder, and a rank rerun finds its finished piece and does n
 from __future__ import annotations
 
 import gc
+import shutil
 from collections.abc import Callable
 from concurrent.futures import as_completed
 from pathlib import Path
@@ -285,8 +286,11 @@ def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     for split in splits:
         chain = cover(split.name, split.samples, work_dir, out_dir)
         for stale in (*out_dir.glob(f".{split.name}-*.tmp-*"), *out_dir.glob(f".{split.name}.*.tmp-*")):
-            # what killed writers left
-            stale.unlink(missing_ok=True)
+            # what killed writers left (a file, or a folder a writer builds before it renames it into place)
+            if stale.is_dir() and not stale.is_symlink():
+                shutil.rmtree(stale, ignore_errors=True)
+            else:
+                stale.unlink(missing_ok=True)
         writer = make_writer(split.name, ShardRange(whole=False, work_dir=work_dir))
         extras = writer.finish_split(chain)
         outputs[split.name] = SplitOutput(

@@ -17,10 +17,11 @@ from typing import Any
 
 import orjson
 
+from shardsmith import registry
 from shardsmith.core.manifest import MANIFEST, resolve_inside
 from shardsmith.errors import DatasetError
 from shardsmith.kit import manifest_io
-from shardsmith.kit.writer import manifest_files
+from shardsmith.kit.format import manifest_files
 
 
 def changes(out: Path) -> list[str]:
@@ -31,7 +32,7 @@ def changes(out: Path) -> list[str]:
     except (DatasetError, OSError) as exc:
         return [f"its {MANIFEST} cannot be read ({exc})"]
     found = []
-    for entry in manifest_files(manifest):
+    for entry in manifest_files(manifest, registry.format_of(manifest)):
         rel = entry["path"]
         try:
             st = resolve_inside(out, rel).stat()
@@ -54,8 +55,9 @@ def listing_changes(manifest: bytes | None, sizes: Mapping[str, Any]) -> list[st
     """The same for a dataset at a prefix: ``manifest``'s bytes against the objects listed there
     (name -> ``ObjectInfo``, whose ``size`` is compared)."""
     try:
-        entries = manifest_files(orjson.loads(manifest or b""))
-    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+        m = orjson.loads(manifest or b"")
+        entries = manifest_files(m, registry.format_of(m))
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, DatasetError):
         return [f"its {MANIFEST} cannot be read"]
     found = []
     for entry in entries:

@@ -14,38 +14,30 @@ from pathlib import Path
 
 import orjson
 
+from shardsmith import registry
 from shardsmith.core import invocation
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
-from shardsmith.core.own_files import CARD, OWN_FOLDERS, _own_folder, own_file
 from shardsmith.core.words import plural
 from shardsmith.engine.intact import changes, refusal
 from shardsmith.engine.resume import read_run_file
 from shardsmith.errors import UsageError
-from shardsmith.kit.writer import shard_files
+from shardsmith.kit.writer import piece_files
 
-# What a shardsmith conversion may leave in its folder; --overwrite removes only these.
-# The folders a conversion may make in its output, and what each may hold: the index folder holds the
-# tar shards' offset indexes and the wids shard lists (``formats/webdataset/writer.py``).
+# What a conversion may leave in its folder, and so what --overwrite removes, is what the installed
+# formats declare (``registry.own_files``, ``core/own_files.py``); nothing else is ever removed.
 
 
 def foreign(out: Path, *, card: bool = True) -> list[str]:
-    """The names of the entries of ``out`` that are not shardsmith's (``card``: as ``_ours``)."""
-    return sorted(p.name for p in out.iterdir() if not _ours(p, card=card))
+    """The names of the entries of ``out`` that are not shardsmith's (``card``: as ``OwnFiles.ours``)."""
+    own = registry.own_files()
+    return sorted(p.name for p in out.iterdir() if not own.ours(p, card=card))
 
 
 def remove_own(out: Path, *, card: bool = True, keep: frozenset[str] = frozenset()) -> None:
     """Remove shardsmith's files from ``out`` (but those named in ``keep``, relative paths), and its
     own folders once they are empty."""
-    for p in sorted(out.iterdir()):
-        if _own_folder(p):
-            for q in p.iterdir():
-                if q.is_file() and own_file(f"{p.name}/{q.name}") and f"{p.name}/{q.name}" not in keep:
-                    q.unlink(missing_ok=True)
-            with contextlib.suppress(OSError):
-                p.rmdir()
-        elif _ours(p, card=card) and p.name not in keep:
-            p.unlink(missing_ok=True)
+    registry.own_files().remove(out, card=card, keep=keep)
 
 
 def _finished_shards(out: Path, run: dict[str, str] | None) -> frozenset[str]:
@@ -59,8 +51,7 @@ def _finished_shards(out: Path, run: dict[str, str] | None) -> frozenset[str]:
         pieces = [orjson.loads(p.read_bytes()) for p in work.glob("piece-*.json")]
     except (OSError, ValueError):
         return frozenset()
-    return frozenset(e["path"] for piece in pieces for shard in piece.get("shards", ()) for e in shard_files(shard)
-                     if isinstance(e.get("path"), str))
+    return frozenset(e["path"] for piece in pieces for e in piece_files(piece) if isinstance(e.get("path"), str))
 
 
 def prepare_output(out: Path, *, overwrite: bool, run: dict[str, str] | None = None, stage: str | None = None,
@@ -198,7 +189,8 @@ def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None
     run's files (its record says so)."""
     if present:
         # by name only: other ranks rename their temporary files meanwhile
-        own = all(p.name in OWN_FOLDERS or own_file(p.name) for p in present)
+        owned = registry.own_files()
+        own = all(owned.holds(p.name) is not None or owned.top_file(p.name) for p in present)
         previous = read_run_file(out)
         other = previous is not None and run is not None and previous.get("options") != run["options"]
         if (out / MANIFEST).exists():
@@ -213,17 +205,12 @@ def _join(out: Path, present: list[Path], *, run: dict[str, str] | None) -> None
         atomic_write_bytes(out / RUN_FILE, orjson.dumps(run))
 
 
-def _ours(p: Path, *, card: bool) -> bool:
-    """A file shardsmith writes, or an own folder holding only such files; a dataset card only where
-    a dataset or a run record says so (``card``): a ``README.md`` alone in a folder is the user's."""
-    if _own_folder(p):
-        return all(q.is_file() and own_file(f"{p.name}/{q.name}") for q in p.iterdir())
-    return p.is_file() and (card or p.name != CARD) and own_file(p.name)
-
-
 def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, str] | None) -> None:
+    """Take the folder over: a dataset card only where a dataset or a run record says so (``card``):
+    a ``README.md`` alone in a folder is the user's."""
+    owned = registry.own_files()
     card = (out / MANIFEST).exists() or read_run_file(out) is not None
-    own = all(_ours(p, card=card) for p in present)
+    own = all(owned.ours(p, card=card) for p in present)
     same = False
     if own and not (out / MANIFEST).exists() and not overwrite:
         previous = read_run_file(out)
@@ -244,10 +231,7 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
                          f"replace a previous dataset there")
     (out / MANIFEST).unlink(missing_ok=True)  # first, so a half-cleaned folder is never a dataset
     keep = _finished_shards(out, run) if same else frozenset()
-    remove_own(out, card=card, keep=keep)
-    left: list[str] = []  # (what is left in an own folder by its path: the user's file, not the folder)
-    for p in sorted(out.iterdir()):
-        left += [f"{p.name}/{q.name}" for q in sorted(p.iterdir())] if _own_folder(p) else [p.name]
-    left = [name for name in left if name not in keep]
+    owned.remove(out, card=card, keep=keep)
+    left = [name for name in owned.present(out) if name not in keep]
     if left:
         raise UsageError(f"-o {out}: --overwrite removes only shardsmith's own files; also found {left[:3]}")

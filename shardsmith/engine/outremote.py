@@ -38,9 +38,10 @@ from typing import Any
 
 import orjson
 
+from shardsmith import registry
 from shardsmith.core.faults import crash_point
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
-from shardsmith.core.own_files import own_file
+from shardsmith.core.own_files import OwnFiles
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import safe_url
@@ -82,9 +83,10 @@ def staging_folder(url: str, staging: Path | None) -> Path:
     return cache / "shardsmith" / "outputs" / key / name
 
 
-def _own(rel: str) -> bool:
-    """An object of the prefix that shardsmith writes (its index folder's too; never the work prefix)."""
-    return own_file(rel)
+def owned() -> OwnFiles:
+    """Which objects of a prefix shardsmith writes (in a format's own folder too; never the work
+    prefix): what the installed formats declare (``registry.own_files``); ask it once per listing."""
+    return registry.own_files()
 
 
 def _record(store: Store) -> dict[str, Any] | None:
@@ -110,7 +112,7 @@ def claim_prefix(store: Store, run: dict[str, str], *, overwrite: bool, hold: Ho
         return None  # (--overwrite: made again, as asked)
     refuse_prefix(store, present, overwrite=overwrite, record=False)  # (a manifest of this very run: above)
     takeover = False
-    if present and all(_own(rel) for rel in present) and MANIFEST not in present and not overwrite:
+    if present and all(map(owned().owns, present)) and MANIFEST not in present and not overwrite:
         if previous is not None and previous.get("options") != run["options"]:
             raise UsageError(f"-o {shown}: holds the unfinished output of a different command "
                              f"({previous.get('command', '?')} with other options); rerun that command to finish "
@@ -161,13 +163,15 @@ def finished_by(store: Store) -> dict[str, str] | None:
 
 def leftover_uploads(store: Store) -> dict[str, list[str]]:
     """The prefix's unfinished multipart uploads of shardsmith's own names (never another tool's)."""
-    return {rel: ids for rel, ids in store.uploads().items() if _own(rel)}
+    own = owned()
+    return {rel: ids for rel, ids in store.uploads().items() if own.owns(rel)}
 
 
 def refuse_prefix(store: Store, present: dict[str, ObjectInfo], *, overwrite: bool, record: bool) -> None:
     """The checks that need no run identity (made before any input is staged, and again at the
     claim): a finished dataset or another's objects need --overwrite, which never deletes those."""
-    foreign = sorted(rel for rel in present if not _own(rel))
+    own = owned()
+    foreign = sorted(rel for rel in present if not own.owns(rel))
     if present and not overwrite and (foreign or MANIFEST in present and not record):
         if MANIFEST in present and not foreign:  # made by another command: say what differs
             raise UsageError(other_dataset(f"-o {store.url}", store.read(MANIFEST) or b""))
@@ -233,7 +237,7 @@ class RemoteOutputRun(OutputRun):
         complete = prepare_output(self.out, overwrite=self.overwrite or not holds_run(self.out, run), run=run,
                                   remake_changed=True)
         crash_point("claimed")
-        self.uploader = Uploader(store=self.store, folder=self.out, remote=present,
+        self.uploader = Uploader(store=self.store, folder=self.out, remote=present, own=registry.own_files(),
                                  held=lambda: hold.lost is None, fence=hold.check).start()
         if complete:  # made and committed locally; killed while it was published
             return self._publish(manifest_io.load(self.out))
@@ -269,8 +273,9 @@ class RemoteOutputRun(OutputRun):
                                         f"({len(names) - self.uploader.sent:,} were there already); the manifest last")
         # an earlier run's files this one did not make (or made and removed again): as this run knows them
         # (listed at its claim, or written by it), and only if they still are (``clear``)
+        own = self.uploader.own
         clear(self.store, self.hold, {rel: info.etag for rel, info in self.uploader.remote.items()
-                                      if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)})
+                                      if own.owns(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)})
         # unfinished uploads: a dead run's found at the claim, this run's, and any left under the names of
         # its objects (a create retried after its answer was lost); never another's under other names
         mine = self.inherited | self.store.started
@@ -327,8 +332,9 @@ class RemoteOutputRun(OutputRun):
                 # same bytes (the same command); a fresh prefix: what this run put, as it put it
                 if self.hold.refresh():
                     written = self.uploader.remote if self.uploader is not None and self.fresh else {}
+                    own = owned()
                     self.store.delete_known({rel: info.etag for rel, info in written.items()
-                                             if _own(rel) and rel not in (MANIFEST, RUN_FILE)})
+                                             if own.owns(rel) and rel not in (MANIFEST, RUN_FILE)})
                     self.hold.drop()
         super().abandon()
         if self.claimed:

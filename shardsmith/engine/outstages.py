@@ -4,7 +4,7 @@ shared place, for clusters whose nodes share no file system.
 Every rank works in a local staging folder of its own (``--staging DIR``, else one under the
 user's cache keyed by the URL, the stage and the rank), with the unchanged local pipeline. What
 the ranks share goes through a work prefix in the bucket, ``PREFIX/.shardsmith-work/`` (never a
-dataset object: no own folder of ``outdir.own_file``, and finalize removes it):
+dataset object: no format's own folder (``registry.own_files``), and finalize removes it):
 
 - scatter ranks upload their finished part files, and the records computed once per run (the
   task plan, the tokenizer engine check, a trained tokenizer);
@@ -44,8 +44,8 @@ from shardsmith.engine.outhold import refuse_live
 from shardsmith.engine.outremote import (
     WORK_PREFIX,
     RemoteOutputRun,
-    _own,
     _record,
+    owned,
     refuse_prefix,
     staging_folder,
 )
@@ -220,11 +220,12 @@ class StagedRemoteRun(RemoteOutputRun):
     def _stand_ins(self, listing: dict[str, ObjectInfo]) -> None:
         """Finalize: a sparse local file of each dataset object's size, for the checks that every
         shard a piece names is there (``pieces.is_intact``); they are never uploaded."""
+        own = owned()
         for rel, info in dataset_objects(listing).items():
-            if not (publishable(rel) and _own(rel)):
+            if not publishable(rel, own):
                 continue
             path = self.out / rel  # made afresh even if there: a killed finalize's stand-in is no shard
-            path.parent.mkdir(exist_ok=True)  # (the index folder)
+            path.parent.mkdir(parents=True, exist_ok=True)  # (a format's own folder: an index, a shard)
             path.unlink(missing_ok=True)
             with open(path, "wb") as fh:
                 fh.truncate(info.size)
@@ -240,7 +241,7 @@ class StagedRemoteRun(RemoteOutputRun):
         if self.stage == "gather":  # shards first: a piece in the bucket means its shards are there
             Progress(quiet=self.quiet).note(f"{self.url}: gather rank {self.rank}: read {self.read_bytes:,} of the "
                                             f"part files' {self.part_bytes:,} bytes")
-            self._upload(listing, [(rel, self.out / rel) for rel in published(self.out)])
+            self._upload(listing, [(rel, self.out / rel) for rel in published(self.out, owned())])
         mine = (RECORDS, PARTS) if self.stage == "scatter" else (RECORDS,)  # a gather's parts are sparse copies
         shared = [(f"{WORK}/{p.name}", p) for p in sorted(self.work.iterdir()) if p.is_file()
                   and p.name != "run.json" and any(fnmatch.fnmatch(p.name, pat) for pat in mine)]
@@ -273,11 +274,12 @@ class StagedRemoteRun(RemoteOutputRun):
         """The split-wide files up, stale objects gone, then the manifest (the commit point), then the
         run record and the work prefix."""
         listing = self.store.list()
-        names = set(published(self.out))
+        own = owned()
+        names = set(published(self.out, own))
         stand_ins = {n for n, stamp in self.placeholders.items() if _stamp(self.out / n) == stamp}
         self._upload(listing, [(n, self.out / n) for n in sorted(names - stand_ins)])
         present = dataset_objects(listing)
-        stale = [rel for rel in present if _own(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
+        stale = [rel for rel in present if own.owns(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
         self.store.delete(sorted(stale))
         crash_point("uploaded-all")
         self.store.put(MANIFEST, orjson.dumps(manifest) if not (self.out / MANIFEST).is_file()

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.kit.writer import shard_files
+from shardsmith.kit.writer import piece_files, piece_stretches
 
 
 def piece_path(work_dir: Path, split: str, first: int, stop: int) -> Path:
@@ -30,23 +30,19 @@ def _read(work_dir: Path, split: str) -> list[dict[str, Any]]:
     return out
 
 
-def is_intact(piece: dict[str, Any], out_dir: Path, work_dir: Path, split: str) -> bool:
-    """Whether every file a piece names is still there, with its size (for a stretch of the
-    nanoGPT file: the scratch file, or the file finalize moved into place, reaches its end)."""
-    entries = [e for shard in piece["shards"] for e in shard_files(shard)]
-    flat = piece.get("flat")
-    if flat and "path" in flat:
-        entries.append(flat)
-    for entry in entries:
+def is_intact(piece: dict[str, Any], out_dir: Path, work_dir: Path) -> bool:
+    """Whether every file a piece vouches for is still there, with its size, and every stretch of a
+    split-wide file it wrote reaches its end (in the scratch file, or in the output file it was
+    moved to: ``kit/writer.py``)."""
+    for entry in piece_files(piece):
         try:
             if os.path.getsize(out_dir / entry["path"]) != int(entry["bytes"]):
                 return False
         except OSError:
             return False
-    if flat and "offset" in flat:
-        end = int(flat["offset"]) + 2 * int(flat["tokens"])
-        sizes = [os.path.getsize(p) for p in (work_dir / f"flat-{split}.bin", out_dir / f"{split}.bin") if p.is_file()]
-        if not sizes or max(sizes) < end:
+    for stretch in piece_stretches(piece):
+        sizes = [os.path.getsize(p) for p in (work_dir / stretch["scratch"], out_dir / stretch["path"]) if p.is_file()]
+        if not sizes or max(sizes) < int(stretch["end"]):
             return False
     return True
 
@@ -58,7 +54,7 @@ def piece_state(work_dir: Path, out_dir: Path, split: str, first: int, stop: int
     if not path.is_file():
         return None
     try:
-        return is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir, split)
+        return is_intact(orjson.loads(path.read_bytes()), out_dir, work_dir)
     except (OSError, ValueError):
         return False
 
@@ -73,7 +69,7 @@ def cover(split: str, samples: int, work_dir: Path, out_dir: Path) -> list[dict[
     """Pieces that cover the split's shards once each, in order (ranks of different runs' world
     sizes may have left overlapping ones: their shards are the same)."""
     pieces = _read(work_dir, split)
-    whole = [p for p in pieces if p.get("whole") and is_intact(p, out_dir, work_dir, split)]
+    whole = [p for p in pieces if p.get("whole") and is_intact(p, out_dir, work_dir)]
     if whole:
         return whole[:1]
     plan_path = work_dir / f"plan-{split}.json"
@@ -93,7 +89,7 @@ def cover(split: str, samples: int, work_dir: Path, out_dir: Path) -> list[dict[
         raise UsageError(f"split {split}: shards {at}..{upto - 1} of {shards} are not written: run --stage "
                          f"gather on every rank first (rank r of W writes the r-th W-th of them)")
     for p in chain:
-        if not is_intact(p, out_dir, work_dir, split):
+        if not is_intact(p, out_dir, work_dir):
             raise DatasetError(f"split {split}: a file of shards {p['first_shard']}..{int(p['stop']) - 1} is "
                                f"missing or changed in {out_dir}: rerun the gather rank that wrote them")
     return chain

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.own_files import CARD
 from shardsmith.core.urls import is_url, safe_argv
-from shardsmith.kit.writer import shard_files
+from shardsmith.kit.format import shard_entries
 
 if TYPE_CHECKING:
     from shardsmith.kit.format import CardData, Format
@@ -89,7 +89,7 @@ def _body(manifest: dict[str, Any], data: CardData, fmt: Format) -> list[str]:
     lines += _loading(manifest, data)
     lines += ["## Files", "", "The sha256 of every shard (and its index), as `manifest.json` records them.", "",
               "| file | bytes | sha256 |", "|---|---:|---|",
-              *(f"| {_cell(e['path'])} | {e['bytes']} | `{e['sha256']}` |" for e in _entries(manifest)), ""]
+              *(f"| {_cell(e['path'])} | {e['bytes']} | `{e['sha256']}` |" for e in _entries(manifest, fmt)), ""]
     lines += ["## Command", "", "```", command_line(manifest.get("command") or []), "```", "",
               "(Absolute paths are shown by their last part.)"]
     return lines
@@ -120,14 +120,10 @@ def _loading(manifest: dict[str, Any], data: CardData) -> list[str]:
     return lines
 
 
-def _entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every shard and the files that go with it (index, boundaries, origins), then the nanoGPT files."""
-    entries = []
-    for split in manifest["splits"].values():
-        for shard in split["shards"]:
-            entries += shard_files(shard)
-    entries += [e for e in (manifest.get("nanogpt") or {}).values() if isinstance(e, dict)]
-    return entries
+def _entries(manifest: dict[str, Any], fmt: Format) -> list[dict[str, Any]]:
+    """Every shard and the files that go with it (its companions), then the split-wide files its
+    format's writers hashed (``Format.split_files``)."""
+    return [*shard_entries(manifest), *fmt.split_files(manifest)]
 
 
 def command_line(command: list[str]) -> str:

@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from shardsmith.core.manifest import companion_names, shard_files
+from shardsmith.core.own_files import OwnFiles
 from shardsmith.errors import DatasetError
 from shardsmith.kit.options import OptionValues
+from shardsmith.kit.writer import SHARD_NAMES
 
 if TYPE_CHECKING:
     from shardsmith.kit.file_copy import FileCopier
@@ -92,7 +95,9 @@ class Format:
     - every file a writer makes is listed with its size and sha256 (``ShardRecord``), so
       ``verify`` checks it;
     - ``open`` returns a dataset with ``len``, ``ds[i]``, ``get_batch`` and ``iter`` whose
-      random access equals iteration in order, and which opens no path outside the folder.
+      random access equals iteration in order, and which opens no path outside the folder;
+    - every file it writes into the output is one of ``own_files``, so that ``--overwrite`` removes
+      it, a rerun takes it over and an output in object storage publishes it.
     """
 
     name: ClassVar[str] = ""  # the registry name
@@ -106,6 +111,11 @@ class Format:
     # declares none (the protocol before formats declared options): it is given the options every
     # ``--to`` took then, and reading them as ``job.opts.NAME`` is deprecated
     options: ClassVar[FormatOptions | None] = None
+    # what its writers may leave in an output folder (``core/own_files.py``): names at the top of it,
+    # and folders of its own with what they hold (an index folder; a shard or a whole dataset written
+    # as a folder: ``Folder("*.lance")``). The manifest, the run record, the card and temporary files
+    # are every run's. A format that declares none owns the names ``Writer.shard_name`` gives.
+    own_files: ClassVar[OwnFiles] = OwnFiles(files=(SHARD_NAMES,))
 
     # -- writing ------------------------------------------------------------------------------
     def check(self, job: WriteJob) -> None:
@@ -129,6 +139,18 @@ class Format:
         """Top-level manifest fields this format adds."""
         return {}
 
+    def side_files(self, manifest: dict[str, Any]) -> list[str]:
+        """Split-wide files that fields of this format's own name (a tokenizer, a wids index), which
+        the manifest's ``files`` records with their size and sha256 when it is saved, beside the
+        ``companions`` every format may name (``kit/manifest_io.py``)."""
+        return []
+
+    def split_files(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """Split-wide files that this format's writers hashed as they wrote them, as the file
+        entries (``path``, ``bytes``, ``sha256``) fields of its own record (nanoGPT's flat
+        ``{split}.bin``): ``verify`` checks them, a rerun finds them intact or not, the card lists them."""
+        return []
+
     def validate(self, manifest: dict[str, Any], bad: Any) -> None:
         """Type-check the manifest fields this format's readers read, raising ``bad(message)``
         (``core.manifest.check`` has checked the common fields: splits, shards, paths)."""
@@ -147,6 +169,13 @@ class Format:
         checked without reading the data (cheap); the problems found, one line each. ``out``, here
         and in ``verify_deep``, ``describe`` and ``show``: the dataset's folder, or for a dataset at a
         URL the files the loader reads it through (``kit/dataset_files.py``), which ``open`` takes too."""
+        return []
+
+    def verify_files(self, read: Callable[[str], bytes], manifest: dict[str, Any], *, failed: set[str]) -> list[str]:
+        """``verify`` (also without ``--deep``), whatever else it found: the split-wide files this
+        format's fields name, against what they describe (a wids index's shard list); ``read(rel)``
+        gives a file's bytes (OSError or DatasetError when it cannot), ``failed`` names the files
+        whose size or sha256 was found wrong already. The problems found, one line each."""
         return []
 
     def verify_deep(self, out: Path | StreamedFiles, manifest: dict[str, Any], split: str) -> list[str]:
@@ -184,6 +213,23 @@ class Format:
     def bench(self, out: Path, *, split: str, seq_len: int | None, batch_size: int, seconds: float) -> Rate:
         """``bench``: the loader's throughput on this machine, serving ``split`` for ``seconds``."""
         raise NotImplementedError(f"bench does not measure {self.name} datasets")
+
+
+def shard_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every shard's file entry and its companions' (``core.manifest.shard_files``), split by split."""
+    return [e for split in manifest["splits"].values() for shard in split["shards"] for e in shard_files(shard)]
+
+
+def manifest_files(manifest: dict[str, Any], fmt: Format) -> list[dict[str, Any]]:
+    """Every file entry a manifest lists (path, bytes, sha256): the shards and their companions,
+    the split-wide files its format records (``Format.split_files``), and ``files``; what ``verify``
+    checks and a rerun finds intact or not."""
+    return [*shard_entries(manifest), *fmt.split_files(manifest), *(manifest.get("files") or [])]
+
+
+def recorded_names(manifest: dict[str, Any], fmt: Format) -> list[str]:
+    """The split-wide files the manifest's ``files`` records: the format's and the ``companions``."""
+    return [*fmt.side_files(manifest), *companion_names(manifest)]
 
 
 def first_split(manifest: dict[str, Any]) -> str | None:

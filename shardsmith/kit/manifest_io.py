@@ -11,8 +11,9 @@ import orjson
 
 from shardsmith import registry
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.core.manifest import MANIFEST, check, resolve_inside, split_of, split_wide_files
+from shardsmith.core.manifest import MANIFEST, check, resolve_inside, split_of
 from shardsmith.errors import DatasetError, UsageError
+from shardsmith.kit.format import recorded_names
 
 
 def validate(manifest: Any, *, where: Path | str) -> None:
@@ -48,7 +49,7 @@ def save(out_dir: Path, manifest: dict[str, Any]) -> None:
     import hashlib
 
     files = []
-    for rel in split_wide_files(manifest):
+    for rel in recorded_names(manifest, registry.format_of(manifest, where=str(Path(out_dir) / MANIFEST))):
         data = resolve_inside(out_dir, rel).read_bytes()
         files.append({"path": rel, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
     if files:

@@ -1,4 +1,12 @@
-"""What every writer shares: shard naming, rollover bookkeeping, and the record of finished shards."""
+"""What every writer shares: shard naming, rollover bookkeeping, and the record of finished shards.
+
+A writer records what it made as a *piece* (``Writer.piece``), which the gather keeps in the scratch
+folder; a rerun trusts a piece only while every file it vouches for is as it was written
+(``engine/pieces.py``). What a piece vouches for is said here, in words every writer shares, not by
+any format's file names: its shards' files and their companions (``core.manifest.shard_files``), the
+``files`` it names beside them (a split-wide file one writer wrote whole) and the ``stretches`` of a
+split-wide file several writers fill at once (each ``{"scratch", "path", "end"}``: the file in the
+scratch folder while the split is unfinished, or the output file it is then moved to, reaches ``end``)."""
 
 from __future__ import annotations
 
@@ -8,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from shardsmith.core.manifest import shard_files
 from shardsmith.kit.rollover import Rollover
 
 if TYPE_CHECKING:
@@ -34,23 +43,20 @@ class ShardRecord:
         return cls(path=d["path"], samples=int(d["samples"]), bytes=int(d["bytes"]), sha256=d["sha256"], extra=rest)
 
 
-# the files a shard's manifest record may carry beside its own ({"path", "bytes", "sha256"} each):
-# a token shard's .idx, a packed shard's document boundaries, the documents' origins (--provenance), the
-# loss bits of a chat dataset (--chat)
-COMPANIONS = ("index", "boundaries", "origins", "mask")
+# the names ``Writer.shard_name`` gives, as a pattern (``core/own_files.py``): what a format that
+# declares no files of its own owns (``Format.own_files``)
+SHARD_NAMES = "*-" + "[0-9]" * 6 + ".*"
 
 
-def shard_files(shard: dict[str, Any]) -> list[dict[str, Any]]:
-    """A shard's manifest record and the records of the files that go with it, in that order."""
-    return [shard, *(shard[k] for k in COMPANIONS if isinstance(shard.get(k), dict))]
+def piece_files(piece: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files a piece vouches for, each ``{"path", "bytes", ...}`` relative to the output: its
+    shards' and their companions', then the ``files`` it names."""
+    return [*(e for shard in piece.get("shards") or () for e in shard_files(shard)), *(piece.get("files") or ())]
 
 
-def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every file entry a manifest lists (path, bytes, sha256): shards and their companions, the
-    nanoGPT files, the split-wide ``files``; what ``verify`` checks and a rerun finds intact or not."""
-    entries = [e for split in manifest["splits"].values() for shard in split["shards"] for e in shard_files(shard)]
-    entries += [e for e in (manifest.get("nanogpt") or {}).values() if isinstance(e, dict)]
-    return entries + list(manifest.get("files") or [])
+def piece_stretches(piece: dict[str, Any]) -> list[dict[str, Any]]:
+    """The stretches of split-wide files a piece vouches for (``{"scratch", "path", "end"}`` each)."""
+    return list(piece.get("stretches") or ())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,7 +124,8 @@ class Writer:
         return self.weights(batch.lengths, batch.payload)
 
     def piece(self) -> dict[str, Any]:
-        """What this writer made, for the split's finishing step (JSON)."""
+        """What this writer made, for the split's finishing step (JSON): its shards, and what a
+        subclass writes beside them, vouched for as ``files`` and ``stretches`` (the module's words)."""
         return {"first_shard": self.part.first_shard, "shards": [s.to_json() for s in self.shards],
                 "md5s": self.md5s}
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from shardsmith.core.faults import crash_point
 from shardsmith.core.manifest import MANIFEST, RUN_FILE
-from shardsmith.core.own_files import own_file, own_files
+from shardsmith.core.own_files import OwnFiles
 from shardsmith.errors import ShardsmithError
 from shardsmith.storage.objstore import Changed, ObjectInfo, Store
 
@@ -35,15 +35,17 @@ POLL_SECONDS = 0.5
 Stamp = tuple[int, int, int]  # size, mtime_ns, inode: a file replaced by a rename has a new one
 
 
-def publishable(rel: str) -> bool:
+def publishable(rel: str, own: OwnFiles) -> bool:
     """A dataset file of the staging folder, by its relative path (not the manifest, which goes last,
-    nor run state or a temporary file)."""
-    return rel not in (MANIFEST, RUN_FILE) and not rel.rpartition("/")[2].startswith(".") and own_file(rel)
+    nor run state or a temporary file, nor a file in a temporary folder); ``own``: what the run's
+    formats may write (the caller asks the registry: ``registry.own_files``)."""
+    return rel not in (MANIFEST, RUN_FILE) and not any(part.startswith(".") for part in rel.split("/")) \
+        and own.owns(rel)
 
 
-def published(folder: Path) -> list[str]:
+def published(folder: Path, own: OwnFiles) -> list[str]:
     """The dataset files of a staging folder to upload, by their relative paths (the object keys)."""
-    return [rel for rel in own_files(folder) if publishable(rel)]
+    return [rel for rel in own.listed(folder) if publishable(rel, own)]
 
 
 def _stamp(path: Path) -> Stamp | None:
@@ -57,9 +59,11 @@ def _stamp(path: Path) -> Stamp | None:
 class Uploader:
     """The uploads of one run's staging folder into its store."""
 
-    def __init__(self, *, store: Store, folder: Path, remote: dict[str, ObjectInfo], threads: int = THREADS,
-                 held: Callable[[], bool] | None = None, fence: Callable[[], None] | None = None) -> None:
+    def __init__(self, *, store: Store, folder: Path, remote: dict[str, ObjectInfo], own: OwnFiles,
+                 threads: int = THREADS, held: Callable[[], bool] | None = None,
+                 fence: Callable[[], None] | None = None) -> None:
         self.store = store
+        self.own = own  # which files of the folder are the dataset's (``core/own_files.py``)
         self.held = held  # whether the prefix is still this run's as far as it knows: else no upload starts
         self.fence = fence  # asks the store whether it is still this run's; raises if not (``outhold``)
         self.folder = folder
@@ -88,7 +92,7 @@ class Uploader:
     def _scan(self) -> None:
         """Hand every finished file not uploaded as it is now (and not being uploaded) to the pool."""
         try:
-            names = published(self.folder)
+            names = published(self.folder, self.own)
         except FileNotFoundError:
             return
         with self._lock:
@@ -151,7 +155,7 @@ class Uploader:
             if self._errors:
                 self.close()
                 raise self._errors[0]
-            names = set(published(self.folder))
+            names = set(published(self.folder, self.own))
             with self._lock:
                 if all(self._done.get(n) == _stamp(self.folder / n) for n in names) and not self._running:
                     break

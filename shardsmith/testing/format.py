@@ -1,5 +1,6 @@
 """The format contract: the writer's shards are the same for any workers and verifiable (a
-flipped byte is found and named), and its dataset keeps the dataset contract."""
+flipped byte is found and named), every file it writes is its own and listed, a killed run resumes
+to the same bytes, and its dataset keeps the dataset contract."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import ClassVar
 
 from shardsmith.testing.base import ContractBase
 from shardsmith.testing.dataset import DatasetContract
-from shardsmith.testing.runs import MANIFEST, manifest, run
+from shardsmith.testing.runs import CARD, MANIFEST, digest, manifest, run, run_killed, run_ok
 
 
 class FormatContract(ContractBase, DatasetContract):
@@ -64,3 +65,31 @@ class FormatContract(ContractBase, DatasetContract):
         assert res.exit_code == 1, f"verify passed a shard with a flipped byte: {res.output}"
         assert f"FAIL {rel}" in res.output, f"verify does not name {rel}: {res.output}"
         assert (out / MANIFEST).is_file()
+
+    def test_every_file_written_is_the_formats_own_and_listed(self, contract_output: Path) -> None:
+        """Every file the run left is one the format declares (``Format.own_files``: what
+        ``--overwrite`` removes and an output in object storage publishes), and every one but the
+        manifest and the card is listed in the manifest (a shard, a shard's companion, a split-wide
+        file), so ``verify`` checks it."""
+        from shardsmith import registry
+        from shardsmith.core.own_files import EVERY_OUTPUT
+        from shardsmith.kit.format import manifest_files
+
+        fmt = registry.format_named(self.format)
+        own = fmt.own_files | EVERY_OUTPUT
+        written = {p.relative_to(contract_output).as_posix() for p in contract_output.rglob("*") if p.is_file()}
+        undeclared = sorted(rel for rel in written if not own.owns(rel))
+        assert not undeclared, f"files the format does not declare in own_files (--overwrite leaves them): {undeclared}"
+        listed = {e["path"] for e in manifest_files(manifest(contract_output), fmt)}
+        assert written - {MANIFEST, CARD} == listed, (f"written, not listed: {sorted(written - {MANIFEST, CARD} - listed)}; "
+                                                      f"listed, not written: {sorted(listed - written)}")
+
+    def test_resumes_after_a_kill_in_the_gather(self, contract_inputs: Path, contract_output: Path,
+                                                tmp_path: Path) -> None:
+        """Killed (SIGKILL) while its writers write the shards, then run again: the bytes of a run
+        never killed (what the killed run left is the format's own, and taken over)."""
+        out = tmp_path / "out"
+        run_killed(self.command_line(contract_inputs, out), f"gather:{self.split}:0")
+        assert not (out / MANIFEST).exists(), "a run killed in the gather looks like a finished dataset"
+        run_ok(self.command_line(contract_inputs, out))
+        assert digest(out) == digest(contract_output), "the resumed run wrote other bytes than an uninterrupted one"

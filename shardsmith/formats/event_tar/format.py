@@ -10,6 +10,7 @@ from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.event_tar.options import OPTIONS
 from shardsmith.formats.webdataset.format import WebDatasetFormat, timed_samples
+from shardsmith.formats.webdataset.names import OWN_FILES, wids_files, wids_name
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
 
@@ -22,6 +23,7 @@ class EventTarFormat(Format):
     option = OPTIONS.to
     options = OPTIONS
     accepts = ("events",)
+    own_files = OWN_FILES  # the tar shards and their indexes, as webdataset's
 
     def check(self, job: WriteJob) -> None:
         long = [f.name for f in job.schema.fields if len(f.name.encode()) > MAX_FIELD_NAME]
@@ -49,9 +51,15 @@ class EventTarFormat(Format):
                               shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, part=part)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
-        from shardsmith.formats.webdataset.writer import wids_name
-
         return {"wids": wids_name(split)}
+
+    def side_files(self, manifest: dict[str, Any]) -> list[str]:
+        return wids_files(manifest)
+
+    def verify_files(self, read: Any, manifest: dict[str, Any], *, failed: set[str]) -> list[str]:
+        from shardsmith.formats.webdataset.wids_check import wids_problems
+
+        return wids_problems(read, manifest, failed=failed)
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
         return {"events": {"events_per_sample": job.options.events_per_sample}}

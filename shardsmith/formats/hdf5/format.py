@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import manifest as m_
+from shardsmith.core.own_files import OwnFiles
 from shardsmith.errors import DatasetError
 from shardsmith.formats.hdf5.options import OPTIONS
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob, timed_batches
-from shardsmith.kit.writer import ShardRange, Writer
+from shardsmith.kit.writer import SHARD_NAMES, ShardRange, Writer
 
 
 class HDF5Format(Format):
@@ -22,6 +23,7 @@ class HDF5Format(Format):
     options = OPTIONS
     accepts = ("events",)
     sample_unit = "event"
+    own_files = OwnFiles(files=(SHARD_NAMES,))  # {split}-{000000}.h5
 
     def validate(self, m: dict[str, Any], bad: Any) -> None:
         """The manifest fields this format's readers read, each typed (``core.manifest.check``)."""

@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core import manifest as m_
+from shardsmith.core.own_files import OwnFiles
 from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.options import OPTIONS
-from shardsmith.formats.memmap.shape import Layout, layout_of
+from shardsmith.formats.memmap.shape import ARRAY_SUFFIX, META_SUFFIX, Layout, layout_of
 from shardsmith.kit.format import Format, Rate, WriteJob, timed_batches
 from shardsmith.kit.writer import ShardRange, Writer
 
@@ -31,6 +32,8 @@ class MemmapFormat(Format):
     options = OPTIONS
     accepts = ("events",)
     sample_unit = "event"
+    # per split: {split}.values.bin, .lengths.bin, .counts.bin, one .{field}.bin per scalar, and .memmap.json
+    own_files = OwnFiles(files=(f"*{ARRAY_SUFFIX}", f"*{META_SUFFIX}"))
 
     def check(self, job: WriteJob) -> None:
         job_layout(job)

@@ -103,14 +103,18 @@ def layout_of(schema: EventSchema, *, max_len: int | None, dtype: str, keep: str
     return layout
 
 
+ARRAY_SUFFIX = ".bin"
+META_SUFFIX = ".memmap.json"
+
+
 def file_names(split: str, layout: Layout) -> dict[str, Any]:
     """The files of one split: ``values``, ``lengths``, ``counts``, ``meta`` and one per scalar field
     (named by the field when that makes a plain file name, else by its position)."""
     scalars = {}
     for k, f in enumerate(layout.scalars):
         safe = _SAFE_NAME.fullmatch(f.name) and f.name not in _RESERVED
-        scalars[f.name] = f"{split}.{f.name}.bin" if safe else f"{split}.scalar{k}.bin"
+        scalars[f.name] = f"{split}.{f.name}{ARRAY_SUFFIX}" if safe else f"{split}.scalar{k}{ARRAY_SUFFIX}"
     if len(set(scalars.values())) != len(scalars):  # "a" and a field named "scalar0": numbered, all of them
-        scalars = {f.name: f"{split}.scalar{k}.bin" for k, f in enumerate(layout.scalars)}
-    return {"values": f"{split}.values.bin", "lengths": f"{split}.lengths.bin", "counts": f"{split}.counts.bin",
-            "meta": f"{split}.memmap.json", "scalars": scalars}
+        scalars = {f.name: f"{split}.scalar{k}{ARRAY_SUFFIX}" for k, f in enumerate(layout.scalars)}
+    return {**{k: f"{split}.{k}{ARRAY_SUFFIX}" for k in ("values", "lengths", "counts")},
+            "meta": f"{split}{META_SUFFIX}", "scalars": scalars}

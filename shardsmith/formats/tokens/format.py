@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,14 @@ import numpy as np
 from shardsmith.core import manifest as m_
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.dtypes import safe_dtype
+from shardsmith.core.own_files import OwnFiles
 from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError
+from shardsmith.formats.tokens.neighbours import HF_FILES, NANOGPT_META, NANOGPT_SUFFIX, TOKENIZER
 from shardsmith.formats.tokens.options import OPTIONS
 from shardsmith.kit import manifest_io
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob, first_split
-from shardsmith.kit.writer import ShardRange, Writer
+from shardsmith.kit.writer import SHARD_NAMES, ShardRange, Writer
 
 
 class TokensFormat(Format):
@@ -27,6 +30,9 @@ class TokensFormat(Format):
     options = OPTIONS
     accepts = ("rows",)
     sample_unit = "document"
+    # the shards and their companions (.idx, .origins.npy, .mask.bin, .cu.npy), nanoGPT's flat files,
+    # the tokenizer and the files other tools read beside it (``neighbours.py``)
+    own_files = OwnFiles(files=(SHARD_NAMES, f"*{NANOGPT_SUFFIX}", TOKENIZER, *HF_FILES, NANOGPT_META))
 
     def validate(self, m: dict[str, Any], bad: Any) -> None:
         """The manifest fields this format's readers read, each typed (``core.manifest.check``)."""
@@ -50,6 +56,7 @@ class TokensFormat(Format):
             for shard in split["shards"]:
                 if not isinstance(shard.get("index"), dict):
                     raise bad(f"shard {shard['path']!r} of split {name!r} names no '.idx' index")
+                m_.file_entry(shard["index"], bad, f"splits.{name}.shards[].index")
                 tokens = m_.count(shard, "tokens", bad, where=f"splits.{name}.shards[].", optional=True)
                 if tokens is not None and tokens * itemsize != shard["bytes"]:
                     raise bad(f"shard {shard['path']!r}: {tokens} tokens of {itemsize} bytes are not its "
@@ -86,6 +93,29 @@ class TokensFormat(Format):
         for split, entry in (nanogpt or {}).items():
             if entry is not None:  # a split without tokens has no nanoGPT file
                 m_.file_entry(entry, bad, f"nanogpt.{split}")
+
+    def side_files(self, manifest: dict[str, Any]) -> list[str]:
+        tok = manifest.get("tokenizer")
+        return [tok["path"]] if isinstance(tok, dict) and isinstance(tok.get("path"), str) else []
+
+    def verify_files(self, read: Any, manifest: dict[str, Any], *, failed: set[str]) -> list[str]:
+        """The tokenizer against its sha256 when ``files`` does not list it (manifests written before
+        ``files`` was recorded, or a list cut short)."""
+        tok = manifest["tokenizer"]
+        if tok["path"] in {e["path"] for e in manifest.get("files") or []}:
+            return []
+        try:
+            if hashlib.sha256(read(tok["path"])).hexdigest() != tok["sha256"]:
+                return [f"{tok['path']}: sha256 differs from the manifest's tokenizer.sha256"]
+        except OSError as exc:
+            return [f"{tok['path']}: cannot read ({exc.strerror or exc})"]
+        except DatasetError as exc:
+            return [str(exc)]
+        return []
+
+    def split_files(self, manifest: dict[str, Any]) -> list[dict[str, Any]]:
+        """nanoGPT's flat ``{split}.bin`` files (``--nanogpt``), hashed as they were written."""
+        return [e for e in (manifest.get("nanogpt") or {}).values() if isinstance(e, dict)]
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.tokens.writer import TokensWriter

@@ -20,8 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+TOKENIZER = "tokenizer.json"  # the tokenizer the ids come from, beside the shards (the manifest's ``tokenizer``)
 HF_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 NANOGPT_META = "meta.pkl"
+NANOGPT_SUFFIX = ".bin"  # nanoGPT's flat token file of a split: ``{split}.bin``
+
+
+def nanogpt_name(split: str) -> str:
+    return f"{split}{NANOGPT_SUFFIX}"
+
 PICKLE_PROTOCOL = 4  # readable by every Python nanoGPT runs on (3.4+)
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>")
 

@@ -19,6 +19,7 @@ from shardsmith.core.fsutil import HashingFile, file_sha256, fsync_dir, naming
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.masks import MASK_SUFFIX, MaskFile, ids_dtype, split_units
+from shardsmith.formats.tokens.neighbours import nanogpt_name
 from shardsmith.formats.tokens.origins import ORIGINS_SUFFIX, check_batch, write_origins
 from shardsmith.kit.rollover import Rollover, runs
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
@@ -53,7 +54,7 @@ class _FlatPiece:
         self.offset = part.weight_before * 2
         self.tokens = 0
         if part.whole:
-            self._file: HashingFile | None = HashingFile(out_dir / f"{split}.bin")
+            self._file: HashingFile | None = HashingFile(out_dir / nanogpt_name(split))
             self._fd = -1
         else:
             assert part.work_dir is not None
@@ -90,8 +91,13 @@ class _FlatPiece:
             os.close(self._fd)
 
 
+def flat_scratch_name(split: str) -> str:
+    """The scratch file (in the run's scratch folder) the gather ranges of a split fill with the nanoGPT file."""
+    return f"flat-{split}.bin"
+
+
 def flat_scratch(work_dir: Path, split: str) -> Path:
-    return Path(work_dir) / f"flat-{split}.bin"
+    return Path(work_dir) / flat_scratch_name(split)
 
 
 class TokensWriter(Writer):
@@ -195,7 +201,16 @@ class TokensWriter(Writer):
         return self.shards
 
     def piece(self) -> dict[str, Any]:
-        return {**super().piece(), "flat": self.flat_record}
+        """Its shards, and its part of the nanoGPT file (``flat``, which ``finish_split`` reads): the
+        whole file (vouched for as one of its ``files``), or a stretch of the scratch file the ranges fill."""
+        flat, vouched = self.flat_record, {}
+        if flat is not None and "path" in flat:
+            vouched["files"] = [flat]
+        elif flat is not None:
+            vouched["stretches"] = [{"scratch": flat_scratch_name(self.split),
+                                     "path": nanogpt_name(self.split),
+                                     "end": int(flat["offset"]) + 2 * int(flat["tokens"])}]
+        return {**super().piece(), "flat": flat, **vouched}
 
     @property
     def shards_alone(self) -> bool:
@@ -217,7 +232,7 @@ class TokensWriter(Writer):
         assert self.part.work_dir is not None
         scratch = flat_scratch(self.part.work_dir, self.split)
         size = 2 * sum(int(f["tokens"]) for f in flats)
-        target = self.out_dir / f"{self.split}.bin"
+        target = self.out_dir / nanogpt_name(self.split)
         if not scratch.exists() and target.is_file() and target.stat().st_size == size:
             scratch = target  # moved by a finalize that was killed before the manifest
         with naming(scratch), open(scratch, "ab+") as fh:  # created empty for a split with no tokens

@@ -9,6 +9,7 @@ from typing import Any
 
 from shardsmith.core import manifest as m_
 from shardsmith.errors import DatasetError
+from shardsmith.formats.webdataset.names import OWN_FILES, wids_files, wids_name
 from shardsmith.formats.webdataset.options import OPTIONS
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
@@ -23,6 +24,7 @@ class WebDatasetFormat(Format):
     options = OPTIONS
     accepts = ("images", "rows")
     copies_files = True
+    own_files = OWN_FILES
 
     def validate(self, m: dict[str, Any], bad: Any) -> None:
         """The manifest fields this format's readers read, each typed (``core.manifest.check``)."""
@@ -30,6 +32,13 @@ class WebDatasetFormat(Format):
         if classes is not None and not all(isinstance(c, str) for c in classes):
             raise bad("'classes' must be a list of names")
         m_.count(m, "max_image_pixels", bad, optional=True, low=1)
+        for name, split in m["splits"].items():
+            wids = m_.need(split, "wids", str, bad, where=f"splits.{name}.", optional=True)
+            if wids is not None and not m_.safe_relative(wids):
+                raise bad(f"'splits.{name}.wids' {wids!r} is not a plain relative path inside the dataset folder")
+            for shard in split["shards"]:
+                if "index" in shard:  # (datasets of before the offset indexes have none)
+                    m_.file_entry(shard["index"], bad, f"splits.{name}.shards[].index")
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.webdataset.writer import TarWriter
@@ -46,9 +55,15 @@ class WebDatasetFormat(Format):
         return TarCopier(shard_samples=o.shard_samples, shard_bytes=o.shard_bytes, wids_md5=o.wids_md5)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
-        from shardsmith.formats.webdataset.writer import wids_name
-
         return {"wids": wids_name(split)}
+
+    def side_files(self, manifest: dict[str, Any]) -> list[str]:
+        return wids_files(manifest)
+
+    def verify_files(self, read: Any, manifest: dict[str, Any], *, failed: set[str]) -> list[str]:
+        from shardsmith.formats.webdataset.wids_check import wids_problems
+
+        return wids_problems(read, manifest, failed=failed)
 
     def reads(self, manifest: dict[str, Any]) -> bool:
         return super().reads(manifest) and "events" not in manifest

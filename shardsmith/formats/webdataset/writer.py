@@ -5,7 +5,7 @@ Samples arrive as complete tar members (headers, data and padding built by the w
 ``__index__/{split}-{000000}.offsets.npy`` (``tarfmt.index_array``: where each sample and each of its
 members starts, member sizes and extensions, sample keys) for O(1) random access without reading the
 tar's headers, and the split gets ``__index__/{split}.wids.json``. The indexes live in their own
-folder (``formats.writer.INDEX_DIR``) so that a reader of the folder's files by name (HuggingFace
+folder (``names.INDEX_DIR``) so that a reader of the folder's files by name (HuggingFace
 ``datasets``' ``webdataset`` builder) finds the tars alone; the manifest names where they are.
 """
 
@@ -23,9 +23,9 @@ import orjson
 
 from shardsmith.core.fsutil import HashingFile, atomic_write_bytes, fsync_dir
 from shardsmith.core.npy import npy_bytes
-from shardsmith.core.own_files import INDEX_DIR
 from shardsmith.core.ragged import starts_of
 from shardsmith.errors import DataError
+from shardsmith.formats.webdataset.names import INDEX_DIR, offsets_name, wids_name
 from shardsmith.formats.webdataset.tarfmt import (
     BLOCK,
     end_of_archive,
@@ -104,16 +104,6 @@ class ShardIndex:
         cat = np.concatenate
         return index_array([*self.starts, end], first, cat(self.data) if self.data else [],
                            cat(self.size) if self.size else [], self.ext_names, self.keys)
-
-
-def offsets_name(shard: str) -> str:
-    """Where a shard's offset index goes, relative to the dataset folder (as the manifest names it)."""
-    return f"{INDEX_DIR}/{shard.removesuffix('.tar')}.offsets.npy"
-
-
-def wids_name(split: str) -> str:
-    """Where a split's wids index goes, relative to the dataset folder (the manifest's ``wids``)."""
-    return f"{INDEX_DIR}/{split}.wids.json"
 
 
 def index_folder(out_dir: Path) -> Path:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shardsmith.plugin import Format, ShardRange, ShardRecord, WriteJob, Writer
+from shardsmith.plugin import SHARD_NAMES, Format, OwnFiles, ShardRange, ShardRecord, WriteJob, Writer
 from shardsmith_csv.options import OPTIONS
 
 DELIMITERS = {"comma": ",", "tab": "\t"}
@@ -37,6 +37,9 @@ class CsvFormat(Format):
     options = OPTIONS  # the same declaration the registry reads from options.py
     accepts = ("rows",)
     sample_unit = "row"
+    # the files it writes into an output (what --overwrite removes and an S3 output uploads): its
+    # shards, named by Writer.shard_name; a format written as folders declares them (plugin.Folder)
+    own_files = OwnFiles(files=(SHARD_NAMES,))
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         return CsvWriter(out_dir=job.out, split=split, delimiter=DELIMITERS[job.options.csv_delimiter],
@@ -91,7 +94,7 @@ class CsvWriter(Writer):
         out.writerows([_cell(row.get(c, "")) for c in columns] for row in self.rows)
         data = text.getvalue().encode("utf-8")
         name = self.shard_name(self.next_index(), self.ext)
-        tmp = self.out_dir / f".{name}.tmp"
+        tmp = self.out_dir / f".{name}.tmp-{os.getpid()}"  # a killed run's is its own (shardsmith's naming)
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
