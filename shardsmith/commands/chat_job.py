@@ -1,7 +1,7 @@
 """The steps of ``pack-tokens --chat`` (``TokenSteps`` with conversations for documents).
 
 A row is a conversation (``--messages-field``, or ``--prompt-field``/``--completion-field``
-pairs), rendered with the tokenizer's chat template (``kit/chat_template.py``, as transformers
+pairs), rendered with the tokenizer's chat template (``text/chat_template.py``, as transformers
 renders it) and encoded with a loss bit per token (``--train-on``); the tokens and their bits
 travel together (``formats/tokens/masks.py``) and the writers put the bits beside each shard.
 Nothing is added around a conversation: the template places every special token. The output
@@ -25,12 +25,12 @@ from shardsmith.engine.run import Converted
 from shardsmith.engine.scatter import summed_stats
 from shardsmith.formats.tokens import neighbours
 from shardsmith.formats.tokens.masks import unit_dtype
-from shardsmith.kit.chat import MESSAGE_BINS, ChatFields
-from shardsmith.kit.chat_files import load_chat_template
-from shardsmith.kit.chat_template import ChatTemplate
-from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.chat import ChatProcessor, ChatRenderer
-from shardsmith.transforms.chat_tokens import ChatEncoder
+from shardsmith.text import tokenize as tk
+from shardsmith.text.chat import MESSAGE_BINS, ChatFields
+from shardsmith.text.chat_files import load_chat_template
+from shardsmith.text.chat_processor import ChatProcessor, ChatRenderer
+from shardsmith.text.chat_template import ChatTemplate
+from shardsmith.text.chat_tokens import ChatEncoder
 
 # what transformers reads a tokenizer's chat template and special tokens from, beside tokenizer.json
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from shardsmith.errors import UsageError
-from shardsmith.kit.chat import TRAIN_ON
+from shardsmith.text.chat import TRAIN_ON
 
 TOO_LONG = ("truncate", "drop", "split")
 # the options that read conversations (their defaults are the options dataclass's)

@@ -25,7 +25,7 @@ import numpy as np
 from shardsmith.core.words import plural
 from shardsmith.engine.forked import ForkedAnswer
 from shardsmith.errors import UsageError
-from shardsmith.transforms import tokenize as tk
+from shardsmith.text import tokenize as tk
 
 _CUT_DOCS = 10  # sample documents cut into pieces of 48 characters: the engines must agree on pieces too
 

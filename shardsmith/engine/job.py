@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from shardsmith.core.progress import Progress
     from shardsmith.engine.run import Converted, Sizing
     from shardsmith.engine.session import OutputRun
-    from shardsmith.kit.cleaning import CleaningSpec
     from shardsmith.kit.processed import Processor
     from shardsmith.kit.reader import Reader, Task
+    from shardsmith.text.cleaning import CleaningSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +142,7 @@ class JobSteps:
         return sum(f.size for f in run.files or ())
 
     def cleaning(self, run: JobRun) -> CleaningSpec | None:
-        """What the run cleans and traces of its documents (``kit/cleaning.py``; None: nothing)."""
+        """What the run cleans and traces of its documents (``text/cleaning.py``; None: nothing)."""
         return None
 
     def processor(self, run: JobRun) -> Processor:

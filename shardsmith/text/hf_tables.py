@@ -1,5 +1,5 @@
 """transformers 5.x's own tables, as shardsmith keeps them to choose the tokenizer class
-AutoTokenizer picks for a folder (``kit/tokenizer_class.py``); tests/test_tokenizer_class.py checks
+AutoTokenizer picks for a folder (``text/tokenizer_class.py``); tests/test_tokenizer_class.py checks
 them against the installed transformers, so a newer release that changes them fails there first."""
 
 from __future__ import annotations

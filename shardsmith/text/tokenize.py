@@ -122,12 +122,12 @@ class LoadedTokenizer:
 
 def load_hf(path: str | Path) -> LoadedTokenizer:
     """The tokenizer ``AutoTokenizer.from_pretrained`` makes of ``path``'s folder in transformers 5
-    (``kit/tokenizer_class.py``): the file as it is, or rebuilt by the class tokenizer_config.json
+    (``text/tokenizer_class.py``): the file as it is, or rebuilt by the class tokenizer_config.json
     names; a one-line usage error for a file that is no tokenizer.json or a class not reproduced."""
     from tokenizers import Tokenizer
 
-    from shardsmith.kit.tokenizer_class import built
-    from shardsmith.kit.tokenizer_folder import TokenizerFolder
+    from shardsmith.text.tokenizer_class import built
+    from shardsmith.text.tokenizer_folder import TokenizerFolder
 
     raw = tokenizer_bytes(path)
     try:

@@ -9,7 +9,7 @@ the parser's stack. Here every render runs under a ``Budget``: steps (a loop's i
 filter, an operator, and what each reads: characters and items) for all renders of a
 conversation, and characters made (the strings and lists operations return, the text produced)
 for each render; counted, never timed, so the same template and conversation stop at the same
-step on any machine (``kit/chat_bounds.py``). Each operation that can make a value much larger
+step on any machine (``text/chat_bounds.py``). Each operation that can make a value much larger
 than its operands (string and list repetition, ``+``, ``~``, ``**``, ``%``, ``format``,
 ``center``, ``indent``, ``join``, ``replace``...) checks the size it would make first. Reaching
 a bound is ``TemplateLimit``, one line (``chat_template.py`` makes it the conversation's
@@ -30,7 +30,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from shardsmith.kit.chat_bounds import (
+from shardsmith.text.chat_bounds import (
     BUDGET,
     CHARS_PER_STEP,
     MAX_TEMPLATE_TOKENS,

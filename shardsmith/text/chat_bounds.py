@@ -1,4 +1,4 @@
-"""The bounds a chat template renders under (``kit/chat_sandbox.py`` builds the environment that
+"""The bounds a chat template renders under (``text/chat_sandbox.py`` builds the environment that
 applies them): a ``Budget`` of steps for all renders of a conversation and of characters made for
 each render, counted and never timed, so the same template and conversation stop at the same step on
 any machine; and, for each operation that can make a value much larger than its operands (string and
