@@ -1,4 +1,7 @@
-"""The options of ``pack-tokens --chat``, checked together before any work (one-line usage errors)."""
+"""The options of ``pack-tokens --chat``, checked together before any work (one-line usage errors):
+``--train-tokenizer``, ``--eos-token``, ``--bos-token``, ``--no-eos`` and ``--nanogpt`` are refused
+with ``--chat``; the chat options without ``--chat``, and ``--too-long`` without ``--pack``, are usage
+errors."""
 
 from __future__ import annotations
 

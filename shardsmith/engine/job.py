@@ -1,5 +1,5 @@
 """A job (what to run) and its units (the pieces any process can run), the seam between "what to
-run" and "where it runs" (docs/design.md, "Flow").
+run" and "where it runs" (docs/design.md, "The flow").
 
 A command describes its job: its name, its options record, the source, the transforms, the format,
 and its own steps (``JobSteps``: the hooks the engine calls between its own steps). The engine
