@@ -375,7 +375,7 @@ def truth_size(root: Path) -> float:
 
 def default_bands(checkout: Path, threshold: float) -> tuple[int, int, str]:
     """shardsmith's (bands, rows) for the threshold, from MinHashSpec.for_threshold if the checkout has it."""
-    code = (f"from shardsmith.kit.minhash import MinHashSpec as M; s = M.for_threshold({threshold!r}, seed=0); "
+    code = (f"from shardsmith.text.minhash import MinHashSpec as M; s = M.for_threshold({threshold!r}, seed=0); "
             "print(getattr(s, 'bands', None), getattr(s, 'rows', None))")
     p = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(checkout)})

@@ -1,10 +1,10 @@
-"""Speed and estimate error of shardsmith's near-duplicate core (kit/ngrams, kit/minhash; issue 29).
+"""Speed and estimate error of shardsmith's near-duplicate core (text/ngrams, text/minhash; issue 29).
 
     PYTHONPATH=. .venv/bin/python bench/bench_minhash_core.py --mb 20
 
 On bench/corpus.py documents (one process; rensa's own threads as it starts them, see cpu/wall):
   ngrams          word_ngram_hashes(texts, 5), normalization included, and on pre-normalized text
-  sign rensa      R-MinHash of those hashes (signing only), the signer kit/minhash uses
+  sign rensa      R-MinHash of those hashes (signing only), the signer text/minhash uses
   sign numpy      bench_minhash_libs.np_sign (k multiply-add-shift permutations) of the same hashes
   band_keys       the whole: normalize, 5-grams, sign, band keys
   near_duplicates clusters from the band keys, in memory and with a memory that forces spilling
@@ -26,9 +26,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_minhash_libs as libs  # noqa: E402
 from harness import key_figure  # noqa: E402
 
-from shardsmith.kit.minhash import MinHashSpec, band_keys, near_duplicates, signatures  # noqa: E402
-from shardsmith.kit.ngrams import word_ngram_hashes  # noqa: E402
-from shardsmith.kit.textnorm import normalize  # noqa: E402
+from shardsmith.text.minhash import MinHashSpec, band_keys, near_duplicates, signatures  # noqa: E402
+from shardsmith.text.ngrams import word_ngram_hashes  # noqa: E402
+from shardsmith.text.textnorm import normalize  # noqa: E402
 
 
 def timed(fn, repeat: int = 2):

@@ -17,7 +17,7 @@ import unicodedata
 from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from shardsmith.kit.textnorm import _SPACES, doc_hashes, normalize  # noqa: E402
+from shardsmith.text.textnorm import _SPACES, doc_hashes, normalize  # noqa: E402
 
 
 def load(path: str, limit: float = 50e6) -> list[str]:

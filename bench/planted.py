@@ -9,7 +9,7 @@ benchmark: ``--items`` items of 20-60 words, ``{"text": ...}``), OUT/truth.npz a
 Documents come from bench/corpus.py's generator (Zipf words, punctuation, paragraphs, some non-ASCII;
 ~2.9 KB mean, lognormal tail to ~10 KB). Each document, in order, is (drawn independently):
   * 10 % an exact copy of an earlier original (half verbatim, half with changed case and whitespace:
-    equal after ``shardsmith.kit.textnorm.normalize``, which is checked; a variant that fails the
+    equal after ``shardsmith.text.textnorm.normalize``, which is checked; a variant that fails the
     check is written verbatim);
   * 10 % a near copy of an earlier original: a few words replaced, maybe a sentence removed or one
     added, until the Jaccard similarity of the word 5-gram sets of the normalized texts (computed,
@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(1, str(HERE.parent))
 import corpus  # noqa: E402
 
-from shardsmith.kit.textnorm import normalize  # noqa: E402
+from shardsmith.text.textnorm import normalize  # noqa: E402
 
 NGRAM = 5
 DECON_NGRAM = 13

@@ -84,7 +84,7 @@ def main() -> None:
     if not tok.is_file():
         import orjson
 
-        from shardsmith.transforms.tokenize import train_bpe
+        from shardsmith.text.tokenize import train_bpe
 
         with open(corpus, "rb") as fh:
             texts = [orjson.loads(line)["text"] for _, line in zip(range(2000), fh)]

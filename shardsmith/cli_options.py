@@ -191,7 +191,7 @@ def chat_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def cleaning_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Options of commands that read documents of text: dedup, decontamination, the removed list (kit/cleaning.py)."""
+    """Options of commands that read documents of text: dedup, decontamination, the removed list (text/cleaning.py)."""
     options = [
         click.option("--dedup", type=click.Choice(["exact", "exact:raw", "minhash"]), default=None,
                      help="Drop documents equal (exact: after NFKC, case-folding and whitespace; exact:raw: as "

@@ -12,6 +12,16 @@ Seeding: the crop box and the flip of a sample are drawn as ``--augment
 ``epoch`` (``draw_key(seed, key, epoch)``): a pure function of (seed, key, epoch), so every epoch
 draws fresh crops, the same for any batch composition, worker count or device; the boxes equal
 the CPU planning exactly, the pixels a Pillow render of the same box within a few levels.
+
+Details: ``JpegCollate``'s flat tensor is one shared-memory block between processes; the sizes come
+from ``check_image(level="header")``, so a bad or oversized image is skipped and listed there, in the
+worker. nvJPEG decodes a batch in one call (``torchvision.io.decode_jpeg(list, device=cuda)``); a
+batch that fails is decoded one by one to find the bad images. Each crop is rendered with one
+antialiased bilinear resample (Pillow's ``resize(box=...)``; uint8 on a CPU, float on the GPU), then
+the flip. The boxes and flips equal ``Augmenter.plan`` exactly for ``"random-resized-crop=S,hflip"``
+(the same ``RandomResizedCrop`` and ``HFlip`` ops); pixels match a Pillow render of the box within 3
+levels (nvJPEG's IDCT and chroma upsampling differ from libjpeg's a little more). torchvision is
+imported only when nvJPEG is asked for; ``import shardsmith.torch`` needs neither it nor Pillow.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from shardsmith.kit.chat_files import load_chat_template
-from shardsmith.transforms.chat_tokens import ChatEncoder
+from shardsmith.text.chat_files import load_chat_template
+from shardsmith.text.chat_tokens import ChatEncoder
 
 transformers = pytest.importorskip("transformers")
 

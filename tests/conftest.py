@@ -20,7 +20,7 @@ from shardsmith.cli import main
 from shardsmith.formats.webdataset.tarfmt import (
     parse_sample as _parse_sample,  # bound now: tests count calls of the patched one
 )
-from shardsmith.transforms.tokenize import train_bpe
+from shardsmith.text.tokenize import train_bpe
 
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau", "upsilon", "phi", "chi", "psi", "omega", "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "über", "café", "naïve", "東京", "🙂", "data", "shard", "token", "shuffle", "seed", "record"]
 

@@ -1,6 +1,6 @@
 """Class-balanced epochs (issue 16 point 5): per-class counts at every prefix close to the weights,
 no repeat within an epoch while a class lasts, determinism, equal batches per rank, exact resume
-through StatefulDataLoader and elastic resume (docs/design.md, "Loader", "Class balance")."""
+through StatefulDataLoader and elastic resume (docs/loader.md, "Class balance"; docs/design.md, "Loader")."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """pack-tokens --chat's pure pieces against transformers: chat templates rendered in its sandbox
-(kit/chat_template.py), records made conversations and the characters that train (kit/chat.py),
-and ids with a loss mask (transforms/chat_tokens.py) equal to ``apply_chat_template(...,
+(text/chat_template.py), records made conversations and the characters that train (text/chat.py),
+and ids with a loss mask (text/chat_tokens.py) equal to ``apply_chat_template(...,
 return_assistant_tokens_mask=True)``'s ``input_ids`` and ``assistant_masks``, on both engines."""
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardsmith.errors import UsageError
-from shardsmith.kit.chat import ChatFields, Conversation, conversation_of, rendered
-from shardsmith.kit.chat_files import load_chat_template
-from shardsmith.kit.chat_template import ChatError, ChatTemplate
-from shardsmith.transforms.chat_tokens import ChatEncoder, mask_from_offsets
+from shardsmith.text.chat import ChatFields, Conversation, conversation_of, rendered
+from shardsmith.text.chat_files import load_chat_template
+from shardsmith.text.chat_template import ChatError, ChatTemplate
+from shardsmith.text.chat_tokens import ChatEncoder, mask_from_offsets
 
 transformers = pytest.importorskip("transformers")
 
@@ -426,7 +426,7 @@ def test_messages_kept_as_a_json_string_and_oversized_conversations():
     assert got.messages == [{"role": "user", "content": "hi"}]
     with pytest.raises(ChatError, match="not JSON"):
         conversation_of({"messages": "[{"}, ChatFields())
-    from shardsmith.kit.chat import MAX_CHARS
+    from shardsmith.text.chat import MAX_CHARS
 
     with pytest.raises(ChatError, match="characters of content"):
         conversation_of({"messages": [{"role": "user", "content": "x" * (MAX_CHARS + 1)}]}, ChatFields())

@@ -1,4 +1,4 @@
-"""Crafted chat templates (kit/chat_sandbox.py): what would allocate gigabytes, never end or
+"""Crafted chat templates (text/chat_sandbox.py): what would allocate gigabytes, never end or
 overflow the stack is one line and a non-zero exit, at a bound counted in steps and sizes (never
 in seconds), and compiling a template allocates nothing."""
 
@@ -10,10 +10,10 @@ import pytest
 from chat_models import CHATML, model_folder, tokenizer_json
 from conftest import run_cli
 
-from shardsmith.kit import chat_template
-from shardsmith.kit.chat import ChatFields, conversation_of, rendered
-from shardsmith.kit.chat_sandbox import environment
-from shardsmith.kit.chat_template import ChatError, ChatTemplate
+from shardsmith.text import chat_template
+from shardsmith.text.chat import ChatFields, conversation_of, rendered
+from shardsmith.text.chat_sandbox import environment
+from shardsmith.text.chat_template import ChatError, ChatTemplate
 
 HI = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 SIZES = {  # each would make a value of a gigabyte or more

@@ -20,7 +20,7 @@ from chat_models import TOOLS, build_models, build_tokenizers, random_conversati
 from conftest import make_docs, run_cli, run_subprocess, tree_digest, write_jsonl
 
 import shardsmith
-from shardsmith.kit.chat import ChatFields, conversation_of, rendered
+from shardsmith.text.chat import ChatFields, conversation_of, rendered
 
 transformers = pytest.importorskip("transformers")
 N = 60

@@ -23,10 +23,10 @@ from chat_models import (
 from conftest import run_cli, write_jsonl
 
 import shardsmith
-from shardsmith.kit import hf_tables
-from shardsmith.kit.chat import ChatFields, conversation_of, rendered
-from shardsmith.kit.tokenizer_class import RECIPES, built
-from shardsmith.kit.tokenizer_folder import TokenizerFolder
+from shardsmith.text import hf_tables
+from shardsmith.text.chat import ChatFields, conversation_of, rendered
+from shardsmith.text.tokenizer_class import RECIPES, built
+from shardsmith.text.tokenizer_folder import TokenizerFolder
 
 transformers = pytest.importorskip("transformers")
 N = 80
@@ -175,7 +175,7 @@ def test_a_class_shardsmith_does_not_build_is_one_line(tmp_path, spm, changes, w
 
 
 def test_the_tables_are_transformers_own():
-    """kit/hf_tables.py against the installed transformers: a release that changes them fails here."""
+    """text/hf_tables.py against the installed transformers: a release that changes them fails here."""
     from transformers.models.auto import tokenization_auto as auto
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 

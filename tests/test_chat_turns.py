@@ -1,4 +1,4 @@
-"""The turn-by-turn rule's prefixes found in one render (kit/chat_turns.py): the same spans as
+"""The turn-by-turn rule's prefixes found in one render (text/chat_turns.py): the same spans as
 rendering every prefix, for templates that allow it and for those that do not (a look ahead, a
 length, a namespace or a read after the loop, a buffered loop, break, continue, else), and a
 conversation of thousands of messages in about as many steps as it has messages."""
@@ -10,9 +10,9 @@ import random
 import pytest
 from chat_models import CHATML, MISTRAL, QWEN_TOOLS, TOOLS
 
-from shardsmith.kit.chat import ChatFields, conversation_of, rendered
-from shardsmith.kit.chat_template import ChatError, ChatTemplate, prepared
-from shardsmith.kit.chat_turns import Observations, Tracked, _Renders
+from shardsmith.text.chat import ChatFields, conversation_of, rendered
+from shardsmith.text.chat_template import ChatError, ChatTemplate, prepared
+from shardsmith.text.chat_turns import Observations, Tracked, _Renders
 
 LLAMA2 = ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
           "{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}"
@@ -68,7 +68,7 @@ def _conversation(rng: random.Random, *, tools: bool) -> list[dict]:
 
 
 def _one_by_one(template: ChatTemplate, messages: list[dict], tools) -> tuple[str, list] | str:
-    """The rule as written: every prefix rendered (what kit/chat.py did for every conversation)."""
+    """The rule as written: every prefix rendered (what text/chat.py did for every conversation)."""
     try:
         text, _ = template.render(messages, tools=tools)
         spans = []

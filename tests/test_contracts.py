@@ -212,7 +212,7 @@ class TestTokensFormat(FormatContract):
     convert_args = ["--shard-tokens", "1500", "--memory", "64KB"]
 
     def make_inputs(self, folder: Path) -> None:
-        from shardsmith.transforms.tokenize import train_bpe
+        from shardsmith.text.tokenize import train_bpe
 
         two_jsonl_files(folder / "docs")
         (folder / "tokenizer.json").write_text(train_bpe(make_docs(200, seed=99), vocab_size=300))

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import WORDS, make_docs, run_cli, tree_digest, write_jsonl
 from test_dedup_exact import pack
 
-from shardsmith.kit.decontaminate import Benchmarks
+from shardsmith.text.decontaminate import Benchmarks
 
 
 def _words(rng: random.Random, n: int) -> list[str]:

@@ -16,7 +16,7 @@ from test_pack_tokens import documents, reference_ids
 
 from shardsmith.engine.duplicates import _exact
 from shardsmith.kit.keys import input_order, shuffle_keys
-from shardsmith.kit.textnorm import normalize
+from shardsmith.text.textnorm import normalize
 
 
 def planted(root: Path, *, seed: int = 0, n: int = 400) -> tuple[list[tuple[str, str]], list[str]]:
@@ -151,7 +151,7 @@ def test_removed_needs_a_rule_and_dedup_names_its_choices(tmp_path, bpe_tokenize
 def test_exact_keeps_the_first_of_each_normalized_text_in_any_partitioning(tmp_path_factory, texts, cuts, memory):
     """The decision over facts written as tasks of any sizes, in any number of hash partitions."""
     from shardsmith.engine.doc_facts import BASE, facts_path
-    from shardsmith.kit.textnorm import doc_hashes
+    from shardsmith.text.textnorm import doc_hashes
 
     work = tmp_path_factory.mktemp("facts")
     bounds = sorted({0, len(texts), *(c for c in cuts if c < len(texts))})
@@ -239,7 +239,7 @@ def test_every_space_the_fast_path_must_know():
     import sys
     import unicodedata
 
-    from shardsmith.kit.textnorm import _SPACES
+    from shardsmith.text.textnorm import _SPACES
 
     left = {ch for c in range(sys.maxunicode + 1) if chr(c).isspace()
             for ch in unicodedata.normalize("NFKC", chr(c)).casefold() if ch.isspace() and ch != " "}

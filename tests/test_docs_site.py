@@ -63,3 +63,15 @@ def test_the_benchmarks_page_has_one_title_and_no_internal_issue_numbers() -> No
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)  # a `# comment` in a shell block is no heading
     assert [line for line in prose.splitlines() if line.startswith("# ")] == ["# Benchmarks"]
     assert not re.findall(r"(?i)\bissues? \d+|\bsession \d+", text)
+
+
+def test_the_design_page_is_the_contract_and_every_module_it_names_exists() -> None:
+    """docs/design.md holds the contract (flow, layers, formats, protocols, guarantees) in at most 500
+    lines, the implementation notes in the modules it names: each `path/module.py` it names is a file
+    of the package (or of tests/ or bench/), so a move or a split updates the page."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    assert len(text.splitlines()) <= 500
+    named = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)`", text))
+    assert named, "the page names no module"
+    missing = sorted(p for p in named if not any((ROOT / base / p).is_file() for base in ("shardsmith", ".")))
+    assert not missing, f"docs/design.md names modules that do not exist: {missing}"

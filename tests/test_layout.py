@@ -54,6 +54,7 @@ LAYERS: list[set[str]] = [
     {"errors", "core"},
     {"storage"},
     {"kit", "registry"},
+    {"text"},
     {"sources", "transforms", "formats", "plugin"},
     {"engine", "loader"},
     {"torch", "torch_extra", "torch_feed", "torch_images", "shardsmith", "executors"},
@@ -65,6 +66,16 @@ LAYERS: list[set[str]] = [
 # Within one layer these never import each other: the training-time loader runs without the engine,
 # and plugins of one kind do not reach into another kind's package.
 APART = [{"engine", "loader"}, {"sources", "transforms", "formats"}]
+
+
+# The one engine module that reaches text: its document-cleaning stage (--dedup, --decontaminate,
+# --provenance) takes a CleaningSpec and builds its worker's Cleaner from it. The training-time loader
+# and the torch adapters never import text.
+TEXT_SEAM = {"shardsmith.text.cleaning"}
+# Chat modules outside text: commands stay in commands/, and the tokens format's report section reads
+# the format's own mask files (formats/tokens/masks.py).
+CHAT_OUTSIDE_TEXT = {"shardsmith.commands.chat_job", "shardsmith.commands.chat_options",
+                     "shardsmith.formats.tokens.chat_report"}
 
 
 def _package(name: str) -> str:
@@ -85,6 +96,27 @@ def test_imports_only_look_down() -> None:
                       if (a := _package(name)) != (b := _package(target))
                       and (_layer(b) > _layer(a) or any({a, b} <= apart for apart in APART)))
     assert not crossing, "imports that climb a layer:\n" + "\n".join(f"  {a} -> {b}" for a, b in crossing)
+
+
+def test_text_is_reached_from_the_engine_at_one_seam() -> None:
+    """kit and core sit below text (test_imports_only_look_down); the engine imports only its seam,
+    and the loader, the torch adapters and the executors nothing of text."""
+    found = sorted((name, target) for name, targets in _graph().items() for target in targets
+                   if _package(target) == "text"
+                   and (_package(name) in {"loader", "torch", "torch_extra", "torch_feed", "torch_images",
+                                           "executors"}
+                        or (_package(name) == "engine" and target not in TEXT_SEAM)))
+    assert not found, "text reached past its seam:\n" + "\n".join(f"  {a} -> {b}" for a, b in found)
+
+
+def test_the_chat_feature_lives_in_text() -> None:
+    """What only text uses is in one package: chat, its templates, tokenizers, MinHash, n-grams,
+    normalization, decontamination and cleaning, not in kit (the protocols plugins build on) nor
+    among the registered transforms."""
+    text_only = re.compile(r"(chat|tokeniz|minhash|ngrams|textnorm|decontaminat|cleaning|hf_tables)")
+    stray = sorted(m for m in _modules() if text_only.search(m.rpartition(".")[2])
+                   and _package(m) != "text" and m not in CHAT_OUTSIDE_TEXT)
+    assert not stray, f"text-only modules outside shardsmith/text: {stray}"
 
 
 def test_no_import_cycles() -> None:
@@ -127,16 +159,17 @@ def test_formats_are_named_only_where_they_register() -> None:
 
 # The layers below the formats decide nothing by a format's file names: each format declares what it
 # writes (``Format.own_files``) and what goes with a shard (its record's companions), and they ask.
-BELOW_FORMATS = ("core", "kit", "engine", "storage")
+BELOW_FORMATS = ("core", "kit", "text", "engine", "storage")
 # the built-in formats' suffixes that no declaration spells out as a pattern: the writers' shard
 # suffixes and the token shards' companions (``.bin`` itself is left out: the engine's scratch files
 # are ``part-000000.bin``, as are minhash's)
 SHARD_SUFFIXES = (".tar", ".h5", ".idx", ".origins.npy", ".mask.bin", ".cu.npy")
 # the modules that read a tokenizer given as an input, by HuggingFace's names for its files (the tokens
 # format writes the same beside its shards, so that those tools read them)
-INPUT_NAMES = {"shardsmith/kit/tokenizer_folder.py": {"tokenizer.json", "tokenizer_config.json",
-                                                      "special_tokens_map.json"},
-               "shardsmith/kit/tokenizer_class.py": {"tokenizer.json"}}
+INPUT_NAMES = {"shardsmith/text/tokenizer_folder.py": {"tokenizer.json", "tokenizer_config.json",
+                                                       "special_tokens_map.json"},
+               "shardsmith/text/tokenizer_class.py": {"tokenizer.json"},
+               "shardsmith/text/tokenize.py": {"tokenizer.json"}}
 
 
 def _builtin_format_names() -> set[str]:

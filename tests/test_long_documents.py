@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from shardsmith.commands.engine_check import check_engine
-from shardsmith.transforms import tokenize as tk
+from shardsmith.text import tokenize as tk
 
 ALPHABET = st.sampled_from([*WORDS, " ", " ", "  ", "\n", "\t", ",", ".", "'s", "123", "日本", "🙂", "\r\n"])
 

@@ -1,4 +1,4 @@
-"""kit/minhash: the parameters chosen from a threshold, band keys that find planted near copies and
+"""text/minhash: the parameters chosen from a threshold, band keys that find planted near copies and
 are the same in another process, and clusters equal to a brute-force join whatever the memory."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardsmith.errors import UsageError
-from shardsmith.kit.minhash import MinHashSpec, band_keys, candidate_probability, near_duplicates
+from shardsmith.text.minhash import MinHashSpec, band_keys, candidate_probability, near_duplicates
 
 SPEC = MinHashSpec.for_threshold(0.8, seed=7)
 
@@ -75,7 +75,7 @@ def test_empty_texts_join_each_other_only(tmp_path: Path) -> None:
 
 
 def test_same_keys_in_another_process_and_thread_count() -> None:
-    code = ("from shardsmith.kit.minhash import MinHashSpec, band_keys;"
+    code = ("from shardsmith.text.minhash import MinHashSpec, band_keys;"
             "print(band_keys(['Der Bär läuft ' * 9, 'kurz', ''], MinHashSpec.for_threshold(0.8, seed=3)).tolist())")
     outs = [json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                                       env={"PYTHONHASHSEED": h, "RAYON_NUM_THREADS": t,

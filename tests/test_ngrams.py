@@ -1,4 +1,4 @@
-"""kit/ngrams: word n-gram hashes equal a plain Python statement of their definition, a short text's
+"""text/ngrams: word n-gram hashes equal a plain Python statement of their definition, a short text's
 one hash is the hash of the same words met as a window elsewhere (decontamination matches short
 items whole), and the hashes are the same in another process."""
 
@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardsmith.errors import UsageError
-from shardsmith.kit import ngrams
-from shardsmith.kit.ngrams import word_ngram_hashes
-from shardsmith.kit.textnorm import normalize
+from shardsmith.text import ngrams
+from shardsmith.text.ngrams import word_ngram_hashes
+from shardsmith.text.textnorm import normalize
 
 M64 = (1 << 64) - 1
 # the definition's constants, written out: changing one changes every stored signature
@@ -115,7 +115,7 @@ def test_large_batches_span_many_groups(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_same_hashes_in_another_process() -> None:
-    code = ("from shardsmith.kit.ngrams import word_ngram_hashes as f;"
+    code = ("from shardsmith.text.ngrams import word_ngram_hashes as f;"
             "print(f(['Der Bär 東京 läuft, schnell! ' * 3, 'kurz'], 5)[0].tolist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={"PYTHONHASHSEED": "99", "PYTHONPATH": ":".join(sys.path)}).stdout
@@ -129,7 +129,7 @@ def test_a_long_text_hashed_in_blocks_gives_the_whole_texts_hashes(monkeypatch, 
     hashes of the text hashed whole, in order."""
     import random
 
-    from shardsmith.kit import ngrams
+    from shardsmith.text import ngrams
 
     rng = random.Random(n)
     texts = [" ".join(rng.choice(["a", "bb", "ccc", "dddd", "é"]) for _ in range(rng.randint(0, 120))) for _ in range(30)]
@@ -146,7 +146,7 @@ def test_words_hashed_a_chunk_at_a_time_give_the_same_hashes(monkeypatch, chunk)
     hash as when the whole buffer is taken at once."""
     import random
 
-    from shardsmith.kit import ngrams
+    from shardsmith.text import ngrams
 
     rng = random.Random(chunk)
     texts = [" ".join("x" * rng.randint(1, 40) if rng.random() < 0.2 else rng.choice(["a", "é", "東京", "bb"])

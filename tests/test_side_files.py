@@ -18,7 +18,7 @@ import pytest
 from chat_models import CHATML, model_folder, tokenizer_json
 from conftest import make_docs, run_cli, write_jsonl
 
-from shardsmith.kit.decontaminate import Benchmarks
+from shardsmith.text.decontaminate import Benchmarks
 
 
 @pytest.fixture

@@ -87,7 +87,7 @@ def test_gigatoken_never_imports_awkward_in_the_check_or_in_a_worker(corpus, bpe
     run = _cli(["pack-tokens", str(root), "--tokenizer", str(bpe_tokenizer), "--workers", "1", "-q",
                 "-o", str(tmp_path / "out")])
     worker = ("import multiprocessing, json as _json\n"
-              "from shardsmith.transforms import tokenize as tk\n"
+              "from shardsmith.text import tokenize as tk\n"
               f"spec = tk.TokenizerSpec(json=open({str(bpe_tokenizer)!r}).read(), engine='gigatoken', eos_id=0,"
               " bos_id=None, vocab_size=400)\n"
               "def encode(texts):\n"

@@ -1,6 +1,7 @@
-"""DevicePrefetcher (docs/design.md, "Feeding the GPU"): the wrapped loader's batches unchanged,
-whatever their structure; its state counts the batches handed over, not those in flight, so a
-StatefulDataLoader resumed from it yields exactly the next batch; errors arrive in their turn.
+"""DevicePrefetcher (docs/loader.md, "Feeding the GPU"; shardsmith/torch_feed.py): the wrapped
+loader's batches unchanged, whatever their structure; its state counts the batches handed over,
+not those in flight, so a StatefulDataLoader resumed from it yields exactly the next batch; errors
+arrive in their turn.
 The CUDA path (pinned buffers, side stream) runs only where a GPU is."""
 
 from __future__ import annotations

@@ -1,12 +1,30 @@
 """The steps of ``pack-tokens --chat`` (``TokenSteps`` with conversations for documents).
 
 A row is a conversation (``--messages-field``, or ``--prompt-field``/``--completion-field``
-pairs), rendered with the tokenizer's chat template (``kit/chat_template.py``, as transformers
+pairs), rendered with the tokenizer's chat template (``text/chat_template.py``, as transformers
 renders it) and encoded with a loss bit per token (``--train-on``); the tokens and their bits
 travel together (``formats/tokens/masks.py``) and the writers put the bits beside each shard.
 Nothing is added around a conversation: the template places every special token. The output
 folder's ``tokenizer_config.json`` carries the template, so ``AutoTokenizer.from_pretrained(OUT)``
 renders as the run did.
+
+Details: ``--chat-template FILE``, else the ``chat_template`` of the ``tokenizer_config.json`` or
+``chat_template.jinja`` beside ``--tokenizer`` (``text/chat_files.py``; named templates pick
+``tool_use`` when the row has tools), with the tokenizer's special tokens as variables; encoded with
+no special token added. A template error, an unknown role or a missing field is a bad record; so
+is a conversation whose contents pass 4M characters (``text/chat.py`` ``MAX_CHARS``), before it is
+rendered (the turn-by-turn rule renders every prefix: its cost grows with the square of the
+turns). A template calling ``strftime_now`` renders the day's date, as transformers does: such a
+run's bytes depend on the day. The ids come from the engine check's choice; the bits never depend
+on the engine (``text/chat_tokens.py``). Packed, ``--too-long`` is applied in the worker; the counts
+and messages per conversation (``Processed.stats``, summed per task in its part file; before
+``--dedup``), the conversations written and the tokens trained on (the shards' bits) make the
+manifest's ``chat`` record. ``--provenance`` hashes a conversation as read
+(``text.chat.record_text``: its messages, or its pair, as JSON with sorted keys), which ``trace``
+reads back and checks. The loader adds ``loss_mask`` to ``TokenDocuments`` and ``PackedSequences``
+items; ``TokenDataset`` refuses a chat dataset (its windows would cross conversations and ignore the
+mask); in a varlen batch an item without a mask (pre-training data in a mixture) trains on its real
+tokens.
 """
 
 from __future__ import annotations
@@ -25,12 +43,12 @@ from shardsmith.engine.run import Converted
 from shardsmith.engine.scatter import summed_stats
 from shardsmith.formats.tokens import neighbours
 from shardsmith.formats.tokens.masks import unit_dtype
-from shardsmith.kit.chat import MESSAGE_BINS, ChatFields
-from shardsmith.kit.chat_files import load_chat_template
-from shardsmith.kit.chat_template import ChatTemplate
-from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.chat import ChatProcessor, ChatRenderer
-from shardsmith.transforms.chat_tokens import ChatEncoder
+from shardsmith.text import tokenize as tk
+from shardsmith.text.chat import MESSAGE_BINS, ChatFields
+from shardsmith.text.chat_files import load_chat_template
+from shardsmith.text.chat_processor import ChatProcessor, ChatRenderer
+from shardsmith.text.chat_template import ChatTemplate
+from shardsmith.text.chat_tokens import ChatEncoder
 
 # what transformers reads a tokenizer's chat template and special tokens from, beside tokenizer.json
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json")

@@ -1,4 +1,7 @@
-"""The options of ``pack-tokens --chat``, checked together before any work (one-line usage errors)."""
+"""The options of ``pack-tokens --chat``, checked together before any work (one-line usage errors):
+``--train-tokenizer``, ``--eos-token``, ``--bos-token``, ``--no-eos`` and ``--nanogpt`` are refused
+with ``--chat``; the chat options without ``--chat``, and ``--too-long`` without ``--pack``, are usage
+errors."""
 
 from __future__ import annotations
 
@@ -6,7 +9,7 @@ import dataclasses
 from typing import Any
 
 from shardsmith.errors import UsageError
-from shardsmith.kit.chat import TRAIN_ON
+from shardsmith.text.chat import TRAIN_ON
 
 TOO_LONG = ("truncate", "drop", "split")
 # the options that read conversations (their defaults are the options dataclass's)

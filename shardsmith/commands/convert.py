@@ -22,9 +22,9 @@ from shardsmith.engine.run import Converted
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 from shardsmith.formats.webdataset.samples import SampleProcessor
-from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.kit.transform import Transform, build_transforms
+from shardsmith.text.cleaning import CleaningSpec
 
 __all__ = ["ConvertOptions", "job_of", "run"]
 

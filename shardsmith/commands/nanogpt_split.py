@@ -7,6 +7,13 @@ the documents; shakespeare: 0.1 of the text): 0.0005, raised for a small corpus 
 identity, so the share is an expectation: the corpus size comes from the engine check's sample
 (its document count when it read the whole input, else the input bytes over the sample's
 characters per document), and a split left empty all the same is refused with the share to give.
+
+The figures: 0.0005, raised for a small corpus so that it holds about 20 documents, at most 0.1,
+with two significant digits (3,000 documents get 0.0056); the share is recorded as
+``nanogpt_default_val`` and said in the summary. A tiny corpus may draw none for val (20 documents at
+0.1: one corpus in eight): the run then stops before the manifest with a usage error naming a share
+that would hold about 20 of its documents (``--split train=0.8,val=0.2``), and leaves nothing behind;
+an empty ``train``, or an empty split of an explicit ``--split``, is refused the same way.
 """
 
 from __future__ import annotations

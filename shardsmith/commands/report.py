@@ -47,7 +47,7 @@ def balance_dropped(manifest: dict[str, Any]) -> str:
 def cleaning_dropped(manifest: dict[str, Any]) -> str:
     """The closing line's note of what --dedup and --decontaminate dropped, per rule and benchmark
     file ("" without them)."""
-    from shardsmith.kit.cleaning import dropped_by_rule
+    from shardsmith.text.cleaning import dropped_by_rule
 
     cleaning = manifest.get("cleaning")
     rows = dropped_by_rule(cleaning)

@@ -15,7 +15,7 @@ from typing import Any
 
 from shardsmith.errors import UsageError
 from shardsmith.formats.tokens import neighbours
-from shardsmith.transforms import tokenize as tk
+from shardsmith.text import tokenize as tk
 
 PAD_CANDIDATES = ("<pad>", "[PAD]", "<|pad|>", "<|padding|>", "<|endoftext|>")
 NANOGPT_VOCAB = 65536  # nanoGPT reads uint16 tokens

@@ -30,13 +30,13 @@ from shardsmith.engine.plan import cached, task_bytes
 from shardsmith.engine.run import Converted
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.tokens import neighbours
-from shardsmith.kit import tokenizer_folder
-from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all, build_transforms
 from shardsmith.storage import arrival
-from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.text import TokenProcessor
+from shardsmith.text import tokenize as tk
+from shardsmith.text import tokenizer_folder
+from shardsmith.text.cleaning import CleaningSpec
+from shardsmith.text.token_processor import TokenProcessor
 
 SAMPLE_DOCS = 500
 SAMPLE_BYTES = 128 << 10
@@ -183,7 +183,7 @@ class TokenSteps(JobSteps):
                      "eos_token": facts.eos, "eos_id": facts.eos_id, "bos_token": opts.bos_token, "bos_id": facts.bos_id,
                      "dtype": self.spec.dtype.name, "engine": self.engine, "engine_reason": self.why,
                      "trained": opts.train_tokenizer is not None,
-                     # the class transformers 5 builds the tokenizer with from its folder (kit/tokenizer_class.py)
+                     # the class transformers 5 builds the tokenizer with from its folder (text/tokenizer_class.py)
                      **({"built_as": facts.built_as} if facts.built_as else {}),
                      # a small corpus runs out of merges before the asked size: both are recorded, and said
                      **({"vocab_size_asked": opts.train_tokenizer} if opts.train_tokenizer is not None else {})}

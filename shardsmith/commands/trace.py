@@ -23,7 +23,6 @@ from shardsmith.core.side_file import STATE_LIMIT, read_side_file
 from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.kit import manifest_io
-from shardsmith.kit.chat import ChatFields, record_text
 from shardsmith.kit.doc_origin import text_hashes
 from shardsmith.kit.rank_split import (
     EpochLayout,
@@ -33,6 +32,7 @@ from shardsmith.kit.rank_split import (
     read_state,
     whole,
 )
+from shardsmith.text.chat import ChatFields, record_text
 
 SHOWN_CHARS = 80
 

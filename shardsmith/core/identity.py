@@ -14,6 +14,12 @@ its new end. So every read of a mapped file is preceded by ``intact``: one ``fst
 own descriptor, ``mmap.size``), and a file shorter than its map is a DatasetError naming it. A
 truncation in the microseconds between that look and the copy is still SIGBUS: no check can close
 that window, only keeping other programs out of the folder can (as the docs say).
+
+Where ``intact`` runs: tokens per shard and batch, tar per sample or block of 32, HDF5 per read,
+memmap per array access (an array a user keeps, ``MemmapDataset.values``, is not covered). Its cost
+is that system call: a tar ``ds[i]`` pays one (about 0.3 µs on Linux; 3 µs in a sandbox whose system
+calls are slow, where ``ds[i]`` went from about 11 to 14 µs), an epoch's iteration one per block of
+up to 32 samples. (Before issue 42 item 10 such a truncation killed the reader with SIGBUS.)
 """
 
 from __future__ import annotations

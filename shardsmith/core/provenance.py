@@ -8,6 +8,19 @@ the event's group (the group's key is a field already). They are ordinary fields
 so they go through the record codec, the shuffle, splits, workers, stages and resume like any
 other, every event format writes them, and every loader returns them (``ds[i]["_entry"]``,
 ``batch.fixed["_file"]``). Without ``--provenance`` nothing changes.
+
+Details: the two fields are added at the end of the schema; ``events.provenance`` says which entry
+(``entry_is``, from ``Reader.provenance_entry()``: the record unit unless a source says otherwise).
+They are made in the worker (``transforms/event_payload.py`` ``EventProcessor``, after
+``--balance``, on the records the source numbered; a source that groups rows gives each event's
+first row in ``EventChunk.entries``), so a format added later (a fixed-shape export) gets them as
+two per-event scalars of the schema. With ``--group-by`` the first row and the ``n_rows`` count
+lead straight back to the hits: ``table.slice(_entry, n_rows)``; ``ds.inputs`` holds the names. An
+input field named ``_file`` or ``_entry`` is refused (leave it out with ``--branches``/``--columns``);
+``--provenance`` on rows or images is a usage error; without it the schema, the manifest and the
+shards are unchanged (``tests/test_golden.py``). ``core/manifest.py`` checks that
+``events.provenance`` names two fixed fields of those dtypes and that ``source.inputs`` is a list.
+Tested in ``tests/test_provenance.py`` against uproot's and pyarrow's own reading of the inputs.
 """
 
 from __future__ import annotations

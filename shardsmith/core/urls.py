@@ -1,4 +1,12 @@
-"""URLs as shardsmith shows and records them: never with credentials or signatures."""
+"""URLs as shardsmith shows and records them: never with credentials or signatures.
+
+Every place that shows or records a URL goes through ``safe_url``: errors, the manifest's
+``command`` and ``source.input_root``, the lock file; a storage client's error text goes through
+``storage/errors.py``, which also blanks the values of the AWS secret variables and removes userinfo
+and queries, on bare paths in XRootD's messages too. ``tests/test_s3_faults.py`` runs with secret
+values in the environment and in URLs through runs that skip, fail, are refused and are killed, and
+greps everything they print and every file they leave.
+"""
 
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ from shardsmith.engine.run import Converted, Sizing, convert_units, scatter_summ
 from shardsmith.engine.units import PrepareUnit, Unit, unit_of
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import UsageError
-from shardsmith.kit.cleaning import Cleaner, CleaningSpec
 from shardsmith.storage import arrival
+from shardsmith.text.cleaning import Cleaner, CleaningSpec
 
 
 def run_job(job: Job) -> dict[str, Any]:

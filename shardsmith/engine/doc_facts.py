@@ -1,5 +1,5 @@
 """Per-document facts a scatter task records beside its part file when the run cleans or traces
-text (``kit/cleaning.py``): one ``.npy`` file per task and column in the scratch folder.
+text (``text/cleaning.py``): one ``.npy`` file per task and column in the scratch folder.
 
 ``base`` (every cleaning run): each written document's input order, its (split, bucket) group and
 its payload's length (in the payload's units, tokens for token ids) and bytes: all the engine needs
@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.fsutil import atomic_write_bytes
-from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.doc_origin import DOC_ORIGIN, text_hashes
 from shardsmith.kit.keys import ORDER_RECORD_BITS
 from shardsmith.kit.processed import Processed
 from shardsmith.kit.reader import Reader, Task
+from shardsmith.text.cleaning import Cleaner
 
 BASE = np.dtype([("order", "<u8"), ("group", "<i8"), ("length", "<i8"), ("nbytes", "<i8")])
 

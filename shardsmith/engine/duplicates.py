@@ -6,7 +6,7 @@ or row); the others are left out of the gather, which never reads them again. Th
 pure function of the facts, so every gather rank and the finalize that compute it get the same
 rows; it is saved once in the scratch folder (``duplicates.npy``) under a temporary name renamed
 into place. Exact dedup sorts the documents' 128-bit hashes in as many partitions (by hash) as
-``--memory`` needs; MinHash clusters band keys (``kit/minhash.py``), spilling like the shuffle.
+``--memory`` needs; MinHash clusters band keys (``text/minhash.py``), spilling like the shuffle.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from shardsmith.engine.doc_facts import BASE, atomic_write_npy, column
-from shardsmith.kit.cleaning import CleaningSpec
 from shardsmith.kit.keys import ORDER_RECORD_BITS
 from shardsmith.kit.reader import located
+from shardsmith.text.cleaning import CleaningSpec
 
 DROP = np.dtype([("order", "<u8"), ("group", "<i8"), ("length", "<i8"), ("nbytes", "<i8"), ("kept", "<u8")])
 _ROW_BYTES = 48  # what a document costs while its partition is sorted (hash, order, group, lengths, index)
@@ -138,14 +138,11 @@ def _drop_rows(base: np.ndarray, kept: np.ndarray, gone: np.ndarray) -> np.ndarr
 
 def _near(spec: CleaningSpec, work_dir: str | Path, tasks: Sequence[int], memory: int) -> np.ndarray:
     """Documents in a MinHash cluster whose first member (in input order) is another document."""
-    from shardsmith.kit.minhash import near_duplicates
-
     base = np.concatenate([np.asarray(b) for b in column(work_dir, tasks, "base")] or [np.zeros(0, BASE)])
     # the first of a cluster is its smallest index: the facts in task order must be the input in order
     assert len(base) < 2 or bool(np.all(base["order"][1:] > base["order"][:-1])), "facts out of input order"
     tmp = Path(work_dir) / "minhash"
     tmp.mkdir(parents=True, exist_ok=True)
-    first = near_duplicates(lambda: column(work_dir, tasks, "bands"), len(base),
-                            spec.minhash(), memory=memory, tmp_dir=tmp)
+    first = spec.near_duplicates(lambda: column(work_dir, tasks, "bands"), len(base), memory=memory, tmp_dir=tmp)
     gone = first != np.arange(len(base))
     return _drop_rows(base, base["order"][first], gone)

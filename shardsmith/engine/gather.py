@@ -10,6 +10,9 @@ Every writer leaves a *piece* (its shards' records) in the scratch folder; finis
 the pieces, checks that they cover every shard, and makes the split-wide files (the wids index,
 the nanoGPT file). Plans and pieces are plain files, so ranks on different machines share them
 through the scratch folder, and a rank rerun finds its finished piece and does nothing.
+
+Gather workers fork under ``gc.freeze()`` and touch only their range's groups, so the parent's
+tables stay shared pages.
 """
 
 from __future__ import annotations

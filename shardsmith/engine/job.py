@@ -1,5 +1,5 @@
 """A job (what to run) and its units (the pieces any process can run), the seam between "what to
-run" and "where it runs" (docs/design.md, "Flow").
+run" and "where it runs" (docs/design.md, "The flow").
 
 A command describes its job: its name, its options record, the source, the transforms, the format,
 and its own steps (``JobSteps``: the hooks the engine calls between its own steps). The engine
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from shardsmith.core.progress import Progress
     from shardsmith.engine.run import Converted, Sizing
     from shardsmith.engine.session import OutputRun
-    from shardsmith.kit.cleaning import CleaningSpec
     from shardsmith.kit.processed import Processor
     from shardsmith.kit.reader import Reader, Task
+    from shardsmith.text.cleaning import CleaningSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +142,7 @@ class JobSteps:
         return sum(f.size for f in run.files or ())
 
     def cleaning(self, run: JobRun) -> CleaningSpec | None:
-        """What the run cleans and traces of its documents (``kit/cleaning.py``; None: nothing)."""
+        """What the run cleans and traces of its documents (``text/cleaning.py``; None: nothing)."""
         return None
 
     def processor(self, run: JobRun) -> Processor:

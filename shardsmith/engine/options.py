@@ -33,7 +33,7 @@ class ConvertingOptions:
     part_size: int | None = None
     out_url: str | None = None
     # text: drop duplicates and benchmark overlaps, list what was dropped, trace tokens to their documents
-    # (kit/cleaning.py); events: --provenance stores each event's file and entry (core/provenance.py)
+    # (text/cleaning.py); events: --provenance stores each event's file and entry (core/provenance.py)
     dedup: str | None = None
     dedup_threshold: float = 0.8
     decontaminate: tuple[str, ...] = ()

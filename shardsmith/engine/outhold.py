@@ -20,6 +20,18 @@ thread, each write conditional on the ETag of the last: ``If-Match``).
 - The same ``check`` is the fence's question (``storage/upload.py``): when the store refuses a
   conditional write of the run, is the prefix still its own? The lease is never the fence itself:
   a run frozen right after a check finds its writes refused by the store (``objstore``).
+
+Details: a live holder is refused also before any input is staged, and to a cluster rank; a dead or
+stale holder's record is taken over in one line saying so (a killed run's rerun on the same host at
+once, elsewhere after 60 s). Both conditional puts are honoured by moto's server, as by AWS S3 since
+2024, and ``--overwrite`` deletes objects only after the record is taken. A run that stops keeping
+its work (Ctrl-C, an upload that failed) releases the record (rewritten without a holder: the same
+command resumes at once); a failed run deletes it if still its own. The rewrite before the commit
+recognises its own put whose answer was lost by its token; a run whose record was replaced deletes
+nothing, puts no manifest and stops in one line, "lost its prefix to another run …; nothing
+committed" (exit 1), and no upload starts once the heartbeat found it lost. Clocks of the machines
+are assumed within seconds. Other fsspec schemes (``objstore.Store``) check and put, which is not
+atomic.
 """
 
 from __future__ import annotations

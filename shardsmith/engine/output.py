@@ -1,6 +1,15 @@
 """The output of a converting command: a local folder (``session``) or a prefix in object storage
 (``outremote``), chosen from ``-o`` (a URL: its scheme is checked against the table of schemes,
-``storage/schemes.py``, when its store is opened)."""
+``storage/schemes.py``, when its store is opened).
+
+``output_for`` gives a local folder's session (``session.output_run``), or a prefix's
+(``outremote.RemoteOutputRun``), whose ``localize(opts)`` hands the unchanged local pipeline a local
+staging folder as ``out``: ``--staging DIR``, else ``$XDG_CACHE_HOME/shardsmith/outputs/<sha256 of the
+URL>/<last part of the prefix>``, so the same URL resumes from the same folder (the scratch folder
+and the lock sit beside it as for any output folder). The run fingerprint uses the URL
+(``opts.out_url``), never the staging path, and ``--staging`` and ``--part-size`` are volatile like
+``--workers``. Before it claims the prefix, the run checks that the staging disk has about the
+inputs' size free (``claim(..., input_bytes=)``)."""
 
 from __future__ import annotations
 

@@ -23,6 +23,33 @@ manifest is committed through an upload opened before the claim, which every lat
 A run that lost its prefix can then add an object under a name the new run has not written yet
 (the new run replaces it, conditionally, or leaves it outside its manifest), but it can neither
 put bytes over the new run's objects nor commit a manifest.
+
+Claiming (``claim_prefix``, the rules of ``outdir.prepare_output`` on a listing): an empty prefix is
+claimed; what ``--overwrite`` deletes is shardsmith's own (``registry.own_files``: what every run
+leaves and what each installed format declares, ``Format.own_files``; an object in a format's own
+folder, ``__index__/`` or a shard written as a folder, is the format's when the folder's declaration
+holds it; anything else is foreign), and a prefix holding a foreign object is refused before
+anything is deleted. A prefix with
+a manifest *and* this run's record is this very run, killed after its manifest: it is reported
+complete and the record removed. Before any input is staged, the checks that need no run identity
+are made (``refuse_prefix``: a finished dataset, other objects), so a refused run downloads nothing.
+
+Commit: the manifest is uploaded last, after every file and after the prefix's stale objects (an
+earlier run's files this one did not make) are deleted and unfinished uploads aborted: those found
+at the claim (a dead run's), those this run began, and any under the names of its objects (a create
+retried after its answer was lost); never another's under other names (another tool's, or begun
+after the claim). The manifest's bytes are the local manifest's. Resume: a killed run leaves the
+staging folder, its scratch folder and the run record; the same command resumes the local pipeline
+(or finds it committed locally and only publishes), and what is in the bucket already is not
+uploaded again (``storage/s3store.py``).
+
+Errors: every call goes through ``retry.call``; ``objstore.storage_errors`` turns the client's
+errors into one line naming the URL without credentials: while claiming, exit 2 (no such bucket,
+access denied, an endpoint that does not answer after the retries), later exit 1. A URL with
+userinfo is refused; a missing s3fs is one line naming ``shardsmith[s3]``. A run that fails (bad
+data) removes its run record, and what it uploaded when the prefix was empty, so the corrected
+command is not refused. An upload that fails after its retries is not the data's fault: the run
+stops in one line (exit 1) and keeps everything, as after a kill; the same command uploads the rest.
 """
 
 from __future__ import annotations

@@ -21,6 +21,28 @@ rank of the same run agrees on it, a different command's record is refused in on
 finished dataset (cluster stages never remove objects). A rank rerun after a kill redoes only its
 own work: what it finds in its staging folder is reused, and objects already in the bucket with
 the size and checksum of its files are not uploaded again.
+
+Details. A rank's staging folder is ``--staging DIR``, else the cache folder of the URL with
+``STAGE-rank-R/`` added. The records computed once per run are the ``tasks-*``, ``engine-*`` and
+``tokenizer-*`` JSON files (``plan.cached``). A gather rank makes each part file a sparse local file
+of the object's size holding its footer (a ranged read of the tail), and ``gather.fetching`` brings
+the rest as ranged reads before anything is read, in this process before any worker starts: the
+segments' heads when it computes a split's plan (their payloads too for a writer that weighs them;
+nothing when the plan is in the bucket already), then heads and payloads of the bucket groups its
+own shard ranges lie in (neighbouring ranges less than 256 KiB apart are one request); its sparse
+parts are never uploaded. Finalize makes a sparse stand-in of each shard object's size so that
+``gather._cover`` checks every shard a piece names against the bucket, never uploads a stand-in
+(recognised by its unchanged stamp), deletes stale objects, puts the manifest, then aborts
+unfinished uploads and deletes the work prefix and the run record. A rank that ends well removes
+its staging folder (its lock file too: the folder is locked whole); a killed rank keeps it, and a
+finalize killed after the manifest finds it with its run's record and only cleans up. A whole run
+(no ``--stage``) into a prefix holding a work prefix is refused (finish the stages or remove the
+prefix); ``--nanogpt`` (one file written at offsets by every gather rank) is refused in one line.
+``tests/test_s3_stages_out.py``: every rank with a cache folder of its own, checked empty when it
+ends; the objects equal a one-process local run's files; a gather rank killed after its first
+upload reruns and uploads only what is missing; each gather rank reads less than the part files'
+bytes (W = 3: pack-tokens ranks read 23/32/24 KB of 42 KB, convert 214/454/296 KB of 504 KB, as
+groups straddle the ranks' boundaries and the first rank reads every head for the plan).
 """
 
 from __future__ import annotations

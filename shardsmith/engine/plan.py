@@ -6,6 +6,13 @@ to plan its tasks (the JSONL planner counts lines to number records), and each g
 finalize would repeat an engine check it has no use for. The first process to compute a value
 writes it atomically; the value is a pure function of the inputs and options, which the run
 fingerprint in its name stands for, so ranks racing to write it write the same bytes.
+
+Why it matters: a staged run on W ranks starts 2W+1 processes where a local run starts one, so what
+a process does before its work is paid 2W+1 times. What is cached: the plan, the engine check, the
+ROOT schema, what pack-tokens takes from its tokenizer (``commands/token_facts.py``); so a gather or
+finalize of a ROOT run neither imports uproot nor opens an input, and only the process that checks
+the tokenizer engine imports ``tokenizers`` (the scatter still checks every file it reads against
+the schema).
 """
 
 from __future__ import annotations

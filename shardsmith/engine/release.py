@@ -15,6 +15,18 @@ shards (``resume_at``) and the plan is read back, never recomputed from punched 
 (``released_mark``). Each punch is aligned inward to the file system's blocks, so no byte of a
 neighbouring group is touched; footers, after the last segment, never are. Linux only; elsewhere,
 or on a file system without hole punching, nothing is punched and the spill goes at the end as before.
+
+Who takes part: HDF5, tars, event tars and token shards, with any ``--workers``; ``--nanogpt``'s
+``train.bin`` (written in pieces of ranges) and memmap arrays (one writer a split) do not. A rerun
+of a killed gather writes only the shards without a record: the output folder keeps the same run's
+finished shards, and the group budget is pinned (``group-budget.json``), so nothing punched is read
+again, whatever ``--workers`` the rerun has. A piece is trusted while every file it vouches for has
+its size: its shards' files and their companions (every field of a shard's record that is a file
+entry), the ``files`` it names, and the ``stretches`` of a split-wide file the ranges fill at once
+(``kit/writer.py``; ``engine/pieces.py`` checks them and names no format's file). A shard recorded
+and then removed or changed (by hand, or an S3 output's staging folder cleared) would have to be written again from punched bytes: the
+run starts afresh instead (``spill_lost``, checked when the scratch folder is taken over; a
+cluster rank refuses in one line).
 """
 
 from __future__ import annotations

@@ -27,11 +27,11 @@ from shardsmith.engine.split_gather import SplitGather, SplitOutput
 from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, Unit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import DataError, UsageError
-from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.processed import Processor
 from shardsmith.kit.reader import Reader, Task
 from shardsmith.kit.writer import ShardRange
 from shardsmith.storage import arrival
+from shardsmith.text.cleaning import Cleaner
 
 
 def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int, duplicates: Duplicates | None = None,

@@ -30,10 +30,10 @@ from shardsmith.engine.shuffle import PartWriter, bucket_of, read_part_footer
 from shardsmith.engine.workers import worker_pool
 from shardsmith.errors import DataError
 from shardsmith.kit import keys as keymod
-from shardsmith.kit.cleaning import Cleaner
 from shardsmith.kit.processed import Processed, Processor
 from shardsmith.kit.reader import BadRecord, Reader, StreamError, Task, located
 from shardsmith.storage import arrival
+from shardsmith.text.cleaning import Cleaner
 
 
 @dataclass(frozen=True)

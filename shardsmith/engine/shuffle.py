@@ -9,6 +9,14 @@ and the seed, never on how many workers or machines wrote the parts: the parts a
 so scatter and gather can run on different machines over a shared folder.
 
 Without shuffling the key is the input order itself and each task is its own bucket.
+
+How many buckets: a power of two, enough that one holds at most a quarter of the gather's group
+budget (``Sizing.group_bytes``: min(``--memory`` / 6, 64 MB)), by the payload bytes the job
+estimates (``JobSteps.estimated_bytes``: the inputs' size; for events the selected fields' decoded
+bytes from the inputs' metadata, ``Reader.decoded_bytes``, else 4x the inputs). Every part records
+its bucket count, and a part cut into another count is redone. A writer that copies each payload
+once into its output reads a group's payloads in the part files' mapped pages instead
+(``engine/mapped.py``).
 """
 
 from __future__ import annotations

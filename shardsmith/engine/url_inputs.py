@@ -22,6 +22,38 @@ download are retried (``storage/retry.py``, the only layer that retries: s3fs's 
 retries are turned off); a download that breaks off resumes at the byte it reached, by a ranged
 read on a fresh open. An object that stays unreadable stops the run, or with ``--on-error skip`` is
 left out and listed (``StagedInputs.skipped``, the manifest's ``source.skipped_inputs``).
+
+Schemes (the one table: ``storage/schemes.py``): ``s3://``; ``root://``; ``http(s)://`` through
+aiohttp, where a folder is a page of links named with its slash and an object is named by its
+whole URL, its query used to download but never shown, staged or recorded; ``gs://`` through
+gcsfs, on the same path (``tests/test_gs_inputs.py``, against gcp-storage-emulator). The identities
+are those ``discover`` gives a local tree (``inputs.listed``: the same roots, relative paths, image
+classes and order), and the run fingerprint (``resume.run_identity``) uses each object's ``origin``
+(URL and ETag) instead of a copy's times. Staged paths are ``inputs/SCHEME/BUCKET/KEY``, or
+``inputs/root/HOST:PORT/PATH`` for XRootD, whose version is its size and modification time. A new
+run keeps the staged folder (``workdir.work_folder``) and removes at once every file that does not
+match its object now, so a file that exists at an input's path is whole. The manifest records
+``source.input_root`` (without userinfo or query).
+
+Read in place (``_read_in_place``, the one place that decides): an object is read where it is when
+every registered source that reads files of its kind (by suffix) opens URLs of its scheme itself
+(``Reader.opens_urls``); its ``InputFile.path`` is then the URL, its identity (``rel``, ``origin``)
+the same as when staged, and nothing is downloaded. The ROOT source opens ``root://`` in place
+(``sources/root/files.py`` ``URL_SOURCES``): ``uproot.open(url)`` fetches only the baskets of the
+branches read (uproot's default source for ``root://``, fsspec-xrootd over the XRootD client
+bindings; uproot's own ``XRootDSource`` fails in ``iterate`` against the Debian server, "[3000] Read
+vector is invalid", uproot 5.7.7). Measured in ``tests/test_xrootd_inputs.py``: three of ten
+branches of a 9.3 MB file, 357 kB read by the server (3.8 %). A file read in place is keyed by its
+listed size and ETag in the reader's open-file cache, and ``inputs.changed`` does not stat it (its
+listed version stands). Every other source, and ROOT files on S3, read staged copies.
+
+Retries, listing and skips: ``--retries`` and ``--retry-wait`` never change the bytes, so they are
+not part of the run fingerprint (``resume._VOLATILE``). **Listing errors always stop the run**,
+whatever ``--on-error``: a prefix or glob that stays unlistable after the retries, also when it is
+one of several URL inputs, stops with one line. ``--on-error skip`` skips what is known to exist and
+cannot be read; an unlistable prefix is a set of inputs nobody knows, so no run could say what it
+left out, and a dataset made from "whatever could be listed" would differ from run to run without
+its manifest saying how.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Executors: where a job's units run (docs/design.md, "Executors").
+"""Executors: where a job's units run (docs/design.md, "The flow"; how they share the work:
+``executors/base.py``).
 
 An executor takes a job (``engine/job.py``) and runs its units phase by phase (``engine/units.py``):
 every scatter unit, then every gather unit, then finalize, each unit by ``remote.run_remote`` in

@@ -3,6 +3,17 @@ the first failure reported by its stage, rank and one line.
 
 An engine's module only says how to run a list of units at once (``PhasedExecutor.map_units``) and
 how many ranks it runs by default; the order, the bars and the errors are decided here, once.
+
+``PhasedExecutor`` runs each phase's units at once (``units.phases``: a ``PrepareUnit`` that
+claims the output as a local run does, with ``--overwrite``, "already complete" and another run's
+scratch folder replaced; then scatter, gather, finalize), draws one bar per stage and turns the
+first failure into one line by stage and rank. Every unit runs as ``remote.run_remote(job, unit,
+cwd)``, whose error comes back as a value, so the engine retries only what died. The units exchange
+data through the output folder or bucket, never through the engine: task parts are per task and
+shard ranges are planned from the parts, whatever the rank count, so the bytes depend on the job
+alone. A unit that a killed driver left running holds its stage-and-rank lock
+(``outlock.LockedError.same_unit``): the next driver waits for it instead of failing. The
+``local`` executor is ``run_job``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,21 @@ The card is made from the manifest only (and the format's look at its shards' in
 the same bytes for the same run: no time, no absolute path (an absolute path on the command line
 is shown by its last part). It is documentation, not data: ``manifest.json`` does not list it and
 ``verify`` does not check it, so a user may edit it (as cards on the Hub are edited).
+
+Details. It is written atomically by ``engine/finish.commit_dataset`` just before the manifest, so
+a dataset always has one and it goes up with the shards to object storage (the manifest last).
+``configs`` name each split's shards as a glob (``{split}-*.tar``, ``{split}-*.h5``);
+``dataset_info.splits`` give ``num_examples`` (the split's samples) and ``num_bytes`` (its shards'
+bytes, not the Arrow size ``datasets`` would compute); ``tags`` too. What a format says is its
+``Format.card(out, manifest) -> CardData`` (``builder``, ``pattern``, ``features``, ``notes``): this
+module knows no format. ``load_dataset("webdataset", data_dir=OUT)`` reads no README, which the card
+says (``card.data_dir_note``); ``tests/test_card.py`` reads every kind through ``datasets``, sample
+for sample against our loader, and ``tests/test_golden.py`` holds the card's digest. ``--overwrite``
+removes it as shardsmith's own (``core/own_files.EVERY_OUTPUT``), but a ``README.md`` in a folder
+with neither a manifest nor a run record is the user's and is never removed. A cluster run's card is
+written by finalize (its command is finalize's); into object storage, finalize holds only sparse
+stand-ins of the shards the gather ranks uploaded, so a tar card names no features there
+(``datasets`` infers them, without class names).
 """
 
 from __future__ import annotations

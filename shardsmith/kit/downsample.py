@@ -10,6 +10,19 @@ sample's class and hash (image folders: the listing; events: one pass over the l
 applied where the samples are made: image files left out of the listing (their bytes are never
 read), events left out of their chunk in the worker (``keep``). The manifest's ``balance`` records
 the spec, the seed, each class's count before and after, and the samples dropped.
+
+Details. Image folders: the dropped files leave the list before anything reads them (the others
+keep their indexes: the writers' source list is the whole listing), and the direct and shuffled
+paths agree. Events: one pass in the main process reads the label field with a reader of that field
+alone (the run's reader with ``--group-by``); ``EventProcessor`` drops the other events of each chunk
+in the worker and reports them as ``Processed.dropped``, which the task's part file keeps
+(``dropped``) and ``Tally`` subtracts: nothing is lost silently. JSONL and Parquet rows are refused
+(no class). Off by default: no byte of an unbalanced run changes. Limits: the counts are over the
+whole input, before ``--split`` (every split is thinned alike); ``--limit`` applies after it; with
+``--stage`` every rank that plans reads the events' labels (the staged bytes and manifest equal a
+one-machine run's: ``tests/test_balance_convert.py``); with URL inputs the stager may still download
+images the plan leaves out. The closing line ends with "N samples dropped by --balance RULE" (a
+scatter rank's with the events its tasks dropped); the manifest's ``balance.dropped`` holds N.
 """
 
 from __future__ import annotations

@@ -5,6 +5,17 @@ imports nothing but this one, so ``convert --help`` shows them, and ``convert`` 
 another ``--to``, without importing the format, numpy or the format's libraries. Its writers then
 get the values as ``job.options`` (``OptionValues``), typed and with the defaults filled in: never
 the command's whole record. Only the standard library and ``shardsmith.errors`` are imported here.
+
+The declaration: ``options = FormatOptions(to=..., options=(Option(name=, type=int|float|str|flag|size,
+default=, help=, low=/high= or choices=, metavar=), ...))``, in the built-ins' ``formats/NAME/options.py``;
+a plugin names its module in the ``shardsmith.format_options`` entry-point group, under the format's
+name, and its package's ``__init__`` stays light too. ``convert --help`` shows them under "Options for
+--to NAME" and refuses one given a value with another ``--to`` (one line, exit 2). The manifest
+records the values (``format_options``) and the run's identity digests them; ``WriteJob.opts`` still
+holds the run's options. Formats may share a declaration (the shard sizes, ``SHARD_SIZE``: one flag).
+A format with ``options = None`` (written before formats declared options) is given the options every
+``--to`` took then (``registry.LEGACY_OPTIONS``) and reads them as ``job.opts.NAME``, with a
+DeprecationWarning naming ``job.options.NAME``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,15 @@ its sections in ``formats/<name>/report.py``) and a source's (``kit.reader.Reade
 ``kit/sections/raw_inputs.py``) return ``Section`` objects built with ``kit/sections``; this
 package adds the splits and shards every dataset has (``dataset``) and writes the HTML (``html``).
 matplotlib is the ``shardsmith[report]`` extra.
+
+What bounds a report (``kit.sections.model.Sampling``): seeded samples of shards, samples, files,
+ranges and records, and a deadline (30 s) after which a section says what it did not read. Raw
+inputs are sampled through ``Reader.sample_tasks(file, count, chunk_bytes, rng)`` (default: a choice
+of ``plan_file``'s tasks; JSONL: seeded offsets in a big file, from the next line on, with no pass
+over the file). A new format adds its report in one method (e.g. calling
+``kit.sections.event_stats.event_sections`` with an ``EventSample`` of what it read). Every string
+from data is HTML-escaped; figures draw it as plain text (mathtext off). The report writes only into
+its DIR, never into the dataset.
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ import numpy as np
 
 from shardsmith.core.sizes import format_size
 from shardsmith.core.words import plural
-from shardsmith.kit.cleaning import dropped_by_rule
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
+from shardsmith.text.cleaning import dropped_by_rule
 
 MAX_SHARD_ROWS = 200
 

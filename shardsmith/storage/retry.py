@@ -13,6 +13,38 @@ XRootD's client raises plain ``OSError``s whose text holds its status (``[FATAL]
 
 Only this layer retries: the storage clients are configured not to (``remote.py``), so the number
 of attempts is the one the options give and the tests measure.
+
+Who calls it: ``storage/listing.py`` around each listing call, ``engine/url_inputs.py`` around each
+download, the output stores and the streaming loader around each request. ``is_transient`` looks at
+an error, its cause and its context (s3fs translates botocore's errors, keeping the original as the
+cause): reset, refused or timed-out connections, a body cut short, 5xx and 429 answers and
+throttling codes (``SlowDown``) are transient; no such key or bucket and access denied are not, and
+are raised at once. ``XROOTD_TRANSIENT`` holds XrdCl's socket, connection, session and timeout
+errors (``errSocketError``, ``errSocketTimeout``, ``errStreamDisconnect``, ``errConnectionError``,
+``errOperationExpired``, ...) and the server's busy, overloaded, unreachable or timed-out answers
+(``kXR_FileLocked``, ``kXR_Overloaded``, ``kXR_noserver``, ``kXR_ServerError``, ``kXR_ReqTimedOut``,
+...); every other XRootD status (``kXR_NotFound``, ``kXR_NotAuthorized``, auth failures) is
+permanent. For this layer to be the only one, ``schemes.XROOTD_PATIENCE`` gives XrdCl one
+connection attempt per call and turns off its stream error window (by default XrdCl refuses a
+server for 30 minutes after a failed connection, so no retry could reach a restarted server), and
+fsspec's folder walk (XRootD's ``find`` and ``glob``) is told to raise (the ``root`` record's
+``walk``) instead of leaving out a folder it cannot list; ``tests/test_xrootd_faults.py`` stops
+(SIGSTOP), kills and restarts the Debian server in the middle of a download. s3fs's and botocore's
+own retries are off (``fs.retries = 1``, botocore ``total_max_attempts: 1``); the tests measure this
+layer through a fault proxy in front of moto (``tests/test_s3_faults.py``,
+``tests/s3_fault_proxy.py``). gcsfs (``gs://``) cannot be told so: its ``retry_request`` fixes 6
+attempts on 5xx, 408, 429 and connection errors, never on 404, with no option, so for ``gs://`` two
+layers retry connection errors, and its own ``HttpError`` after six attempts is permanent here. The
+tests run gcsfs's JSON-API filesystem (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``: the emulator has
+no gRPC Storage Control API), and that layer is untested.
+
+``call`` retries up to ``--retries`` times (a random wait up to ``min(20 s, --retry-wait *
+2**(n-1))``) and raises ``GaveUp`` (attempts, last error), which ``listing.errors_naming`` turns into
+one line naming the URL and the attempts made ("cannot list it after 6 attempts (the last: ...)",
+"cannot read it after ..."; a data error, exit 1). A download keeps what it has written: a retry
+opens the object afresh and reads from the byte reached (a ranged GET), and the count of failures
+starts again whenever an attempt got further, so a large object on a flaky store finishes and its
+copy is byte-identical.
 """
 
 from __future__ import annotations

@@ -19,6 +19,35 @@ run took it over) cannot put bytes over another run's object, whatever the timin
 An answer that says the object is not what the run knew is ``Changed``: the caller asks whether the
 prefix is still its own (``outhold.Hold.check``) and stops if not. An object found with the very
 bytes the run was putting (a retried request whose answer was lost) is taken as put.
+
+Why fences: before them, a frozen run overwrote 8-9 objects of the new run in 2 of 2 trials. The
+ETags a run may replace or remove are those it listed at its claim or wrote itself (the uploader
+keeps them: a split-wide file uploaded again replaces only its own earlier version; ``--overwrite``,
+the removal of leftovers and a failed fresh run's cleanup remove only what was listed or written, as
+it was). Every claim aborts the other runs' manifest uploads once it holds the record (and removes
+a manifest one of them completed in that instant), so a run that lost its prefix cannot commit,
+however long it was frozen and even right after its last check. What remains: a frozen run may add
+an object under a name the new run never writes (outside its manifest; readers and ``verify``
+ignore it, ``--overwrite`` removes it), and could remove an object of the new run only if it held
+exactly the bytes the frozen run knew there. Deletes go one request per object (16 at a time): moto,
+like S3 before 2025, ignores the ETags of a batch ``DeleteObjects``; moto answers a part or
+completion of an aborted upload with a 500 (S3: ``NoSuchUpload``), so the commit asks ``ListParts``
+first.
+
+Resume: a file whose object is there with its size and ETag (the MD5, or for a multipart object
+the MD5 of the parts' MD5s and ``-N``, computed from the local file with the same part size) is not
+uploaded again; of a file with an unfinished multipart upload of its name
+(``list_multipart_uploads``, newest first) only the parts whose size and MD5 do not match
+(``list_parts``) are uploaded, into that upload. A completion whose answer was lost (retried into
+``NoSuchUpload``) is accepted when the object has the expected size and ETag.
+
+Multipart: files up to the part size (64 MiB; ``--part-size`` 5 MiB…5 GiB, grown where a file would
+need over 10,000 parts) are one ``put_object``; larger ones ``create_multipart_upload``,
+``upload_part`` (parts of every file in parallel, at most 4 held in memory: 256 MiB at the default
+size, on top of ``--memory``), ``complete_multipart_upload``. Each body is sent with its
+``Content-MD5`` (the store checks it; botocore's own CRC32 is off). The tests use 64 KiB parts
+(``SHARDSMITH_PART_SIZE``, bytes, no lower bound: for tests only; moto's server minimum is lowered
+to match).
 """
 
 from __future__ import annotations

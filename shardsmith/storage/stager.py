@@ -11,6 +11,44 @@ fetches only what its rank reads: the inputs its readers ask for, then those of 
 
 How the bytes of one object are fetched, retried and renamed into place is the caller's
 (``remote._fetch``); this module only decides when.
+
+Why these numbers. The budget is ``url_inputs.ahead(--memory, free disk)`` = ``max(1 MB,
+min(--memory, free disk / 2))``: ``--memory`` because what was just written is still in the page
+cache when a worker reads it (the readers read from memory, not disk) and a task is at most an
+eighth of ``--memory`` (``Sizing.chunk_bytes``), so several tasks' inputs are always ready; half the
+free disk so that a ``--limit`` run on a full disk stops early. The point the readers reached is one
+int64 in an anonymous shared mapping made before the workers fork (``arrival.reach``). At most
+``THREADS`` (8) downloads run at once, and beyond the first no more than ``IN_FLIGHT`` (64 MB) of
+objects: many small objects come in parallel (latency-bound), large ones one or two at a time so
+that the first arrives early (against moto, one stream reads 75 MB/s and four 225 MB/s). A failure
+reaches the readers through a file (``inputs.etags/.failed``) and the run ends with it (exit 1).
+
+Who waits, and for what: a worker at the start of each task, the planner, pack-tokens' tokenizer
+sample, the copy mode (which reads in shuffled order, so it waits for all). What must be read
+before any work is the source's: ``Reader.reads_to_check`` (Parquet's column check and the events
+sources' schema read every file; JSONL and image folders read none) and ``Reader.reads_to_plan`` (a
+plain JSONL file bigger than one task is read to count lines at its cuts; compressed and small ones
+are not; Parquet reads its footer; image folders plan from the listing). When the source plans each
+file on its own (``Reader.plans_each_file``), the tasks are planned file by file as the files arrive
+(``plan.Planned``), and ``run_scatter`` takes tasks as they come and checks results in input order
+as they finish; ``--limit N`` plans and stages only as far as it reads (plus the budget). While
+tasks are still arriving they run in worker processes even with ``--workers 1``: the downloads are
+threads of the main process, and sharing its interpreter lock with the work made a one-worker run
+slower than staging first (``bench/s3_inputs.py --only overlap``, bench/README.md). Staging needs
+local disk for the inputs, checked first except with ``--limit`` and in cluster stages.
+
+Cluster stages (``on_demand``): every rank lists the same objects (the same identities, plan and
+fingerprint) but stages into a folder of its own in the shared scratch folder
+(``.OUT.shardsmith-work/rank-R/inputs/``, with its own ``inputs.etags/``), so ranks never replace a
+file another reads and no locks are needed on a cluster file system. It fetches the inputs a reader
+of this rank asks for (``arrival.wait_whole`` marks them in a shared byte per input), then the inputs
+of the rank's own scatter tasks (``arrival.expect``, from ``run.convert_units``), and nothing else:
+gather and finalize ranks download nothing (but a check or schema that reads every file, Parquet's
+and the events sources', downloads every file on each rank that runs it). The work done once per run
+(the plan, pack-tokens' engine check or trained tokenizer, the events schema of a source whose reader
+can take it back: ``Reader.schema_memo`` / ``recall_schema``, ROOT's) downloads what it reads on the
+rank that does it. ``tests/test_s3_stages.py``: scatter rank 1 of 3 stages exactly its two files, and
+the shards equal a one-process local run's.
 """
 
 from __future__ import annotations

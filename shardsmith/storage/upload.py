@@ -13,6 +13,11 @@ When the store says an object changed under the run (``Changed``), ``fence`` ask
 prefix is still this run's: if not (the run was frozen while another took the prefix over), it
 stops, having written nothing over the other run's objects; if so (the object was left by a run
 that lost the prefix), it is replaced once more, conditionally.
+
+The poller looks every 0.5 s; what it hands on is ``published``: a file the run's formats own
+(``registry.own_files``; its key is its relative path), never the manifest, the run record or a
+temporary file; 4 threads upload. A file whose (size, mtime, inode) changed after its upload began is uploaded again by
+``finish``.
 """
 
 from __future__ import annotations

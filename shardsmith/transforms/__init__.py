@@ -1,1 +1,2 @@
-"""Transforms: work done once, offline, on each sample (tokenizing, augmenting)."""
+"""Transforms: work done once, offline, on each sample (augmenting images, selecting fields, an
+event's payload). Tokenizing text lives in ``shardsmith.text``."""

@@ -124,7 +124,7 @@ def _flaky_python(work: Path, name: str, stage: str, action: str) -> Path:
 @pytest.fixture(scope="module")
 def runs(cluster, tmp_path_factory):
     """Every case submitted at once (the scheduler overlaps them), the local runs meanwhile, then waited for."""
-    from shardsmith.transforms.tokenize import train_bpe
+    from shardsmith.text.tokenize import train_bpe
 
     work = tmp_path_factory.mktemp("work")
     texts = _corpus(work / "data/corpus")

@@ -30,6 +30,17 @@ gather 1.6-2.1 s -> 1.2 s on 100k bench events under load). Writing through the 
 rest of the gather on these VMs (the first touch of each fresh page-cache page; 258 MB/s with
 fdatasync against 720-900 MB/s direct), and hashing no longer re-reads the shard. (Building it in
 memory with HDF5's ``core`` driver was measured 2-4x slower: one more shard-sized copy.)
+
+How the events get here, every byte copied as few times as the exact shuffle allows: the scatter
+hands each event's record to its part file as the buffers that make it up
+(``events.record_pieces``; ``PartWriter.add`` writes the list with ``writelines``; records under
+1 KB on average are still joined: a Python object per few bytes costs more), and the gather maps
+the groups (``shuffle.map_group``, read only; above 512 part files it reads groups as before, a
+mapped file holding a descriptor) and lets the pages go as it goes (``engine/mapped.py``); once a
+shard's values are copied its commit lets the maps go too (``pages.let_go_views``: the pages the
+copy faulted in again; never anonymous memory). Memory stays the decoded fixed fields of about one
+shard, the values being reclaimable page cache. The parent imports h5py while the scatter workers
+work (``Writer.preload``), so the forked gather workers do not each import it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ Written once per split, deterministic (no time, no absolute path). Read back (lo
 it is trusted only as far as it agrees with the manifest and the files: every path must be one
 the manifest lists for the split, and every array's shape times its itemsize must be its file's
 size, so a JSON that lies about a size is refused before anything is mapped.
+
+Beyond paths and sizes: every dtype passes the allow-list (``core/dtypes.py``) and N and L equal
+the manifest's. ``verify`` runs the same check (``Format.verify_layout``, no data read); ``verify
+--deep`` (``MemmapDataset.check``) also checks lengths = min(counts, L) and that every row is
+``pad_value`` past its length.
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ Each event's kept values are found as runs (first, last) or, for ``top``, by ran
 values of the events longer than L (the others keep everything); then one gather per field
 fills a ``(k, F)`` block of the kept values, which lands in the rows with one assignment of
 whole ``F``-value rows (a void view: one copy of 4-byte x F items, not F strided scatters).
+
+Truncation: ``first``, ``last``, or ``top:FIELD`` (the L highest FIELD, NaN and -inf below every
+number, ties to the earlier value; ranked only among the events longer than L, in groups of counts
+up to the same power of two, one row sort per group); kept values stay in input order. Padding is
+0.0: the lengths tell data from padding. Cast to ``--dtype``: a finite value beyond its range is a
+``DataError`` (never a silent inf); NaN and ±inf are stored.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@ fields become the F features of the ``N x L x F`` array, which fixed fields beco
 the length L, the dtype and the truncation policy; and the names of a split's files.
 
 The writer, the dataset reader and ``verify`` all take the layout from here, so the three agree.
+
+The F features are the ragged fields of the one counter; several counters, no counter, or ragged
+values with an inner shape are one-line usage errors, as are a missing ``--max-len``, a row over
+256 MiB and ``--keep top:FIELD`` of a field outside the collection.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@ import numpy as np
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.words import plural
 from shardsmith.formats.tokens.masks import bits_of
-from shardsmith.kit.chat import MESSAGE_BINS
 from shardsmith.kit.sections import figures
 from shardsmith.kit.sections.model import SUMMARY_HEADER, Section, Table, summary_row
+from shardsmith.text.chat import MESSAGE_BINS
 
 
 def shard_bits(out: Path, shard: dict[str, Any], tokens: int) -> np.ndarray | None:

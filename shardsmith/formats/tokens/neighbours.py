@@ -9,6 +9,14 @@
 
 Every file is a pure function of the tokenizer and the options (no time, no paths), so a rerun
 writes the same bytes; the manifest lists them (``companions``) and ``verify`` checks their sha256.
+
+What they hold: ``tokenizer_config.json`` has ``tokenizer_class`` ``PreTrainedTokenizerFast``,
+``clean_up_tokenization_spaces`` false and ``bos_token``/``eos_token``/``pad_token``;
+``special_tokens_map.json`` those that are set. eos is the token appended (none with ``--no-eos``),
+bos ``--bos-token``, pad the one packed sequences are padded with, else a ``<pad>``, ``[PAD]``,
+``<|pad|>`` or ``<|padding|>`` among the special tokens, else none. ``meta.pkl`` is
+``pickle.dumps({"vocab_size": V}, protocol=4)``. nanoGPT's ``sample.py`` expects a character-level
+``meta.pkl`` (``stoi``/``itos``) and fails on ours: decode with ``tokenizer.json``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,16 @@ the order they are in the shard: which input (an index into the manifest's ``sou
 which record, the byte offset of its line (plain JSONL, else -1) and a 32-bit hash of its text.
 The manifest lists it in the shard's record (``origins``: path, bytes, sha256), so ``verify``
 hashes it; the loader reads it only for ``sources(i)``, never to serve tokens.
+
+How the rows come: the gather hands the writer each batch's rows (``SortedBatch.origins``, from the
+scatter's ``Reader.record_offsets`` and text hashes), and ``packing.Window`` carries each document's
+row to its pieces; a batch without them is an assertion, never a partial sidecar. The manifest's
+``source`` then lists every input with ``input_sizes``, ``input_units`` and ``input_dir`` (local
+inputs). The bytes follow the documents' order, so the same-bytes guarantee holds. ``verify`` hashes
+the sidecars and checks their rows (``verify_layout``); ``TokenDataset.sources(i)`` /
+``PackedSequences.sources(i)`` read them (inside the folder, as every sidecar) only when asked;
+``shardsmith trace`` (``commands/trace.py``) reads the inputs again, and its ``--state`` follows a
+saved loader state with ``global_position`` to the next batch.
 """
 
 from __future__ import annotations

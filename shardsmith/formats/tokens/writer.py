@@ -4,6 +4,15 @@ sequence per document, plus an optional flat nanoGPT ``{split}.bin``.
 The .idx layout (Megatron-LM ``megatron/core/datasets/indexed_dataset.py``): magic
 ``MMIDIDX\\x00\\x00``, u64 version 1, u8 dtype code, u64 sequence count S, u64 document count S+1,
 int32 sequence lengths[S], int64 byte pointers[S], int64 document indices[S+1] = 0..S.
+
+The dtype is ``uint16`` when the vocabulary has fewer than 65,500 entries, else ``int32``:
+megatron-core's own rule (0.16, ``DType.optimal_dtype(cardinality)`` in ``indexed_dataset.py``:
+``uint16`` when ``cardinality < 65500``, which Megatron-LM's ``preprocess_data.py`` calls with the
+vocabulary size; a test holds us to it at the edges). Ids below 65,536 would fit ``uint16``, but a
+shard whose dtype differs from Megatron's own files for the same tokenizer would surprise more than
+the 36 spare ids help. nanoGPT's flat files are ``uint16`` whatever the shards' dtype, for
+vocabularies up to 65,536 (``--nanogpt`` is refused above). Megatron-LM and NeMo read each shard
+prefix as it is (tested with megatron-core).
 """
 
 from __future__ import annotations

@@ -7,6 +7,23 @@ members starts, member sizes and extensions, sample keys) for O(1) random access
 tar's headers, and the split gets ``__index__/{split}.wids.json``. The indexes live in their own
 folder (``names.INDEX_DIR``) so that a reader of the folder's files by name (HuggingFace
 ``datasets``' ``webdataset`` builder) finds the tars alone; the manifest names where they are.
+
+Why ``__index__``: HuggingFace ``datasets``' packaged builders named with ``data_dir`` take every
+file whose name holds a split keyword (``train``, ``val``, ``test``, … delimited by ``-._ 0-9/``) and
+skip only folders whose names start with ``__`` (``data_files._is_inside_unrequested_special_dir``,
+parent folders only: a file named ``__x`` is still taken) and hidden files and folders (names
+starting with ``.``). ``__index__`` rather than a hidden ``.index``: it shows in a listing, and
+shardsmith's own code takes names starting with a dot for temporary files and run state. Until this
+layout (before 2026-11-25) the indexes were beside the shards (``{split}-N.offsets.npy``,
+``{split}.wids.json`` with urls that were the shards' names); the manifest names every index by its
+path (``index.path``, ``wids``, ``files``) and every reader (loader, streamed loader, ``verify``,
+``inspect``, the card) follows those paths, so such a dataset reads as before and the manifest's
+version stays 1 (``tests/test_index_folder.py``). A wids list's urls are relative to the list
+(``../{split}-N.tar``: wids resolves a relative url against the folder of the list it read, by
+``os.path.join`` and ``normpath``, for a local path and an ``s3://`` or ``https://`` URL alike), and
+``verify`` resolves them the same way. ``--overwrite`` removes the index folder with the dataset
+when it holds only index files (the tar formats declare it and what it holds:
+``formats/webdataset/names.py``), else names the file it left.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """transformers 5.24's own tables, as shardsmith keeps them to choose the tokenizer class
-AutoTokenizer picks for a folder (``kit/tokenizer_class.py``); tests/test_chat_tokenizer_class.py
+AutoTokenizer picks for a folder (``text/tokenizer_class.py``); tests/test_chat_tokenizer_class.py
 checks them against the installed transformers (the dev extra pins 5.24.0), so moving the pin to a
 release that changes them fails there first."""
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from shardsmith.core.side_file import CONFIG_LIMIT, is_side_file, read_side_text
 from shardsmith.errors import UsageError
-from shardsmith.kit.chat_template import one_line
+from shardsmith.text.chat_template import one_line
 
 CONFIG = "tokenizer_config.json"
 LEGACY_SPECIALS = "special_tokens_map.json"

@@ -2,7 +2,7 @@
 clusters of documents that share a band key, joined transitively, in bounded memory.
 
 Signatures are rensa's R-MinHash (``RMinHash.digest_matrix_from_flat_token_hashes``) over the
-word 5-gram hashes of ``kit.ngrams``, seeded: the same documents give the same keys on every run.
+word 5-gram hashes of ``text.ngrams``, seeded: the same documents give the same keys on every run.
 Measured on bench/corpus.py text (bench/bench_minhash_libs.py, bench/README.md "MinHash
 libraries"): rensa's flat-hash call signs at ~850 MB/s where a vectorized numpy signer (k
 multiply-add-shift permutations) does ~30 and datasketch ~4, and its estimates are closer to the
@@ -27,7 +27,7 @@ import numpy as np
 
 from shardsmith.errors import UsageError
 from shardsmith.kit.keys import mix64
-from shardsmith.kit.ngrams import word_ngram_hashes
+from shardsmith.text.ngrams import word_ngram_hashes
 
 NUM_PERM = 128
 CANDIDATE_AT_THRESHOLD = 0.9

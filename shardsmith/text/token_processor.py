@@ -11,7 +11,7 @@ from shardsmith.core.text_field import why_no_text
 from shardsmith.kit.processed import Processed
 from shardsmith.kit.reader import RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all
-from shardsmith.transforms import tokenize as tk
+from shardsmith.text import tokenize as tk
 
 
 class TokenProcessor:

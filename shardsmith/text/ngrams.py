@@ -28,7 +28,7 @@ import numpy as np
 
 from shardsmith.errors import UsageError
 from shardsmith.kit.keys import mix64
-from shardsmith.kit.textnorm import normalize
+from shardsmith.text.textnorm import normalize
 
 P = 0x9E3779B97F4A7C15  # byte base (odd)
 Q = 0xD6E8FEB86659FD93  # word base (odd)

@@ -16,7 +16,7 @@ Either way transformers then adds tokenizer_config.json's added tokens (with the
 replace the file's) and special tokens, and gives a file without a post-processor a plain one.
 shardsmith makes the same ``tokenizers`` calls in the same order, for the classes of
 ``RECIPES``; any other class that builds its own pipeline is refused in one line naming it.
-The tables transformers decides with are ``kit/hf_tables.py``.
+The tables transformers decides with are ``text/hf_tables.py``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from functools import cache
 from typing import Any
 
 from shardsmith.errors import UsageError
-from shardsmith.kit import hf_tables
-from shardsmith.kit.chat_template import SPECIAL_TOKEN_NAMES, one_line
-from shardsmith.kit.tokenizer_folder import TokenizerFolder
+from shardsmith.text import hf_tables
+from shardsmith.text.chat_template import SPECIAL_TOKEN_NAMES, one_line
+from shardsmith.text.tokenizer_folder import TokenizerFolder
 
 _GENERIC = ("TokenizersBackend", "PythonBackend", "PreTrainedTokenizerFast", "MistralCommonBackend")
 _METASPACE_DECODER = [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "}, {"type": "ByteFallback"},

@@ -1,6 +1,6 @@
 """Conversations into token ids and loss bits, in the worker (``pack-tokens --chat``).
 
-Each row becomes a conversation (``kit/chat.py``), rendered with the chat template and the spans
+Each row becomes a conversation (``text/chat.py``), rendered with the chat template and the spans
 the loss counts (``--train-on``), encoded with the bits of those spans (``chat_tokens.py``). A
 conversation longer than ``--seq-len`` is cut to it, left out, or kept whole for the packer to
 split (``--too-long``). The payload is one ``(id, mask)`` unit per token
@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.ragged import starts_of
-from shardsmith.kit.chat import MAX_CHARS, MESSAGE_BINS, ChatFields, conversation_of, record_text, rendered
-from shardsmith.kit.chat_template import ChatError, ChatTemplate
 from shardsmith.kit.processed import Processed
 from shardsmith.kit.reader import RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all
-from shardsmith.transforms import tokenize as tk
-from shardsmith.transforms.chat_tokens import ChatEncoder
+from shardsmith.text import tokenize as tk
+from shardsmith.text.chat import MAX_CHARS, MESSAGE_BINS, ChatFields, conversation_of, record_text, rendered
+from shardsmith.text.chat_template import ChatError, ChatTemplate
+from shardsmith.text.chat_tokens import ChatEncoder
 
 
 class ChatRenderer:
@@ -34,7 +34,7 @@ class ChatRenderer:
         self.transforms = list(transforms)
 
     def as_read(self, value: Any) -> str:
-        """The row's conversation as read, one text (what ``--provenance`` hashes, ``kit.chat.record_text``)."""
+        """The row's conversation as read, one text (what ``--provenance`` hashes, ``text.chat.record_text``)."""
         return record_text(value, self.fields)
 
     def render(self, value: Any, *, task: Task | None = None, record: int = 0) -> tuple[str, list[tuple[int, int]], int]:

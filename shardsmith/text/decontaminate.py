@@ -4,7 +4,7 @@ A benchmark file is JSONL (``.jsonl``, ``.json``: the item's text is ``--deconta
 plain text (one item a line); blank lines are not items, and a UTF-8 byte order mark at the start
 of a file is not text of its first item (the file is read whole: a regular file of at most
 ``core/side_file.BENCHMARK_LIMIT``). Items and documents go through the one
-normalization (``kit/textnorm.py``) and the same word n-gram hashes (``kit/ngrams.py``): a
+normalization (``text/textnorm.py``) and the same word n-gram hashes (``text/ngrams.py``): a
 document that shares any n-gram (13 words by default) with an item is contaminated by it. An item
 shorter than n words is matched whole: its word sequence anywhere in the document. Every n-gram of
 every item is kept (a sorted array of 64-bit hashes, not a Bloom filter), so nothing is missed
@@ -22,8 +22,8 @@ import orjson
 
 from shardsmith.core.side_file import BENCHMARK_LIMIT, read_side_file
 from shardsmith.errors import UsageError
-from shardsmith.kit.ngrams import word_ngram_hashes
-from shardsmith.kit.textnorm import normalize
+from shardsmith.text.ngrams import word_ngram_hashes
+from shardsmith.text.textnorm import normalize
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 UTF8_BOM = b"\xef\xbb\xbf"

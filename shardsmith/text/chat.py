@@ -1,5 +1,5 @@
 """A chat record made a conversation, rendered by its chat template, with the character spans the
-loss counts (``pack-tokens --chat``; ``transforms/chat_tokens.py`` turns them into a token mask).
+loss counts (``pack-tokens --chat``; ``text/chat_tokens.py`` turns them into a token mask).
 
 Which characters train (``--train-on``):
 
@@ -25,8 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardsmith.kit.chat_template import ChatError, ChatTemplate
-from shardsmith.kit.chat_turns import prefix_length, turn_spans
+from shardsmith.text.chat_template import ChatError, ChatTemplate
+from shardsmith.text.chat_turns import prefix_length, turn_spans
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "ipython", "function")
 TRAIN_ON = ("assistant", "last", "completion", "all")
@@ -223,7 +223,7 @@ def _rendered(template: ChatTemplate, conv: Conversation, *, train_on: str) -> t
                 return text, []
             before = template.render(messages[:last], tools=tools, allow_empty=True)[1] if last else []
             return text, spans[len(before):]
-    else:  # kit/chat_turns.py: the renders of prefixes, in one render where the template allows
+    else:  # text/chat_turns.py: the renders of prefixes, in one render where the template allows
         spans = _tidy(turn_spans(template, messages, tools, text))
     if train_on == "last":
         spans = spans[-1:]

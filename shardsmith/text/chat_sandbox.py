@@ -9,14 +9,14 @@ the parser's stack. Here every render runs under a ``Budget``: steps (a loop's i
 filter, an operator, and what each reads: characters and items) for all renders of a
 conversation, and characters made (the strings and lists operations return, the text produced)
 for each render; counted, never timed, so the same template and conversation stop at the same
-step on any machine (``kit/chat_bounds.py``). Each operation that can make a value much larger
+step on any machine (``text/chat_bounds.py``). Each operation that can make a value much larger
 than its operands (string and list repetition, ``+``, ``~``, ``**``, ``%``, ``format``,
 ``center``, ``indent``, ``join``, ``replace``...) checks the size it would make first. Reaching
 a bound is ``TemplateLimit``, one line (``chat_template.py`` makes it the conversation's
 ``ChatError``). Nothing is computed while compiling (no constant folded, no filter called), so
 compiling allocates nothing; comparisons, dict keys and slices go through the environment too.
 
-The loops are instrumented (``Steps``): each item and each pass through a body is a step, and a
+The loops are instrumented (``Steps``, ``text/chat_loops.py``): each item and each pass through a body is a step, and a
 pass's constant text is charged as produced; an observer set for a render (``OBSERVER``:
 ``chat_turns.Observations``) also hears where loops start, pass and end, and reads of state (a
 namespace, an iterator a filter made): what the turn-by-turn rule needs to find every prefix's
@@ -30,63 +30,31 @@ import json
 from datetime import datetime
 from typing import Any
 
-from shardsmith.kit.chat_bounds import (
+from shardsmith.text.chat_bounds import (
     BUDGET,
     CHARS_PER_STEP,
     MAX_TEMPLATE_TOKENS,
     MAX_VALUE_CHARS,
     OBSERVER,
-    TRACKING,
-    bounded_filter,
-    bounded_test,
     check_binop,
     check_chars,
     check_format,
-    check_method,
-    lipsum,
     made,
-    materialized,
     read,
     read_text,
     seen,
     tick,
 )
-
-# the environment
-
-
-SHORT_CONSTANT = 256  # a constant written or compared shorter than this costs nothing to read
-
-
-def _short_text(node: Any) -> bool:
-    """A string constant short enough to be read for free (or, written, charged with its pass's text)."""
-    from jinja2 import nodes
-
-    return type(node) is nodes.Const and type(node.value) is str and len(node.value) < SHORT_CONSTANT
+from shardsmith.text.chat_filters import bounded_filter, bounded_test, check_method, lipsum, materialized
+from shardsmith.text.chat_loops import extensions, short_text
 
 
 def _read_free(node: Any) -> bool:
     """A constant an operation reads at no cost: a short string, a number, a bool or None."""
     from jinja2 import nodes
 
-    return type(node) is nodes.Const and (_short_text(node) or type(node.value) in (int, float, bool, type(None))
+    return type(node) is nodes.Const and (short_text(node) or type(node.value) in (int, float, bool, type(None))
                                           and not (type(node.value) is int and node.value.bit_length() > 64))
-
-
-def _constant_chars(body: list) -> int:
-    """Characters of template text directly in a body (not in the nested bodies that count their own)."""
-    from jinja2 import nodes
-
-    total, stack = 0, list(body)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, nodes.TemplateData):
-            total += len(node.data)
-        elif isinstance(node, (nodes.For, nodes.Macro, nodes.CallBlock)):
-            continue
-        elif isinstance(node, nodes.Node):
-            stack.extend(node.iter_child_nodes())
-    return total
 
 
 @functools.cache
@@ -101,109 +69,8 @@ def environment() -> Any:
     from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
     from jinja2.runtime import Macro
     from jinja2.sandbox import ImmutableSandboxedEnvironment
-    from jinja2.visitor import NodeTransformer
 
-    class Generation(jinja2.ext.Extension):
-        """``{% generation %}...{% endgeneration %}``: renders its body and records where it starts,
-        counted as transformers counts it (the characters already yielded by the render)."""
-
-        tags = {"generation"}
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.CallBlock(self.call_method("_span"), [], [], body).set_lineno(lineno)
-
-        def _span(self, caller: Any) -> str:
-            text = caller()
-            tracking = TRACKING.get()
-            if tracking is not None:
-                tracking.spans.append((tracking.emitted, tracking.emitted + len(text)))
-            return text
-
-    class Steps(jinja2.ext.Extension):
-        """The instrumentation of loops and bodies (``instrument``) and what it calls at render time."""
-
-        def instrument(self, template: Any) -> Any:
-            ext = self
-
-            class Instrument(NodeTransformer):
-                """Each loop's items counted (``_each``), each pass through a body charged
-                (``_enter``; ``_leave`` at its end), each loop's end said (``_exit``). A loop is
-                *streamed* when no enclosing macro, call, filter or set block buffers its output:
-                only those tell an observer where in the text they are."""
-
-                def __init__(self) -> None:
-                    self.buffered, self.next_id = 0, 0
-
-                def _stmt(self, method: str, *args: Any) -> Any:
-                    return nodes.ExprStmt(ext.call_method(method, [nodes.Const(a) for a in args]))
-
-                def visit_For(self, node: Any) -> Any:
-                    streamed = not self.buffered and not node.recursive
-                    self.generic_visit(node)
-                    loop = self.next_id
-                    self.next_id += 1
-                    node.iter = ext.call_method("_each", [nodes.Const(loop), nodes.Const(streamed),
-                                                          nodes.Const(bool(node.else_)), node.iter])
-                    node.body = [self._stmt("_enter", loop, _constant_chars(node.body)), *node.body,
-                                 self._stmt("_leave", loop)]
-                    return [node, self._stmt("_exit", loop)]
-
-                def _buffered(self, node: Any) -> Any:
-                    self.buffered += 1
-                    try:
-                        self.generic_visit(node)
-                    finally:
-                        self.buffered -= 1
-                    if isinstance(node, (nodes.Macro, nodes.CallBlock)):
-                        node.body = [self._stmt("_enter", -1, _constant_chars(node.body)), *node.body]
-                    return node
-
-                visit_Macro = visit_CallBlock = visit_FilterBlock = visit_AssignBlock = visit_Block = _buffered
-
-                def visit_Output(self, node: Any) -> Any:
-                    """``{{ 'short constant' }}`` written as template text: charged with the pass's
-                    text (``_enter``), not through ``finalize`` each time it is written."""
-                    self.generic_visit(node)
-                    node.nodes = [nodes.TemplateData(child.value).set_lineno(child.lineno) if _short_text(child)
-                                  else child for child in node.nodes]
-                    return node
-
-            return Instrument().visit(template)
-
-        def _each(self, loop: int, streamed: bool, has_else: bool, iterable: Any) -> Any:
-            observer = OBSERVER.get()
-            if observer is not None:
-                iterable = observer.loop_started(loop, streamed, has_else, iterable)
-            return _counted(iterable)
-
-        def _enter(self, loop: int, chars: int) -> str:
-            budget = BUDGET.get()
-            if budget is not None:
-                budget.tick()
-                budget.charge(chars)
-            observer = OBSERVER.get()
-            if observer is not None and loop >= 0:
-                observer.entered(loop)
-            return ""
-
-        def _leave(self, loop: int) -> str:
-            observer = OBSERVER.get()
-            if observer is not None:
-                observer.left(loop)
-            return ""
-
-        def _exit(self, loop: int) -> str:
-            observer = OBSERVER.get()
-            if observer is not None:
-                observer.exited(loop)
-            return ""
-
-    def _counted(iterable: Any) -> Any:
-        for item in iterable:
-            tick()
-            yield item
+    Generation, Steps = extensions()
 
     class TemplateDict:
         """``dict(...)`` in a template, without the type's attributes to climb through."""

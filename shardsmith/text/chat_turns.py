@@ -1,4 +1,4 @@
-"""The turn-by-turn rule's renders of prefixes (``kit/chat.py``), found in one render where the
+"""The turn-by-turn rule's renders of prefixes (``text/chat.py``), found in one render where the
 template allows it.
 
 Without ``{% generation %}`` blocks, assistant message k trains from the end of
@@ -30,8 +30,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from shardsmith.kit.chat_bounds import TRACKING
-from shardsmith.kit.chat_template import ChatError, ChatTemplate, prepared
+from shardsmith.text.chat_bounds import TRACKING
+from shardsmith.text.chat_template import ChatError, ChatTemplate, prepared
 
 _STATEFUL = re.compile(r"\b(cycler|joiner)\b")
 NOT_TURN_BY_TURN = "the template does not render turn by turn: give it {% generation %} blocks"

@@ -17,8 +17,8 @@ from shardsmith.core.side_file import (
     read_side_text,
 )
 from shardsmith.errors import UsageError
-from shardsmith.kit.chat_template import SPECIAL_TOKEN_NAMES, ChatTemplate
-from shardsmith.kit.tokenizer_folder import TokenizerFolder
+from shardsmith.text.chat_template import SPECIAL_TOKEN_NAMES, ChatTemplate
+from shardsmith.text.tokenizer_folder import TokenizerFolder
 
 
 def _read_text(path: Path, what: str) -> str:

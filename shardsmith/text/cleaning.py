@@ -6,20 +6,37 @@ there. Dedup needs every document first: the worker records each kept document's
 rule (``doc_columns``: a 128-bit hash of the normalized or raw text, or MinHash band keys), and
 the engine decides between the scatter and the gather which ones go (``engine/duplicates.py``):
 the first in input order of each set of duplicates stays, whatever the workers, memory or stages.
+
+How a run goes: a processor whose records are documents hands the scatter each good record's text
+(``Processed.texts``). A benchmark match (``text/decontaminate.py``: every word n-gram of every
+item, as sorted 64-bit hashes) is dropped in the worker and counted per benchmark file in the
+task's result. For dedup and ``--provenance`` each scatter task writes its documents' facts beside
+its part file before the part is renamed (``engine/doc_facts.py``: input order, (split, bucket),
+length; the 128-bit hash of the normalized text, ``text/textnorm.py``, or MinHash band keys;
+origins). The decision (``engine/duplicates.py``) is saved once (``duplicates.npy``); every gather
+rank and the finalize read or make the same rows, and ``SplitGather`` leaves them out of each
+bucket group (``shuffle.in_output_order``), so counts, plans and shards are those of the kept
+documents only. ``engine/cleaned.py`` writes the manifest's ``cleaning`` record and the
+``--removed`` list. Into S3 stages the facts travel through the bucket with the parts.
+
+This module is the engine's one way into ``shardsmith.text`` (docs/design.md, "Layers"): the engine
+holds a ``CleaningSpec``, builds its workers' ``Cleaner`` from it and asks it for the MinHash
+decision (``CleaningSpec.near_duplicates``), and never imports the rest of the package.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
-from shardsmith.kit import textnorm
+from shardsmith.text import textnorm
 
 DEDUP_MODES = ("exact", "exact:raw", "minhash")
 # MinHash's permutations are seeded by a constant, not by --seed: a new shuffle seed reorders the
@@ -62,12 +79,20 @@ class CleaningSpec:
         return self.dedup in ("exact", "exact:raw")
 
     def minhash(self) -> Any:
-        """The ``kit.minhash.MinHashSpec`` of ``--dedup minhash`` (None for the other rules)."""
+        """The ``text.minhash.MinHashSpec`` of ``--dedup minhash`` (None for the other rules)."""
         if self.dedup != "minhash":
             return None
-        from shardsmith.kit.minhash import MinHashSpec
+        from shardsmith.text.minhash import MinHashSpec
 
         return MinHashSpec.for_threshold(self.threshold, seed=MINHASH_SEED)
+
+    def near_duplicates(self, bands: Callable[[], Iterable[np.ndarray]], n_docs: int, *, memory: int,
+                        tmp_dir: str | Path) -> np.ndarray:
+        """Per document, the first (in input order) of its MinHash cluster (``text.minhash.near_duplicates``
+        under this spec's ``--dedup minhash``): the gather-side decision, the engine's one way into it."""
+        from shardsmith.text.minhash import near_duplicates
+
+        return near_duplicates(bands, n_docs, self.minhash(), memory=memory, tmp_dir=tmp_dir)
 
     def columns(self) -> tuple[str, ...]:
         """The per-document facts the scatter records (``engine/doc_facts.py``)."""
@@ -90,7 +115,7 @@ class Cleaner:
     @property
     def benchmarks(self) -> Any:
         if self._benchmarks is None and self.spec.benchmarks:
-            from shardsmith.kit.decontaminate import Benchmarks
+            from shardsmith.text.decontaminate import Benchmarks
 
             self._benchmarks = Benchmarks.load(self.spec.benchmarks, ngram=self.spec.ngram,
                                                field=self.spec.benchmark_field)
@@ -115,7 +140,7 @@ class Cleaner:
         return bool(self.spec.benchmarks) or self.spec.dedup in ("exact", "minhash")
 
     def normalized(self, texts: Sequence[str]) -> list[str] | None:
-        """The texts normalized (``kit/textnorm.py``) when a rule compares them so, else None."""
+        """The texts normalized (``text/textnorm.py``) when a rule compares them so, else None."""
         return [textnorm.normalize(t) for t in texts] if self.compares_normalized else None
 
     def contaminated(self, texts: Sequence[str], normal: Sequence[str] | None = None) -> np.ndarray:
@@ -136,7 +161,7 @@ class Cleaner:
                 return {"hash": textnorm.doc_hashes(normal, normalized=True)}
             return {"hash": textnorm.doc_hashes(texts)}
         if self.minhash is not None:
-            from shardsmith.kit.minhash import band_keys
+            from shardsmith.text.minhash import band_keys
 
             return {"bands": band_keys(texts if normal is None else normal, self.minhash, normalized=normal is not None)}
         return {}

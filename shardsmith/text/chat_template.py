@@ -1,11 +1,11 @@
 """Chat templates rendered exactly as ``transformers`` renders them (``apply_chat_template``).
 
-The same sandboxed Jinja2 environment (``kit/chat_sandbox.py``: ``trim_blocks``, ``lstrip_blocks``,
+The same sandboxed Jinja2 environment (``text/chat_sandbox.py``: ``trim_blocks``, ``lstrip_blocks``,
 loop controls, the ``{% generation %}`` tag, ``raise_exception``, ``strftime_now``, ``tojson``,
 ``dict``, a namespace that refuses underscore names; and bounds a crafted template cannot pass)
 and the same preparation of the inputs (keys whose value is None dropped, everything rebuilt from
 plain JSON types, reasoning fields aliased): the text is the one transformers would tokenize, and
-the generation spans are the ones its assistant mask is built from (``kit/chat_files.py`` finds a
+the generation spans are the ones its assistant mask is built from (``text/chat_files.py`` finds a
 tokenizer's template and special tokens).
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from shardsmith.kit.chat_bounds import BUDGET, OBSERVER, TRACKING, Budget, TemplateLimit, Tracking
-from shardsmith.kit.chat_sandbox import Refused, environment
+from shardsmith.text.chat_bounds import BUDGET, OBSERVER, TRACKING, Budget, TemplateLimit, Tracking
+from shardsmith.text.chat_sandbox import Refused, environment
 
 # the named special tokens of transformers v5 (``SPECIAL_TOKENS_ATTRIBUTES``); any other ``*_token``
 # string of the config is a model-specific one, also in ``special_tokens_map``
@@ -29,7 +29,7 @@ _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # the first 
 _REASON_CHARS = 300
 # a conversation's renders may take this many steps (a loop's item, a call, a filter, an operator), and
 # each render may make this many characters (the strings and lists operations return, the text produced:
-# kit/chat_sandbox.py counts them), 16 times the content a conversation may hold
+# text/chat_sandbox.py counts them), 16 times the content a conversation may hold
 STEPS_BASE = 1_000_000
 STEPS_PER_MESSAGE = 4_000  # (rendering every prefix of a conversation its template reads ahead in takes ~3n²)
 STEPS_MESSAGES = 2_000  # messages counted at most: a conversation's renders never take more than 9 million steps
