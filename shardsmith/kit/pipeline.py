@@ -90,22 +90,19 @@ class EpochPipeline(EpochStream):
         return self._items(parts)
 
     def _items(self, parts: list[Any]) -> Iterator[Any]:
+        """Each part's items, fetched and collated; the count goes up before each is handed over (a
+        state taken while the consumer holds item k counts k + 1)."""
         collate = self.collate
-        if self.batch_size is None:
-            for k, (order, layout, steps) in enumerate(parts):
-                if k:
-                    self._enter(k)
-                for sample in self.fetch.samples(order[layout.positions_of(steps)]):
-                    self._produced += 1
-                    yield sample if collate is None else collate(sample)
-        else:
-            for k, (order, layout, steps) in enumerate(parts):
-                if k:
-                    self._enter(k)
-                for step in steps:
-                    batch = self.fetch.batch(order[layout.positions(step)])
-                    self._produced += 1
-                    yield batch if collate is None else collate(batch)
+        for k, (order, layout, steps) in enumerate(parts):
+            if k:
+                self._enter(k)
+            if self.batch_size is None:  # single samples: one pass over the part, read ahead by the dataset
+                items = self.fetch.samples(order[layout.positions_of(steps)])
+            else:
+                items = (self.fetch.batch(order[layout.positions(step)]) for step in steps)
+            for item in items if collate is None else map(collate, items):
+                self._produced += 1
+                yield item
         release = self.dataset.release
         if release is not None:
             release()
@@ -129,12 +126,13 @@ class EpochIterator:
         self._items: Iterator[Any] | None = None
 
     def __iter__(self) -> Iterator[Any]:
-        return self
-
-    def __next__(self) -> Any:
+        """The running iteration itself (started if need be): a ``for`` loop pulls from it directly."""
         if self._items is None:
             self._items = self.pipeline._run()
-        return next(self._items)
+        return self._items
+
+    def __next__(self) -> Any:
+        return next(iter(self))
 
     def __len__(self) -> int:
         return len(self.pipeline)

@@ -129,6 +129,7 @@ class Mixture(Dataset):
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.lengths = {name: len(ds) for name, ds in sources.items()}
+        self._kind = self.sources[self.names[0]].kind
         self.consumed = self._start(start)
         self._ahead: tuple[int, np.ndarray, np.ndarray] | None = None  # (first position, sources, samples)
         self._after = -1  # the position after the last run located
@@ -238,7 +239,7 @@ class Mixture(Dataset):
     @property
     def kind(self) -> SampleKind:
         """Its sources' kind (they share it: ``mix`` checks)."""
-        return self.sources[self.names[0]].kind
+        return self._kind
 
     def read(self, indices: Any) -> Any:
         """Samples ``indices`` as one batch of the sources' kind: one read per source touched, joined
@@ -250,7 +251,7 @@ class Mixture(Dataset):
                   for s, (a, b) in enumerate(zip([0, *ends[:-1]], ends)) if b > a for rows in [order[a:b]]]
         if not groups:
             return self.sources[self.names[0]].read(np.zeros(0, np.int64))
-        return self.kind.form.gather(groups, len(source))
+        return self._kind.form.gather(groups, len(source))
 
     get_batch = read
 
