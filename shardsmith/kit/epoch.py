@@ -1,7 +1,8 @@
 """``EpochStream``: one epoch's batches for one rank (or one DataLoader worker of it) from a start
-position, and the state that resumes them. numpy and plain dicts only: ``shardsmith.torch``'s
-adapters and ``EpochBatchSampler`` and the torch-free ``BalancedSampler`` share it, so the
-epoch/start/layout/state rules exist once (``kit/rank_split.py`` holds the layout and the checks).
+position, and the state that resumes them. numpy and plain dicts only: the loader's pipeline
+(``kit/pipeline.py``: ``ds.iter``, every iterable torch adapter, a mixture's), ``EpochBatchSampler``
+and the torch-free ``BalancedSampler`` share it, so the epoch/start/layout/state rules exist once
+(``kit/rank_split.py`` holds the layout and the checks).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Where each batch of an epoch comes from when DDP ranks and DataLoader workers share it, and the
-loader state that says how far an epoch has gone: numpy and plain dicts only (``shardsmith.torch``
-builds its adapters and sampler on it).
+loader state that says how far an epoch has gone: numpy and plain dicts only (the loader's one
+pipeline, ``kit/pipeline.py``, and the samplers build on it: ``ds.iter`` and the torch adapters
+deal ranks alike).
 
 One epoch visits the positions of one order of all ``n`` items (``EpochOrder``: the same for any
 world size). Global step s is the ``world_size × batch_size`` positions that follow ``start``

@@ -16,11 +16,12 @@ from shardsmith.core.dtypes import safe_dtype
 from shardsmith.core.identity import intact
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.indexed import parse_idx
+from shardsmith.formats.tokens.kinds import WindowsForm, tokenizer_of
 from shardsmith.formats.tokens.masks import ShardMasks
 from shardsmith.formats.tokens.origins import described, load_origins
 from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.dataset_files import files_for
-from shardsmith.kit.sample_kind import ArraysForm, Groups, ListForm, SampleKind
+from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 
 class _TokenShards:
@@ -211,28 +212,6 @@ class _TokenShards:
             pieces.append(arr[a:b] if arr is not None else self.ranged(s, np.array([a]), b - a)[0])
             pos = stop
         return np.concatenate(pieces)
-
-
-class WindowsForm(ArraysForm):
-    """Token windows' batches, ``(x, y)``: windows of datasets of one dtype are gathered straight
-    into one batch (``fill_windows`` of each, then one ``split_windows``), as a mixture reads them."""
-
-    name = "token windows"
-
-    def gather(self, groups: Groups, n: int) -> tuple[np.ndarray, np.ndarray]:
-        first = groups[0][0]
-        if len({ds.dtype for ds, _, _ in groups}) > 1:
-            return super().gather(groups, n)
-        out = np.empty((n, first.seq_len + 1), first.dtype)
-        for ds, indices, rows in groups:
-            ds.fill_windows(indices, out, rows)
-        return first.split_windows(out)
-
-
-def tokenizer_of(manifest: dict[str, Any]) -> str | None:
-    """The sha256 of the tokenizer that made a dataset's ids (samples of two tokenizers do not mix)."""
-    tokenizer = manifest.get("tokenizer")
-    return tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
 
 
 class TokenDataset(Dataset):

@@ -13,7 +13,8 @@ import numpy as np
 
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.boundaries import read_boundaries
-from shardsmith.formats.tokens.dataset import _TokenShards, tokenizer_of
+from shardsmith.formats.tokens.dataset import _TokenShards
+from shardsmith.formats.tokens.kinds import tokenizer_of
 from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.sample_kind import ListForm, SampleKind
 
