@@ -33,14 +33,18 @@ from bench_resume import write_tokens  # noqa: E402
 from harness import code_version, key_figure, median_time  # noqa: E402
 
 import shardsmith  # noqa: E402
+from shardsmith.kit.dataset import Dataset  # noqa: E402
 from shardsmith.kit.order import epoch_order  # noqa: E402
+from shardsmith.kit.sample_kind import ListForm, SampleKind  # noqa: E402
 from shardsmith.loader import mix  # noqa: E402
 
 WEIGHTS = {"web": 0.5, "code": 0.3, "books": 0.2}
 
 
-class Sized:
+class Sized(Dataset):
     """A source of n samples for order building (nothing is read)."""
+
+    kind = SampleKind("sized", ListForm())
 
     def __init__(self, n: int) -> None:
         self.n = n

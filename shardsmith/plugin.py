@@ -1,7 +1,8 @@
-"""What a plugin imports: the three protocols and the types they use, in one stable place.
+"""What a plugin imports: the protocols and the types they use, in one stable place.
 
 A third-party package writes a source (``Source``), a transform (``Transform``) or a format
-(``Format`` with its ``Writer`` and a dataset) against these names and registers it through an
+(``Format`` with its ``Writer`` and a ``Dataset``: length, ``read``, ``kind``, which gives it
+``ds.iter``, the torch adapters and mixtures) against these names and registers it through an
 entry point (docs/design.md, "Plugins"); ``shardsmith.testing`` holds the conformance tests it
 runs. The modules behind these names may move; these names stay. A format's options module, which
 ``convert --help`` imports, takes ``Option`` and ``FormatOptions`` from ``shardsmith.kit.options``
@@ -14,15 +15,18 @@ from shardsmith.core.events import EventChunk, EventSchema
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.own_files import Folder, OwnFiles
 from shardsmith.errors import DataError, DatasetError, UsageError
+from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.format import Format, Rate, WriteJob
 from shardsmith.kit.options import FormatOptions, Option, OptionValues
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
+from shardsmith.kit.sample_kind import ArraysForm, BatchForm, EventForm, ListForm, MappingForm, SampleKind
 from shardsmith.kit.transform import Transform
 from shardsmith.kit.writer import SHARD_NAMES, ShardRange, ShardRecord, Writer
 
 Source = Reader  # a source is a Reader subclass
 
-__all__ = ["SHARD_NAMES", "BadRecord", "DataError", "DatasetError", "EventChunk", "EventSchema", "Folder", "Format",
-           "FormatOptions", "InputFile", "Option", "OptionValues", "OwnFiles", "Rate", "Reader", "RecordError",
-           "ShardRange", "ShardRecord", "Source", "StreamError", "Task", "Transform", "UsageError", "WriteJob",
-           "Writer"]
+__all__ = ["SHARD_NAMES", "ArraysForm", "BadRecord", "BatchForm", "DataError", "Dataset", "DatasetError",
+           "EventChunk", "EventForm", "EventSchema", "Folder", "Format", "FormatOptions", "InputFile",
+           "ListForm", "MappingForm", "Option", "OptionValues", "OwnFiles", "Rate", "Reader", "RecordError",
+           "SampleKind", "ShardRange", "ShardRecord", "Source", "StreamError", "Task", "Transform",
+           "UsageError", "WriteJob", "Writer"]

@@ -1,12 +1,15 @@
-"""torch adapters over the numpy loaders: map-style windows with batched fetch, iterables that deal
-one epoch's batches to DDP ranks and DataLoader workers, and a batch sampler; all of them resume.
+"""torch adapters over the numpy loaders: iterables that deal one epoch's batches to DDP ranks and
+DataLoader workers (one per kind of sample, and ``Batches`` for any loader dataset), map-style
+windows with batched fetch, and a batch sampler; all of them resume.
 
-The layout (``shardsmith.kit.rank_split``): rank r's batch s is a fixed run of the epoch's order,
-whatever the worker count, and DataLoader worker w makes batches s ≡ w (mod workers), so the
-DataLoader yields the same batches in the same order for any ``num_workers``. ``state_dict`` counts
-the batches a worker has handed over (torchdata's ``StatefulDataLoader`` keeps one per worker and
-resumes exactly); ``global_position`` turns the ranks' saved states into one position in the
-epoch's order, and ``start=`` starts any rank and worker layout there (elastic resume).
+The iterables are the loader's one pipeline (``shardsmith.kit.pipeline``), as ``ds.iter`` is: rank
+r's batch s is a fixed run of the epoch's order (``shardsmith.kit.rank_split``), whatever the
+worker count, and DataLoader worker w makes batches s ≡ w (mod workers), so the DataLoader yields
+the same batches in the same order for any ``num_workers``, and the samples ``ds.iter`` gives
+the same rank. ``state_dict`` counts the batches a worker has handed over (torchdata's
+``StatefulDataLoader`` keeps one per worker and resumes exactly); ``global_position`` turns the
+ranks' saved states into one position in the epoch's order, and ``start=`` starts any rank and
+worker layout there (elastic resume).
 
 Import cost stays out of ``import shardsmith``: only this module imports torch.
 """
@@ -28,11 +31,15 @@ except ImportError:
     raise torch_missing(__name__) from None
 
 from shardsmith.core.events import EventSchema
-from shardsmith.formats.hdf5.dataset import EventBatch, EventDataset
+from shardsmith.formats.event_tar.dataset import EventTarDataset
+from shardsmith.formats.hdf5.dataset import BLOCK, EventBatch, EventDataset, block_order
+from shardsmith.formats.memmap.dataset import MemmapDataset
 from shardsmith.formats.tokens.dataset import TokenDataset
 from shardsmith.formats.tokens.packed import PackedSequences, varlen_batch
 from shardsmith.formats.webdataset.dataset import TarDataset
+from shardsmith.kit import dataset as loader_dataset
 from shardsmith.kit.epoch import EpochStream
+from shardsmith.kit.pipeline import EpochPipeline
 from shardsmith.kit.rank_split import EpochOrder, global_position
 from shardsmith.loader.balance_sampler import BalancedSampler
 from shardsmith.torch_feed import DevicePrefetcher, map_tensors
@@ -45,10 +52,11 @@ from shardsmith.torch_images import (
     to_model_input,
 )
 
-__all__ = ["BalancedSampler", "DecodeAugment", "DevicePrefetcher", "EpochBatchSampler", "EventBatches", "EventSamples",
-           "JpegBatch", "JpegCollate", "MixBatches", "PackedBatches", "RandomResizedCropFlip", "TarIterable",
-           "TarSamples", "TokenBatches", "TokenWindows", "decode_jpegs", "event_collate", "global_position", "loader",
-           "map_tensors", "to_model_input", "varlen_collate"]
+__all__ = ["BalancedSampler", "Batches", "DecodeAugment", "DevicePrefetcher", "EpochBatchSampler", "EventBatches",
+           "EventSamples", "EventTarBatches", "JpegBatch", "JpegCollate", "MemmapBatches", "MixBatches",
+           "PackedBatches", "RandomResizedCropFlip", "TarIterable", "TarSamples", "TokenBatches", "TokenWindows",
+           "decode_jpegs", "event_collate", "global_position", "loader", "map_tensors", "to_model_input",
+           "varlen_collate"]
 
 # torchdata 0.11's StatefulDataLoader calls torch.set_vital, which newer torch deprecates with a UserWarning for
 # every loader made: neither a user nor shardsmith can act on it, so that one warning from that one module is off.
@@ -56,34 +64,53 @@ warnings.filterwarnings("ignore", message="'set_vital' is deprecated", category=
                         module=r"torchdata\.stateful_dataloader")
 
 
-class _Epoch(EpochStream):
-    """``EpochStream`` (``kit/epoch.py``) whose streams are the DataLoader's workers."""
+def _to_torch(value: Any) -> Any:
+    """numpy arrays (in dicts and tuples too) as tensors; anything else as it is."""
+    if isinstance(value, np.ndarray):
+        if not value.dtype.isnative:  # e.g. big-endian ROOT floats: torch takes native order only
+            value = value.astype(value.dtype.newbyteorder("="))
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, dict):
+        return {k: _to_torch(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_to_torch(v) for v in value)
+    return value
+
+
+class Batches(EpochPipeline, IterableDataset):
+    """Batches (or, without ``batch_size``, samples) of one epoch of any loader dataset
+    (``shardsmith.kit.dataset``: every format's, a mixture, a plugin's), dealt to DDP ranks and
+    DataLoader workers; use the DataLoader's ``batch_size=None``.
+
+    The same batches in the same order for any ``num_workers``, and the samples ``ds.iter`` gives
+    this rank; every rank gets as many (``drop_last``: the positions after the last whole
+    ``world_size × batch_size`` step are dropped; else each rank also gets one short batch).
+    ``start=``: a position, or a ``global_position`` (elastic resume). ``collate`` runs on each
+    batch in the worker; without it a batch of arrays (token windows, memmap events) becomes tensors
+    and other batches (lists of samples, ``EventBatch``) come as they are. The kind's adapters below
+    are this class with their kind's defaults.
+    """
+
+    def __init__(self, dataset: Any, *, batch_size: int | None, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True,
+                 collate: Callable[[Any], Any] | None = None, order: EpochOrder | None = None) -> None:
+        if not isinstance(dataset, loader_dataset.Dataset):
+            raise TypeError(f"{type(self).__name__} reads a loader dataset (shardsmith.kit.dataset.Dataset: a "
+                            f"shardsmith dataset, a mixture or a plugin's), not a {type(dataset).__name__}")
+        if collate is None and dataset.kind.form.arrays:
+            collate = _to_torch
+        super().__init__(dataset, order=dataset.epoch_order() if order is None else order, batch_size=batch_size,
+                         shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start,
+                         drop_last=drop_last, collate=collate)
 
     def _stream(self) -> tuple[int, int]:
         """(worker, workers) of the process this runs in (0 of 1 outside DataLoader workers)."""
         info = get_worker_info()
         return (info.id, info.num_workers) if info else (0, 1)
 
-
-class _EpochIterable(_Epoch, IterableDataset):
-    """An iterable adapter: ``_make`` turns one batch's indices into what the DataLoader gets."""
-
     def __iter__(self) -> Iterator[Any]:
-        return self._streamed(self._walk())  # _walk now: the saved position is taken when iteration starts
-
-    def _streamed(self, batches: Iterator[np.ndarray]) -> Iterator[Any]:
-        """The batches made; a streamed dataset (``shardsmith.loader.open(url, ...)``) is told this
-        stream's order first, to fetch its shards ahead, and lets go of its cached shards at the end
-        (a worker waiting for the others holds none)."""
-        prefetch, release = getattr(self.dataset, "prefetch", None), getattr(self.dataset, "release", None)
-        if prefetch is not None:
-            prefetch(self._ahead())
-        yield from map(self._make, batches)
-        if release is not None:
-            release()
-
-    def _make(self, indices: np.ndarray) -> Any:
-        raise NotImplementedError
+        return self._run()  # the parts taken now: the saved position is fixed when iteration starts
 
 
 class EpochBatchSampler(EpochStream, Sampler):
@@ -125,24 +152,16 @@ class TokenWindows(Dataset):
         return [(xt[k], yt[k]) for k in range(len(indices))]
 
 
-class TokenBatches(_EpochIterable):
-    """Batches of windows (x, y) of one epoch of a TokenDataset (use the DataLoader's ``batch_size=None``).
-
-    The same batches in the same order for any ``num_workers``; every rank gets the same number
-    (``drop_last=True``: the positions after the last whole ``world_size × batch_size`` step are
-    dropped). ``start=``: a position, or a ``global_position`` (elastic resume).
-    """
+class TokenBatches(Batches):
+    """Batches of windows (x, y) of one epoch of a TokenDataset, as tensors (``Batches``; use the
+    DataLoader's ``batch_size=None``). ``drop_last=True`` by default: every batch has ``batch_size``
+    windows."""
 
     def __init__(self, dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = True) -> None:
-        self.dataset = dataset
-        super().__init__(len(dataset), order=EpochOrder(), batch_size=batch_size, shuffle=shuffle, seed=seed,
-                         epoch=epoch, rank=rank, world_size=world_size, start=start, drop_last=drop_last)
-
-    def _make(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = self.dataset.get_batch(indices)
-        return torch.from_numpy(x), torch.from_numpy(y)
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                         world_size=world_size, start=start, drop_last=drop_last)
 
 
 def varlen_collate(items: list[dict[str, np.ndarray]]) -> dict[str, Any]:
@@ -157,7 +176,7 @@ def varlen_collate(items: list[dict[str, np.ndarray]]) -> dict[str, Any]:
     return {k: v if isinstance(v, int) else torch.from_numpy(v) for k, v in batch.items()}
 
 
-class PackedBatches(_EpochIterable):
+class PackedBatches(Batches):
     """Batches of packed sequences (``pack-tokens --pack best-fit``) of one epoch, for varlen attention.
 
     Each batch is a dict: ``tokens`` int64 (B, N); ``cu_seqlens`` int32, **flat over the batch**
@@ -177,12 +196,8 @@ class PackedBatches(_EpochIterable):
     def __init__(self, dataset: PackedSequences, *, batch_size: int, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = True) -> None:
-        self.dataset = dataset
-        super().__init__(len(dataset), order=EpochOrder(), batch_size=batch_size, shuffle=shuffle, seed=seed,
-                         epoch=epoch, rank=rank, world_size=world_size, start=start, drop_last=drop_last)
-
-    def _make(self, indices: np.ndarray) -> dict[str, Any]:
-        return varlen_collate(self.dataset.get_batch(indices))
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                         world_size=world_size, start=start, drop_last=drop_last, collate=varlen_collate)
 
 
 def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
@@ -214,40 +229,49 @@ class TarSamples(Dataset):
         return self.dataset.get_batch(indices)
 
 
-class TarIterable(_EpochIterable):
+class TarIterable(Batches):
     """Samples (or, with ``batch_size``, lists of them, or ``collate(list)``) of one epoch of a TarDataset.
 
     Give ``batch_size`` here (and ``batch_size=None`` to the DataLoader) for batches that do not
-    depend on ``num_workers``, and for ``global_position`` with several workers.
+    depend on ``num_workers``, and for ``global_position`` with several workers. Without it,
+    samples come one at a time (``collate`` on each, if given), sliced ahead out of the shards.
     """
 
     def __init__(self, dataset: TarDataset, *, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = False,
-                 collate: Callable[[list[dict[str, Any]]], Any] | None = None) -> None:
-        self.dataset = dataset
-        self.collate = collate
-        super().__init__(len(dataset), order=EpochOrder(), batch_size=batch_size, shuffle=shuffle, seed=seed,
-                         epoch=epoch, rank=rank, world_size=world_size, start=start, drop_last=drop_last)
+                 collate: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)
 
-    def _make(self, indices: np.ndarray) -> Any:
-        if self.batch_size is None:
-            return self.dataset[int(indices[0])]
-        batch = self.dataset.get_batch(indices)
-        return self.collate(batch) if self.collate is not None else batch
+
+class EventTarBatches(TarIterable):
+    """Events (dicts of arrays) of one epoch of an EventTarDataset, one at a time or, with
+    ``batch_size``, in lists (``collate=event_collate(schema=ds.schema)``: tensors, one event per
+    sample), dealt as ``TarIterable`` deals tar samples."""
+
+    def __init__(self, dataset: EventTarDataset, *, batch_size: int | None = None, shuffle: bool = True,
+                 seed: int = 0, epoch: int = 0, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = False,
+                 collate: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)
+
+
+class MemmapBatches(Batches):
+    """Batches of one epoch of a MemmapDataset as tensors (``{"values": (B, L, F), "lengths",
+    "counts", "scalars": {name: (B, ...)}}``; ``collate`` instead, if given), dealt as ``Batches``
+    deals them; the order is a per-event permutation."""
+
+    def __init__(self, dataset: MemmapDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, rank: int | None = None, world_size: int | None = None,
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = False,
+                 collate: Callable[[Any], Any] | None = None) -> None:
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)
 
 
 # -- events (HDF5 event shards) -------------------------------------------------------------------
-
-def _to_torch(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        if not value.dtype.isnative:  # e.g. big-endian ROOT floats: torch takes native order only
-            value = value.astype(value.dtype.newbyteorder("="))
-        return torch.from_numpy(np.ascontiguousarray(value))
-    if isinstance(value, dict):
-        return {k: _to_torch(v) for k, v in value.items()}
-    return value
-
 
 def event_collate(*, ragged: str = "pad", max_len: int | None = None, truncate: str = "tail", pad_value: Any = 0,
                   schema: EventSchema | None = None) -> Callable[[Any], dict[str, Any]]:
@@ -285,7 +309,7 @@ class EventSamples(Dataset):
         return self.dataset.get_batch(np.asarray(indices, dtype=np.int64))
 
 
-class EventBatches(_EpochIterable):
+class EventBatches(Batches):
     """Batches of one epoch of an EventDataset, dealt to DDP ranks and DataLoader workers.
 
     The order is contiguous blocks of ``block`` events in shuffled order (``event_order``;
@@ -295,28 +319,20 @@ class EventBatches(_EpochIterable):
     ``EventBatch`` is yielded. Use the DataLoader's ``batch_size=None``.
     """
 
-    def __init__(self, dataset: EventDataset, *, batch_size: int, block: int = 256, exact: bool = False,
+    def __init__(self, dataset: EventDataset, *, batch_size: int, block: int = BLOCK, exact: bool = False,
                  drop_last: bool = False, collate: Callable[[EventBatch], Any] | None = None,
                  shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int | None = None,
                  world_size: int | None = None, start: int | Mapping[str, Any] | None = None) -> None:
-        if block < 1:
-            raise ValueError(f"block={block}: must be at least 1")
-        self.dataset = dataset
         self.block = block
         self.exact = exact
-        self.collate = collate
-        super().__init__(len(dataset), order=EpochOrder(None if exact else block), batch_size=batch_size,
-                         shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start,
-                         drop_last=drop_last)
-
-    def _make(self, indices: np.ndarray) -> Any:
-        batch = self.dataset.get_batch(indices)
-        return self.collate(batch) if self.collate is not None else batch
+        super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate,
+                         order=block_order(block, exact))
 
 
 # -- weighted mixtures (shardsmith.loader.mix) --------------------------------------------------
 
-class MixBatches(_EpochIterable):
+class MixBatches(Batches):
     """Batches of a ``Mixture`` in its order, dealt to ranks and workers as the other adapters do
     (same ``state_dict``, ``global_position``, ``start=``). To change weights at a resume point,
     ``m.state(global_position(states)["position"])`` is the ``start=`` of the new ``mix``. The
@@ -326,14 +342,5 @@ class MixBatches(_EpochIterable):
     def __init__(self, mixture: Any, *, batch_size: int, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = True,
                  collate: Callable[[Any], Any] | None = None) -> None:
-        self.dataset = mixture
-        self.collate = collate
-        super().__init__(len(mixture), order=mixture.order, batch_size=batch_size, shuffle=False,
-                         seed=mixture.seed, epoch=0, rank=rank, world_size=world_size, start=start,
-                         drop_last=drop_last)
-
-    def _make(self, indices: np.ndarray) -> Any:
-        batch = self.dataset.get_batch(indices)
-        if self.collate is not None:
-            return self.collate(batch)
-        return tuple(_to_torch(v) for v in batch) if isinstance(batch, tuple) else batch
+        super().__init__(mixture, batch_size=batch_size, shuffle=False, seed=mixture.seed, epoch=0, rank=rank,
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)

@@ -25,7 +25,7 @@ def _plugin(name: str) -> dict | None:
 
 def test_the_api_reference_shows_each_constructor_and_hides_private_names() -> None:
     """The members filter hides `__init__`, so its parameters (`seq_len=`, `split=`) show only when merged into
-    the class; a private base (`_EpochIterable`) is replaced by its public bases in the class template."""
+    the class; a private base (a module's `_Name` class) is replaced by its public bases in the class template."""
     mkdocstrings = _plugin("mkdocstrings")
     options = mkdocstrings["handlers"]["python"]["options"]
     assert options["merge_init_into_class"] is True and options.get("show_signature", True) is True

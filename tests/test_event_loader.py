@@ -127,16 +127,21 @@ def test_block_shuffle_is_a_permutation_of_contiguous_blocks():
 
 @pytest.mark.parametrize("exact", [False, True])
 def test_rank_shares_are_disjoint_and_equal(exact):
-    shares = [event_order(1003, shuffle=True, seed=1, epoch=2, rank=r, world_size=4, block=32, exact=exact)
-              for r in range(4)]
-    assert {len(s) for s in shares} == {250}
+    """The loader's layout over ``event_order``: equal shares, no event twice, and in block mode each
+    rank's batch of a block is one contiguous stretch (its reads stay contiguous)."""
+    from shardsmith.kit.rank_split import EpochLayout, EpochOrder
+
+    order = EpochOrder(None if exact else 32)(1003, shuffle=True, seed=1, epoch=2)
+    layouts = [EpochLayout(total=1003, start=0, batch_size=32, rank=r, world_size=4, drop_last=True) for r in range(4)]
+    shares = [order[lay.positions_of(range(lay.steps))] for lay in layouts]
+    assert {len(s) for s in shares} == {7 * 32}  # 1003 // (4 × 32) whole steps each
     union = np.concatenate(shares)
-    assert len(np.unique(union)) == 1000
-    if not exact:  # each rank reads one stretch of the block sequence: its reads stay contiguous
-        full = event_order(1003, shuffle=True, seed=1, epoch=2, block=32)
-        assert np.array_equal(union, full[:1000])
+    assert len(np.unique(union)) == len(union) == 4 * 7 * 32
+    if not exact:  # each batch of a rank is one block: one contiguous read (modulo n)
+        for share in shares:
+            assert all((np.diff(share[a:a + 32]) % 1003 == 1).all() for a in range(0, len(share), 32))
     with pytest.raises(ValueError):
-        event_order(10, shuffle=True, seed=0, epoch=0, rank=4, world_size=4)
+        EpochLayout(total=10, start=0, batch_size=None, rank=4, world_size=4, drop_last=False)
 
 
 def test_iter_visits_the_order_and_resumes_exactly(dataset, events):
@@ -159,7 +164,7 @@ def test_iter_visits_the_order_and_resumes_exactly(dataset, events):
         ds.iter(seed=5, epoch=1, batch_size=50, block=64).load_state_dict(state)
     singles = list(ds.iter(shuffle=True, exact=True, rank=1, world_size=3))
     assert len(singles) == N // 3
-    want = event_order(N, shuffle=True, seed=0, epoch=0, rank=1, world_size=3, exact=True)
+    want = event_order(N, shuffle=True, seed=0, epoch=0, exact=True)[1::3]  # single events: a stride
     same_event(singles[7], events["train"].event(int(want[7]), hw.SCHEMA))
 
 

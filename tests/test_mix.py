@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 import shardsmith
 from shardsmith.errors import UsageError
+from shardsmith.kit.dataset import Dataset
+from shardsmith.kit.sample_kind import ListForm, SampleKind
 from shardsmith.loader import mix
 from shardsmith.loader.mixture import _GOLD, _MUL, _permute_run
 from tests.test_torch_resume import token_dataset
@@ -55,8 +57,11 @@ def _permute(p: np.ndarray, n: Any, keys: np.ndarray) -> np.ndarray:
 
 
 
-class Ids:
-    """A stand-in source: sample i is (name, i), so a mixture's samples say where they came from."""
+class Ids(Dataset):
+    """A stand-in source of the loader's protocol: sample i is (name, i), so a mixture's samples say
+    where they came from."""
+
+    kind = SampleKind("ids", ListForm())
 
     def __init__(self, name: str, n: int) -> None:
         self.name, self.n = name, n
@@ -69,7 +74,7 @@ class Ids:
             raise IndexError(i)
         return self.name, int(i)
 
-    def get_batch(self, indices) -> list[tuple[str, int]]:
+    def read(self, indices) -> list[tuple[str, int]]:
         return [self[int(i)] for i in np.asarray(indices)]
 
 

@@ -175,10 +175,7 @@ def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any]
     try:
         later = 0 if asked is None else whole(asked, "epoch")  # the loop's own epoch, beside the loader's state
         found = read_state(next(adapter_states(loader)))
-        name = found["order"]
-        if name != "permutation" and not name.startswith("blocks:"):
-            raise ValueError(f"the order {name!r} is not an epoch's permutation (a mixture or balanced sampler)")
-        order = EpochOrder(None if name == "permutation" else whole(_number(name.split(":", 1)[1]), "order", low=1))
+        order = EpochOrder.named(found["order"])
         n = found["length"]
         if length is not None and n != length:  # before anything the state's numbers size
             raise LengthMismatch(n)
@@ -198,11 +195,6 @@ def next_batch(saved: Any, *, length: int | None = None) -> tuple[dict[str, Any]
         raise
     except (ValueError, KeyError, TypeError, IndexError, ZeroDivisionError, OverflowError) as exc:
         raise UsageError(f"cannot follow this loader state: {exc}") from None
-
-
-def _number(text: str) -> int | str:
-    """``text`` as an int when it is one in decimal digits (else itself, which ``whole`` refuses)."""
-    return int(text) if text.isdecimal() and len(text) < 20 else text
 
 
 class LengthMismatch(Exception):

@@ -1,7 +1,8 @@
 """``EpochStream``: one epoch's batches for one rank (or one DataLoader worker of it) from a start
-position, and the state that resumes them. numpy and plain dicts only: ``shardsmith.torch``'s
-adapters and ``EpochBatchSampler`` and the torch-free ``BalancedSampler`` share it, so the
-epoch/start/layout/state rules exist once (``kit/rank_split.py`` holds the layout and the checks).
+position, and the state that resumes them. numpy and plain dicts only: the loader's pipeline
+(``kit/pipeline.py``: ``ds.iter``, every iterable torch adapter, a mixture's), ``EpochBatchSampler``
+and the torch-free ``BalancedSampler`` share it, so the epoch/start/layout/state rules exist once
+(``kit/rank_split.py`` holds the layout and the checks).
 """
 
 from __future__ import annotations
@@ -132,8 +133,9 @@ class EpochStream:
         return {"epoch": self.epoch, "start": self.start, "shift": self._shift, "produced": self._produced}
 
     def state_dict(self) -> dict[str, Any]:
-        """How far this stream (this rank, or one DataLoader worker of it) has gone in the epoch."""
-        return {"shardsmith": STATE, **self._options(), **self._saved()}
+        """How far this stream (this rank, or one DataLoader worker of it) has gone in the epoch, and
+        ``skipped``: the samples it replaced (kept for the skip policy; this pipeline reads every one)."""
+        return {"shardsmith": STATE, **self._options(), **self._saved(), "skipped": []}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue where ``state`` was saved: the next iteration starts there, after the rest of its
@@ -167,44 +169,52 @@ class EpochStream:
         first = (worker - place["shift"]) % workers + place["produced"] * workers
         return [*parts, (place, layout, range(first, layout.steps, workers))]
 
-    def indices(self) -> np.ndarray:
-        """This epoch's whole order of item indices (every rank's)."""
+    def indices(self) -> Any:
+        """This epoch's whole order of item indices (every rank's; unshuffled, ``Positions``)."""
         return self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=self.epoch)
 
     def _walk(self) -> Iterator[np.ndarray]:
-        """This stream's batches as index arrays (``_plan``: a carried epoch's rest, then this
-        epoch's). Runs eagerly (the saved position is taken now, once); the count goes up before each
-        batch is handed over, so a state taken while the consumer holds batch k counts k + 1.
-        ``_ahead()`` then gives every index still to come."""
-        plan = self._plan()
-        own = plan[-1][0]
-        parts = [(place, self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=place["epoch"])
-                  if k < len(plan) - 1 else self.indices(), layout, steps)
-                 for k, (place, layout, steps) in enumerate(plan)]
-        if own is self._pending:  # resumed in its own epoch: the state's start is this epoch's
-            self._start_epoch, self._start = own["epoch"], own["start"]
-        self._pending, self._shift = None, own["shift"]
-        last = len(parts) - 1
-
-        def enter(k: int) -> None:
-            place = parts[k][0]
-            self._walking = None if k == last else {key: place[key] for key in ("epoch", "start", "shift")}
-            self._produced = place["produced"]
-
-        enter(0)
+        """This stream's batches as index arrays (``_parts``: a carried epoch's rest, then this
+        epoch's). The count goes up before each batch is handed over, so a state taken while the
+        consumer holds batch k counts k + 1."""
+        parts = self._parts()
 
         def batches() -> Iterator[np.ndarray]:
-            for k, (_, order, layout, steps) in enumerate(parts):
+            for k, (order, layout, steps) in enumerate(parts):
                 if k:
-                    enter(k)
+                    self._enter(k)
                 for step in steps:
                     indices = order[layout.positions(step)]
                     self._produced += 1
                     yield indices
 
-        def ahead() -> np.ndarray:
-            runs = [order[layout.positions(step)] for _, order, layout, steps in parts for step in steps]
-            return np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)
-
-        self._ahead = ahead
         return batches()
+
+    def _parts(self) -> list[tuple[Any, EpochLayout, range]]:
+        """(the order, its layout, this stream's steps) of each part of the next iteration (``_plan``),
+        taken now, eagerly: the saved position is fixed when the iteration starts, and a state refused
+        by ``set_epoch`` raises here rather than at the first batch. ``_enter(k)`` is called as part k
+        starts; ``_ahead()`` then gives every index still to come."""
+        plan = self._plan()
+        own = plan[-1][0]
+        parts = [(self.order(self.n, shuffle=self.shuffle, seed=self.seed, epoch=place["epoch"])
+                  if k < len(plan) - 1 else self.indices(), layout, steps)
+                 for k, (place, layout, steps) in enumerate(plan)]
+        if own is self._pending:  # resumed in its own epoch: the state's start is this epoch's
+            self._start_epoch, self._start = own["epoch"], own["start"]
+        self._pending, self._shift = None, own["shift"]
+        self._places = [place for place, _, _ in plan]
+        self._enter(0)
+        self._ahead_parts = parts
+        return parts
+
+    def _enter(self, k: int) -> None:
+        """Part k of the running iteration starts: what ``state_dict`` says is now its place."""
+        place = self._places[k]
+        self._walking = None if k == len(self._places) - 1 else {key: place[key] for key in ("epoch", "start", "shift")}
+        self._produced = place["produced"]
+
+    def _ahead(self) -> np.ndarray:
+        """Every index the running iteration has still to hand over, in order (computed at once)."""
+        runs = [order[layout.positions_of(steps)] for order, layout, steps in self._ahead_parts]
+        return np.concatenate(runs) if runs else np.zeros(0, dtype=np.int64)

@@ -1,6 +1,7 @@
 """Where each batch of an epoch comes from when DDP ranks and DataLoader workers share it, and the
-loader state that says how far an epoch has gone: numpy and plain dicts only (``shardsmith.torch``
-builds its adapters and sampler on it).
+loader state that says how far an epoch has gone: numpy and plain dicts only (the loader's one
+pipeline, ``kit/pipeline.py``, and the samplers build on it: ``ds.iter`` and the torch adapters
+deal ranks alike).
 
 One epoch visits the positions of one order of all ``n`` items (``EpochOrder``: the same for any
 world size). Global step s is the ``world_size × batch_size`` positions that follow ``start``
@@ -21,7 +22,8 @@ import numpy as np
 from shardsmith.kit.event_order import event_order
 from shardsmith.kit.order import epoch_order
 
-STATE = "shardsmith.epoch/1"        # marks an adapter's or sampler's state inside a loader's state
+STATE = "shardsmith.epoch/2"        # marks a pipeline's state (``ds.iter``, an adapter, a sampler) in a loader's
+STATE_V1 = "shardsmith.epoch/1"     # the adapters' and samplers' state before ``ds.iter`` shared it: loaded as v2
 POSITION = "shardsmith.position/1"  # marks a global position (``global_position``, ``start=``)
 # what must agree between a state and the adapter that loads it, and between the ranks of one run
 IDENTITY = ("length", "order", "shuffle", "seed")
@@ -30,12 +32,29 @@ LAYOUT = ("batch_size", "world_size", "drop_last")
 _SINCE_SNAPSHOT = "_steps_since_snapshot"
 
 
+class Positions:
+    """The order ``0, 1, ..., n - 1`` without an array of it: what an unshuffled epoch visits, made a
+    slice or a selection at a time (a mixture of 10**10 samples is read in order this way)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, where: slice | np.ndarray) -> np.ndarray:
+        if isinstance(where, slice):
+            return np.arange(*where.indices(self.n), dtype=np.int64)
+        return np.asarray(where, dtype=np.int64).copy()
+
+
 @dataclass(frozen=True)
 class EpochOrder:
     """One epoch's visiting order of all items, before any rank split.
 
     ``block=None``: a per-item permutation (``epoch_order``); else contiguous blocks of ``block``
-    items in shuffled order (``event_order``), so a batch is a few contiguous reads.
+    items in shuffled order (``event_order``), so a batch is a few contiguous reads. Unshuffled,
+    either is the items in order (``Positions``: no array).
     """
 
     block: int | None = None
@@ -44,7 +63,19 @@ class EpochOrder:
     def name(self) -> str:
         return "permutation" if self.block is None else f"blocks:{self.block}"
 
-    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray:
+    @classmethod
+    def named(cls, name: str) -> EpochOrder:
+        """The order a state names (``name``), or ValueError: a mixture's or a balanced order is none."""
+        if name == "permutation":
+            return cls()
+        text = name.split(":", 1)[1] if name.startswith("blocks:") else ""
+        if not text.isdecimal() or len(text) > 18 or int(text) < 1:
+            raise ValueError(f"the order {name!r} is not an epoch's permutation (a mixture or balanced sampler)")
+        return cls(int(text))
+
+    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> np.ndarray | Positions:
+        if not shuffle:
+            return Positions(n)
         if self.block is None:
             return epoch_order(n, shuffle=shuffle, seed=seed, epoch=epoch)
         return event_order(n, shuffle=shuffle, seed=seed, epoch=epoch, block=self.block)
@@ -83,6 +114,18 @@ class EpochLayout:
         first = self.start + self.full * self.world_size * self.batch + self.rank * self.tail
         return slice(first, first + self.tail)
 
+    def positions_of(self, steps: range) -> np.ndarray:
+        """The positions of this rank's batches ``steps`` (a range of step numbers), back to back:
+        ``positions(s)`` of each, computed at once (a worker's whole share of an epoch)."""
+        full = np.arange(steps.start, min(steps.stop, self.full), steps.step, dtype=np.int64) \
+            if steps.start < self.full else np.zeros(0, np.int64)
+        first = self.start + (full * self.world_size + self.rank) * self.batch
+        out = (first[:, None] + np.arange(self.batch, dtype=np.int64)).reshape(-1)
+        if self.tail and self.full in steps:
+            tail = self.positions(self.full)
+            out = np.concatenate([out, np.arange(tail.start, tail.stop, dtype=np.int64)])
+        return out
+
     def position_after(self, steps: int) -> int:
         """The global position once every rank has taken ``steps`` batches."""
         if not 0 <= steps <= self.steps:
@@ -113,13 +156,26 @@ def _shown(bound: int) -> str:
     return f"{'-' * (bound < 0)}2**{abs(bound).bit_length() - 1}" if abs(bound) > 1 << 32 else str(bound)
 
 
+def is_state(value: Any) -> bool:
+    """Whether ``value`` is a pipeline's saved state (of this version or the one before)."""
+    return isinstance(value, Mapping) and value.get("shardsmith") in (STATE, STATE_V1)
+
+
 def read_state(state: Any) -> dict[str, Any]:
-    """An adapter's or sampler's saved state (``EpochStream.state_dict``), every field checked before any
-    number of it sizes a loop or an array: counts are ints within their bounds (the rank below the world
-    size, the worker below the workers, the start inside the epoch), flags are bools, the order a name.
-    Returns the fields (``shift`` 0 when absent, as states saved before it was kept)."""
-    if not isinstance(state, Mapping) or state.get("shardsmith") != STATE:
-        raise ValueError("not a shardsmith adapter or sampler state_dict")
+    """A pipeline's saved state (``EpochStream.state_dict``: ``ds.iter``, an adapter, a sampler), every
+    field checked before any number of it sizes a loop or an array: counts are ints within their bounds
+    (the rank below the world size, the worker below the workers, the start inside the epoch), flags are
+    bools, the order a name. Returns the fields (``shift`` 0 when absent, as states saved before it was
+    kept). A ``shardsmith.epoch/1`` state (the adapters' before ``ds.iter`` shared their pipeline: the
+    same layout and fields) loads as it is; a ``ds.iter`` state of before (``position``, no version) is
+    taken where it means the same place (``legacy_iter_state``); any other version is refused by name."""
+    if isinstance(state, Mapping) and "shardsmith" not in state and "position" in state:
+        state = legacy_iter_state(state)
+    if not isinstance(state, Mapping) or "shardsmith" not in state:
+        raise ValueError("not a shardsmith loader state_dict (ds.iter, an adapter or a sampler)")
+    if not is_state(state):
+        raise ValueError(f"a state_dict of version {str(state['shardsmith'])[:60]!r}: this shardsmith reads "
+                         f"{STATE!r} and {STATE_V1!r}")
     missing = [k for k in (*IDENTITY, *LAYOUT, "rank", "workers", "worker", "epoch", "start", "produced")
                if k not in state]
     if missing:
@@ -142,7 +198,41 @@ def read_state(state: Any) -> dict[str, Any]:
     out["worker"] = whole(state["worker"], "worker", high=out["workers"] - 1)
     out["shift"] = whole(state.get("shift", 0), "shift", high=out["workers"] - 1)
     out["start"] = whole(state["start"], "start", high=out["length"])
+    out["skipped"] = _skipped(state.get("skipped", []))
     return out
+
+
+def _skipped(value: Any) -> list[Any]:
+    """A state's ``skipped``: the samples its stream replaced (issue 44's skip policy records them here;
+    a pipeline without one skips nothing, so a state that lists any is of a run this one cannot repeat)."""
+    if not isinstance(value, list):
+        raise ValueError(f"state_dict 'skipped' {value!r:.80} is not a list")
+    if value:
+        raise ValueError(f"state_dict 'skipped' lists {len(value)} skipped samples: this loader does not skip "
+                         f"samples, so it cannot resume that run exactly")
+    return []
+
+
+def legacy_iter_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``ds.iter`` state saved before ``ds.iter`` ran on the adapters' pipeline (no version; its
+    ``position`` counts the samples this rank had taken) as the state of today's pipeline, where it
+    names the same samples: one rank (the epoch's order in batches, as now), or single samples over
+    several ranks (a stride, which is today's layout with batches of one). Batches over several ranks
+    were dealt by stride then (runs of batches now; blocks of events by contiguous stretches): such a
+    state is refused in one line rather than resumed at other samples."""
+    batch, world = state.get("batch_size"), state.get("world_size")
+    position = whole(state.get("position"), "position")
+    stretches = state.get("block") is not None and state.get("exact") is False
+    if world != 1 and (batch is not None or stretches):
+        raise ValueError(f"a ds.iter state_dict of before {STATE!r} (no version) with world_size={world!r} and "
+                         f"batch_size={batch!r}: its ranks' shares differ from today's layout, so it cannot resume; "
+                         f"restart the epoch, or from a position all ranks had reached (start=)")
+    per = 1 if batch is None else whole(batch, "batch_size", low=1)
+    block = state.get("block")
+    order = "permutation" if block is None or state.get("exact") is True else f"blocks:{block}"
+    kept = {k: state.get(k) for k in (*IDENTITY[:1], "shuffle", "seed", "epoch", "rank", *LAYOUT)}
+    return {"shardsmith": STATE, **kept, "order": order, "workers": 1, "worker": 0, "start": 0, "shift": 0,
+            "produced": -(-position // per), "skipped": []}
 
 
 def worker_steps(state: Mapping[str, Any], layout: EpochLayout) -> int:
@@ -174,7 +264,7 @@ def check_state(state: Mapping[str, Any], expect: dict[str, Any]) -> dict[str, A
     fields = read_state(state)
     for key, value in expect.items():
         if not same(fields.get(key), value):
-            raise ValueError(f"state_dict was saved with {key}={state.get(key)!r}, this loader has {value!r}")
+            raise ValueError(f"state_dict was saved with {key}={fields.get(key)!r}, this loader has {value!r}")
     return fields
 
 
@@ -190,7 +280,7 @@ def adapter_states(state: Any) -> Iterator[Mapping[str, Any]]:
                 continue
             seen.add(id(value))
         if isinstance(value, Mapping):
-            if value.get("shardsmith") == STATE:
+            if is_state(value):
                 yield value
             else:
                 stack.extend(reversed(list(value.values())))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from functools import singledispatch
 from typing import Any
 
 import numpy as np
@@ -26,9 +25,10 @@ import numpy as np
 from shardsmith.core.manifest import MAX_COUNT
 from shardsmith.core.user_warning import warn_user
 from shardsmith.errors import UsageError
-from shardsmith.kit.event_batch import EventBatch
+from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.keys import mix64, path_hash
 from shardsmith.kit.rank_split import same
+from shardsmith.kit.sample_kind import SampleKind
 from shardsmith.loader.interleave import interleave
 
 MIX_STATE = "shardsmith.mix/1"  # marks what ``Mixture.state`` returns (``start=`` of ``mix``)
@@ -73,19 +73,6 @@ def _permute_run(p: np.ndarray, n: int, key: np.uint64) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def _kind(ds: Any) -> tuple[Any, ...]:
-    """What makes samples of two datasets batchable together: class, window length, schema, decoding,
-    and for token ids the tokenizer that made them (its sha256) and the padding id."""
-    schema = getattr(ds, "schema", None)
-    schema = json.dumps(schema.to_json(), sort_keys=True) if hasattr(schema, "to_json") else None
-    manifest = getattr(ds, "manifest", None)
-    tokenizer = manifest.get("tokenizer") if isinstance(manifest, dict) else None
-    tokenizer = tokenizer.get("sha256") if isinstance(tokenizer, dict) else None
-    items = getattr(ds, "item_kind", None)  # e.g. a chat dataset's documents are dicts, others' arrays
-    return (type(ds).__name__, getattr(ds, "seq_len", None), schema, getattr(ds, "decode", None), tokenizer,
-            getattr(ds, "pad_id", None), items)
-
-
 def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
     if not isinstance(sources, Mapping) or not sources:
         raise UsageError("mix: give sources as a non-empty dict name -> dataset")
@@ -95,14 +82,17 @@ def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
     for name, w in weights.items():
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w <= 0:
             raise UsageError(f"mix: weight of {name!r} is {w!r}; weights must be positive numbers")
-    kinds = {name: _kind(ds) for name, ds in sources.items()}
-    first = next(iter(kinds))
-    for name, kind in kinds.items():
-        if kind != kinds[first]:
-            raise UsageError(f"mix: {name!r} holds another kind of sample than {first!r} ({kind[0]} "
-                             f"seq_len={kind[1]} vs {kinds[first][0]} seq_len={kinds[first][1]}, or their schemas, "
-                             f"tokenizers or pad ids differ)")
-        if len(sources[name]) == 0:
+    for name, ds in sources.items():
+        if not isinstance(ds, Dataset):
+            raise UsageError(f"mix: source {name!r} is a {type(ds).__name__}, not a loader dataset (a shardsmith "
+                             f"dataset, or a plugin's: shardsmith.plugin.Dataset)")
+    first = next(iter(sources))
+    for name, ds in sources.items():
+        differs = sources[first].kind.difference(ds.kind)
+        if differs is not None:
+            raise UsageError(f"mix: {name!r} holds another kind of sample than {first!r}: {differs} (sources "
+                             f"share their kind of sample, window length, schema, tokenizers and pad ids)")
+        if len(ds) == 0:
             raise UsageError(f"mix: source {name!r} is empty")
 
 
@@ -115,9 +105,11 @@ def _counts(value: Any, name: str) -> dict[str, int]:
     return dict(value)
 
 
-class Mixture:
+class Mixture(Dataset):
     """A random-access weighted mixture (make it with ``mix``): ``len``, ``m[i]``, ``get_batch``,
-    ``source_of(i)``, ``state(n)``; ``epochs`` / ``cycling`` say which sources repeat."""
+    ``source_of(i)``, ``state(n)``; ``epochs`` / ``cycling`` say which sources repeat. A loader
+    dataset of its sources' kind: ``m.iter``, the torch adapters (``MixBatches``) and mixtures of
+    mixtures read it; in order (``shuffle=False``, ``MixBatches``' way) every prefix keeps the weights."""
 
     def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int,
                  num_samples: int | None, shuffle: bool, start: Mapping[str, Any] | None) -> None:
@@ -137,10 +129,7 @@ class Mixture:
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
         self.lengths = {name: len(ds) for name, ds in sources.items()}
-        # token windows of one dtype gather straight into one batch (``get_batch``)
-        fills = [ds for ds in sources.values() if callable(getattr(ds, "fill_windows", None))]
-        same = len(fills) == len(sources) and len({(ds.dtype, ds.seq_len) for ds in fills}) == 1
-        self._fill = fills[0] if same else None
+        self._kind = self.sources[self.names[0]].kind
         self.consumed = self._start(start)
         self._ahead: tuple[int, np.ndarray, np.ndarray] | None = None  # (first position, sources, samples)
         self._after = -1  # the position after the last run located
@@ -247,27 +236,36 @@ class Mixture:
         source, sample = self.locate([i])
         return self.sources[self.names[int(source[0])]][int(sample[0])]
 
-    def get_batch(self, indices: Any) -> Any:
-        """Samples ``indices`` as one batch of the sources' kind: one gather per source touched.
-        Token windows gather straight into one batch (``fill_windows``); other kinds are joined."""
+    @property
+    def kind(self) -> SampleKind:
+        """Its sources' kind (they share it: ``mix`` checks)."""
+        return self._kind
+
+    def read(self, indices: Any) -> Any:
+        """Samples ``indices`` as one batch of the sources' kind: one read per source touched, joined
+        by the kind's form (token windows gather straight into one batch)."""
         source, sample = self.locate(indices)
         order = np.argsort(source, kind="stable")  # each source's rows, in the asked order
         ends = np.cumsum(np.bincount(source, minlength=len(self.names))).tolist()
-        groups = [(s, order[a:b]) for s, (a, b) in enumerate(zip([0, *ends[:-1]], ends)) if b > a]
-        if self._fill is not None:
-            out = np.empty((len(source), self._fill.seq_len + 1), self._fill.dtype)
-            for s, rows in groups:
-                self.sources[self.names[s]].fill_windows(sample[rows], out, rows)
-            return self._fill.split_windows(out)
-        parts = [(rows, self.sources[self.names[s]].get_batch(sample[rows])) for s, rows in groups]
-        if not parts:
-            return self.sources[self.names[0]].get_batch(np.zeros(0, np.int64))
-        if len(parts) == 1:
-            return parts[0][1]
-        return _join(parts[0][1], parts, len(source))
+        groups = [(self.sources[self.names[s]], sample[rows], rows)
+                  for s, (a, b) in enumerate(zip([0, *ends[:-1]], ends)) if b > a for rows in [order[a:b]]]
+        if not groups:
+            return self.sources[self.names[0]].read(np.zeros(0, np.int64))
+        return self._kind.form.gather(groups, len(source))
+
+    get_batch = read
 
     def __getitems__(self, indices: list[int]) -> Any:
-        return self.get_batch(indices)
+        return self.read(indices)
+
+    def iter(self, *, shuffle: bool = False, seed: int | None = None, epoch: int = 0, rank: int = 0,
+             world_size: int = 1, batch_size: int | None = None, drop_last: bool = False,
+             start: int | Mapping[str, Any] | None = None) -> Any:
+        """The mixture on the loader's pipeline, by default as ``MixBatches`` reads it: in order (every
+        prefix keeps the weights), under the mixture's seed, so their states are one; ``shuffle=True``
+        reads it as any dataset (a permutation of its positions for ``seed`` and ``epoch``)."""
+        return super().iter(shuffle=shuffle, seed=self.seed if seed is None else seed, epoch=epoch, rank=rank,
+                            world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start)
 
     def state(self, n: int) -> dict[str, Any]:
         """What ``start=`` needs to continue after the first n samples (plain ints and strings)."""
@@ -282,63 +280,12 @@ class Mixture:
                 "lengths": lengths}
 
     @property
-    def order(self) -> _Positions:
-        """The epoch order the torch adapter deals (``shardsmith.torch.MixBatches``)."""
-        return _Positions(f"mix:{self.fingerprint}")
-
-    @property
     def fingerprint(self) -> str:
-        """Names the order (weights, lengths, seed, start): a loader state of another mixture is refused."""
+        """Names the mixture (weights, lengths, seed, start) in a loader's state: one of another
+        mixture is refused."""
         text = json.dumps([self.names, self.weights, self.lengths, self.consumed, self.seed, self.shuffle],
                           sort_keys=True)
-        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
-
-
-class _Positions:
-    """A mixture's positions in order (already interleaved and shuffled per source), as an epoch
-    order of ``kit/rank_split.py``: slices are made on demand, no array of the mixture's length."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self, n: int, *, shuffle: bool, seed: int, epoch: int) -> _Positions:
-        return self
-
-    def __getitem__(self, where: slice) -> np.ndarray:
-        return np.arange(where.start, where.stop, dtype=np.int64)
-
-
-@singledispatch
-def _join(first: Any, parts: list[tuple[np.ndarray, Any]], n: int) -> Any:
-    """The sources' batches (rows of the mixed batch, batch) as one batch of n, in the asked order."""
-    raise TypeError(f"mix: cannot join batches of {type(first).__name__}")
-
-
-@_join.register(list)
-def _(first: list, parts: list[tuple[np.ndarray, list]], n: int) -> list:
-    out: list[Any] = [None] * n
-    for rows, batch in parts:
-        for r, item in zip(rows.tolist(), batch):
-            out[r] = item
-    return out
-
-
-@_join.register(tuple)
-def _(first: tuple, parts: list[tuple[np.ndarray, tuple]], n: int) -> tuple:
-    out = tuple(np.empty((n, *field.shape[1:]), dtype=field.dtype) for field in first)
-    for rows, batch in parts:  # one copy: each source's rows straight into place
-        for field, values in zip(out, batch):
-            field[rows] = values
-    return out
-
-
-@_join.register(EventBatch)
-def _(first: EventBatch, parts: list[tuple[np.ndarray, EventBatch]], n: int) -> EventBatch:
-    events: list[Any] = [None] * n
-    for rows, batch in parts:
-        for r, k in zip(rows.tolist(), range(len(batch))):
-            events[r] = batch.event(k)
-    return EventBatch.from_samples(events, first.schema)
+        return "mix:" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
 def mix(sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int, num_samples: int | None = None,

@@ -87,6 +87,23 @@ class DatasetContract:
         assert len(got) == len(want) and all(same(x, y) for x, y in zip(got, want)), (
             f"get_batch({picks}) differs from [ds[i] for i in them]: {first_difference(got, want)}")
 
+    def test_is_a_loader_dataset_whose_ranks_share_the_epoch(self, contract_output: Path) -> None:
+        """The loader's protocol (``shardsmith.plugin.Dataset``: len, ``read``, ``kind``), so ``ds.iter``,
+        the torch adapters and mixtures read it: two ranks' batches of an epoch cover it once, as the
+        epoch's order, equal in number."""
+        from shardsmith.kit.dataset import Dataset
+        from shardsmith.kit.sample_kind import SampleKind
+
+        ds = self.open_dataset(contract_output)
+        assert isinstance(ds, Dataset), f"{type(ds).__name__} is not a shardsmith.plugin.Dataset (len, read, kind)"
+        assert isinstance(ds.kind, SampleKind) and ds.kind.difference(ds.kind) is None
+        one = list(ds.iter(shuffle=True, seed=1, epoch=2))
+        shares = [list(ds.iter(shuffle=True, seed=1, epoch=2, rank=r, world_size=2)) for r in range(2)]
+        assert len(shares[0]) == len(shares[1]) == len(ds) // 2
+        dealt = [x for pair in zip(*shares) for x in pair]  # single samples: rank r takes every other one
+        assert len(one) == len(ds) and all(same(x, y) for x, y in zip(dealt, one)), (
+            f"two ranks' samples are not the epoch's, dealt in turn: {first_difference(dealt, one[:len(dealt)])}")
+
     def test_refuses_a_shard_outside_its_folder(self, contract_output: Path, tmp_path: Path) -> None:
         """A manifest naming ``../x`` as a shard (the file there and whole) is a DatasetError, never read."""
         out = tmp_path / "dataset"

@@ -7,6 +7,7 @@ window of N events, and ``{counter}.offsets`` cut its ragged fields into events.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -16,11 +17,13 @@ from shardsmith.core.events import EventSchema
 from shardsmith.core.provenance import inputs_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.webdataset.dataset import TarDataset, load_npy
+from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 
 class EventTarDataset(TarDataset):
     """One split of events in tar shards: ``len`` (samples), ``ds[i] -> {field: array}``; ``get_batch``
-    and ``iter`` (exact permutation, rank split, resume) come from ``TarDataset``."""
+    and ``iter`` (exact permutation, rank split, resume) come from ``TarDataset`` and the loader's
+    pipeline."""
 
     def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
                  cache_dir: str | os.PathLike[str] | None = None, cache_limit: int | str | None = None) -> None:
@@ -38,6 +41,11 @@ class EventTarDataset(TarDataset):
         self.inputs: list[str] | None = inputs_of(self.manifest)
         if self.events_per_sample > 1:
             self._members.update({f"{c}.offsets.npy": f"{c}.offsets" for c in self.schema.counters})
+
+    @property
+    def kind(self) -> SampleKind:
+        return SampleKind("event tar samples", ListForm(), (("schema", json.dumps(self.schema.to_json(), sort_keys=True)),
+                                                            ("events_per_sample", self.events_per_sample)))
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         raw = super().__getitem__(i)

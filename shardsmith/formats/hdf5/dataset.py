@@ -12,9 +12,10 @@ The parts live beside it: ``shard`` (one open shard), ``checks`` (what a shard m
 
 from __future__ import annotations
 
+import json
 import os
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +27,29 @@ from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.errors import DatasetError
 from shardsmith.formats.hdf5.checks import _check_schema
 from shardsmith.formats.hdf5.shard import FORMAT, FORMAT_VERSION, _OpenShard
+from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.dataset_files import files_for
 from shardsmith.kit.event_batch import EventBatch, Member, Ragged, _join, _join_runs, _long_runs
-from shardsmith.kit.event_order import EventIterator, event_order
-from shardsmith.kit.order import plain_count, window_of
+from shardsmith.kit.event_order import event_order
+from shardsmith.kit.order import window_of
+from shardsmith.kit.pipeline import EpochIterator
+from shardsmith.kit.rank_split import EpochOrder
+from shardsmith.kit.sample_kind import EventForm, SampleKind
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "EventBatch", "EventDataset", "EventIterator", "Ragged", "event_order"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "EventBatch", "EventDataset", "Ragged", "event_order"]
+
+BLOCK = 256  # events a block of the epoch's order holds by default (contiguous reads)
 
 
-class EventDataset:
+def block_order(block: int, exact: bool) -> EpochOrder:
+    """An events epoch's order: shuffled blocks of ``block`` contiguous events, or (``exact``) a
+    per-event permutation."""
+    if block < 1:
+        raise ValueError(f"block={block}: must be at least 1")
+    return EpochOrder(None if exact else block)
+
+
+class EventDataset(Dataset):
     """One split of an hdf5 event dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``lengths``, ``iter``."""
 
     def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train",
@@ -137,8 +152,10 @@ class EventDataset:
             self._release(s)
 
     def release(self) -> None:
-        """Close every shard now (they open again when read): a streamed dataset's cache may evict them."""
-        self.close()
+        """A streamed dataset closes every shard now (they open again when read), so its cache may
+        evict them; a local one keeps them open (nothing to evict: ``close`` closes them)."""
+        if self._files.streamed:
+            self.close()
 
     def prefetch(self, indices: Any) -> None:
         """The events this process reads next, in order: a streamed dataset downloads their shards
@@ -175,10 +192,14 @@ class EventDataset:
                 out[f.name] = shard.columns[f.name].rows(j, j + 1).reshape(f.shape)
         return out
 
-    def __getitems__(self, indices: Sequence[int]) -> EventBatch:
-        return self.get_batch(indices)
+    @property
+    def kind(self) -> SampleKind:
+        return SampleKind("events", EventForm(), (("schema", json.dumps(self.schema.to_json(), sort_keys=True)),))
 
-    def get_batch(self, indices: Any) -> EventBatch:
+    def __getitems__(self, indices: Sequence[int]) -> EventBatch:
+        return self.read(indices)
+
+    def read(self, indices: Any) -> EventBatch:
         """Events ``indices`` (any order, repeats allowed) as one ``EventBatch``.
 
         Indices that form few contiguous runs (a block of an epoch) are read run by run, one
@@ -348,24 +369,23 @@ class EventDataset:
         parts = [self._shard(s).columns[field].rows(0, n).reshape(-1) for s, n in enumerate(self._samples)]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
+    get_batch = read
+
+    def epoch_order(self) -> EpochOrder:
+        return block_order(BLOCK, False)
+
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
-             batch_size: int | None = None, block: int = 256, exact: bool = False,
-             drop_last: bool = False) -> EventIterator:
-        """Walk this rank's share of one epoch (see ``event_order``): events, or ``EventBatch``es.
+             batch_size: int | None = None, block: int = BLOCK, exact: bool = False, drop_last: bool = False,
+             start: int | Mapping[str, Any] | None = None) -> EpochIterator:
+        """This rank's events (or ``EventBatch``es) of one epoch, on the loader's pipeline.
 
         By default contiguous blocks of ``block`` events are visited in a shuffled order (the
         order inside a block is kept, so reads stay contiguous); ``exact=True`` shuffles every
-        event. Each rank gets ``len(ds) // world_size`` events; the remainder is dropped.
-        ``state_dict()`` / ``load_state_dict()`` resume exactly mid-epoch.
+        event. Ranks take runs of ``batch_size`` events of that order in turn (single events: a
+        stride), every rank as many; ``state_dict()`` / ``load_state_dict()`` resume exactly.
         """
-        order = event_order(self._n, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
-                            block=block, exact=exact)
-        config = {"shuffle": bool(shuffle), "seed": int(seed), "epoch": int(epoch), "rank": int(rank),
-                  "world_size": int(world_size), "batch_size": plain_count(batch_size),
-                  "drop_last": bool(drop_last), "block": int(block), "exact": bool(exact)}
-        self.prefetch(order)
-        return EventIterator(n=self._n, order=order, get_item=self.__getitem__, get_batch=self.get_batch,
-                             config=config)
+        return self.walk(order=block_order(block, exact), shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                         world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start)
 
 
 def _memory_bytes() -> int:

@@ -22,11 +22,13 @@ from shardsmith.core.identity import Stamp, intact, open_checked, stamp
 from shardsmith.core.provenance import inputs_of
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.meta import Array, SplitArrays, read_meta
+from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.dataset_files import files_for
-from shardsmith.kit.order import ResumableIterator, window_of
+from shardsmith.kit.order import window_of
+from shardsmith.kit.sample_kind import MappingForm, SampleKind
 
 
-class MemmapDataset:
+class MemmapDataset(Dataset):
     """One split: ``ds[i]`` -> ``{"values": (L, F), "length", "count", "scalars": {name: value}}``;
     ``get_batch(idx)`` -> ``{"values": (B, L, F), "lengths", "counts", "scalars": {name: (B, ...)}}``."""
 
@@ -110,6 +112,12 @@ class MemmapDataset:
 
     # -- the loader's interface ---------------------------------------------------------------------
 
+    @property
+    def kind(self) -> SampleKind:
+        scalars = tuple((name, a.dtype.str, tuple(a.shape[1:])) for name, a in self.arrays.scalars.items())
+        return SampleKind("memmap events", MappingForm(), (("fields", tuple(self.fields)), ("max_len", self.max_len),
+                                                           ("dtype", self.dtype.str), ("scalars", scalars)))
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = int(i)
         if not -self._n <= i < self._n:
@@ -118,7 +126,7 @@ class MemmapDataset:
         return {"values": np.array(self.values[i]), "length": int(self.lengths[i]), "count": int(self.counts[i]),
                 "scalars": {name: np.array(v[i]) for name, v in self.scalars.items()}}
 
-    def get_batch(self, indices: Any) -> dict[str, Any]:
+    def read(self, indices: Any) -> dict[str, Any]:
         """Events ``indices`` (any order, repeats allowed): a window of contiguous events is one slice per
         array, others one take per array, straight into the requested order (one copy, into
         ``core.recycle``'s memory: no page faults per batch)."""
@@ -138,11 +146,7 @@ class MemmapDataset:
         return {"values": take(self.values), "lengths": take(self.lengths), "counts": take(self.counts),
                 "scalars": {name: take(v) for name, v in self.scalars.items()}}
 
-    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
-             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
-        return ResumableIterator(n=self._n, get_item=self.__getitem__, get_batch=self.get_batch, shuffle=shuffle,
-                                 seed=seed, epoch=epoch, rank=rank, world_size=world_size, batch_size=batch_size,
-                                 drop_last=drop_last)
+    get_batch = read
 
     def check(self) -> list[str]:
         """``verify --deep``: lengths within L and their counts, and padding where the JSON says."""

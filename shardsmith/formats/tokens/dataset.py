@@ -16,10 +16,12 @@ from shardsmith.core.dtypes import safe_dtype
 from shardsmith.core.identity import intact
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.indexed import parse_idx
+from shardsmith.formats.tokens.kinds import WindowsForm, tokenizer_of
 from shardsmith.formats.tokens.masks import ShardMasks
 from shardsmith.formats.tokens.origins import described, load_origins
+from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.dataset_files import files_for
-from shardsmith.kit.order import ResumableIterator
+from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 
 class _TokenShards:
@@ -212,7 +214,7 @@ class _TokenShards:
         return np.concatenate(pieces)
 
 
-class TokenDataset:
+class TokenDataset(Dataset):
     """Training windows of ``seq_len`` tokens over one split: ``ds[i] -> (x, y)``, ``get_batch``, ``iter``."""
 
     def __init__(self, out_dir: str | os.PathLike[str], *, seq_len: int | None = None, split: str = "train",
@@ -257,14 +259,21 @@ class TokenDataset:
         given = given.astype(np.int64)
         return np.where(given < 0, given + n, given)
 
+    @property
+    def kind(self) -> SampleKind:
+        return SampleKind("token windows", WindowsForm(),
+                          (("seq_len", self.seq_len), ("tokenizer", tokenizer_of(self.manifest))))
+
     def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        x, y = self.get_batch(np.array([i]))
+        x, y = self.read(np.array([i]))
         return x[0], y[0]
 
-    def get_batch(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """(x, y) int64 arrays of shape (B, L): one vectorized gather per shard, no loop per row."""
         idx = self._check(indices)
         return self.split_windows(self.fill_windows(idx, np.empty((len(idx), self.seq_len + 1), self.dtype)))
+
+    get_batch = read
 
     @property
     def dtype(self) -> np.dtype:
@@ -316,12 +325,6 @@ class TokenDataset:
         spans = [(max(int(begins[k]), start) - start, min(int(ends[k]), stop) - start) for k in docs.tolist()]
         return shards.sources(docs, spans, [int(e["samples"]) for e in shards.entries])
 
-    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
-             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
-        """Walk this rank's slice of the epoch's permutation; yields (x, y) or batches of them."""
-        return _walk(self, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
-                     batch_size=batch_size, drop_last=drop_last)
-
     def prefetch(self, indices: Any) -> None:
         """The windows this process reads next, in order: a streamed dataset downloads their shards
         a few ahead, within its cache's limit (a local one has nothing to do)."""
@@ -329,7 +332,7 @@ class TokenDataset:
                                  release=self.release)
 
 
-class TokenDocuments:
+class TokenDocuments(Dataset):
     """The documents of a packed split: ``ds[i]`` is document i's token ids (eos included); of a
     chat dataset (``--chat``), ``{"tokens", "loss_mask"}``: a conversation's ids and, per token,
     whether the loss counts it."""
@@ -369,23 +372,17 @@ class TokenDocuments:
         """Let go of the streamed shards this process maps (the cache may evict them)."""
         self._shards.release()
 
-    def get_batch(self, indices: Any) -> list[Any]:
-        return [self[int(i)] for i in np.asarray(indices)]
+    @property
+    def kind(self) -> SampleKind:
+        return SampleKind("documents", ListForm(), (("items", self.item_kind), ("tokenizer", tokenizer_of(self.manifest))))
 
-    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
-             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
-        return _walk(self, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
-                     batch_size=batch_size, drop_last=drop_last)
+    def read(self, indices: Any) -> list[Any]:
+        return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
+
+    get_batch = read
 
     def prefetch(self, indices: Any) -> None:
         """The documents this process reads next, in order (see ``TokenDataset.prefetch``)."""
         self._shards._files.plan(self._shards.shard_of(self._starts[np.asarray(indices, np.int64)]),
                                  release=self.release)
 
-
-def _walk(ds: TokenDataset | TokenDocuments, **options: Any) -> ResumableIterator[Any]:
-    """``ds.iter``: this rank's slice of the epoch, its order told to ``ds.prefetch`` first."""
-    it: ResumableIterator[Any] = ResumableIterator(n=len(ds), get_item=ds.__getitem__, get_batch=ds.get_batch,
-                                                   **options)
-    ds.prefetch(it._order)
-    return it

@@ -14,7 +14,9 @@ import numpy as np
 from shardsmith.errors import DatasetError
 from shardsmith.formats.tokens.boundaries import read_boundaries
 from shardsmith.formats.tokens.dataset import _TokenShards
-from shardsmith.kit.order import ResumableIterator
+from shardsmith.formats.tokens.kinds import tokenizer_of
+from shardsmith.kit.dataset import Dataset
+from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 
 def packing_stats(extras: list[dict[str, Any]], *, seq_len: int) -> dict[str, Any]:
@@ -77,7 +79,7 @@ def varlen_batch(items: list[dict[str, np.ndarray]], *, seq_len: int) -> dict[st
             "real": real, "position_ids": pos.reshape(rows, seq_len), "loss_mask": mask, "labels": labels}
 
 
-class PackedSequences:
+class PackedSequences(Dataset):
     """The packed sequences of one split: ``ds[i] -> {"tokens": int64[seq_len], "cu_seqlens": int32[k+1],
     "position_ids": int64[seq_len]}``, with ``"loss_mask": bool[seq_len]`` for a chat dataset."""
 
@@ -143,15 +145,16 @@ class PackedSequences:
             item["loss_mask"] = self._shards.loss_mask(i * self.seq_len, self.seq_len)
         return item
 
-    def get_batch(self, indices: Any) -> list[dict[str, np.ndarray]]:
-        return [self[int(i)] for i in np.asarray(indices)]
+    @property
+    def kind(self) -> SampleKind:
+        return SampleKind("packed sequences", ListForm(), (("seq_len", self.seq_len), ("pad_id", self.pad_id),
+                                                          ("tokenizer", tokenizer_of(self.manifest))))
+
+    def read(self, indices: Any) -> list[dict[str, np.ndarray]]:
+        return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
+
+    get_batch = read
 
     def get_varlen(self, indices: Any) -> dict[str, Any]:
         """Sequences ``indices`` as one varlen batch (``varlen_batch``: flat ``cu_seqlens``)."""
         return varlen_batch(self.get_batch(indices), seq_len=self.seq_len)
-
-    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
-             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
-        return ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch,
-                                 shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size,
-                                 batch_size=batch_size, drop_last=drop_last)

@@ -19,7 +19,7 @@ import mmap
 import operator
 import os
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,9 @@ from shardsmith.formats.webdataset.shard_reader import (
     _shard_reader,
 )
 from shardsmith.formats.webdataset.tarfmt import index_members, scan_samples
+from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.dataset_files import files_for
-from shardsmith.kit.order import ResumableIterator
+from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 __all__ = ["DECODES", "KINDS", "TarDataset", "load_npy"]
 
@@ -67,7 +68,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forked)
 
 
-class TarDataset:
+class TarDataset(Dataset):
     """One split of a webdataset-format dataset: ``len``, ``ds[i] -> dict``, ``get_batch``, ``iter``."""
 
     def __init__(self, out_dir: str | os.PathLike[str], *, split: str = "train", decode: str | None = None,
@@ -166,10 +167,12 @@ class TarDataset:
         self._mapped = []
 
     def release(self) -> None:
-        """Unmap every shard now (they map again when read): a streamed dataset's cache may then
-        evict them. The torch adapters call it when a worker's share of the epoch is done."""
-        self._let_go()
-        self._files.let_go()
+        """A streamed dataset unmaps every shard now (they map again when read), so its cache may
+        evict them; a local one keeps its maps (nothing to evict). The loader's pipeline calls it
+        when a stream's share of the epoch is done."""
+        if self._files.streamed:
+            self._let_go()
+            self._files.let_go()
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = operator.index(i)
@@ -317,24 +320,25 @@ class TarDataset:
             return load_npy
         return _decoder(kind, self.decode, self.max_image_pixels)
 
-    def get_batch(self, indices: Any) -> list[dict[str, Any]]:
+    @property
+    def kind(self) -> SampleKind:
+        return SampleKind("tar samples", ListForm(), (("decode", self.decode),))
+
+    def read(self, indices: Any) -> list[dict[str, Any]]:
         """The samples at ``indices``, in that order."""
         return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
 
-    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
-        return self.get_batch(indices)
+    get_batch = read
 
-    def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
-             batch_size: int | None = None, drop_last: bool = False) -> ResumableIterator[Any]:
-        """Walk this rank's slice of the epoch's permutation; yields samples or lists of them."""
-        options = {"shuffle": shuffle, "seed": seed, "epoch": epoch, "rank": rank, "world_size": world_size,
-                   "batch_size": batch_size, "drop_last": drop_last}
-        if batch_size is None and type(self).__getitem__ is TarDataset.__getitem__:
-            it: ResumableIterator[Any] = SampleIterator(self, **options)  # this class's own samples, one at a time
-        else:
-            it = ResumableIterator(n=len(self), get_item=self.__getitem__, get_batch=self.get_batch, **options)
-        self.prefetch(it._order)
-        return it
+    def __getitems__(self, indices: list[int]) -> list[dict[str, Any]]:
+        return self.read(indices)
+
+    def samples(self, indices: np.ndarray) -> Iterator[dict[str, Any]]:
+        """The samples at ``indices`` one at a time: this class's own sliced a block ahead out of
+        the shards' maps (``sample_walk.py``); a subclass's ``ds[i]`` each."""
+        if type(self).__getitem__ is TarDataset.__getitem__:
+            return SampleIterator(self, indices)
+        return super().samples(indices)
 
     def webdataset(self, *, decode: str | None = None, **kwargs: Any) -> Any:
         """A ``webdataset.WebDataset`` over the shards in order, for users who prefer that API.

@@ -1,4 +1,5 @@
-"""``TarDataset.iter()`` one sample at a time, in exactly the epoch's order (``kit/order.py``).
+"""``TarDataset.samples(indices)``: the samples of a run of an epoch's order one at a time, what
+``ds.iter()`` and ``TarIterable`` without ``batch_size`` yield (``kit/pipeline.py``).
 
 The order is taken a window at a time: numpy turns it into (shard, sample in shard) and, when the
 window's shards are local, mapped whole, and every sample of them has the same members, into each
@@ -25,7 +26,6 @@ import numpy as np
 
 from shardsmith.core.identity import intact
 from shardsmith.formats.webdataset.decode import load_npy
-from shardsmith.kit.order import ResumableIterator
 
 # a member that does not decode is read again by its shard's reader, whose error names the shard and byte
 _NPY = partial(load_npy, where="a .npy member")
@@ -65,16 +65,17 @@ def _uniform(ds: Any, s: int) -> _Uniform | None:
                     keys=table.keys, decoders=[_NPY if d is load_npy else d for d in decoders], where=ds._where[s])
 
 
-class SampleIterator(ResumableIterator[dict[str, Any]]):
-    """The epoch's samples, one ``next()`` at a time; ``state_dict`` counts those handed over."""
+class SampleIterator:
+    """The samples at ``indices``, one ``next()`` at a time (``position``: those handed over)."""
 
     _WINDOW = 4096  # positions turned into spans at once (ints only)
     _BLOCK = 32     # samples sliced ahead of the one handed over, and at most
     _BLOCK_BYTES = 8 << 20  # bytes of them (a larger sample goes alone)
 
-    def __init__(self, ds: Any, **options: Any) -> None:
-        super().__init__(n=len(ds), get_item=ds._sample, get_batch=ds.get_batch, **options)
+    def __init__(self, ds: Any, indices: np.ndarray) -> None:
         self._ds = ds
+        self._order = indices
+        self.position = 0
         self._starts = np.asarray(ds._starts, np.int64)
         self._shards: dict[int, _Uniform | None] = {}
         self._pid = -1
@@ -83,10 +84,8 @@ class SampleIterator(ResumableIterator[dict[str, Any]]):
         self._ahead: list[dict[str, Any] | None] = []
         self._names: dict[int, str] = {}  # id of a window's map -> its shard's name
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self._first = self._end = self._at = 0
-        self._ahead = []
+    def __iter__(self) -> SampleIterator:
+        return self
 
     def __next__(self) -> dict[str, Any]:
         pos = self.position

@@ -16,12 +16,13 @@ import hashlib
 import io
 import json
 import os
-import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from shardsmith.plugin import SHARD_NAMES, Format, OwnFiles, ShardRange, ShardRecord, WriteJob, Writer
+import numpy as np
+
+from shardsmith.plugin import (SHARD_NAMES, Dataset, Format, ListForm, OwnFiles, SampleKind, ShardRange, ShardRecord,
+                               WriteJob, Writer)
 from shardsmith_csv.options import OPTIONS
 
 DELIMITERS = {"comma": ",", "tab": "\t"}
@@ -133,9 +134,12 @@ def _cell(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-class CsvDataset:
+class CsvDataset(Dataset):
     """A split's rows, read whole on open (an example's datasets are small): ``len``, ``ds[i]`` (a
-    dict of strings), ``get_batch`` and ``iter`` (in order, or shuffled by seed and epoch)."""
+    dict of strings) and ``read``, the loader's dataset protocol (with ``kind``), which gives it
+    ``iter`` (shuffled by seed and epoch, split over ranks, resumable), the torch adapters and mixtures."""
+
+    kind = SampleKind("csv rows", ListForm())
 
     def __init__(self, out_dir: Any, *, split: str) -> None:
         """``out_dir``: a folder, or what ``shardsmith.open`` hands a format (a folder or a URL's files)."""
@@ -160,11 +164,5 @@ class CsvDataset:
     def __getitem__(self, i: int) -> dict[str, str]:
         return self.rows[i]
 
-    def get_batch(self, indices: Any) -> list[dict[str, str]]:
-        return [self.rows[int(i)] for i in indices]
-
-    def iter(self, *, shuffle: bool = False, seed: int = 0, epoch: int = 0, **options: Any) -> Iterator[dict[str, str]]:
-        order = list(range(len(self.rows)))
-        if shuffle:
-            random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        return (self.rows[i] for i in order)
+    def read(self, indices: Any) -> list[dict[str, str]]:
+        return [self.rows[int(i)] for i in np.asarray(indices).reshape(-1)]
