@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,19 @@ import numpy as np
 import pytest
 
 from shardsmith.kit.options import SHARD_SAMPLES, FormatOptions
-from shardsmith.plugin import SHARD_NAMES, Folder, Format, OwnFiles, ShardRange, ShardRecord, WriteJob, Writer
+from shardsmith.plugin import (
+    SHARD_NAMES,
+    Dataset,
+    Folder,
+    Format,
+    ListForm,
+    OwnFiles,
+    SampleKind,
+    ShardRange,
+    ShardRecord,
+    WriteJob,
+    Writer,
+)
 
 NAME = "folders"
 SUFFIX = ".dir"
@@ -127,8 +138,11 @@ class FolderWriter(Writer):
         self._samples = []
 
 
-class FolderDataset:
-    """A split's rows, read whole on open: ``len``, ``ds[i]``, ``get_batch`` and ``iter``."""
+class FolderDataset(Dataset):
+    """A split's rows, read whole on open: ``len``, ``ds[i]`` and ``read``, the loader's protocol
+    (``iter``, the adapters and mixtures come with it)."""
+
+    kind = SampleKind("folder rows", ListForm())
 
     def __init__(self, out_dir: Any, *, split: str) -> None:
         from shardsmith.kit.dataset_files import files_for
@@ -149,14 +163,8 @@ class FolderDataset:
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.rows[i]
 
-    def get_batch(self, indices: Any) -> list[dict[str, Any]]:
-        return [self.rows[int(i)] for i in indices]
-
-    def iter(self, *, shuffle: bool = False, seed: int = 0, epoch: int = 0, **options: Any) -> Iterator[dict[str, Any]]:
-        order = list(range(len(self.rows)))
-        if shuffle:
-            random.Random(seed * 1_000_003 + epoch).shuffle(order)
-        return (self.rows[i] for i in order)
+    def read(self, indices: Any) -> list[dict[str, Any]]:
+        return [self.rows[int(i)] for i in np.asarray(indices).reshape(-1)]
 
 
 def _members(sample: bytes) -> dict[str, Any]:

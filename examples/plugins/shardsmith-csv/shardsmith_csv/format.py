@@ -21,8 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.plugin import (SHARD_NAMES, Dataset, Format, ListForm, OwnFiles, SampleKind, ShardRange, ShardRecord,
-                               WriteJob, Writer)
+from shardsmith.plugin import (
+    SHARD_NAMES,
+    Dataset,
+    Format,
+    ListForm,
+    OwnFiles,
+    SampleKind,
+    ShardRange,
+    ShardRecord,
+    WriteJob,
+    Writer,
+)
 from shardsmith_csv.options import OPTIONS
 
 DELIMITERS = {"comma": ",", "tab": "\t"}
