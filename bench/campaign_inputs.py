@@ -74,6 +74,23 @@ TEMPLATES = {
     "buffered flood": "{% macro f() %}{% for i in range(100000) %}" + "c" * 10000 + "{% endfor %}{% endmacro %}"
                       "{% set x = f() %}",
     "list repeat": "{{ ((range(100000)|list) * 100000)|length }}",
+    # work a step does on what it reads, and memory made where no operator is (review of the budget)
+    "text scanned each step": "{% set s = 'x' * 30000000 %}{% for i in range(100000) %}{% for j in range(5) %}"
+                              "{% if 'y' in s %}{% endif %}{% endfor %}{% endfor %}",
+    "str.count each step": "{% set s = 'x' * 30000000 %}{% for i in range(100000) %}{{ s.count('y') }}{% endfor %}",
+    "shared list printed": "{% set ns = namespace(x=[1]) %}{% for i in range(60) %}{% set ns.x = [ns.x, ns.x] %}"
+                           "{% endfor %}{{ ns.x }}",
+    "shared tuple hashed": "{% set ns = namespace(x=(1,)) %}{% for i in range(60) %}{% set ns.x = (ns.x, ns.x) %}"
+                           "{% endfor %}{{ {ns.x: 1}|length }}",
+    "shared macro arguments": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1, varargs, varargs) }}{% else %}"
+                              "{{ varargs|string|length }}{% endif %}{% endmacro %}{{ f(60, 1) }}",
+    "groupby each step": "{% for i in range(100000) %}{{ range(100000)|groupby('real')|length }}{% endfor %}",
+    "list written out": "{% set s = 'x' * 30000000 %}{{ [s] * 100 }}",
+    "constant written out": "{% for i in range(100000) %}{{ '" + "d" * 1000000 + "' }}{% endfor %}",
+    "slices kept": "{% set s = 'x' * 30000000 %}{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
+                   "{% set ns.l = ns.l + [s[i:]] %}{% endfor %}",
+    "constants filtered at compile": "{% set a = 'x'|center(30000000) %}" * 100,
+    "one value formatted 10,000 times": "{{ ('{0}' * 10000).format('x' * 30000000) }}",
 }
 DEVICES = ("fifo", "/dev/zero", "/dev/urandom", "folder", "sparse 3 GB", "link to /dev/zero")
 IGNORED = {"config.json folder", "chat_template.jinja folder"}  # transformers skips a folder there as absent
@@ -210,8 +227,10 @@ def run_case(argv: list[str], *, out: Path, guard: float, memory: int, pythonpat
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     start = time.monotonic()
+    # (run in the work folder: python -m puts its folder first on the path, which from a checkout would run
+    # that checkout's shardsmith whatever --pythonpath says)
     proc = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(pythonpath),
-                            preexec_fn=held, start_new_session=True)
+                            preexec_fn=held, start_new_session=True, cwd=out.parent)
     try:
         err = proc.communicate(timeout=guard)[1]
         code: int | None = proc.returncode

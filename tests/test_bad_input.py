@@ -240,3 +240,14 @@ def test_a_folder_above_the_inputs_may_have_any_name(tmp_path, bpe_tokenizer):
                           "tok.json", "-q"], cwd=odd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert json.loads((odd / "out" / "manifest.json").read_bytes())["source"]["inputs"] == ["ok.jsonl"]
+
+
+def test_a_row_nested_past_what_json_writes_back_is_a_bad_record(tmp_path):
+    """orjson reads 1,024 levels of nesting and writes 254: a row between the two was a TypeError
+    traceback when convert wrote its json member."""
+    root = bad_corpus(tmp_path, b'{"text": "x", "meta": ' + b"[" * 300 + b"]" * 300 + b"}")
+    res = run_cli("convert", root, "-o", tmp_path / "out", "--to", "webdataset", "-q")
+    assert res.exit_code == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip().count("\n") == 0 and "data.jsonl: line 4:" in res.stderr and "254 levels" in res.stderr
+    res = run_cli("convert", root, "-o", tmp_path / "skipped", "--to", "webdataset", "-q", "--on-error", "skip")
+    assert res.exit_code == 0 and "1 skipped" in res.output, res.output

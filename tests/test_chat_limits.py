@@ -40,7 +40,7 @@ SIZES = {  # each would make a value of a gigabyte or more
 def test_what_would_make_a_huge_value_is_a_chat_error(name):
     template = ChatTemplate(source=SIZES[name])
     assert template.syntax_error() is None
-    with pytest.raises(ChatError, match="the chat template (would make|would raise|asks|made more)"):
+    with pytest.raises(ChatError, match="the chat template (would make|would read|would raise|asks|made more)"):
         template.render(HI)
 
 
@@ -66,6 +66,7 @@ def test_compiling_folds_no_operator():
     ("{% if true %}" * 2000 + "{% endif %}" * 2000, "nests blocks or expressions too deeply"),
     ("{{ " + "(" * 3000 + "1" + ")" * 3000 + " }}", "nests blocks or expressions too deeply"),
     ("{% for a in [1] %}" * 25 + "x" + "{% endfor %}" * 25, "too many statically nested blocks"),
+    ("{{ x }}" * 30000, "more than 100,000 tokens"),  # (1.5 GB and 20 s to compile a megabyte of them)
 ])
 def test_a_template_too_deep_to_compile_is_one_line(tmp_path, source, words):
     folder = model_folder(tmp_path / "m", tokenizer_json(kind="gpt2"), source)
@@ -92,6 +93,80 @@ def test_work_without_end_runs_out_of_steps_at_the_same_step(monkeypatch, source
             rendered(template, conv, train_on="all")
         messages.append(str(caught.value))
     assert messages[0] == messages[1] and "took more than 58,000 steps for this conversation" in messages[0]
+
+
+# work a step did without bound: each case is small enough to finish at once where a step is an item, a
+# call or an operator, whatever the step reads (at full size: a 30 MB text scanned a million times,
+# a list shared 2**60 times over printed, compared or hashed, 3 MB of words wrapped in Python each step)
+READS = {
+    "a text scanned each step": "{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{% if 'y' in s %}{% endif %}"
+                                "{% endfor %}",
+    "a method reading a text": "{% set s = 'x' * 1000000 %}{% for i in range(1000) %}{{ s.count('y') }}{% endfor %}",
+    "a shared list compared": "{% set ns = namespace(x=[1], y=[1]) %}{% for i in range(18) %}{% set ns.x = [ns.x, ns.x] %}"
+                              "{% set ns.y = [ns.y, ns.y] %}{% endfor %}{{ ns.x == ns.y }}",
+    "a shared tuple hashed": "{% set ns = namespace(x=(1,)) %}{% for i in range(18) %}{% set ns.x = (ns.x, ns.x) %}"
+                             "{% endfor %}{{ {ns.x: 1}|length }}",
+    "a shared list printed": "{% set ns = namespace(x=[1]) %}{% for i in range(18) %}{% set ns.x = [ns.x, ns.x] %}"
+                             "{% endfor %}{{ ns.x|tojson|length }}",
+    "arguments shared by a macro": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1, varargs, varargs) }}{% else %}"
+                                   "{{ varargs|string|length }}{% endif %}{% endmacro %}{{ f(18, 1) }}",
+    "words wrapped in Python": "{% for i in range(3) %}{{ ('ab ' * 20000)|wordwrap(3)|length }}{% endfor %}",
+    "an attribute of each item": "{% for i in range(2) %}{{ range(40000)|map(attribute='real')|list|length }}"
+                                 "{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", list(READS))
+def test_what_a_step_reads_is_steps_too(monkeypatch, name):
+    monkeypatch.setattr(chat_template, "STEPS_BASE", 50_000)
+    with pytest.raises(ChatError, match="took more than 58,000 steps for this conversation"):
+        ChatTemplate(source=READS[name]).render(HI)
+
+
+# memory a render took without counting it: each case is tens of megabytes here, gigabytes at full size
+MADE = {
+    "a list written out": "{% set s = 'x' * 1000000 %}{{ [s] * 40 }}",
+    "a constant written out in a loop": "{% for i in range(100) %}{{ '" + "c" * 700_000 + "' }}{% endfor %}",
+    "slices kept": "{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(70) %}"
+                   "{% set ns.l = ns.l + [s[i:]] %}{% endfor %}",
+    "constants filtered": "{% set a = 'x'|center(1000000) %}" * 70,
+    "one value formatted many times": "{% set t = ('{0}' * 100).format('x' * 350000) %}",  # (made, then counted)
+    "one value %-formatted many times": "{% set t = ('%(a)s' * 100) % {'a': 'x' * 350000} %}",
+    "bytes kept": "{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(70) %}"
+                  "{% set ns.l = ns.l + [s.encode()] %}{% endfor %}",
+    "markup kept": "{% set s = 'x' * 1000000 %}{% set ns = namespace(l=[]) %}{% for i in range(70) %}"
+                   "{% set ns.l = ns.l + [s|safe] %}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", list(MADE))
+def test_what_a_render_makes_is_counted(name):
+    with pytest.raises(ChatError, match="the chat template (would make|would read|made more)"):
+        ChatTemplate(source=MADE[name]).render(HI)
+
+
+@pytest.mark.parametrize("operator", ["ns.n + ns.n", "ns.n - (0 - ns.n)"])
+def test_integers_doubled_by_addition_stop_at_their_bound(operator):
+    """A bit more each step: at 9 million steps a number of 9 million bits, each step slower."""
+    source = "{% set ns = namespace(n=1) %}{% for i in range(70000) %}{% set ns.n = " + operator + " %}{% endfor %}"
+    with pytest.raises(ChatError, match="would add integers past 65,536 bits"):
+        ChatTemplate(source=source).render(HI)
+
+
+def test_json_indented_deep_is_sized_before_it_is_made():
+    """Each item on a line of its own, indented as deep as it lies: 60,000 items 190 lists deep are
+    720 MB of indentation (3 GB past the bound at a long conversation's steps), from a 400 kB value."""
+    source = ("{% set ns = namespace(x=range(60000)|list) %}{% for i in range(190) %}{% set ns.x = [ns.x] %}"
+              "{% endfor %}{{ ns.x|tojson(indent=64)|length }}")
+    with pytest.raises(ChatError, match="would make an indented JSON text of"):
+        ChatTemplate(source=source).render(HI)
+
+
+def test_compiling_calls_no_filter():
+    """Jinja calls filters of constants while compiling (and writes their result into the code),
+    outside any budget: ten of 30 MB each took 3 GB before the first render."""
+    code = environment().compile("{% set a = 'x'|center(10000000) %}{{ 'y'|center(10000000) }}", raw=True)
+    assert len(code) < 20_000
 
 
 def test_a_crafted_template_is_a_bad_record_of_one_line(tmp_path):

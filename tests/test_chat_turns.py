@@ -170,3 +170,25 @@ def test_thousands_of_messages_are_rendered_a_few_times_not_once_per_prefix():
     text, spans = rendered(template, conv, train_on="assistant")
     assert len(spans) == 1500 and _Counted.renders <= 10, _Counted.renders  # not 3,000 (one per prefix)
     assert [text[a:b] for a, b in spans[:2]] == ["message 1<|im_end|>\n", "message 3<|im_end|>\n"]
+
+
+# a loop's passes leave state behind, or a template reads messages where no read is seen: each must keep
+# the prefixes rendered (every pass starts with more x's than any tail, so a wrong tail still looks a prefix)
+AHEAD = "{{ 'x' * 100 }}{{ m.role }}:{{ m.content }};"
+UNSEEN = {
+    "namespace as text": "{% set ns = namespace(s='') %}{% for m in messages %}" + AHEAD +
+                         "{% set ns.s = 'x' * loop.index %}{% endfor %}{{ (ns|string)[18:-3] }}",
+    "iterator advanced by the loop": "{% set g = range(1000)|map('string') %}{% for m in messages %}" + AHEAD +
+                                     "{{ '' if g|first else '' }}{% endfor %}{{ 'x' * (g|first|int) }}",
+    "the tracked messages' own list": "{% set last = messages.items[-1].content if messages.items is defined else "
+                                      "messages[-1].content %}{% for m in messages %}" + AHEAD + "{% endfor %}"
+                                      "{{ last }}",
+}
+
+
+@pytest.mark.parametrize("name", list(UNSEEN))
+def test_state_left_by_the_loop_or_an_unseen_read_keeps_the_prefixes_rendered(name):
+    template = ChatTemplate(source=UNSEEN[name])
+    messages = [{"role": r, "content": "x" * i} for i, r in enumerate(["user", "assistant"] * 8)]
+    ours, theirs = _ours(template, messages, None), _one_by_one(template, messages, None)
+    assert not isinstance(theirs, str) and _same(ours, theirs), (ours, theirs)

@@ -201,3 +201,44 @@ def test_a_run_that_lost_its_prefix_cannot_write_into_it(store, corpus, bpe_toke
     with pytest.raises(Changed, match="aborted"):
         one.store.commit("manifest.json", opened[0], (made / "manifest.json").read_bytes())
     assert _keys(client, bucket, "x") == theirs
+
+
+def test_a_run_that_lost_its_prefix_and_failed_removes_nothing_of_the_new_run(store, corpus, bpe_tokenizer,  # noqa: F811
+                                                                              tmp_path, monkeypatch):
+    """Run 1 puts its files into a fresh prefix and is frozen; another machine's run takes the prefix
+    over with --overwrite and commits the same bytes (the same seed: objects of the same ETags); then
+    run 1 fails (a bad record) before anything asked whether the prefix is still its own. A failed
+    run removes what it put in a fresh prefix, each object only if it still has the ETag it put, and
+    the other run's objects have those very ETags: it must ask first, and remove nothing."""
+    import shutil
+
+    from shardsmith.engine import outhold
+    from shardsmith.engine.outremote import output_store, remote_session
+    from shardsmith.engine.session import held
+    from shardsmith.errors import DataError
+
+    client, _ = store
+    bucket = _bucket(client, "hold-failed")
+    url = f"s3://{bucket}/x"
+    made = tmp_path / "made"  # what run 1 makes in its staging folder
+    assert run_cli(*_pack(corpus, made, bpe_tokenizer, "--seed", "1")).exit_code == 0
+    monkeypatch.setattr(outhold, "HEARTBEAT_SECONDS", 3600.0)  # frozen: no heartbeat tells run 1 anything
+    (tmp_path / "A").mkdir()
+    one = remote_session(url=url, staging=tmp_path / "A", overwrite=False, quiet=True,
+                         store=output_store(url=url, retries=0, retry_wait=0.01, part_size=None))
+    with pytest.raises(DataError, match="a bad record"), held(one):
+        one.claim({"command": "pack-tokens", "options": "--seed 1", "inputs": "corpus"})
+        for rel in sorted(p.relative_to(made).as_posix() for p in made.rglob("*")
+                          if p.is_file() and p.name != "manifest.json"):
+            (tmp_path / "A" / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(made / rel, tmp_path / "A" / f".{rel}.part")
+            os.replace(tmp_path / "A" / f".{rel}.part", tmp_path / "A" / rel)  # (as the writers rename)
+        assert one.uploader.finish()  # run 1's files are up
+        frozen = {**_record(client, bucket, "x"), "host": "elsewhere", "beat": time.time() - 3600}
+        client.put_object(Bucket=bucket, Key=f"x/{RECORD}", Body=orjson.dumps(frozen))
+        res = run_cli(*_pack(corpus, url, bpe_tokenizer, "--seed", "1", "--staging", tmp_path / "B", "--overwrite"))
+        assert res.exit_code == 0 and "took the prefix over" in res.stderr, res.stderr
+        theirs = _keys(client, bucket, "x")
+        raise DataError(file="corpus", reason="a bad record")  # run 1 goes on, and fails
+    assert _keys(client, bucket, "x") == theirs, "no object of the other run removed"
+    assert run_cli("verify", _download(client, bucket, "x", tmp_path / "got")).exit_code == 0

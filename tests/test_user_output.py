@@ -161,6 +161,20 @@ def test_a_quoted_local_glob_names_its_files(tmp_path, monkeypatch):
     assert not (tmp_path / "none").exists()
 
 
+def test_a_deep_glob_enters_no_linked_folder(tmp_path, monkeypatch):
+    """``**`` as bash's globstar: a link to a folder above is not entered (Python's glob follows it,
+    naming every file 40 times over; with two such links it never ends)."""
+    write_jsonl(tmp_path / "in" / "a.jsonl", ["a document"])
+    write_jsonl(tmp_path / "in" / "deeper" / "b.jsonl", ["a deeper document"])
+    (tmp_path / "in" / "deeper" / "up").symlink_to("..")
+    monkeypatch.chdir(tmp_path)
+    res = run_cli("convert", "in/**/*.jsonl", "-o", "deep", "--to", "webdataset", "--text-field", "text")
+    assert res.exit_code == 0 and "2 records read" in res.output, res.output
+    assert "named" not in res.stderr, res.stderr
+    manifest = json.loads((tmp_path / "deep" / "manifest.json").read_text())
+    assert manifest["source"]["inputs"] == ["a.jsonl", "deeper/b.jsonl"]
+
+
 def test_the_readme_says_what_a_first_make_demo_costs():
     """`make demo` "(~10 s)" was the demo only: a first run also creates the virtual environment and
     installs shardsmith and its dependencies into it."""

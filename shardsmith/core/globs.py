@@ -28,5 +28,28 @@ def no_match(shown: str, *, noun: str = "file") -> UsageError:
 
 
 def local_matches(pattern: str) -> list[str]:
-    """The files a local glob matches, sorted (empty when none)."""
-    return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    """The files a local glob matches, sorted (empty when none). ``**`` enters no linked folder, as
+    bash's ``globstar`` does not: Python's ``glob`` follows them, so one link to a folder above names
+    every file 40 times over (until the path is too long) and two of them never end."""
+    return sorted({p for p in _expanded(pattern) if os.path.isfile(p)})
+
+
+def _expanded(pattern: str) -> list[str]:
+    """``glob.glob(pattern)``, each ``**`` folder a folder below, not a link, and not hidden."""
+    parts = pattern.split(os.sep)
+    if "**" not in parts:
+        return glob.glob(pattern)
+    at = parts.index("**")
+    head, rest = os.sep.join(parts[:at]), os.sep.join(parts[at + 1:])
+    bases = [""] if at == 0 else [os.sep] if not head else glob.glob(head) if is_glob(head) else [head]
+    found = []
+    for base in bases:  # ("": the current folder, its paths spelled relative as glob spells them)
+        for folder, names, files in os.walk(base or os.curdir):
+            names[:] = sorted(n for n in names if not n.startswith("."))
+            here = folder if base else os.path.relpath(folder)
+            top = here == os.curdir
+            if rest:
+                found += _expanded(rest if top else os.path.join(glob.escape(here), rest))
+            else:  # a pattern that ends in **: every file and folder below
+                found += [n if top else os.path.join(here, n) for n in (*names, *files) if not n.startswith(".")]
+    return found

@@ -322,11 +322,14 @@ class RemoteOutputRun(OutputRun):
         self._end_commit()
         if self.claimed and self.hold is not None and self.hold.etag is not None:
             with contextlib.suppress(Exception):
-                # a fresh prefix: what this run put, as it put it (never what another run put since)
-                written = self.uploader.remote if self.uploader is not None and self.fresh else {}
-                self.store.delete_known({rel: info.etag for rel, info in written.items()
-                                         if _own(rel) and rel not in (MANIFEST, RUN_FILE)})
-                self.hold.drop()
+                # only while the prefix is still ours, asked now (the record rewritten): an ETag names
+                # bytes, not who put them, and a run that took the prefix over may have put the very
+                # same bytes (the same command); a fresh prefix: what this run put, as it put it
+                if self.hold.refresh():
+                    written = self.uploader.remote if self.uploader is not None and self.fresh else {}
+                    self.store.delete_known({rel: info.etag for rel, info in written.items()
+                                             if _own(rel) and rel not in (MANIFEST, RUN_FILE)})
+                    self.hold.drop()
         super().abandon()
         if self.claimed:
             self._drop_staging()

@@ -6,19 +6,21 @@ with bounds a crafted template cannot pass.
 A template from the Hub is code: ``{{ 'x' * 10**9 }}`` allocates a gigabyte (at compile time, as
 Jinja folds constants), nested ``range(100000)`` loops never end, 2,000 nested blocks overflow
 the parser's stack. Here every render runs under a ``Budget``: steps (a loop's item, a call, a
-filter, an operator) for all renders of a conversation, and characters made (the strings and
-lists operations return, the text produced) for each render; counted, never timed, so the same
-template and conversation stop at the same step on any machine (``kit/chat_bounds.py``). Each operation that can make a
-value much larger than its operands (string and list repetition, ``+``, ``~``, ``**``, ``%``,
-``format``, ``center``, ``indent``, ``join``, ``replace``...) checks the size it would make
-first. Reaching a bound is ``TemplateLimit``, one line (``chat_template.py`` makes it the
-conversation's ``ChatError``). Operators stay unfolded at compile time, so compiling allocates
-nothing.
+filter, an operator, and what each reads: characters and items) for all renders of a
+conversation, and characters made (the strings and lists operations return, the text produced)
+for each render; counted, never timed, so the same template and conversation stop at the same
+step on any machine (``kit/chat_bounds.py``). Each operation that can make a value much larger
+than its operands (string and list repetition, ``+``, ``~``, ``**``, ``%``, ``format``,
+``center``, ``indent``, ``join``, ``replace``...) checks the size it would make first. Reaching
+a bound is ``TemplateLimit``, one line (``chat_template.py`` makes it the conversation's
+``ChatError``). Nothing is computed while compiling (no constant folded, no filter called), so
+compiling allocates nothing; comparisons, dict keys and slices go through the environment too.
 
 The loops are instrumented (``Steps``): each item and each pass through a body is a step, and a
 pass's constant text is charged as produced; an observer set for a render (``OBSERVER``:
-``chat_turns.Observations``) also hears where loops start, pass and end, and namespace reads:
-what the turn-by-turn rule needs to find every prefix's render in one.
+``chat_turns.Observations``) also hears where loops start, pass and end, and reads of state (a
+namespace, an iterator a filter made): what the turn-by-turn rule needs to find every prefix's
+render in one.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from typing import Any
 
 from shardsmith.kit.chat_bounds import (
     BUDGET,
+    CHARS_PER_STEP,
+    MAX_TEMPLATE_TOKENS,
     MAX_VALUE_CHARS,
     OBSERVER,
     TRACKING,
@@ -42,6 +46,9 @@ from shardsmith.kit.chat_bounds import (
     lipsum,
     made,
     materialized,
+    read,
+    read_text,
+    seen,
     tick,
 )
 
@@ -72,8 +79,9 @@ def environment() -> Any:
     import jinja2.ext
     import jinja2.nodes as nodes
     import jinja2.utils
-    from jinja2.compiler import CodeGenerator
+    from jinja2.compiler import CodeGenerator, operators
     from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
+    from jinja2.runtime import Macro
     from jinja2.sandbox import ImmutableSandboxedEnvironment
     from jinja2.visitor import NodeTransformer
 
@@ -184,8 +192,9 @@ def environment() -> Any:
             return dict.fromkeys(*args, **kwargs)
 
     class TemplateNamespace(jinja2.utils.Namespace):
-        """``namespace(...)`` refusing underscore names (no way to CPython internals); its reads are
-        told to an observer (a later turn can change what a namespace holds)."""
+        """``namespace(...)`` refusing underscore names (no way to CPython internals); its reads (of
+        an attribute, or of all of them as text) are told to an observer (a later turn can change
+        what a namespace holds)."""
 
         def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: B902 - namespace(self=...) must work
             self, args = args[0], args[1:]
@@ -196,14 +205,21 @@ def environment() -> Any:
 
         def __getattribute__(self, name: str) -> Any:
             if name not in ("_Namespace__attrs", "__class__"):
-                observer = OBSERVER.get()
-                if observer is not None:
-                    observer.namespace_read()
+                _state_read()
             return jinja2.utils.Namespace.__getattribute__(self, name)
+
+        def __repr__(self) -> str:  # (``{{ ns }}``, ``ns|string``: every attribute read at once)
+            _state_read()
+            return jinja2.utils.Namespace.__repr__(self)
 
         def __setitem__(self, name: str, value: Any) -> None:
             _check_name(name)
             jinja2.utils.Namespace.__setitem__(self, name, value)
+
+    def _state_read() -> None:
+        observer = OBSERVER.get()
+        if observer is not None:
+            observer.state_read()
 
     def _check_name(name: Any) -> None:
         if isinstance(name, str) and name.startswith("_"):
@@ -216,9 +232,15 @@ def environment() -> Any:
                sort_keys: bool = False) -> str:  # not Jinja's own filter: that one escapes HTML characters
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    def finalize(value: Any) -> Any:
-        """Every ``{{ }}`` value: its characters charged as produced."""
-        return made(value) if type(value) is str else value
+    @jinja2.pass_eval_context
+    def finalize(eval_ctx: Any, value: Any) -> Any:
+        """Every ``{{ }}`` value: its characters charged as produced; a value that is not a string
+        read first (its text checked before it is made). Taking the evaluation context keeps Jinja
+        from finalizing constants while compiling, uncounted (``{{ "<a megabyte>" }}`` in a loop)."""
+        if type(value) is str:
+            return made(value)
+        read_text(value, "a value to write out")
+        return made(str(value))
 
     dict_names = frozenset(dir(dict))
 
@@ -247,17 +269,55 @@ def environment() -> Any:
                 self.write(", ")
             self.write("))")
 
+        def visit_Compare(self, node: Any, frame: Any) -> None:
+            """Each operand read (``chat_bounds.seen``): ``'y' in text`` scans it, ``a == b`` may
+            walk two structures."""
+            self.write("(environment.seen(")
+            self.visit(node.expr, frame)
+            self.write(")")
+            for op in node.ops:
+                self.write(f" {operators[op.op]} environment.seen(")
+                self.visit(op.expr, frame)
+                self.write(")")
+            self.write(")")
+
+        def visit_Dict(self, node: Any, frame: Any) -> None:
+            """Keys read (hashing one walks it)."""
+            self.write("{")
+            for item in node.items:
+                self.write("environment.seen(")
+                self.visit(item.key, frame)
+                self.write("): ")
+                self.visit(item.value, frame)
+                self.write(", ")
+            self.write("}")
+
+        def visit_Getitem(self, node: Any, frame: Any) -> None:
+            """A slice is made here (Jinja compiles ``x[a:b]`` straight to Python, past ``getitem``)."""
+            if isinstance(node.arg, nodes.Slice):
+                self.write("environment.made(")
+                super().visit_Getitem(node, frame)
+                self.write(")")
+            else:
+                super().visit_Getitem(node, frame)
+
     class Sandbox(ImmutableSandboxedEnvironment):
         """The same sandbox, with operators that check what they make and calls counted; and
         ``message.content`` on a plain dict looked up at once: a dict instance has no attribute of
         its own, so for a name that is not one of ``dict``'s the sandbox's ``getattr`` always ends
         in the item (or undefined), after a failed ``getattr`` (a third of a render's time)."""
 
-        intercepted_binops = frozenset(("*", "**", "+", "%"))  # nor folded at compile time
+        intercepted_binops = frozenset(("*", "**", "+", "-", "%"))
         code_generator_class = Generator
+
+        seen = staticmethod(seen)
+        made = staticmethod(made)
 
         def concat(self, values: tuple) -> str:
             tick()
+            for v in values:
+                if type(v) is not str:
+                    read_text(v, "a value to concatenate")
             parts = [str(v) for v in values]
             check_chars(sum(map(len, parts)), "a concatenation")
             return made("".join(parts))
@@ -269,7 +329,7 @@ def environment() -> Any:
                     check_chars(size, "a concatenation")
                 budget = BUDGET.get()
                 if budget is not None:
-                    budget.steps -= 1
+                    budget.steps -= 1 + size // CHARS_PER_STEP
                     budget.chars -= size
                     if budget.steps < 0 or budget.chars < 0:
                         budget.tick(0)
@@ -281,10 +341,16 @@ def environment() -> Any:
 
         def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: B902, N805
             tick()
+            if not (isinstance(__obj, Macro) or isinstance(getattr(__obj, "__self__", None), Steps)):
+                # (a macro takes its arguments as they are, unread; a loop reads its items one by one)
+                for value in (*args, *kwargs.values()):
+                    read(value)
             args = check_method(__obj, args, kwargs)
             return made(super().call(__context, __obj, *args, **kwargs))
 
         def getitem(self, obj: Any, argument: Any) -> Any:
+            if type(argument) not in (str, int):  # (a tuple key is hashed: read)
+                read(argument)
             value = super().getitem(obj, argument)
             return made(value) if type(argument) is slice else value
 
@@ -295,7 +361,7 @@ def environment() -> Any:
             fmt = value.__self__
 
             def checked(*args: Any, **kwargs: Any) -> str:
-                check_format(fmt)
+                check_format(fmt, args, kwargs)
                 return wrapped(*args, **kwargs)
 
             return checked
@@ -309,12 +375,21 @@ def environment() -> Any:
             return super().getattr(obj, attribute)
 
         def _parse(self, source: str, name: Any, filename: Any) -> Any:
+            """The template parsed and instrumented, if it is not too long to compile: Python's
+            compiler takes about 2 KB for each of its tokens (a 10 MB template of ``{{ x }}``:
+            16 GB, four minutes)."""
+            for count, (lineno, _, _) in enumerate(self.lex(source, name, filename)):
+                if count >= MAX_TEMPLATE_TOKENS:
+                    raise jinja2.TemplateSyntaxError(f"the template has more than {MAX_TEMPLATE_TOKENS:,} tokens, "
+                                                     f"more than a chat template needs", lineno, name, filename)
             return self.extensions[Steps.identifier].instrument(super()._parse(source, name, filename))
 
-    env = Sandbox(trim_blocks=True, lstrip_blocks=True, finalize=finalize,
+    # optimized=False: nothing is computed while compiling (a constant filtered ten times over into
+    # 30 MB each, uncounted), every value is made as the template renders, under its bounds
+    env = Sandbox(trim_blocks=True, lstrip_blocks=True, finalize=finalize, optimized=False,
                   extensions=[Generation, Steps, jinja2.ext.loopcontrols])
     env.filters = {name: bounded_filter(name, f) for name, f in {**DEFAULT_FILTERS, "tojson": tojson}.items()}
-    env.tests = {name: bounded_test(f) for name, f in DEFAULT_TESTS.items()}
+    env.tests = {name: bounded_test(name, f) for name, f in DEFAULT_TESTS.items()}
     env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f),
                        dict=TemplateDict(), namespace=TemplateNamespace, lipsum=lipsum)
     return env

@@ -14,9 +14,10 @@ template writes after its loop over the messages, wherever that is certain:
 - that first read is the loop's own step to message k, between two passes through its body (not
   a look ahead as ``loop.last`` makes, not a length);
 - the loop writes straight to the output (no macro, call or set block buffers it), and once it
-  ended the template reads no message and no namespace (a loop's passes leave nothing else behind
-  that later text could depend on: Jinja scopes a loop's variables; ``cycler`` and ``joiner``,
-  which could carry state too, keep a template off this path).
+  ended the template reads no message and no state (a namespace, by attribute or whole as text;
+  an iterator a filter made, which a loop's passes may have advanced): a loop's passes leave
+  nothing else behind that later text could depend on (Jinja scopes a loop's variables;
+  ``cycler`` and ``joiner``, which could carry state too, keep a template off this path).
 
 For any other prefix the template is rendered on it, as before. The tracked render must give the
 very text a plain one gives; the two differ only in time.
@@ -46,7 +47,7 @@ class _Loop:
 class Observations:
     """What a template read of its messages, in order, as ``(offset, past, step)``: where in the
     text the render was; the longest prefix the read tells apart from the whole (message i: the
-    prefixes of i messages or fewer lack it; a length: all of them; a namespace: none, -1); and,
+    prefixes of i messages or fewer lack it; a length: all of them; state: none, -1); and,
     for a loop's own step to its next message, ``(the loop's run, passes so far)``. ``exits``:
     where each run of a loop ended, and how many reads came before."""
 
@@ -68,16 +69,18 @@ class Observations:
     def reveal_length(self) -> None:
         self.reads.append((self._offset(), self.total, None))
 
-    def namespace_read(self) -> None:
-        self.reads.append((self._offset(), -1, None))  # past no prefix, but a read after a loop ended
+    def state_read(self) -> None:
+        """A read of what a loop's passes can change (a namespace, an iterator made before the
+        loop and advanced in it): past no prefix, but a read after a loop ended."""
+        self.reads.append((self._offset(), -1, None))
 
     # the hooks of chat_sandbox's instrumented loops
     def loop_started(self, loop: int, streamed: bool, has_else: bool, iterable: Any) -> Any:
-        if not (streamed and isinstance(iterable, Tracked) and iterable.observations is self):
+        if not (streamed and isinstance(iterable, Tracked) and iterable._observations is self):
             return iterable
         run = self.active[loop] = _Loop(has_else=has_else)
         self.runs.append(run)
-        return iterable.stepped(run)
+        return iterable._stepped(run)
 
     def entered(self, loop: int) -> None:
         run = self.active.get(loop)
@@ -99,14 +102,16 @@ class Observations:
 class Tracked(Sequence):
     """The prepared messages ``items[start:]`` as a template reads them, each read told to
     ``observations``. Not a list (C code reading a list's items directly would be unseen): what a
-    list can do that this cannot makes the tracked render differ, and then it is not used."""
+    list can do that this cannot makes the tracked render differ, and then it is not used. Its
+    own attributes are underscored: the sandbox keeps a template from them (``messages._items``
+    would read a message unseen, ``messages._observations`` would rewrite what was seen)."""
 
     def __init__(self, items: list[dict], observations: Observations, start: int = 0) -> None:
-        self.items, self.observations, self.start = items, observations, start
+        self._items, self._observations, self._start = items, observations, start
 
     def _whole(self) -> list[dict]:
-        self.observations.reveal_length()
-        return self.items[self.start:]
+        self._observations.reveal_length()
+        return self._items[self._start:]
 
     def __len__(self) -> int:
         return len(self._whole())
@@ -114,27 +119,27 @@ class Tracked(Sequence):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):
             if index.step in (None, 1) and index.stop is None and (index.start is None or index.start >= 0):
-                return Tracked(self.items, self.observations, self.start + (index.start or 0))
+                return Tracked(self._items, self._observations, self._start + (index.start or 0))
             return self._whole()[index]
         if isinstance(index, int) and not isinstance(index, bool) and index >= 0:
-            at = self.start + index
-            self.observations.read(at)
-            if at >= len(self.items):
+            at = self._start + index
+            self._observations.read(at)
+            if at >= len(self._items):
                 raise IndexError("list index out of range")
-            return self.items[at]
+            return self._items[at]
         return self._whole()[index]
 
     def __iter__(self) -> Any:
-        return self.stepped(None)
+        return self._stepped(None)
 
-    def stepped(self, loop: _Loop | None) -> Any:
+    def _stepped(self, loop: _Loop | None) -> Any:
         """The messages one by one, each read told (as ``loop``'s own step when it asks between two passes)."""
-        at = self.start
+        at = self._start
         while True:
-            self.observations.read(at, loop if loop is not None and not loop.in_body else None)
-            if at >= len(self.items):
+            self._observations.read(at, loop if loop is not None and not loop.in_body else None)
+            if at >= len(self._items):
                 return
-            yield self.items[at]
+            yield self._items[at]
             at += 1
 
     def __reversed__(self) -> Any:
@@ -144,8 +149,8 @@ class Tracked(Sequence):
         return value in self._whole()
 
     def __bool__(self) -> bool:
-        self.observations.read(self.start)
-        return self.start < len(self.items)
+        self._observations.read(self._start)
+        return self._start < len(self._items)
 
     def __eq__(self, other: Any) -> bool:
         return self._whole() == (list(other) if isinstance(other, Tracked) else other)
