@@ -1,138 +1,205 @@
 """Today's exchange (``engine/scatter``, ``shuffle``, ``run``, ``shard_plan``, ``gather``) as the
-simulation runs it: the engine's own code on part files whose payloads are holes.
+simulation runs it: the engine's own units on part files whose payloads are holes.
 
-- **scatter** unit ``r``: its tasks (``i % W == r``), each checked for a finished part
-  (``scatter.finished_task``), keyed by ``kit.keys.place`` and bucketed by ``shuffle.bucket_of``,
-  then written as a part file: ``shuffle.PartWriter``'s layout (per (split, bucket) run: keys, input
-  orders and lengths, then the payload), its JSON footer and trailer, renamed into place; the
-  payloads are left as holes (``write_part``: PartWriter has no way to skip them).
-- **gather** unit ``r``: what ``engine/run.convert_units`` does for a ``GatherUnit`` up to the
-  writer: the shared scratch folder (``workdir.work_folder``), every task's footer
-  (``run._scattered``), the group budget (``release.pinned_budget``), every footer again and the
-  tables (``run.split_tables``) [phase ``tables``]; each split's plan as ``gather.gather`` makes it
-  (``shard_plan.planned``, ``plan_split``, ``share``, ``one_writer``) [phase ``plan``: the first
-  rank computes it, reading the heads of the groups that hold a shard boundary; later ranks read
-  ``plan-train.json``]; then for its ranges ``release.found`` and the groups they lie in, read and
-  sorted by ``shuffle.sort_group`` as ``gather.write_range`` reads them (each part of a group opened
-  once; the payload holes read as zeros) [phase ``read``]. The batches go to no writer: the shards'
-  token bytes are counted from the plan, and the spill is not punched (``release.Release``, which
-  opens each part of the finished groups once more per shard).
-- **finalize**: the shared folder, every footer twice and the tables, as ``convert_units`` does
-  before ``gather.finish`` (which reads one piece per range and writes the manifest: not run here,
-  since no shard is written).
+- **scatter** unit ``r`` (simulated: the one unit that is not the engine's own code, since it
+  would read and tokenize the input): its tasks (``i % W == r``) in the shared scratch folder
+  (``workdir.work_folder``), each checked for a finished part (``scatter.finished_task``), keyed
+  by ``kit.keys.place`` and bucketed by ``shuffle.bucket_of``, then written as a part file in
+  ``shuffle.PartWriter``'s layout (per (split, bucket) run: keys, input orders and lengths, then
+  the payload), its JSON footer and trailer, renamed into place. The payloads are left as holes,
+  and so are the heads of every run but those of the groups the plan reads (``Today(heads=...)``:
+  a 4 kB block a run on disk otherwise, ~50 GB at 100 GB of input); the gather reads zeros there.
+  ``sim_check.py`` checks these parts against a real scatter's, byte for byte but the payload.
+- **gather** unit ``r``: ``engine/run.convert_units`` for a ``GatherUnit``, as a cluster rank runs
+  it, with pack-tokens' writer (``formats/tokens/writer.TokensWriter``, ``--shard-tokens``, uint16
+  ids) whose shard files are holes (``sim_meter.HoleFile``: counted, not written or hashed). Its
+  phases: ``tables`` (the scratch folder, every task's footer in ``run._scattered``, the group
+  budget, every footer again in ``run.split_tables``), ``plan`` (``shard_plan.plan_split``: the
+  first rank computes the plan from the heads of the groups that hold a shard boundary, later
+  ranks read ``plan-train.json``), ``read`` (``gather.write_ranges``: its groups read and sorted,
+  each part of a group opened once, the shards cut and recorded, the spill punched).
+- **finalize**: ``convert_units`` for the ``FinalizeUnit``: the tables again, then ``gather.finish``
+  (the pieces of every range); where gather ranks were not run, their pieces do not exist and
+  ``finish`` is not run (its figures then come from the fits).
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import orjson
-from sim_meter import Exchange, Law, Meter, Paths, Row, UnitRef
+from sim_meter import (
+    Exchange,
+    Law,
+    Meter,
+    NotRun,
+    Paths,
+    Row,
+    UnitRef,
+    count_holes,
+    instrument,
+    pick_ranks,
+    shards_as_holes,
+)
 from sim_workload import HEAD_BYTES, TOKEN_BYTES, Workload
 
-from shardsmith.engine.release import found, pinned_budget
-from shardsmith.engine.run import _scattered, split_tables
-from shardsmith.engine.scatter import ScatterJob, _task_id, finished_task, part_path
-from shardsmith.engine.shard_plan import SplitPlan, one_writer, plan_split, planned, share
-from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC, LoadBuffer, bucket_of, groups, sort_group
+from shardsmith.core.progress import Progress
+from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine.run import convert_units
+from shardsmith.engine.scatter import _task_id, finished_task, part_path
+from shardsmith.engine.shard_plan import SplitPlan, share
+from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC, bucket_of, groups
 from shardsmith.engine.split_gather import SplitGather
+from shardsmith.engine.units import FinalizeUnit, GatherUnit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.formats.tokens.writer import TokensWriter
 from shardsmith.kit import keys as keymod
 from shardsmith.kit.batches import Segment
 from shardsmith.kit.keys import output_order
 from shardsmith.kit.reader import Task
-from shardsmith.kit.writer import ShardRange
-
-RUN = {"options": "simulated", "inputs": "synthetic"}  # the run's identity in the shared scratch folder
-
+from shardsmith.kit.writer import ShardRange, Writer
 
 # ---------------------------------------------------------------- the scatter's part files
 
 
-def task_runs(wl: Workload, task: Task) -> tuple[list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]], int]:
-    """A task's documents as the scatter groups them: per (split, bucket), in that order, the keys,
-    input orders and payload lengths of its documents in input order (``scatter._scatter_batch``);
-    and the task's record count."""
+@dataclass(frozen=True)
+class TaskRuns:
+    """A task's documents as the scatter groups them (``scatter._scatter_batch``): sorted by
+    (split, bucket), in input order within each, as one array per column, cut into runs (one
+    segment of the part file each) at ``starts``; ``records``: the task's record count."""
+
+    split: np.ndarray  # per run
+    bucket: np.ndarray  # per run
+    starts: np.ndarray  # per run, then the documents' count
+    keys: np.ndarray  # per document, in run order
+    order: np.ndarray
+    lengths: np.ndarray
+    records: int
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+    @property
+    def payloads(self) -> np.ndarray:
+        """Each run's payload bytes."""
+        return np.add.reduceat(self.lengths, self.starts[:-1]) if len(self) else np.zeros(0, np.int64)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each run starts in the part: runs back to back, each its heads then its payload."""
+        size = HEAD_BYTES * self.counts + self.payloads
+        return np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64) if len(self) else size
+
+    def __iter__(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+        return (self.run(i) for i in range(len(self)))
+
+    def run(self, i: int) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+        """Run ``i``: split, bucket, keys, input orders, lengths."""
+        a, b = int(self.starts[i]), int(self.starts[i + 1])
+        return int(self.split[i]), int(self.bucket[i]), self.keys[a:b], self.order[a:b], self.lengths[a:b]
+
+
+def task_runs(wl: Workload, task: Task) -> TaskRuns:
+    """A task's documents as the scatter groups them into runs (``TaskRuns``)."""
     records, lengths = wl.documents(task)
     split, keys, order = keymod.place(seed=wl.seed, shuffle=True, splits=wl.splits, paths=task.file.rel,
                                       records=records, file_index=task.file.index)
     group = split.astype(np.int64) * (1 << 32) + bucket_of(keys, wl.buckets)
     perm = np.argsort(group, kind="stable")
     g = group[perm]
-    bounds = [0, *(np.flatnonzero(g[1:] != g[:-1]) + 1).tolist(), len(g)]
-    runs = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        idx = perm[a:b]
-        runs.append((int(g[a]) >> 32, int(g[a]) & 0xFFFFFFFF, keys[idx], order[idx], lengths[idx]))
-    return runs, len(records)
+    starts = np.concatenate([[0], np.flatnonzero(g[1:] != g[:-1]) + 1, [len(g)]]).astype(np.int64) if len(g) \
+        else np.zeros(1, np.int64)
+    first = g[starts[:-1]]
+    return TaskRuns(split=first >> 32, bucket=first & 0xFFFFFFFF, starts=starts, keys=keys[perm], order=order[perm],
+                    lengths=np.asarray(lengths, dtype=np.int64)[perm], records=len(records))
 
 
-def footer_of(runs: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]], meta: dict[str, Any]
-              ) -> tuple[bytes, list[int]]:
+def footer_of(runs: TaskRuns, meta: dict[str, Any]) -> bytes:
     """The part's JSON footer (``PartWriter.write``: one segment ``[split, bucket, offset, count,
-    payload bytes]`` per run, runs back to back: heads, then payload) and each run's offset."""
-    segments, offsets, offset = [], [], 0
-    for split, bucket, keys, _, lengths in runs:
-        payload = int(lengths.sum())
-        segments.append([split, bucket, offset, len(keys), payload])
-        offsets.append(offset)
-        offset += HEAD_BYTES * len(keys) + payload
-    return orjson.dumps({"meta": meta, "segments": segments}), offsets
+    payload bytes]`` per run)."""
+    segments = np.column_stack([runs.split, runs.bucket, runs.offsets, runs.counts, runs.payloads]).tolist()
+    return orjson.dumps({"meta": meta, "segments": segments})
 
 
-def write_part(path: Path, runs: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]],
-               meta: dict[str, Any], *, heads_of: Callable[[int, int], bool] = lambda split, bucket: True
-               ) -> dict[str, int]:
+def write_part(path: Path, runs: TaskRuns, meta: dict[str, Any], *,
+               heads_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> dict[str, int]:
     """A part file as ``PartWriter`` writes it (a temporary name, renamed into place), its footer
     and trailer at the end, each run's payload a hole, and its heads (keys, input orders, lengths)
-    at their place where ``heads_of(split, bucket)`` (else a hole too: zeros). Returns the bytes of
-    its heads (written or not), payload and footer."""
-    footer, offsets = footer_of(runs, meta)
+    at their place where ``heads_of(splits, buckets)`` is true of the run (None: every run; else a
+    hole too: zeros). Returns the bytes of its heads (written or not), payload and footer; what is
+    left as holes is counted as such."""
+    footer = footer_of(runs, meta)
     tmp = path.with_name(f".{path.name}.tmp-sim-{os.getpid()}")
-    heads = payload = end = 0
+    offsets, counts = runs.offsets, runs.counts
+    heads = int(HEAD_BYTES * counts.sum())
+    payload = int(runs.lengths.sum())
+    written = 0
+    columns = np.stack([runs.keys.astype(np.uint64), runs.order.astype(np.uint64), runs.lengths.astype(np.uint64)])
+    chosen = np.arange(len(runs)) if heads_of is None else np.flatnonzero(heads_of(runs.split, runs.bucket))
     with open(tmp, "wb", buffering=0) as fh:
-        for (split, bucket, keys, order, lengths), at in zip(runs, offsets):
-            if heads_of(split, bucket):
-                block = np.concatenate([keys.astype(np.uint64), order.astype(np.uint64), lengths.astype(np.uint64)])
-                os.pwrite(fh.fileno(), memoryview(block).cast("B"), at)
-            heads += HEAD_BYTES * len(keys)
-            payload += int(lengths.sum())
-            end = at + HEAD_BYTES * len(keys) + int(lengths.sum())
-        os.pwrite(fh.fileno(), footer + _TRAILER.pack(len(footer), PART_MAGIC), end)
+        for i in chosen.tolist():
+            a, b = int(runs.starts[i]), int(runs.starts[i + 1])
+            os.pwrite(fh.fileno(), memoryview(np.ascontiguousarray(columns[:, a:b])).cast("B"), int(offsets[i]))
+            written += HEAD_BYTES * (b - a)
+        os.pwrite(fh.fileno(), footer + _TRAILER.pack(len(footer), PART_MAGIC), heads + payload)
     os.replace(tmp, path)
+    count_holes(heads - written + payload)
     return {"heads": heads, "payload": payload, "footer": len(footer)}
 
 
 def task_meta(wl: Workload, task: Task, records: int) -> dict[str, Any]:
-    """The footer's ``meta`` of a task with nothing skipped (``scatter.scatter_task``)."""
+    """The footer's ``meta`` of a task (``scatter.scatter_task``): the real scatter's where it was
+    recorded (``RecordedWorkload``), else that of a task with nothing skipped."""
+    recorded = wl.scatter_meta(task)
+    if recorded is not None:
+        return recorded
     return {"task": task.index, "plan": _task_id(task), "buckets": wl.buckets, "records": records, "skipped": []}
 
 
-def where_plans_cut(wl: Workload, writer: TokensWriter) -> dict[str, Any]:
+def make_writer(wl: Workload, out: Path) -> Callable[[str, ShardRange], Writer]:
+    """pack-tokens' writer at its defaults (``formats/tokens/format.TokensFormat.writer`` without
+    ``--nanogpt``, ``--provenance`` or ``--pack``): uint16 ids, ``--shard-tokens``."""
+    return lambda split, part: TokensWriter(out_dir=out, split=split, dtype=np.dtype(np.uint16),
+                                            shard_tokens=wl.shard_tokens, part=part)
+
+
+def reckon(wl: Workload, *, sample: int) -> dict[str, Any]:
     """Every split's plan worked out from all the documents at once, before any part exists: the
     buckets in key order grouped as ``shuffle.groups`` groups them under the unit's budget, the
     documents in output order (``kit.keys.output_order``) cut by the writer's own rollover
-    (``plan_split`` gives the same: a group that fits whole goes in whole, which ``cut`` does too).
-    Returns per split the plan's bounds and the buckets of the groups a bound lies in: the groups
-    whose heads ``plan_split`` reads, the only heads whose values today's exchange looks at."""
-    cols: dict[str, list[np.ndarray]] = {"split": [], "bucket": [], "key": [], "order": [], "length": []}
+    (``plan_split`` gives the same: a group that fits whole goes in whole, which ``cut`` does too);
+    each gather rank's groups (``share`` of the shards) and the part files they touch; the gather
+    ranks to measure (``pick_ranks``). Returns per split the plan's bounds and the buckets whose
+    heads the scatter writes: those of the groups a bound lies in (which ``plan_split`` reads) and
+    of the measured ranks' groups (which their sort and writer read); elsewhere the gather reads
+    zeros it never looks at. The gather unit that plans checks that the engine's plan and tables
+    agree with this reckoning."""
+    writer = make_writer(wl, Path("."))(wl.splits[0][0], ShardRange())
+    cols: dict[str, list[np.ndarray]] = {"split": [], "bucket": [], "key": [], "order": [], "length": [], "task": []}
     for task in wl.tasks:
         records, lengths = wl.documents(task)
         split, keys, order = keymod.place(seed=wl.seed, shuffle=True, splits=wl.splits, paths=task.file.rel,
                                           records=records, file_index=task.file.index)
-        for name, col in zip(cols, (split, bucket_of(keys, wl.buckets), keys, order, lengths)):
+        for name, col in zip(cols, (split, bucket_of(keys, wl.buckets), keys, order, lengths,
+                                    np.full(len(keys), task.index, dtype=np.int64))):
             cols[name].append(col)
     every = {name: np.concatenate(col) for name, col in cols.items()}
-    out: dict[str, Any] = {}
+    del cols
+    splits: list[dict[str, Any]] = []
+    pairs = np.zeros(wl.ranks, dtype=np.int64)
     for s, (name, _) in enumerate(wl.splits):
         mine = every["split"] == s
-        bucket, key, order, length = (every[c][mine] for c in ("bucket", "key", "order", "length"))
+        bucket, key, order, length, task = (every[c][mine] for c in ("bucket", "key", "order", "length", "task"))
         count = np.bincount(bucket, minlength=wl.buckets)
         payload = np.bincount(bucket, weights=length, minlength=wl.buckets).astype(np.int64)
         whole = {b: [Segment("all", 0, int(count[b]), int(payload[b]))] for b in np.flatnonzero(count).tolist()}
@@ -140,57 +207,31 @@ def where_plans_cut(wl: Workload, writer: TokensWriter) -> dict[str, Any]:
         group_of = np.zeros(wl.buckets, dtype=np.int64)
         for g, (ids, _) in enumerate(grouped):
             group_of[ids] = g
+        parts_in = np.bincount(np.unique(group_of[bucket] * max(1, wl.task_count) + task) // max(1, wl.task_count),
+                               minlength=len(grouped))  # part files each group reads
         ranked = output_order(key, order)
         cuts = writer.rollover().cut(writer.weights(length[ranked], None))
         bounds = [0, *cuts, int(mine.sum())]
-        cut_groups = {int(group_of[bucket[ranked[p]]]) for p in cuts}
-        out[name] = {"bounds": bounds, "buckets": sorted(b for g in cut_groups for b in grouped[g][0])}
+        starts = np.concatenate([[0], np.cumsum([int(count[ids].sum()) for ids, _ in grouped])]).astype(np.int64)
+        plan = SplitPlan(bounds=bounds, weights=[0] * len(bounds))
+        per_rank = [[g for first, stop in ranges_of(wl, plan, r) for g in groups_of(starts, plan, first, stop)]
+                    for r in range(wl.ranks)]
+        for r, gs in enumerate(per_rank):
+            pairs[r] += int(parts_in[gs].sum())
+        splits.append({"name": name, "bounds": bounds, "grouped": [ids for ids, _ in grouped],
+                       "plan_groups": sorted({int(group_of[bucket[ranked[p]]]) for p in cuts}), "per_rank": per_rank})
+    ranks = pick_ranks(pairs.tolist(), done={0}, sample=sample)
+    out: dict[str, Any] = {"gather_ranks": ranks, "pairs": pairs.tolist()}
+    for sp in splits:
+        heads = set(sp["plan_groups"]) | {g for r in [0, *ranks] for g in sp["per_rank"][r]}
+        out[sp["name"]] = {"bounds": sp["bounds"], "buckets": sorted(b for g in heads for b in sp["grouped"][g])}
     return out
 
 
-# ---------------------------------------------------------------- the gather's tables and ranges
+# ---------------------------------------------------------------- what each gather rank reads, counted
 
 
-def scatter_job(wl: Workload, paths: Paths) -> ScatterJob:
-    """The job as the exchange sees it: the gather reads its scratch folder, splits and buckets, never
-    its reader or processor (None here: the simulation has neither)."""
-    return ScatterJob(reader=None, processor=None, seed=wl.seed, shuffle=True, splits=wl.splits,  # type: ignore[arg-type]
-                      on_error="fail", n_buckets=wl.buckets, work_dir=str(paths.scratch),
-                      flush_bytes=wl.sizing.flush_bytes)
-
-
-def tables(wl: Workload, paths: Paths) -> list[SplitGather]:
-    """What a gather unit and finalize do before anything else (``convert_units``)."""
-    with work_folder(paths.out, run=RUN, shared=True) as work:
-        job = scatter_job(wl, paths)
-        results = _scattered(job, wl.tasks)
-        budget = pinned_budget(work, wl.group_budget)
-        return split_tables(job, results, budget=budget)
-
-
-def probe(wl: Workload, paths: Paths, split: str) -> TokensWriter:
-    """pack-tokens' writer of a split (``formats/tokens``: uint16 ids, ``--shard-tokens``), as the
-    gather makes it to plan; it opens nothing until it is given samples."""
-    return TokensWriter(out_dir=paths.out, split=split, dtype=np.dtype(np.uint16), shard_tokens=wl.shard_tokens,
-                        part=ShardRange())
-
-
-def plans(wl: Workload, paths: Paths, splits: list[SplitGather]) -> list[SplitPlan | None]:
-    """Each split's plan, as ``gather.gather`` makes or reads it (None: one writer, unplanned)."""
-    out: list[SplitPlan | None] = []
-    for split in splits:
-        writer = probe(wl, paths, split.name)
-        if not planned(writer, workers=wl.workers, world_size=wl.ranks, released=False):
-            out.append(None)
-            continue
-        plan = plan_split(split, writer, paths.scratch)
-        # rank 0's ranges (the only rank when one writer may take the split: W = 1)
-        first = share(*share(0, plan.shards, wl.ranks)[0], max(1, wl.workers))
-        out.append(None if one_writer(plan, writer, len(first), world_size=wl.ranks, released=False) else plan)
-    return out
-
-
-def ranges_of(wl: Workload, split: SplitGather, plan: SplitPlan | None, rank: int) -> list[tuple[int, int]]:
+def ranges_of(wl: Workload, plan: SplitPlan | None, rank: int) -> list[tuple[int, int]]:
     """The shard ranges rank ``rank`` writes (``gather.gather``); [(0, 0)] on rank 0: the whole split."""
     if plan is None:
         return [(0, 0)] if rank == 0 else []
@@ -198,29 +239,12 @@ def ranges_of(wl: Workload, split: SplitGather, plan: SplitPlan | None, rank: in
     return share(*ranks[rank], max(1, wl.workers)) if rank < len(ranks) else []
 
 
-def groups_of(split: SplitGather, plan: SplitPlan | None, first: int, stop: int) -> list[int]:
-    """The groups the samples of shards ``[first, stop)`` lie in (``gather._write_run``)."""
-    a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
-    starts = split.starts
+def groups_of(starts: np.ndarray, plan: SplitPlan | None, first: int, stop: int) -> list[int]:
+    """The groups the samples of shards ``[first, stop)`` lie in (``gather._write_run``), from where
+    each group starts (``SplitGather.starts``)."""
+    a, b = (0, int(starts[-1])) if plan is None else (plan.bounds[first], plan.bounds[stop])
     g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
     return [g for g in range(g0, g1) if int(starts[g + 1]) > a and int(starts[g]) < b]
-
-
-def read_range(wl: Workload, paths: Paths, split: SplitGather, plan: SplitPlan | None, first: int, stop: int) -> None:
-    """Shards ``[first, stop)`` of a split read as ``gather.write_range`` reads them for pack-tokens'
-    writer (no mapped parts; a fresh buffer a group unless the writer lets one be reused), each
-    group sorted into output order, the batches handed to no writer."""
-    writer = probe(wl, paths, split.name)
-    assert not writer.maps_parts, "the simulation reads groups as a writer without mapped parts does"
-    if plan is not None:
-        found(paths.scratch, paths.out, split.name, first, stop)  # what a killed run finished
-    a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
-    into = None if writer.keeps_batches else LoadBuffer()
-    starts = split.starts
-    for g in groups_of(split, plan, first, stop):
-        gs, ge = int(starts[g]), int(starts[g + 1])
-        sort_group(split.groups[g], max(a, gs) - gs, min(b, ge) - gs, into=into, drop=split.drop(g),
-                   origins=split.origins)
 
 
 def group_counts(groups: list[list[Any]]) -> dict[str, int]:
@@ -238,15 +262,35 @@ def planned_groups(split: SplitGather, plan: SplitPlan) -> list[int]:
     return sorted({int(np.searchsorted(starts, bound, side="right")) - 1 for bound in plan.bounds[1:-1]})
 
 
+def punches(split: SplitGather, plan: SplitPlan, first: int, stop: int) -> int:
+    """The part files a range opens to give back its spill (``release.Release``, on a file system
+    that punches holes): as each shard is recorded, the groups wholly inside the range whose every
+    sample lies in a finished shard are punched, each part file of them opened once."""
+    starts = split.starts.tolist()
+    at = next((g for g, s in enumerate(starts[:-1]) if s >= plan.bounds[first]), len(split.groups))
+    opened = 0
+    for k in range(first, stop):
+        last = at
+        while last < len(split.groups) and starts[last + 1] <= plan.bounds[k + 1]:
+            last += 1
+        opened += len({seg.path for g in split.groups[at:last] for seg in g if seg.count})
+        at = last
+    return opened
+
+
 def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | None], rank: int) -> dict[str, int]:
     """What rank ``rank``'s ranges read and write, counted from the tables and plans."""
-    total = {"pairs": 0, "heads": 0, "payload": 0, "docs": 0, "tokens": 0, "shards": 0, "groups": 0}
+    total = {"pairs": 0, "heads": 0, "payload": 0, "docs": 0, "tokens": 0, "shards": 0, "groups": 0, "ranges": 0,
+             "punches": 0, "max_group": 0}
     for split, plan in zip(splits, made):
-        for first, stop in ranges_of(wl, split, plan, rank):
-            groups = groups_of(split, plan, first, stop)
+        for first, stop in ranges_of(wl, plan, rank):
+            groups = groups_of(split.starts, plan, first, stop)
+            total["max_group"] = max([total["max_group"], *(sum(s.nbytes for s in split.groups[g]) for g in groups)])
             for key, value in group_counts([split.groups[g] for g in groups]).items():
                 total[key] += value
             total["groups"] += len(groups)
+            total["ranges"] += 1
+            total["punches"] += 0 if plan is None else punches(split, plan, first, stop)
             if plan is None:
                 total["tokens"] += sum(s.payload_bytes for g in split.groups for s in g) // TOKEN_BYTES
                 total["shards"] += 1
@@ -254,6 +298,15 @@ def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | 
                 total["tokens"] += plan.weights[stop] - plan.weights[first]
                 total["shards"] += stop - first
     return total
+
+
+def saved_plan(scratch: Path, split: str) -> SplitPlan | None:
+    """A split's plan as the gather saved it (finalize reads no plan of its own but its shard count)."""
+    path = scratch / f"plan-{split}.json"
+    if not path.is_file():
+        return None
+    saved = orjson.loads(path.read_bytes())
+    return SplitPlan(bounds=saved["bounds"], weights=saved["weights"])
 
 
 # ---------------------------------------------------------------- the exchange
@@ -266,108 +319,129 @@ class Today(Exchange):
 
     def __init__(self, *, heads: str = "plan") -> None:
         # "plan": the scatter writes the heads of the groups the plan reads (elsewhere zeros: the
-        # gather sorts zeros there, a little faster); "all": every head (a 4 kB page written per
-        # segment: ~50 GB at 100 GB of input)
+        # gather sorts zeros there, and its writer sees empty documents); "all": every head (a 4 kB
+        # block written per segment: ~50 GB at 100 GB of input)
         self.heads = heads
 
-    def prepare(self, wl: Workload) -> dict[str, Any]:
-        return where_plans_cut(wl, probe(wl, Paths(out=Path("."), scratch=Path(".")), wl.splits[0][0]))
     rows: ClassVar[tuple[Row, ...]] = (
-        Row("scatter", "scatter"),
+        Row("scatter", "scatter", note="simulated: the engine's layout and footers, payloads as holes"),
         Row("plan", "gather", phase="plan", rank=0,
             note="made by the first gather unit (every gather unit that starts before plan-train.json exists)"),
-        Row("gather", "gather", note="the busiest measured gather unit that found the plan"),
-        Row("finalize", "finalize", note="before gather.finish, which reads a piece per range"),
+        Row("gather", "gather", note="the busiest measured gather unit (that found the plan made)"),
+        Row("finalize", "finalize", note="its finish (gather.finish: every range's pieces) run where every "
+            "gather rank with shards was run, else fitted"),
     )
     laws: ClassVar[tuple[Law, ...]] = (
         Law("scatter", "opens", None, "tasks_per_rank"),
-        Law("scatter", "meta_read", None, "tasks_per_rank"),
-        Law("scatter", "cpu", None, "docs_per_rank"),
-        Law("scatter", "rss", None, ""),
+        Law("scatter", "meta_read", None, ""),
         Law("plan", "opens", "plan", "plan_pairs"),
         Law("plan", "meta_read", "plan", "plan_pairs", exact="plan_heads"),
         Law("plan", "cpu", "plan", "plan_pairs"),
+        Law("plan", "written", "plan", ""),
         Law("gather", "opens", "tables", "parts"),
         Law("gather", "opens", "plan", ""),
-        Law("gather", "opens", "read", "read_pairs"),
+        Law("gather", "opens", "read", "read_pairs+punch_pairs"),
         Law("gather", "meta_read", "tables", "footer_bytes"),
-        Law("gather", "meta_read", "plan", "shards"),
+        Law("gather", "meta_read", "plan", "all_shards"),
         Law("gather", "meta_read", "read", "read_pairs", exact="read_heads"),
         Law("gather", "cpu", "tables", "segments"),
-        Law("gather", "cpu", "plan", "shards"),
-        Law("gather", "cpu", "read", "read_pairs+read_payload"),
-        Law("gather", "rss", None, "segments"),
-        Law("finalize", "opens", None, "parts"),
-        Law("finalize", "meta_read", None, "footer_bytes"),
-        Law("finalize", "cpu", None, "segments"),
+        Law("gather", "cpu", "plan", "all_shards"),
+        Law("gather", "cpu", "read", "read_pairs+read_docs"),
+        Law("gather", "written", "tables", ""),
+        Law("gather", "written", "plan", ""),
+        Law("gather", "written", "read", "read_docs+shards", exact="read_output"),
+        Law("gather", "rss", None, "segments+read_max_group"),
+        Law("finalize", "opens", "tables", "parts"),
+        Law("finalize", "opens", "finish", "pieces"),
+        Law("finalize", "meta_read", "tables", "footer_bytes"),
+        Law("finalize", "meta_read", "finish", "pieces"),
+        Law("finalize", "cpu", "tables", "segments"),
+        Law("finalize", "cpu", "finish", "pieces"),
+        Law("finalize", "written", "tables", ""),
+        Law("finalize", "written", "finish", ""),
         Law("finalize", "rss", None, "segments"),
     )
+
+    def prepare(self, wl: Workload, *, sample: int) -> dict[str, Any]:
+        return reckon(wl, sample=sample)
 
     def setup_units(self, wl: Workload) -> list[UnitRef]:
         """Every scatter unit, then the gather unit that plans (rank 0, the first to start)."""
         return [*(UnitRef("scatter", r) for r in range(wl.ranks)), UnitRef("gather", 0)]
 
-    def run_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any]
-                 ) -> dict[str, Any]:
+    def run_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
+                 *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
         if unit.kind == "scatter":
             return self._scatter(wl, paths, unit.rank, meter, prepared)
-        if unit.kind == "gather":
-            return self._gather(wl, paths, unit.rank, meter, prepared)
-        if unit.kind == "finalize":
-            with meter.phase("tables"):
-                splits = tables(wl, paths)
-            return self._table_counts(wl, paths, splits)
+        if unit.kind in ("gather", "finalize"):
+            return self._engine_unit(wl, paths, unit, meter, prepared, skip=skip)
         raise ValueError(f"today's exchange has no {unit.kind} unit")
 
     def _scatter(self, wl: Workload, paths: Paths, rank: int, meter: Meter, prepared: dict[str, Any]
                  ) -> dict[str, Any]:
-        paths.scratch.mkdir(parents=True, exist_ok=True)
         mine = [t for t in wl.tasks if t.index % wl.ranks == rank]
         names = [name for name, _ in wl.splits]
-        read = {(s, b) for s, name in enumerate(names) for b in prepared[name]["buckets"]}
+        read = np.array(sorted(s * (1 << 32) + b for s, name in enumerate(names) for b in prepared[name]["buckets"]),
+                        dtype=np.int64)
 
-        def heads_of(split: int, bucket: int) -> bool:
-            return self.heads == "all" or (split, bucket) in read
+        def heads_of(split: np.ndarray, bucket: np.ndarray) -> np.ndarray:
+            return np.isin(split.astype(np.int64) * (1 << 32) + bucket, read)
 
         written = {"heads": 0, "payload": 0, "footer": 0, "docs": 0, "segments": 0}
-        with meter.phase("scatter"):
+        with meter.phase("scatter"), work_folder(paths.out, run=wl.identity, shared=True) as work:
             for task in mine:
-                if finished_task(str(paths.scratch), task, buckets=wl.buckets) is not None:
+                if finished_task(str(work), task, buckets=wl.buckets) is not None:
                     continue  # a part a killed run finished: reused
-                runs, records = task_runs(wl, task)
-                for key, value in write_part(part_path(str(paths.scratch), task.index), runs,
-                                             task_meta(wl, task, records), heads_of=heads_of).items():
+                runs = task_runs(wl, task)
+                for key, value in write_part(part_path(str(work), task.index), runs,
+                                             task_meta(wl, task, runs.records),
+                                             heads_of=None if self.heads == "all" else heads_of).items():
                     written[key] += value
-                written["docs"] += records
+                written["docs"] += len(runs.keys)
                 written["segments"] += len(runs)
-        meter.payload("scatter", written=written["payload"])
-        return {**written, "tasks_per_rank": len(mine), "docs_per_rank": written["docs"],
-                "docs_per_task": written["docs"] / max(1, len(mine))}
+        return {**written, "tasks_per_rank": len(mine), "docs_per_rank": written["docs"]}
 
-    def _gather(self, wl: Workload, paths: Paths, rank: int, meter: Meter, prepared: dict[str, Any]
-                ) -> dict[str, Any]:
+    def _engine_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
+                     *, skip: frozenset[str]) -> dict[str, Any]:
+        """A gather unit or finalize: ``engine/run.convert_units`` itself, instrumented."""
+        shards_as_holes()
+        captured = instrument(meter, skip=skip, punch_holes=False)
+        names = [name for name, _ in wl.splits]
+        computes = unit.kind == "gather" and not all((paths.scratch / f"plan-{n}.json").is_file() for n in names)
+        what = GatherUnit(rank=unit.rank, world=wl.ranks) if unit.kind == "gather" else FinalizeUnit()
+        opts = ConvertingOptions(seed=wl.seed, shuffle=True, workers=wl.workers, memory=wl.memory, splits=wl.splits,
+                                 stage=what.stage, rank=unit.rank, world_size=wl.ranks)
+        finished = True
         with meter.phase("tables"):
-            splits = tables(wl, paths)
-        computes = not all((paths.scratch / f"plan-{s.name}.json").is_file() for s in splits)
-        with meter.phase("plan"):
-            made = plans(wl, paths, splits)
+            try:
+                convert_units(what, opts=opts, out=paths.out, reader=None, processor=None,  # type: ignore[arg-type]
+                              tasks=wl.tasks, sizing=wl.sizing, estimated_bytes=wl.input_bytes,
+                              make_writer=make_writer(wl, paths.out), desc=unit.kind, progress=Progress(quiet=True),
+                              run=wl.identity)
+            except NotRun:
+                finished = False
+        splits = captured.splits
+        made = [captured.plans.get(s.name) or saved_plan(paths.scratch, s.name) for s in splits]  # (None: unplanned)
         for split, plan in zip(splits, made):  # the heads written are those this plan read
             if plan is not None and plan.bounds != prepared[split.name]["bounds"]:
                 raise AssertionError(f"split {split.name}: the engine planned {plan.shards} shards, the "
                                      f"simulation's own reckoning {len(prepared[split.name]['bounds']) - 1}")
-        with meter.phase("read"):
-            for split, plan in zip(splits, made):
-                for first, stop in ranges_of(wl, split, plan, rank):
-                    read_range(wl, paths, split, plan, first, stop)
-        mine = rank_counts(wl, splits, made, rank)
-        meter.payload("read", read=mine["payload"])
+        counts = {**self._table_counts(wl, paths, splits), "finished": finished}
+        if unit.kind == "finalize":
+            every = [rank_counts(wl, splits, made, r) for r in range(wl.ranks)]
+            return {**counts, "pieces": sum(r["shards"] + r["ranges"] for r in every)}
+        mine = rank_counts(wl, splits, made, unit.rank)
         plan_groups = [[s.groups[g] for g in planned_groups(s, p)] if computes and p is not None else []
                        for s, p in zip(splits, made)]
         planning = group_counts([g for gs in plan_groups for g in gs])
         every = {"every_rank": [rank_counts(wl, splits, made, r) for r in range(wl.ranks)]} if computes else {}
-        return {**self._table_counts(wl, paths, splits), "computed_plan": computes, **every,
-                "shards": sum(p.shards if p is not None else 1 for p in made),
-                **{f"read_{k}": v for k, v in mine.items()},
+        if every and [r["pairs"] for r in every["every_rank"]] != prepared["pairs"]:
+            raise AssertionError("the gather ranks' reads reckoned before the scatter (which chose the ranks to "
+                                 "measure) differ from those of the engine's tables")
+        return {**counts, "computed_plan": computes, **every, "punch_pairs": captured.punches,
+                "all_shards": sum(p.shards if p is not None else 1 for p in made),
+                **{f"read_{k}": v for k, v in mine.items()}, "shards": mine["shards"],
+                "read_output": mine["tokens"] * TOKEN_BYTES,
                 **{f"plan_{k}": v for k, v in planning.items()}}
 
     def _table_counts(self, wl: Workload, paths: Paths, splits: list[SplitGather]) -> dict[str, Any]:
@@ -389,13 +463,12 @@ class Today(Exchange):
         seg = foot = docs = payload = 0
         hit_sets = []
         for task in tasks:
-            runs, n = task_runs(wl, task)
-            footer, _ = footer_of(runs, task_meta(wl, task, n))
+            runs = task_runs(wl, task)
             seg += len(runs)
-            foot += len(footer)
-            docs += n
-            payload += sum(int(r[4].sum()) for r in runs)
-            hit_sets.append(np.array([r[1] for r in runs], dtype=np.int64))
+            foot += len(footer_of(runs, task_meta(wl, task, runs.records)))
+            docs += len(runs.keys)
+            payload += int(runs.lengths.sum())
+            hit_sets.append(runs.bucket.astype(np.int64))
         k, parts, ranks = len(tasks), wl.task_count, wl.ranks
         segments, footer_bytes = parts * seg / k, parts * foot / k
         docs_total, payload_total = parts * docs / k, parts * payload / k
@@ -408,20 +481,27 @@ class Today(Exchange):
         active = min(ranks, shards)
         # the busiest rank: ``share`` gives a rank at most ceil(shards / W) shards of the plan's (each
         # ``shard_tokens`` but the last), and its range touches one group more than it holds
-        share_of_data = min(1.0, math.ceil(shards / ranks) * wl.shard_tokens / (payload_total / TOKEN_BYTES))
+        busiest_shards = math.ceil(shards / ranks)
+        share_of_data = min(1.0, busiest_shards * wl.shard_tokens / (payload_total / TOKEN_BYTES))
         busiest_groups = min(groups, share_of_data * groups + 1)
+        # ``release.Release`` punches the groups behind each finished shard: every part they touch, opened once
+        punch_pairs = busiest_shards * min(parts, parts_per_group * groups / shards)
         docs_per_group, payload_per_group = docs_total / groups, payload_total / groups
         tasks_per_rank = -(-parts // ranks)
+        all_groups = groups + active - 1  # every rank's reads together: a group once, again where two ranges share it
         return {"parts": parts, "buckets": wl.buckets, "segments": segments, "footer_bytes": footer_bytes,
                 "docs": docs_total, "payload": payload_total, "tokens": payload_total / TOKEN_BYTES,
-                "shards": shards, "groups": groups, "active_ranks": active, "buckets_per_group": per_group,
-                "parts_per_group": parts_per_group,
+                "shards": busiest_shards, "all_shards": shards, "groups": groups, "active_ranks": active,
+                "buckets_per_group": per_group, "parts_per_group": parts_per_group, "pieces": shards + active,
                 "tasks_per_rank": tasks_per_rank, "docs_per_task": docs / k, "docs_per_rank": tasks_per_rank * docs / k,
                 "read_pairs": busiest_groups * parts_per_group, "read_heads": HEAD_BYTES * busiest_groups * docs_per_group,
+                "read_docs": busiest_groups * docs_per_group, "punch_pairs": punch_pairs,
+                "read_output": min(payload_total, busiest_shards * wl.shard_tokens * TOKEN_BYTES),
                 "read_payload": busiest_groups * payload_per_group,
-                # every rank's reads together: each group once, and one more for each range after the first
-                "all_read_pairs": (groups + active - 1) * parts_per_group,
-                "all_read_heads": HEAD_BYTES * (groups + active - 1) * docs_per_group,
-                "all_read_payload": (groups + active - 1) * payload_per_group,
+                "read_max_group": per_group * bucket_bytes,  # the group a reading rank holds (``LoadBuffer``)
+                "all_read_pairs": all_groups * parts_per_group, "all_read_heads": HEAD_BYTES * all_groups * docs_per_group,
+                "all_read_docs": all_groups * docs_per_group, "all_read_payload": all_groups * payload_per_group,
+                "all_punch_pairs": shards * min(parts, parts_per_group * groups / shards),
+                "all_read_output": payload_total,
                 "plan_pairs": (shards - 1) * parts_per_group, "plan_heads": HEAD_BYTES * (shards - 1) * docs_per_group,
                 "plan_docs": (shards - 1) * docs_per_group, "sampled_tasks": k}

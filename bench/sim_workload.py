@@ -11,9 +11,11 @@ means. The corpus is one 10 GB file a node ("100 nodes x 10 GB each"), smaller c
 
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -65,6 +67,17 @@ class Workload:
     def name(self) -> str:
         return f"{gib(self.input_bytes)} / {self.ranks:,} rank{'s' if self.ranks > 1 else ''}"
 
+    @property
+    def identity(self) -> dict[str, str]:
+        """The run's identity as the scratch folder's stamp holds it (``engine/resume.run_identity``:
+        the command, and digests of its options and of its inputs; the same length as a real one)."""
+        def digest(value: object) -> str:
+            return hashlib.sha256(repr(value).encode()).hexdigest()[:32]
+
+        return {"command": "pack-tokens", "options": digest((self.memory, self.workers, self.seed, self.shard_tokens,
+                                                              self.splits)),
+                "inputs": digest((self.input_bytes, FILE_BYTES))}
+
     @cached_property
     def sizing(self) -> Sizing:
         """The engine's own rule (``engine/run.Sizing``) for the task size, group size and spill."""
@@ -77,9 +90,8 @@ class Workload:
 
     @property
     def group_budget(self) -> int:
-        """The gather's bucket-group budget of a cluster unit: ``engine/run.convert_units`` shares
-        ``group_bytes`` between the unit's workers and the world (copied here: it is inline there)."""
-        return max(16 << 10, self.sizing.group_bytes // (max(1, self.workers) * self.ranks))
+        """The gather's bucket-group budget of a cluster unit (``engine/run.Sizing.group_budget``)."""
+        return self.sizing.group_budget(workers=self.workers, world=self.ranks)
 
     @cached_property
     def files(self) -> list[InputFile]:
@@ -134,3 +146,52 @@ class Workload:
         tokens = np.maximum(1, np.rint(words * (TOKENS_PER_DOC / MEAN_WORDS))).astype(np.int64)
         records = task.first_record + np.arange(len(words), dtype=np.int64)
         return records, tokens * TOKEN_BYTES
+
+    def scatter_meta(self, task: Task) -> dict[str, Any] | None:
+        """What a real scatter recorded of ``task`` beyond its documents (its part's footer
+        ``meta``), or None: a synthetic task, whose meta the exchange makes as its scatter would."""
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordedWorkload(Workload):
+    """The documents of a real run's scatter, read back from its part files (``sim_check.py``): the
+    simulation then writes the same parts, less the payload, and its units can be compared with
+    the real run's. ``tasks`` are the run's own (its staged plan), ``docs`` per task its documents'
+    record numbers and payload bytes, ``metas`` each part's footer ``meta``."""
+
+    recorded_identity: tuple[tuple[str, str], ...] = ()
+    recorded_files: tuple[InputFile, ...] = ()
+    recorded_tasks: tuple[Task, ...] = ()
+    docs: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict, compare=False)
+    metas: dict[int, dict[str, Any]] = field(default_factory=dict, compare=False)
+
+    @property
+    def identity(self) -> dict[str, str]:
+        return dict(self.recorded_identity)
+
+    @property
+    def name(self) -> str:
+        return f"recorded {gib(self.input_bytes)} / {self.ranks:,} ranks"
+
+    @cached_property
+    def files(self) -> list[InputFile]:
+        return list(self.recorded_files)
+
+    @cached_property
+    def tasks(self) -> list[Task]:
+        return list(self.recorded_tasks)
+
+    @property
+    def task_count(self) -> int:
+        return len(self.recorded_tasks)
+
+    def file_tasks(self, f: InputFile, first_index: int = 0, *, limit: int | None = None) -> list[Task]:
+        mine = [t for t in self.recorded_tasks if t.file.index == f.index]
+        return mine[:limit] if limit is not None else mine
+
+    def documents(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
+        return self.docs[task.index]
+
+    def scatter_meta(self, task: Task) -> dict[str, Any] | None:
+        return self.metas[task.index]
