@@ -76,7 +76,7 @@ from shardsmith.engine.outdir import work_path  # noqa: E402
 
 # the exchanges a table can show, by name: today's, and (issue 43) the reworked one when it exists
 EXCHANGES: dict[str, Callable[[argparse.Namespace], Exchange]] = {
-    "today": lambda args: Today(heads="all" if args.all_heads else "plan"),
+    "today": lambda args: Today(heads="all" if args.all_heads else "plan", folder=args.workdir),
 }
 SIZES = "1GB/2,3GB/3,10GB/10,30GB/30,100GB/100"
 TARGETS = "1TB/100,10TB/1000,100TB/4000"
@@ -358,7 +358,8 @@ def unit_totals(u: dict[str, Any]) -> dict[str, float]:
 def rank_predictors(r: dict[str, Any]) -> dict[str, float]:
     """A gather rank's predictors of its reads, counted from the engine's tables (``every_rank``)."""
     return {"read_pairs": r["pairs"], "read_heads": r["heads"], "read_docs": r["docs"], "read_payload": r["payload"],
-            "punch_pairs": r["punches"], "read_output": r["tokens"] * TOKEN_BYTES, "shards": r["shards"]}
+            "punch_pairs": r["punches"], "read_output": r["tokens"] * TOKEN_BYTES, "shards": r["shards"],
+            "read_slack": r["slack"]}
 
 
 def measured_totals(ex: Exchange, size: dict[str, Any], fits: dict) -> dict[str, Any]:
@@ -483,7 +484,8 @@ def shape_checks(entry: dict[str, Any], ex_name: str) -> dict[str, tuple[float, 
             "footer_bytes": (shape["footer_bytes"], planner["counted"]["footer_bytes"]),
             "read_pairs": (shape["read_pairs"], max(r["pairs"] for r in every)),
             "plan_pairs": (shape["plan_pairs"], planner["counted"]["plan_pairs"]),
-            "punch_pairs": (shape["punch_pairs"], max(r["punches"] for r in every))}
+            "punch_pairs": (shape["punch_pairs"], max(r["punches"] for r in every)),
+            "read_slack": (shape["read_slack"], max(every, key=lambda r: r["pairs"])["slack"])}
 
 
 def print_checks(results: dict[str, Any]) -> None:
@@ -519,8 +521,11 @@ def print_fits(results: dict[str, Any]) -> None:
 def print_notes(exchanges: list[Exchange]) -> None:
     print("m: measured in the unit's own process; f: fitted (a + b x per phase, x counted at that size from the "
           "sizing rules and sampled parts), ± its worst error on the sizes measured; m+f: measured, with a part "
-          "fitted (a finish not run; gather ranks not run, in the totals). Scatter CPU and memory: not simulated "
-          "(the real unit tokenizes: ~97 MB/s a core, bench/README 'Executors').")
+          "fitted (a finish not run; gather ranks not run, in the totals). Metadata read: what the unit's read "
+          "calls returned less the payload (footers, heads, plans, pieces, and what buffered reads fetch past a "
+          "short segment: the file system's st_blksize, 4 kB here). Scatter CPU and memory: not simulated "
+          "(the real unit tokenizes: ~97 MB/s a core, bench/README 'Executors'). CPU seconds swing by tens of "
+          "percent with the machine's load.")
     for ex in exchanges:
         print("\n".join(f"  {ex.name}, {r.label}: {r.note}" for r in ex.rows if r.note))
     print()

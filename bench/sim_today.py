@@ -25,8 +25,10 @@ simulation runs it: the engine's own units on part files whose payloads are hole
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,14 +280,45 @@ def punches(split: SplitGather, plan: SplitPlan, first: int, stop: int) -> int:
     return opened
 
 
-def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | None], rank: int) -> dict[str, int]:
+def buffer_bytes(folder: Path) -> int:
+    """The buffer of Python's buffered reads of a file in ``folder`` (``open(path, "rb")``: the file
+    system's ``st_blksize``, else ``io.DEFAULT_BUFFER_SIZE``), through which ``_load_group`` reads a
+    segment's heads and then its payload (``slack``)."""
+    while not folder.exists() and folder != folder.parent:  # (not made yet: its file system)
+        folder = folder.parent
+    size = os.stat(folder).st_blksize
+    return size if size > 1 else io.DEFAULT_BUFFER_SIZE
+
+
+def slack(nbytes: np.ndarray | int, buffer: int) -> np.ndarray | int:
+    """What a buffered read of a segment of ``nbytes`` (heads, then payload) fetches beyond it: the
+    heads fill the buffer, and a payload whose rest is shorter than the buffer fills it again (one
+    longer is read straight), so a segment under two buffers reads up to the next multiple of one."""
+    return np.where(np.asarray(nbytes) < 2 * buffer, -np.asarray(nbytes) % buffer, 0)
+
+
+def runs_slack(runs: TaskRuns, per_group: int, buffer: int) -> int:
+    """``slack`` of a part's reads when its segments are read in the gather's groups of
+    ``per_group`` consecutive buckets: the part's runs in one group are read back to back."""
+    sizes = np.bincount(runs.bucket.astype(np.int64) // per_group, weights=HEAD_BYTES * runs.counts + runs.payloads)
+    return int(slack(sizes[sizes > 0].astype(np.int64), buffer).sum())
+
+
+def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | None], rank: int, *,
+                buffer: int) -> dict[str, int]:
     """What rank ``rank``'s ranges read and write, counted from the tables and plans."""
     total = {"pairs": 0, "heads": 0, "payload": 0, "docs": 0, "tokens": 0, "shards": 0, "groups": 0, "ranges": 0,
-             "punches": 0, "max_group": 0}
+             "punches": 0, "max_group": 0, "segments": 0, "slack": 0}
     for split, plan in zip(splits, made):
         for first, stop in ranges_of(wl, plan, rank):
             groups = groups_of(split.starts, plan, first, stop)
             total["max_group"] = max([total["max_group"], *(sum(s.nbytes for s in split.groups[g]) for g in groups)])
+            total["segments"] += sum(len(split.groups[g]) for g in groups)
+            for g in groups:  # a part's segments in one group lie back to back: read through one buffer
+                by_part: dict[str, int] = {}
+                for seg in split.groups[g]:
+                    by_part[seg.path] = by_part.get(seg.path, 0) + seg.nbytes
+                total["slack"] += int(slack(np.fromiter(by_part.values(), dtype=np.int64), buffer).sum())
             for key, value in group_counts([split.groups[g] for g in groups]).items():
                 total[key] += value
             total["groups"] += len(groups)
@@ -317,17 +350,19 @@ class Today(Exchange):
 
     name: ClassVar[str] = "today"
 
-    def __init__(self, *, heads: str = "plan") -> None:
-        # "plan": the scatter writes the heads of the groups the plan reads (elsewhere zeros: the
-        # gather sorts zeros there, and its writer sees empty documents); "all": every head (a 4 kB
-        # block written per segment: ~50 GB at 100 GB of input)
+    def __init__(self, *, heads: str = "plan", folder: Path | None = None) -> None:
+        # "plan": the scatter writes the heads of the groups the plan and the measured gather
+        # units read (elsewhere zeros, which no measured unit looks into); "all": every head (a
+        # 4 kB block written per segment: ~50 GB at 100 GB of input)
         self.heads = heads
+        self.buffer = buffer_bytes(folder or Path(tempfile.gettempdir()))  # where the parts are
 
     rows: ClassVar[tuple[Row, ...]] = (
         Row("scatter", "scatter", note="simulated: the engine's layout and footers, payloads as holes"),
         Row("plan", "gather", phase="plan", rank=0,
             note="made by the first gather unit (every gather unit that starts before plan-train.json exists)"),
-        Row("gather", "gather", note="the busiest measured gather unit (that found the plan made)"),
+        Row("gather", "gather", note="the busiest measured gather unit (less the plan, the row above, where it "
+            "made it)"),
         Row("finalize", "finalize", note="its finish (gather.finish: every range's pieces) run where every "
             "gather rank with shards was run, else fitted"),
     )
@@ -343,7 +378,7 @@ class Today(Exchange):
         Law("gather", "opens", "read", "read_pairs+punch_pairs"),
         Law("gather", "meta_read", "tables", "footer_bytes"),
         Law("gather", "meta_read", "plan", "all_shards"),
-        Law("gather", "meta_read", "read", "read_pairs", exact="read_heads"),
+        Law("gather", "meta_read", "read", "read_pairs+read_slack", exact="read_heads"),
         Law("gather", "cpu", "tables", "segments"),
         Law("gather", "cpu", "plan", "all_shards"),
         Law("gather", "cpu", "read", "read_pairs+read_docs"),
@@ -428,13 +463,13 @@ class Today(Exchange):
                                      f"simulation's own reckoning {len(prepared[split.name]['bounds']) - 1}")
         counts = {**self._table_counts(wl, paths, splits), "finished": finished}
         if unit.kind == "finalize":
-            every = [rank_counts(wl, splits, made, r) for r in range(wl.ranks)]
+            every = [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]
             return {**counts, "pieces": sum(r["shards"] + r["ranges"] for r in every)}
-        mine = rank_counts(wl, splits, made, unit.rank)
+        mine = rank_counts(wl, splits, made, unit.rank, buffer=self.buffer)
         plan_groups = [[s.groups[g] for g in planned_groups(s, p)] if computes and p is not None else []
                        for s, p in zip(splits, made)]
         planning = group_counts([g for gs in plan_groups for g in gs])
-        every = {"every_rank": [rank_counts(wl, splits, made, r) for r in range(wl.ranks)]} if computes else {}
+        every = {"every_rank": [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]} if computes else {}
         if every and [r["pairs"] for r in every["every_rank"]] != prepared["pairs"]:
             raise AssertionError("the gather ranks' reads reckoned before the scatter (which chose the ranks to "
                                  "measure) differ from those of the engine's tables")
@@ -460,15 +495,11 @@ class Today(Exchange):
         bytes, documents and tokens per part from the parts of a sample of tasks (the first file's:
         at 64 MiB tasks and 65,536 buckets every part is alike), scaled to the run."""
         tasks = wl.file_tasks(wl.files[0], limit=sample_tasks)
-        seg = foot = docs = payload = 0
-        hit_sets = []
-        for task in tasks:
-            runs = task_runs(wl, task)
-            seg += len(runs)
-            foot += len(footer_of(runs, task_meta(wl, task, runs.records)))
-            docs += len(runs.keys)
-            payload += int(runs.lengths.sum())
-            hit_sets.append(runs.bucket.astype(np.int64))
+        sampled = [task_runs(wl, task) for task in tasks]
+        seg = sum(len(runs) for runs in sampled)
+        foot = sum(len(footer_of(runs, task_meta(wl, task, runs.records))) for task, runs in zip(tasks, sampled))
+        docs = sum(len(runs.keys) for runs in sampled)
+        payload = sum(int(runs.lengths.sum()) for runs in sampled)
         k, parts, ranks = len(tasks), wl.task_count, wl.ranks
         segments, footer_bytes = parts * seg / k, parts * foot / k
         docs_total, payload_total = parts * docs / k, parts * payload / k
@@ -477,7 +508,9 @@ class Today(Exchange):
         per_group = max(1, int(wl.group_budget // bucket_bytes))  # ``shuffle._group``: buckets while they fit
         groups = -(-wl.buckets // per_group)
         # a part is read by a group when it holds a document of one of the group's buckets
-        parts_per_group = parts * float(np.mean([len(np.unique(h // per_group)) for h in hit_sets])) / groups
+        hits = [len(np.unique(runs.bucket.astype(np.int64) // per_group)) for runs in sampled]
+        parts_per_group = parts * float(np.mean(hits)) / groups
+        slack_per_pair = sum(runs_slack(runs, per_group, self.buffer) for runs in sampled) / max(1, sum(hits))
         active = min(ranks, shards)
         # the busiest rank: ``share`` gives a rank at most ceil(shards / W) shards of the plan's (each
         # ``shard_tokens`` but the last), and its range touches one group more than it holds
@@ -496,11 +529,13 @@ class Today(Exchange):
                 "tasks_per_rank": tasks_per_rank, "docs_per_task": docs / k, "docs_per_rank": tasks_per_rank * docs / k,
                 "read_pairs": busiest_groups * parts_per_group, "read_heads": HEAD_BYTES * busiest_groups * docs_per_group,
                 "read_docs": busiest_groups * docs_per_group, "punch_pairs": punch_pairs,
+                "read_slack": busiest_groups * parts_per_group * slack_per_pair,
                 "read_output": min(payload_total, busiest_shards * wl.shard_tokens * TOKEN_BYTES),
                 "read_payload": busiest_groups * payload_per_group,
                 "read_max_group": per_group * bucket_bytes,  # the group a reading rank holds (``LoadBuffer``)
                 "all_read_pairs": all_groups * parts_per_group, "all_read_heads": HEAD_BYTES * all_groups * docs_per_group,
                 "all_read_docs": all_groups * docs_per_group, "all_read_payload": all_groups * payload_per_group,
+                "all_read_slack": all_groups * parts_per_group * slack_per_pair,
                 "all_punch_pairs": shards * min(parts, parts_per_group * groups / shards),
                 "all_read_output": payload_total,
                 "plan_pairs": (shards - 1) * parts_per_group, "plan_heads": HEAD_BYTES * (shards - 1) * docs_per_group,

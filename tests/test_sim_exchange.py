@@ -117,9 +117,10 @@ def test_the_shape_the_fits_are_evaluated_at_matches_the_parts_where_they_exist(
     data, _, _ = quick
     for entry in (s for s in data["sizes"] if s["built"]):
         checks = shape_checks(entry, "today")
-        assert set(checks) == {"segments", "footer_bytes", "read_pairs", "plan_pairs", "punch_pairs"}
+        assert set(checks) == {"segments", "footer_bytes", "read_pairs", "plan_pairs", "punch_pairs", "read_slack"}
         for key, (sampled, counted) in checks.items():
-            assert sampled == pytest.approx(counted, rel=0.1), (entry["workload"]["name"], key)
+            # (what buffered reads fetch beyond the segments: a mean over sampled parts, coarse at toy sizes)
+            assert sampled == pytest.approx(counted, rel=0.35 if key == "read_slack" else 0.1), (entry["workload"], key)
 
 
 def test_the_fits_extrapolate_what_was_measured(quick):
