@@ -568,13 +568,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"unit, one split; exchanges {', '.join(ex.name for ex in exchanges)}; {len(built)} sizes run, "
           f"{len(targets)} fitted; load average {os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, Any] = {"options": {k: str(v) for k, v in vars(args).items()}, "sizes": [], "fits": {}}
+    root = args.workdir or Path(tempfile.mkdtemp(prefix="sim-exchange-"))
+    root.mkdir(parents=True, exist_ok=True)
     if not args.no_check:
-        results["check"] = check(workdir=args.workdir)
+        results["check"] = check(workdir=root)
         print_check(results["check"])
         if not results["check"]["ok"]:
             raise SystemExit("sim_exchange: the self-check failed: the simulation does not count what a real run does")
-    root = args.workdir or Path(tempfile.mkdtemp(prefix="sim-exchange-"))
-    root.mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict[str, Any]]] = {ex.name: [] for ex in exchanges}
     try:
         for wl in built:
