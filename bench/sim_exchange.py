@@ -219,6 +219,10 @@ def fit(points: list[tuple[list[float], float]]) -> dict[str, Any]:
     xs = np.array([p[0] for p in points], dtype=np.float64).reshape(len(points), -1)
     ys = np.array([p[1] for p in points], dtype=np.float64)
     varies = [j for j in range(xs.shape[1]) if np.ptp(xs[:, j]) > 0]
+    if not varies:  # a constant: the median of the points (a unit's stray read does not move it)
+        a = float(np.median(ys))
+        worst = float(np.max(np.abs(ys - a)) / max(float(np.max(np.abs(ys))), 1e-9))
+        return {"a": a, "b": [0.0] * xs.shape[1], "n": len(points), "worst": worst, "points": points}
     while True:
         design = np.column_stack([np.ones(len(ys)), xs[:, varies]])
         coef = np.linalg.lstsq(design, ys, rcond=None)[0]
@@ -307,17 +311,21 @@ def fitted_rows(ex: Exchange, fits: dict, shape: dict[str, float], errors: dict[
 def fit_errors(ex: Exchange, fits: dict, sizes: list[dict[str, Any]]) -> dict[tuple[str, str], float]:
     """Per (row, metric): the worst deviation, over the sizes that ran, of the fitted figure (the
     fits evaluated at that size's counts from the sizing rules and sampled parts, as beyond) from
-    the measured one: what the extrapolated figures' own formula misses where it can be checked."""
-    out: dict[tuple[str, str], float] = {}
+    the measured one, as a share of the largest measured figure (as the fits' residuals are given):
+    what the extrapolated figures' own formula misses where it can be checked."""
+    worst: dict[tuple[str, str], float] = {}
+    largest: dict[tuple[str, str], float] = {}
     for size in sizes:
         for label, cells in size["rows"].items():
             for metric in METRICS:
                 got = cells.get(metric)
                 want = predicted(ex, fits, size["shape"], label, metric)
-                if got is None or want is None or got <= 0:
+                if got is None or want is None:
                     continue
-                out[(label, metric)] = max(out.get((label, metric), 0.0), abs(want - got) / got)
-    return out
+                key = (label, metric)
+                worst[key] = max(worst.get(key, 0.0), abs(want - got))
+                largest[key] = max(largest.get(key, 0.0), abs(got))
+    return {key: worst[key] / largest[key] for key in worst if largest[key] > 0}
 
 
 def holdout(ex: Exchange, sizes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -551,7 +559,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--workdir", type=Path, default=None, help="where the sparse part files go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the part files of each size")
     ap.add_argument("--json", type=Path, default=None, help="write every figure, unit and fit there")
+    ap.add_argument("--replot", type=Path, default=None, help="the table again from an earlier run's --json: its "
+                    "measured units fitted again (to --targets), nothing run")
     args = ap.parse_args(argv)
+    earlier = orjson.loads(args.replot.read_bytes()) if args.replot else None
+    if earlier is not None:  # its sizes and options; its units are not run again
+        options = earlier["options"]
+        args.memory, args.shard_tokens, args.seed = options["memory"], int(options["shard_tokens"]), int(options["seed"])
+        args.sample_tasks = int(options["sample_tasks"])
+        args.sizes = ",".join(f"{e['workload']['input_bytes']}B/{e['workload']['ranks']}" for e in earlier["sizes"]
+                              if e["built"])
+        args.no_check = True
     unknown = [n for n in args.exchange.split(",") if n not in EXCHANGES]
     if unknown:
         ap.error(f"--exchange: no exchange {', '.join(unknown)} (there are: {', '.join(EXCHANGES)})")
@@ -570,12 +588,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results: dict[str, Any] = {"options": {k: str(v) for k, v in vars(args).items()}, "sizes": [], "fits": {}}
     root = args.workdir or Path(tempfile.mkdtemp(prefix="sim-exchange-"))
     root.mkdir(parents=True, exist_ok=True)
+    if earlier is not None and "check" in earlier:
+        results["check"] = earlier["check"]
+        print(f"(from {args.replot}: its self-check and measured units, fitted again)")
+        print_check(results["check"])
     if not args.no_check:
         results["check"] = check(workdir=root)
         print_check(results["check"])
         if not results["check"]["ok"]:
             raise SystemExit("sim_exchange: the self-check failed: the simulation does not count what a real run does")
     runs: dict[str, list[dict[str, Any]]] = {ex.name: [] for ex in exchanges}
+    if earlier is not None:
+        for e in (e for e in earlier["sizes"] if e["built"]):
+            for ex in exchanges:
+                runs[ex.name].append({"workload": e["workload"], "units": e["units"][ex.name],
+                                      "every_rank": e["every_rank"][ex.name], "shape": e["shape"][ex.name],
+                                      "seconds": e["seconds"][ex.name]})
+        built = []
     try:
         for wl in built:
             for ex in exchanges:
@@ -588,7 +617,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             shutil.rmtree(root, ignore_errors=True)
     fits = {ex.name: fits_of(ex, runs[ex.name]) for ex in exchanges}
     results["fits"] = {name: list(f.values()) for name, f in fits.items()}
-    for k, wl in enumerate(built):
+    for k, wl in enumerate(workloads(args.sizes, args)):
         entry: dict[str, Any] = {"workload": workload_dict(wl), "built": True, "rows": {}, "totals": {}, "shape": {},
                                  "units": {}, "every_rank": {}, "seconds": {}}
         for ex in exchanges:
@@ -599,7 +628,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             entry["every_rank"][ex.name], entry["seconds"][ex.name] = got["every_rank"], got["seconds"]
         results["sizes"].append(entry)
     errors = {ex.name: fit_errors(ex, fits[ex.name], runs[ex.name]) for ex in exchanges}
-    if len(built) > 2:
+    if len(runs[exchanges[0].name]) > 2:
         results["holdout"] = {ex.name: holdout(ex, runs[ex.name]) for ex in exchanges}
     for wl in targets:
         entry = {"workload": workload_dict(wl), "built": False, "rows": {}, "totals": {}, "shape": {}}

@@ -44,7 +44,7 @@ MEAN_WORDS = _mean_words()
 
 def gib(n: float) -> str:
     """A byte count as people say it: 10 GB, 1 TB (powers of ten, as input sizes are given)."""
-    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+    for unit, scale in (("PB", 10**15), ("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if n >= scale:
             value = n / scale
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"

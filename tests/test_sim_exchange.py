@@ -186,3 +186,17 @@ def test_a_sparse_part_is_the_part_writers_but_the_payload(tmp_path):
     first = runs.run(0)
     seg = [Segment(str(tmp_path / "holes.bin"), 0, len(first[2]), int(first[4].sum()))]
     assert not sorted_lengths(seg).any()  # a head not written reads as zeros
+
+
+def test_a_run_printed_again_from_its_json_runs_nothing_and_fits_the_same(quick, capsys):
+    import sim_exchange
+
+    data, _, work = quick
+    again = sim_exchange.main(["--replot", str(work / "out.json"), "--targets", "1TB/100"])
+    assert [s["workload"]["name"] for s in again["sizes"]] == ["25 MB / 2 ranks", "100 MB / 4 ranks", "1 TB / 100 ranks"]
+    coefficients = [[(f["law"], f["a"], f["b"], f["n"]) for f in fits["today"]] for fits in (again["fits"], data["fits"])]
+    assert coefficients[0] == coefficients[1]
+    assert again["sizes"][2]["rows"] == data["sizes"][2]["rows"]
+    for before, now in zip(data["sizes"][:2], again["sizes"][:2]):
+        assert now["rows"] == before["rows"] and now["totals"] == before["totals"]
+    assert list((work / "parts").iterdir()) == []
