@@ -206,26 +206,36 @@ def real_run(root: Path, *, nbytes: int, ranks: int, files: int, memory: int, sh
 
 
 def simulated(real: RealRun, root: Path, *, exchange: Exchange | None = None) -> dict[str, Any]:
-    """The simulation of ``real``'s units (every one of them, in the same order), compared with it."""
+    """The simulation of ``real``'s run by ``exchange`` (today's: every head written), every unit of
+    it (its ``setup_units``, then every gather rank, then finalize), compared with the real unit of
+    the same name; a unit that only one side has fails the check."""
     wl = real.workload
     ex = exchange or Today(heads="all")
     out = Path(tempfile.mkdtemp(prefix=f"sim-{ex.name}-", dir=root)) / "out"
     paths = Paths(out=out, scratch=work_path(out))
     out.mkdir()
     prepared = in_child(lambda: ex.prepare(wl, sample=wl.ranks))
-    sim = [measured(ex, wl, paths, UnitRef("scatter", r), prepared) for r in range(wl.ranks)]
-    sim_parts = snapshot(paths.scratch)
-    sim += [measured(ex, wl, paths, UnitRef("gather", r), prepared) for r in range(wl.ranks)]
-    sim.append(measured(ex, wl, paths, UnitRef("finalize"), prepared))
+    setup = ex.setup_units(wl)
+    order = [*setup, *(u for u in (UnitRef("gather", r) for r in range(wl.ranks)) if u not in setup),
+             UnitRef("finalize")]
+    sim, sim_parts = [], {}
+    for k, unit in enumerate(order):
+        sim.append(measured(ex, wl, paths, unit, prepared))
+        if unit.kind == "scatter" and (k + 1 == len(order) or order[k + 1].kind != "scatter"):
+            sim_parts = snapshot(paths.scratch)  # before any gather unit gives spill back
+    mine = {u["unit"]: u for u in sim}
     units = []
-    for a, b in zip(real.units, sim):
+    for a in real.units:
         keys = COMPARED[a["kind"]]
-        units.append({"unit": a["unit"], "real": {k: value(a, k) for k in keys}, "sim": {k: value(b, k) for k in keys}})
+        b = mine.pop(a["unit"], None)
+        units.append({"unit": a["unit"], "real": {k: value(a, k) for k in keys},
+                      "sim": None if b is None else {k: value(b, k) for k in keys}})
+    units += [{"unit": name, "real": None, "sim": {}} for name in mine]  # a unit the real run does not have
     # the counts the totals use for the gather ranks a large run does not measure: its opens of part
     # files while it reads, from the engine's tables and plan, against what the unit measured
     counted = [{"unit": u["unit"], "measured": u["phases"]["read"]["part_opens"],
                 "counted": u["counted"]["read_pairs"] + u["counted"]["read_punches"]}
-               for u in sim if u["kind"] == "gather" and "read" in u["phases"]]
+               for u in sim if u["kind"] == "gather" and "read" in u["phases"] and "read_pairs" in u["counted"]]
     parts_equal = real.parts == sim_parts and len(sim_parts) == wl.task_count
     ok = parts_equal and all(u["real"] == u["sim"] for u in units) and all(c["measured"] == c["counted"] for c in counted)
     return {"units": units, "counted": counted, "parts_equal": parts_equal, "parts": len(sim_parts), "ok": ok,
@@ -254,6 +264,9 @@ def print_check(got: dict[str, Any]) -> None:
     print(f"  part files, byte for byte but the payloads: {'equal' if got['parts_equal'] else 'DIFFERENT'} "
           f"({got['parts']})")
     for u in got["units"]:
+        if u["real"] is None or u["sim"] is None:
+            print(f"  {u['unit']:<10} DIFFERENT only the {'simulation' if u['real'] is None else 'real run'} has it")
+            continue
         cells = ", ".join(f"{k} {u['real'][k]:,.0f}" + ("" if u["real"][k] == u["sim"][k] else f" (sim {u['sim'][k]:,.0f})")
                           for k in u["real"])
         print(f"  {u['unit']:<10} {'equal' if u['real'] == u['sim'] else 'DIFFERENT':<9} {cells}")
