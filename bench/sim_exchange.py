@@ -1,6 +1,6 @@
 """The exchange between scatter and gather at 1-100 TB, simulated with the engine's own code.
 
-    python bench/sim_exchange.py                       # ~10 min: measured to 100 GB / 100 ranks, then fitted
+    python bench/sim_exchange.py                       # ~18 min here: measured to 100 GB / 100 ranks, then fitted
     python bench/sim_exchange.py --quick               # seconds: toy sizes (a test runs it)
     python bench/sim_exchange.py --sizes 1GB/2,10GB/10 --targets 1TB/100 --json out.json
     python bench/sim_exchange.py --exchange today,NAME # exchanges side by side (``EXCHANGES``)
