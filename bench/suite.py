@@ -93,6 +93,8 @@ SUITE = (
           anchors=("datasketch",)),
     Bench("stages", ("--quick", "--mb", "20", "--events", "20000", "--worlds", "2")),
     Bench("scaling", ("--sizes", "0.005,0.02"), needs=("matplotlib",)),
+    Bench("sim_exchange", ("--quick",), file="sim_exchange.py",
+          note="toy sizes (at full size: measured to 100 GB / 100 ranks, fitted to 100 TB / 4,000)"),
     Bench("executors", ("--mb", "10", "--ranks", "2", "--executors", "local,dask", "--only", "tokens"),
           needs=("distributed",), anchors=("ray",),
           note="no Ray rows (at full size: --executors local,dask,ray starts a Ray head here)"),
@@ -115,8 +117,9 @@ NOT_RUN = {"ab_versions": "two checkouts side by side (--base PATH)",
            "profile_events": "profiles one command that you give it",
            "dedup_floor": "a floor measured on a corpus file that you give it",
            "dedup_datatrove": "datatrove's side of bench_dedup, run from its venv",
-           **dict.fromkeys(("harness", "corpus", "images", "chat_data", "planted", "make_tokenizers", "suite"),
-                           "a helper of the benchmarks")}
+           **dict.fromkeys(("harness", "corpus", "images", "chat_data", "planted", "make_tokenizers", "suite",
+                            "sim_meter", "sim_today", "sim_workload"), "a helper of the benchmarks"),
+           "sim_check": "the self-check of sim_exchange (which runs it first)"}
 
 
 def has(module: str) -> bool:

@@ -83,6 +83,12 @@ class Sizing:
             record_bytes=max(1 << 20, min(1 << 30, memory // (8 * workers))),
         )
 
+    def group_budget(self, *, workers: int, world: int) -> int:
+        """A gather unit's bucket-group budget: gather workers each hold a group at a time, so the
+        budget is shared between them; ranks each write 1/W of the shards, and smaller groups spare
+        them reading rows of their neighbours'."""
+        return max(16 << 10, self.group_bytes // (max(1, workers) * max(1, world)))
+
 
 def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, reader: Reader, processor: Processor,
                   tasks: Sequence[Task], sizing: Sizing, estimated_bytes: int, make_writer: MakeWriter, desc: str,
@@ -114,11 +120,8 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
                 results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update,
                                       idle=lambda: _preload(make_writer, job.splits))
         workers = max(1, opts.workers)
-        # gather workers each hold a group at a time: share the budget between them; ranks each
-        # write 1/W of the shards, and smaller groups spare them reading rows of their neighbours'
-        share = workers * (opts.world_size if staged else 1)
         dups, origins = _cleaned(job, results, memory=opts.memory)
-        budget = pinned_budget(work, max(16 << 10, sizing.group_bytes // share))  # a resumed gather's groups
+        budget = pinned_budget(work, sizing.group_budget(workers=workers, world=opts.world_size if staged else 1))
         splits = split_tables(job, results, budget=budget, duplicates=dups, origins=origins)
         kept = 0  # shards a killed run finished
         if not isinstance(unit, FinalizeUnit):

@@ -1,0 +1,542 @@
+"""Today's exchange (``engine/scatter``, ``shuffle``, ``run``, ``shard_plan``, ``gather``) as the
+simulation runs it: the engine's own units on part files whose payloads are holes.
+
+- **scatter** unit ``r`` (simulated: the one unit that is not the engine's own code, since it
+  would read and tokenize the input): its tasks (``i % W == r``) in the shared scratch folder
+  (``workdir.work_folder``), each checked for a finished part (``scatter.finished_task``), keyed
+  by ``kit.keys.place`` and bucketed by ``shuffle.bucket_of``, then written as a part file in
+  ``shuffle.PartWriter``'s layout (per (split, bucket) run: keys, input orders and lengths, then
+  the payload), its JSON footer and trailer, renamed into place. The payloads are left as holes,
+  and so are the heads of every run but those of the groups the plan reads (``Today(heads=...)``:
+  a 4 kB block a run on disk otherwise, ~50 GB at 100 GB of input); the gather reads zeros there.
+  ``sim_check.py`` checks these parts against a real scatter's, byte for byte but the payload.
+- **gather** unit ``r``: ``engine/run.convert_units`` for a ``GatherUnit``, as a cluster rank runs
+  it, with pack-tokens' writer (``formats/tokens/writer.TokensWriter``, ``--shard-tokens``, uint16
+  ids) whose shard files are holes (``sim_meter.HoleFile``: counted, not written or hashed). Its
+  phases: ``tables`` (the scratch folder, every task's footer in ``run._scattered``, the group
+  budget, every footer again in ``run.split_tables``), ``plan`` (``shard_plan.plan_split``: the
+  first rank computes the plan from the heads of the groups that hold a shard boundary, later
+  ranks read ``plan-train.json``), ``read`` (``gather.write_ranges``: its groups read and sorted,
+  each part of a group opened once, the shards cut and recorded, the spill punched).
+- **finalize**: ``convert_units`` for the ``FinalizeUnit``: the tables again, then ``gather.finish``
+  (the pieces of every range); where gather ranks were not run, their pieces do not exist and
+  ``finish`` is not run (its figures then come from the fits).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import orjson
+from sim_meter import (
+    Exchange,
+    Law,
+    Meter,
+    NotRun,
+    Paths,
+    Row,
+    UnitRef,
+    count_holes,
+    instrument,
+    pick_ranks,
+    shards_as_holes,
+)
+from sim_workload import HEAD_BYTES, TOKEN_BYTES, Workload
+
+from shardsmith.core.progress import Progress
+from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine.run import convert_units
+from shardsmith.engine.scatter import _task_id, finished_task, part_path
+from shardsmith.engine.shard_plan import SplitPlan, share
+from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC, bucket_of, groups
+from shardsmith.engine.split_gather import SplitGather
+from shardsmith.engine.units import FinalizeUnit, GatherUnit
+from shardsmith.engine.workdir import work_folder
+from shardsmith.formats.tokens.writer import TokensWriter
+from shardsmith.kit import keys as keymod
+from shardsmith.kit.batches import Segment
+from shardsmith.kit.keys import output_order
+from shardsmith.kit.reader import Task
+from shardsmith.kit.writer import ShardRange, Writer
+
+# ---------------------------------------------------------------- the scatter's part files
+
+
+@dataclass(frozen=True)
+class TaskRuns:
+    """A task's documents as the scatter groups them (``scatter._scatter_batch``): sorted by
+    (split, bucket), in input order within each, as one array per column, cut into runs (one
+    segment of the part file each) at ``starts``; ``records``: the task's record count."""
+
+    split: np.ndarray  # per run
+    bucket: np.ndarray  # per run
+    starts: np.ndarray  # per run, then the documents' count
+    keys: np.ndarray  # per document, in run order
+    order: np.ndarray
+    lengths: np.ndarray
+    records: int
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+    @property
+    def payloads(self) -> np.ndarray:
+        """Each run's payload bytes."""
+        return np.add.reduceat(self.lengths, self.starts[:-1]) if len(self) else np.zeros(0, np.int64)
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """Where each run starts in the part: runs back to back, each its heads then its payload."""
+        size = HEAD_BYTES * self.counts + self.payloads
+        return np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64) if len(self) else size
+
+    def __iter__(self) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+        return (self.run(i) for i in range(len(self)))
+
+    def run(self, i: int) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray]:
+        """Run ``i``: split, bucket, keys, input orders, lengths."""
+        a, b = int(self.starts[i]), int(self.starts[i + 1])
+        return int(self.split[i]), int(self.bucket[i]), self.keys[a:b], self.order[a:b], self.lengths[a:b]
+
+
+def task_runs(wl: Workload, task: Task) -> TaskRuns:
+    """A task's documents as the scatter groups them into runs (``TaskRuns``)."""
+    records, lengths = wl.documents(task)
+    split, keys, order = keymod.place(seed=wl.seed, shuffle=True, splits=wl.splits, paths=task.file.rel,
+                                      records=records, file_index=task.file.index)
+    group = split.astype(np.int64) * (1 << 32) + bucket_of(keys, wl.buckets)
+    perm = np.argsort(group, kind="stable")
+    g = group[perm]
+    starts = np.concatenate([[0], np.flatnonzero(g[1:] != g[:-1]) + 1, [len(g)]]).astype(np.int64) if len(g) \
+        else np.zeros(1, np.int64)
+    first = g[starts[:-1]]
+    return TaskRuns(split=first >> 32, bucket=first & 0xFFFFFFFF, starts=starts, keys=keys[perm], order=order[perm],
+                    lengths=np.asarray(lengths, dtype=np.int64)[perm], records=len(records))
+
+
+def footer_of(runs: TaskRuns, meta: dict[str, Any]) -> bytes:
+    """The part's JSON footer (``PartWriter.write``: one segment ``[split, bucket, offset, count,
+    payload bytes]`` per run)."""
+    segments = np.column_stack([runs.split, runs.bucket, runs.offsets, runs.counts, runs.payloads]).tolist()
+    return orjson.dumps({"meta": meta, "segments": segments})
+
+
+def write_part(path: Path, runs: TaskRuns, meta: dict[str, Any], *,
+               heads_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> dict[str, int]:
+    """A part file as ``PartWriter`` writes it (a temporary name, renamed into place), its footer
+    and trailer at the end, each run's payload a hole, and its heads (keys, input orders, lengths)
+    at their place where ``heads_of(splits, buckets)`` is true of the run (None: every run; else a
+    hole too: zeros). Returns the bytes of its heads (written or not), payload and footer; what is
+    left as holes is counted as such."""
+    footer = footer_of(runs, meta)
+    tmp = path.with_name(f".{path.name}.tmp-sim-{os.getpid()}")
+    offsets, counts = runs.offsets, runs.counts
+    heads = int(HEAD_BYTES * counts.sum())
+    payload = int(runs.lengths.sum())
+    written = 0
+    columns = np.stack([runs.keys.astype(np.uint64), runs.order.astype(np.uint64), runs.lengths.astype(np.uint64)])
+    chosen = np.arange(len(runs)) if heads_of is None else np.flatnonzero(heads_of(runs.split, runs.bucket))
+    with open(tmp, "wb", buffering=0) as fh:
+        for i in chosen.tolist():
+            a, b = int(runs.starts[i]), int(runs.starts[i + 1])
+            os.pwrite(fh.fileno(), memoryview(np.ascontiguousarray(columns[:, a:b])).cast("B"), int(offsets[i]))
+            written += HEAD_BYTES * (b - a)
+        os.pwrite(fh.fileno(), footer + _TRAILER.pack(len(footer), PART_MAGIC), heads + payload)
+    os.replace(tmp, path)
+    count_holes(heads - written + payload)
+    return {"heads": heads, "payload": payload, "footer": len(footer)}
+
+
+def task_meta(wl: Workload, task: Task, records: int) -> dict[str, Any]:
+    """The footer's ``meta`` of a task (``scatter.scatter_task``): the real scatter's where it was
+    recorded (``RecordedWorkload``), else that of a task with nothing skipped."""
+    recorded = wl.scatter_meta(task)
+    if recorded is not None:
+        return recorded
+    return {"task": task.index, "plan": _task_id(task), "buckets": wl.buckets, "records": records, "skipped": []}
+
+
+def make_writer(wl: Workload, out: Path) -> Callable[[str, ShardRange], Writer]:
+    """pack-tokens' writer at its defaults (``formats/tokens/format.TokensFormat.writer`` without
+    ``--nanogpt``, ``--provenance`` or ``--pack``): uint16 ids, ``--shard-tokens``."""
+    return lambda split, part: TokensWriter(out_dir=out, split=split, dtype=np.dtype(np.uint16),
+                                            shard_tokens=wl.shard_tokens, part=part)
+
+
+def reckon(wl: Workload, *, sample: int) -> dict[str, Any]:
+    """Every split's plan worked out from all the documents at once, before any part exists: the
+    buckets in key order grouped as ``shuffle.groups`` groups them under the unit's budget, the
+    documents in output order (``kit.keys.output_order``) cut by the writer's own rollover
+    (``plan_split`` gives the same: a group that fits whole goes in whole, which ``cut`` does too);
+    each gather rank's groups (``share`` of the shards) and the part files they touch; the gather
+    ranks to measure (``pick_ranks``). Returns per split the plan's bounds and the buckets whose
+    heads the scatter writes: those of the groups a bound lies in (which ``plan_split`` reads) and
+    of the measured ranks' groups (which their sort and writer read); elsewhere the gather reads
+    zeros it never looks at. The gather unit that plans checks that the engine's plan and tables
+    agree with this reckoning."""
+    writer = make_writer(wl, Path("."))(wl.splits[0][0], ShardRange())
+    cols: dict[str, list[np.ndarray]] = {"split": [], "bucket": [], "key": [], "order": [], "length": [], "task": []}
+    for task in wl.tasks:
+        records, lengths = wl.documents(task)
+        split, keys, order = keymod.place(seed=wl.seed, shuffle=True, splits=wl.splits, paths=task.file.rel,
+                                          records=records, file_index=task.file.index)
+        for name, col in zip(cols, (split, bucket_of(keys, wl.buckets), keys, order, lengths,
+                                    np.full(len(keys), task.index, dtype=np.int64))):
+            cols[name].append(col)
+    every = {name: np.concatenate(col) for name, col in cols.items()}
+    del cols
+    splits: list[dict[str, Any]] = []
+    pairs = np.zeros(wl.ranks, dtype=np.int64)
+    for s, (name, _) in enumerate(wl.splits):
+        mine = every["split"] == s
+        bucket, key, order, length, task = (every[c][mine] for c in ("bucket", "key", "order", "length", "task"))
+        count = np.bincount(bucket, minlength=wl.buckets)
+        payload = np.bincount(bucket, weights=length, minlength=wl.buckets).astype(np.int64)
+        whole = {b: [Segment("all", 0, int(count[b]), int(payload[b]))] for b in np.flatnonzero(count).tolist()}
+        grouped = groups(whole, budget=wl.group_budget)
+        group_of = np.zeros(wl.buckets, dtype=np.int64)
+        for g, (ids, _) in enumerate(grouped):
+            group_of[ids] = g
+        parts_in = np.bincount(np.unique(group_of[bucket] * max(1, wl.task_count) + task) // max(1, wl.task_count),
+                               minlength=len(grouped))  # part files each group reads
+        ranked = output_order(key, order)
+        cuts = writer.rollover().cut(writer.weights(length[ranked], None))
+        bounds = [0, *cuts, int(mine.sum())]
+        starts = np.concatenate([[0], np.cumsum([int(count[ids].sum()) for ids, _ in grouped])]).astype(np.int64)
+        plan = SplitPlan(bounds=bounds, weights=[0] * len(bounds))
+        per_rank = [[g for first, stop in ranges_of(wl, plan, r) for g in groups_of(starts, plan, first, stop)]
+                    for r in range(wl.ranks)]
+        for r, gs in enumerate(per_rank):
+            pairs[r] += int(parts_in[gs].sum())
+        splits.append({"name": name, "bounds": bounds, "grouped": [ids for ids, _ in grouped],
+                       "plan_groups": sorted({int(group_of[bucket[ranked[p]]]) for p in cuts}), "per_rank": per_rank})
+    ranks = pick_ranks(pairs.tolist(), done={0}, sample=sample)
+    out: dict[str, Any] = {"gather_ranks": ranks, "pairs": pairs.tolist()}
+    for sp in splits:
+        heads = set(sp["plan_groups"]) | {g for r in [0, *ranks] for g in sp["per_rank"][r]}
+        out[sp["name"]] = {"bounds": sp["bounds"], "buckets": sorted(b for g in heads for b in sp["grouped"][g])}
+    return out
+
+
+# ---------------------------------------------------------------- what each gather rank reads, counted
+
+
+def ranges_of(wl: Workload, plan: SplitPlan | None, rank: int) -> list[tuple[int, int]]:
+    """The shard ranges rank ``rank`` writes (``gather.gather``); [(0, 0)] on rank 0: the whole split."""
+    if plan is None:
+        return [(0, 0)] if rank == 0 else []
+    ranks = share(0, plan.shards, wl.ranks)
+    return share(*ranks[rank], max(1, wl.workers)) if rank < len(ranks) else []
+
+
+def groups_of(starts: np.ndarray, plan: SplitPlan | None, first: int, stop: int) -> list[int]:
+    """The groups the samples of shards ``[first, stop)`` lie in (``gather._write_run``), from where
+    each group starts (``SplitGather.starts``)."""
+    a, b = (0, int(starts[-1])) if plan is None else (plan.bounds[first], plan.bounds[stop])
+    g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
+    return [g for g in range(g0, g1) if int(starts[g + 1]) > a and int(starts[g]) < b]
+
+
+def group_counts(groups: list[list[Any]]) -> dict[str, int]:
+    """Opens (a part once per group: ``_load_group``), heads, payload and documents of these groups."""
+    return {"pairs": sum(len({s.path for s in g}) for g in groups),
+            "heads": sum(HEAD_BYTES * s.count for g in groups for s in g),
+            "payload": sum(s.payload_bytes for g in groups for s in g),
+            "docs": sum(s.count for g in groups for s in g)}
+
+
+def planned_groups(split: SplitGather, plan: SplitPlan) -> list[int]:
+    """The groups whose heads ``plan_split`` reads: each one a shard boundary lies in (one that fits
+    whole in the shard being filled is skipped: ``Rollover.takes_whole``)."""
+    starts = split.starts
+    return sorted({int(np.searchsorted(starts, bound, side="right")) - 1 for bound in plan.bounds[1:-1]})
+
+
+def punches(split: SplitGather, plan: SplitPlan, first: int, stop: int) -> int:
+    """The part files a range opens to give back its spill (``release.Release``, on a file system
+    that punches holes): as each shard is recorded, the groups wholly inside the range whose every
+    sample lies in a finished shard are punched, each part file of them opened once."""
+    starts = split.starts.tolist()
+    at = next((g for g, s in enumerate(starts[:-1]) if s >= plan.bounds[first]), len(split.groups))
+    opened = 0
+    for k in range(first, stop):
+        last = at
+        while last < len(split.groups) and starts[last + 1] <= plan.bounds[k + 1]:
+            last += 1
+        opened += len({seg.path for g in split.groups[at:last] for seg in g if seg.count})
+        at = last
+    return opened
+
+
+def buffer_bytes(folder: Path) -> int:
+    """The buffer of Python's buffered reads of a file in ``folder`` (``open(path, "rb")``: the file
+    system's ``st_blksize``, else ``io.DEFAULT_BUFFER_SIZE``), through which ``_load_group`` reads a
+    segment's heads and then its payload (``slack``)."""
+    while not folder.exists() and folder != folder.parent:  # (not made yet: its file system)
+        folder = folder.parent
+    size = os.stat(folder).st_blksize
+    return size if size > 1 else io.DEFAULT_BUFFER_SIZE
+
+
+def slack(nbytes: np.ndarray | int, buffer: int) -> np.ndarray | int:
+    """What a buffered read of a segment of ``nbytes`` (heads, then payload) fetches beyond it: the
+    heads fill the buffer, and a payload whose rest is shorter than the buffer fills it again (one
+    longer is read straight), so a segment under two buffers reads up to the next multiple of one."""
+    return np.where(np.asarray(nbytes) < 2 * buffer, -np.asarray(nbytes) % buffer, 0)
+
+
+def runs_slack(runs: TaskRuns, per_group: int, buffer: int) -> int:
+    """``slack`` of a part's reads when its segments are read in the gather's groups of
+    ``per_group`` consecutive buckets: the part's runs in one group are read back to back."""
+    sizes = np.bincount(runs.bucket.astype(np.int64) // per_group, weights=HEAD_BYTES * runs.counts + runs.payloads)
+    return int(slack(sizes[sizes > 0].astype(np.int64), buffer).sum())
+
+
+def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | None], rank: int, *,
+                buffer: int) -> dict[str, int]:
+    """What rank ``rank``'s ranges read and write, counted from the tables and plans."""
+    total = {"pairs": 0, "heads": 0, "payload": 0, "docs": 0, "tokens": 0, "shards": 0, "groups": 0, "ranges": 0,
+             "punches": 0, "max_group": 0, "segments": 0, "slack": 0}
+    for split, plan in zip(splits, made):
+        for first, stop in ranges_of(wl, plan, rank):
+            groups = groups_of(split.starts, plan, first, stop)
+            total["max_group"] = max([total["max_group"], *(sum(s.nbytes for s in split.groups[g]) for g in groups)])
+            total["segments"] += sum(len(split.groups[g]) for g in groups)
+            for g in groups:  # a part's segments in one group lie back to back: read through one buffer
+                by_part: dict[str, int] = {}
+                for seg in split.groups[g]:
+                    by_part[seg.path] = by_part.get(seg.path, 0) + seg.nbytes
+                total["slack"] += int(slack(np.fromiter(by_part.values(), dtype=np.int64), buffer).sum())
+            for key, value in group_counts([split.groups[g] for g in groups]).items():
+                total[key] += value
+            total["groups"] += len(groups)
+            total["ranges"] += 1
+            total["punches"] += 0 if plan is None else punches(split, plan, first, stop)
+            if plan is None:
+                total["tokens"] += sum(s.payload_bytes for g in split.groups for s in g) // TOKEN_BYTES
+                total["shards"] += 1
+            else:
+                total["tokens"] += plan.weights[stop] - plan.weights[first]
+                total["shards"] += stop - first
+    return total
+
+
+def saved_plan(scratch: Path, split: str) -> SplitPlan | None:
+    """A split's plan as the gather saved it (finalize reads no plan of its own but its shard count)."""
+    path = scratch / f"plan-{split}.json"
+    if not path.is_file():
+        return None
+    saved = orjson.loads(path.read_bytes())
+    return SplitPlan(bounds=saved["bounds"], weights=saved["weights"])
+
+
+# ---------------------------------------------------------------- the exchange
+
+
+class Today(Exchange):
+    """The exchange of shardsmith as it is: a part file per task, every footer in every unit."""
+
+    name: ClassVar[str] = "today"
+
+    def __init__(self, *, heads: str = "plan", folder: Path | None = None) -> None:
+        # "plan": the scatter writes the heads of the groups the plan and the measured gather
+        # units read (elsewhere zeros, which no measured unit looks into); "all": every head (a
+        # 4 kB block written per segment: ~50 GB at 100 GB of input)
+        self.heads = heads
+        self.buffer = buffer_bytes(folder or Path(tempfile.gettempdir()))  # where the parts are
+
+    rows: ClassVar[tuple[Row, ...]] = (
+        Row("scatter", "scatter", note="simulated: the engine's layout and footers, payloads as holes"),
+        Row("plan", "gather", phase="plan", rank=0,
+            note="made by the first gather unit (every gather unit that starts before plan-train.json exists)"),
+        Row("gather", "gather", note="the busiest measured gather unit (less the plan, the row above, where it "
+            "made it)"),
+        Row("finalize", "finalize", note="its finish (gather.finish: every range's pieces) run where every "
+            "gather rank with shards was run, else fitted"),
+    )
+    laws: ClassVar[tuple[Law, ...]] = (
+        Law("scatter", "opens", None, "tasks_per_rank"),
+        Law("scatter", "meta_read", None, ""),
+        Law("plan", "opens", "plan", "plan_pairs"),
+        Law("plan", "meta_read", "plan", "plan_pairs", exact="plan_heads"),
+        Law("plan", "cpu", "plan", "plan_pairs"),
+        Law("plan", "written", "plan", ""),
+        Law("gather", "opens", "tables", "parts"),
+        Law("gather", "opens", "plan", ""),
+        Law("gather", "opens", "read", "read_pairs+punch_pairs"),
+        Law("gather", "meta_read", "tables", "footer_bytes"),
+        Law("gather", "meta_read", "plan", "all_shards"),
+        Law("gather", "meta_read", "read", "read_pairs+read_slack", exact="read_heads"),
+        Law("gather", "cpu", "tables", "segments"),
+        Law("gather", "cpu", "plan", "all_shards"),
+        Law("gather", "cpu", "read", "read_pairs+read_docs"),
+        Law("gather", "written", "tables", ""),
+        Law("gather", "written", "plan", ""),
+        Law("gather", "written", "read", "read_docs+shards", exact="read_output"),
+        Law("gather", "rss", None, "segments+read_max_group"),
+        Law("finalize", "opens", "tables", "parts"),
+        Law("finalize", "opens", "finish", "pieces"),
+        Law("finalize", "meta_read", "tables", "footer_bytes"),
+        Law("finalize", "meta_read", "finish", "pieces"),
+        Law("finalize", "cpu", "tables", "segments"),
+        Law("finalize", "cpu", "finish", "pieces"),
+        Law("finalize", "written", "tables", ""),
+        Law("finalize", "written", "finish", ""),
+        Law("finalize", "rss", None, "segments"),
+    )
+
+    def prepare(self, wl: Workload, *, sample: int) -> dict[str, Any]:
+        return reckon(wl, sample=sample)
+
+    def setup_units(self, wl: Workload) -> list[UnitRef]:
+        """Every scatter unit, then the gather unit that plans (rank 0, the first to start)."""
+        return [*(UnitRef("scatter", r) for r in range(wl.ranks)), UnitRef("gather", 0)]
+
+    def run_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
+                 *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+        if unit.kind == "scatter":
+            return self._scatter(wl, paths, unit.rank, meter, prepared)
+        if unit.kind in ("gather", "finalize"):
+            return self._engine_unit(wl, paths, unit, meter, prepared, skip=skip)
+        raise ValueError(f"today's exchange has no {unit.kind} unit")
+
+    def _scatter(self, wl: Workload, paths: Paths, rank: int, meter: Meter, prepared: dict[str, Any]
+                 ) -> dict[str, Any]:
+        mine = [t for t in wl.tasks if t.index % wl.ranks == rank]
+        names = [name for name, _ in wl.splits]
+        read = np.array(sorted(s * (1 << 32) + b for s, name in enumerate(names) for b in prepared[name]["buckets"]),
+                        dtype=np.int64)
+
+        def heads_of(split: np.ndarray, bucket: np.ndarray) -> np.ndarray:
+            return np.isin(split.astype(np.int64) * (1 << 32) + bucket, read)
+
+        written = {"heads": 0, "payload": 0, "footer": 0, "docs": 0, "segments": 0}
+        with meter.phase("scatter"), work_folder(paths.out, run=wl.identity, shared=True) as work:
+            for task in mine:
+                if finished_task(str(work), task, buckets=wl.buckets) is not None:
+                    continue  # a part a killed run finished: reused
+                runs = task_runs(wl, task)
+                for key, value in write_part(part_path(str(work), task.index), runs,
+                                             task_meta(wl, task, runs.records),
+                                             heads_of=None if self.heads == "all" else heads_of).items():
+                    written[key] += value
+                written["docs"] += len(runs.keys)
+                written["segments"] += len(runs)
+        return {**written, "tasks_per_rank": len(mine), "docs_per_rank": written["docs"]}
+
+    def _engine_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
+                     *, skip: frozenset[str]) -> dict[str, Any]:
+        """A gather unit or finalize: ``engine/run.convert_units`` itself, instrumented."""
+        shards_as_holes()
+        captured = instrument(meter, skip=skip, punch_holes=False)
+        names = [name for name, _ in wl.splits]
+        computes = unit.kind == "gather" and not all((paths.scratch / f"plan-{n}.json").is_file() for n in names)
+        what = GatherUnit(rank=unit.rank, world=wl.ranks) if unit.kind == "gather" else FinalizeUnit()
+        opts = ConvertingOptions(seed=wl.seed, shuffle=True, workers=wl.workers, memory=wl.memory, splits=wl.splits,
+                                 stage=what.stage, rank=unit.rank, world_size=wl.ranks)
+        finished = True
+        with meter.phase("tables"):
+            try:
+                convert_units(what, opts=opts, out=paths.out, reader=None, processor=None,  # type: ignore[arg-type]
+                              tasks=wl.tasks, sizing=wl.sizing, estimated_bytes=wl.input_bytes,
+                              make_writer=make_writer(wl, paths.out), desc=unit.kind, progress=Progress(quiet=True),
+                              run=wl.identity)
+            except NotRun:
+                finished = False
+        splits = captured.splits
+        made = [captured.plans.get(s.name) or saved_plan(paths.scratch, s.name) for s in splits]  # (None: unplanned)
+        for split, plan in zip(splits, made):  # the heads written are those this plan read
+            if plan is not None and plan.bounds != prepared[split.name]["bounds"]:
+                raise AssertionError(f"split {split.name}: the engine planned {plan.shards} shards, the "
+                                     f"simulation's own reckoning {len(prepared[split.name]['bounds']) - 1}")
+        counts = {**self._table_counts(wl, paths, splits), "finished": finished}
+        if unit.kind == "finalize":
+            every = [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]
+            return {**counts, "pieces": sum(r["shards"] + r["ranges"] for r in every)}
+        mine = rank_counts(wl, splits, made, unit.rank, buffer=self.buffer)
+        plan_groups = [[s.groups[g] for g in planned_groups(s, p)] if computes and p is not None else []
+                       for s, p in zip(splits, made)]
+        planning = group_counts([g for gs in plan_groups for g in gs])
+        every = {"every_rank": [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]} if computes else {}
+        if every and [r["pairs"] for r in every["every_rank"]] != prepared["pairs"]:
+            raise AssertionError("the gather ranks' reads reckoned before the scatter (which chose the ranks to "
+                                 "measure) differ from those of the engine's tables")
+        return {**counts, "computed_plan": computes, **every, "punch_pairs": captured.punches,
+                "all_shards": sum(p.shards if p is not None else 1 for p in made),
+                **{f"read_{k}": v for k, v in mine.items()}, "shards": mine["shards"],
+                "read_output": mine["tokens"] * TOKEN_BYTES,
+                **{f"plan_{k}": v for k, v in planning.items()}}
+
+    def _table_counts(self, wl: Workload, paths: Paths, splits: list[SplitGather]) -> dict[str, Any]:
+        """The predictors of the tables: parts, segments, footer bytes (from the trailers, after the
+        unit: not counted in its phases)."""
+        footer = 0
+        for task in wl.tasks:
+            with open(part_path(str(paths.scratch), task.index), "rb") as fh:
+                fh.seek(-_TRAILER.size, os.SEEK_END)
+                footer += _TRAILER.unpack(fh.read(_TRAILER.size))[0]
+        return {"parts": wl.task_count, "segments": sum(len(g) for s in splits for g in s.groups),
+                "footer_bytes": footer, "groups": sum(len(s.groups) for s in splits)}
+
+    def shape(self, wl: Workload, *, sample_tasks: int) -> dict[str, float]:
+        """Today's predictors at any size: parts and buckets from the sizing rules; segments, footer
+        bytes, documents and tokens per part from the parts of a sample of tasks (the first file's:
+        at 64 MiB tasks and 65,536 buckets every part is alike), scaled to the run."""
+        tasks = wl.file_tasks(wl.files[0], limit=sample_tasks)
+        sampled = [task_runs(wl, task) for task in tasks]
+        seg = sum(len(runs) for runs in sampled)
+        foot = sum(len(footer_of(runs, task_meta(wl, task, runs.records))) for task, runs in zip(tasks, sampled))
+        docs = sum(len(runs.keys) for runs in sampled)
+        payload = sum(int(runs.lengths.sum()) for runs in sampled)
+        k, parts, ranks = len(tasks), wl.task_count, wl.ranks
+        segments, footer_bytes = parts * seg / k, parts * foot / k
+        docs_total, payload_total = parts * docs / k, parts * payload / k
+        shards = max(1, math.ceil(payload_total / TOKEN_BYTES / wl.shard_tokens))
+        bucket_bytes = (payload_total + HEAD_BYTES * docs_total) / wl.buckets
+        per_group = max(1, int(wl.group_budget // bucket_bytes))  # ``shuffle._group``: buckets while they fit
+        groups = -(-wl.buckets // per_group)
+        # a part is read by a group when it holds a document of one of the group's buckets
+        hits = [len(np.unique(runs.bucket.astype(np.int64) // per_group)) for runs in sampled]
+        parts_per_group = parts * float(np.mean(hits)) / groups
+        slack_per_pair = sum(runs_slack(runs, per_group, self.buffer) for runs in sampled) / max(1, sum(hits))
+        active = min(ranks, shards)
+        # the busiest rank: ``share`` gives a rank at most ceil(shards / W) shards of the plan's (each
+        # ``shard_tokens`` but the last), and its range touches one group more than it holds
+        busiest_shards = math.ceil(shards / ranks)
+        share_of_data = min(1.0, busiest_shards * wl.shard_tokens / (payload_total / TOKEN_BYTES))
+        busiest_groups = min(groups, share_of_data * groups + 1)
+        # ``release.Release`` punches the groups behind each finished shard: every part they touch, opened once
+        punch_pairs = busiest_shards * min(parts, parts_per_group * groups / shards)
+        docs_per_group, payload_per_group = docs_total / groups, payload_total / groups
+        tasks_per_rank = -(-parts // ranks)
+        all_groups = groups + active - 1  # every rank's reads together: a group once, again where two ranges share it
+        return {"parts": parts, "buckets": wl.buckets, "segments": segments, "footer_bytes": footer_bytes,
+                "docs": docs_total, "payload": payload_total, "tokens": payload_total / TOKEN_BYTES,
+                "shards": busiest_shards, "all_shards": shards, "groups": groups, "active_ranks": active,
+                "buckets_per_group": per_group, "parts_per_group": parts_per_group, "pieces": shards + active,
+                "tasks_per_rank": tasks_per_rank, "docs_per_task": docs / k, "docs_per_rank": tasks_per_rank * docs / k,
+                "read_pairs": busiest_groups * parts_per_group, "read_heads": HEAD_BYTES * busiest_groups * docs_per_group,
+                "read_docs": busiest_groups * docs_per_group, "punch_pairs": punch_pairs,
+                "read_slack": busiest_groups * parts_per_group * slack_per_pair,
+                "read_output": min(payload_total, busiest_shards * wl.shard_tokens * TOKEN_BYTES),
+                "read_payload": busiest_groups * payload_per_group,
+                "read_max_group": per_group * bucket_bytes,  # the group a reading rank holds (``LoadBuffer``)
+                "all_read_pairs": all_groups * parts_per_group, "all_read_heads": HEAD_BYTES * all_groups * docs_per_group,
+                "all_read_docs": all_groups * docs_per_group, "all_read_payload": all_groups * payload_per_group,
+                "all_read_slack": all_groups * parts_per_group * slack_per_pair,
+                "all_punch_pairs": shards * min(parts, parts_per_group * groups / shards),
+                "all_read_output": payload_total,
+                "plan_pairs": (shards - 1) * parts_per_group, "plan_heads": HEAD_BYTES * (shards - 1) * docs_per_group,
+                "plan_docs": (shards - 1) * docs_per_group, "sampled_tasks": k}

@@ -1,0 +1,202 @@
+"""bench/sim_exchange.py: the simulation of the exchange runs the engine's own units on part files
+whose payloads are holes, counts what each unit does as a real staged run counts it (checked
+against one), and extrapolates only from what it measured."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+from sim_check import RealRun, real_run, simulated  # noqa: E402
+from sim_today import Today, task_runs, write_part  # noqa: E402
+from sim_workload import Workload  # noqa: E402
+
+from shardsmith.engine.shuffle import PartWriter, read_part_footer, sorted_lengths  # noqa: E402
+from shardsmith.kit.batches import Segment  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory):
+    """A real pack-tokens run of ~0.6 MB on 2 ranks, every stage a process of its own, measured."""
+    root = tmp_path_factory.mktemp("real")
+    return real_run(root, nbytes=600_000, ranks=2, files=2, memory=2_000_000, shard_tokens=150_000, seed=0), root
+
+
+def test_the_simulation_counts_what_a_real_staged_run_counts(real):
+    run, root = real
+    got = simulated(run, root)
+    assert got["parts_equal"] and got["parts"] == run.workload.task_count >= 2
+    for unit in got["units"]:
+        assert unit["real"] == unit["sim"], unit
+    units = {u["unit"]: u["real"] for u in got["units"]}
+    parts = got["parts"]
+    for rank in (0, 1):
+        gather = units[f"gather {rank}"]
+        # every footer twice (run._scattered, run.split_tables), then its groups' parts, then punches
+        assert gather["part_opens"] > 2 * parts and gather["punches"] > 0 and gather["meta_read"] > 0
+        assert units[f"scatter {rank}"]["part_opens"] == len([t for t in run.workload.tasks if t.index % 2 == rank])
+    assert units["finalize"]["part_opens"] == 2 * parts
+    # the count the totals use for ranks a large run does not measure equals what a simulated unit opened
+    assert got["counted"] and all(c["measured"] == c["counted"] > 0 for c in got["counted"])
+    assert got["ok"]
+
+
+def test_the_self_check_fails_a_simulation_that_writes_other_parts(real):
+    run, root = real
+    other = RealRun(units=run.units, workload=dataclasses.replace(run.workload, seed=1), parts=run.parts)
+    got = simulated(other, root)  # the keys of another seed: other buckets, other segments
+    assert not got["parts_equal"] and not got["ok"]
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    """One --quick run (two toy sizes measured, three fitted), its JSON and its printed table."""
+    work = tmp_path_factory.mktemp("sim")
+    res = subprocess.run([sys.executable, ROOT / "bench" / "sim_exchange.py", "--quick", "--no-check", "--json",
+                          work / "out.json", "--workdir", work / "parts"], capture_output=True, text=True, timeout=300,
+                         cwd=ROOT)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads((work / "out.json").read_text()), res.stdout, work
+
+
+def test_every_size_has_every_unit_row_measured_or_fitted(quick):
+    data, out, work = quick
+    sizes = data["sizes"]
+    assert [s["workload"]["name"] for s in sizes] == ["25 MB / 2 ranks", "100 MB / 4 ranks", "1 TB / 100 ranks",
+                                                      "10 TB / 1,000 ranks", "100 TB / 4,000 ranks"]
+    for s in sizes:
+        rows = s["rows"]["today"]
+        assert list(rows) == ["scatter", "plan", "gather", "finalize"]
+        for label, row in rows.items():
+            assert row["source"] == ("m" if s["built"] else "f")
+            for metric in ("opens", "meta_read"):
+                assert row[metric] is not None and row[metric] >= 0, (s["workload"]["name"], label, metric)
+            assert (row["rss"] is None) == (label in ("plan", "scatter"))  # a phase; the scatter is not the engine's
+            if not s["built"]:  # an extrapolated figure carries its fit's error on the measured sizes
+                assert row["error"]["opens"] is not None
+        totals = s["totals"]["today"]
+        assert totals["units"] == 2 * s["workload"]["ranks"] + 1
+        assert totals["shared"] == pytest.approx(totals["meta_read"] + totals["payload_read"] + totals["written"])
+    assert "in all" in out and " f\n" in out and "fits of today's measured units" in out
+    assert list((work / "parts").iterdir()) == []  # each size's part files are removed after it
+
+
+def test_a_gather_unit_opens_every_footer_twice_then_each_part_once_per_group(quick):
+    data, _, _ = quick
+    opens = []
+    for s in (s for s in data["sizes"] if s["built"]):
+        parts, every = s["workload"]["tasks"], s["every_rank"]["today"]
+        gathers = [u for u in s["units"]["today"] if u["kind"] == "gather"]
+        assert {u["rank"] for u in gathers} == set(range(s["workload"]["ranks"]))  # few ranks: every one measured
+        for u in gathers:
+            tables, read = u["phases"]["tables"], u["phases"]["read"]
+            assert tables["part_opens"] == 2 * parts  # run._scattered, then run.split_tables
+            # each part of each of its groups once, then each part of the groups it punches
+            assert read["part_opens"] == every[u["rank"]]["pairs"] + every[u["rank"]]["punches"]
+            assert read["payload_read"] == every[u["rank"]]["payload"]
+        fin = next(u for u in s["units"]["today"] if u["kind"] == "finalize")
+        assert "finish" in fin["phases"] and fin["phases"]["tables"]["part_opens"] == 2 * parts
+        busiest = max(gathers, key=lambda u: u["phases"]["read"]["part_opens"])
+        opens.append(busiest["phases"]["tables"]["opens"] + busiest["phases"]["read"]["opens"])
+    # 16 -> 50 parts, 64 -> 256 buckets: the busiest unit's opens grow ~9x for 4x the data
+    assert opens[1] > 5 * opens[0], opens
+
+
+def test_the_shape_the_fits_are_evaluated_at_matches_the_parts_where_they_exist(quick):
+    from sim_exchange import shape_checks
+
+    data, _, _ = quick
+    for entry in (s for s in data["sizes"] if s["built"]):
+        checks = shape_checks(entry, "today")
+        assert set(checks) == {"segments", "footer_bytes", "read_pairs", "plan_pairs", "punch_pairs", "read_slack"}
+        for key, (sampled, counted) in checks.items():
+            # (what buffered reads fetch beyond the segments: a mean over sampled parts, coarse at toy sizes)
+            assert sampled == pytest.approx(counted, rel=0.35 if key == "read_slack" else 0.1), (entry["workload"], key)
+
+
+def test_the_fits_extrapolate_what_was_measured(quick):
+    data, _, _ = quick
+    fits = {(f["law"]["row"], f["law"]["metric"], f["law"]["phase"]): f for f in data["fits"]["today"]}
+    assert fits[("gather", "opens", "tables")]["b"] == [pytest.approx(2, abs=0.05)]
+    assert fits[("gather", "opens", "read")]["b"][0] == pytest.approx(1, rel=1e-3)  # each pair once
+    target = {s["workload"]["name"]: s for s in data["sizes"] if not s["built"]}
+    one, ten = target["1 TB / 100 ranks"], target["10 TB / 1,000 ranks"]
+    for s in (one, ten):
+        shape, rows = s["shape"]["today"], s["rows"]["today"]
+        t, p, r = (fits[("gather", "opens", phase)] for phase in ("tables", "plan", "read"))
+        want = (t["a"] + t["b"][0] * shape["parts"] + p["a"]
+                + r["a"] + r["b"][0] * shape["read_pairs"] + r["b"][1] * shape["punch_pairs"])
+        assert rows["gather"]["opens"] == pytest.approx(want, rel=1e-9)
+    assert ten["rows"]["today"]["finalize"]["rss"] > one["rows"]["today"]["finalize"]["rss"]
+    assert ten["totals"]["today"]["opens"] > 10 * one["totals"]["today"]["opens"]
+
+
+def test_exchanges_are_columns_side_by_side_and_an_unknown_one_is_one_line(tmp_path, monkeypatch, capsys):
+    import sim_exchange
+
+    class Renamed(Today):
+        name = "renamed"
+
+    monkeypatch.setitem(sim_exchange.EXCHANGES, "renamed", lambda args: Renamed())
+    got = sim_exchange.main(["--quick", "--no-check", "--sizes", "10MB/2", "--targets", "1TB/100",
+                             "--exchange", "today,renamed", "--workdir", str(tmp_path)])
+    for entry in got["sizes"]:
+        assert set(entry["rows"]) == {"today", "renamed"}
+        assert entry["rows"]["today"]["scatter"]["opens"] == entry["rows"]["renamed"]["scatter"]["opens"]
+    assert "opens renamed" in capsys.readouterr().out  # a column of its own
+    with pytest.raises(SystemExit) as stop:
+        sim_exchange.main(["--exchange", "today,nope"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no exchange nope" in err and "Traceback" not in err
+
+
+def test_a_sparse_part_is_the_part_writers_but_the_payload(tmp_path):
+    """The simulation's part file has the engine's layout: the same footer, and the same heads where
+    the gather reads them, as ``shuffle.PartWriter`` writes from the same documents with payloads."""
+    wl = Workload(input_bytes=20_000_000, ranks=1, memory=16_000_000)
+    task = wl.tasks[0]
+    runs = task_runs(wl, task)
+    n = runs.records
+    assert n > 300 and len(runs) > 16
+    meta = {"task": 0, "records": n}
+    real = PartWriter(tmp_path / "real.bin")
+    for split, bucket, keys, order, lengths in runs:
+        payload = np.random.default_rng(bucket).integers(0, 255, int(lengths.sum()), dtype=np.uint8).tobytes()
+        real.add(split=split, bucket=bucket, keys=keys, order=order, lengths=lengths, payload=payload)
+    real.write(meta)
+    got = write_part(tmp_path / "sim.bin", runs, meta)
+    assert got["payload"] == sum(int(r[4].sum()) for r in runs) == int(runs.lengths.sum())
+    assert read_part_footer(tmp_path / "sim.bin") == read_part_footer(tmp_path / "real.bin")
+    assert (tmp_path / "sim.bin").stat().st_size == (tmp_path / "real.bin").stat().st_size
+    for _, _, offset, count, nbytes in read_part_footer(tmp_path / "sim.bin")["segments"]:
+        seg = [Segment(str(tmp_path / "sim.bin"), offset, count, nbytes)]
+        both = [Segment(str(tmp_path / "real.bin"), offset, count, nbytes)]
+        assert np.array_equal(sorted_lengths(seg), sorted_lengths(both))
+    skipped = write_part(tmp_path / "holes.bin", runs, meta, heads_of=lambda split, bucket: bucket != runs.bucket[0])
+    assert skipped == got and read_part_footer(tmp_path / "holes.bin") == read_part_footer(tmp_path / "real.bin")
+    first = runs.run(0)
+    seg = [Segment(str(tmp_path / "holes.bin"), 0, len(first[2]), int(first[4].sum()))]
+    assert not sorted_lengths(seg).any()  # a head not written reads as zeros
+
+
+def test_a_run_printed_again_from_its_json_runs_nothing_and_fits_the_same(quick, capsys):
+    import sim_exchange
+
+    data, _, work = quick
+    again = sim_exchange.main(["--replot", str(work / "out.json"), "--targets", "1TB/100"])
+    assert [s["workload"]["name"] for s in again["sizes"]] == ["25 MB / 2 ranks", "100 MB / 4 ranks", "1 TB / 100 ranks"]
+    coefficients = [[(f["law"], f["a"], f["b"], f["n"]) for f in fits["today"]] for fits in (again["fits"], data["fits"])]
+    assert coefficients[0] == coefficients[1]
+    assert again["sizes"][2]["rows"] == data["sizes"][2]["rows"]
+    for before, now in zip(data["sizes"][:2], again["sizes"][:2]):
+        assert now["rows"] == before["rows"] and now["totals"] == before["totals"]
+    assert list((work / "parts").iterdir()) == []
