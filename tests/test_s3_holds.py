@@ -142,6 +142,23 @@ def test_a_container_beside_us_is_judged_by_its_heartbeat(store, corpus, bpe_tok
     assert _record(client, bucket, "x")["token"] == "theirs"
 
 
+def _frozen_run_one(client, name: str, inputs, bpe_tokenizer, tmp_path: Path, monkeypatch) -> tuple:
+    """(bucket, url, what run 1 made in its staging folder, run 1's session): run 1 driven in this
+    process through the engine's own session, its heartbeat frozen (it tells run 1 nothing)."""
+    from shardsmith.engine import outhold
+    from shardsmith.engine.outremote import output_store, remote_session
+
+    bucket = _bucket(client, name)
+    url = f"s3://{bucket}/x"
+    made = tmp_path / "made"  # what run 1 makes in its staging folder
+    assert run_cli(*_pack(inputs, made, bpe_tokenizer, "--seed", "1")).exit_code == 0
+    monkeypatch.setattr(outhold, "HEARTBEAT_SECONDS", 3600.0)
+    (tmp_path / "A").mkdir()
+    one = remote_session(url=url, staging=tmp_path / "A", overwrite=False, quiet=True,
+                         store=output_store(url=url, retries=0, retry_wait=0.01, part_size=None))
+    return bucket, url, made, one
+
+
 def test_a_run_that_lost_its_prefix_cannot_write_into_it(store, corpus, bpe_tokenizer, tmp_path,  # noqa: F811
                                                          monkeypatch):
     """Issue 42 item 3: run 1 is frozen (its heartbeat too) with its prefix claimed; another
@@ -153,21 +170,12 @@ def test_a_run_that_lost_its_prefix_cannot_write_into_it(store, corpus, bpe_toke
     import hashlib
     import shutil
 
-    from shardsmith.engine import outhold
     from shardsmith.engine.outlock import LockedError
-    from shardsmith.engine.outremote import output_store, remote_session
     from shardsmith.engine.session import held
     from shardsmith.kit import manifest_io
 
     client, _ = store
-    bucket = _bucket(client, "hold-fenced")
-    url = f"s3://{bucket}/x"
-    made = tmp_path / "made"  # what run 1 makes in its staging folder
-    assert run_cli(*_pack(corpus, made, bpe_tokenizer, "--seed", "1")).exit_code == 0
-    monkeypatch.setattr(outhold, "HEARTBEAT_SECONDS", 3600.0)  # frozen: no heartbeat tells run 1 anything
-    (tmp_path / "A").mkdir()
-    one = remote_session(url=url, staging=tmp_path / "A", overwrite=False, quiet=True,
-                         store=output_store(url=url, retries=0, retry_wait=0.01, part_size=None))
+    bucket, url, made, one = _frozen_run_one(client, "hold-fenced", corpus, bpe_tokenizer, tmp_path, monkeypatch)
     with pytest.raises(LockedError) as err, held(one):
         one.claim({"command": "pack-tokens", "options": "--seed 1", "inputs": "corpus"})
         opened = [u["UploadId"] for u in client.list_multipart_uploads(Bucket=bucket, Prefix="x/").get("Uploads", [])
@@ -212,20 +220,11 @@ def test_a_run_that_lost_its_prefix_and_failed_removes_nothing_of_the_new_run(st
     the other run's objects have those very ETags: it must ask first, and remove nothing."""
     import shutil
 
-    from shardsmith.engine import outhold
-    from shardsmith.engine.outremote import output_store, remote_session
     from shardsmith.engine.session import held
     from shardsmith.errors import DataError
 
     client, _ = store
-    bucket = _bucket(client, "hold-failed")
-    url = f"s3://{bucket}/x"
-    made = tmp_path / "made"  # what run 1 makes in its staging folder
-    assert run_cli(*_pack(corpus, made, bpe_tokenizer, "--seed", "1")).exit_code == 0
-    monkeypatch.setattr(outhold, "HEARTBEAT_SECONDS", 3600.0)  # frozen: no heartbeat tells run 1 anything
-    (tmp_path / "A").mkdir()
-    one = remote_session(url=url, staging=tmp_path / "A", overwrite=False, quiet=True,
-                         store=output_store(url=url, retries=0, retry_wait=0.01, part_size=None))
+    bucket, url, made, one = _frozen_run_one(client, "hold-failed", corpus, bpe_tokenizer, tmp_path, monkeypatch)
     with pytest.raises(DataError, match="a bad record"), held(one):
         one.claim({"command": "pack-tokens", "options": "--seed 1", "inputs": "corpus"})
         for rel in sorted(p.relative_to(made).as_posix() for p in made.rglob("*")
