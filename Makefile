@@ -27,7 +27,7 @@ demo: $(VENV)/.core
 # the walk-throughs (a user's path end to end: every docs page, the README's loops, a plugin package in a fresh
 # venv) are a target of their own, which .ci/run also runs
 test: $(VENV)/.dev
-	$(PY) -m pytest -n 2 --dist loadfile -m "not walkthrough"
+	$(PY) -m pytest -n 2 --dist loadfile -m "not walkthrough" --durations=25
 
 test-walkthroughs: $(VENV)/.dev
 	$(PY) -m pytest -n 2 --dist loadfile -m walkthrough

@@ -59,7 +59,7 @@ WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with
 def make_corpus(folder: Path, *, nbytes: int, files: int, seed: int) -> tuple[Path, Path]:
     """``files`` JSONL files of about ``nbytes`` in all (documents of lognormal length, as in
     ``corpus.py``), and a byte-level BPE (each byte a token: cheap to train, uint16 ids)."""
-    from shardsmith.transforms.tokenize import train_bpe
+    from shardsmith.text.tokenize import train_bpe
 
     rng = np.random.default_rng(seed)
     root = folder / "corpus"
