@@ -130,14 +130,10 @@ def environment() -> Any:
         """Every ``{{ }}`` value: its characters charged as produced; a value that is not a string
         read first (its text checked before it is made). Taking the evaluation context keeps Jinja
         from finalizing constants while compiling, uncounted (``{{ "<a megabyte>" }}`` in a loop)."""
-        if type(value) is str:  # (``made``, inline: every ``{{ }}`` of every render comes here)
+        if type(value) is str:  # (``made`` without its type tests: every ``{{ }}`` of every render comes here)
             budget = BUDGET.get()
             if budget is not None:
-                size = len(value)
-                budget.chars -= size
-                if budget.chars < 0 or size >= CHARS_PER_STEP:
-                    budget.chars += size
-                    budget.charge(size)
+                budget.charge(len(value))
             return value
         read_text(value, "a value to write out")
         return made(str(value))
