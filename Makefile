@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: demo test test-walkthroughs bench lint install-dev clean data docs
+.PHONY: demo test test-heavy test-walkthroughs bench lint install-dev clean data docs
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,10 +24,14 @@ demo: $(VENV)/.core
 	$(PY) examples/demo.py --out demo-out
 
 # two processes, each taking whole test files (a file's module fixtures, e.g. its S3 server, start once);
-# the walk-throughs (a user's path end to end: every docs page, the README's loops, a plugin package in a fresh
-# venv) are a target of their own, which .ci/run also runs
+# two suites are targets of their own, which .ci/run also runs: the heavy files (many processes a test: staged
+# runs, executors, kills, S3 stages and faults) and the walk-throughs (a user's path end to end: every docs
+# page, the README's loops, a plugin package in a fresh venv)
 test: $(VENV)/.dev
-	$(PY) -m pytest -n 2 --dist loadfile -m "not walkthrough" --durations=25
+	$(PY) -m pytest -n 2 --dist loadfile -m "not walkthrough and not heavy" --durations=25
+
+test-heavy: $(VENV)/.dev
+	$(PY) -m pytest -n 2 --dist loadfile -m heavy --durations=10
 
 test-walkthroughs: $(VENV)/.dev
 	$(PY) -m pytest -n 2 --dist loadfile -m walkthrough

@@ -18,6 +18,9 @@ from conftest import (
 
 from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def big_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:

@@ -20,6 +20,9 @@ from conftest import free_port, run_cli, run_subprocess, same_dataset, two_file_
 
 from shardsmith.errors import install_hint
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 pytest.importorskip("distributed")
 
 

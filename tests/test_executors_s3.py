@@ -17,6 +17,9 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 from test_s3_inputs import _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
 from test_s3_outputs import _bucket, _download, _keys  # noqa: E402
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 
 def test_a_dask_job_into_a_bucket_makes_the_local_files(s3, tmp_path: Path) -> None:  # noqa: F811
     local = tmp_path / "corpus"

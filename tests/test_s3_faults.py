@@ -24,6 +24,9 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 
 from test_s3_inputs import KEYS, _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 FAST = ["--retry-wait", "0.01"]  # the backoff is the code's; the tests need not wait for it
 
 

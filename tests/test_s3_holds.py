@@ -27,6 +27,9 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 from test_s3_inputs import s3, s3_env  # noqa: E402,F401  (fixtures)
 from test_s3_outputs import _bucket, _download, _keys, _pack, corpus, store  # noqa: E402,F401  (fixtures)
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 RECORD = ".shardsmith-run.json"
 
 

@@ -19,6 +19,9 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 from test_s3_faults import flaky  # noqa: E402,F401  (fixtures)
 from test_s3_inputs import _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 FILES = 40
 
 

@@ -16,6 +16,9 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 
 from test_s3_inputs import _upload, s3, s3_env  # noqa: E402,F401  (fixtures)
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 
 @pytest.mark.parametrize("command", ["pack-tokens", "convert"])
 def test_stages_from_s3_equal_the_local_run(s3, tmp_path, bpe_tokenizer, command):  # noqa: F811

@@ -24,6 +24,9 @@ from test_s3_outputs import _bucket, _download, _keys, _small_parts  # noqa: E40
 
 from shardsmith.engine import outstages  # noqa: E402
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 WORLD = 3
 
 

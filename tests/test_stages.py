@@ -9,6 +9,9 @@ from conftest import jpeg_folder, run_cli, tree_digest, two_file_corpus
 
 from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
+# many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
+pytestmark = pytest.mark.heavy
+
 
 @pytest.fixture(scope="module")
 def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
