@@ -2,7 +2,8 @@
 
 ``on_error="raise"`` (the default): one line naming the shard, the sample's key and why.
 ``on_error="skip"``: the sample is replaced, counted and recorded, up to ``max_skipped`` (a count,
-or a fraction of the samples this stream reads in the epoch); one more is that one-line error.
+or a fraction of the samples this stream reads in the epoch, rounded up); one more is that one-line
+error.
 
 **Exactness.** The replacement of sample i in epoch e is the first readable sample of a substitute
 sequence that depends only on (seed, epoch, i) (``substitutes``: splitmix64 of a keyed hash, not the
@@ -67,10 +68,11 @@ class SkipPolicy:
             raise ValueError(f"max_skipped={limit}: a fraction is in [0, 1) (a count is an int)")
 
     def limit(self, share: int) -> int:
-        """The skips allowed in a stream that reads ``share`` samples of the epoch."""
+        """The skips allowed in a stream that reads ``share`` samples of the epoch: a count as it is, a
+        fraction of the share rounded up (so a small stream's first bad sample is not already too many)."""
         if isinstance(self.max_skipped, int | np.integer):
             return operator.index(self.max_skipped)
-        return math.floor(float(self.max_skipped) * share)
+        return math.ceil(float(self.max_skipped) * share)
 
     def shown(self) -> str:
         return f"max_skipped={self.max_skipped!r}"
