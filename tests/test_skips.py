@@ -27,6 +27,7 @@ from shardsmith.kit.pipeline import EpochPipeline
 from shardsmith.kit.rank_split import EpochLayout, EpochOrder, global_position
 from shardsmith.kit.sample_kind import ListForm, SampleKind
 from shardsmith.kit.skips import substitutes
+from shardsmith.loader import mix
 
 BAD = {3, 11, 19}  # samples whose .json member does not decode (shards of 7: three shards hold one each)
 N = 30
@@ -88,7 +89,7 @@ def test_skip_replaces_each_bad_sample_by_its_substitute_by_every_road(tar):
     assert sum(batches, []) == singles
     adapter = ids(list(torch_adapters.TarIterable(ds, batch_size=4, rank=0, world_size=1, **opts)))
     assert adapter == batches
-    one = shardsmith.loader.mix({"only": ds}, {"only": 1}, seed=0, shuffle=False)
+    one = mix({"only": ds}, {"only": 1}, seed=0, shuffle=False)
     assert ids(list(one.iter(shuffle=True, batch_size=4, **opts))) == batches  # a mixture: the same pipeline
 
 
@@ -246,53 +247,58 @@ class Worker(EpochPipeline):
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 40), bad=st.sets(st.integers(0, 39), max_size=8), batch_size=st.sampled_from([None, 1, 2, 3]),
-       world=st.integers(1, 3), workers=st.integers(1, 3), shuffle=st.booleans(), seed=st.integers(0, 99),
-       epoch=st.integers(0, 3), drop_last=st.booleans(), world2=st.integers(1, 3), batch2=st.sampled_from([1, 2, 4]))
-def test_every_road_and_every_resume_give_the_same_samples_with_skips(n, bad, batch_size, world, workers, shuffle,
-                                                                       seed, epoch, drop_last, world2, batch2):
+       block=st.sampled_from([None, 1, 4]), world=st.integers(1, 3), workers=st.integers(1, 3),
+       shuffle=st.booleans(), seed=st.integers(0, 99), epoch=st.integers(0, 3), drop_last=st.booleans(),
+       at=st.integers(0, 20), world2=st.integers(1, 3), batch2=st.sampled_from([1, 2, 4]))
+def test_every_road_and_every_resume_give_the_same_samples_with_skips(n, bad, batch_size, block, world, workers,
+                                                                       shuffle, seed, epoch, drop_last, at, world2,
+                                                                       batch2):
+    """Any size, skip set, order (a permutation or shuffled blocks), ranks, workers and batch size: each
+    position of the epoch's order holds its sample or that sample's first readable substitute, whichever
+    road reads it (``ds.iter`` by samples or batches, DataLoader workers, a one-source mixture); a resume
+    at every step gives the rest of the run and its skip records; a global position taken at any step
+    starts another world size and batch size on the same samples."""
     bad = {b for b in bad if b < n}
     assume(2 * len(bad) < n)
-    ds = Numbers(n, bad)
-    skip = {"on_error": "skip", "max_skipped": n}
-    common = {"shuffle": shuffle, "seed": seed, "epoch": epoch, **skip}
-    ref = list(ds.iter(**common))  # the item at each position of the epoch's order, one rank
-    order = EpochOrder()(n, shuffle=shuffle, seed=seed, epoch=epoch)
-    for p, i in enumerate(order[0:n].tolist()):
-        assert ref[p] == (next(c for c in substitutes(n, seed=seed, epoch=epoch, index=i) if c not in bad)
-                          if i in bad else i)
+    ds, order = Numbers(n, bad), EpochOrder(block)
+    common = {"shuffle": shuffle, "seed": seed, "epoch": epoch, "on_error": "skip", "max_skipped": n}
+    ref = list(ds.walk(order=order, **common, rank=0, world_size=1, batch_size=None, drop_last=False))
+    visit = order(n, shuffle=shuffle, seed=seed, epoch=epoch)[0:n].tolist()
+    assert ref == [next(c for c in substitutes(n, seed=seed, epoch=epoch, index=i) if c not in bad) if i in bad
+                   else i for i in visit]  # each position: its sample, or its first readable substitute
     states = []
     for rank in range(world):
         layout = EpochLayout(total=n, start=0, batch_size=batch_size, rank=rank, world_size=world, drop_last=drop_last)
         want = [[ref[p] for p in range(*layout.positions(s).indices(n))] for s in range(layout.steps)]
         opts = {**common, "rank": rank, "world_size": world, "batch_size": batch_size, "drop_last": drop_last}
-        got = list(ds.iter(**opts))
+        got = list(ds.walk(order=order, **opts))
         assert got == (want if batch_size else sum(want, []))
-        streams = [list(Worker(ds, order=EpochOrder(), stream=(w, workers), start=None, **opts)._run())
+        streams = [list(Worker(ds, order=order, stream=(w, workers), start=None, **opts)._run())
                    for w in range(workers)]
-        dealt = [streams[s % workers][s // workers] for s in range(sum(map(len, streams)))]
-        assert dealt == got  # DataLoader workers: the same items, in turn
-        for k in range(len(got) + 1):  # resume at every step
-            it = ds.iter(**opts)
+        assert [streams[s % workers][s // workers] for s in range(len(got))] == got  # workers take steps in turn
+        if block is None:  # a mixture of this one source, read as any dataset: the same samples
+            one = mix({"only": ds}, {"only": 1}, seed=0, shuffle=False)
+            assert list(one.iter(**opts)) == got
+        whole = ds.walk(order=order, **opts)
+        list(whole)
+        for k in range(len(got) + 1):  # resume at every step: the rest, and the same records at the end
+            it = ds.walk(order=order, **opts)
             head = [next(it) for _ in range(k)]
-            again = ds.iter(**opts)
+            if k == min(at, len(got)):
+                states.append(it.state_dict())
+            again = ds.walk(order=order, **opts)
             again.load_state_dict(json.loads(json.dumps(it.state_dict())))
             assert head + list(again) == got
-        if batch_size:
-            it = ds.iter(**opts)
-            steps = min(1, len(got))
-            for _ in range(steps):
-                next(it)
-            states.append(it.state_dict())
-    if batch_size and all(s["produced"] == states[0]["produced"] for s in states):
+            assert again.state_dict() == whole.state_dict()
+    if batch_size:
         start = global_position(states)  # elastic: another world size and batch size from there
-        assert sorted(e["index"] for e in start["skipped"]) == sorted(
-            {int(order[p]) for p in range(start["position"])} & bad)
+        assert sorted(e["index"] for e in start["skipped"]) == sorted(set(visit[:start["position"]]) & bad)
         for rank in range(world2):
             layout = EpochLayout(total=n, start=start["position"], batch_size=batch2, rank=rank, world_size=world2,
                                  drop_last=False)
             want = [[ref[p] for p in range(*layout.positions(s).indices(n))] for s in range(layout.steps)]
-            got = list(ds.iter(**{**common, "rank": rank, "world_size": world2, "batch_size": batch2}, start=start))
-            assert got == want
+            opts = {**common, "rank": rank, "world_size": world2, "batch_size": batch2, "drop_last": False}
+            assert list(ds.walk(order=order, **opts, start=start)) == want
 
 
 # -- a real StatefulDataLoader with 2 workers, SIGKILLed mid-epoch, resumed in a fresh process ---------
