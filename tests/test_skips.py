@@ -91,6 +91,11 @@ def test_skip_replaces_each_bad_sample_by_its_substitute_by_every_road(tar):
     assert adapter == batches
     one = mix({"only": ds}, {"only": 1}, seed=0, shuffle=False)
     assert ids(list(one.iter(shuffle=True, batch_size=4, **opts))) == batches  # a mixture: the same pipeline
+    in_order = one.iter(batch_size=4, on_error="skip", max_skipped=3)  # as MixBatches reads it
+    assert ids(list(torch_adapters.MixBatches(one, batch_size=4, rank=0, world_size=1, drop_last=False,
+                                              on_error="skip", max_skipped=3))) == ids(list(in_order))
+    assert [e["key"] for e in in_order.report().skipped] == ["k003 (source 'only')", "k011 (source 'only')",
+                                                             "k019 (source 'only')"]
 
 
 def test_max_skipped_a_count_or_a_fraction_then_one_line(tar):
