@@ -3,7 +3,9 @@
 Writes ~20k small samples (a 1-3 KB ``jpg`` payload, random bytes, and a ``cls``) into tar shards
 with shardsmith's tar format helpers, then times from a warm page cache (medians of --repeat):
 - ``TarDataset[i]`` in a random order (target: 100k samples/s) and wids ``ShardListDataset[i]``;
-- ``TarDataset.iter(shuffle=True)`` over the whole split vs ``webdataset.WebDataset`` in order.
+- ``TarDataset.iter(shuffle=True)`` over the whole split vs ``webdataset.WebDataset`` in order;
+- the same in batches of 64, by ``ds.iter`` and by the torch adapter ``TarIterable`` in this process
+  (the loader's pipeline with its skip policy, which must cost nothing when nothing is skipped).
 
     .venv/bin/python bench/bench_tar_loader.py [--samples 20000] [--shards 4] [--repeat 3]
 """
@@ -95,9 +97,22 @@ def main() -> None:
             for _ in ds.webdataset():
                 pass
 
+        def batched_iter() -> None:
+            for _ in ds.iter(shuffle=True, seed=0, epoch=0, batch_size=64):
+                pass
+
         rows = {"TarDataset[i], random order": median_time(random_access, args.repeat),
                 "TarDataset.iter(shuffle=True)": median_time(shuffled_iter, args.repeat),
+                "TarDataset.iter(batch_size=64)": median_time(batched_iter, args.repeat),
                 "webdataset.WebDataset, in order": median_time(wds_iter, args.repeat)}
+        with contextlib.suppress(ImportError):  # the torch adapter, in this process (the pipeline, no workers)
+            from shardsmith.torch import TarIterable
+
+            def adapter_iter() -> None:
+                for _ in TarIterable(ds, batch_size=64, seed=0, rank=0, world_size=1):
+                    pass
+
+            rows["TarIterable(batch_size=64), no workers"] = median_time(adapter_iter, args.repeat)
         with contextlib.suppress(ImportError):
             import wids
 

@@ -41,6 +41,7 @@ from shardsmith.kit import dataset as loader_dataset
 from shardsmith.kit.epoch import EpochStream
 from shardsmith.kit.pipeline import EpochPipeline
 from shardsmith.kit.rank_split import EpochOrder, global_position
+from shardsmith.kit.skips import skip_report
 from shardsmith.loader.balance_sampler import BalancedSampler
 from shardsmith.torch_feed import DevicePrefetcher, map_tensors
 from shardsmith.torch_images import (
@@ -55,8 +56,8 @@ from shardsmith.torch_images import (
 __all__ = ["BalancedSampler", "Batches", "DecodeAugment", "DevicePrefetcher", "EpochBatchSampler", "EventBatches",
            "EventSamples", "EventTarBatches", "JpegBatch", "JpegCollate", "MemmapBatches", "MixBatches",
            "PackedBatches", "RandomResizedCropFlip", "TarIterable", "TarSamples", "TokenBatches", "TokenWindows",
-           "decode_jpegs", "event_collate", "global_position", "loader", "map_tensors", "to_model_input",
-           "varlen_collate"]
+           "decode_jpegs", "event_collate", "global_position", "loader", "map_tensors", "skip_report",
+           "to_model_input", "varlen_collate"]
 
 # torchdata 0.11's StatefulDataLoader calls torch.set_vital, which newer torch deprecates with a UserWarning for
 # every loader made: neither a user nor shardsmith can act on it, so that one warning from that one module is off.
@@ -88,13 +89,15 @@ class Batches(EpochPipeline, IterableDataset):
     ``start=``: a position, or a ``global_position`` (elastic resume). ``collate`` runs on each
     batch in the worker; without it a batch of arrays (token windows, memmap events) becomes tensors
     and other batches (lists of samples, ``EventBatch``) come as they are. The kind's adapters below
-    are this class with their kind's defaults.
+    are this class with their kind's defaults, and pass ``on_error``, ``max_skipped`` and ``verify``
+    (the skip policy, ``kit/skips.py``) on to it.
     """
 
     def __init__(self, dataset: Any, *, batch_size: int | None, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = True,
-                 collate: Callable[[Any], Any] | None = None, order: EpochOrder | None = None) -> None:
+                 collate: Callable[[Any], Any] | None = None, order: EpochOrder | None = None,
+                 on_error: str = "raise", max_skipped: int | float = 0.01, verify: str | None = None) -> None:
         if not isinstance(dataset, loader_dataset.Dataset):
             raise TypeError(f"{type(self).__name__} reads a loader dataset (shardsmith.kit.dataset.Dataset: a "
                             f"shardsmith dataset, a mixture or a plugin's), not a {type(dataset).__name__}")
@@ -102,7 +105,8 @@ class Batches(EpochPipeline, IterableDataset):
             collate = _to_torch
         super().__init__(dataset, order=dataset.epoch_order() if order is None else order, batch_size=batch_size,
                          shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start,
-                         drop_last=drop_last, collate=collate)
+                         drop_last=drop_last, collate=collate, on_error=on_error, max_skipped=max_skipped,
+                         verify=verify)
 
     def _stream(self) -> tuple[int, int]:
         """(worker, workers) of the process this runs in (0 of 1 outside DataLoader workers)."""
@@ -159,9 +163,9 @@ class TokenBatches(Batches):
 
     def __init__(self, dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
-                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True) -> None:
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True, **checks: Any) -> None:
         super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                         world_size=world_size, start=start, drop_last=drop_last)
+                         world_size=world_size, start=start, drop_last=drop_last, **checks)
 
 
 def varlen_collate(items: list[dict[str, np.ndarray]]) -> dict[str, Any]:
@@ -195,9 +199,9 @@ class PackedBatches(Batches):
 
     def __init__(self, dataset: PackedSequences, *, batch_size: int, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
-                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True) -> None:
+                 start: int | Mapping[str, Any] | None = None, drop_last: bool = True, **checks: Any) -> None:
         super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                         world_size=world_size, start=start, drop_last=drop_last, collate=varlen_collate)
+                         world_size=world_size, start=start, drop_last=drop_last, collate=varlen_collate, **checks)
 
 
 def loader(dataset: TokenDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0, epoch: int = 0,
@@ -240,9 +244,9 @@ class TarIterable(Batches):
     def __init__(self, dataset: TarDataset, *, batch_size: int | None = None, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = False,
-                 collate: Callable[[Any], Any] | None = None) -> None:
+                 collate: Callable[[Any], Any] | None = None, **checks: Any) -> None:
         super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate, **checks)
 
 
 class EventTarBatches(TarIterable):
@@ -253,9 +257,9 @@ class EventTarBatches(TarIterable):
     def __init__(self, dataset: EventTarDataset, *, batch_size: int | None = None, shuffle: bool = True,
                  seed: int = 0, epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = False,
-                 collate: Callable[[Any], Any] | None = None) -> None:
+                 collate: Callable[[Any], Any] | None = None, **checks: Any) -> None:
         super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate, **checks)
 
 
 class MemmapBatches(Batches):
@@ -266,9 +270,9 @@ class MemmapBatches(Batches):
     def __init__(self, dataset: MemmapDataset, *, batch_size: int, shuffle: bool = True, seed: int = 0,
                  epoch: int = 0, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = False,
-                 collate: Callable[[Any], Any] | None = None) -> None:
+                 collate: Callable[[Any], Any] | None = None, **checks: Any) -> None:
         super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate, **checks)
 
 
 # -- events (HDF5 event shards) -------------------------------------------------------------------
@@ -322,12 +326,12 @@ class EventBatches(Batches):
     def __init__(self, dataset: EventDataset, *, batch_size: int, block: int = BLOCK, exact: bool = False,
                  drop_last: bool = False, collate: Callable[[EventBatch], Any] | None = None,
                  shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int | None = None,
-                 world_size: int | None = None, start: int | Mapping[str, Any] | None = None) -> None:
+                 world_size: int | None = None, start: int | Mapping[str, Any] | None = None, **checks: Any) -> None:
         self.block = block
         self.exact = exact
         super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                          world_size=world_size, start=start, drop_last=drop_last, collate=collate,
-                         order=block_order(block, exact))
+                         order=block_order(block, exact), **checks)
 
 
 # -- weighted mixtures (shardsmith.loader.mix) --------------------------------------------------
@@ -341,6 +345,6 @@ class MixBatches(Batches):
 
     def __init__(self, mixture: Any, *, batch_size: int, rank: int | None = None, world_size: int | None = None,
                  start: int | Mapping[str, Any] | None = None, drop_last: bool = True,
-                 collate: Callable[[Any], Any] | None = None) -> None:
+                 collate: Callable[[Any], Any] | None = None, **checks: Any) -> None:
         super().__init__(mixture, batch_size=batch_size, shuffle=False, seed=mixture.seed, epoch=0, rank=rank,
-                         world_size=world_size, start=start, drop_last=drop_last, collate=collate)
+                         world_size=world_size, start=start, drop_last=drop_last, collate=collate, **checks)

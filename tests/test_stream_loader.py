@@ -250,6 +250,31 @@ def test_a_shard_object_of_another_size_is_refused_at_open_as_a_local_one(s3, bu
         assert f"({victim['bytes'] + 4096} bytes)" in msg, msg
 
 
+@pytest.mark.parametrize("name", ["webdataset", "hdf5"])
+def test_a_shard_of_another_size_is_skipped_when_asked_local_and_streamed_alike(s3, bucket, local, tmp_path, name):  # noqa: F811
+    """Issue 44 item 3: opened with ``on_error="skip"``, a shard of another size than the manifest's is
+    refused at its reads instead of at the open, so ``ds.iter(on_error="skip")`` replaces exactly its
+    samples: the same batches, the same skips, from a folder and from a bucket."""
+    folder = tmp_path / "grown"
+    shutil.copytree(local[name], folder)
+    victim = shards(folder)[1]
+    path = folder / victim["path"]
+    path.write_bytes(path.read_bytes() + bytes(4096))
+    prefix = f"grown-skip-{name}"
+    upload(s3, folder, prefix)
+    got = {}
+    for where, ds in (("local", shardsmith.open(folder, on_error="skip")),
+                      ("s3", opened(f"s3://{BUCKET}/{prefix}", tmp_path / "cache", on_error="skip"))):
+        it = ds.iter(seed=3, batch_size=8, on_error="skip", max_skipped=victim["samples"])
+        batches = [[{k: v.tolist() for k, v in b.event(j).items()} for j in range(len(b))]
+                   if isinstance(b, EventBatch) else [s["__key__"] for s in b] for b in it]
+        skipped = [(e["index"], e["key"], e["reason"]) for e in it.report().skipped]
+        got[where] = (pickle.dumps(batches), skipped)
+        first = sum(e["samples"] for e in shards(folder)[:1])
+        assert sorted(i for i, _, _ in skipped) == list(range(first, first + victim["samples"]))
+    assert got["local"] == got["s3"]
+
+
 TRUNCATE = r"""
 import json, os, sys
 import numpy as np

@@ -7,7 +7,9 @@ as one batch of its ``kind``: ``kit/sample_kind.py``), and the kind of its sampl
 their shards ahead) and ``release()`` (let go of what it holds open: a streamed dataset's cache
 may then evict it), None where a dataset has nothing to do; ``samples(indices)`` (the samples one
 at a time, for iteration without batches; by default ``ds[i]`` each) and ``__getitem__`` (by
-default sample 0 of ``read([i])``). ``fingerprint`` names what, besides its length, a saved
+default sample 0 of ``read([i])``); ``origin(i)`` (the shard and key that name sample i in an error
+and in a skip report) and ``verify_samples(indices)`` (a per-sample hash check, where the format
+records one: ``kit/skips.py``). ``fingerprint`` names what, besides its length, a saved
 position depends on (a mixture's weights and sources); None for a dataset of shards.
 
 Everything that walks an epoch runs on one pipeline (``kit/pipeline.py``): ``ds.iter`` here, the
@@ -33,6 +35,10 @@ class Dataset:
 
     prefetch: ClassVar[Callable[[np.ndarray], None] | None] = None
     release: ClassVar[Callable[[], None] | None] = None
+    # checks the samples at the indices against the hash its writer recorded for each, raising
+    # DatasetError for one that differs (``verify="sample"``); None: the format records no such hash
+    # (every built-in one: their manifests hash whole files, which ``shardsmith verify`` checks)
+    verify_samples: ClassVar[Callable[[np.ndarray], None] | None] = None
     fingerprint: str | None = None
 
     @property
@@ -57,17 +63,27 @@ class Dataset:
         """The samples at ``indices``, one at a time in order (an iteration without batches)."""
         return map(self.__getitem__, indices.tolist())
 
+    def origin(self, i: int) -> tuple[str, str]:
+        """(shard, key) of sample ``i``, as messages and ``report()`` name a sample that cannot be read;
+        a format that knows its shards and keys says them (tar: the shard's path, ``__key__``)."""
+        return str(getattr(self, "out_dir", type(self).__name__)), f"#{int(i)}"
+
     def epoch_order(self) -> EpochOrder:
         """The order ``iter`` and the adapters visit an epoch in: a permutation of the samples."""
         return EpochOrder()
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, drop_last: bool = False,
-             start: int | Mapping[str, Any] | None = None) -> EpochIterator:
+             start: int | Mapping[str, Any] | None = None, on_error: str = "raise",
+             max_skipped: int | float = 0.01, verify: str | None = None) -> EpochIterator:
         """This rank's samples (or, with ``batch_size``, batches) of one epoch, resumable
-        (``state_dict`` / ``load_state_dict``; ``start=``: a position or a ``global_position``)."""
+        (``state_dict`` / ``load_state_dict``; ``start=``: a position or a ``global_position``).
+        ``on_error="skip"`` replaces a sample that cannot be read, up to ``max_skipped`` (a count, or
+        a fraction of this rank's samples); ``verify="sample"`` checks each sample against the hash
+        its writer recorded for it, where the format records one (``kit/skips.py``)."""
         return self.walk(order=self.epoch_order(), shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                         world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start)
+                         world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start,
+                         on_error=on_error, max_skipped=max_skipped, verify=verify)
 
     def walk(self, *, order: EpochOrder, **options: Any) -> EpochIterator:
         """``iter`` in ``order``, the one pipeline's iterator (``kit/pipeline.py``)."""

@@ -12,6 +12,11 @@ dataset is read by byte ranges (HTTP Range), so random access never downloads wh
 Datasets report what they read (``touched``), so the window of shards moves on as the epoch does.
 Every byte comes from the version of the dataset opened: the store pins each object when it reads
 the manifest (S3: ``If-Match`` on every GET, ``storage/streamed.py``), the cache keeps files by sha256.
+
+A shard whose size differs from the manifest's is refused when the dataset is opened, on a folder and
+at a URL alike; opened with ``on_error="skip"`` (``shardsmith.open``) it is refused when it is first
+read instead (``Refused``), so the loader's skip policy (``kit/skips.py``) skips its samples and the
+other shards serve theirs.
 """
 
 from __future__ import annotations
@@ -39,15 +44,46 @@ AHEAD = 2  # shards prefetched ahead of the one being read
 KEEP_OPEN = 2  # streamed shards a process keeps mapped (each held in the cache while mapped)
 
 
+ON_ERROR = ("raise", "skip")
+
+
+class Refused:
+    """The shards of a split whose size differs from the manifest's: refused at once (``raise``), or
+    (``skip``) each kept with its error, raised by every read of that shard (``check``)."""
+
+    def __init__(self, on_error: str) -> None:
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error={on_error!r}: choose 'raise' or 'skip'")
+        self.on_error = on_error
+        self.errors: dict[int, DatasetError] = {}
+
+    def sized(self, s: int, check: Callable[[], Any]) -> Any:
+        """``check()`` of shard s (raising DatasetError when its size is not the manifest's): its
+        value, or, when shards are skipped, None and the error kept for the shard's reads."""
+        try:
+            return check()
+        except DatasetError as error:
+            if self.on_error == "raise":
+                raise
+            self.errors[s] = error
+            return None
+
+    def check(self, s: int) -> None:
+        error = self.errors.get(s)
+        if error is not None:
+            raise DatasetError(str(error))
+
+
 class LocalFiles:
     """A dataset folder on this machine."""
 
     streamed = False
     keep_open: int | None = None  # every shard stays mapped once opened
 
-    def __init__(self, out_dir: str | os.PathLike[str]) -> None:
+    def __init__(self, out_dir: str | os.PathLike[str], *, on_error: str = "raise") -> None:
         self.root = Path(out_dir)
         self.where = str(out_dir)
+        self.refused = Refused(on_error)
 
     def load_manifest(self) -> dict[str, Any]:
         return manifest_io.load(self.root)
@@ -56,15 +92,18 @@ class LocalFiles:
         """The manifest and the split's shard entries; each shard's path and identity, taken now."""
         self.manifest, self.entries = manifest_io.load_split(self.root, fmt=fmt, split=split)
         self.names: list[Any] = [manifest_mod.resolve_inside(self.root, e["path"]) for e in self.entries]
-        self.stamps = [stamp(path, size=e["bytes"]) for path, e in zip(self.names, self.entries)]
+        self.stamps = [self.refused.sized(s, lambda p=path, e=e: stamp(p, size=e["bytes"]))
+                       for s, (path, e) in enumerate(zip(self.names, self.entries))]
         return self.manifest, self.entries
 
     def open(self, s: int, *, release: Any = None) -> int:
         """A read-only descriptor of shard s, the file the dataset was opened on."""
+        self.refused.check(s)
         return open_checked(self.names[s], self.stamps[s])
 
     def local(self, s: int, *, release: Any = None) -> tuple[Path, Stamp, int | None]:
         """Shard s as a local path, its identity, and a descriptor to close when done with it (None)."""
+        self.refused.check(s)
         return self.names[s], self.stamps[s], None
 
     def whole(self, s: int) -> bool:
@@ -111,10 +150,11 @@ class StreamedFiles:
     streamed = True
     keep_open: int | None = KEEP_OPEN
 
-    def __init__(self, store: RemoteStore, cache: ShardCache, *, ahead: int = AHEAD) -> None:
+    def __init__(self, store: RemoteStore, cache: ShardCache, *, ahead: int = AHEAD, on_error: str = "raise") -> None:
         self.store = store
         self.cache = cache
         self.ahead = ahead
+        self.refused = Refused(on_error)
         self.where = store.where
         self.ranged_bytes = 0  # fetched by byte ranges in this process
         self._reset()
@@ -172,7 +212,8 @@ class StreamedFiles:
         for e in self.entries:
             self.store.key(e["path"])  # every name stays below the prefix: refused now, not mid-epoch
         # each shard of the manifest's size, as a local open checks (ranged reads trust the offsets)
-        self.store.expect({e["path"]: e["bytes"] for e in self.entries})
+        for s, e in enumerate(self.entries):
+            self.refused.sized(s, lambda e=e: self.store.expect({e["path"]: e["bytes"]}))
         return self.manifest, self.entries
 
     def item(self, entry: dict[str, Any]) -> Item:
@@ -184,6 +225,7 @@ class StreamedFiles:
         """Shard s from the cache (downloaded first when absent), held there until closed: the
         descriptor ``whole`` took, if it did (so nothing evicts it in between). ``release``: the
         dataset's way to let go of the shards it maps, should the download wait for room."""
+        self.refused.check(s)
         fd = self._held.pop(s, None)
         if fd is None:
             def let_go() -> None:
@@ -203,6 +245,7 @@ class StreamedFiles:
         """Whether to read shard s whole: cached, or among the next shards of the plan (then
         downloaded now, if the cache has room for it without waiting)."""
         self._mine()
+        self.refused.check(s)
         item = self.item(self.entries[s])
         if s in self._held:
             return True
@@ -226,11 +269,13 @@ class StreamedFiles:
 
     def read(self, s: int, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of shard s by a ranged read."""
+        self.refused.check(s)
         data = self.store.read(self.entries[s]["path"], start, end)
         self.ranged_bytes += len(data)
         return data
 
     def read_ranges(self, s: int, starts: list[int], ends: list[int]) -> list[bytes]:
+        self.refused.check(s)
         got = self.store.read_ranges(self.entries[s]["path"], starts, ends)
         self.ranged_bytes += sum(len(g) for g in got)
         return got
@@ -324,9 +369,10 @@ class StreamedFiles:
 
 def files_for(where: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str] | None = None,
               cache_limit: int | str | None = None, ahead: int = AHEAD, retries: int = 5,
-              retry_wait: float = 0.5) -> LocalFiles | StreamedFiles:
+              retry_wait: float = 0.5, on_error: str = "raise") -> LocalFiles | StreamedFiles:
     """The files of the dataset at ``where``: a folder, a URL (then ``cache_dir`` is needed), or the
-    files object of an opened dataset (passed on as it is)."""
+    files object of an opened dataset (passed on as it is). ``on_error="skip"``: a shard of another
+    size than the manifest's is refused at its reads, not at the open (``Refused``)."""
     from shardsmith.core.sizes import parse_size
     from shardsmith.core.urls import is_url, safe_url
     from shardsmith.errors import UsageError
@@ -334,13 +380,13 @@ def files_for(where: str | os.PathLike[str], *, cache_dir: str | os.PathLike[str
     if isinstance(where, LocalFiles | StreamedFiles):
         return where
     if not is_url(str(where)):
-        return LocalFiles(where)
+        return LocalFiles(where, on_error=on_error)
     if cache_dir is None:
         raise UsageError(f"{safe_url(str(where))}: a dataset at a URL is read through a local cache: give "
                          f"cache_dir= (and cache_limit=, default 20GB)")
     limit = parse_size(cache_limit if cache_limit is not None else "20GB", option="cache_limit")
     return StreamedFiles(RemoteStore(str(where), retries=retries, retry_wait=retry_wait),
-                         ShardCache(root=cache_dir, limit=limit), ahead=ahead)
+                         ShardCache(root=cache_dir, limit=limit), ahead=ahead, on_error=on_error)
 
 
 @contextlib.contextmanager

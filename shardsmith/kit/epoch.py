@@ -134,8 +134,12 @@ class EpochStream:
 
     def state_dict(self) -> dict[str, Any]:
         """How far this stream (this rank, or one DataLoader worker of it) has gone in the epoch, and
-        ``skipped``: the samples it replaced (kept for the skip policy; this pipeline reads every one)."""
-        return {"shardsmith": STATE, **self._options(), **self._saved(), "skipped": []}
+        ``skipped``: the samples it replaced (the loader pipeline's skip policy, ``kit/skips.py``)."""
+        return {"shardsmith": STATE, **self._options(), **self._saved(), "skipped": self._skip_records()}
+
+    def _skip_records(self) -> list[dict[str, Any]]:
+        """The samples this stream replaced in its epoch (a sampler reads nothing: none)."""
+        return []
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue where ``state`` was saved: the next iteration starts there, after the rest of its

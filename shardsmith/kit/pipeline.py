@@ -14,8 +14,9 @@ Steps:
    s ≡ w (mod W);
 3. fetch (``Fetch``): ``dataset.read(indices)`` per batch, or ``dataset.samples(indices)`` for the
    whole run of single samples (one pass that a dataset may read ahead in);
-4. skip policy: where a sample that cannot be read will be replaced and recorded (issue 44,
-   item 3): ``Fetch`` is the one place that reads, and the state has its ``skipped`` list;
+4. skip policy (``kit/skips.py``): ``Fetch`` is the one place that reads; a sample that cannot be
+   read is one line naming its shard and key, or (``on_error="skip"``) is replaced by its substitute,
+   counted against ``max_skipped`` and recorded in the state's ``skipped`` list;
 5. collate: ``collate(batch)`` (an adapter's tensors, a user's function), in the stream's process.
 """
 
@@ -26,21 +27,111 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.errors import DatasetError
 from shardsmith.kit.epoch import EpochStream
 from shardsmith.kit.rank_split import EpochOrder
+from shardsmith.kit.skips import (
+    TRIES,
+    SkipPolicy,
+    SkipReport,
+    check_entries,
+    fault,
+    origin,
+    reason_of,
+    substitutes,
+)
 
 
 class Fetch:
-    """The pipeline's reads of ``dataset``: the step a skip policy wraps (module, step 4)."""
+    """The pipeline's reads of ``dataset``, and its skip policy (``kit/skips.py``): the one place that
+    reads. ``batch`` and ``sample`` read; a read that fails (``DatasetError``) goes to ``mend``, which
+    raises one line naming the shard and key, or (``on_error="skip"``) replaces the samples that do
+    not read by their substitutes, records each in ``skipped`` and checks the limit. ``part`` tells
+    it the epoch being walked and this stream's share of it (the substitutes' key, the limit's base)."""
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, policy: SkipPolicy, *, seed: int) -> None:
         self.dataset = dataset
+        self.policy = policy
+        self.seed = seed
+        self.n = len(dataset)
+        self.skipped: list[dict[str, Any]] = []
+        self.epoch = 0
+        self._steps: tuple[Any, range] | None = None  # (layout, this stream's steps) of the part walked
+        check = getattr(dataset, "verify_samples", None)
+        if policy.verify is not None and check is None:
+            raise ValueError(f"verify='sample': {type(dataset).__name__} records no hash per sample to check "
+                             f"against (shardsmith's formats hash whole files: shardsmith verify checks them)")
+        self.verify: Callable[[np.ndarray], None] | None = check if policy.verify is not None else None
+
+    def part(self, *, epoch: int, layout: Any, steps: range) -> None:
+        """The iteration enters (a part of) epoch ``epoch``, where this stream takes ``steps`` of
+        ``layout`` (an ``EpochLayout``): records of other epochs are let go."""
+        if epoch != self.epoch:
+            self.skipped = [e for e in self.skipped if e["epoch"] == epoch]
+        self.epoch, self._steps = epoch, (layout, steps)
+
+    def share(self) -> int:
+        """The samples this stream reads in the epoch walked (what a fraction ``max_skipped`` is of)."""
+        if self._steps is None:
+            return 0
+        layout, steps = self._steps
+        return len(layout.positions_of(steps))
 
     def batch(self, indices: np.ndarray) -> Any:
-        return self.dataset.read(indices)
+        try:
+            batch = self.dataset.read(indices)
+            if self.verify is not None:
+                self.verify(indices)
+            return batch
+        except DatasetError as error:
+            return self.dataset.read(self.mend(indices, error))
 
     def samples(self, indices: np.ndarray) -> Iterator[Any]:
         return self.dataset.samples(indices)
+
+    def sample(self, index: int, error: DatasetError) -> Any:
+        """The sample that stands in for ``index``, whose read raised ``error`` (or that error, raised)."""
+        (substitute,) = self.mend(np.array([index], dtype=np.int64), error)
+        return next(iter(self.dataset.samples(np.array([substitute], dtype=np.int64))))
+
+    def readable(self, index: int) -> DatasetError | None:
+        """None if sample ``index`` reads (and verifies), else the error its read raised."""
+        one = np.array([index], dtype=np.int64)
+        try:
+            self.dataset.read(one)
+            if self.verify is not None:
+                self.verify(one)
+        except DatasetError as error:
+            return error
+        return None
+
+    def mend(self, indices: np.ndarray, error: DatasetError) -> np.ndarray:
+        """``indices`` with each sample that does not read replaced by its first readable substitute,
+        each recorded; raises when the policy is to raise, past the limit, or when every sample reads
+        alone (the batch's error is then not one sample's: raised as it is)."""
+        out = np.array(indices, dtype=np.int64, copy=True)
+        bad = [(k, found) for k, i in enumerate(out.tolist()) for found in [self.readable(i)] if found is not None]
+        if not bad:
+            raise error
+        for k, found in bad:
+            index = int(out[k])
+            shard, key = origin(self.dataset, index)
+            reason = reason_of(found, shard)
+            if self.policy.on_error == "raise":
+                raise fault(shard, key, reason, after=" (on_error='skip' replaces such samples)")
+            mine = sum(e["epoch"] == self.epoch for e in self.skipped)
+            allowed = self.policy.limit(self.share())
+            if mine >= allowed:
+                raise fault(shard, key, reason, after=f" (one more skip than the {allowed} that "
+                            f"{self.policy.shown()} allows this stream)")
+            substitute = next((c for c in substitutes(self.n, seed=self.seed, epoch=self.epoch, index=index)
+                               if self.readable(c) is None), None)
+            if substitute is None:
+                raise fault(shard, key, reason, after=f" (and none of its {TRIES} substitutes reads)")
+            self.skipped.append({"epoch": self.epoch, "index": index, "substitute": substitute, "shard": shard,
+                                 "key": key, "reason": reason})
+            out[k] = substitute
+        return out
 
 
 def order_name(order: EpochOrder, dataset: Any) -> str:
@@ -67,14 +158,16 @@ class EpochPipeline(EpochStream):
 
     ``batch_size=None``: single samples (``dataset.samples``), else batches (``dataset.read``);
     ``collate`` runs on each. Without ``rank``/``world_size`` they come from torch.distributed.
+    ``on_error``, ``max_skipped``, ``verify``: the skip policy (``kit/skips.py``).
     """
 
     def __init__(self, dataset: Any, *, order: EpochOrder, batch_size: int | None, shuffle: bool, seed: int,
                  epoch: int, rank: int | None, world_size: int | None, start: int | Mapping[str, Any] | None,
-                 drop_last: bool, collate: Callable[[Any], Any] | None = None) -> None:
+                 drop_last: bool, collate: Callable[[Any], Any] | None = None, on_error: str = "raise",
+                 max_skipped: int | float = 0.01, verify: str | None = None) -> None:
         self.dataset = dataset
         self.collate = collate
-        self.fetch = Fetch(dataset)
+        self.fetch = Fetch(dataset, SkipPolicy(on_error=on_error, max_skipped=max_skipped, verify=verify), seed=seed)
         super().__init__(len(dataset), order=_Named(order, order_name(order, dataset)), batch_size=batch_size,
                          shuffle=shuffle, seed=seed, epoch=epoch, rank=rank, world_size=world_size, start=start,
                          drop_last=drop_last)
@@ -89,23 +182,61 @@ class EpochPipeline(EpochStream):
             prefetch(self._ahead())
         return self._items(parts)
 
+    def _enter(self, k: int) -> None:
+        """Part k starts: the skip policy learns its epoch and this stream's steps of it (the base of a
+        fractional ``max_skipped``, counted only once a sample is skipped)."""
+        super()._enter(k)
+        place = self._places[k]
+        layout = self.layout(start=place["start"])
+        worker, workers = self._stream()
+        self.fetch.part(epoch=place["epoch"], layout=layout,
+                        steps=range((worker - place["shift"]) % workers, layout.steps, workers))
+
     def _items(self, parts: list[Any]) -> Iterator[Any]:
         """Each part's items, fetched and collated; the count goes up before each is handed over (a
         state taken while the consumer holds item k counts k + 1)."""
         collate = self.collate
+        fetch = self.fetch
         for k, (order, layout, steps) in enumerate(parts):
             if k:
                 self._enter(k)
-            if self.batch_size is None:  # single samples: one pass over the part, read ahead by the dataset
-                items = self.fetch.samples(order[layout.positions_of(steps)])
-            else:
-                items = (self.fetch.batch(order[layout.positions(step)]) for step in steps)
-            for item in items if collate is None else map(collate, items):
-                self._produced += 1
-                yield item
+            if self.batch_size is not None:
+                for items in (fetch.batch(order[layout.positions(step)]) for step in steps):
+                    self._produced += 1
+                    yield items if collate is None else collate(items)
+                continue
+            # single samples: one pass over the part, read ahead by the dataset; a sample that does not
+            # read ends that pass (a generator that raised is done): it is mended, and a new pass goes on
+            positions = order[layout.positions_of(steps)]
+            done, verify = 0, fetch.verify
+            while done < len(positions):
+                try:
+                    for item in fetch.samples(positions[done:]):
+                        if verify is not None:
+                            verify(positions[done:done + 1])
+                        done += 1
+                        self._produced += 1
+                        yield item if collate is None else collate(item)
+                except DatasetError as error:
+                    item = fetch.sample(int(positions[done]), error)
+                    done += 1
+                    self._produced += 1
+                    yield item if collate is None else collate(item)
         release = self.dataset.release
         if release is not None:
             release()
+
+    def _skip_records(self) -> list[dict[str, Any]]:
+        return [dict(e) for e in self.fetch.skipped]
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.fetch.skipped = check_entries(state.get("skipped", []))
+
+    def report(self) -> SkipReport:
+        """What this stream skipped in the epoch it walks (shard, key, reason, and where). A
+        DataLoader's workers keep their own: ``skip_report(loader.state_dict())``."""
+        return SkipReport(tuple(self._skip_records()))
 
 
 class EpochIterator:
@@ -119,10 +250,12 @@ class EpochIterator:
 
     def __init__(self, dataset: Any, *, order: EpochOrder, batch_size: int | None, shuffle: bool, seed: int,
                  epoch: int, rank: int, world_size: int, start: int | Mapping[str, Any] | None = None,
-                 drop_last: bool = False, collate: Callable[[Any], Any] | None = None) -> None:
+                 drop_last: bool = False, collate: Callable[[Any], Any] | None = None, on_error: str = "raise",
+                 max_skipped: int | float = 0.01, verify: str | None = None) -> None:
         self.pipeline = EpochPipeline(dataset, order=order, batch_size=batch_size, shuffle=shuffle, seed=seed,
                                       epoch=epoch, rank=rank, world_size=world_size, start=start,
-                                      drop_last=drop_last, collate=collate)
+                                      drop_last=drop_last, collate=collate, on_error=on_error,
+                                      max_skipped=max_skipped, verify=verify)
         self._items: Iterator[Any] | None = None
 
     def __iter__(self) -> Iterator[Any]:
@@ -158,3 +291,7 @@ class EpochIterator:
         """Continue where ``state`` was saved (of this dataset, order and layout; else ValueError)."""
         self.pipeline.load_state_dict(state)
         self._items = None
+
+    def report(self) -> SkipReport:
+        """What this iteration skipped in its epoch (``on_error="skip"``): shard, key, reason of each."""
+        return self.pipeline.report()

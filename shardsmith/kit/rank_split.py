@@ -203,14 +203,10 @@ def read_state(state: Any) -> dict[str, Any]:
 
 
 def _skipped(value: Any) -> list[Any]:
-    """A state's ``skipped``: the samples its stream replaced (issue 44's skip policy records them here;
-    a pipeline without one skips nothing, so a state that lists any is of a run this one cannot repeat)."""
-    if not isinstance(value, list):
-        raise ValueError(f"state_dict 'skipped' {value!r:.80} is not a list")
-    if value:
-        raise ValueError(f"state_dict 'skipped' lists {len(value)} skipped samples: this loader does not skip "
-                         f"samples, so it cannot resume that run exactly")
-    return []
+    """A state's ``skipped``: the samples its stream replaced (``kit/skips.py``), each record checked."""
+    from shardsmith.kit.skips import check_entries
+
+    return check_entries(value)
 
 
 def legacy_iter_state(state: Mapping[str, Any]) -> dict[str, Any]:
@@ -347,5 +343,7 @@ def global_position(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> 
     if len(set(counts.values())) > 1:
         raise ValueError(f"the ranks are at different steps {counts}: in DDP every rank takes the same number "
                          f"of batches; give the states all ranks saved at one step")
+    skipped = sorted((e for s in states for a in adapter_states(s) for e in read_state(a)["skipped"]
+                      if e["epoch"] == options["epoch"]), key=lambda e: e["index"])
     return {"shardsmith": POSITION, **{k: options[k] for k in IDENTITY}, "epoch": options["epoch"],
-            "position": _layout(options).position_after(steps)}
+            "position": _layout(options).position_after(steps), "skipped": skipped}

@@ -260,12 +260,20 @@ class Mixture(Dataset):
 
     def iter(self, *, shuffle: bool = False, seed: int | None = None, epoch: int = 0, rank: int = 0,
              world_size: int = 1, batch_size: int | None = None, drop_last: bool = False,
-             start: int | Mapping[str, Any] | None = None) -> Any:
+             start: int | Mapping[str, Any] | None = None, **checks: Any) -> Any:
         """The mixture on the loader's pipeline, by default as ``MixBatches`` reads it: in order (every
         prefix keeps the weights), under the mixture's seed, so their states are one; ``shuffle=True``
         reads it as any dataset (a permutation of its positions for ``seed`` and ``epoch``)."""
         return super().iter(shuffle=shuffle, seed=self.seed if seed is None else seed, epoch=epoch, rank=rank,
-                            world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start)
+                            world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start,
+                            **checks)
+
+    def origin(self, i: int) -> tuple[str, str]:
+        """Sample i's shard and key in its source (``Dataset.origin``), the source named."""
+        source, sample = self.locate(np.array([i], dtype=np.int64))
+        name = self.names[int(source[0])]
+        shard, key = self.sources[name].origin(int(sample[0]))
+        return shard, f"{key} (source {name!r})"
 
     def state(self, n: int) -> dict[str, Any]:
         """What ``start=`` needs to continue after the first n samples (plain ints and strings)."""

@@ -90,6 +90,11 @@ class EventDataset(Dataset):
 
     # -- metadata -------------------------------------------------------------------------------
 
+    def origin(self, i: int) -> tuple[str, str]:
+        """(shard, ``event j``: its number in the shard) of event ``i``, as a skip names it."""
+        s = bisect_right(self._starts, int(i)) - 1
+        return str(self._paths[s]), f"event {int(i) - self._starts[s]}"
+
     def __len__(self) -> int:
         return self._n
 
@@ -376,16 +381,17 @@ class EventDataset(Dataset):
 
     def iter(self, *, shuffle: bool = True, seed: int = 0, epoch: int = 0, rank: int = 0, world_size: int = 1,
              batch_size: int | None = None, block: int = BLOCK, exact: bool = False, drop_last: bool = False,
-             start: int | Mapping[str, Any] | None = None) -> EpochIterator:
+             start: int | Mapping[str, Any] | None = None, **checks: Any) -> EpochIterator:
         """This rank's events (or ``EventBatch``es) of one epoch, on the loader's pipeline.
 
         By default contiguous blocks of ``block`` events are visited in a shuffled order (the
         order inside a block is kept, so reads stay contiguous); ``exact=True`` shuffles every
         event. Ranks take runs of ``batch_size`` events of that order in turn (single events: a
         stride), every rank as many; ``state_dict()`` / ``load_state_dict()`` resume exactly.
+        ``checks``: ``on_error``, ``max_skipped``, ``verify`` (``Dataset.iter``).
         """
         return self.walk(order=block_order(block, exact), shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
-                         world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start)
+                         world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start, **checks)
 
 
 def _memory_bytes() -> int:

@@ -242,6 +242,11 @@ class TokenDataset(Dataset):
     def __len__(self) -> int:
         return max(0, (self.tokens - 1) // self.seq_len)
 
+    def origin(self, i: int) -> tuple[str, str]:
+        """(the shard window ``i`` starts in, ``window i``), as a skip names it."""
+        s = int(np.searchsorted(self._shards.starts, int(i) * self.seq_len, side="right")) - 1
+        return str(self._shards.paths[s]), f"window {int(i)}"
+
     def _check(self, indices: np.ndarray) -> np.ndarray:
         """Window indices as non-negative int64, or IndexError: a float or a bool is not an index, and
         an int beyond int64 (``trace OUT 99999999999999999999``) is out of range, not an OverflowError."""

@@ -187,6 +187,17 @@ class TarDataset(Dataset):
         s = bisect_right(self._starts, i) - 1
         return self._reader(s)(i - self._starts[s])
 
+    def origin(self, i: int) -> tuple[str, str]:
+        """(shard, ``__key__``) of sample ``i``: the key from the shard's member table, else from its
+        version-2 index (a shard that cannot be mapped is still named), else its number in the shard."""
+        i = operator.index(i)
+        s = bisect_right(self._starts, i) - 1
+        j = i - self._starts[s]
+        table, full = self._tables[s], self._indexes[s][1]
+        keys = table.keys if table is not None else index_members(full, where=self._where[s]).keys \
+            if full is not None else None
+        return self._where[s], keys[j] if keys is not None else f"#{j}"
+
     def _reader(self, s: int) -> _Open:
         """Shard s's reader in this process (opened on first use, and again after a fork)."""
         read = self._open[s] if self._fork == _forks else None

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.identity import intact
+from shardsmith.errors import DatasetError
 from shardsmith.formats.webdataset.decode import load_npy
 
 # a member that does not decode is read again by its shard's reader, whose error names the shard and byte
@@ -44,10 +45,15 @@ class _Uniform:
 
 
 def _uniform(ds: Any, s: int) -> _Uniform | None:
-    """Shard s as a ``_Uniform`` (mapped and tabled now, in this process), or None."""
-    if ds._files.keep_open is not None or not ds._files.whole(s):
-        return None  # streamed: its reader counts what it reads and may let go of maps
-    ds._reader(s)  # maps the shard and builds (and spot-checks) its member table
+    """Shard s as a ``_Uniform`` (mapped and tabled now, in this process), or None: also for a shard
+    that cannot be opened, whose reader then raises at each of its own samples (the loader's skip
+    policy replaces those, not the samples of other shards that share the window)."""
+    try:
+        if ds._files.keep_open is not None or not ds._files.whole(s):
+            return None  # streamed: its reader counts what it reads and may let go of maps
+        ds._reader(s)  # maps the shard and builds (and spot-checks) its member table
+    except DatasetError:
+        return None
     table, mm = ds._tables[s], ds._maps[s]
     if table is None or mm is None:
         return None
