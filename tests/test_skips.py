@@ -335,6 +335,7 @@ with open(log, "a") as out:
 """
 
 
+@pytest.mark.heavy  # two fresh processes importing torch: `make test-heavy`
 def test_stateful_dataloader_killed_mid_epoch_resumes_exactly_with_skips(tar, tmp_path):
     """The uninterrupted run is ``ds.iter``'s (the adapter's own batches by every road, above); the
     loader is SIGKILLed after 4 of its 10 batches and a fresh process resumes from its last state."""
