@@ -114,6 +114,30 @@ def test_far_positions_are_located_where_the_counts_say(w, gaps, far, k):
         assert abs(il.counts(far)[s] - f) <= 1
 
 
+def _nodes(node):
+    return [] if isinstance(node, int) else [node, *_nodes(node.rounded), *_nodes(node.other)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(2, 4), at=st.sets(st.integers(1, 10**10), min_size=1, max_size=3), data=st.data(),
+       lo=st.one_of(st.integers(0, 300), st.integers(0, 10**11)), span=st.integers(1, 400))
+def test_the_float_estimate_is_the_exact_count(k, at, data, lo, span):
+    """``_taken_at`` (float64 first, exact near a rounding edge) gives ``_taken``'s integers, for
+    decimal weights (many exact ties) and any floats alike, in every node."""
+    at = [0, *sorted(at)]
+    weight = st.one_of(decimal, st.floats(0, 100))
+    weights = {f"s{s}": [data.draw(weight) for _ in at] for s in range(k)}
+    weights = {n: [max(x, 0.01) if n == "s0" else x for x in row] for n, row in weights.items()}
+    weights = {n: row if any(row) else [0.5] * len(at) for n, row in weights.items()}
+    schedule = Schedule(at=at, weights=weights)
+    if not schedule.ramps(list(weights)):
+        return
+    il = schedule.interleave(list(weights))
+    m = np.arange(lo, lo + span, dtype=np.int64)
+    for node in _nodes(il._root):
+        assert il._taken_at(node, m).tolist() == [il._taken(node, v) for v in m.tolist()]
+
+
 # fixed weights: the places, lengths and fingerprints of 8ac82ac (before schedules), and a mixture
 # continued from a state with other weights
 PINNED = [([300, 200], [0.7, 0.3], 2, 900, True,

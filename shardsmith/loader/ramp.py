@@ -20,6 +20,11 @@ so each draw of N goes to exactly one child, and sample i is found by comparing
 ``at``, or in N's U_k), then a few integer products and one integer square root (τ solves N's
 quadratic; X's count at τ is linear in √S, whose floor ``math.isqrt`` gives exactly).
 
+``_taken_at`` (the runs a batch asks for) first estimates round(G_X(m)) in floating point and keeps
+an estimate only where G_X(m) + 1/2 is farther than ``TOLERANCE``·(1 + m) from an integer (the
+float error is below 1e-15·(1 + m)); the others, and positions past 2**50, are computed exactly:
+the same integers either way, most of them at numpy's speed.
+
 The bound: the root's children are within 1/2 of their counts (one rounding). A source under a
 group N is within 1/2 + |G_X(c_N) - G_X(F_N)| <= 1/2 + 1/2 (G_X and m - G_X both rise by at most
 1 per unit of m, and N is within 1/2): within 1 at every prefix, for any weights. A third level
@@ -33,6 +38,9 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 import numpy as np
+
+TOLERANCE = 1e-11  # an estimate this close (relative to the draw count) to a rounding edge is recomputed exactly
+FAST_LIMIT = 1 << 50  # draw counts up to here are estimated in float64 first
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class _Node:
     rounded: _Node | int
     rounded_group: _Group
     other: _Node | int
+    floats: dict[str, np.ndarray]  # the groups' numbers per segment as float64 (``_estimate``)
 
 
 class RampInterleave:
@@ -85,8 +94,11 @@ class RampInterleave:
         if len(members) == 1:
             return members[0]
         a, b = halves if halves is not None else ([members[0]], members[1:])
-        return _Node(group=self._group(members), rounded=self._build(a), rounded_group=self._group(a),
-                     other=self._build(b))
+        group, rounded = self._group(members), self._group(a)
+        floats = {name: np.array(values, dtype=np.float64) for name, values in [
+            ("u", group.u), ("p", group.p), ("delta", group.delta), ("xu", rounded.u), ("xp", rounded.p),
+            ("xdelta", rounded.delta), ("length", self.lengths)]}
+        return _Node(group=group, rounded=self._build(a), rounded_group=rounded, other=self._build(b), floats=floats)
 
     def _group(self, members: list[int]) -> _Group:
         return _Group.of(members, self.shares, self.lengths)
@@ -126,10 +138,52 @@ class RampInterleave:
         return (num + z) // (2 * length * q * d * d)
 
     def _taken_at(self, node: _Node, m: np.ndarray) -> np.ndarray:
-        """``_taken`` of each of ``m`` (int64), each distinct value computed once."""
+        """``_taken`` of each of ``m`` (int64), each distinct value once: estimated, and computed
+        exactly where the estimate is near a rounding edge (module docstring)."""
         values, inverse = np.unique(m, return_inverse=True)
-        got = np.array([self._taken(node, v) for v in values.tolist()], dtype=np.int64)
+        if values.size and values[-1] < FAST_LIMIT:
+            got, unsure = self._estimate(node, values)
+        else:
+            got, unsure = np.zeros(len(values), dtype=np.int64), np.ones(len(values), dtype=bool)
+        where = np.flatnonzero(unsure)
+        if where.size:
+            got[where] = self._exact_at(node, values[where])
         return got[inverse.reshape(-1)]
+
+    def _exact_at(self, node: _Node, m: np.ndarray) -> np.ndarray:
+        """``_taken`` of each of ``m``; where node and child both keep their shares through the segment
+        (G_X linear: fixed weights' ties at every few draws), in int64 at once when it cannot overflow."""
+        g, x, q = node.group, node.rounded_group, self.q
+        out = np.zeros(len(m), dtype=np.int64)
+        k = np.array([bisect_left(g.u, 2 * q * v) - 1 for v in m.tolist()], dtype=np.int64)
+        for seg in np.unique(k).tolist():
+            rows = np.flatnonzero(k == seg)
+            p, pa = g.p[seg], x.p[seg]
+            w = 2 * q * p
+            linear = seg >= 0 and p > 0 and g.delta[seg] == 0 and x.delta[seg] == 0
+            if linear and w * (int(m[rows[-1]]) + 1) < 1 << 62:
+                # round(G) = floor((P·U_X - P_X·U_N + Q·P + 2Q·P_X·m) / 2QP), split so each part fits
+                c1, c0 = divmod(p * x.u[seg] - pa * g.u[seg] + q * p, w)
+                s1, s0 = divmod(2 * q * pa, w)
+                out[rows] = c1 + s1 * m[rows] + (c0 + s0 * m[rows]) // w
+            else:
+                out[rows] = [self._taken(node, v) for v in m[rows].tolist()]
+        return out
+
+    def _estimate(self, node: _Node, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """round(G_X(m)) in float64 (``_taken``'s formulas, τ by the stable root), and where that is unsure."""
+        f, q = node.floats, float(self.q)
+        target = 2 * q * m.astype(np.float64)
+        k = np.clip(np.searchsorted(f["u"], target, side="left") - 1, 0, len(f["u"]) - 1)
+        length, p, delta = f["length"][k], f["p"][k], f["delta"][k]
+        rest = target - f["u"][k]
+        with np.errstate(all="ignore"):
+            d = length * rest / (p * length + np.sqrt(p * p * length * length + delta * length * rest))
+            y = (f["xu"][k] * length + 2 * f["xp"][k] * length * d + f["xdelta"][k] * d * d) / (2 * length * q) + 0.5
+            edge = np.abs(y - np.round(y))
+        unsure = ~(edge > TOLERANCE * (1 + m)) | (p == 0) & (k == len(f["u"]) - 1)  # nan is unsure too
+        got = np.where(unsure, 0, np.floor(np.where(unsure, 0, y))).astype(np.int64)
+        return got, unsure & (m > 0)
 
     # -- the interleave protocol ---------------------------------------------------------------------
 
