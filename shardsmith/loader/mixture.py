@@ -105,7 +105,7 @@ def _check(sources: Mapping[str, Any], weights: Mapping[str, float] | Schedule) 
                              f"share their kind of sample, window length, schema, tokenizers and pad ids)")
         if len(ds) == 0:
             raise UsageError(f"mix: source {name!r} is empty")
-    return weights if isinstance(weights, Schedule) else Schedule.fixed(weights)
+    return weights if isinstance(weights, Schedule) else Schedule.fixed(weights, checked=True)
 
 
 def _counts(value: Any, name: str) -> dict[str, int]:

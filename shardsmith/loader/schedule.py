@@ -32,7 +32,7 @@ RAMP_SOURCES = 4  # a schedule whose shares change mixes up to four sources (``l
 
 def _exact(w: Any) -> Fraction:
     """A weight as written: 0.3 is 3/10 (its shortest repr), an int itself."""
-    return Fraction(repr(float(w))) if isinstance(w, float) else Fraction(w)
+    return Fraction(repr(float(w))) if isinstance(w, float | np.floating) else Fraction(int(w))
 
 
 def _grid(shares: list[Fraction], q: int) -> list[int]:
@@ -57,6 +57,7 @@ class Schedule:
     """
 
     def __init__(self, *, at: Sequence[int], weights: Mapping[str, Any]) -> None:
+        at = at.tolist() if isinstance(at, np.ndarray) else at
         if isinstance(at, (str, bytes)) or not isinstance(at, Sequence) or not at:
             raise UsageError(f"schedule: at= must be a list of sample positions, not {at!r}"[:200])
         for x in at:
@@ -69,11 +70,13 @@ class Schedule:
         self.at = [int(x) for x in at]
         self.weights: dict[str, list[float]] = {}
         for name, w in weights.items():
-            row = [w] * len(self.at) if not isinstance(w, Sequence) or isinstance(w, str) else list(w)
+            listed = isinstance(w, Sequence | np.ndarray) and not isinstance(w, str)
+            row = list(np.asarray(w).tolist()) if listed else [w] * len(self.at)
             if len(row) != len(self.at):
                 raise UsageError(f"schedule: {name!r} has {len(row)} weights for {len(self.at)} points (at=)")
             for x in row:
-                if isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) or x < 0:
+                if isinstance(x, bool) or not isinstance(x, int | float | np.integer | np.floating) \
+                        or not math.isfinite(x) or x < 0:
                     raise UsageError(f"schedule: a weight of {name!r} is {x!r}; weights are numbers >= 0")
             if not any(row):
                 raise UsageError(f"schedule: {name!r} has weight 0 at every point: it would never be drawn")
@@ -83,9 +86,14 @@ class Schedule:
                 raise UsageError(f"schedule: every weight is 0 at sample {x}")
 
     @classmethod
-    def fixed(cls, weights: Mapping[str, Any]) -> Schedule:
-        """Fixed weights: a schedule of one point."""
-        return cls(at=[0], weights=weights)
+    def fixed(cls, weights: Mapping[str, Any], *, checked: bool = False) -> Schedule:
+        """Fixed weights: a schedule of one point (``checked``: ``mix`` has checked them already, and
+        a mixture is made in microseconds: the checks are not run twice)."""
+        if not checked:
+            return cls(at=[0], weights=weights)
+        schedule = cls.__new__(cls)
+        schedule.at, schedule.weights = [0], {str(n): [w] for n, w in weights.items()}
+        return schedule
 
     def __repr__(self) -> str:
         return f"Schedule(at={self.at!r}, weights={self.weights!r})"
@@ -101,6 +109,8 @@ class Schedule:
 
     def ramps(self, names: list[str]) -> bool:
         """Whether the shares change (else the fixed interleave reads it)."""
+        if len(self.at) == 1:
+            return False
         points = self._points(names)
         return any(p != points[0] for p in points[1:])
 
