@@ -40,13 +40,10 @@ def scheduled(at: list[int], weights: dict[str, list[float]], n: int) -> list[li
     for t in range(n):
         k = max(j for j in range(len(at)) if at[j] <= t)
         mid = Fraction(2 * t + 1, 2)
-        for s in range(len(names)):
-            if k + 1 < len(at):
-                frac = (mid - at[k]) / (at[k + 1] - at[k])
-                total[s] += points[k][s] + frac * (points[k + 1][s] - points[k][s])
-            else:
-                total[s] += points[k][s]
-        out.append(list(total))
+        frac = (mid - at[k]) / (at[k + 1] - at[k]) if k + 1 < len(at) else 0
+        ahead = points[k + 1] if k + 1 < len(at) else points[k]
+        total = [f + a + frac * (b - a) for f, a, b in zip(total, points[k], ahead)]
+        out.append(total)
     return out
 
 
@@ -67,11 +64,11 @@ def schedules(draw, *, most: int = 500):
     return at, weights
 
 
-@settings(max_examples=60, deadline=None)
-@given(plan=schedules(), n=st.integers(0, 700), seed=st.integers(0, 2**32))
+@settings(max_examples=40, deadline=None)
+@given(plan=schedules(most=300), n=st.integers(0, 400), seed=st.integers(0, 2**32))
 def test_every_prefix_is_within_one_of_the_scheduled_count(plan, n, seed):
     at, weights = plan
-    m = quiet(sources([9] * len(weights)), Schedule(at=at, weights=weights), seed=seed, num_samples=n)
+    m = quiet(sources([9] * len(weights)), Schedule(at=at, weights=weights), seed=seed, num_samples=n, shuffle=False)
     source, _ = m.locate(np.arange(n))
     counts = np.zeros(len(weights), dtype=np.int64)
     target = scheduled(at, weights, n)
