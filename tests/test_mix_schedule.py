@@ -319,6 +319,26 @@ def test_a_schedule_names_the_sources_and_ramps_up_to_four():
         mix(sources([5, 5]), {"s0": 1, "s1": 1}, seed=0, exhausted="never")
 
 
+def test_points_in_tokens_for_sources_of_a_fixed_seq_len(ramp_mix, tmp_path):
+    """Token windows of 16 tokens: point 640 tokens is sample 40; a point between samples, or
+    documents (no fixed number of tokens), are one-line errors."""
+    import shardsmith
+    from tests.test_torch_resume import token_dataset
+
+    parts, m = ramp_mix
+    seq_len = dict(parts["a"].kind.traits)["seq_len"]
+    tokens = Schedule(at=[x * seq_len for x in RAMP.at], weights=RAMP.weights, unit="tokens")
+    again = quiet(parts, tokens, seed=3, num_samples=len(m))
+    assert again.schedule.at == RAMP.at and again.fingerprint == m.fingerprint
+    with pytest.raises(UsageError, match=f"point 641 tokens is not a whole number of samples of {seq_len} tokens"):
+        mix(parts, Schedule(at=[0, 641], weights={"a": [1, 2], "b": 1, "c": 1}, unit="tokens"), seed=0)
+    docs = {n: shardsmith.loader.TokenDocuments(token_dataset(tmp_path / n, windows=20)) for n in ("x", "y")}
+    with pytest.raises(UsageError, match="fixed number of tokens per sample"):
+        mix(docs, Schedule(at=[0, 64], weights={"x": [1, 2], "y": 1}, unit="tokens"), seed=0)
+    with pytest.raises(UsageError, match="'samples' or 'tokens'"):
+        Schedule(at=[0], weights={"x": 1}, unit="bytes")
+
+
 # -- the recipe ------------------------------------------------------------------------------------------
 
 def test_a_recipe_schedules_weights(tmp_path, monkeypatch):
@@ -331,7 +351,7 @@ def test_a_recipe_schedules_weights(tmp_path, monkeypatch):
     for name, windows in [("web", 60), ("code", 30)]:
         token_dataset(tmp_path / name, windows=windows, seq_len=16, vocab=64)
     (tmp_path / "mix.toml").write_text(
-        '[mix]\nseed = 4\nnum_samples = 80\nschedule = [0, 40]\nexhausted = "stop"\n'
+        '[mix]\nseed = 4\nnum_samples = 80\nschedule = [0, 640]\nschedule_unit = "tokens"\nexhausted = "stop"\n'
         '[mix.sources.web]\npath = "web"\nweight = [0.8, 0.5]\nloader = "TokenDataset"\nseq_len = 16\n'
         '[mix.sources.code]\npath = "code"\nweight = [0.2, 0.5]\nloader = "TokenDataset"\nseq_len = 16\n')
     m = from_recipe("mix.toml")

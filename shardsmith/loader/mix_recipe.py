@@ -9,6 +9,7 @@ builds the same mixture from the same file with ``from_recipe``, so the two neve
     num_samples = 100000              # optional; default: no source repeats
     exhausted = "repeat"              # optional: a source that runs out repeats, or "stop" ends the mixture
     schedule = [0, 50000]             # optional: points of the sample index where weights are given
+    schedule_unit = "samples"         # optional: or "tokens" (sources of a fixed seq_len)
     [mix.sources.web]
     path = "shards/web"               # a finished dataset (relative to the working directory)
     weight = [0.7, 0.5]               # one per point of schedule (or one number: the same at every point)
@@ -36,10 +37,12 @@ def check(table: Any, *, where: str) -> dict[str, Any]:
     """The ``[mix]`` table, checked: seed, optional num_samples, sources with a path and a weight."""
     if not isinstance(table, Mapping):
         raise UsageError(f"{where}: [mix] must be a table")
-    unknown = set(table) - {"seed", "num_samples", "sources", "schedule", "exhausted"}
+    unknown = set(table) - {"seed", "num_samples", "sources", "schedule", "schedule_unit", "exhausted"}
     if unknown:
         raise UsageError(f"{where}: unknown keys {sorted(unknown)} in [mix] (seed, num_samples, exhausted, "
-                         f"schedule, sources)")
+                         f"schedule, schedule_unit, sources)")
+    if table.get("schedule_unit", "samples") not in ("samples", "tokens"):
+        raise UsageError(f"{where}: [mix] schedule_unit must be \"samples\" or \"tokens\"")
     points = table.get("schedule")
     if points is not None and (not isinstance(points, list) or not points or not all(
             type(x) is int and 0 <= x <= MAX_COUNT for x in points)):
@@ -76,7 +79,7 @@ def check(table: Any, *, where: str) -> dict[str, Any]:
             raise UsageError(f"{where}: [mix.sources.{name}] weight: {len(weight)} weights for the {len(points)} "
                              f"points of schedule")
     return {"seed": seed, "num_samples": num, "schedule": points, "exhausted": table.get("exhausted", "repeat"),
-            "sources": {n: dict(s) for n, s in sources.items()}}
+            "schedule_unit": table.get("schedule_unit", "samples"), "sources": {n: dict(s) for n, s in sources.items()}}
 
 
 def override(table: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -111,7 +114,8 @@ def build(table: Mapping[str, Any]) -> Any:
         datasets[name] = loader(source["path"], split=source.get("split", "train"), **extra)
     weights = {name: source["weight"] for name, source in table["sources"].items()}
     if table.get("schedule") is not None:
-        weights = shardsmith.loader.Schedule(at=table["schedule"], weights=weights)
+        weights = shardsmith.loader.Schedule(at=table["schedule"], weights=weights,
+                                             unit=table.get("schedule_unit", "samples"))
     return shardsmith.loader.mix(datasets, weights, seed=table["seed"], num_samples=table["num_samples"],
                                  exhausted=table.get("exhausted", "repeat"))
 

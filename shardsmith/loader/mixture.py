@@ -128,7 +128,9 @@ class Mixture(Dataset):
     def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float] | Schedule, *, seed: int,
                  num_samples: int | None, shuffle: bool, start: Mapping[str, Any] | None,
                  exhausted: str = "repeat") -> None:
-        self.schedule = _check(sources, weights)
+        given = _check(sources, weights)
+        # points given in tokens: in samples of the sources' tokens per sample (their kind's seq_len)
+        self.schedule = given.in_samples(dict(next(iter(sources.values())).kind.traits).get("seq_len"))
         if exhausted not in EXHAUSTED:
             raise UsageError(f"mix: exhausted={exhausted!r}: a source that runs out either starts a new pass "
                              f"('repeat') or ends the mixture ('stop')")
@@ -157,7 +159,7 @@ class Mixture(Dataset):
         self.ahead = AHEAD  # positions located at once for a run
         self._keys = np.array([path_hash(f"mix:{self.seed}", n) for n in self.names], dtype=np.uint64)
         self._len = self._no_repeats() if num_samples is None else int(num_samples)
-        if exhausted == "stop":
+        if exhausted == "stop" and num_samples is not None:
             self._len = min(self._len, self._no_repeats())
         ends = self.counts(self._len)
         self.epochs = {n: (self.consumed[n] + ends[n]) / self.lengths[n] for n in self.names}

@@ -1,7 +1,10 @@
 """Mixture weights that change over training: ``Schedule(at=[...], weights={...})``.
 
 A schedule names points on the mixture's sample index (``at``: 0 first, increasing) and each
-source's weight at every point (a number: the same at every point). The weights are normalised
+source's weight at every point (a number: the same at every point). ``unit="tokens"`` gives the
+points in tokens, for sources of a fixed number of tokens per sample (their kind's ``seq_len``:
+token windows, packed rows): point t is sample t / seq_len, so t must be a multiple of it. Documents
+hold varying numbers of tokens: where token t falls would depend on every sample drawn before it. The weights are normalised
 at each point; between two points each source's *share* moves linearly, after the last point it
 stays. A source's scheduled count after n samples is the integral of its share over [0, n]; the
 interleave (``loader/ramp.py``) keeps every prefix within 1 of it. A fixed mixture is a schedule
@@ -28,6 +31,7 @@ from shardsmith.loader.interleave import MAX_PERIOD, Interleave, interleave
 
 MAX_Q = 1 << 40  # the largest exact common denominator of every point's shares
 RAMP_SOURCES = 4  # a schedule whose shares change mixes up to four sources (``loader/ramp.py``: the bound)
+UNITS = ("samples", "tokens")  # what ``at`` counts
 
 
 def _exact(w: Any) -> Fraction:
@@ -51,12 +55,16 @@ def _grid(shares: list[Fraction], q: int) -> list[int]:
 class Schedule:
     """Piecewise-linear mixture weights over the sample index (see the module).
 
-    ``at``: the points (sample positions, 0 first, strictly increasing); ``weights``: source name ->
-    a number (the same at every point) or one weight per point (non-negative; at each point one
-    source at least is positive; each source positive at some point).
+    ``at``: the points (sample positions, 0 first, strictly increasing; ``unit="tokens"``: token
+    positions); ``weights``: source name -> a number (the same at every point) or one weight per
+    point (non-negative; at each point one source at least is positive; each source positive at
+    some point).
     """
 
-    def __init__(self, *, at: Sequence[int], weights: Mapping[str, Any]) -> None:
+    def __init__(self, *, at: Sequence[int], weights: Mapping[str, Any], unit: str = "samples") -> None:
+        if unit not in UNITS:
+            raise UsageError(f"schedule: unit={unit!r}: points count 'samples' or 'tokens'")
+        self.unit = unit
         at = at.tolist() if isinstance(at, np.ndarray) else at
         if isinstance(at, (str, bytes)) or not isinstance(at, Sequence) or not at:
             raise UsageError(f"schedule: at= must be a list of sample positions, not {at!r}"[:200])
@@ -92,11 +100,26 @@ class Schedule:
         if not checked:
             return cls(at=[0], weights=weights)
         schedule = cls.__new__(cls)
-        schedule.at, schedule.weights = [0], {str(n): [w] for n, w in weights.items()}
+        schedule.at, schedule.weights, schedule.unit = [0], {str(n): [w] for n, w in weights.items()}, "samples"
         return schedule
 
+    def in_samples(self, tokens_per_sample: Any) -> Schedule:
+        """This schedule with its points in samples (``unit="tokens"``: each divided by the sources'
+        tokens per sample, their kind's ``seq_len``; None: they have no fixed number, refused)."""
+        if self.unit == "samples":
+            return self
+        if type(tokens_per_sample) is not int or tokens_per_sample < 1:
+            raise UsageError("schedule: unit='tokens' needs sources of a fixed number of tokens per sample (token "
+                             "windows, packed rows: a seq_len); documents vary, give their points in samples")
+        uneven = [x for x in self.at if x % tokens_per_sample]
+        if uneven:
+            raise UsageError(f"schedule: point {uneven[0]:,} tokens is not a whole number of samples of "
+                             f"{tokens_per_sample} tokens")
+        return Schedule(at=[x // tokens_per_sample for x in self.at], weights=self.weights)
+
     def __repr__(self) -> str:
-        return f"Schedule(at={self.at!r}, weights={self.weights!r})"
+        unit = "" if self.unit == "samples" else f", unit={self.unit!r}"
+        return f"Schedule(at={self.at!r}, weights={self.weights!r}{unit})"
 
     def _points(self, names: list[str]) -> list[list[Fraction]]:
         """Each point's shares in ``names`` order (exact fractions summing to 1)."""
