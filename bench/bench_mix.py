@@ -12,7 +12,9 @@ Many sources: the same with 8 sources of random weights (``mix`` then builds one
 65,536 positions, loader/interleave.py), and the largest |count - weight·n| over the first 1M
 prefixes of each: ours stays below 1, megatron's greedy does not promise it.
 Mixed samples/s: three token datasets (--windows windows each, written directly), batches of
---batch-size from the mixture's order against each source alone in its own shuffled order.
+--batch-size from the mixture's order against each source alone in its own shuffled order; then
+the same mixture with a schedule (weights 0.5/0.3/0.2 at sample 0 moving linearly to 0.2/0.3/0.5
+at the middle: ``loader/ramp.py``'s exact interleave).
 
     .venv/bin/python bench/bench_mix.py [--samples 10000000] [--windows 200000] [--repeat 3]
 """
@@ -36,7 +38,7 @@ import shardsmith  # noqa: E402
 from shardsmith.kit.dataset import Dataset  # noqa: E402
 from shardsmith.kit.order import epoch_order  # noqa: E402
 from shardsmith.kit.sample_kind import ListForm, SampleKind  # noqa: E402
-from shardsmith.loader import mix  # noqa: E402
+from shardsmith.loader import Schedule, mix  # noqa: E402
 
 WEIGHTS = {"web": 0.5, "code": 0.3, "books": 0.2}
 
@@ -154,13 +156,25 @@ def throughput_rows(windows: int, batch: int, repeat: int) -> None:
             for s in range(steps):
                 m.get_batch(np.arange(s * batch, (s + 1) * batch))
 
+        ramp = Schedule(at=[0, steps * batch // 2], weights={"web": [0.5, 0.2], "code": [0.3, 0.3], "books": [0.2, 0.5]})
+        ms = mix(parts, ramp, seed=0, num_samples=steps * batch)
+
+        def scheduled():
+            for s in range(steps):
+                ms.get_batch(np.arange(s * batch, (s + 1) * batch))
+
         rates = {name: steps * batch / median_time(lambda ds=ds: alone(ds), repeat) for name, ds in parts.items()}
         slowest = min(rates, key=rates.get)
         rate = steps * batch / median_time(mixed, repeat)
+        rate_s = steps * batch / median_time(scheduled, repeat)
         print(f"mixed reading: {steps * batch:,} windows of 128 tokens, batches of {batch}")
         print("  alone: " + ", ".join(f"{k} {v:,.0f}/s" for k, v in rates.items()))
         print(f"  mixed: {rate:,.0f}/s = {rate / rates[slowest]:.2f} x the slowest source ({slowest}) alone")
+        print(f"  scheduled (0.5/0.3/0.2 -> 0.2/0.3/0.5): {rate_s:,.0f}/s = {rate_s / rates[slowest]:.2f} x the "
+              f"slowest source alone")
         key_figure("mixed reading", f"{rate:,.0f} windows/s, {rate / rates[slowest]:.2f}x the slowest source alone")
+        key_figure("scheduled mixed reading", f"{rate_s:,.0f} windows/s, {rate_s / rates[slowest]:.2f}x the slowest "
+                   f"source alone")
 
 
 def main() -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["EventDataset", "EventTarDataset", "MemmapDataset", "Mixture", "PackedSequences", "TarDataset",
-           "TokenDataset", "TokenDocuments", "mix", "open"]
+__all__ = ["EventDataset", "EventTarDataset", "MemmapDataset", "Mixture", "PackedSequences", "Schedule",
+           "TarDataset", "TokenDataset", "TokenDocuments", "mix", "open"]
 
 _CLASSES = {
     "EventDataset": "shardsmith.formats.hdf5.dataset",
@@ -18,6 +18,7 @@ _CLASSES = {
     "MemmapDataset": "shardsmith.formats.memmap.dataset",
     "Mixture": "shardsmith.loader.mixture",
     "PackedSequences": "shardsmith.formats.tokens.packed",  # pack-tokens --pack: {tokens, cu_seqlens}
+    "Schedule": "shardsmith.loader.schedule",  # mixture weights that change over training
     "TarDataset": "shardsmith.formats.webdataset.dataset",
     "TokenDataset": "shardsmith.formats.tokens.dataset",
     "TokenDocuments": "shardsmith.formats.tokens.dataset",

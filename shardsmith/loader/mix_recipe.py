@@ -7,9 +7,12 @@ builds the same mixture from the same file with ``from_recipe``, so the two neve
     [mix]
     seed = 0
     num_samples = 100000              # optional; default: no source repeats
+    exhausted = "repeat"              # optional: a source that runs out repeats, or "stop" ends the mixture
+    schedule = [0, 50000]             # optional: points of the sample index where weights are given
+    schedule_unit = "samples"         # optional: or "tokens" (sources of a fixed seq_len)
     [mix.sources.web]
     path = "shards/web"               # a finished dataset (relative to the working directory)
-    weight = 0.5
+    weight = [0.7, 0.5]               # one per point of schedule (or one number: the same at every point)
     split = "train"                   # optional, "train" by default
     loader = "TokenDataset"           # optional: a loader class of shardsmith.loader (default: open,
     seq_len = 128                     # which gives documents for tokens, PackedSequences for packed
@@ -34,9 +37,18 @@ def check(table: Any, *, where: str) -> dict[str, Any]:
     """The ``[mix]`` table, checked: seed, optional num_samples, sources with a path and a weight."""
     if not isinstance(table, Mapping):
         raise UsageError(f"{where}: [mix] must be a table")
-    unknown = set(table) - {"seed", "num_samples", "sources"}
+    unknown = set(table) - {"seed", "num_samples", "sources", "schedule", "schedule_unit", "exhausted"}
     if unknown:
-        raise UsageError(f"{where}: unknown keys {sorted(unknown)} in [mix] (seed, num_samples, sources)")
+        raise UsageError(f"{where}: unknown keys {sorted(unknown)} in [mix] (seed, num_samples, exhausted, "
+                         f"schedule, schedule_unit, sources)")
+    if table.get("schedule_unit", "samples") not in ("samples", "tokens"):
+        raise UsageError(f"{where}: [mix] schedule_unit must be \"samples\" or \"tokens\"")
+    points = table.get("schedule")
+    if points is not None and (not isinstance(points, list) or not points or not all(
+            type(x) is int and 0 <= x <= MAX_COUNT for x in points)):
+        raise UsageError(f"{where}: [mix] schedule must be a list of sample positions, e.g. [0, 50000]")
+    if table.get("exhausted", "repeat") not in ("repeat", "stop"):
+        raise UsageError(f"{where}: [mix] exhausted must be \"repeat\" or \"stop\"")
     seed, num = table.get("seed", 0), table.get("num_samples")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise UsageError(f"{where}: [mix] seed must be an integer")
@@ -59,7 +71,15 @@ def check(table: Any, *, where: str) -> dict[str, Any]:
             raise UsageError(f"{where}: [mix.sources.{name}] seq_len must be a whole number of tokens (1 to 2**31 - 1)")
         if not isinstance(source.get("split", "train"), str):
             raise UsageError(f"{where}: [mix.sources.{name}] split must be a split's name")
-    return {"seed": seed, "num_samples": num, "sources": {n: dict(s) for n, s in sources.items()}}
+        weight = source["weight"]
+        if isinstance(weight, list) and points is None:
+            raise UsageError(f"{where}: [mix.sources.{name}] weight is a list: give [mix] schedule = [...], the "
+                             f"sample positions of its points")
+        if isinstance(weight, list) and len(weight) != len(points):
+            raise UsageError(f"{where}: [mix.sources.{name}] weight: {len(weight)} weights for the {len(points)} "
+                             f"points of schedule")
+    return {"seed": seed, "num_samples": num, "schedule": points, "exhausted": table.get("exhausted", "repeat"),
+            "schedule_unit": table.get("schedule_unit", "samples"), "sources": {n: dict(s) for n, s in sources.items()}}
 
 
 def override(table: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
@@ -93,7 +113,11 @@ def build(table: Mapping[str, Any]) -> Any:
         loader = getattr(shardsmith.loader, source.get("loader", "open"))
         datasets[name] = loader(source["path"], split=source.get("split", "train"), **extra)
     weights = {name: source["weight"] for name, source in table["sources"].items()}
-    return shardsmith.loader.mix(datasets, weights, seed=table["seed"], num_samples=table["num_samples"])
+    if table.get("schedule") is not None:
+        weights = shardsmith.loader.Schedule(at=table["schedule"], weights=weights,
+                                             unit=table.get("schedule_unit", "samples"))
+    return shardsmith.loader.mix(datasets, weights, seed=table["seed"], num_samples=table["num_samples"],
+                                 exhausted=table.get("exhausted", "repeat"))
 
 
 def from_recipe(path: str | Path, *, overrides: Sequence[str] = ()) -> Any:
@@ -111,12 +135,19 @@ def from_recipe(path: str | Path, *, overrides: Sequence[str] = ()) -> Any:
 
 def describe(m: Any) -> str:
     """What a mixture draws, one line per source."""
-    counts = m.counts(len(m))
+    drawn = m.report()["sources"]
+    held = "its scheduled count" if m.ramps else "weight·n times"
     lines = [f"mixture of {plural(len(m.names), 'source')}: {plural(len(m), 'sample')}, seed {m.seed}; every prefix of n samples "
-             f"holds each source weight·n times within {m.deviation_bound:.3f}"]
+             f"holds each source {held} within {m.deviation_bound:.3f}"]
+    if m.ramps:
+        at = m.schedule.at
+        lines.append(f"schedule: shares at samples {', '.join(f'{x:,}' for x in at)}, linear between them")
     width = max(len(n) for n in m.names)
     for name in m.names:
         cycles = "  (cycles: new shuffled passes)" if name in m.cycling else ""
-        lines.append(f"  {name:<{width}}  weight {m.weights[name]:.3f}  samples {m.lengths[name]:>10,}  "
-                     f"drawn {counts[name]:>10,}  passes {m.epochs[name]:.2f}{cycles}")
+        weight = f"{m.weights[name]:.3f}"
+        if m.ramps:
+            weight = " -> ".join(f"{m.shares_at(x)[name]:.3f}" for x in m.schedule.at)
+        lines.append(f"  {name:<{width}}  weight {weight}  samples {m.lengths[name]:>10,}  "
+                     f"drawn {drawn[name]['drawn'] - m.consumed[name]:>10,}  passes {m.epochs[name]:.2f}{cycles}")
     return "\n".join(lines)

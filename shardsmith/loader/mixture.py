@@ -8,9 +8,15 @@ prefix of length n holds each source ``weight·n`` times, within 1, for any numb
 
 Each source is read in its own shuffled order: draw j of source s is position ``j mod len`` of a
 keyed Feistel permutation (cycle-walking, O(1) memory) for that source's pass ``j // len``; a
-source that runs out cycles into a new pass (``epochs``, ``cycling``). ``state(n)`` records how
-many draws each source has had after the first n samples; ``mix(..., start=state)`` with new
+source that runs out cycles into a new pass (``epochs``, ``cycling``; ``exhausted="stop"`` ends
+the mixture where the first source would start its second pass instead). ``state(n)`` records
+how many draws each source has had after the first n samples; ``mix(..., start=state)`` with new
 weights continues every source from there (nothing is re-converted).
+
+Weights may change over training: a ``Schedule`` (``loader/schedule.py``) gives each source's
+weight at points of the sample index, linear between them; the interleave keeps every prefix
+within 1 of each source's scheduled count (``loader/ramp.py``). Fixed weights are a schedule of
+one point, read exactly as before.
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.keys import mix64, path_hash
 from shardsmith.kit.rank_split import same
 from shardsmith.kit.sample_kind import SampleKind
-from shardsmith.loader.interleave import interleave
+from shardsmith.loader.schedule import Schedule
 
 MIX_STATE = "shardsmith.mix/1"  # marks what ``Mixture.state`` returns (``start=`` of ``mix``)
 AHEAD = 1 << 14  # positions located at once when batches ask for runs of them
+EXHAUSTED = ("repeat", "stop")  # what a mixture does when a source runs out (``mix``)
 
 
 _GOLD, _MUL = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9)
@@ -73,15 +80,19 @@ def _permute_run(p: np.ndarray, n: int, key: np.uint64) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
+def _check(sources: Mapping[str, Any], weights: Mapping[str, float] | Schedule) -> Schedule:
+    """The sources and weights checked; the weights as a schedule (fixed ones: of one point)."""
     if not isinstance(sources, Mapping) or not sources:
         raise UsageError("mix: give sources as a non-empty dict name -> dataset")
-    if not isinstance(weights, Mapping) or set(weights) != set(sources):
-        extra, missing = sorted(set(weights) - set(sources)), sorted(set(sources) - set(weights))
+    named = weights.weights if isinstance(weights, Schedule) else weights
+    if not isinstance(named, Mapping) or set(named) != set(sources):
+        named = named if isinstance(named, Mapping) else {}
+        extra, missing = sorted(set(named) - set(sources)), sorted(set(sources) - set(named))
         raise UsageError(f"mix: weights must name exactly the sources (unknown: {extra}, without a weight: {missing})")
-    for name, w in weights.items():
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w <= 0:
-            raise UsageError(f"mix: weight of {name!r} is {w!r}; weights must be positive numbers")
+    if not isinstance(weights, Schedule):
+        for name, w in weights.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not np.isfinite(w) or w <= 0:
+                raise UsageError(f"mix: weight of {name!r} is {w!r}; weights must be positive numbers")
     for name, ds in sources.items():
         if not isinstance(ds, Dataset):
             raise UsageError(f"mix: source {name!r} is a {type(ds).__name__}, not a loader dataset (a shardsmith "
@@ -94,6 +105,7 @@ def _check(sources: Mapping[str, Any], weights: Mapping[str, float]) -> None:
                              f"share their kind of sample, window length, schema, tokenizers and pad ids)")
         if len(ds) == 0:
             raise UsageError(f"mix: source {name!r} is empty")
+    return weights if isinstance(weights, Schedule) else Schedule.fixed(weights, checked=True)
 
 
 def _counts(value: Any, name: str) -> dict[str, int]:
@@ -109,17 +121,28 @@ class Mixture(Dataset):
     """A random-access weighted mixture (make it with ``mix``): ``len``, ``m[i]``, ``get_batch``,
     ``source_of(i)``, ``state(n)``; ``epochs`` / ``cycling`` say which sources repeat. A loader
     dataset of its sources' kind: ``m.iter``, the torch adapters (``MixBatches``) and mixtures of
-    mixtures read it; in order (``shuffle=False``, ``MixBatches``' way) every prefix keeps the weights."""
+    mixtures read it; in order (``shuffle=False``, ``MixBatches``' way) every prefix keeps the weights.
+    ``schedule``: the weights as given (a ``Schedule``; fixed weights: one point); ``report(n)``: each
+    source's share, draws and passes after n samples."""
 
-    def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int,
-                 num_samples: int | None, shuffle: bool, start: Mapping[str, Any] | None) -> None:
-        _check(sources, weights)
+    def __init__(self, sources: Mapping[str, Any], weights: Mapping[str, float] | Schedule, *, seed: int,
+                 num_samples: int | None, shuffle: bool, start: Mapping[str, Any] | None,
+                 exhausted: str = "repeat") -> None:
+        given = _check(sources, weights)
+        # points given in tokens: in samples of the sources' tokens per sample (their kind's seq_len)
+        self.schedule = given.in_samples(dict(next(iter(sources.values())).kind.traits).get("seq_len"))
+        if exhausted not in EXHAUSTED:
+            raise UsageError(f"mix: exhausted={exhausted!r}: a source that runs out either starts a new pass "
+                             f"('repeat') or ends the mixture ('stop')")
+        self.exhausted = exhausted
         self.names = list(sources)
-        self._interleave = interleave([weights[n] for n in self.names])
-        # the effective shares: the given ones normalised (with five sources or more, rounded to a
-        # period of at most 65,536 positions when their common denominator is larger)
+        self.ramps = self.schedule.ramps(self.names)  # the shares change over the mixture
+        self._interleave = self.schedule.interleave(self.names)
+        # the effective shares (at sample 0, for a schedule): the given ones normalised (with five
+        # sources or more, rounded to a period of at most 65,536 positions when their common
+        # denominator is larger)
         self.weights = {n: float(w) for n, w in zip(self.names, self._interleave.weights)}
-        self.deviation_bound = float(self._interleave.bound)  # proven, below 1
+        self.deviation_bound = float(self._interleave.bound)  # proven: below 1 (fixed), at most 1 (schedule)
         self.sources = dict(sources)
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
             raise UsageError(f"mix: seed={seed!r} must be an integer")
@@ -136,6 +159,8 @@ class Mixture(Dataset):
         self.ahead = AHEAD  # positions located at once for a run
         self._keys = np.array([path_hash(f"mix:{self.seed}", n) for n in self.names], dtype=np.uint64)
         self._len = self._no_repeats() if num_samples is None else int(num_samples)
+        if exhausted == "stop" and num_samples is not None:
+            self._len = min(self._len, self._no_repeats())
         ends = self.counts(self._len)
         self.epochs = {n: (self.consumed[n] + ends[n]) / self.lengths[n] for n in self.names}
         self.cycling = [n for n in self.names if self.consumed[n] + ends[n] > self.lengths[n]]
@@ -164,8 +189,10 @@ class Mixture(Dataset):
     def _no_repeats(self) -> int:
         """The default length: the longest prefix in which no source starts a second pass."""
         room = {n: self.lengths[n] - self.consumed[n] for n in self.names}
-        slack = self.deviation_bound + 1  # counts(n) >= w·n - deviation_bound
-        lo, hi = 0, int(min((max(room[n], 0) + slack) / self.weights[n] for n in self.names)) + 1
+        slack = self.deviation_bound + 1  # counts(n) >= F(n) - deviation_bound, F(n) >= share·(n - last point)
+        last = self.schedule.at[-1] if self.ramps else 0
+        final = dict(zip(self.names, self._interleave.shares_at(last))) if self.ramps else self.weights
+        lo, hi = 0, last + int(min((max(room[n], 0) + slack) / final[n] for n in self.names if final[n] > 0)) + 1
         while lo < hi:  # counts are monotone in n
             mid = (lo + hi + 1) // 2
             counts = self.counts(mid)
@@ -178,6 +205,23 @@ class Mixture(Dataset):
     def counts(self, n: int) -> dict[str, int]:
         """How many of the first n samples come from each source."""
         return dict(zip(self.names, self._interleave.counts(int(n)).tolist()))
+
+    def shares_at(self, n: int) -> dict[str, float]:
+        """Each source's scheduled share at sample n (fixed weights: ``weights``)."""
+        if not self.ramps:
+            return dict(self.weights)
+        return dict(zip(self.names, self._interleave.shares_at(n).tolist()))
+
+    def report(self, n: int | None = None) -> dict[str, Any]:
+        """After the first n samples (all, by default): each source's share there, samples, draws
+        (``drawn``, counting a ``start=`` state's) and passes (``epochs``), plain ints and floats."""
+        n = self._len if n is None else int(n)
+        if not 0 <= n <= self._len:
+            raise ValueError(f"report({n}): the mixture has {self._len} samples")
+        counts, shares = self.counts(n), self.shares_at(n)
+        return {"position": n, "sources": {name: {
+            "share": shares[name], "samples": self.lengths[name], "drawn": self.consumed[name] + counts[name],
+            "epochs": (self.consumed[name] + counts[name]) / self.lengths[name]} for name in self.names}}
 
     def locate(self, indices: Any) -> tuple[np.ndarray, np.ndarray]:
         """(source number, sample index inside that source) of mixture samples ``indices``. Batches
@@ -284,26 +328,33 @@ class Mixture(Dataset):
         lengths = {name: ln for name, (_, ln) in self._carried.items() if ln is not None}
         consumed.update({name: self.consumed[name] + counts[name] for name in self.names})
         lengths.update(self.lengths)
+        epochs = {name: consumed[name] / lengths[name] for name in consumed if lengths.get(name)}
         return {"shardsmith": MIX_STATE, "seed": self.seed, "shuffle": self.shuffle, "consumed": consumed,
-                "lengths": lengths}
+                "lengths": lengths, "epochs": epochs}
 
     @property
     def fingerprint(self) -> str:
-        """Names the mixture (weights, lengths, seed, start) in a loader's state: one of another
-        mixture is refused."""
-        text = json.dumps([self.names, self.weights, self.lengths, self.consumed, self.seed, self.shuffle],
-                          sort_keys=True)
+        """Names the mixture (weights or schedule, lengths, seed, start) in a loader's state: one of
+        another mixture is refused (fixed weights: named as before schedules existed)."""
+        named: list[Any] = [self.names, self.weights, self.lengths, self.consumed, self.seed, self.shuffle]
+        if self.ramps:
+            named.append({"at": self._interleave.at, "shares": self._interleave.shares, "q": self._interleave.q})
+        text = json.dumps(named, sort_keys=True)
         return "mix:" + hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def mix(sources: Mapping[str, Any], weights: Mapping[str, float], *, seed: int, num_samples: int | None = None,
-        shuffle: bool = True, start: Mapping[str, Any] | None = None) -> Mixture:
+def mix(sources: Mapping[str, Any], weights: Mapping[str, float] | Schedule, *, seed: int,
+        num_samples: int | None = None, shuffle: bool = True, start: Mapping[str, Any] | None = None,
+        exhausted: str = "repeat") -> Mixture:
     """A weighted mixture of datasets of one kind of sample (``Mixture``).
 
-    ``weights``: positive, normalised here. ``num_samples``: the mixture's length; by default the
-    longest prefix in which no source repeats (give more to upsample: small sources cycle, each
-    pass in a new shuffled order; ``m.cycling`` names them and a warning says so). ``start``:
+    ``weights``: positive, normalised here; or a ``Schedule`` (weights at points of the sample
+    index, shares linear between them: up to four sources). ``num_samples``: the mixture's length;
+    by default the longest prefix in which no source repeats. ``exhausted``: past that, ``"repeat"``
+    (small sources cycle, each pass in a new shuffled order; ``m.cycling`` names them and a warning
+    says so) or ``"stop"`` (the mixture ends there, whatever ``num_samples``). ``start``:
     ``m.state(n)`` of an earlier mixture with the same seed: each source continues after the draws
-    it had, whatever the new weights.
+    it had, whatever the new weights (a schedule's points count from this mixture's sample 0).
     """
-    return Mixture(sources, weights, seed=seed, num_samples=num_samples, shuffle=shuffle, start=start)
+    return Mixture(sources, weights, seed=seed, num_samples=num_samples, shuffle=shuffle, start=start,
+                   exhausted=exhausted)
