@@ -9,7 +9,7 @@ those of ``convert_events``, a plugin's kind its own.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from shardsmith import registry
 from shardsmith.commands.convert_options import ConvertOptions
@@ -58,7 +58,6 @@ class RowSteps(JobSteps):
     balance: BalancePlan | None = None
     transforms: list[Transform]
     samples: SampleProcessor
-    whole_files: ClassVar[bool] = False  # whether each record is an input file (images)
 
     def check(self, run: JobRun) -> None:
         opts, reader = run.opts, run.reader
@@ -127,7 +126,7 @@ class RowSteps(JobSteps):
         if opts.text_field and registry.record_kind(reader.holds).text_fields:
             schema["txt"] = {"kind": "text", "from": opts.text_field}
         source = {"reader": reader.name, **reader.source_fields(opts),
-                  "check_images": opts.check_images if self.whole_files else None}
+                  "check_images": opts.check_images if self.classes is not None else None}  # (images)
         used = [("source", reader.name), ("kind", reader.holds), *(("transform", t.name) for t in processor.transforms)]
         if opts.augment:
             used.append(("transform", "augment"))
@@ -136,8 +135,6 @@ class RowSteps(JobSteps):
 
 class ImageSteps(RowSteps):
     """Image files into tar samples: unchanged (the engine's copy mode) or augmented, labelled by class."""
-
-    whole_files = True
 
     def check_augment(self, opts: Any) -> None:
         _copies_need_augment(opts)
