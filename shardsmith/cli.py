@@ -361,7 +361,7 @@ def run_recipe(recipe: Path, overrides: tuple[str, ...], dry_run: bool, quiet: b
 @main.command()
 @user_errors
 def plugins() -> None:
-    """Installed sources, transforms and formats: built-in and from other packages."""
+    """Installed sources, transforms, formats and record kinds: built-in and from other packages."""
     from shardsmith.commands.plugins import run
 
     run()

@@ -1,4 +1,4 @@
-"""The one table of sources, transforms and formats; every command dispatches through it.
+"""The one table of sources, transforms, formats and record kinds; every command dispatches through it.
 
 Built-ins and third-party plugins register the same way: a name and a ``"module:attribute"``
 target, imported only when used (as fsspec's registry does for filesystems). Packages add their
@@ -12,6 +12,9 @@ own through entry points, one group per kind (docs/design.md, "Plugins")::
 
     [project.entry-points."shardsmith.format_options"]   # optional: its options, from a light module
     npz = "mypkg.npz_options:OPTIONS"
+
+    [project.entry-points."shardsmith.kinds"]            # a kind of record a source may hold
+    pairs = "mypkg.pairs:PairsKind"
 
 A format's options (``kit/options.py``) are read from that light module (the built-ins': their
 ``options.py``) so that ``convert --help`` lists them without importing any format; a format
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
     from shardsmith.kit.format import Format
     from shardsmith.kit.options import FormatOptions
 
-KINDS = ("source", "transform", "format")
+KINDS = ("source", "transform", "format", "kind")  # "kind": a record kind (``kit/record_kind.py``)
 GROUPS = {kind: f"shardsmith.{kind}s" for kind in KINDS}
 OPTIONS_GROUP = "shardsmith.format_options"  # format name -> "module:FormatOptions", a light module
 # the options every --to took before formats declared their own: what a format declaring none is given
@@ -100,13 +103,16 @@ BUILTIN = (
            options="shardsmith.formats.event_tar.options:OPTIONS"),
     Plugin("format", "memmap", "shardsmith.formats.memmap.format:MemmapFormat", ("numpy",),
            options="shardsmith.formats.memmap.options:OPTIONS"),
+    Plugin("kind", "rows", "shardsmith.kit.kinds:RowsKind"),
+    Plugin("kind", "images", "shardsmith.kit.kinds:ImagesKind"),
+    Plugin("kind", "events", "shardsmith.kit.kinds:EventsKind"),
 )
 
 
 @cache
 def _installed() -> tuple[Plugin, ...]:
     """Plugins of installed packages, from their entry points (read once per process). One scan of
-    the installed distributions for the three groups: each ``entry_points(group=...)`` call reads
+    the installed distributions for every group: each ``entry_points(group=...)`` call reads
     every distribution's metadata again (tens of milliseconds of start-up per call in a large venv)."""
     installed = entry_points()
     options = {ep.name: ep.value for ep in installed.select(group=OPTIONS_GROUP)}
@@ -238,9 +244,30 @@ def format_named(name: str) -> Format:
     return get("format", name)()
 
 
+def record_kind(name: str, *, source: str = "") -> Any:
+    """The record kind registered as ``name`` (what a source ``holds``), as an object (a
+    ``kit.record_kind.RecordKind``, which builds transforms through this registry); a source of a
+    kind no installed package registers is a one-line UsageError naming the source."""
+    found = {p.name: p for p in plugins() if p.kind == "kind"}.get(name)
+    if found is None:
+        holder = f"source {source!r} holds" if source else "records of"
+        raise UsageError(f"{holder} {name!r}, a record kind no installed package registers "
+                         f"(kinds: {', '.join(names('kind'))})")
+    return found.load()()
+
+
+def sources_with_text() -> list[Any]:
+    """Every usable source whose records have a text field (``RecordKind.text_fields``): what
+    ``pack-tokens`` and ``trace`` read. A source of a kind no package registers is not one of them."""
+    kinds = {name: cls() for name, cls in loaded("kind").items()}
+    return [cls for cls in loaded("source").values() if getattr(kinds.get(cls.holds), "text_fields", False)]
+
+
 def formats_for(*, option: str, holds: str) -> list[Format]:
-    """The formats ``convert --to OPTION`` may write for records of kind ``holds`` (empty: none)."""
-    return [f for f in formats() if f.option == option and holds in f.accepts]
+    """The formats ``convert --to OPTION`` may write for records of kind ``holds`` (empty: none): those
+    that accept the kind its payloads are (``RecordKind.written_as``)."""
+    written = record_kind(holds).payload_kind
+    return [f for f in formats() if f.option == option and written in f.accepts]
 
 
 def format_for(*, option: str, holds: str) -> Format:

@@ -259,12 +259,41 @@ class TestCsvPluginFormat(_CsvPlugin, FormatContract):
     convert_args = ["--shard-samples", "20", "--csv-delimiter", "tab"]
 
 
+@pytest.mark.skipif(not (CSV_PLUGIN / "shardsmith_csv" / "pairs.py").is_file(),
+                    reason="the example plugin's record kind is not in this tree")
+class TestCsvPluginPairsSource(_CsvPlugin, SourceContract):
+    """The example plugin's own record kind (key/value pairs), through its source of .properties files:
+    convert takes the kind's steps, and the formats of rows write it (written_as)."""
+
+    source = "properties"
+    convert_args = ["--to", "webdataset", "--shard-samples", "20"]
+
+    def make_inputs(self, folder: Path) -> None:
+        properties_files(folder)
+
+    def make_bad_input(self, folder: Path) -> tuple[str, int | None]:
+        (folder / "c.properties").write_text("# a comment\none=1\ntwo 2\nthree: 3\n")
+        return "c.properties", 3  # lines count from 1 in messages
+
+
+def properties_files(folder: Path) -> None:
+    """Two .properties files, 105 pairs: comments, blank lines, ``=`` and ``:``, values with spaces."""
+    docs = make_docs(105, seed=9, max_words=6)
+    for name, keys in (("a.properties", range(60)), ("sub/b.properties", range(60, 105))):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        lines = [f"# pairs {keys[0]}..{keys[-1]}", ""]
+        lines += [f"key.{i % 17}{'=' if i % 3 else ': '}{' '.join(docs[i].split())}" for i in keys]
+        (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
 @contextlib.contextmanager
 def csv_plugin_registered() -> Iterator[None]:
-    """The example plugin's source and format, registered as their entry points would register them."""
+    """The example plugin's sources, format and record kind, registered as their entry points would register them."""
     plugins = (registry.Plugin("source", "csv", "shardsmith_csv:CsvSource", origin="shardsmith-csv"),
+               registry.Plugin("source", "properties", "shardsmith_csv:PropertiesSource", origin="shardsmith-csv"),
                registry.Plugin("format", "csv", "shardsmith_csv:CsvFormat", origin="shardsmith-csv",
-                               options="shardsmith_csv.options:OPTIONS"))
+                               options="shardsmith_csv.options:OPTIONS"),
+               registry.Plugin("kind", "pairs", "shardsmith_csv:PairsKind", origin="shardsmith-csv"))
     with pytest.MonkeyPatch.context() as mp:
         mp.syspath_prepend(str(CSV_PLUGIN))
         mp.setattr(registry, "_installed", lambda: plugins)

@@ -269,6 +269,34 @@ def test_the_plugin_format_s_own_option(venv, tmp_path):
     assert venv.run("verify", tmp_path / "out", "--deep").returncode == 0
 
 
+READ_PAIRS = """\
+import json, sys
+import shardsmith
+ds = shardsmith.open(sys.argv[1])
+pairs = [ds[i]["json"] for i in range(len(ds))]
+print(json.dumps([[p["key"], p["value"]] for p in (j if isinstance(j, dict) else json.loads(j) for j in pairs)]))
+"""
+
+
+def test_the_plugin_s_own_record_kind_converts_through_its_entry_point(venv, tmp_path):
+    """The example's kind ``pairs`` (entry point group shardsmith.kinds), held by its .properties source:
+    listed, converted into a built-in format of rows, and named in the manifest's plugins."""
+    res = venv.run("plugins")
+    assert res.returncode == 0, res.stderr
+    kinds = {line.split()[1]: line.split()[2:] for line in res.stdout.splitlines() if line.startswith("kind")}
+    assert kinds["pairs"] == ["shardsmith_csv:PairsKind", "shardsmith-csv", "ok"], res.stdout
+    assert kinds["rows"][-2:] == ["shardsmith", "ok"]
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "app.properties").write_text("# settings\nhost=example.org\nport: 8080\n", encoding="utf-8")
+    res = venv.run("convert", src, "--to", "webdataset", "-o", tmp_path / "out", "--quiet")
+    assert res.returncode == 0, res.stderr
+    manifest = json.loads((tmp_path / "out/manifest.json").read_text())
+    assert manifest["plugins"]["source properties"] == manifest["plugins"]["kind pairs"] == "shardsmith-csv 0.1.0"
+    pairs = json.loads(venv.python(READ_PAIRS, tmp_path / "out"))
+    assert sorted(map(tuple, pairs)) == [("host", "example.org"), ("port", "8080")]
+
+
 def test_a_core_install_names_the_extra_a_root_file_needs(venv, tmp_path):
     """Given a ROOT file without the root extra, the hint names it, worded as every hint is (install_hint)."""
     pytest.importorskip("uproot")

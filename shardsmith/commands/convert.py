@@ -2,8 +2,9 @@
 
 The command describes its job (``engine.job.Job``) and the engine runs it (``engine.conduct``).
 The source comes from ``--from`` or from the inputs' suffixes, the format from ``--to`` and what the
-source holds (``engine.choose``); rows and images become tar samples with the steps here, events
-take those of ``convert_events``.
+source holds (``engine.choose``); then the steps of the record kind the source holds carry on
+(``RecordKind.convert_steps``): rows and images become tar samples with the steps here, events take
+those of ``convert_events``, a plugin's kind its own.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from shardsmith import registry
-from shardsmith.commands.convert_events import EventSteps
 from shardsmith.commands.convert_options import ConvertOptions
 from shardsmith.core.memory import no_gc
 from shardsmith.engine.choose import source_and_format
@@ -23,7 +23,7 @@ from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
-from shardsmith.kit.transform import Transform, build_transforms
+from shardsmith.kit.transform import Transform
 from shardsmith.text.cleaning import CleaningSpec
 
 __all__ = ["ConvertOptions", "job_of", "run"]
@@ -42,60 +42,65 @@ def run(opts: ConvertOptions, *, executor: Executor | None = None) -> dict[str, 
 
 
 class ConvertSteps(JobSteps):
-    """Rows and images into tar samples (events: ``EventSteps``)."""
+    """Which source and format, then the steps of the record kind the source holds."""
+
+    def open(self, run: JobRun) -> JobSteps:
+        cls, fmt = source_and_format(run)
+        run.opts = run.opts.for_format(fmt, registry.format_options(), holds=cls.holds)  # refuses another's
+        run.reader, run.fmt = cls.from_options(run.opts), fmt
+        return registry.record_kind(cls.holds, source=cls.name).steps()(job=self.job)  # type: ignore[no-any-return]
+
+
+class RowSteps(JobSteps):
+    """Rows into tar samples, their members from the source (``Reader.fields``); images: ``ImageSteps``."""
 
     classes: list[str] | None = None
     balance: BalancePlan | None = None
     transforms: list[Transform]
     samples: SampleProcessor
 
-    def open(self, run: JobRun) -> JobSteps:
-        cls, fmt = source_and_format(run)
-        run.opts = run.opts.for_format(fmt, registry.format_options(), holds=cls.holds)  # refuses another's
-        run.reader, run.fmt = cls.from_options(run.opts), fmt
-        return EventSteps(job=self.job) if cls.holds == "events" else self
-
     def check(self, run: JobRun) -> None:
-        opts, reader, images = run.opts, run.reader, run.reader.holds == "images"
+        opts, reader = run.opts, run.reader
         if opts.provenance:
             raise UsageError("--provenance applies to events (ROOT, Parquet events)")
-        if opts.augment and not images:
-            raise UsageError("--augment applies to image folders")
-        if opts.copies > 1 and not opts.augment:
-            raise UsageError("--copies needs --augment (identical copies would only repeat samples)")
-        if opts.augment:  # a usage error now, not in a worker
-            augmenter = registry.get("transform", "augment").from_spec(opts.augment, opts=opts)
-            if opts.copies > 1 and not augmenter.random:
-                raise UsageError(f"--copies {opts.copies}: {opts.augment!r} has no random op, so every copy would "
-                                 f"be the same image")
-        self.transforms = build_transforms(self.job.transforms, holds=reader.holds, opts=opts)
+        self.check_augment(opts)
+        self.transforms = registry.record_kind(reader.holds).transforms(self.job.transforms, opts=opts)
         files = run.files or []
         # image bytes that pass through unchanged are referenced by the workers and copied by the writer
         sources = [f.path for f in files] if self.copies_files(run) else None
         if opts.balance is not None:  # files left out of a class keep their indexes in the writers' sources
-            if not images:
-                raise UsageError("--balance applies to image folders (class = folder) and events (,label=FIELD)")
-            run.files, self.balance = balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
+            run.files, self.balance = self.balanced(files, opts)
         run.make_write(sources=sources, options=run.opts.format_values())
         with no_gc():
-            self.classes = reader.classes(run.files) if images else None  # type: ignore[attr-defined]
+            self.classes = self.classes_of(run)
             wait_to_check(reader, run.files or [])  # inputs from a URL that the check reads
             reader.check(run.files or [], opts)
+
+    def check_augment(self, opts: Any) -> None:
+        """``--augment`` and ``--copies``, refused where they do not apply."""
+        if opts.augment:
+            raise UsageError("--augment applies to image folders")
+        _copies_need_augment(opts)
+
+    def balanced(self, files: list[Any], opts: Any) -> tuple[list[Any], BalancePlan]:
+        """``--balance``: the files kept, and the plan (classes are image folders here)."""
+        raise UsageError("--balance applies to image folders (class = folder) and events (,label=FIELD)")
+
+    def classes_of(self, run: JobRun) -> list[str] | None:
+        """The class names that label the samples (None: unlabelled)."""
+        return None
 
     def cleaning(self, run: JobRun) -> CleaningSpec | None:
         opts = run.opts
         if not (opts.dedup or opts.decontaminate):
             return None
-        if run.reader.holds != "rows" or not opts.text_field:
+        if not registry.record_kind(run.reader.holds).text_fields or not opts.text_field:
             raise UsageError("--dedup and --decontaminate compare the documents' text: give --text-field (JSONL, "
                              "Parquet)")
         return CleaningSpec.of(opts, units="bytes")
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
         return (*super().extra_inputs(run), *run.opts.decontaminate)
-
-    def copies_files(self, run: JobRun) -> bool:
-        return run.reader.holds == "images" and not run.opts.augment
 
     def estimated_bytes(self, run: JobRun) -> int:
         return super().estimated_bytes(run) * run.opts.copies
@@ -118,11 +123,37 @@ class ConvertSteps(JobSteps):
         if processor.transforms:
             extras["transforms"] = [t.describe() for t in processor.transforms]
         schema = reader.sample_schema(opts)
-        if opts.text_field and reader.holds == "rows":
+        if opts.text_field and registry.record_kind(reader.holds).text_fields:
             schema["txt"] = {"kind": "text", "from": opts.text_field}
         source = {"reader": reader.name, **reader.source_fields(opts),
-                  "check_images": opts.check_images if reader.holds == "images" else None}
-        used = [("source", reader.name), *(("transform", t.name) for t in processor.transforms)]
+                  "check_images": opts.check_images if self.classes is not None else None}  # (images)
+        used = [("source", reader.name), ("kind", reader.holds), *(("transform", t.name) for t in processor.transforms)]
         if opts.augment:
             used.append(("transform", "augment"))
         return Described(source=source, schema=schema, extras=extras, used=tuple(used), copies=opts.copies)
+
+
+class ImageSteps(RowSteps):
+    """Image files into tar samples: unchanged (the engine's copy mode) or augmented, labelled by class."""
+
+    def check_augment(self, opts: Any) -> None:
+        _copies_need_augment(opts)
+        if opts.augment:  # a usage error now, not in a worker
+            augmenter = registry.get("transform", "augment").from_spec(opts.augment, opts=opts)
+            if opts.copies > 1 and not augmenter.random:
+                raise UsageError(f"--copies {opts.copies}: {opts.augment!r} has no random op, so every copy would "
+                                 f"be the same image")
+
+    def balanced(self, files: list[Any], opts: Any) -> tuple[list[Any], BalancePlan]:
+        return balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
+
+    def classes_of(self, run: JobRun) -> list[str] | None:
+        return run.reader.classes(run.files)  # type: ignore[attr-defined,no-any-return]
+
+    def copies_files(self, run: JobRun) -> bool:
+        return not run.opts.augment
+
+
+def _copies_need_augment(opts: Any) -> None:
+    if opts.copies > 1 and not opts.augment:
+        raise UsageError("--copies needs --augment (identical copies would only repeat samples)")

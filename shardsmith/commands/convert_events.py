@@ -70,7 +70,7 @@ class EventSteps(JobSteps):
         return Described(source={"reader": reader.name, **reader.source_fields(opts)},
                          schema=run.write.schema.to_json(),  # type: ignore[union-attr]
                          extras={"events": events, **({"balance": balance.describe()} if balance is not None else {})},
-                         events=True, used=(("source", reader.name),), unread=self.unread,
+                         events=True, used=(("source", reader.name), ("kind", reader.holds)), unread=self.unread,
                          list_inputs=opts.provenance)
 
 

@@ -23,8 +23,9 @@ def is_dataset(paths: tuple[str, ...]) -> bool:
 
 
 def check_fields(fields: tuple[str, ...] | None, *, holds: str, what: str) -> None:
-    """``--fields`` names the event fields to draw: given for images, rows or tokens it would be ignored."""
-    if fields is not None and holds != "events":
+    """``--fields`` names the fields a kind's report draws (``RecordKind.draws_fields``: events); given
+    for images, rows or tokens it would be ignored."""
+    if fields is not None and not registry.record_kind(holds).draws_fields:
         raise UsageError(f"--fields chooses the event fields a report draws; {what}, not events")
 
 

@@ -1,5 +1,5 @@
-"""``shardsmith plugins``: every registered source, transform and format, where it comes from, and
-whether it loads here (a missing optional dependency, or a plugin that fails to import)."""
+"""``shardsmith plugins``: every registered source, transform, format and record kind, where it comes
+from, and whether it loads here (a missing optional dependency, or a plugin that fails to import)."""
 
 from __future__ import annotations
 

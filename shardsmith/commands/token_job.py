@@ -64,9 +64,8 @@ class TokenSteps(JobSteps):
         self.transforms = build_transforms(self.job.transforms, holds="rows", opts=opts)
         run.opts = opts = self.checked(opts)
         self.default_val = opts.nanogpt and nanogpt_split.check_names(opts.splits)  # the share comes with the sample
-        # every source of rows reads the text field: JSONL and Parquet, and any plugin's
-        run.reader = MultiReader(readers=[self.reader_of(cls, opts) for cls in registry.loaded("source").values()
-                                          if cls.holds == "rows"])
+        # every source whose records have a text field (``RecordKind.text_fields``): JSONL and Parquet, any plugin's
+        run.reader = MultiReader(readers=[self.reader_of(cls, opts) for cls in registry.sources_with_text()])
         run.fmt = registry.format_named(self.job.format or "tokens")
         return self
 

@@ -72,7 +72,7 @@ class InputTexts:
             messages=chat.get("messages_field") or "messages", prompt=chat.get("prompt_field"),
             completion=chat.get("completion_field"))
         self.reader = MultiReader(readers=[cls.for_text(self.field) if self.chat is None else cls.for_records()
-                                           for cls in registry.loaded("source").values() if cls.holds == "rows"])
+                                           for cls in registry.sources_with_text()])
 
     def text(self, doc: dict[str, Any]) -> str:
         """The document's first characters (JSON-quoted), or ``missing``/``changed`` and why."""

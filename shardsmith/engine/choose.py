@@ -56,4 +56,5 @@ def source_and_format(run: JobRun) -> tuple[type[Reader], Format]:
     if cls.events_variant and (cls.wants_events(run.opts) or not registry.formats_for(option=run.job.format,
                                                                                         holds=cls.holds)):
         cls = registry.get("source", cls.events_variant)
+    registry.record_kind(cls.holds, source=cls.name)  # a kind no package registers: one line naming the source
     return cls, registry.format_for(option=run.job.format, holds=cls.holds)

@@ -4,12 +4,14 @@ A source is a ``Reader`` subclass registered under a name (``shardsmith.registry
 through the ``shardsmith.sources`` entry-point group). It writes ``plan_file`` (how one file
 splits into tasks) and ``read`` (the records of one task). Records come out as
 ``(record_number, value)``; a bad record comes out as a ``BadRecord`` instead of raising, so the
-caller decides between failing and skipping. What the values are is ``holds``:
+caller decides between failing and skipping. What the values are is ``holds``, a registered record
+kind (``kit/record_kind.py``; the built-ins in ``kit/kinds.py``):
 
 - ``"rows"``: a dict of fields per record; ``fields`` makes its tar members (``convert --to
   webdataset``), and ``pack-tokens`` reads its text field;
 - ``"images"``: ``(InputFile, bytes)`` per image file, labelled by ``classes``;
-- ``"events"``: ``EventChunk`` columns of many events at once (``columnar``), described by ``schema``.
+- ``"events"``: ``EventChunk`` columns of many events at once (``columnar``), described by ``schema``;
+- a plugin's own kind, registered in the ``shardsmith.kinds`` entry-point group.
 
 Record numbers count from 0 in each file and never depend on the plan, so a sample's identity
 (and with it its place in the shuffle) is the same for any task size, worker or rank count.
@@ -62,7 +64,7 @@ class Reader:
     name: ClassVar[str] = ""
     suffixes: ClassVar[tuple[str, ...]] = ()  # lower-case file name endings this source reads
     unit: ClassVar[str] = "record"
-    holds: ClassVar[str] = "rows"  # "rows", "images" or "events": what ``read`` yields
+    holds: ClassVar[str] = "rows"  # the registered record kind ``read`` yields: "rows", "images", "events"...
     byte_ranges: ClassVar[bool] = False  # whether a task's start/stop are byte offsets
     columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
     events_variant: ClassVar[str | None] = None  # a source that reads the same files as events
@@ -211,11 +213,12 @@ class Reader:
 
     def report(self, files: list[InputFile], sampling: Any) -> list[Any]:
         """``inspect INPUT... --report``: sections of the HTML report on these inputs before any
-        conversion, from a seeded sample of files and records (``kit/sections/raw_inputs.py``, by
-        what the source ``holds``). A source may override it with its own."""
+        conversion, from a seeded sample of files and records (``kit/sections/raw_inputs.py``, then
+        the sections of the record kind the source ``holds``). A source may override it with its own."""
+        from shardsmith import registry
         from shardsmith.kit.sections.raw_inputs import raw_sections
 
-        return raw_sections(self, files, sampling)
+        return raw_sections(self, files, sampling, registry.record_kind(self.holds, source=self.name))
 
 
 def located(file: str, record: int | None, unit: str) -> dict[str, Any]:

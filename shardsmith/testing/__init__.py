@@ -22,7 +22,8 @@ Run it with pytest as any test; the plugin must be installed (its entry point re
 user would have it. Every command runs as a user runs it: through the command line, in this
 process, or, for the kill tests, in a child process that ``SHARDSMITH_CRASH_AT`` kills.
 
-- ``SourceContract``: the same bytes for any ``--workers``; a run killed during reading and during
+- ``SourceContract``: the kind it holds is registered (a plugin's own kind too) and written by a
+  format; the same bytes for any ``--workers``; a run killed during reading and during
   writing resumes to the bytes of a run never killed; the manifest's sizes and sha256 are the
   files' and ``verify`` says OK; a bad record is one error line naming file and record (exit 1),
   and ``--on-error skip`` lists and counts it; random access equals iteration.

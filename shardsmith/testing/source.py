@@ -74,6 +74,18 @@ class SourceContract(ContractBase):
         assert (folder / rel).is_file(), f"make_bad_input returned {rel!r}, which is not a file of {folder}"
         return folder, rel, record
 
+    def test_holds_a_registered_record_kind(self) -> None:
+        """What the source ``holds`` is a registered record kind (``shardsmith.kinds``; a plugin's own
+        kind too) whose ``convert`` steps load, and which at least one installed format writes."""
+        from shardsmith import registry
+
+        cls = registry.get("source", self.source)
+        kind = registry.record_kind(cls.holds, source=self.source)
+        assert kind.name == cls.holds, f"the kind registered as {cls.holds!r} calls itself {kind.name!r}"
+        kind.steps()  # raises naming the kind if its steps cannot be imported
+        writers = [f.name for f in registry.formats() if kind.payload_kind in f.accepts]
+        assert writers, f"no installed format accepts {kind.payload_kind!r}, what {cls.holds!r} records are written as"
+
     def test_resumes_after_a_kill(self, contract_inputs: Path, contract_output: Path, tmp_path: Path) -> None:
         """Killed (SIGKILL) at each of ``crash_points`` in turn, then run again: the bytes of a run never killed."""
         out = tmp_path / "out"

@@ -29,9 +29,11 @@ class SampleProcessor:
     def __init__(self, *, reader: Reader, classes: list[str] | None, opts: Any,
                  transforms: Sequence[Transform] = ()) -> None:
         """``opts``: the command's options (text field, image checks, augmentation and copies);
-        ``transforms``: the rows' ``--transform`` chain, applied before the members are made."""
+        ``classes``: the class names of image files (given: every record is an image file, labelled
+        by its class; None: rows); ``transforms``: the rows' ``--transform`` chain, applied before
+        the members are made."""
         self.reader = reader
-        self.images = reader.holds == "images"
+        self.images = classes is not None
         self.classes = {name: i for i, name in enumerate(classes or [])}
         self.labels = {name: str(i).encode() for name, i in self.classes.items()}  # the .cls member of each class
         self.opts = opts
@@ -145,7 +147,7 @@ class SampleProcessor:
         """The ``txt`` member from ``--text-field``, if asked for."""
         if not self.text_field:
             return []
-        text = record.get(self.text_field)
+        text = record.get(self.text_field) if isinstance(record, dict) else None  # (a plugin kind's records)
         if not isinstance(text, str):
             raise RecordError(why_no_text(record, self.text_field))
         return [("txt", text.encode("utf-8"))]

@@ -11,7 +11,7 @@ what share was read."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -26,6 +26,7 @@ from shardsmith.kit.sections.model import SUMMARY_HEADER, Sampling, Section, Tab
 
 if TYPE_CHECKING:
     from shardsmith.core.input_file import InputFile
+    from shardsmith.kit.record_kind import RecordKind
 
 HOW = ("a seeded choice of files; in each, a seeded choice of byte ranges (seeded offsets in a big JSONL file, "
        "row groups of Parquet, clusters of ROOT) and the first records of each range; images: a seeded choice of "
@@ -43,18 +44,15 @@ class Reader(Protocol):
     @property
     def name(self) -> str: ...
 
-    @property
-    def holds(self) -> str: ...
-
     def sample_tasks(self, file: InputFile, *, count: int, chunk_bytes: int, rng: Any) -> list[Any]: ...
 
     def read(self, task: Any) -> Iterator[tuple[int, Any]]: ...
 
 
-def raw_sections(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
-    """The inputs' sections, by what the source holds (a plugin source gets the same)."""
-    kind = _BY_KIND.get(reader.holds)
-    return [_inputs(reader, files, sampling), *(kind(reader, files, sampling) if kind else [])]
+def raw_sections(reader: Reader, files: list[InputFile], sampling: Sampling, kind: RecordKind) -> list[Section]:
+    """The inputs' sections: every source's ``Inputs``, then its record kind's (``RecordKind.report``:
+    a plugin source of a built-in kind gets the same, a plugin kind its own)."""
+    return [_inputs(reader, files, sampling), *kind.report(reader, files, sampling)]
 
 
 def _inputs(reader: Reader, files: list[InputFile], sampling: Sampling) -> Section:
@@ -69,7 +67,7 @@ def _inputs(reader: Reader, files: list[InputFile], sampling: Sampling) -> Secti
     return section
 
 
-def _images(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
+def images_sections(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
     groups = Counter(f.group for f in files)
     classes = sorted(groups)
     found = ImageSample(classes=classes, counts={"all inputs": np.array([groups[c] for c in classes], np.int64)})
@@ -99,7 +97,7 @@ def _tasks(reader: Reader, files: list[InputFile], sampling: Sampling) -> tuple[
     return tasks, said
 
 
-def _rows(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
+def rows_sections(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
     import orjson
 
     tasks, said = _tasks(reader, files, sampling)
@@ -165,7 +163,7 @@ def _unit(kinds: Counter[str]) -> str:
             "dict": "keys"}.get(kind, "value")
 
 
-def _events(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
+def events_sections(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[Section]:
     from shardsmith.core.events import EventChunk
 
     tasks, said = _tasks(reader, files, sampling)
@@ -189,6 +187,3 @@ def _events(reader: Reader, files: list[InputFile], sampling: Sampling) -> list[
                                  + (f", … ({len(skipped)} in all)" if len(skipped) > 20 else ""))
     return sections
 
-
-_BY_KIND: dict[str, Callable[[Any, list[Any], Sampling], list[Section]]] = {
-    "images": _images, "rows": _rows, "events": _events}
