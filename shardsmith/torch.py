@@ -40,8 +40,7 @@ from shardsmith.formats.webdataset.dataset import TarDataset
 from shardsmith.kit import dataset as loader_dataset
 from shardsmith.kit.epoch import EpochStream
 from shardsmith.kit.pipeline import EpochPipeline
-from shardsmith.kit.rank_split import EpochOrder, global_position
-from shardsmith.kit.skips import skip_report
+from shardsmith.kit.rank_split import EpochOrder, global_position, skip_report
 from shardsmith.loader.balance_sampler import BalancedSampler
 from shardsmith.torch_feed import DevicePrefetcher, map_tensors
 from shardsmith.torch_images import (

@@ -37,41 +37,12 @@ from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.identity import Stamp, open_checked, stamp
 from shardsmith.errors import DatasetError
 from shardsmith.kit import manifest_io
+from shardsmith.kit.refused_shards import Refused
 from shardsmith.storage.cache import Item, ShardCache
 from shardsmith.storage.streamed import RemoteStore
 
 AHEAD = 2  # shards prefetched ahead of the one being read
 KEEP_OPEN = 2  # streamed shards a process keeps mapped (each held in the cache while mapped)
-
-
-ON_ERROR = ("raise", "skip")
-
-
-class Refused:
-    """The shards of a split whose size differs from the manifest's: refused at once (``raise``), or
-    (``skip``) each kept with its error, raised by every read of that shard (``check``)."""
-
-    def __init__(self, on_error: str) -> None:
-        if on_error not in ON_ERROR:
-            raise ValueError(f"on_error={on_error!r}: choose 'raise' or 'skip'")
-        self.on_error = on_error
-        self.errors: dict[int, DatasetError] = {}
-
-    def sized(self, s: int, check: Callable[[], Any]) -> Any:
-        """``check()`` of shard s (raising DatasetError when its size is not the manifest's): its
-        value, or, when shards are skipped, None and the error kept for the shard's reads."""
-        try:
-            return check()
-        except DatasetError as error:
-            if self.on_error == "raise":
-                raise
-            self.errors[s] = error
-            return None
-
-    def check(self, s: int) -> None:
-        error = self.errors.get(s)
-        if error is not None:
-            raise DatasetError(str(error))
 
 
 class LocalFiles:

@@ -21,6 +21,7 @@ import numpy as np
 
 from shardsmith.kit.event_order import event_order
 from shardsmith.kit.order import epoch_order
+from shardsmith.kit.skips import SkipReport, check_entries
 
 STATE = "shardsmith.epoch/2"        # marks a pipeline's state (``ds.iter``, an adapter, a sampler) in a loader's
 STATE_V1 = "shardsmith.epoch/1"     # the adapters' and samplers' state before ``ds.iter`` shared it: loaded as v2
@@ -204,8 +205,6 @@ def read_state(state: Any) -> dict[str, Any]:
 
 def _skipped(value: Any) -> list[Any]:
     """A state's ``skipped``: the samples its stream replaced (``kit/skips.py``), each record checked."""
-    from shardsmith.kit.skips import check_entries
-
     return check_entries(value)
 
 
@@ -347,3 +346,14 @@ def global_position(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> 
                       if e["epoch"] == options["epoch"]), key=lambda e: e["index"])
     return {"shardsmith": POSITION, **{k: options[k] for k in IDENTITY}, "epoch": options["epoch"],
             "position": _layout(options).position_after(steps), "skipped": skipped}
+
+
+def skip_report(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> SkipReport:
+    """The skips recorded in loader states: a ``StatefulDataLoader``'s (its workers' adapters keep
+    them, not the main process's copy), an adapter's or ``ds.iter``'s; a list of them (the ranks')."""
+    if isinstance(states, Mapping) and isinstance(states.get("skipped"), list) and "position" in states:
+        found = check_entries(states["skipped"])  # a global position: the skips before it
+    else:
+        found = [e for s in adapter_states(states) for e in check_entries(s.get("skipped", []))]
+    once = {(e["epoch"], e["index"]): e for e in found}  # a sample is skipped once an epoch
+    return SkipReport(tuple(dict(once[k]) for k in sorted(once)))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,16 +147,3 @@ class SkipReport:
         """One line per skipped sample, as a log shows them."""
         return [f"{e['shard']}: sample {e['key']} (epoch {e['epoch']}, index {e['index']}, replaced by "
                 f"{e['substitute']}): {e['reason']}" for e in self.skipped]
-
-
-def skip_report(states: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> SkipReport:
-    """The skips recorded in loader states: a ``StatefulDataLoader``'s (its workers' adapters keep
-    them, not the main process's copy), an adapter's or ``ds.iter``'s; a list of them (the ranks')."""
-    from shardsmith.kit.rank_split import adapter_states
-
-    if isinstance(states, Mapping) and isinstance(states.get("skipped"), list) and "position" in states:
-        found = check_entries(states["skipped"])  # a global position: the skips before it
-    else:
-        found = [e for s in adapter_states(states) for e in check_entries(s.get("skipped", []))]
-    once = {(e["epoch"], e["index"]): e for e in found}  # a sample is skipped once an epoch
-    return SkipReport(tuple(dict(once[k]) for k in sorted(once)))

@@ -387,9 +387,8 @@ class EventDataset(Dataset):
         By default contiguous blocks of ``block`` events are visited in a shuffled order (the
         order inside a block is kept, so reads stay contiguous); ``exact=True`` shuffles every
         event. Ranks take runs of ``batch_size`` events of that order in turn (single events: a
-        stride), every rank as many; ``state_dict()`` / ``load_state_dict()`` resume exactly.
-        ``checks``: ``on_error``, ``max_skipped``, ``verify`` (``Dataset.iter``).
-        """
+        stride), every rank as many; ``state_dict()`` / ``load_state_dict()`` resume exactly;
+        ``checks``: ``on_error``, ``max_skipped``, ``verify`` (``Dataset.iter``)."""
         return self.walk(order=block_order(block, exact), shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                          world_size=world_size, batch_size=batch_size, drop_last=drop_last, start=start, **checks)
 
