@@ -20,8 +20,9 @@ from sim_check import RealRun, real_run, simulated  # noqa: E402
 from sim_today import Today, task_runs, write_part  # noqa: E402
 from sim_workload import Workload  # noqa: E402
 
-from shardsmith.engine.shuffle import PartWriter, read_part_footer, sorted_lengths  # noqa: E402
-from shardsmith.kit.batches import Segment  # noqa: E402
+from shardsmith.engine.partfile import PartWriter, read_footer  # noqa: E402
+from shardsmith.engine.segments import Segments  # noqa: E402
+from shardsmith.engine.shuffle import sorted_lengths  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +160,12 @@ def test_exchanges_are_columns_side_by_side_and_an_unknown_one_is_one_line(tmp_p
     assert stop.value.code == 2 and "no exchange nope" in err and "Traceback" not in err
 
 
+def footer(path):
+    """A part's footer as read: its meta and its index rows."""
+    got, rows = read_footer(path, rows=True)
+    return got.meta, rows.tolist()
+
+
 def test_a_sparse_part_is_the_part_writers_but_the_payload(tmp_path):
     """The simulation's part file has the engine's layout: the same footer, and the same heads where
     the gather reads them, as ``shuffle.PartWriter`` writes from the same documents with payloads."""
@@ -175,16 +182,16 @@ def test_a_sparse_part_is_the_part_writers_but_the_payload(tmp_path):
     real.write(meta)
     got = write_part(tmp_path / "sim.bin", runs, meta)
     assert got["payload"] == sum(int(r[4].sum()) for r in runs) == int(runs.lengths.sum())
-    assert read_part_footer(tmp_path / "sim.bin") == read_part_footer(tmp_path / "real.bin")
+    assert footer(tmp_path / "sim.bin") == footer(tmp_path / "real.bin")
     assert (tmp_path / "sim.bin").stat().st_size == (tmp_path / "real.bin").stat().st_size
-    for _, _, offset, count, nbytes in read_part_footer(tmp_path / "sim.bin")["segments"]:
-        seg = [Segment(str(tmp_path / "sim.bin"), offset, count, nbytes)]
-        both = [Segment(str(tmp_path / "real.bin"), offset, count, nbytes)]
+    for _, _, offset, count, nbytes in read_footer(tmp_path / "sim.bin", rows=True)[1].tolist():
+        seg = Segments.of([(str(tmp_path / "sim.bin"), offset, count, nbytes)])
+        both = Segments.of([(str(tmp_path / "real.bin"), offset, count, nbytes)])
         assert np.array_equal(sorted_lengths(seg), sorted_lengths(both))
     skipped = write_part(tmp_path / "holes.bin", runs, meta, heads_of=lambda split, bucket: bucket != runs.bucket[0])
-    assert skipped == got and read_part_footer(tmp_path / "holes.bin") == read_part_footer(tmp_path / "real.bin")
+    assert skipped == got and footer(tmp_path / "holes.bin") == footer(tmp_path / "real.bin")
     first = runs.run(0)
-    seg = [Segment(str(tmp_path / "holes.bin"), 0, len(first[2]), int(first[4].sum()))]
+    seg = Segments.of([(str(tmp_path / "holes.bin"), 0, len(first[2]), int(first[4].sum()))])
     assert not sorted_lengths(seg).any()  # a head not written reads as zeros
 
 
