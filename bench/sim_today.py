@@ -135,12 +135,13 @@ def footer_of(runs: TaskRuns, meta: dict[str, Any]) -> bytes:
 
 
 def write_part(path: Path, runs: TaskRuns, meta: dict[str, Any], *,
-               heads_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> dict[str, int]:
+               heads_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+               footer_of: Callable[[TaskRuns, dict[str, Any]], bytes] = footer_of) -> dict[str, int]:
     """A part file as ``PartWriter`` writes it (a temporary name, renamed into place), its footer
     and trailer at the end, each run's payload a hole, and its heads (keys, input orders, lengths)
     at their place where ``heads_of(splits, buckets)`` is true of the run (None: every run; else a
     hole too: zeros). Returns the bytes of its heads (written or not), payload and footer; what is
-    left as holes is counted as such."""
+    left as holes is counted as such. ``footer_of``: the part's footer (another exchange's layout)."""
     footer = footer_of(runs, meta)
     tmp = path.with_name(f".{path.name}.tmp-sim-{os.getpid()}")
     offsets, counts = runs.offsets, runs.counts
@@ -431,16 +432,32 @@ class Today(Exchange):
                     continue  # a part a killed run finished: reused
                 runs = task_runs(wl, task)
                 for key, value in write_part(part_path(str(work), task.index), runs,
-                                             task_meta(wl, task, runs.records),
+                                             task_meta(wl, task, runs.records), footer_of=self.footer,
                                              heads_of=None if self.heads == "all" else heads_of).items():
                     written[key] += value
                 written["docs"] += len(runs.keys)
                 written["segments"] += len(runs)
         return {**written, "tasks_per_rank": len(mine), "docs_per_rank": written["docs"]}
 
+    # the part's footer (``footer_of``) and its bytes in a part file, for an exchange that only changes them
+    footer: ClassVar[Callable[[TaskRuns, dict[str, Any]], bytes]] = staticmethod(footer_of)
+
+    @staticmethod
+    def footer_bytes(path: Path) -> int:
+        """The bytes of a part's footer (index, directory, meta, trailer)."""
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(-TRAILER.size, os.SEEK_END)
+            return size - TRAILER.unpack(fh.read(TRAILER.size))[0]
+
+    def engine_as_is(self) -> None:
+        """Called in a gather or finalize unit's process before anything is wrapped: where an exchange
+        that differs from the engine in one place puts its own code (none for today's)."""
+
     def _engine_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
                      *, skip: frozenset[str]) -> dict[str, Any]:
         """A gather unit or finalize: ``engine/run.convert_units`` itself, instrumented."""
+        self.engine_as_is()
         shards_as_holes()
         captured = instrument(meter, skip=skip, punch_holes=False)
         names = [name for name, _ in wl.splits]
@@ -484,12 +501,7 @@ class Today(Exchange):
     def _table_counts(self, wl: Workload, paths: Paths, splits: list[SplitGather]) -> dict[str, Any]:
         """The predictors of the tables: parts, segments, footer bytes (from the trailers, after the
         unit: not counted in its phases)."""
-        footer = 0
-        for task in wl.tasks:
-            with open(part_path(str(paths.scratch), task.index), "rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                fh.seek(-TRAILER.size, os.SEEK_END)
-                footer += size - TRAILER.unpack(fh.read(TRAILER.size))[0]  # the index, directory, meta, trailer
+        footer = sum(self.footer_bytes(part_path(str(paths.scratch), task.index)) for task in wl.tasks)
         return {"parts": wl.task_count, "segments": sum(len(s.segments) for s in splits),
                 "footer_bytes": footer, "groups": sum(s.groups for s in splits)}
 
@@ -500,7 +512,7 @@ class Today(Exchange):
         tasks = wl.file_tasks(wl.files[0], limit=sample_tasks)
         sampled = [task_runs(wl, task) for task in tasks]
         seg = sum(len(runs) for runs in sampled)
-        foot = sum(len(footer_of(runs, task_meta(wl, task, runs.records))) for task, runs in zip(tasks, sampled))
+        foot = sum(len(self.footer(runs, task_meta(wl, task, runs.records))) for task, runs in zip(tasks, sampled))
         docs = sum(len(runs.keys) for runs in sampled)
         payload = sum(int(runs.lengths.sum()) for runs in sampled)
         k, parts, ranks = len(tasks), wl.task_count, wl.ranks

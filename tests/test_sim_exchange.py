@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from sim_check import RealRun, real_run, simulated  # noqa: E402
-from sim_today import Today, task_runs, write_part  # noqa: E402
+from sim_today import task_runs, write_part  # noqa: E402
 from sim_workload import Workload  # noqa: E402
 
 from shardsmith.engine.partfile import PartWriter, read_footer  # noqa: E402
@@ -137,23 +137,32 @@ def test_the_fits_extrapolate_what_was_measured(quick):
         want = (t["a"] + t["b"][0] * shape["parts"] + p["a"]
                 + r["a"] + r["b"][0] * shape["read_pairs"] + r["b"][1] * shape["punch_pairs"])
         assert rows["gather"]["opens"] == pytest.approx(want, rel=1e-9)
-    assert ten["rows"]["today"]["finalize"]["rss"] > one["rows"]["today"]["finalize"]["rss"]
+    # finalize reads every part's footer (the meta, then the index): it grows with the corpus
+    assert ten["rows"]["today"]["finalize"]["meta_read"] > 5 * one["rows"]["today"]["finalize"]["meta_read"]
     assert ten["totals"]["today"]["opens"] > 10 * one["totals"]["today"]["opens"]
 
 
-def test_exchanges_are_columns_side_by_side_and_an_unknown_one_is_one_line(tmp_path, monkeypatch, capsys):
+def test_exchanges_are_columns_side_by_side_and_an_unknown_one_is_one_line(tmp_path, capsys):
+    """``json`` (the exchange before the binary footers: ``sim_json.py``) beside today's: the same
+    parts but their footers, the same opens; its tables read every footer whole twice, today's the
+    meta and then the index, once."""
     import sim_exchange
 
-    class Renamed(Today):
-        name = "renamed"
-
-    monkeypatch.setitem(sim_exchange.EXCHANGES, "renamed", lambda args: Renamed())
     got = sim_exchange.main(["--quick", "--no-check", "--sizes", "10MB/2", "--targets", "1TB/100",
-                             "--exchange", "today,renamed", "--workdir", str(tmp_path)])
+                             "--exchange", "json,today", "--workdir", str(tmp_path)])
     for entry in got["sizes"]:
-        assert set(entry["rows"]) == {"today", "renamed"}
-        assert entry["rows"]["today"]["scatter"]["opens"] == entry["rows"]["renamed"]["scatter"]["opens"]
-    assert "opens renamed" in capsys.readouterr().out  # a column of its own
+        assert set(entry["rows"]) == {"today", "json"}
+        assert entry["rows"]["today"]["scatter"]["opens"] == entry["rows"]["json"]["scatter"]["opens"]
+        assert entry["rows"]["today"]["gather"]["opens"] == entry["rows"]["json"]["gather"]["opens"]
+    measured = got["sizes"][0]
+    assert measured["built"]
+    tables = {name: [u["phases"]["tables"] for u in measured["units"][name] if u["kind"] != "scatter"]
+              for name in ("json", "today")}
+    parts = measured["workload"]["tasks"]
+    for old, new in zip(tables["json"], tables["today"]):
+        assert old["part_opens"] == new["part_opens"] == 2 * parts
+        assert new["bytes_read"] < old["bytes_read"], (old, new)
+    assert "opens json" in capsys.readouterr().out  # a column of its own
     with pytest.raises(SystemExit) as stop:
         sim_exchange.main(["--exchange", "today,nope"])
     err = capsys.readouterr().err
