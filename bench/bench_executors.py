@@ -450,61 +450,65 @@ def counting_pass(wl: Workload, world: int, work: Path, logs: Path) -> tuple[lis
 
 def part_facts(scratch: Path) -> dict:
     """The part files the scatter left: count, bytes, and segments (split, bucket) per part from their footers."""
-    from shardsmith.engine.shuffle import read_part_footer
+    from shardsmith.engine.partfile import read_footer
 
     files = sorted(scratch.glob("part-*.bin"))
-    segs = [len(read_part_footer(p)["segments"]) for p in files]
-    buckets = {s[1] for p in files for s in read_part_footer(p)["segments"]}
-    footer = [_footer_bytes(p) for p in files]
+    index = [read_footer(p, rows=True) for p in files]
+    segs = [len(rows) for _, rows in index]
+    buckets = {b for _, rows in index for b in rows["bucket"].tolist()}
+    footer = [p.stat().st_size - f.layout.index_at for p, (f, _) in zip(files, index)]
     return {"parts": len(files), "bytes": sum(p.stat().st_size for p in files),
             "segments": sum(segs), "buckets": len(buckets), "footer_bytes": sum(footer)}
 
 
-def _footer_bytes(path: Path) -> int:
-    import struct
-
-    with open(path, "rb") as fh:
-        fh.seek(-16, os.SEEK_END)
-        return struct.unpack("<Q8s", fh.read(16))[0]
-
-
 def table_cost(parts: int = 200, buckets: int = 4096, per_part: int = 2000) -> dict:
-    """What tabulating part footers costs a gather unit (and finalize), per segment: every unit parses
-    every part's JSON footer and makes a Segment per (part, split, bucket) (engine/run.split_tables),
-    then groups them. Measured here on synthetic footers shaped like the real ones (``per_part``
-    non-empty buckets of ``buckets`` in each of ``parts`` parts), in this process: parse, table, groups;
-    and the memory the table holds (resident growth)."""
-    import numpy as np
-    import orjson
+    """What tabulating part footers costs a gather unit (and finalize), per segment: every unit reads
+    every part's index (``engine/segments.split_segments``: binary rows into columns, no object per
+    segment), then groups them. Measured here on synthetic parts shaped like the real ones (``per_part``
+    non-empty buckets of ``buckets`` in each of ``parts`` parts; payloads as holes), in this process:
+    read, table, groups; and the memory the table holds (resident growth)."""
+    import tempfile
 
-    from shardsmith.engine.shuffle import segments_by_split
+    import numpy as np
+
+    from shardsmith.engine.partfile import FOOTERS, footer_bytes
+    from shardsmith.engine.segments import split_segments
     from shardsmith.engine.split_gather import SplitGather
 
     rng = np.random.default_rng(0)
-    footers = []
+    folder = Path(tempfile.mkdtemp(prefix="table-cost-"))
+    paths, footer_total = [], 0
     for p in range(parts):
-        chosen = np.sort(rng.choice(buckets, per_part, replace=False)).tolist()
-        segs, off = [], 0
-        for b in chosen:
-            segs.append([0, b, off, 1, 3000])
-            off += 3024
-        footers.append(orjson.dumps({"meta": {"task": p, "records": per_part}, "segments": segs}))
+        chosen = np.sort(rng.choice(buckets, per_part, replace=False))
+        rows = np.column_stack([np.zeros(per_part, np.int64), chosen, np.arange(per_part) * 3024,
+                                np.ones(per_part, np.int64), np.full(per_part, 3000)]).astype(np.uint64)
+        footer = footer_bytes(rows, {"task": p, "records": per_part}, payload_end=per_part * 3024)
+        path = folder / f"part-{p:06d}.bin"
+        with open(path, "wb") as fh:
+            fh.truncate(per_part * 3024)
+            fh.seek(per_part * 3024)
+            fh.write(footer)
+        paths.append(str(path))
+        footer_total += len(footer)
 
     def rss() -> int:
         return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
     before = rss()
     t0 = time.perf_counter()
-    parsed = [(Path(f"/scratch/part-{i:06d}.bin"), orjson.loads(f)) for i, f in enumerate(footers)]
+    for path in paths:
+        FOOTERS.footer(path)
     t1 = time.perf_counter()
-    table = segments_by_split(parsed, 1)
+    table = split_segments(paths, 1)
     t2 = time.perf_counter()
     split = SplitGather.of("train", table[0], budget=1 << 16)
     t3 = time.perf_counter()
     held = rss() - before
     n = parts * per_part
-    del parsed, table, split
-    return {"segments": n, "footer_bytes": sum(map(len, footers)), "parse_us": (t1 - t0) / n * 1e6,
+    del table, split
+    FOOTERS.forget()
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"segments": n, "footer_bytes": footer_total, "parse_us": (t1 - t0) / n * 1e6,
             "table_us": (t2 - t1) / n * 1e6, "groups_us": (t3 - t2) / n * 1e6, "bytes_held": held / n}
 
 

@@ -146,17 +146,12 @@ def _shape(args, kwargs, splits) -> dict:
     job = args[0]
     out = {"buckets": job.n_buckets, "parts": len(args[1])}
     for s in splits:
-        segs = [seg for g in s.groups for seg in g]
-        buckets = {}
-        for g in s.groups:
-            for seg in g:
-                buckets.setdefault(id(g), set()).add(seg.path)
-        sizes = sorted(seg.nbytes for seg in segs)
-        out[s.name] = {"samples": s.samples, "groups": len(s.groups), "segments": len(segs),
-                       "segments_per_group": round(len(segs) / max(1, len(s.groups))),
+        sizes = sorted(s.segments.nbytes.tolist())
+        out[s.name] = {"samples": s.samples, "groups": s.groups, "segments": len(s.segments),
+                       "segments_per_group": round(len(s.segments) / max(1, s.groups)),
                        "median_segment_bytes": sizes[len(sizes) // 2] if sizes else 0,
-                       "mean_segment_samples": round(s.samples / max(1, len(segs)), 1),
-                       "mean_group_bytes": sum(sizes) // max(1, len(s.groups))}
+                       "mean_segment_samples": round(s.samples / max(1, len(s.segments)), 1),
+                       "mean_group_bytes": sum(sizes) // max(1, s.groups)}
     return out
 
 

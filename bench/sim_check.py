@@ -44,7 +44,7 @@ from sim_workload import RecordedWorkload  # noqa: E402
 
 from shardsmith.core.input_file import InputFile  # noqa: E402
 from shardsmith.engine.outdir import work_path  # noqa: E402
-from shardsmith.engine.shuffle import read_part_footer  # noqa: E402
+from shardsmith.engine.partfile import read_footer  # noqa: E402
 from shardsmith.kit.keys import ORDER_RECORD_BITS  # noqa: E402
 from shardsmith.kit.reader import Task  # noqa: E402
 
@@ -117,16 +117,15 @@ def snapshot(scratch: Path) -> dict[int, str]:
     """Each part file's bytes but its payloads (heads, footer, trailer), as a digest per task."""
     out = {}
     for path in sorted(scratch.glob("part-*.bin")):
-        footer = read_part_footer(path)
+        footer, rows = read_footer(path, rows=True)
         digest = hashlib.sha256()
-        end = max((offset + 24 * count + nbytes for _, _, offset, count, nbytes in footer["segments"]), default=0)
         with open(path, "rb") as fh:
-            for _, _, offset, count, _ in footer["segments"]:
+            for offset, count in zip(rows["offset"].tolist(), rows["count"].tolist()):
                 fh.seek(offset)
                 digest.update(fh.read(24 * count))
-            fh.seek(end)
-            digest.update(fh.read())  # the footer and trailer
-        out[int(footer["meta"]["task"])] = digest.hexdigest()
+            fh.seek(footer.layout.index_at)
+            digest.update(fh.read())  # the footer: index, directory, meta, trailer
+        out[int(footer.meta["task"])] = digest.hexdigest()
     return out
 
 
@@ -136,11 +135,11 @@ def recorded(scratch: Path, corpus: Path, *, memory: int, ranks: int, shard_toke
     rows = orjson.loads(next(scratch.glob("tasks-*.json")).read_bytes())
     metas, docs = {}, {}
     for path in sorted(scratch.glob("part-*.bin")):
-        footer = read_part_footer(path)
-        meta = footer["meta"]
+        footer, index = read_footer(path, rows=True)
+        meta = footer.meta
         records, lengths = [], []
         with open(path, "rb") as fh:
-            for _, _, offset, count, _ in footer["segments"]:
+            for offset, count in zip(index["offset"].tolist(), index["count"].tolist()):
                 fh.seek(offset)
                 heads = np.frombuffer(fh.read(24 * count), dtype=np.uint64).reshape(3, count)
                 records.append((heads[1] & np.uint64((1 << ORDER_RECORD_BITS) - 1)).astype(np.int64))

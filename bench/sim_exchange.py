@@ -29,7 +29,9 @@ measured sizes. Modelled, and said so: the documents (``sim_workload.py``: sizes
 ``corpus.py``'s JSONL), the scatter (not its CPU or memory: it does not tokenize), the payloads (zeros),
 the heads of groups no measured unit looks into (zeros).
 
-Each exchange is a column: today's (``sim_today.Today``); issue 43's rework subclasses
+Each exchange is a column: today's (``sim_today.Today``); ``json``, today's with the JSON footers
+and ``Segment`` tables it had before issue 43's binary footers (``sim_json.py``: a frozen copy, so
+``--exchange json,today`` shows what they changed); the rest of issue 43's rework subclasses
 ``sim_meter.Exchange`` and registers itself in ``EXCHANGES``.
 """
 
@@ -56,6 +58,7 @@ import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 from harness import key_figure  # noqa: E402
 from sim_check import check, print_check  # noqa: E402
+from sim_json import JsonFooters  # noqa: E402
 from sim_meter import (  # noqa: E402
     METRICS,
     Exchange,
@@ -74,9 +77,11 @@ from sim_workload import TOKEN_BYTES, Workload, gib  # noqa: E402
 
 from shardsmith.engine.outdir import work_path  # noqa: E402
 
-# the exchanges a table can show, by name: today's, and (issue 43) the reworked one when it exists
+# the exchanges a table can show, by name: today's; the one before issue 43's binary footers (a frozen
+# copy of its JSON footers and Segment tables: ``sim_json.py``), to show what they changed
 EXCHANGES: dict[str, Callable[[argparse.Namespace], Exchange]] = {
     "today": lambda args: Today(heads="all" if args.all_heads else "plan", folder=args.workdir),
+    "json": lambda args: JsonFooters(heads="all" if args.all_heads else "plan", folder=args.workdir),
 }
 SIZES = "1GB/2,3GB/3,10GB/10,30GB/30,100GB/100"
 TARGETS = "1TB/100,10TB/1000,100TB/4000"

@@ -228,7 +228,7 @@ def instrument(meter: Meter, *, skip: set[str] | frozenset[str] = frozenset(), p
     def counted(group: list[Any], *, payloads: bool = True, into: Any = None) -> Any:
         out = load_group(group, payloads=payloads, into=into)
         if payloads:
-            _WATCH["payload_read"] += sum(s.payload_bytes for s in group)
+            _WATCH["payload_read"] += group.payload_bytes
         return out
 
     shuffle._load_group = counted  # type: ignore[assignment]

@@ -5,16 +5,16 @@ simulation runs it: the engine's own units on part files whose payloads are hole
   would read and tokenize the input): its tasks (``i % W == r``) in the shared scratch folder
   (``workdir.work_folder``), each checked for a finished part (``scatter.finished_task``), keyed
   by ``kit.keys.place`` and bucketed by ``shuffle.bucket_of``, then written as a part file in
-  ``shuffle.PartWriter``'s layout (per (split, bucket) run: keys, input orders and lengths, then
-  the payload), its JSON footer and trailer, renamed into place. The payloads are left as holes,
+  ``partfile.PartWriter``'s layout (per (split, bucket) run: keys, input orders and lengths, then
+  the payload), its footer (``partfile.footer_bytes``: index, directory, meta, trailer), renamed into place. The payloads are left as holes,
   and so are the heads of every run but those of the groups the plan reads (``Today(heads=...)``:
   a 4 kB block a run on disk otherwise, ~50 GB at 100 GB of input); the gather reads zeros there.
   ``sim_check.py`` checks these parts against a real scatter's, byte for byte but the payload.
 - **gather** unit ``r``: ``engine/run.convert_units`` for a ``GatherUnit``, as a cluster rank runs
   it, with pack-tokens' writer (``formats/tokens/writer.TokensWriter``, ``--shard-tokens``, uint16
   ids) whose shard files are holes (``sim_meter.HoleFile``: counted, not written or hashed). Its
-  phases: ``tables`` (the scratch folder, every task's footer in ``run._scattered``, the group
-  budget, every footer again in ``run.split_tables``), ``plan`` (``shard_plan.plan_split``: the
+  phases: ``tables`` (the scratch folder, every task's footer meta in ``run._scattered``, the group
+  budget, every part's index in ``run.split_tables``), ``plan`` (``shard_plan.plan_split``: the
   first rank computes the plan from the heads of the groups that hold a shard boundary, later
   ranks read ``plan-train.json``), ``read`` (``gather.write_ranges``: its groups read and sorted,
   each part of a group opened once, the shards cut and recorded, the spill punched).
@@ -53,16 +53,17 @@ from sim_workload import HEAD_BYTES, TOKEN_BYTES, Workload
 
 from shardsmith.core.progress import Progress
 from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine.partfile import TRAILER, footer_bytes
 from shardsmith.engine.run import convert_units
 from shardsmith.engine.scatter import _task_id, finished_task, part_path
+from shardsmith.engine.segments import Segments, group_cuts
 from shardsmith.engine.shard_plan import SplitPlan, share
-from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC, bucket_of, groups
+from shardsmith.engine.shuffle import bucket_of
 from shardsmith.engine.split_gather import SplitGather
 from shardsmith.engine.units import FinalizeUnit, GatherUnit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.formats.tokens.writer import TokensWriter
 from shardsmith.kit import keys as keymod
-from shardsmith.kit.batches import Segment
 from shardsmith.kit.keys import output_order
 from shardsmith.kit.reader import Task
 from shardsmith.kit.writer import ShardRange, Writer
@@ -127,19 +128,20 @@ def task_runs(wl: Workload, task: Task) -> TaskRuns:
 
 
 def footer_of(runs: TaskRuns, meta: dict[str, Any]) -> bytes:
-    """The part's JSON footer (``PartWriter.write``: one segment ``[split, bucket, offset, count,
-    payload bytes]`` per run)."""
-    segments = np.column_stack([runs.split, runs.bucket, runs.offsets, runs.counts, runs.payloads]).tolist()
-    return orjson.dumps({"meta": meta, "segments": segments})
+    """The part's footer and trailer (``PartWriter.write``: one index row ``split, bucket, offset,
+    count, payload bytes`` per run)."""
+    segments = np.column_stack([runs.split, runs.bucket, runs.offsets, runs.counts, runs.payloads]).astype(np.uint64)
+    return footer_bytes(segments.reshape(-1, 5), meta, payload_end=int((HEAD_BYTES * runs.counts + runs.payloads).sum()))
 
 
 def write_part(path: Path, runs: TaskRuns, meta: dict[str, Any], *,
-               heads_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> dict[str, int]:
+               heads_of: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+               footer_of: Callable[[TaskRuns, dict[str, Any]], bytes] = footer_of) -> dict[str, int]:
     """A part file as ``PartWriter`` writes it (a temporary name, renamed into place), its footer
     and trailer at the end, each run's payload a hole, and its heads (keys, input orders, lengths)
     at their place where ``heads_of(splits, buckets)`` is true of the run (None: every run; else a
     hole too: zeros). Returns the bytes of its heads (written or not), payload and footer; what is
-    left as holes is counted as such."""
+    left as holes is counted as such. ``footer_of``: the part's footer (another exchange's layout)."""
     footer = footer_of(runs, meta)
     tmp = path.with_name(f".{path.name}.tmp-sim-{os.getpid()}")
     offsets, counts = runs.offsets, runs.counts
@@ -153,7 +155,7 @@ def write_part(path: Path, runs: TaskRuns, meta: dict[str, Any], *,
             a, b = int(runs.starts[i]), int(runs.starts[i + 1])
             os.pwrite(fh.fileno(), memoryview(np.ascontiguousarray(columns[:, a:b])).cast("B"), int(offsets[i]))
             written += HEAD_BYTES * (b - a)
-        os.pwrite(fh.fileno(), footer + _TRAILER.pack(len(footer), PART_MAGIC), heads + payload)
+        os.pwrite(fh.fileno(), footer, heads + payload)
     os.replace(tmp, path)
     count_holes(heads - written + payload)
     return {"heads": heads, "payload": payload, "footer": len(footer)}
@@ -177,7 +179,7 @@ def make_writer(wl: Workload, out: Path) -> Callable[[str, ShardRange], Writer]:
 
 def reckon(wl: Workload, *, sample: int) -> dict[str, Any]:
     """Every split's plan worked out from all the documents at once, before any part exists: the
-    buckets in key order grouped as ``shuffle.groups`` groups them under the unit's budget, the
+    buckets in key order grouped as ``segments.group_cuts`` groups them under the unit's budget, the
     documents in output order (``kit.keys.output_order``) cut by the writer's own rollover
     (``plan_split`` gives the same: a group that fits whole goes in whole, which ``cut`` does too);
     each gather rank's groups (``share`` of the shards) and the part files they touch; the gather
@@ -204,23 +206,24 @@ def reckon(wl: Workload, *, sample: int) -> dict[str, Any]:
         bucket, key, order, length, task = (every[c][mine] for c in ("bucket", "key", "order", "length", "task"))
         count = np.bincount(bucket, minlength=wl.buckets)
         payload = np.bincount(bucket, weights=length, minlength=wl.buckets).astype(np.int64)
-        whole = {b: [Segment("all", 0, int(count[b]), int(payload[b]))] for b in np.flatnonzero(count).tolist()}
-        grouped = groups(whole, budget=wl.group_budget)
+        present = np.flatnonzero(count)
+        cuts = group_cuts(payload[present] + HEAD_BYTES * count[present], wl.group_budget).tolist()
+        grouped = [present[a:b].tolist() for a, b in zip(cuts[:-1], cuts[1:])]
         group_of = np.zeros(wl.buckets, dtype=np.int64)
-        for g, (ids, _) in enumerate(grouped):
+        for g, ids in enumerate(grouped):
             group_of[ids] = g
         parts_in = np.bincount(np.unique(group_of[bucket] * max(1, wl.task_count) + task) // max(1, wl.task_count),
                                minlength=len(grouped))  # part files each group reads
         ranked = output_order(key, order)
         cuts = writer.rollover().cut(writer.weights(length[ranked], None))
         bounds = [0, *cuts, int(mine.sum())]
-        starts = np.concatenate([[0], np.cumsum([int(count[ids].sum()) for ids, _ in grouped])]).astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum([int(count[ids].sum()) for ids in grouped])]).astype(np.int64)
         plan = SplitPlan(bounds=bounds, weights=[0] * len(bounds))
         per_rank = [[g for first, stop in ranges_of(wl, plan, r) for g in groups_of(starts, plan, first, stop)]
                     for r in range(wl.ranks)]
         for r, gs in enumerate(per_rank):
             pairs[r] += int(parts_in[gs].sum())
-        splits.append({"name": name, "bounds": bounds, "grouped": [ids for ids, _ in grouped],
+        splits.append({"name": name, "bounds": bounds, "grouped": grouped,
                        "plan_groups": sorted({int(group_of[bucket[ranked[p]]]) for p in cuts}), "per_rank": per_rank})
     ranks = pick_ranks(pairs.tolist(), done={0}, sample=sample)
     out: dict[str, Any] = {"gather_ranks": ranks, "pairs": pairs.tolist()}
@@ -249,12 +252,12 @@ def groups_of(starts: np.ndarray, plan: SplitPlan | None, first: int, stop: int)
     return [g for g in range(g0, g1) if int(starts[g + 1]) > a and int(starts[g]) < b]
 
 
-def group_counts(groups: list[list[Any]]) -> dict[str, int]:
+def group_counts(groups: list[Segments]) -> dict[str, int]:
     """Opens (a part once per group: ``_load_group``), heads, payload and documents of these groups."""
-    return {"pairs": sum(len({s.path for s in g}) for g in groups),
-            "heads": sum(HEAD_BYTES * s.count for g in groups for s in g),
-            "payload": sum(s.payload_bytes for g in groups for s in g),
-            "docs": sum(s.count for g in groups for s in g)}
+    return {"pairs": sum(len(np.unique(g.part)) for g in groups),
+            "heads": sum(HEAD_BYTES * g.samples for g in groups),
+            "payload": sum(g.payload_bytes for g in groups),
+            "docs": sum(g.samples for g in groups)}
 
 
 def planned_groups(split: SplitGather, plan: SplitPlan) -> list[int]:
@@ -269,13 +272,14 @@ def punches(split: SplitGather, plan: SplitPlan, first: int, stop: int) -> int:
     that punches holes): as each shard is recorded, the groups wholly inside the range whose every
     sample lies in a finished shard are punched, each part file of them opened once."""
     starts = split.starts.tolist()
-    at = next((g for g, s in enumerate(starts[:-1]) if s >= plan.bounds[first]), len(split.groups))
+    at = next((g for g, s in enumerate(starts[:-1]) if s >= plan.bounds[first]), split.groups)
     opened = 0
     for k in range(first, stop):
         last = at
-        while last < len(split.groups) and starts[last + 1] <= plan.bounds[k + 1]:
+        while last < split.groups and starts[last + 1] <= plan.bounds[k + 1]:
             last += 1
-        opened += len({seg.path for g in split.groups[at:last] for seg in g if seg.count})
+        rows = split.between(at, last)
+        opened += len(np.unique(rows.part[rows.count > 0]))
         at = last
     return opened
 
@@ -312,20 +316,19 @@ def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | 
     for split, plan in zip(splits, made):
         for first, stop in ranges_of(wl, plan, rank):
             groups = groups_of(split.starts, plan, first, stop)
-            total["max_group"] = max([total["max_group"], *(sum(s.nbytes for s in split.groups[g]) for g in groups)])
-            total["segments"] += sum(len(split.groups[g]) for g in groups)
+            total["max_group"] = max([total["max_group"], *(int(split.group(g).nbytes.sum()) for g in groups)])
+            total["segments"] += sum(len(split.group(g)) for g in groups)
             for g in groups:  # a part's segments in one group lie back to back: read through one buffer
-                by_part: dict[str, int] = {}
-                for seg in split.groups[g]:
-                    by_part[seg.path] = by_part.get(seg.path, 0) + seg.nbytes
-                total["slack"] += int(slack(np.fromiter(by_part.values(), dtype=np.int64), buffer).sum())
-            for key, value in group_counts([split.groups[g] for g in groups]).items():
+                seg = split.group(g)
+                by_part = np.bincount(seg.part, weights=seg.nbytes)
+                total["slack"] += int(slack(by_part[by_part > 0].astype(np.int64), buffer).sum())
+            for key, value in group_counts([split.group(g) for g in groups]).items():
                 total[key] += value
             total["groups"] += len(groups)
             total["ranges"] += 1
             total["punches"] += 0 if plan is None else punches(split, plan, first, stop)
             if plan is None:
-                total["tokens"] += sum(s.payload_bytes for g in split.groups for s in g) // TOKEN_BYTES
+                total["tokens"] += split.segments.payload_bytes // TOKEN_BYTES
                 total["shards"] += 1
             else:
                 total["tokens"] += plan.weights[stop] - plan.weights[first]
@@ -429,16 +432,32 @@ class Today(Exchange):
                     continue  # a part a killed run finished: reused
                 runs = task_runs(wl, task)
                 for key, value in write_part(part_path(str(work), task.index), runs,
-                                             task_meta(wl, task, runs.records),
+                                             task_meta(wl, task, runs.records), footer_of=self.footer,
                                              heads_of=None if self.heads == "all" else heads_of).items():
                     written[key] += value
                 written["docs"] += len(runs.keys)
                 written["segments"] += len(runs)
         return {**written, "tasks_per_rank": len(mine), "docs_per_rank": written["docs"]}
 
+    # the part's footer (``footer_of``) and its bytes in a part file, for an exchange that only changes them
+    footer: ClassVar[Callable[[TaskRuns, dict[str, Any]], bytes]] = staticmethod(footer_of)
+
+    @staticmethod
+    def footer_bytes(path: Path) -> int:
+        """The bytes of a part's footer (index, directory, meta, trailer)."""
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(-TRAILER.size, os.SEEK_END)
+            return size - TRAILER.unpack(fh.read(TRAILER.size))[0]
+
+    def engine_as_is(self) -> None:
+        """Called in a gather or finalize unit's process before anything is wrapped: where an exchange
+        that differs from the engine in one place puts its own code (none for today's)."""
+
     def _engine_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
                      *, skip: frozenset[str]) -> dict[str, Any]:
         """A gather unit or finalize: ``engine/run.convert_units`` itself, instrumented."""
+        self.engine_as_is()
         shards_as_holes()
         captured = instrument(meter, skip=skip, punch_holes=False)
         names = [name for name, _ in wl.splits]
@@ -466,7 +485,7 @@ class Today(Exchange):
             every = [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]
             return {**counts, "pieces": sum(r["shards"] + r["ranges"] for r in every)}
         mine = rank_counts(wl, splits, made, unit.rank, buffer=self.buffer)
-        plan_groups = [[s.groups[g] for g in planned_groups(s, p)] if computes and p is not None else []
+        plan_groups = [[s.group(g) for g in planned_groups(s, p)] if computes and p is not None else []
                        for s, p in zip(splits, made)]
         planning = group_counts([g for gs in plan_groups for g in gs])
         every = {"every_rank": [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]} if computes else {}
@@ -482,13 +501,9 @@ class Today(Exchange):
     def _table_counts(self, wl: Workload, paths: Paths, splits: list[SplitGather]) -> dict[str, Any]:
         """The predictors of the tables: parts, segments, footer bytes (from the trailers, after the
         unit: not counted in its phases)."""
-        footer = 0
-        for task in wl.tasks:
-            with open(part_path(str(paths.scratch), task.index), "rb") as fh:
-                fh.seek(-_TRAILER.size, os.SEEK_END)
-                footer += _TRAILER.unpack(fh.read(_TRAILER.size))[0]
-        return {"parts": wl.task_count, "segments": sum(len(g) for s in splits for g in s.groups),
-                "footer_bytes": footer, "groups": sum(len(s.groups) for s in splits)}
+        footer = sum(self.footer_bytes(part_path(str(paths.scratch), task.index)) for task in wl.tasks)
+        return {"parts": wl.task_count, "segments": sum(len(s.segments) for s in splits),
+                "footer_bytes": footer, "groups": sum(s.groups for s in splits)}
 
     def shape(self, wl: Workload, *, sample_tasks: int) -> dict[str, float]:
         """Today's predictors at any size: parts and buckets from the sizing rules; segments, footer
@@ -497,7 +512,7 @@ class Today(Exchange):
         tasks = wl.file_tasks(wl.files[0], limit=sample_tasks)
         sampled = [task_runs(wl, task) for task in tasks]
         seg = sum(len(runs) for runs in sampled)
-        foot = sum(len(footer_of(runs, task_meta(wl, task, runs.records))) for task, runs in zip(tasks, sampled))
+        foot = sum(len(self.footer(runs, task_meta(wl, task, runs.records))) for task, runs in zip(tasks, sampled))
         docs = sum(len(runs.keys) for runs in sampled)
         payload = sum(int(runs.lengths.sum()) for runs in sampled)
         k, parts, ranks = len(tasks), wl.task_count, wl.ranks
@@ -505,7 +520,7 @@ class Today(Exchange):
         docs_total, payload_total = parts * docs / k, parts * payload / k
         shards = max(1, math.ceil(payload_total / TOKEN_BYTES / wl.shard_tokens))
         bucket_bytes = (payload_total + HEAD_BYTES * docs_total) / wl.buckets
-        per_group = max(1, int(wl.group_budget // bucket_bytes))  # ``shuffle._group``: buckets while they fit
+        per_group = max(1, int(wl.group_budget // bucket_bytes))  # ``segments.group_cuts``: buckets while they fit
         groups = -(-wl.buckets // per_group)
         # a part is read by a group when it holds a document of one of the group's buckets
         hits = [len(np.unique(runs.bucket.astype(np.int64) // per_group)) for runs in sampled]

@@ -135,3 +135,31 @@ def test_a_resumed_run_says_what_it_reused(big_corpus, bpe_tokenizer, tmp_path):
     assert line is not None and line.startswith("resumed: 0 of ") and " shards and 3 of " in line, res.stderr
     assert "scatter tasks reused" in line
     assert "input bytes not read again" in line
+
+
+def test_a_part_with_a_lying_or_older_footer_is_redone_on_resume(big_corpus, bpe_tokenizer, tmp_path):
+    """A killed run's parts: one of an older shardsmith (another magic), one whose index lies (a
+    segment's count past the file's end). The rerun takes neither as finished: it redoes both tasks,
+    reuses the third, and writes the bytes of an uninterrupted run."""
+    from shardsmith.engine.partfile import INDEX, TRAILER
+
+    reference = tmp_path / "ref"
+    _ok(_pack(big_corpus, reference, bpe_tokenizer, 1))
+    out = tmp_path / "out"
+    args = [a for a in _pack(big_corpus, out, bpe_tokenizer, 1) if a != "-q"]
+    _crash(args, "scatter:2")
+    work = tmp_path / ".out.shardsmith-work"
+    old = work / "part-000000.bin"
+    data = bytearray(old.read_bytes())
+    data[-8:] = b"SSPART01"
+    old.write_bytes(bytes(data))
+    lying = work / "part-000001.bin"
+    data = bytearray(lying.read_bytes())
+    index_at = TRAILER.unpack(bytes(data[-TRAILER.size:]))[0]
+    count_at = index_at + INDEX.fields["count"][1]
+    data[count_at:count_at + 8] = (1 << 40).to_bytes(8, "little")
+    lying.write_bytes(bytes(data))
+    res = run_subprocess(*args, env=dict(os.environ))
+    assert res.returncode == 0, res.stderr
+    assert " and 1 of " in next(ln for ln in res.stderr.splitlines() if ln.startswith("resumed: ")), res.stderr
+    assert tree_digest(out) == tree_digest(reference)

@@ -17,7 +17,7 @@ from conftest import run_subprocess, tree_digest
 from shardsmith.demo.root_files import make_icecube_like
 from shardsmith.engine import release
 from shardsmith.engine.release import group_ranges, punch
-from shardsmith.kit.batches import Segment
+from shardsmith.engine.segments import Segments
 
 pytestmark = pytest.mark.skipif(not release.supported(), reason="no hole punching here (Linux only)")
 
@@ -138,7 +138,7 @@ def test_punch_keeps_the_blocks_it_only_partly_covers(tmp_path):
 
 
 def test_group_ranges_merge_adjacent_segments():
-    segs = [[Segment("a", 0, 2, 100), Segment("b", 10, 1, 5)], [Segment("a", 148, 1, 10), Segment("a", 500, 0, 0)]]
+    segs = Segments.of([("a", 0, 2, 100), ("b", 10, 1, 5), ("a", 148, 1, 10), ("a", 500, 0, 0)])
     assert group_ranges(segs) == {"a": [(0, 182)], "b": [(10, 39)]}
 
 

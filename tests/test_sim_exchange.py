@@ -17,11 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from sim_check import RealRun, real_run, simulated  # noqa: E402
-from sim_today import Today, task_runs, write_part  # noqa: E402
+from sim_today import task_runs, write_part  # noqa: E402
 from sim_workload import Workload  # noqa: E402
 
-from shardsmith.engine.shuffle import PartWriter, read_part_footer, sorted_lengths  # noqa: E402
-from shardsmith.kit.batches import Segment  # noqa: E402
+from shardsmith.engine.partfile import PartWriter, read_footer  # noqa: E402
+from shardsmith.engine.segments import Segments  # noqa: E402
+from shardsmith.engine.shuffle import sorted_lengths  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -136,27 +137,42 @@ def test_the_fits_extrapolate_what_was_measured(quick):
         want = (t["a"] + t["b"][0] * shape["parts"] + p["a"]
                 + r["a"] + r["b"][0] * shape["read_pairs"] + r["b"][1] * shape["punch_pairs"])
         assert rows["gather"]["opens"] == pytest.approx(want, rel=1e-9)
-    assert ten["rows"]["today"]["finalize"]["rss"] > one["rows"]["today"]["finalize"]["rss"]
+    # finalize reads every part's footer (the meta, then the index): it grows with the corpus
+    assert ten["rows"]["today"]["finalize"]["meta_read"] > 5 * one["rows"]["today"]["finalize"]["meta_read"]
     assert ten["totals"]["today"]["opens"] > 10 * one["totals"]["today"]["opens"]
 
 
-def test_exchanges_are_columns_side_by_side_and_an_unknown_one_is_one_line(tmp_path, monkeypatch, capsys):
+def test_exchanges_are_columns_side_by_side_and_an_unknown_one_is_one_line(tmp_path, capsys):
+    """``json`` (the exchange before the binary footers: ``sim_json.py``) beside today's: the same
+    parts but their footers, the same opens; its tables read every footer whole twice, today's the
+    meta and then the index, once."""
     import sim_exchange
 
-    class Renamed(Today):
-        name = "renamed"
-
-    monkeypatch.setitem(sim_exchange.EXCHANGES, "renamed", lambda args: Renamed())
     got = sim_exchange.main(["--quick", "--no-check", "--sizes", "10MB/2", "--targets", "1TB/100",
-                             "--exchange", "today,renamed", "--workdir", str(tmp_path)])
+                             "--exchange", "json,today", "--workdir", str(tmp_path)])
     for entry in got["sizes"]:
-        assert set(entry["rows"]) == {"today", "renamed"}
-        assert entry["rows"]["today"]["scatter"]["opens"] == entry["rows"]["renamed"]["scatter"]["opens"]
-    assert "opens renamed" in capsys.readouterr().out  # a column of its own
+        assert set(entry["rows"]) == {"today", "json"}
+        assert entry["rows"]["today"]["scatter"]["opens"] == entry["rows"]["json"]["scatter"]["opens"]
+        assert entry["rows"]["today"]["gather"]["opens"] == entry["rows"]["json"]["gather"]["opens"]
+    measured = got["sizes"][0]
+    assert measured["built"]
+    tables = {name: [u["phases"]["tables"] for u in measured["units"][name] if u["kind"] != "scatter"]
+              for name in ("json", "today")}
+    parts = measured["workload"]["tasks"]
+    for old, new in zip(tables["json"], tables["today"]):
+        assert old["part_opens"] == new["part_opens"] == 2 * parts
+        assert new["bytes_read"] < old["bytes_read"], (old, new)
+    assert "opens json" in capsys.readouterr().out  # a column of its own
     with pytest.raises(SystemExit) as stop:
         sim_exchange.main(["--exchange", "today,nope"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "no exchange nope" in err and "Traceback" not in err
+
+
+def footer(path):
+    """A part's footer as read: its meta and its index rows."""
+    got, rows = read_footer(path, rows=True)
+    return got.meta, rows.tolist()
 
 
 def test_a_sparse_part_is_the_part_writers_but_the_payload(tmp_path):
@@ -175,16 +191,16 @@ def test_a_sparse_part_is_the_part_writers_but_the_payload(tmp_path):
     real.write(meta)
     got = write_part(tmp_path / "sim.bin", runs, meta)
     assert got["payload"] == sum(int(r[4].sum()) for r in runs) == int(runs.lengths.sum())
-    assert read_part_footer(tmp_path / "sim.bin") == read_part_footer(tmp_path / "real.bin")
+    assert footer(tmp_path / "sim.bin") == footer(tmp_path / "real.bin")
     assert (tmp_path / "sim.bin").stat().st_size == (tmp_path / "real.bin").stat().st_size
-    for _, _, offset, count, nbytes in read_part_footer(tmp_path / "sim.bin")["segments"]:
-        seg = [Segment(str(tmp_path / "sim.bin"), offset, count, nbytes)]
-        both = [Segment(str(tmp_path / "real.bin"), offset, count, nbytes)]
+    for _, _, offset, count, nbytes in read_footer(tmp_path / "sim.bin", rows=True)[1].tolist():
+        seg = Segments.of([(str(tmp_path / "sim.bin"), offset, count, nbytes)])
+        both = Segments.of([(str(tmp_path / "real.bin"), offset, count, nbytes)])
         assert np.array_equal(sorted_lengths(seg), sorted_lengths(both))
     skipped = write_part(tmp_path / "holes.bin", runs, meta, heads_of=lambda split, bucket: bucket != runs.bucket[0])
-    assert skipped == got and read_part_footer(tmp_path / "holes.bin") == read_part_footer(tmp_path / "real.bin")
+    assert skipped == got and footer(tmp_path / "holes.bin") == footer(tmp_path / "real.bin")
     first = runs.run(0)
-    seg = [Segment(str(tmp_path / "holes.bin"), 0, len(first[2]), int(first[4].sum()))]
+    seg = Segments.of([(str(tmp_path / "holes.bin"), 0, len(first[2]), int(first[4].sum()))])
     assert not sorted_lengths(seg).any()  # a head not written reads as zeros
 
 

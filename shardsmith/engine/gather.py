@@ -35,18 +35,19 @@ from shardsmith.engine.mapped import PartMaps, map_group
 from shardsmith.engine.pieces import cover, piece_intact, piece_path
 from shardsmith.engine.release import Release, finished, found, released_mark, to_write
 from shardsmith.engine.resume import die_with_parent
+from shardsmith.engine.segments import Segments
 from shardsmith.engine.shard_plan import SplitPlan, one_writer, plan_split, planned, share
 from shardsmith.engine.shuffle import LoadBuffer, sort_group
 from shardsmith.engine.split_gather import SplitGather, SplitOutput
 from shardsmith.errors import UsageError
-from shardsmith.kit.batches import MappedBatch, Segment, SortedBatch
+from shardsmith.kit.batches import MappedBatch, SortedBatch
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
 MakeWriter = Callable[[str, ShardRange], Writer]
 # Brings the bytes of segments into their (sparse) local part files before they are read: their
 # heads, or (True) heads and payloads. Set by a rank whose parts are in a bucket (``outstages``);
 # called in this process only, before any worker starts.
-Fetch = Callable[[list[Segment], bool], None]
+Fetch = Callable[[Segments, bool], None]
 _fetch: list[Fetch] = []
 
 
@@ -57,7 +58,7 @@ def fetching(fetch: Fetch | None) -> None:
         _fetch.append(fetch)
 
 
-def _bring(segments: list[Segment], payloads: bool) -> None:
+def _bring(segments: Segments, payloads: bool) -> None:
     for fetch in _fetch:
         fetch(segments, payloads)
 
@@ -78,7 +79,7 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     if piece_intact(work_dir, out_dir, split.name, first, stop):
         return
     done = finished(work_dir, out_dir, split.name, first, stop)
-    release = Release(split=split.name, groups=split.groups, starts=split.starts.tolist(), bounds=plan.bounds,
+    release = Release(split=split, starts=split.starts.tolist(), bounds=plan.bounds,
                       first=first, done=done, work_dir=work_dir, enabled=spill_release.ENABLED)
     for begin, end in to_write(first, done):
         _write_run(split, plan, begin, end, release, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir,
@@ -109,10 +110,11 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
     try:
         batches = 0
         for g in range(g0, g1):
-            group, gs, ge = split.groups[g], int(starts[g]), int(starts[g + 1])
+            gs, ge = int(starts[g]), int(starts[g + 1])
             if ge <= a or gs >= b:
                 continue
             lo, hi = max(a, gs), min(b, ge)
+            group = split.group(g)
             batch: SortedBatch | MappedBatch
             if maps is not None:
                 batch = map_group(group, lo - gs, hi - gs, maps=maps, drop=split.drop(g), origins=split.origins)
@@ -231,7 +233,7 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
                 jobs.append((s, 0, 0))
             continue
         if not (work_dir / f"plan-{split.name}.json").is_file():  # planning reads heads (or payloads)
-            _bring([seg for g in split.groups for seg in g], probe.weigh_payload)
+            _bring(split.segments, probe.weigh_payload)
         plan = plan_split(split, probe, work_dir)
         ranks = share(0, plan.shards, world_size)  # min(shards, world_size) ranges: later ranks have none
         mine = share(*ranks[rank], max(1, workers)) if rank < len(ranks) else []
@@ -270,16 +272,16 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
 
 
 def _read_by(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
-             ) -> list[Segment]:
+             ) -> Segments:
     """The segments the ranges ``jobs`` read: those of the groups their samples lie in."""
-    out: list[Segment] = []
+    out: list[Segments] = []
     for s, first, stop in jobs:
         split, plan = splits[s], plans[s]
         a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
-        for group, gs, ge in zip(split.groups, split.starts[:-1].tolist(), split.starts[1:].tolist()):
-            if gs < b and ge > a:
-                out += group
-    return out
+        starts = split.starts
+        g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
+        out.append(split.between(g0, max(g0, g1)))
+    return Segments.joined(out) if out else Segments.joined([])
 
 
 def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path

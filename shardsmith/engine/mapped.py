@@ -14,9 +14,11 @@ import numpy as np
 
 from shardsmith.core import pages
 from shardsmith.core.ragged import starts_of
+from shardsmith.engine.partfile import HEAD_BYTES
+from shardsmith.engine.segments import Segments
 from shardsmith.engine.shuffle import Origins, in_output_order
 from shardsmith.errors import DatasetError
-from shardsmith.kit.batches import MappedBatch, Segment
+from shardsmith.kit.batches import MappedBatch
 
 
 class PartMaps:
@@ -47,20 +49,22 @@ class PartMaps:
             arr = self._arrays[path] = np.frombuffer(mm, dtype=np.uint8)
         return arr
 
-    def bring_in(self, group: list[Segment]) -> None:
+    def bring_in(self, group: Segments) -> None:
         """Map the segments' pages (heads and payloads) now, a run of adjacent segments of one file
         at a time (a group's buckets lie side by side in each part file it reads). The pages of
         earlier groups are let go first when this group's would pass the bound: never the pages of
         the group being brought in."""
         ranges: list[tuple[str, int, int]] = []
-        for seg in sorted(group, key=lambda seg: (seg.path, seg.offset)):
-            end = seg.offset + seg.nbytes
-            if end > len(self.source(seg.path)):
-                raise DatasetError(f"{seg.path}: part file shorter than its footer says")
-            if ranges and ranges[-1][0] == seg.path and ranges[-1][2] >= seg.offset:
-                ranges[-1] = (seg.path, ranges[-1][1], max(end, ranges[-1][2]))
-            elif seg.nbytes:
-                ranges.append((seg.path, seg.offset, end))
+        rows = np.lexsort((group.offset, group.part))  # each part file's segments together, in file order
+        ends = group.offset + group.nbytes
+        for path, offset, end in zip([group.paths[p] for p in group.part[rows].tolist()],
+                                     group.offset[rows].tolist(), ends[rows].tolist()):
+            if end > len(self.source(path)):
+                raise DatasetError(f"{path}: part file shorter than its footer says")
+            if ranges and ranges[-1][0] == path and ranges[-1][2] >= offset:
+                ranges[-1] = (path, ranges[-1][1], max(end, ranges[-1][2]))
+            elif end > offset:
+                ranges.append((path, offset, end))
         spans = [(path, start - start % mmap.PAGESIZE, stop) for path, start, stop in ranges]
         size = sum(stop - first for _, first, stop in spans)
         if self._since + size > self._resident:
@@ -69,15 +73,15 @@ class PartMaps:
             pages.populate(self._maps[path], first, stop - first)
         self._since += size
 
-    def heads(self, group: list[Segment]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def heads(self, group: Segments) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``_load_group``'s keys, input order and lengths, from the mapped pages (``bring_in``
         first): no read call per segment."""
-        heads = np.empty((3, sum(s.count for s in group)), dtype=np.uint64)
+        heads = np.empty((3, group.samples), dtype=np.uint64)
         row = 0
-        for seg in group:
-            heads[:, row:row + seg.count] = self.source(seg.path)[seg.offset:seg.offset + 24 * seg.count] \
-                .view(np.uint64).reshape(3, seg.count)
-            row += seg.count
+        for path, offset, count, _ in group.rows():
+            heads[:, row:row + count] = self.source(path)[offset:offset + HEAD_BYTES * count] \
+                .view(np.uint64).reshape(3, count)
+            row += count
         return heads[0], heads[1], heads[2].astype(np.int64)
 
     def let_go(self) -> None:
@@ -87,24 +91,23 @@ class PartMaps:
         self._since = 0
 
 
-def map_group(group: list[Segment], lo: int = 0, hi: int | None = None, *, maps: PartMaps,
+def map_group(group: Segments, lo: int = 0, hi: int | None = None, *, maps: PartMaps,
               drop: np.ndarray | None = None, origins: Origins | None = None) -> MappedBatch:
     """``sort_group`` with the payloads mapped from the part files instead of read into memory:
     one source per part file (not per segment: a group holds thousands of small segments)."""
     maps.bring_in(group)
     keys, order, lengths = maps.heads(group)
-    paths: dict[str, int] = {}
-    seg_src = np.fromiter((paths.setdefault(s.path, len(paths)) for s in group), dtype=np.int64, count=len(group))
-    seg_at = np.fromiter((s.offset + 24 * s.count for s in group), dtype=np.int64, count=len(group))
-    counts = np.fromiter((s.count for s in group), dtype=np.int64, count=len(group))
-    row_seg = np.repeat(np.arange(len(group), dtype=np.int64), counts)
-    wrong = np.flatnonzero(np.bincount(row_seg, weights=lengths, minlength=len(group))
-                           != np.fromiter((s.payload_bytes for s in group), dtype=np.float64, count=len(group)))
+    parts = np.flatnonzero(np.bincount(group.part))  # one source per part file
+    seg_src = np.searchsorted(parts, group.part)
+    seg_at = group.offset + HEAD_BYTES * group.count
+    row_seg = np.repeat(np.arange(len(group), dtype=np.int64), group.count)
+    wrong = np.flatnonzero(np.bincount(row_seg, weights=lengths, minlength=len(group)) != group.payload)
     if len(wrong):
-        raise DatasetError(f"{group[int(wrong[0])].path}: part file's sample lengths disagree with its footer")
+        raise DatasetError(f"{group.path(int(wrong[0]))}: part file's sample lengths disagree with its footer")
     before = starts_of(lengths)[:-1]  # each sample's offset in the group's payloads back to back
-    seg_before = starts_of(np.fromiter((s.payload_bytes for s in group), dtype=np.int64, count=len(group)))[:-1]
+    seg_before = starts_of(group.payload)[:-1]
     starts = seg_at[row_seg] + before - seg_before[row_seg]
     perm = in_output_order(keys, order, drop)[lo:hi]
-    return MappedBatch(lengths=lengths[perm], sources=[maps.source(p) for p in paths], src=seg_src[row_seg][perm],
+    sources = [maps.source(group.paths[p]) for p in parts.tolist()]
+    return MappedBatch(lengths=lengths[perm], sources=sources, src=seg_src.astype(np.int64)[row_seg][perm],
                        starts=starts[perm], origins=None if origins is None else origins(order[perm]))

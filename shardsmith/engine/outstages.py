@@ -71,9 +71,9 @@ from shardsmith.engine.outremote import (
     refuse_prefix,
     staging_folder,
 )
-from shardsmith.engine.shuffle import _TRAILER, PART_MAGIC
+from shardsmith.engine.partfile import HEAD_BYTES, TRAILER, footer_start
+from shardsmith.engine.segments import Segments
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.kit.batches import Segment
 from shardsmith.storage.objstore import ObjectInfo, Store
 from shardsmith.storage.upload import THREADS, Stamp, _stamp, publishable, published
 
@@ -173,13 +173,13 @@ class StagedRemoteRun(RemoteOutputRun):
         if self.stage == "gather":
             gather.fetching(self._segments)
 
-    def _segments(self, segments: list[Segment], payloads: bool) -> None:
+    def _segments(self, segments: Segments, payloads: bool) -> None:
         """The byte ranges of ``segments`` (heads, or heads and payloads) not here yet, into their
         sparse part files: ranged reads, neighbours less than ``GAP`` apart read as one."""
         wanted: dict[str, list[tuple[int, int]]] = {}
-        for seg in segments:
-            end = seg.offset + (seg.nbytes if payloads else 24 * seg.count)
-            wanted.setdefault(seg.path, []).append((seg.offset, end))
+        ends = segments.offset + (segments.nbytes if payloads else HEAD_BYTES * segments.count)
+        for p, a, b in zip(segments.part.tolist(), segments.offset.tolist(), ends.tolist()):
+            wanted.setdefault(segments.paths[p], []).append((a, b))
         jobs = []
         for path, spans in wanted.items():
             have = self.fetched.setdefault(path, [])
@@ -223,10 +223,7 @@ class StagedRemoteRun(RemoteOutputRun):
             tmp.write_bytes(self.store.call(lambda: self.store.fs.cat_file(f"{self.store.root}/{key}"), rel=key))
         else:
             tail = self._range(key, max(0, info.size - TAIL), info.size)
-            length, magic = _TRAILER.unpack(tail[-_TRAILER.size:])
-            if magic != PART_MAGIC or length > info.size - _TRAILER.size:
-                raise DatasetError(f"{self.store.show(key)}: not a shardsmith part file")
-            start = info.size - _TRAILER.size - length
+            start = footer_start(tail[-TRAILER.size:], info.size, name=self.store.show(key))
             if start < info.size - len(tail):
                 tail = self._range(key, start, info.size)
             with open(tmp, "wb") as fh:

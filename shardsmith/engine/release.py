@@ -46,7 +46,8 @@ import orjson
 from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.engine.pieces import piece_intact, piece_path, piece_state
-from shardsmith.kit.batches import Segment
+from shardsmith.engine.segments import Segments
+from shardsmith.engine.split_gather import SplitGather
 from shardsmith.kit.writer import Writer
 
 _PUNCH_HOLE, _KEEP_SIZE = 0x02, 0x01
@@ -108,13 +109,12 @@ def punch(path: str, ranges: Sequence[tuple[int, int]]) -> int:
         os.close(fd)
 
 
-def group_ranges(groups: Sequence[Sequence[Segment]]) -> dict[str, list[tuple[int, int]]]:
-    """Per part file, the byte ranges the groups' segments (heads and payloads) take, adjacent ones merged."""
+def group_ranges(segments: Segments) -> dict[str, list[tuple[int, int]]]:
+    """Per part file, the byte ranges the segments (heads and payloads) take, adjacent ones merged."""
     by_path: dict[str, list[tuple[int, int]]] = {}
-    for group in groups:
-        for seg in group:
-            if seg.count:
-                by_path.setdefault(seg.path, []).append((seg.offset, seg.offset + seg.nbytes))
+    kept = segments[segments.count > 0]
+    for p, a, b in zip(kept.part.tolist(), kept.offset.tolist(), (kept.offset + kept.nbytes).tolist()):
+        by_path.setdefault(kept.paths[p], []).append((a, b))
     merged: dict[str, list[tuple[int, int]]] = {}
     for path, spans in by_path.items():
         out: list[tuple[int, int]] = []
@@ -197,15 +197,15 @@ class Release:
     shard starts; ``starts``: each group's first sample, then the split's end; ``done``: the
     range's shards a killed run finished."""
 
-    def __init__(self, *, split: str, groups: list[list[Segment]], starts: list[int], bounds: list[int],
+    def __init__(self, *, split: SplitGather, starts: list[int], bounds: list[int],
                  first: int, done: list[bool], work_dir: Path, enabled: bool) -> None:
-        self.split, self.groups, self.starts, self.bounds = split, groups, starts, bounds
+        self.table, self.split, self.starts, self.bounds = split, split.name, starts, bounds
         self.first, self.done, self.work_dir = first, list(done), work_dir
         self.enabled = enabled and supported()
         self.begin = self.recorded = 0  # the writer at work: its first shard, its shards recorded so far
         lo = bounds[first]
         # the first group wholly inside the range: one that starts before it is shared with the range before
-        self.next = next((g for g, s in enumerate(starts[:-1]) if s >= lo), len(groups))
+        self.next = next((g for g, s in enumerate(starts[:-1]) if s >= lo), split.groups)
         self.punched = 0
 
     def writing(self, begin: int) -> None:
@@ -237,13 +237,13 @@ class Release:
         unfinished = next((i for i, d in enumerate(self.done) if not d), len(self.done))
         reach = self.bounds[self.first + unfinished]  # every sample before it is in a finished shard
         last = self.next
-        while last < len(self.groups) and self.starts[last + 1] <= reach:
+        while last < self.table.groups and self.starts[last + 1] <= reach:
             last += 1
         if last == self.next:
             return
         mark = released_mark(self.work_dir, self.split)
         if not mark.exists():
             atomic_write_bytes(mark, b"")
-        for path, spans in group_ranges(self.groups[self.next:last]).items():
+        for path, spans in group_ranges(self.table.between(self.next, last)).items():
             self.punched += punch(path, spans)
         self.next = last

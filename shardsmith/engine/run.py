@@ -19,10 +19,12 @@ from shardsmith.engine.doc_facts import OriginIndex
 from shardsmith.engine.duplicates import Duplicates, find_duplicates
 from shardsmith.engine.gather import MakeWriter, finish, gather
 from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine.partfile import FOOTERS
 from shardsmith.engine.plan import task_bytes
 from shardsmith.engine.release import pinned_budget
 from shardsmith.engine.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
-from shardsmith.engine.shuffle import bucket_count, read_part_footer, segments_by_split
+from shardsmith.engine.segments import split_segments
+from shardsmith.engine.shuffle import bucket_count
 from shardsmith.engine.split_gather import SplitGather, SplitOutput
 from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, Unit
 from shardsmith.engine.workdir import work_folder
@@ -36,11 +38,11 @@ from shardsmith.text.cleaning import Cleaner
 
 def split_tables(job: ScatterJob, results: list[TaskResult], *, budget: int, duplicates: Duplicates | None = None,
                  origins: OriginIndex | None = None) -> list[SplitGather]:
-    """Every split's bucket groups, from the footers of the tasks' part files, less the documents
-    a dedup rule removed."""
-    parts = [(part_path(job.work_dir, r.task), read_part_footer(part_path(job.work_dir, r.task)))
-             for r in results]
-    table = segments_by_split(parts, len(job.splits))
+    """Every split's bucket groups, from the indexes of the tasks' part files (each read once in
+    this process, with the footer the scatter's resume check read: ``partfile.FOOTERS``), less the
+    documents a dedup rule removed."""
+    table = split_segments([str(part_path(job.work_dir, r.task)) for r in results], len(job.splits))
+    FOOTERS.forget()  # (read once per run: nothing reads a footer after the tables)
     return [SplitGather.of(name, table[s], budget=budget, origins=origins,
                            removals=None if duplicates is None else duplicates.removals(s))
             for s, (name, _) in enumerate(job.splits)]
@@ -186,7 +188,7 @@ def _scattered(job: ScatterJob, tasks: list[Task]) -> list[TaskResult]:
     """Every task's result from the parts the scatter ranks wrote; a missing one names its task."""
     results, missing = [], []
     for t in tasks:
-        res = finished_task(job.work_dir, t, facts=job.fact_columns, buckets=job.n_buckets)
+        res = finished_task(job.work_dir, t, facts=job.fact_columns, buckets=job.n_buckets, index=False)
         if res is None:
             missing.append(t.index)
         else:

@@ -24,11 +24,12 @@ from shardsmith.core.ragged import starts_of
 from shardsmith.core.words import plural
 from shardsmith.engine.doc_facts import TaskFacts, has_facts
 from shardsmith.engine.inputs import changed
+from shardsmith.engine.partfile import FOOTERS, PartWriter
 from shardsmith.engine.plan import workers_for
 from shardsmith.engine.resume import die_with_parent
-from shardsmith.engine.shuffle import PartWriter, bucket_of, read_part_footer
+from shardsmith.engine.shuffle import bucket_of
 from shardsmith.engine.workers import worker_pool
-from shardsmith.errors import DataError
+from shardsmith.errors import DataError, DatasetError
 from shardsmith.kit import keys as keymod
 from shardsmith.kit.processed import Processed, Processor
 from shardsmith.kit.reader import BadRecord, Reader, StreamError, Task, located
@@ -146,17 +147,21 @@ def _task_id(task: Task) -> list[Any]:
     return [task.file.rel, task.start, task.stop, task.first_record, len(task.files)]
 
 
-def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = (), buckets: int | None = None
-                  ) -> TaskResult | None:
+def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = (), buckets: int | None = None,
+                  index: bool = True) -> TaskResult | None:
     """The result of a task whose part file a previous (killed) run of the same command finished
-    (with its ``facts`` columns: ``engine/doc_facts.py``) into ``buckets`` key ranges (a part cut
-    into others is redone: every part of a run must cut the keys alike)."""
+    (with its ``facts`` columns: ``engine/doc_facts.py``) into ``buckets`` key ranges (a part cut into
+    others, or whose footer is torn, lying or older (``partfile``), is redone). ``index``: its index
+    checked too (the scatter); a gather reads it once, for its tables, and refuses a lying one."""
     path = part_path(work_dir, task.index)
     if not path.is_file() or not has_facts(work_dir, task.index, facts):
         return None
     try:
-        meta = read_part_footer(path)["meta"]
-    except Exception:  # a torn or foreign file: redo the task
+        footer = FOOTERS.footer(path)
+        meta = footer.meta
+        if index:
+            footer.rows()
+    except (OSError, DatasetError):  # a torn, lying or foreign file: redo the task
         return None
     if meta.get("task") != task.index or meta.get("plan") != _task_id(task) or "records" not in meta:
         return None

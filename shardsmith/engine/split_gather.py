@@ -11,41 +11,59 @@ from typing import Any, Protocol
 import numpy as np
 
 from shardsmith.core.ragged import starts_of
-from shardsmith.engine.shuffle import Origins, groups
-from shardsmith.kit.batches import Segment
+from shardsmith.engine.segments import Segments, SplitSegments, grouped
+from shardsmith.engine.shuffle import Origins
 from shardsmith.kit.writer import ShardRecord
 
 
 @dataclass
 class SplitGather:
-    """One split as the gather reads it: its bucket groups in key order and where each starts,
-    less the samples a dedup rule removed (``Removals``), with their documents' origins when the
-    run keeps them (``--provenance``)."""
+    """One split as the gather reads it: its segments sorted by bucket, its bucket groups in key
+    order (each a range of those rows: ``group``) and where each starts, less the samples a dedup
+    rule removed (``Removals``), with their documents' origins when the run keeps them
+    (``--provenance``). Arrays, not an object per segment (``engine/segments.py``): a forked gather
+    worker reads its own range's rows and copies none of the parent's pages (issue 31)."""
 
     name: str
-    groups: list[list[Segment]]
+    segments: Segments
+    bounds: np.ndarray  # the first row of each group, then the rows
     starts: np.ndarray  # sample position of each group's first kept sample, then the split's size
     drops: list[np.ndarray | None] = field(default_factory=list)  # per group: input orders left out (sorted)
     drop_bytes: list[int] = field(default_factory=list)  # per group: their payload bytes
     origins: Origins | None = None
-    # made here, in the parent: a forked gather worker reads only its own range's groups (touching the
-    # others' objects would copy their pages into it: ~85 MB a worker at a 10 GB input, issue 31)
     max_group_bytes: int = field(init=False, default=0)  # the largest group's heads and payloads
     part_files: int = field(init=False, default=0)  # the part files its groups read
 
     def __post_init__(self) -> None:
-        self.max_group_bytes = max((sum(s.nbytes + mmap.PAGESIZE for s in g) for g in self.groups), default=0)
-        self.part_files = len({seg.path for g in self.groups for seg in g})
+        if self.groups:
+            sizes = np.add.reduceat(self.segments.nbytes + mmap.PAGESIZE, self.bounds[:-1])
+            self.max_group_bytes = int(sizes.max())
+        self.part_files = int(np.count_nonzero(np.bincount(self.segments.part)))  # (np.unique imports numpy.ma)
 
     @classmethod
-    def of(cls, name: str, buckets: dict[int, list[Segment]], *, budget: int, removals: Removals | None = None,
+    def of(cls, name: str, split: SplitSegments, *, budget: int, removals: Removals | None = None,
            origins: Origins | None = None) -> SplitGather:
-        grouped = groups(buckets, budget=budget)
-        drops = [None if removals is None else removals.orders(ids) for ids, _ in grouped]
-        drop_bytes = [0 if removals is None else removals.nbytes(ids) for ids, _ in grouped]
-        counts = [sum(s.count for s in g) - (0 if d is None else len(d)) for (_, g), d in zip(grouped, drops)]
-        return cls(name=name, groups=[g for _, g in grouped], starts=starts_of(np.asarray(counts, dtype=np.int64)),
-                   drops=drops, drop_bytes=drop_bytes, origins=origins)
+        cut = grouped(split, budget)
+        ids = [b.tolist() for b in cut.buckets]
+        drops = [None if removals is None else removals.orders(b) for b in ids]
+        drop_bytes = [0 if removals is None else removals.nbytes(b) for b in ids]
+        counts = np.add.reduceat(split.segments.count, cut.bounds[:-1]) if ids else np.zeros(0, np.int64)
+        counts = counts - np.array([0 if d is None else len(d) for d in drops], dtype=np.int64)
+        return cls(name=name, segments=split.segments, bounds=cut.bounds,
+                   starts=starts_of(counts.astype(np.int64)), drops=drops, drop_bytes=drop_bytes, origins=origins)
+
+    @property
+    def groups(self) -> int:
+        """How many bucket groups."""
+        return len(self.bounds) - 1
+
+    def group(self, g: int) -> Segments:
+        """Group ``g``'s segments."""
+        return self.segments[int(self.bounds[g]):int(self.bounds[g + 1])]
+
+    def between(self, g0: int, g1: int) -> Segments:
+        """The segments of groups ``[g0, g1)`` (consecutive rows)."""
+        return self.segments[int(self.bounds[g0]):int(self.bounds[g1])]
 
     @property
     def samples(self) -> int:

@@ -1,6 +1,5 @@
 """What a writer is handed by the gather: samples of one bucket range in output order, their
-payloads read into memory (``SortedBatch``) or left in the part files' mapped pages (``MappedBatch``),
-and where a run of samples lies in a part file (``Segment``)."""
+payloads read into memory (``SortedBatch``) or left in the part files' mapped pages (``MappedBatch``)."""
 
 from __future__ import annotations
 
@@ -9,20 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardsmith.core.ragged import starts_of, take_ragged
-
-
-@dataclass(slots=True)
-class Segment:
-    """Where one (split, bucket) run of samples lies in a part file."""
-
-    path: str
-    offset: int
-    count: int
-    payload_bytes: int
-
-    @property
-    def nbytes(self) -> int:
-        return self.payload_bytes + 24 * self.count
 
 
 @dataclass(slots=True)
