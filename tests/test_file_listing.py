@@ -5,6 +5,7 @@ copy-mode conversion does not grow with its file count."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import tracemalloc
 from pathlib import Path
@@ -113,40 +114,43 @@ def test_the_plan_made_in_buckets_is_the_output_order(tmp_path, shuffle, bucket_
             assert plan.files(s).files == tuple(by_rel[f.rel] for f in plan.files(s).files)
 
 
-def _peak(root: Path, out: Path) -> int:
+def _peak(root: Path, out: Path, files: int) -> int:
     """The bytes Python allocated at most while converting ``root`` in the copy mode, in this process."""
     from shardsmith.commands.convert import ConvertOptions, job_of
     from shardsmith.engine.conduct import run_job
 
-    opts = ConvertOptions(inputs=(str(root),), out=out, to="webdataset", workers=1, check_images="none", quiet=True,
-                          format_options={"shard_samples": 500})  # (a shard's files are held while it is written)
+    opts = ConvertOptions(inputs=(str(root),), out=out, to="webdataset", workers=2, check_images="none", quiet=True,
+                          format_options={"shard_samples": 100})  # (a shard's files are held while it is written)
     tracemalloc.reset_peak()
     before = tracemalloc.get_traced_memory()[0]
     manifest = run_job(job_of(opts))
-    assert manifest["source"]["records"] == sum(1 for _ in root.rglob("*.jpg"))
-    return tracemalloc.get_traced_memory()[1] - before
+    peak = tracemalloc.get_traced_memory()[1] - before  # (0 when not tracing)
+    assert manifest["source"]["records"] == files
+    return peak
 
 
 def test_the_copy_mode_holds_no_more_for_more_files(tmp_path, monkeypatch):
-    """Four times the files, the same peak: every pass holds a chunk of the listing (made small
-    here, so that a few thousand files are many chunks), never the whole listing."""
-    for module, name in ((file_listing, "CHUNK"), (copy_plan, "CHUNK"), (choose, "CHUNK"), (resume, "CHUNK"),
-                         (folder_listing, "RUN_FILES"), (copy_plan, "BUCKET_FILES")):
-        monkeypatch.setattr(module, name, 256)
-    monkeypatch.setattr(folder_listing, "BLOCK", 64)
+    """Five times the files, the same peak: every pass holds a chunk of the listing (made small
+    here, so that a thousand files are many chunks), never the whole listing."""
+    for module, name, value in ((file_listing, "CHUNK", 64), (copy_plan, "CHUNK", 64), (choose, "CHUNK", 64),
+                                (resume, "CHUNK", 64), (folder_listing, "RUN_FILES", 64), (folder_listing, "BLOCK", 16),
+                                (copy_plan, "BUCKET_FILES", 256)):
+        monkeypatch.setattr(module, name, value)
     trees = {}
-    for n in (100, 1000, 4000):
+    for n in (50, 300, 1500):
         root = tmp_path / f"in{n}"
         for c in range(10):
             (root / f"c{c}").mkdir(parents=True)
-        for i in range(n):
-            (root / f"c{i % 10}" / f"image-with-a-long-name-{i:06d}.jpg").write_bytes(b"\xff\xd8\xff\xe0\xff\xd9")
+        for i in range(n):  # (not through pathlib, which interns every name: the interpreter's table of
+            # interned strings would then grow, and be resized, while a run is measured)
+            with open(os.path.join(root, f"c{i % 10}", f"image-with-a-long-name-{i:06d}.jpg"), "wb") as fh:
+                fh.write(b"\xff\xd8\xff\xe0\xff\xd9")
         trees[n] = root
+    _peak(trees[50], tmp_path / "warm", 50)  # (imports and caches: once, untraced)
     tracemalloc.start()
     try:
-        _peak(trees[100], tmp_path / "warm")  # (imports and caches: once)
-        small, large = (_peak(trees[n], tmp_path / f"out{n}") for n in (1000, 4000))
+        small, large = (_peak(trees[n], tmp_path / f"out{n}", n) for n in (300, 1500))
     finally:
         tracemalloc.stop()
-    # the listing held whole (8ac82ac): 1.46 MB more for the 3,000 more files; here about nothing
+    # the listing held whole (8ac82ac): ~1 MB more for the 1,200 more files
     assert large - small < 400_000, (small, large)

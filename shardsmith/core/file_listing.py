@@ -120,20 +120,19 @@ class ListingWriter:
         self.count += len(rows)
         self.nbytes += int(rows["size"].sum())
 
-    def append_files(self, files: Sequence[InputFile], *, renumber: bool = False) -> None:
-        """The next files, as tuples: with their own indexes, or (``renumber``) their places here."""
+    def append_files(self, files: Sequence[InputFile]) -> None:
+        """The next files, as tuples (each keeps its own index)."""
+        if not files:
+            return
+        paths, rels, indexes, sizes, groups, mtimes, ctimes, inos, _ = zip(*files)
         rows = np.empty(len(files), dtype=ROW)
-        for name, field in (("index", "index"), ("size", "size"), ("mtime", "mtime_ns"), ("ctime", "ctime_ns"),
-                            ("ino", "ino")):
-            rows[name] = [getattr(f, field) for f in files]
-        if renumber:
-            rows["index"] = np.arange(self.count, self.count + len(files))
-        groups: dict[str, int] = {}
-        rows["group"] = [groups.setdefault(f.group, len(groups)) for f in files]
-        texts = {"rel": encode([f.rel for f in files])}
+        rows["index"], rows["size"], rows["mtime"], rows["ctime"], rows["ino"] = indexes, sizes, mtimes, ctimes, inos
+        ids: dict[str, int] = {}
+        rows["group"] = [ids.setdefault(g, len(ids)) for g in groups]
+        texts = {"rel": encode(rels)}
         if self.prefix is None:
-            texts["path"] = encode([f.path for f in files])
-        self.append(rows, texts, list(groups))
+            texts["path"] = encode(paths)
+        self.append(rows, texts, list(ids))
 
     def append_found(self, found: Sequence[tuple[Any, ...]]) -> None:
         """The next files as a folder's walk finds them, (absolute path, relative path, size, mtime,

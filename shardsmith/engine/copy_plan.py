@@ -70,7 +70,7 @@ def plan_copy(files: FileListing, *, copier: FileCopier, seed: int, shuffle: boo
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     n = len(files)
-    bits = max(0, (-(-n // bucket_files) - 1).bit_length())  # 2**bits buckets of about bucket_files files
+    bits = (max(1, -(-n // bucket_files)) - 1).bit_length()  # 2**bits buckets of about bucket_files files
     texts = ("rel",) if files.prefix is not None else ("rel", "path")
     buckets = _Buckets(folder, texts)
     for start in range(0, n, CHUNK):

@@ -140,7 +140,8 @@ def _blocks(run: FileListing) -> Iterator[Row]:
         yield from run.found(start, start + BLOCK)
 
 
-def _batches(rows: Iterable[Row], size: int = BLOCK * 8) -> Iterator[list[Row]]:
+def _batches(rows: Iterable[Row]) -> Iterator[list[Row]]:
+    size = BLOCK * 8
     batch: list[Row] = []
     for row in rows:
         batch.append(row)
