@@ -28,10 +28,8 @@ from shardsmith.engine.folder_listing import Row, check_names, list_folder, walk
 from shardsmith.engine.forked import ForkedAnswer
 from shardsmith.errors import UsageError
 
-_Row = Row
 
-
-def _row(path: str, rel: str, st: os.stat_result, group: str) -> _Row:
+def _row(path: str, rel: str, st: os.stat_result, group: str) -> Row:
     return (path, rel, st.st_size, st.st_mtime_ns, group, st.st_ctime_ns, st.st_ino)
 
 
@@ -51,7 +49,7 @@ def changed(file: InputFile) -> str | None:
     return None
 
 
-def _walk(folder: str, suffixes: tuple[str, ...] | None, tick: Callable[[int], Any] | None = None) -> list[_Row]:
+def _walk(folder: str, suffixes: tuple[str, ...] | None, tick: Callable[[int], Any] | None = None) -> list[Row]:
     """``walk_rows`` held whole."""
     return list(walk_rows(folder, suffixes, tick))
 
@@ -73,7 +71,7 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], progress: Any = Non
     named = [(arg, path) for arg in paths for path in _expanded(arg)]  # (a glob's matches: each as if named alone)
     if listing is not None and len(named) == 1 and Path(named[0][1]).is_dir():
         return _listed_on_disk(named[0][1], suffixes, listing, progress)
-    found: list[_Row] = []
+    found: list[Row] = []
     roots: list[str] = []
     twice = NamedTwice() if len(named) > 1 else None
     for at, (_, raw) in enumerate(named):
@@ -162,7 +160,7 @@ def listed(entries: list[tuple[str, bool, list[tuple[str, str, int, str]]]]) -> 
     later): each entry is (the local path an argument stands for, whether it is a folder, its files
     as (absolute path, path relative to it, size, group)). The identities are those ``discover``
     gives the same tree on disk; the files carry no times or inode (nothing to stat yet)."""
-    found: list[_Row] = []
+    found: list[Row] = []
     roots: list[str] = []
     for path, folder, rows in entries:
         roots.append(path if folder else os.path.dirname(path))
@@ -170,13 +168,13 @@ def listed(entries: list[tuple[str, bool, list[tuple[str, str, int, str]]]]) -> 
     return _identified(found, roots, one_folder=len(entries) == 1 and entries[0][1])
 
 
-def _identified(found: list[_Row], roots: list[str], *, one_folder: bool) -> list[InputFile]:
+def _identified(found: list[Row], roots: list[str], *, one_folder: bool) -> list[InputFile]:
     """The files found below ``roots``, named relative to the deepest folder that holds them all."""
     if one_folder:
         found.sort(key=itemgetter(1))  # the usual case: one folder, the paths already relative to it (and distinct)
     else:
         root = os.path.commonpath(roots)
-        by_rel: dict[str, _Row] = {}
+        by_rel: dict[str, Row] = {}
         for absolute, _, size, mtime, group, ctime, ino in found:
             if absolute.startswith(root):
                 rel = absolute[len(root):].lstrip(os.sep).replace(os.sep, "/")
@@ -220,14 +218,14 @@ class _Walk:
         """Stop the child and forget its listing."""
         self._answer.cancel()
 
-    def result(self) -> list[_Row] | None:
+    def result(self) -> list[Row] | None:
         """The child's listing, or None when it failed (the caller lists the folder itself, and
         meets the error there)."""
         data = self._answer.result()
         return None if data is None else _decode(self.folder, data)
 
 
-def _encode(found: list[_Row]) -> bytes:
+def _encode(found: list[Row]) -> bytes:
     _, rels, sizes, mtimes, groups, ctimes, inos = zip(*found) if found else ((),) * 7
     rel = "\0".join(rels).encode("utf-8", "surrogateescape")  # names never hold NUL
     group = "\0".join(groups).encode("utf-8", "surrogateescape")
@@ -236,7 +234,7 @@ def _encode(found: list[_Row]) -> bytes:
                      array("Q", inos).tobytes()])
 
 
-def _decode(folder: str, data: bytes) -> list[_Row] | None:
+def _decode(folder: str, data: bytes) -> list[Row] | None:
     if len(data) < _HEAD.size:
         return None
     magic, n, nrel, ngroup = _HEAD.unpack_from(data)
@@ -256,7 +254,7 @@ def _decode(folder: str, data: bytes) -> list[_Row] | None:
                     numbers[2 * n:].tolist(), inos.tolist()))
 
 
-def _walked(folder: str, suffixes: tuple[str, ...], progress: Any = None) -> list[_Row]:
+def _walked(folder: str, suffixes: tuple[str, ...], progress: Any = None) -> list[Row]:
     """``_walk(folder, suffixes)``, from the listing ``walk_soon`` started if there is one."""
     soon = _SOON.pop(folder, None)
     found = soon.result() if soon is not None else None
@@ -265,7 +263,7 @@ def _walked(folder: str, suffixes: tuple[str, ...], progress: Any = None) -> lis
     return [row for row in found if row[1].lower().endswith(suffixes)]
 
 
-def _listed_here(folder: str, suffixes: tuple[str, ...] | None, progress: Any) -> list[_Row]:
+def _listed_here(folder: str, suffixes: tuple[str, ...] | None, progress: Any) -> list[Row]:
     """``_walk``, counting the files it finds on ``progress``'s bar (none: silently)."""
     if progress is None:
         return _walk(folder, suffixes)
