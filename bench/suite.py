@@ -75,6 +75,8 @@ SUITE = (
           anchors=("datatrove", "megatron.core")),
     Bench("convert", ("--n", "400", "--aug-n", "100", "--repeat", "1"), needs=("PIL", "simplejpeg", "webdataset", "wids"),
           anchors=("streaming", "litdata")),
+    Bench("copy_listing", ("--files", "3000"), work="--tmp",
+          note="this checkout alone (at full size: 100k and 1M files beside 8ac82ac, --old)"),
     Bench("tar_loader", ("--samples", "2000", "--repeat", "1"), work=None, needs=("webdataset",), anchors=("wids",)),
     Bench("events", ("--events", "20000", "--gzip-events", "5000", "--seconds", "0.3", "--repeat", "1"),
           needs=("uproot", "awkward")),
