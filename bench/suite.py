@@ -120,7 +120,7 @@ NOT_RUN = {"ab_versions": "two checkouts side by side (--base PATH)",
            "dedup_floor": "a floor measured on a corpus file that you give it",
            "dedup_datatrove": "datatrove's side of bench_dedup, run from its venv",
            **dict.fromkeys(("harness", "corpus", "images", "chat_data", "planted", "make_tokenizers", "suite",
-                            "sim_meter", "sim_today", "sim_workload"), "a helper of the benchmarks"),
+                            "sim_json", "sim_meter", "sim_today", "sim_workload"), "a helper of the benchmarks"),
            "sim_check": "the self-check of sim_exchange (which runs it first)"}
 
 

@@ -129,6 +129,7 @@ def _peak(root: Path, out: Path, files: int) -> int:
     return peak
 
 
+@pytest.mark.heavy  # a measured conversion of 1,500 files with workers: `make test-heavy`
 def test_the_copy_mode_holds_no_more_for_more_files(tmp_path, monkeypatch):
     """Five times the files, the same peak: every pass holds a chunk of the listing (made small
     here, so that a thousand files are many chunks), never the whole listing."""
