@@ -87,7 +87,9 @@ class Fetch:
             return self.dataset.read(self.mend(indices, error))
 
     def samples(self, indices: np.ndarray) -> Iterator[Any]:
-        return self.dataset.samples(indices)
+        """The samples at ``indices`` one at a time, each verified first when ``verify`` is set."""
+        items = self.dataset.samples(indices)
+        return items if self.verify is None else _verified(items, indices, self.verify)
 
     def sample(self, index: int, error: DatasetError) -> Any:
         """The sample that stands in for ``index``, whose read raised ``error`` (or that error, raised)."""
@@ -132,6 +134,13 @@ class Fetch:
                                  "key": key, "reason": reason})
             out[k] = substitute
         return out
+
+
+def _verified(items: Iterator[Any], indices: np.ndarray, verify: Callable[[np.ndarray], None]) -> Iterator[Any]:
+    """``items`` (the samples at ``indices``), each handed over once ``verify`` has checked it."""
+    for k, item in enumerate(items):
+        verify(indices[k:k + 1])
+        yield item
 
 
 def order_name(order: EpochOrder, dataset: Any) -> str:
@@ -207,17 +216,18 @@ class EpochPipeline(EpochStream):
                 continue
             # single samples: one pass over the part, read ahead by the dataset; a sample that does not
             # read ends that pass (a generator that raised is done): it is mended, and a new pass goes on
+            # (the loop per sample is this count and the yield: ``done`` is counted from it)
             positions = order[layout.positions_of(steps)]
-            done, verify = 0, fetch.verify
+            done = 0
             while done < len(positions):
+                first = self._produced - done  # the count before the part's first sample
                 try:
                     for item in fetch.samples(positions[done:]):
-                        if verify is not None:
-                            verify(positions[done:done + 1])
-                        done += 1
                         self._produced += 1
                         yield item if collate is None else collate(item)
+                    done = self._produced - first
                 except DatasetError as error:
+                    done = self._produced - first
                     item = fetch.sample(int(positions[done]), error)
                     done += 1
                     self._produced += 1

@@ -79,10 +79,11 @@ class _TokenShards:
             os.close(fd)  # (the map holds its own descriptor, and with it the cache's hold on the file)
         return np.frombuffer(mm, dtype=self.dtype)
 
-    def array(self, s: int) -> np.ndarray | None:
+    def array(self, s: int, maps: list[np.ndarray] | None = None) -> np.ndarray | None:
         """Shard s's tokens mapped, or None when it is read by byte ranges (streamed, not cached);
-        the file is looked at first: one truncated under its map is a DatasetError, never SIGBUS."""
-        arr = self._array(s)
+        the file is looked at first: one truncated under its map is a DatasetError, never SIGBUS.
+        ``maps``: ``self.maps``, taken once for a batch of a local dataset (one ``getpid``, not one a shard)."""
+        arr = self._array(s) if maps is None else maps[s]
         mm = self._files_mapped.get(s)
         if arr is not None and mm is not None:
             intact(mm, self.paths[s])
@@ -178,10 +179,11 @@ class _TokenShards:
             order = order[np.argsort(shard[order], kind="stable")]  # the rows grouped by shard, one sort
         ss = shard[order]
         edges = [0, *(np.flatnonzero(ss[1:] != ss[:-1]) + 1).tolist(), len(order)] if len(order) else [0]
+        maps = self.maps if self._files.keep_open is None else None
         for a, b in zip(edges[:-1], edges[1:]):
             rows, s = order[a:b], int(ss[a])
             self._files.touched(s, len(rows))
-            arr = self.array(s)
+            arr = self.array(s, maps)
             dest = rows if at is None else at[rows]
             if arr is None:
                 out[dest] = self.ranged(s, starts[rows] - self.starts[s], width)
@@ -259,10 +261,11 @@ class TokenDataset(Dataset):
             if all(type(v) is int for v in items):  # Python ints that no 64-bit dtype holds together
                 raise IndexError(f"window index out of range for {n} windows")
             raise IndexError(f"window indices must be integers, not {given.dtype}")
-        if given.min() < -n or given.max() >= n:
+        lo, hi = given.min(), given.max()
+        if lo < -n or hi >= n:
             raise IndexError(f"window index out of range for {n} windows")
-        given = given.astype(np.int64)
-        return np.where(given < 0, given + n, given)
+        given = given.astype(np.int64, copy=False)  # (read only from here: the caller's array may be returned)
+        return given if lo >= 0 else np.where(given < 0, given + n, given)
 
     @property
     def kind(self) -> SampleKind:

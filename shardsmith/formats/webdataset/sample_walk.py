@@ -88,7 +88,7 @@ class SampleIterator:
         self._first = self._end = 0  # the window's positions
         self._at = 0                 # the block's first position
         self._ahead: list[dict[str, Any] | None] = []
-        self._names: dict[int, str] = {}  # id of a window's map -> its shard's name
+        self._whole: dict[int, tuple[Any, str]] = {}  # a window's shard -> (its map, its name): ``intact``
 
     def __iter__(self) -> SampleIterator:
         return self
@@ -131,7 +131,7 @@ class SampleIterator:
         at = list(map(dict(zip(used, found)).__getitem__, self._shard))
         self._spans = (start.T.tolist(), (start + size).T.tolist(), found[0].names, found[0].decoders,
                        [u.mm for u in at], list(map(getitem, [u.keys for u in at], self._local)))
-        self._names = {id(u.mm): u.where for u in found}
+        self._whole = {s: (u.mm, u.where) for s, u in zip(used, found)}
         self._bytes = np.concatenate([[0], np.cumsum(size.sum(axis=1))]).tolist()  # before each position
 
     def _block(self, pos: int) -> None:
@@ -147,8 +147,8 @@ class SampleIterator:
         self._ahead = [None] * (b - a)
         starts, ends, names, decoders, maps, keys = self._spans
         maps, cols = maps[a:b], [keys[a:b]]
-        for mm in {id(m): m for m in maps}.values():  # each file still whole before it is sliced
-            intact(mm, self._names[id(mm)])
+        for s in set(self._shard[a:b]):
+            intact(*self._whole[s])  # each file still whole before it is sliced (once per shard a block)
         try:
             for m, decode in enumerate(decoders):
                 raw = list(map(getitem, maps, map(slice, starts[m][a:b], ends[m][a:b])))
