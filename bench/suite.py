@@ -75,6 +75,8 @@ SUITE = (
           anchors=("datatrove", "megatron.core")),
     Bench("convert", ("--n", "400", "--aug-n", "100", "--repeat", "1"), needs=("PIL", "simplejpeg", "webdataset", "wids"),
           anchors=("streaming", "litdata")),
+    Bench("copy_listing", ("--files", "3000"), work="--tmp",
+          note="this checkout alone (at full size: 100k and 1M files beside 8ac82ac, --old)"),
     Bench("tar_loader", ("--samples", "2000", "--repeat", "1"), work=None, needs=("webdataset",), anchors=("wids",)),
     Bench("events", ("--events", "20000", "--gzip-events", "5000", "--seconds", "0.3", "--repeat", "1"),
           needs=("uproot", "awkward")),
@@ -110,6 +112,7 @@ SUITE = (
 BY_NAME = {b.name: b for b in SUITE}
 # the other scripts of bench/, and why the suite does not run them
 NOT_RUN = {"ab_versions": "two checkouts side by side (--base PATH)",
+           "ab_loader": "two checkouts' loaders side by side (--base PATH)",
            "campaign_signals": "a count of outcomes under signals, not a measure of speed",
            "campaign_storage": "a count of outcomes under kills and races, not a measure of speed",
            "campaign_inputs": "a count of outcomes of crafted templates and endless inputs, not a measure of speed",
@@ -118,7 +121,7 @@ NOT_RUN = {"ab_versions": "two checkouts side by side (--base PATH)",
            "dedup_floor": "a floor measured on a corpus file that you give it",
            "dedup_datatrove": "datatrove's side of bench_dedup, run from its venv",
            **dict.fromkeys(("harness", "corpus", "images", "chat_data", "planted", "make_tokenizers", "suite",
-                            "sim_meter", "sim_today", "sim_workload"), "a helper of the benchmarks"),
+                            "sim_json", "sim_meter", "sim_today", "sim_workload"), "a helper of the benchmarks"),
            "sim_check": "the self-check of sim_exchange (which runs it first)"}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from conftest import make_docs, run_cli, write_jsonl
 
-from shardsmith.engine import inputs
+from shardsmith.engine import folder_listing
 from shardsmith.engine.inputs import discover
 
 BARS = ("listing corpus", "train tokenizer: merging", "engine check", "tokenize", "gather")
@@ -53,7 +53,7 @@ class Recorder:
 
 
 def test_the_listing_counts_every_file_of_a_big_flat_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(inputs, "TICK_ENTRIES", 40)  # a tick every 40 files instead of 4096: a smaller folder
+    monkeypatch.setattr(folder_listing, "TICK_ENTRIES", 40)  # a tick every 40 files instead of 4096: a smaller folder
     folder = tmp_path / "many"
     folder.mkdir()
     for i in range(140):  # more than one tick's worth in a single folder

@@ -6,12 +6,14 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import mmap
 import os
 import pickle
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 import shardsmith
 from shardsmith.core import manifest
 from shardsmith.errors import DatasetError
+from shardsmith.formats.webdataset import dataset as dataset_module
 from shardsmith.formats.webdataset.sample_walk import SampleIterator
 from shardsmith.formats.webdataset.tarfmt import BLOCK, parse_members
 from shardsmith.kit import manifest_io
@@ -180,6 +183,43 @@ def test_sample_iteration_slices_ahead_exactly(tmp_path, monkeypatch):
     assert [s["__key__"] for s in ds.iter(seed=2)] == [mixed[i][0] for i in epoch_order(12, shuffle=True, seed=2,
                                                                                               epoch=0)]
     assert set(ds[3]) == {"__key__", "jpg", "cls"}
+
+
+class _CountedMap(mmap.mmap):
+    """A real map of the shard that counts the looks at its file's size (``identity.intact``)."""
+
+    looks = 0
+
+    def size(self) -> int:
+        type(self).looks += 1
+        return super().size()
+
+
+def test_a_batch_looks_at_each_shard_once(dataset, tmp_path, monkeypatch):
+    """Issue 44 item 5: ``read`` (a batch: ``get_batch``, ``iter(batch_size=)``, the adapters) looked at
+    the file's size before every sample (one fstat each, a third of a small sample's cost); it looks
+    once per shard and batch now, still before the first byte of it is read. ``ds[i]`` looks each time."""
+    monkeypatch.setattr(dataset_module, "mmap", SimpleNamespace(mmap=_CountedMap, ACCESS_READ=mmap.ACCESS_READ))
+    ds = TarDataset(dataset)
+    ds.read([0, 10, 20])  # every shard mapped
+    _CountedMap.looks = 0
+    batch = ds.read([3, 4, 13, 5, 14, 24, -1])  # shards 0, 0, 1, 0, 1, 2, 2 (10 samples a shard)
+    assert [b["__key__"] for b in batch] == [TRAIN[i][0] for i in (3, 4, 13, 5, 14, 24, 24)]
+    assert _CountedMap.looks == 3
+    _CountedMap.looks = 0
+    for i in (3, 4, 13):
+        ds[i]
+    assert _CountedMap.looks == 3
+    with pytest.raises(IndexError):
+        ds.read([1, 25])
+    copy = tmp_path / "copy"
+    shutil.copytree(dataset, copy)
+    ds = TarDataset(copy)
+    ds.read([0, 10])
+    os.truncate(copy / "train-000001.tar", 0)  # by another program, while it is mapped
+    assert [b["__key__"] for b in ds.read([1, 2])] == [TRAIN[1][0], TRAIN[2][0]]
+    with pytest.raises(DatasetError, match="truncated to 0 of its"):
+        ds.read([1, 11])
 
 
 def test_decode_modes(dataset):

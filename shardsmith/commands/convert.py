@@ -13,6 +13,7 @@ from typing import Any
 
 from shardsmith import registry
 from shardsmith.commands.convert_options import ConvertOptions
+from shardsmith.core.file_listing import paths_of
 from shardsmith.core.memory import no_gc
 from shardsmith.engine.choose import source_and_format
 from shardsmith.engine.conduct import run_job
@@ -67,7 +68,7 @@ class RowSteps(JobSteps):
         self.transforms = registry.record_kind(reader.holds).transforms(self.job.transforms, opts=opts)
         files = run.files or []
         # image bytes that pass through unchanged are referenced by the workers and copied by the writer
-        sources = [f.path for f in files] if self.copies_files(run) else None
+        sources = paths_of(files) if self.copies_files(run) else None
         if opts.balance is not None:  # files left out of a class keep their indexes in the writers' sources
             run.files, self.balance = self.balanced(files, opts)
         run.make_write(sources=sources, options=run.opts.format_values())

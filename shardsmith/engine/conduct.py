@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardsmith.core.file_listing import staged_only, total_size
 from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
 from shardsmith.core.urls import is_url
@@ -62,7 +63,7 @@ def _prepare(job: Job) -> dict[str, Any]:
         with work_folder(run.opts.out, run=run.identity):
             pass  # the same run's parts kept, another run's removed, this run's stamp written
     return {"stage": "prepare", "rank": 0, "world_size": job.opts.world_size, "tasks": len(run.tasks),
-            "input_bytes": sum(f.size for f in run.files or ())}
+            "input_bytes": total_size(run.files or ())}
 
 
 def _conduct(job: Job, unit: Unit | None) -> dict[str, Any]:
@@ -108,7 +109,7 @@ def _claim(run: JobRun, steps: JobSteps) -> dict[str, Any] | None:
     """Size the run, name it, claim the output folder and plan the tasks; the manifest when this
     very run already finished it."""
     opts, reader, files = run.opts, run.reader, run.files or []
-    input_bytes = sum(f.size for f in files)
+    input_bytes = total_size(files)
     with no_gc():
         run.sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=input_bytes)
         reader.limit_records(run.sizing.record_bytes)
@@ -119,6 +120,7 @@ def _claim(run: JobRun, steps: JobSteps) -> dict[str, Any] | None:
                        and opts.limit is None and opts.on_error == "fail")
         if not run.copying:
             keep_freed_memory()
+            run.files = files = list(files)  # the tasks hold their files: a listing on disk is read whole here
             run.tasks = plan_tasks(reader, files, chunk_bytes=run.sizing.chunk_bytes, stage=opts.stage,
                                    out=opts.out, run=run.identity)
     return None
@@ -133,7 +135,7 @@ def _units(run: JobRun, steps: JobSteps, unit: Unit | None) -> Converted:
     if run.copying:
         from shardsmith.engine.image_copy import copy_files
 
-        arrival.wait_whole(run.files or [])  # images written in shuffled order: every one staged first
+        arrival.wait_whole(staged_only(run.files or ()))  # images written in shuffled order: every one staged first
         return copy_files(run.files or [], copier=fmt.file_copier(write), images=processor,  # type: ignore[arg-type]
                           seed=opts.seed, shuffle=opts.shuffle, splits=opts.splits, workers=opts.workers,
                           out_dir=opts.out, progress=run.progress)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
+from shardsmith.core.file_listing import total_size
 from shardsmith.engine.cleaned import cleaning_record, write_removed
 from shardsmith.engine.run import Converted, Tally
 from shardsmith.engine.url_inputs import input_root, stop_staging
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their count, not their names
 
 
-def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Converted, files: list[InputFile],
+def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Converted, files: Sequence[InputFile],
                    source: dict[str, Any], schema: dict[str, Any], extras: dict[str, Any] | None = None,
                    copies: int = 1, events: bool = False, used: tuple[tuple[str, str], ...] = (),
                    unread: Sequence[dict[str, Any]] = (), skipped_inputs: Sequence[dict[str, str]] = (),
@@ -56,7 +57,7 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
     provenance = done.cleaning is not None and done.cleaning.spec.provenance
     inputs: Any = [f.rel for f in files] if list_inputs or provenance or len(files) <= MAX_LISTED_INPUTS \
         else len(files)
-    source = {**source, "inputs": inputs, "input_bytes": sum(f.size for f in files), **tally.source(),
+    source = {**source, "inputs": inputs, "input_bytes": total_size(files), **tally.source(),
               "limit": opts.limit}
     if (root := input_root(files)) is not None:  # inputs staged from a URL (shown without userinfo or query)
         source["input_root"] = root

@@ -9,6 +9,7 @@ error there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 
@@ -33,6 +34,15 @@ class ForkedAnswer:
                 os._exit(code)
         os.close(write)
         self.fd = read
+
+    def cancel(self) -> None:
+        """Stop the child (its answer is not needed) and reap it."""
+        import signal
+
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.close(self.fd)
+        os.waitpid(self.pid, 0)
 
     def result(self) -> bytes | None:
         """The child's bytes, or None when it failed."""

@@ -22,16 +22,14 @@ from typing import Any
 
 from shardsmith.core.globs import is_glob, local_matches, no_match
 from shardsmith.core.input_file import InputFile
-from shardsmith.core.names import not_utf8
 from shardsmith.core.user_warning import warn_user
 from shardsmith.core.words import plural
+from shardsmith.engine.folder_listing import Row, check_names, list_folder, walk_rows
 from shardsmith.engine.forked import ForkedAnswer
 from shardsmith.errors import UsageError
 
-_Row = tuple[str, str, int, int, str, int, int]  # absolute path, relative path, size, mtime, group, ctime, inode
 
-
-def _row(path: str, rel: str, st: os.stat_result, group: str) -> _Row:
+def _row(path: str, rel: str, st: os.stat_result, group: str) -> Row:
     return (path, rel, st.st_size, st.st_mtime_ns, group, st.st_ctime_ns, st.st_ino)
 
 
@@ -51,61 +49,29 @@ def changed(file: InputFile) -> str | None:
     return None
 
 
-TICK_ENTRIES = 4096  # a listing reports its count at least this often (one folder of a million files moves too)
+def _walk(folder: str, suffixes: tuple[str, ...] | None, tick: Callable[[int], Any] | None = None) -> list[Row]:
+    """``walk_rows`` held whole."""
+    return list(walk_rows(folder, suffixes, tick))
 
 
-def _walk(folder: str, suffixes: tuple[str, ...] | None, tick: Callable[[int], Any] | None = None) -> list[_Row]:
-    """(absolute path, path relative to ``folder`` in POSIX form, size, mtime, group, ctime, inode)
-    of every non-hidden file below it whose name ends with one of ``suffixes`` (any case; None: any
-    name); the group is the first folder of the relative path ("" for files directly in ``folder``).
-
-    One ``scandir`` pass per folder: the kind of each entry comes from the folder listing itself,
-    and only the files that match are stat'ed (once each, for the size and mtime), so a folder of
-    a million images is listed in seconds. ``tick``: told the files found, as they are found.
-    """
-    found: list[_Row] = []
-    append = found.append
-    top = os.stat(folder)
-    seen = {(top.st_dev, top.st_ino)}  # symlinked folders are followed once
-    stack = [(folder, "", "")]
-    told = 0
-    while stack:
-        path, rel, group = stack.pop()
-        with os.scandir(path) as entries:
-            for entry in entries:
-                if tick is not None and len(found) - told >= TICK_ENTRIES:
-                    tick(len(found) - told)
-                    told = len(found)
-                name = entry.name
-                if name[0] == ".":
-                    continue
-                if (suffixes is None or name.lower().endswith(suffixes)) and entry.is_file():  # is_file follows symlinks
-                    st = entry.stat()
-                    append((entry.path, rel + name, st.st_size, st.st_mtime_ns, group, st.st_ctime_ns, st.st_ino))
-                elif entry.is_dir():
-                    st = entry.stat()
-                    if (st.st_dev, st.st_ino) not in seen:
-                        seen.add((st.st_dev, st.st_ino))
-                        stack.append((entry.path, f"{rel}{name}/", group or name))
-        if tick is not None and len(found) > told:
-            tick(len(found) - told)
-            told = len(found)
-    return found
-
-
-def discover(paths: list[str], *, suffixes: tuple[str, ...], progress: Any = None) -> list[InputFile]:
+def discover(paths: list[str], *, suffixes: tuple[str, ...], progress: Any = None, listing: Path | None = None
+             ) -> Sequence[InputFile]:
     """Files named on the command line (a quoted glob: each file it matches, ``core/globs.py``) plus
     those found in folders, sorted by identity; a file named twice (by two arguments, or two
     spellings of one) is read once, and one warning line says so (``NamedTwice``).
 
     The root is the deepest folder that holds every input, so the identities (and so the shuffle
     and the splits) stay the same when the whole tree moves. ``progress`` (``core.progress.Progress``):
-    a counter of the files found while a folder is listed here.
+    a counter of the files found while a folder is listed here. ``listing``: where one folder's
+    files are listed on disk (``folder_listing``: the listing of a folder of millions of images is
+    never held whole); without it, or for other inputs, a list.
     """
     if not paths:
         raise UsageError("no inputs given")
     named = [(arg, path) for arg in paths for path in _expanded(arg)]  # (a glob's matches: each as if named alone)
-    found: list[_Row] = []
+    if listing is not None and len(named) == 1 and Path(named[0][1]).is_dir():
+        return _listed_on_disk(named[0][1], suffixes, listing, progress)
+    found: list[Row] = []
     roots: list[str] = []
     twice = NamedTwice() if len(named) > 1 else None
     for at, (_, raw) in enumerate(named):
@@ -135,6 +101,17 @@ def discover(paths: list[str], *, suffixes: tuple[str, ...], progress: Any = Non
     if twice is not None:
         twice.warn([arg for arg, _ in named])
     return _identified(found, roots, one_folder=len(named) == 1 and Path(named[0][1]).is_dir())
+
+
+def _listed_on_disk(raw: str, suffixes: tuple[str, ...], dest: Path, progress: Any) -> Sequence[InputFile]:
+    base = os.path.abspath(raw)
+    soon = _SOON.pop(base, None)
+    if soon is not None:
+        soon.cancel()  # its listing would come back whole: this one streams to disk instead
+    found = list_folder(base, suffixes=suffixes, dest=dest, progress=progress)
+    if not len(found):
+        raise UsageError(f"{raw}: no input files ({', '.join(suffixes)}) in this folder")
+    return found
 
 
 def _expanded(raw: str) -> list[str]:
@@ -183,7 +160,7 @@ def listed(entries: list[tuple[str, bool, list[tuple[str, str, int, str]]]]) -> 
     later): each entry is (the local path an argument stands for, whether it is a folder, its files
     as (absolute path, path relative to it, size, group)). The identities are those ``discover``
     gives the same tree on disk; the files carry no times or inode (nothing to stat yet)."""
-    found: list[_Row] = []
+    found: list[Row] = []
     roots: list[str] = []
     for path, folder, rows in entries:
         roots.append(path if folder else os.path.dirname(path))
@@ -191,13 +168,13 @@ def listed(entries: list[tuple[str, bool, list[tuple[str, str, int, str]]]]) -> 
     return _identified(found, roots, one_folder=len(entries) == 1 and entries[0][1])
 
 
-def _identified(found: list[_Row], roots: list[str], *, one_folder: bool) -> list[InputFile]:
+def _identified(found: list[Row], roots: list[str], *, one_folder: bool) -> list[InputFile]:
     """The files found below ``roots``, named relative to the deepest folder that holds them all."""
     if one_folder:
         found.sort(key=itemgetter(1))  # the usual case: one folder, the paths already relative to it (and distinct)
     else:
         root = os.path.commonpath(roots)
-        by_rel: dict[str, _Row] = {}
+        by_rel: dict[str, Row] = {}
         for absolute, _, size, mtime, group, ctime, ino in found:
             if absolute.startswith(root):
                 rel = absolute[len(root):].lstrip(os.sep).replace(os.sep, "/")
@@ -207,22 +184,10 @@ def _identified(found: list[_Row], roots: list[str], *, one_folder: bool) -> lis
         found = [by_rel[rel] for rel in sorted(by_rel)]
     if not found:
         return []
-    _check_names(found)
+    check_names(found)
     absolute, rel, size, mtime, group, ctime, ino = zip(*found)
     return list(map(_new, repeat(InputFile), zip(absolute, rel, range(len(found)), size, group, mtime, ctime, ino,
                                                       repeat(""))))
-
-
-def _check_names(found: list[_Row]) -> None:
-    """Refuse a file whose path below its input root is not valid UTF-8 (Python holds its stray bytes as surrogates): its
-    name would name records, keys and manifest entries, which are UTF-8 text. One encode of all the
-    paths at once, so a million names cost milliseconds; the first bad one is named with its bytes."""
-    try:
-        "\0".join(row[1] for row in found).encode()
-    except UnicodeEncodeError:
-        shown = next(not_utf8(row[0]) for row in found if not_utf8(row[1]) is not None)
-        raise UsageError(f"{shown}: the file's name is not valid UTF-8; rename it (records, keys and the manifest "
-                         f"name inputs by their paths, in UTF-8)") from None
 
 
 _new = tuple.__new__  # InputFile(*row) without its Python-level __new__: a tenth of the time
@@ -249,14 +214,18 @@ class _Walk:
         self._answer = ForkedAnswer(listing)
         self.pid = self._answer.pid
 
-    def result(self) -> list[_Row] | None:
+    def cancel(self) -> None:
+        """Stop the child and forget its listing."""
+        self._answer.cancel()
+
+    def result(self) -> list[Row] | None:
         """The child's listing, or None when it failed (the caller lists the folder itself, and
         meets the error there)."""
         data = self._answer.result()
         return None if data is None else _decode(self.folder, data)
 
 
-def _encode(found: list[_Row]) -> bytes:
+def _encode(found: list[Row]) -> bytes:
     _, rels, sizes, mtimes, groups, ctimes, inos = zip(*found) if found else ((),) * 7
     rel = "\0".join(rels).encode("utf-8", "surrogateescape")  # names never hold NUL
     group = "\0".join(groups).encode("utf-8", "surrogateescape")
@@ -265,7 +234,7 @@ def _encode(found: list[_Row]) -> bytes:
                      array("Q", inos).tobytes()])
 
 
-def _decode(folder: str, data: bytes) -> list[_Row] | None:
+def _decode(folder: str, data: bytes) -> list[Row] | None:
     if len(data) < _HEAD.size:
         return None
     magic, n, nrel, ngroup = _HEAD.unpack_from(data)
@@ -285,7 +254,7 @@ def _decode(folder: str, data: bytes) -> list[_Row] | None:
                     numbers[2 * n:].tolist(), inos.tolist()))
 
 
-def _walked(folder: str, suffixes: tuple[str, ...], progress: Any = None) -> list[_Row]:
+def _walked(folder: str, suffixes: tuple[str, ...], progress: Any = None) -> list[Row]:
     """``_walk(folder, suffixes)``, from the listing ``walk_soon`` started if there is one."""
     soon = _SOON.pop(folder, None)
     found = soon.result() if soon is not None else None
@@ -294,7 +263,7 @@ def _walked(folder: str, suffixes: tuple[str, ...], progress: Any = None) -> lis
     return [row for row in found if row[1].lower().endswith(suffixes)]
 
 
-def _listed_here(folder: str, suffixes: tuple[str, ...] | None, progress: Any) -> list[_Row]:
+def _listed_here(folder: str, suffixes: tuple[str, ...] | None, progress: Any) -> list[Row]:
     """``_walk``, counting the files it finds on ``progress``'s bar (none: silently)."""
     if progress is None:
         return _walk(folder, suffixes)
@@ -330,4 +299,4 @@ def walk_soon(paths: Sequence[str], *, quiet: bool = True) -> Iterator[None]:
         for folder in started:
             soon = _SOON.pop(folder, None)
             if soon is not None:
-                soon.result()
+                soon.cancel()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shardsmith.core.file_listing import total_size
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.memory import no_gc
 from shardsmith.engine import url_inputs
@@ -73,7 +74,9 @@ class JobRun:
         self.progress = progress
         self.reader: Reader = None  # type: ignore[assignment]  # set by ``JobSteps.open``
         self.fmt: Format = None  # type: ignore[assignment]
-        self.files: list[InputFile] | None = None
+        # the inputs: a list, or (one local folder) a listing on disk read in chunks (``core/file_listing.py``),
+        # which only the copy mode keeps past the claim
+        self.files: Sequence[InputFile] | None = None
         self.skipped: list[dict[str, str]] = []  # objects ``--on-error skip`` left out while staging
         self.write: WriteJob | None = None  # set by the steps (``make_write``) before any unit runs
         self.sizing: Sizing | None = None
@@ -82,7 +85,7 @@ class JobRun:
         self.copying = False  # the engine's copy mode (``engine/image_copy.py``): no shuffle pass
         self.cleaning: CleaningSpec | None = None  # what the run cleans (``JobSteps.cleaning``, checked by the engine)
 
-    def discover(self, suffixes: tuple[str, ...]) -> list[InputFile]:
+    def discover(self, suffixes: tuple[str, ...]) -> Sequence[InputFile]:
         """The inputs (listed, or staged from a URL), kept as ``files``."""
         with no_gc():
             self.files = url_inputs.discover_inputs(self.opts, suffixes=suffixes)
@@ -139,7 +142,7 @@ class JobSteps:
 
     def estimated_bytes(self, run: JobRun) -> int:
         """What the shuffle's payloads weigh, about (sizes its buckets)."""
-        return sum(f.size for f in run.files or ())
+        return total_size(run.files or ())
 
     def cleaning(self, run: JobRun) -> CleaningSpec | None:
         """What the run cleans and traces of its documents (``text/cleaning.py``; None: nothing)."""

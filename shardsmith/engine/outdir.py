@@ -143,8 +143,10 @@ def complete_line(where: object, *, left: str | None) -> str:
 
 
 def leftovers(out: Path) -> bool:
-    """Whether a run into ``out`` left its record or its scratch folder (it was stopped before its cleanup)."""
-    return (out / RUN_FILE).exists() or work_path(out).exists()
+    """Whether a run into ``out`` left its record or its scratch folder (it was stopped before its
+    cleanup); the listing this very run has just made there is not a leftover."""
+    work = work_path(out)
+    return (out / RUN_FILE).exists() or (work.exists() and any(p.name != LISTING for p in work.iterdir()))
 
 
 def work_path(out: Path) -> Path:
@@ -159,16 +161,26 @@ def work_path(out: Path) -> Path:
 STAGED = ("inputs", "inputs.etags")
 
 
+# a run's listing of one input folder (``engine/folder_listing.py``), in the scratch folder: written
+# before the run claims the folder, so a leftover of another run is replaced, never resumed from
+LISTING = "listing"
+
+
+def listing_path(out: Path) -> Path:
+    """Where a run into ``out`` lists its input folder on disk."""
+    return work_path(out) / LISTING
+
+
 def staging_path(out: Path) -> Path:
     """Where inputs named by URL are staged for a run into ``out``."""
     return work_path(out) / STAGED[0]
 
 
 def drop_staged(out: Path) -> None:
-    """Remove the staged inputs (a run that failed before it claimed the folder), and the scratch
-    folder if nothing else is in it."""
+    """Remove the staged inputs and the listing (a run that failed before it claimed the folder),
+    and the scratch folder if nothing else is in it."""
     work = work_path(out)
-    for name in STAGED:
+    for name in (*STAGED, LISTING):
         shutil.rmtree(work / name, ignore_errors=True)
     with contextlib.suppress(OSError):
         work.rmdir()

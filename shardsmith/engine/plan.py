@@ -23,6 +23,7 @@ from typing import Any, TypeVar, overload
 
 import orjson
 
+from shardsmith.core.file_listing import staged_only
 from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.input_file import InputFile
 from shardsmith.engine.outdir import work_path
@@ -48,9 +49,9 @@ def cached(name: str, compute: Callable[[], T], *, stage: str | None, out: Path,
     return value
 
 
-def wait_to_check(reader: Reader, files: list[InputFile]) -> None:
+def wait_to_check(reader: Reader, files: Sequence[InputFile]) -> None:
     """Wait for the inputs still being staged from a URL that ``check`` (or ``schema``) reads."""
-    arrival.wait_whole([f for f in files if f.origin and reader.reads_to_check(f)])
+    arrival.wait_whole([f for f in staged_only(files) if f.origin and reader.reads_to_check(f)])
 
 
 def wait_to_plan(reader: Reader, files: list[InputFile], *, chunk_bytes: int) -> None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from shardsmith.core.file_listing import CHUNK
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.manifest import RUN_FILE
 from shardsmith.core.urls import is_url
@@ -48,7 +50,7 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(text).hexdigest()[:32]
 
 
-def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths: tuple[str | None, ...] = ()
+def run_identity(command: str, opts: Any, files: Sequence[InputFile], *, extra_paths: tuple[str | None, ...] = ()
                  ) -> dict[str, str]:
     """``{"command", "options", "inputs"}``: who is filling the folder, and with what exactly.
 
@@ -65,14 +67,41 @@ def run_identity(command: str, opts: Any, files: list[InputFile], *, extra_paths
                if k not in VOLATILE}
     if getattr(opts, "out_url", None):  # into object storage: the URL, not the staging folder of this machine
         options["out"] = opts.out_url
-    stats: list[Any] = [(f.rel, f.size, f.origin) if f.origin  # staged: the object, not the copy
-                        else (f.rel, f.size, f.ino, f.mtime_ns, f.ctime_ns) if f.ctime_ns
-                        else (f.rel, f.size, _sha256(f.path)) for f in files]
-    for p in extra_paths:
-        if p and os.path.isfile(p):
-            stats.append((resolved(p), _sha256(p)))
+    extra = [(resolved(p), _sha256(p)) for p in extra_paths if p and os.path.isfile(p)]
     return {"command": command, "options": _digest({"command": command, "options": options}),
-            "inputs": _digest(stats)}
+            "inputs": _digest_list(lambda: _chunks(files, extra))}
+
+
+def _chunks(files: Sequence[InputFile], extra: list[tuple[str, str]]) -> Iterator[list[Any]]:
+    """What a rerun trusts of each input (as ``run_identity`` says), a chunk of inputs at a time (a
+    listing on disk is never held whole), then ``extra``."""
+    for start in range(0, len(files), CHUNK):
+        yield [(f.rel, f.size, f.origin) if f.origin  # staged: the object, not the copy
+               else (f.rel, f.size, f.ino, f.mtime_ns, f.ctime_ns) if f.ctime_ns
+               else (f.rel, f.size, _sha256(f.path)) for f in files[start:start + CHUNK]]
+    yield extra
+
+
+def _digest_list(chunks: Callable[[], Iterator[list[Any]]]) -> str:
+    """``_digest`` of the list the ``chunks()`` make together, without holding it: a JSON array's
+    text is its items' texts joined by commas, so the hash takes each chunk's as it comes."""
+    try:
+        return _hash_array(chunks(), lambda chunk: orjson.dumps(chunk))
+    except TypeError:  # as ``_digest``: a path with bytes that are not UTF-8, escaped losslessly
+        import json
+
+        return _hash_array(chunks(), lambda chunk: json.dumps(chunk, default=str, separators=(",", ":")).encode())
+
+
+def _hash_array(chunks: Iterator[list[Any]], dumps: Callable[[list[Any]], bytes]) -> str:
+    h = hashlib.sha256(b"[")
+    first = True
+    for chunk in chunks:
+        if chunk:
+            h.update(dumps(chunk)[1:-1] if first else b"," + dumps(chunk)[1:-1])
+            first = False
+    h.update(b"]")
+    return h.hexdigest()[:32]
 
 
 def _sha256(path: str) -> str:

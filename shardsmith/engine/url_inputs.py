@@ -62,17 +62,18 @@ import contextlib
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from shardsmith.core.file_listing import staged_only
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.progress import Progress
 from shardsmith.core.sizes import format_size
 from shardsmith.core.urls import is_url, safe_url
 from shardsmith.core.words import plural
 from shardsmith.engine import inputs
-from shardsmith.engine.outdir import STAGED, staging_path, work_path
+from shardsmith.engine.outdir import STAGED, listing_path, staging_path, work_path
 from shardsmith.errors import DataError, UsageError
 from shardsmith.storage import listing, retry, schemes
 from shardsmith.storage.stager import Stager
@@ -90,7 +91,7 @@ def skipped_inputs(files: list[InputFile]) -> list[dict[str, str]]:
     return list(getattr(files, "skipped", []))
 
 
-def discover_inputs(opts: Any, *, suffixes: tuple[str, ...]) -> list[InputFile]:
+def discover_inputs(opts: Any, *, suffixes: tuple[str, ...]) -> Sequence[InputFile]:
     """``discover`` with a converting command's options (inputs, output, stage, retries, on-error)."""
     return discover(list(opts.inputs), suffixes=suffixes, out=opts.out, quiet=opts.quiet, stage=opts.stage,
                     retries=opts.retries, retry_wait=opts.retry_wait, on_error=opts.on_error, memory=opts.memory,
@@ -129,15 +130,16 @@ class RemoteObject(NamedTuple):
 def discover(paths: list[str], *, suffixes: tuple[str, ...], out: Path, quiet: bool = False,
              stage: str | None = None, retries: int = 5, retry_wait: float = 0.5,
              on_error: str = "fail", memory: int = 1 << 30, limit: int | None = None, rank: int = 0
-             ) -> list[InputFile]:
+             ) -> Sequence[InputFile]:
     """``inputs.discover`` for every command: local paths as they are; URLs listed and given the
     identities of a local copy, staged into the scratch folder of the run into ``out`` by a stager
     that runs alongside the work (``memory`` bounds how far ahead). Transient errors are retried
     ``retries`` times; with ``on_error="skip"`` every object is staged first and one that stays
     unreadable is left out (listed in the result's ``skipped``)."""
     urls = [p for p in paths if is_url(p)]
-    if not urls:
-        return inputs.discover(paths, suffixes=suffixes, progress=Progress(quiet=quiet))
+    if not urls:  # one folder of a local run is listed on disk (a cluster stage's ranks share the scratch folder)
+        return inputs.discover(paths, suffixes=suffixes, progress=Progress(quiet=quiet),
+                               listing=listing_path(out) if stage is None else None)
     if len(urls) != len(paths):
         raise UsageError("the inputs mix URLs and local paths; give one kind (stage the local files to the store, "
                          "or download the objects)")
@@ -235,9 +237,9 @@ def origin_url(f: InputFile) -> str:
     return f.origin.split("\0", 1)[0]
 
 
-def input_root(files: list[InputFile]) -> str | None:
+def input_root(files: Sequence[InputFile]) -> str | None:
     """The URL the staged inputs' identities are relative to (None for local inputs)."""
-    roots = {origin_url(f)[:len(origin_url(f)) - len(f.rel)] for f in files if f.origin}
+    roots = {origin_url(f)[:len(origin_url(f)) - len(f.rel)] for f in staged_only(files) if f.origin}
     return roots.pop() if len(roots) == 1 else None
 
 

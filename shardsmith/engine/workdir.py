@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 
 from shardsmith.engine import interrupt
-from shardsmith.engine.outdir import STAGED, finish_output, work_path
+from shardsmith.engine.outdir import LISTING, STAGED, finish_output, work_path
 from shardsmith.engine.release import spill_lost
 from shardsmith.errors import UsageError, WorkerDied
 
@@ -39,8 +39,9 @@ def work_folder(out_dir: Path, *, run: dict[str, str] | None = None, shared: boo
     if same and spill_lost(work, out_dir):
         same = False  # a shard made from given-back spill is gone: its bytes can only come from the inputs again
     if work.exists() and not same:
-        for entry in work.iterdir():  # not the staged inputs: each is checked against its object before reuse
-            if entry.name in STAGED:
+        for entry in work.iterdir():  # not the staged inputs (each is checked against its object before
+            # reuse), nor the listing this run has just made
+            if entry.name in STAGED or entry.name == LISTING:
                 continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)

@@ -259,9 +259,9 @@ class StreamedFiles:
 
     def track(self, s: int, read: Any) -> Any:
         """A shard reader that reports each item it reads (``touched``)."""
-        def counted(j: int) -> Any:
+        def counted(j: int, look: bool = True) -> Any:
             self.touched(s)
-            return read(j)
+            return read(j, look)
 
         return counted
 

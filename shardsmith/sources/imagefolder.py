@@ -6,11 +6,12 @@ take thousands of small files at a time.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
+from shardsmith.core.file_listing import groups_of
 from shardsmith.core.input_file import InputFile
 from shardsmith.errors import UsageError
 from shardsmith.kit.reader import BadRecord, Reader, Task
@@ -29,13 +30,14 @@ class ImageFolderReader(Reader):
         return {"image": {"kind": "image", "ext": "jpg" if opts.augment else "as stored"},
                 "cls": {"kind": "int", "dtype": "int64"}}
 
-    def classes(self, files: list[InputFile]) -> list[str]:
+    def classes(self, files: Sequence[InputFile]) -> list[str]:
         """Class names, sorted; every image must sit in a class subfolder of an input folder."""
-        loose = [f.rel for f in files if not f.group]
-        if loose:
-            raise UsageError(f"{loose[0]}: an image folder holds images in class subfolders (root/CLASS/img.jpg); "
+        groups = groups_of(files)
+        if "" in groups:
+            loose = next(f.rel for f in files if not f.group)
+            raise UsageError(f"{loose}: an image folder holds images in class subfolders (root/CLASS/img.jpg); "
                              f"this one is directly in the input folder")
-        return sorted({f.group for f in files})
+        return sorted(groups)
 
     def reads_to_check(self, file: InputFile) -> bool:
         return False  # classes come from the listing

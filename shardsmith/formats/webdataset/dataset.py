@@ -336,8 +336,21 @@ class TarDataset(Dataset):
         return SampleKind("tar samples", ListForm(), (("decode", self.decode),))
 
     def read(self, indices: Any) -> list[dict[str, Any]]:
-        """The samples at ``indices``, in that order."""
-        return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
+        """The samples at ``indices``, in that order. Each shard's file is looked at (``intact``) before
+        the batch's first sample in it, not before every sample: a batch is one read."""
+        if type(self).__getitem__ is not TarDataset.__getitem__:  # a subclass's own samples
+            return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
+        out, looked, starts, n = [], set(), self._starts, self._n
+        for i in np.asarray(indices).reshape(-1).tolist():
+            i = int(i)
+            if i < 0:
+                i += n
+            if not 0 <= i < n:
+                raise IndexError(f"sample index out of range for {n} samples")
+            s = bisect_right(starts, i) - 1
+            out.append(self._reader(s)(i - starts[s], s not in looked))
+            looked.add(s)
+        return out
 
     get_batch = read
 

@@ -28,21 +28,22 @@ class _MemberTable:
     exts: list[str] = field(default_factory=list)
 
 
-# ds[i] of an open shard: its sample number -> the sample
-_Open = Callable[[int], dict[str, Any]]
+# ds[i] of an open shard: (its sample number, whether to look at the file first) -> the sample
+_Open = Callable[..., dict[str, Any]]
 
 
 def _shard_reader(mm: mmap.mmap, table: _MemberTable, decoders: list[Callable[[bytes], Any] | None],
                   where: str) -> _Open:
     """Sample j of one shard, by slicing its map where the table says: a closure over the shard's
     arrays, so that each sample costs a few list lookups and one copy per member (and a look at the
-    file's size: ``identity.intact``)."""
+    file's size: ``identity.intact``; ``look=False`` for the samples of a batch after its first in this
+    shard, ``TarDataset.read``: one fstat was a third of a small sample's cost)."""
     keys, first, data, size, ext, names = table.keys, table.first, table.data, table.size, table.ext, table.exts
     guarded = [None if d is None else _guard(d, name, where) for d, name in zip(decoders, names)]
     mapped, size_now = len(mm), mm.size
 
-    def read(j: int) -> dict[str, Any]:
-        if size_now() < mapped:  # (``intact``, its test inline: one fstat a sample is the whole cost)
+    def read(j: int, look: bool = True) -> dict[str, Any]:
+        if look and size_now() < mapped:  # (``intact``, its test inline: one fstat is the whole cost)
             intact(mm, where)
         sample: dict[str, Any] = {"__key__": keys[j]}
         for k in range(first[j], first[j + 1]):
@@ -63,7 +64,7 @@ def _ranged_reader(read_range: Callable[[int, int], bytes], table: _MemberTable,
     keys, first, data, size, ext, names = table.keys, table.first, table.data, table.size, table.ext, table.exts
     guarded = [None if d is None else _guard(d, name, where) for d, name in zip(decoders, names)]
 
-    def read(j: int) -> dict[str, Any]:
+    def read(j: int, look: bool = True) -> dict[str, Any]:  # (nothing mapped to look at)
         a, b = first[j], first[j + 1]
         base = data[a]
         buf = read_range(base, data[b - 1] + size[b - 1])
