@@ -66,7 +66,8 @@ clean:
 .PHONY: slurm test-slurm test-cluster
 
 # make slurm RECIPE=recipes/NAME.toml TASKS=N [SBATCH_ARGS="--partition=cpu --account=me"]: submit a recipe
-# to SLURM as scatter and gather array jobs of N tasks and a finalize job, each after the one before
+# to SLURM as a scatter array of N tasks, a plan job, a gather array of N tasks and a finalize job, each
+# after the one before
 # (recipes/slurm/); run it where sbatch works, from a folder every node sees.
 slurm: $(VENV)/.core
 	@test -n "$(RECIPE)" -a -n "$(TASKS)" || { echo "usage: make slurm RECIPE=recipes/NAME.toml TASKS=N [SBATCH_ARGS=...]"; exit 2; }

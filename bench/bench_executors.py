@@ -435,8 +435,8 @@ def counting_pass(wl: Workload, world: int, work: Path, logs: Path) -> tuple[lis
     env = {**child_env(), "BENCH_OPENS_LOG": str(log)}
     units: list[Unit] = []
     parts: dict = {}
-    for stage in ("scatter", "gather", "finalize"):
-        for rank in range(world if stage != "finalize" else 1):
+    for stage in ("scatter", "plan", "gather", "finalize"):
+        for rank in range(world if stage not in ("plan", "finalize") else 1):
             cmd = [sys.executable, "-c", AUDIT, *wl.args, "-o", str(out), "--quiet", "--workers", "1",
                    "--stage", stage, "--rank", str(rank), "--world-size", str(world)]
             wall, _, _ = run_children([cmd], logs / f"{wl.name}-count{world}-{stage}-{rank}.log", env=env)
@@ -584,7 +584,7 @@ def report(wl: Workload, rows: dict[str, Row], counts: dict[int, tuple[list[Unit
             else:
                 verdict(f"issue 28: {k} within {GOAL}x of the local run ({wl.name})", x <= GOAL, f"{x:.2f}x{same}")
     for world, (units, parts) in sorted(counts.items()):
-        by = {s: [u for u in units if u.stage == s] for s in ("scatter", "gather", "finalize")}
+        by = {s: [u for u in units if u.stage == s] for s in ("scatter", "plan", "gather", "finalize")}
         g = by["gather"]
         print(f"  --stage processes, W={world} (untimed pass, --workers 1, one after another): {parts['parts']} parts, "
               f"{parts['bytes'] / 1e6:.1f} MB, {parts['segments']} segments ({parts['segments'] / max(1, parts['parts']):.0f}"
@@ -592,9 +592,10 @@ def report(wl: Workload, rows: dict[str, Row], counts: dict[int, tuple[list[Unit
         mb = wl.input_bytes / 1e6
         print(f"    unit wall s (start-up included): scatter {' '.join(f'{u.wall:.2f}' for u in by['scatter'])} "
               f"({mb / world / max(u.wall for u in by['scatter']):.0f} MB/s a unit, slowest); gather "
-              f"{' '.join(f'{u.wall:.2f}' for u in g)}; finalize {' '.join(f'{u.wall:.2f}' for u in by['finalize'])}")
+              f"{' '.join(f'{u.wall:.2f}' for u in g)}; plan {by['plan'][0].wall:.2f}; finalize "
+              f"{' '.join(f'{u.wall:.2f}' for u in by['finalize'])}")
         print(f"    part-file opens per gather rank: {' '.join(str(u.opens) for u in g)} (distinct parts "
-              f"{' '.join(str(u.files) for u in g)}); finalize {by['finalize'][0].opens}; read calls returned per "
+              f"{' '.join(str(u.files) for u in g)}); plan {by['plan'][0].opens}; finalize {by['finalize'][0].opens}; read calls returned per "
               f"gather rank (rchar, all files) MB: {' '.join(f'{u.rchar / 1e6:.1f}' for u in g)}")
 
 
@@ -671,7 +672,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         stop_all(list(clusters.values()))
     t = table_cost()
-    print(f"\npart footers tabulated by every gather unit and finalize (engine/run.split_tables; synthetic, "
+    print(f"\npart footers tabulated by the plan unit (engine/run.split_tables; synthetic, "
           f"{t['segments']:,} segments, {t['footer_bytes'] / t['segments']:.0f} B of footer JSON each): parse "
           f"{t['parse_us']:.2f} us, table {t['table_us']:.2f} us, groups {t['groups_us']:.2f} us a segment; "
           f"{t['bytes_held']:.0f} B held a segment")

@@ -51,6 +51,7 @@ from shardsmith.kit.reader import Task  # noqa: E402
 # what must be equal per unit kind (``sim_meter.COUNTS`` and ``punches``); "written": bytes_written
 # + holes_written, "meta_read": bytes_read - payload_read
 COMPARED = {"scatter": ("opens", "part_opens", "written"),
+            "plan": ("opens", "part_opens", "meta_read", "written"),
             "gather": ("opens", "part_opens", "meta_read", "payload_read", "written", "punches"),
             "finalize": ("opens", "part_opens", "meta_read", "written")}
 WORDS = ["the", "of", "and", "to", "in", "is", "was", "for", "on", "that", "with", "as", "by", "at", "from", "his", "her", "it", "an", "are", "were", "this", "which", "be", "or", "shard", "token", "shuffle", "seed", "record", "gather", "scatter", "bucket", "part", "footer", "plan", "rank", "unit"]
@@ -197,6 +198,7 @@ def real_run(root: Path, *, nbytes: int, ranks: int, files: int, memory: int, sh
     units = [unit("scatter", r) for r in range(ranks)]
     wl = recorded(scratch, corpus, memory=memory, ranks=ranks, shard_tokens=shard_tokens, seed=seed)
     parts = snapshot(scratch)  # before the gather punches the heads out
+    units.append(unit("plan", None))
     units += [unit("gather", r) for r in range(ranks)]
     units.append(unit("finalize", None))
     if not (out / "manifest.json").is_file():

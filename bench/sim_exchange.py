@@ -403,7 +403,7 @@ def measured_totals(ex: Exchange, size: dict[str, Any], fits: dict) -> dict[str,
         total["payload_read"] += every[r]["payload"]
         source = "m+f"
     return {**total, "shared": total["meta_read"] + total["payload_read"] + total["written"],
-            "output": sum(r["tokens"] for r in every) * TOKEN_BYTES, "units": 2 * len(every) + 1, "source": source}
+            "output": sum(r["tokens"] for r in every) * TOKEN_BYTES, "units": 2 * len(every) + 2, "source": source}
 
 
 def fitted_totals(ex: Exchange, fits: dict, shape: dict[str, float], wl: Workload) -> dict[str, Any]:
@@ -429,7 +429,7 @@ def fitted_totals(ex: Exchange, fits: dict, shape: dict[str, float], wl: Workloa
     written = None if got["written"] is None else got["written"] + part_bytes
     shared = None if got["meta_read"] is None or written is None else got["meta_read"] + shape["all_read_payload"] + written
     return {"opens": got["opens"], "meta_read": got["meta_read"], "payload_read": shape["all_read_payload"],
-            "written": written, "shared": shared, "output": shape["tokens"] * TOKEN_BYTES, "units": 2 * wl.ranks + 1,
+            "written": written, "shared": shared, "output": shape["tokens"] * TOKEN_BYTES, "units": 2 * wl.ranks + 2,
             "source": "f"}
 
 
@@ -496,6 +496,7 @@ def shape_checks(entry: dict[str, Any], ex_name: str) -> dict[str, tuple[float, 
     return {"segments": (shape["segments"], planner["counted"]["segments"]),
             "footer_bytes": (shape["footer_bytes"], planner["counted"]["footer_bytes"]),
             "read_pairs": (shape["read_pairs"], max(r["pairs"] for r in every)),
+            "read_segments": (shape["read_segments"], max(r["segments"] for r in every)),
             "plan_pairs": (shape["plan_pairs"], planner["counted"]["plan_pairs"]),
             "punch_pairs": (shape["punch_pairs"], max(r["punches"] for r in every)),
             "read_slack": (shape["read_slack"], max(every, key=lambda r: r["pairs"])["slack"])}

@@ -10,17 +10,20 @@ simulation runs it: the engine's own units on part files whose payloads are hole
   and so are the heads of every run but those of the groups the plan reads (``Today(heads=...)``:
   a 4 kB block a run on disk otherwise, ~50 GB at 100 GB of input); the gather reads zeros there.
   ``sim_check.py`` checks these parts against a real scatter's, byte for byte but the payload.
-- **gather** unit ``r``: ``engine/run.convert_units`` for a ``GatherUnit``, as a cluster rank runs
-  it, with pack-tokens' writer (``formats/tokens/writer.TokensWriter``, ``--shard-tokens``, uint16
-  ids) whose shard files are holes (``sim_meter.HoleFile``: counted, not written or hashed). Its
-  phases: ``tables`` (the scratch folder, every task's footer meta in ``run._scattered``, the group
-  budget, every part's index in ``run.split_tables``), ``plan`` (``shard_plan.plan_split``: the
-  first rank computes the plan from the heads of the groups that hold a shard boundary, later
-  ranks read ``plan-train.json``), ``read`` (``gather.write_ranges``: its groups read and sorted,
-  each part of a group opened once, the shards cut and recorded, the spill punched).
-- **finalize**: ``convert_units`` for the ``FinalizeUnit``: the tables again, then ``gather.finish``
-  (the pieces of every range); where gather ranks were not run, their pieces do not exist and
-  ``finish`` is not run (its figures then come from the fits).
+- **plan**: ``engine/run.convert_units`` for the ``PlanUnit``, once: its phases ``tables`` (every
+  task's footer meta in ``run._scattered``, the group budget, every part's index in
+  ``run.split_tables``, each split's tables written for the gather units: ``split_plans.py``) and
+  ``plan`` (``shard_plan.plan_split``: the plan from the heads of the groups that hold a shard
+  boundary).
+- **gather** unit ``r``: ``convert_units`` for a ``GatherUnit``, as a cluster rank runs it, with
+  pack-tokens' writer (``formats/tokens/writer.TokensWriter``, ``--shard-tokens``, uint16 ids) whose
+  shard files are holes (``sim_meter.HoleFile``: counted, not written or hashed). Its phases:
+  ``tables`` (the plan's index, and of each split's plan file its header, its per-group arrays and
+  the rows of its own groups: no footer), ``read`` (``gather.write_ranges``: its groups read and
+  sorted, each part of a group opened once, the shards cut and recorded, the spill punched).
+- **finalize**: ``convert_units`` for the ``FinalizeUnit``: the plan's index and the tasks' results
+  (``tables``), then ``gather.finish`` (the pieces of every range); where gather ranks were not run,
+  their pieces do not exist and ``finish`` is not run (its figures then come from the fits).
 """
 
 from __future__ import annotations
@@ -60,7 +63,8 @@ from shardsmith.engine.segments import Segments, group_cuts
 from shardsmith.engine.shard_plan import SplitPlan, share
 from shardsmith.engine.shuffle import bucket_of
 from shardsmith.engine.split_gather import SplitGather
-from shardsmith.engine.units import FinalizeUnit, GatherUnit
+from shardsmith.engine.split_plans import PlannedRun, fingerprint
+from shardsmith.engine.units import FinalizeUnit, GatherUnit, PlanUnit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.formats.tokens.writer import TokensWriter
 from shardsmith.kit import keys as keymod
@@ -349,7 +353,8 @@ def saved_plan(scratch: Path, split: str) -> SplitPlan | None:
 
 
 class Today(Exchange):
-    """The exchange of shardsmith as it is: a part file per task, every footer in every unit."""
+    """The exchange of shardsmith as it is: a part file per task, every footer read once by the plan
+    unit, each gather unit reading its rows of the plan."""
 
     name: ClassVar[str] = "today"
 
@@ -362,56 +367,56 @@ class Today(Exchange):
 
     rows: ClassVar[tuple[Row, ...]] = (
         Row("scatter", "scatter", note="simulated: the engine's layout and footers, payloads as holes"),
-        Row("plan", "gather", phase="plan", rank=0,
-            note="made by the first gather unit (every gather unit that starts before plan-train.json exists)"),
-        Row("gather", "gather", note="the busiest measured gather unit (less the plan, the row above, where it "
-            "made it)"),
+        Row("plan", "plan", note="the plan unit, once: every footer, the tables and plan of every split written"),
+        Row("gather", "gather", note="the busiest measured gather unit: its rows of the plan, then its groups"),
         Row("finalize", "finalize", note="its finish (gather.finish: every range's pieces) run where every "
             "gather rank with shards was run, else fitted"),
     )
     laws: ClassVar[tuple[Law, ...]] = (
         Law("scatter", "opens", None, "tasks_per_rank"),
         Law("scatter", "meta_read", None, ""),
+        Law("plan", "opens", "tables", "parts"),
         Law("plan", "opens", "plan", "plan_pairs"),
+        Law("plan", "meta_read", "tables", "footer_bytes"),
         Law("plan", "meta_read", "plan", "plan_pairs", exact="plan_heads"),
+        Law("plan", "cpu", "tables", "segments"),
         Law("plan", "cpu", "plan", "plan_pairs"),
+        Law("plan", "written", "tables", "segments+groups"),
         Law("plan", "written", "plan", ""),
-        Law("gather", "opens", "tables", "parts"),
-        Law("gather", "opens", "plan", ""),
+        Law("plan", "rss", None, "segments"),
+        Law("gather", "opens", "tables", ""),
         Law("gather", "opens", "read", "read_pairs+punch_pairs"),
-        Law("gather", "meta_read", "tables", "footer_bytes"),
-        Law("gather", "meta_read", "plan", "all_shards"),
+        # its rows of the plan (28 B a segment), each split's per-group arrays and its part files' names
+        Law("gather", "meta_read", "tables", "read_segments+groups+parts"),
         Law("gather", "meta_read", "read", "read_pairs+read_slack", exact="read_heads"),
-        Law("gather", "cpu", "tables", "segments"),
-        Law("gather", "cpu", "plan", "all_shards"),
+        Law("gather", "cpu", "tables", "read_segments+groups"),
         Law("gather", "cpu", "read", "read_pairs+read_docs"),
         Law("gather", "written", "tables", ""),
-        Law("gather", "written", "plan", ""),
         Law("gather", "written", "read", "read_docs+shards", exact="read_output"),
-        Law("gather", "rss", None, "segments+read_max_group"),
-        Law("finalize", "opens", "tables", "parts"),
+        Law("gather", "rss", None, "read_segments+read_max_group"),
+        Law("finalize", "opens", "tables", ""),
         Law("finalize", "opens", "finish", "pieces"),
-        Law("finalize", "meta_read", "tables", "footer_bytes"),
+        Law("finalize", "meta_read", "tables", "parts"),  # the index, and every task's result
         Law("finalize", "meta_read", "finish", "pieces"),
-        Law("finalize", "cpu", "tables", "segments"),
+        Law("finalize", "cpu", "tables", "parts"),
         Law("finalize", "cpu", "finish", "pieces"),
         Law("finalize", "written", "tables", ""),
         Law("finalize", "written", "finish", ""),
-        Law("finalize", "rss", None, "segments"),
+        Law("finalize", "rss", None, "parts"),
     )
 
     def prepare(self, wl: Workload, *, sample: int) -> dict[str, Any]:
         return reckon(wl, sample=sample)
 
     def setup_units(self, wl: Workload) -> list[UnitRef]:
-        """Every scatter unit, then the gather unit that plans (rank 0, the first to start)."""
-        return [*(UnitRef("scatter", r) for r in range(wl.ranks)), UnitRef("gather", 0)]
+        """Every scatter unit, the plan unit, then gather rank 0 (the first to start)."""
+        return [*(UnitRef("scatter", r) for r in range(wl.ranks)), UnitRef("plan"), UnitRef("gather", 0)]
 
     def run_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
                  *, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
         if unit.kind == "scatter":
             return self._scatter(wl, paths, unit.rank, meter, prepared)
-        if unit.kind in ("gather", "finalize"):
+        if unit.kind in ("plan", "gather", "finalize"):
             return self._engine_unit(wl, paths, unit, meter, prepared, skip=skip)
         raise ValueError(f"today's exchange has no {unit.kind} unit")
 
@@ -456,13 +461,13 @@ class Today(Exchange):
 
     def _engine_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
                      *, skip: frozenset[str]) -> dict[str, Any]:
-        """A gather unit or finalize: ``engine/run.convert_units`` itself, instrumented."""
+        """The plan unit, a gather unit or finalize: ``engine/run.convert_units`` itself, instrumented."""
         self.engine_as_is()
         shards_as_holes()
         captured = instrument(meter, skip=skip, punch_holes=False)
-        names = [name for name, _ in wl.splits]
-        computes = unit.kind == "gather" and not all((paths.scratch / f"plan-{n}.json").is_file() for n in names)
-        what = GatherUnit(rank=unit.rank, world=wl.ranks) if unit.kind == "gather" else FinalizeUnit()
+        computes = unit.kind == "plan"
+        what = {"plan": PlanUnit(world=wl.ranks), "gather": GatherUnit(rank=unit.rank, world=wl.ranks),
+                "finalize": FinalizeUnit()}[unit.kind]
         opts = ConvertingOptions(seed=wl.seed, shuffle=True, workers=wl.workers, memory=wl.memory, splits=wl.splits,
                                  stage=what.stage, rank=unit.rank, world_size=wl.ranks)
         finished = True
@@ -474,8 +479,13 @@ class Today(Exchange):
                               run=wl.identity)
             except NotRun:
                 finished = False
-        splits = captured.splits
-        made = [captured.plans.get(s.name) or saved_plan(paths.scratch, s.name) for s in splits]  # (None: unplanned)
+        if computes:
+            splits = captured.splits
+            made = [captured.plans.get(s.name) or saved_plan(paths.scratch, s.name) for s in splits]  # (None: unplanned)
+        else:  # (read after the unit, not counted in its phases: the gather's reckoning needs every row)
+            planned = PlannedRun(work=paths.scratch, fp=fingerprint(wl.identity))
+            splits = [planned.split(s).table(0, len(planned.split(s).bounds) - 1) for s in range(len(planned.sizes))]
+            made = [planned.split(s).plan for s in range(len(planned.sizes))]
         for split, plan in zip(splits, made):  # the heads written are those this plan read
             if plan is not None and plan.bounds != prepared[split.name]["bounds"]:
                 raise AssertionError(f"split {split.name}: the engine planned {plan.shards} shards, the "
@@ -484,7 +494,10 @@ class Today(Exchange):
         if unit.kind == "finalize":
             every = [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]
             return {**counts, "pieces": sum(r["shards"] + r["ranges"] for r in every)}
-        mine = rank_counts(wl, splits, made, unit.rank, buffer=self.buffer)
+        if unit.kind == "gather":
+            mine = rank_counts(wl, splits, made, unit.rank, buffer=self.buffer)
+            return {**counts, "punch_pairs": captured.punches, **{f"read_{k}": v for k, v in mine.items()},
+                    "shards": mine["shards"], "read_output": mine["tokens"] * TOKEN_BYTES}
         plan_groups = [[s.group(g) for g in planned_groups(s, p)] if computes and p is not None else []
                        for s, p in zip(splits, made)]
         planning = group_counts([g for gs in plan_groups for g in gs])
@@ -492,10 +505,7 @@ class Today(Exchange):
         if every and [r["pairs"] for r in every["every_rank"]] != prepared["pairs"]:
             raise AssertionError("the gather ranks' reads reckoned before the scatter (which chose the ranks to "
                                  "measure) differ from those of the engine's tables")
-        return {**counts, "computed_plan": computes, **every, "punch_pairs": captured.punches,
-                "all_shards": sum(p.shards if p is not None else 1 for p in made),
-                **{f"read_{k}": v for k, v in mine.items()}, "shards": mine["shards"],
-                "read_output": mine["tokens"] * TOKEN_BYTES,
+        return {**counts, **every, "computed_plan": True, "all_shards": sum(p.shards if p is not None else 1 for p in made),
                 **{f"plan_{k}": v for k, v in planning.items()}}
 
     def _table_counts(self, wl: Workload, paths: Paths, splits: list[SplitGather]) -> dict[str, Any]:
@@ -547,6 +557,7 @@ class Today(Exchange):
                 "read_slack": busiest_groups * parts_per_group * slack_per_pair,
                 "read_output": min(payload_total, busiest_shards * wl.shard_tokens * TOKEN_BYTES),
                 "read_payload": busiest_groups * payload_per_group,
+                "read_segments": busiest_groups * segments / groups,  # its rows of the plan
                 "read_max_group": per_group * bucket_bytes,  # the group a reading rank holds (``LoadBuffer``)
                 "all_read_pairs": all_groups * parts_per_group, "all_read_heads": HEAD_BYTES * all_groups * docs_per_group,
                 "all_read_docs": all_groups * docs_per_group, "all_read_payload": all_groups * payload_per_group,

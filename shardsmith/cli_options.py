@@ -151,9 +151,9 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--no-wait", is_flag=True, help="slurm: submit and print the job ids, without waiting."),
         click.option("--slurm-arg", "slurm_args", multiple=True, metavar="ARG",
                      help="slurm: an sbatch option for every job, e.g. --slurm-arg=--partition=cpu (repeatable)."),
-        click.option("--stage", type=click.Choice(["scatter", "gather", "finalize"]), default=None,
-                     help="Clusters: run one stage (scatter and gather on every rank, then finalize once) "
-                          "[default: all three, here]."),
+        click.option("--stage", type=click.Choice(["scatter", "plan", "gather", "finalize"]), default=None,
+                     help="Clusters: run one stage (scatter on every rank, plan once, gather on every rank, "
+                          "then finalize once; plan with the gather's --world-size) [default: all four, here]."),
         click.option("--rank", type=click.IntRange(0, MAX_RANKS - 1), default=None,
                      help="This rank [default: $SLURM_ARRAY_TASK_ID, else $JOB_COMPLETION_INDEX, else $RANK, else 0]."),
         click.option("--world-size", type=click.IntRange(1, MAX_RANKS), default=None,

@@ -61,9 +61,9 @@ def pack(root: Path, out: Path, tok: Path, *extra: str) -> dict:
 
 
 def staged_pack(root: Path, out: Path, tok: Path, *extra: str | Path, world: int = 3) -> None:
-    """pack-tokens as cluster stages: every scatter rank, every gather rank, finalize."""
+    """pack-tokens as cluster stages: every scatter rank, the plan, every gather rank, finalize."""
     common = ("pack-tokens", root, "--tokenizer", tok, "-o", out, "-q", *extra, "--memory", "300KB")
-    for stage in ("scatter", "gather"):
+    for stage in ("scatter", "plan", "gather"):  # (plan ranks but 0: nothing to do)
         for rank in range(world):
             res = run_cli(*common, "--stage", stage, "--rank", str(rank), "--world-size", str(world))
             assert res.exit_code == 0, res.stderr

@@ -155,12 +155,12 @@ def test_the_cluster_we_start_prints_nothing_of_its_own(capfd):
 
 
 def test_another_rank_count_resumes_the_units_a_run_left(texts, bpe_tokenizer, tmp_path):
-    """A run left half done on 3 ranks (scatter ranks 0 and 2, gather rank 1), finished on 2 ranks:
+    """A run left half done on 3 ranks (scatter ranks 0 and 2, plan, gather rank 1), finished on 2 ranks:
     the local bytes (task parts and shard ranges do not depend on the rank count)."""
     args = tokens_args(texts, bpe_tokenizer)
     ok(run_cli(*args, "-o", tmp_path / "local"))
     out = tmp_path / "mixed"
-    for stage, rank in (("scatter", 0), ("scatter", 2), ("scatter", 1), ("gather", 1)):
+    for stage, rank in (("scatter", 0), ("scatter", 2), ("scatter", 1), ("plan", 0), ("gather", 1)):
         ok(run_cli(*args, "-o", out, "--stage", stage, "--rank", rank, "--world-size", 3))
     ok(run_cli(*args, "-o", out, "--executor", "dask", "--ranks", 2))
     same_dataset(tmp_path / "local", out)

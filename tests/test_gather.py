@@ -105,6 +105,7 @@ def test_a_gather_rank_killed_is_rerun_alone(corpus, bpe_tokenizer, tmp_path):
     args = _args(corpus, bpe_tokenizer, out)
     for rank in range(3):
         assert _stage(args, "scatter", rank, 3).returncode == 0
+    assert _stage(args, "plan", 0, 3).returncode == 0
     assert _stage(args, "gather", 0, 3).returncode == 0
     killed = _stage(args, "gather", 1, 3, SHARDSMITH_CRASH_AT="gather:train:0")
     assert killed.returncode == -9
@@ -129,7 +130,7 @@ def test_a_gather_rank_killed_is_rerun_alone(corpus, bpe_tokenizer, tmp_path):
 def test_finalize_checks_the_shards_and_a_rank_rerun_repairs_them(corpus, bpe_tokenizer, tmp_path):
     out = tmp_path / "staged"
     args = _args(corpus, bpe_tokenizer, out)
-    for stage in ("scatter", "gather"):
+    for stage in ("scatter", "plan", "gather"):  # (plan rank 1: nothing to do)
         for rank in range(2):
             res = run_cli(*args, "--stage", stage, "--rank", str(rank), "--world-size", "2")
             assert res.exit_code == 0, res.stderr
@@ -152,6 +153,7 @@ def test_more_ranks_than_shards(corpus, bpe_tokenizer, tmp_path):
     args = _args(corpus, bpe_tokenizer, out, shard_tokens="1M")
     for rank in range(3):
         assert run_cli(*args, "--stage", "scatter", "--rank", str(rank), "--world-size", "3").exit_code == 0
+    assert run_cli(*args, "--stage", "plan", "--world-size", "3").exit_code == 0
     said = []
     for rank in range(3):
         res = run_cli(*args, "--stage", "gather", "--rank", str(rank), "--world-size", "3")
@@ -167,7 +169,7 @@ def test_more_ranks_than_shards(corpus, bpe_tokenizer, tmp_path):
 def test_a_finalize_killed_before_the_manifest_is_rerun(corpus, bpe_tokenizer, tmp_path):
     out = tmp_path / "staged"
     args = _args(corpus, bpe_tokenizer, out)
-    for stage in ("scatter", "gather"):
+    for stage in ("scatter", "plan", "gather"):  # (plan rank 1: nothing to do)
         for rank in range(2):
             assert _stage(args, stage, rank, 2).returncode == 0
     killed = _stage(args, "finalize", 0, 2, SHARDSMITH_CRASH_AT="manifest")
@@ -234,6 +236,7 @@ def test_ranks_rerun_with_another_world_size_still_finalize(corpus, bpe_tokenize
     args = _args(corpus, bpe_tokenizer, out, shard_tokens="4K")
     for rank in range(2):
         assert run_cli(*args, "--stage", "scatter", "--rank", str(rank), "--world-size", "2").exit_code == 0
+    assert run_cli(*args, "--stage", "plan", "--world-size", "2").exit_code == 0  # (its plan serves any W)
     assert run_cli(*args, "--stage", "gather", "--rank", "0", "--world-size", "2").exit_code == 0
     for rank in range(3):
         assert run_cli(*args, "--stage", "gather", "--rank", str(rank), "--world-size", "3").exit_code == 0

@@ -75,7 +75,7 @@ CASES: dict[str, list[list[str]]] = {
     "tokens-stages": [
         ["pack-tokens", f"{IN}/text", "--tokenizer", f"{IN}/tokenizer.json", "--shard-tokens", "1500",
          "--stage", stage, "--rank", str(rank), "--world-size", "2", "--workers", "1", "-o", "{out}"]
-        for stage, ranks in (("scatter", (0, 1)), ("gather", (0, 1)), ("finalize", (0,))) for rank in ranks],
+        for stage, ranks in (("scatter", (0, 1)), ("plan", (0,)), ("gather", (0, 1)), ("finalize", (0,))) for rank in ranks],
 }
 
 

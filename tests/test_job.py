@@ -15,7 +15,15 @@ from conftest import tree_digest, two_file_corpus
 from shardsmith.commands import convert, pack_tokens
 from shardsmith.engine.conduct import run_job, run_unit
 from shardsmith.engine.job import Job
-from shardsmith.engine.units import FinalizeUnit, GatherUnit, PrepareUnit, ScatterUnit, phases, unit_of
+from shardsmith.engine.units import (
+    FinalizeUnit,
+    GatherUnit,
+    PlanUnit,
+    PrepareUnit,
+    ScatterUnit,
+    phases,
+    unit_of,
+)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +52,9 @@ def test_a_job_and_its_units_pickle() -> None:
         for unit in phase:
             assert pickle.loads(pickle.dumps(unit)) == unit
             assert unit_of(job.for_unit(unit).opts) == unit
-    assert [len(p) for p in phases(3)] == [1, 3, 3, 1]  # prepare, scatter, gather, finalize
+    assert [len(p) for p in phases(3)] == [1, 3, 1, 3, 1]  # prepare, scatter, plan, gather, finalize
+    planning = job.for_unit(PlanUnit(world=4)).opts  # once, for the gather's world size
+    assert (planning.stage, planning.rank, planning.world_size) == ("plan", 0, 4)
     assert unit_of(opts) is None  # no --stage: every unit, here
     staged = job.for_unit(GatherUnit(rank=1, world=3)).opts
     assert (staged.stage, staged.rank, staged.world_size) == ("gather", 1, 3)

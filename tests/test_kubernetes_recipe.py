@@ -16,7 +16,7 @@ from conftest import run_subprocess, same_dataset, two_file_corpus
 
 yaml = pytest.importorskip("yaml")
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes" / "kubernetes"
-STAGES = ["shardsmith-scatter", "shardsmith-gather", "shardsmith-finalize"]
+STAGES = ["shardsmith-scatter", "shardsmith-plan", "shardsmith-gather", "shardsmith-finalize"]
 
 
 def jobs() -> dict[str, dict]:
@@ -33,7 +33,7 @@ def test_the_jobs_are_indexed_and_agree_on_the_ranks() -> None:
     for name, job in found.items():
         spec = job["spec"]
         assert (job["apiVersion"], job["kind"], spec["completionMode"]) == ("batch/v1", "Job", "Indexed")
-        want = 1 if name.endswith("finalize") else ranks[name]
+        want = 1 if name.endswith(("plan", "finalize")) else ranks[name]
         assert spec["completions"] == spec["parallelism"] == want, name
         assert spec["template"]["spec"]["restartPolicy"] == "Never"
 

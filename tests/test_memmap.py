@@ -194,7 +194,7 @@ def test_cluster_stages_make_the_one_process_bytes(icecube, tmp_path):
     args = ["convert", *batches, "--group-by", "event_id", "--events-table", meta_table, "--to", "memmap",
             "--max-len", "8", "--split", "train=0.7,val=0.3", "--memory", "64KB", "-q"]
     assert run_cli(*args, "-o", tmp_path / "one").exit_code == 0
-    for stage, ranks in (("scatter", (0, 1)), ("gather", (1, 0)), ("finalize", (0,))):
+    for stage, ranks in (("scatter", (0, 1)), ("plan", (0,)), ("gather", (1, 0)), ("finalize", (0,))):
         for rank in ranks:
             res = run_cli(*args, "-o", tmp_path / "staged", "--stage", stage, "--rank", str(rank), "--world-size", "2")
             assert res.exit_code == 0, (stage, rank, res.stderr)

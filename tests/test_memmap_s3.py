@@ -26,7 +26,7 @@ def test_memmap_stages_into_s3_equal_the_local_run(s3, tmp_path, monkeypatch):  
     assert run_cli(*args, "-o", tmp_path / "one").exit_code == 0
     bucket = _bucket(s3, "memmap-stages")
     url = f"s3://{bucket}/mm"
-    for stage, ranks in (("scatter", (0, 1)), ("gather", (1, 0)), ("finalize", (0,))):
+    for stage, ranks in (("scatter", (0, 1)), ("plan", (0,)), ("gather", (1, 0)), ("finalize", (0,))):
         for rank in ranks:
             monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "nodes" / f"{stage}-{rank}"))
             res = run_cli(*args, "-o", url, "--stage", stage, "--rank", str(rank), "--world-size", "2")

@@ -240,7 +240,7 @@ def test_provenance_survives_cluster_stages(root_inputs, tmp_path):
     res = run_cli(*args, "-o", tmp_path / "one")
     assert res.exit_code == 0, res.stderr
     out = tmp_path / "staged"
-    for stage, ranks in (("scatter", [0, 1]), ("gather", [1, 0])):
+    for stage, ranks in (("scatter", [0, 1]), ("plan", [0]), ("gather", [1, 0])):
         for rank in ranks:
             res = run_cli(*args, "-o", out, "--stage", stage, "--rank", str(rank), "--world-size", "2")
             assert res.exit_code == 0, res.stderr

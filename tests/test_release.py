@@ -107,6 +107,7 @@ def test_a_gather_rank_whose_released_shard_was_removed_refuses_in_one_line(even
     stage = ["convert", *args, "-o", out, "--world-size", "2"]
     for rank in ("0", "1"):
         assert run_subprocess(*stage, "--stage", "scatter", "--rank", rank).returncode == 0
+    assert run_subprocess(*stage, "--stage", "plan").returncode == 0
     _killed([*stage, "--stage", "gather", "--rank", "0"], "released:train:1", in_worker=False)
     (out / "train-000000.h5").unlink()
     res = run_subprocess(*stage, "--stage", "gather", "--rank", "0")

@@ -92,7 +92,7 @@ def test_cluster_ranks_share_the_folder_but_no_rank_runs_twice(corpus, bpe_token
     assert whole.returncode == 1 and "another run is writing into it" in whole.stderr, whole.stderr
     held.release()
     assert rank0.wait(300) == 0, rank0.stderr.read()
-    for step in ("gather", "finalize"):
+    for step in ("plan", "gather", "finalize"):
         assert run_subprocess(*_pack(corpus, out, bpe_tokenizer), "--stage", step, "--rank", "0",
                               "--world-size", "1").returncode == 0
     assert tree_digest(out) == _reference(corpus, bpe_tokenizer, tmp_path)

@@ -58,6 +58,7 @@ def _stages(monkeypatch, tmp_path: Path, args: list, url: str) -> list[tuple[int
     """Every stage; returns (bytes read, bytes in the bucket) of the part files, for each gather rank."""
     for rank in range(WORLD):
         _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
+    _rank(monkeypatch, tmp_path, args, url, "plan", 0)
     read = []
     for rank in reversed(range(WORLD)):
         said = _rank(monkeypatch, tmp_path, [*args[:-1]], url, "gather", rank)
@@ -104,6 +105,7 @@ def test_a_killed_rank_redoes_only_its_own_work_and_others_are_refused(s3, corpu
     url = f"s3://{bucket}/data"
     for rank in range(WORLD):
         _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
+    _rank(monkeypatch, tmp_path, args, url, "plan", 0)
     # another command's stages into the same prefix: refused, nothing of theirs touched
     other = ["convert", corpus, "--to", "webdataset", "--shard-samples", "70", "--memory", "1MB", "-q"]
     res = run_cli(*other, "-o", url, "--stage", "gather", "--rank", "0", "--world-size", str(WORLD))

@@ -82,10 +82,11 @@ def test_bad_slurm_args_are_refused(arg, message):
 def test_the_submitted_line():
     from shardsmith.executors.slurm import submitted_line
 
-    ids = {"scatter": "7", "gather": "8", "finalize": "9"}
-    assert submitted_line(ids, 4) == ("scatter job 7 (array 0-3), gather job 8 (array 0-3), finalize job 9; "
-                                      "watch: squeue -j 7,8,9")
-    assert submitted_line(ids, 1) == "scatter job 7, gather job 8, finalize job 9; watch: squeue -j 7,8,9"
+    ids = {"scatter": "7", "plan": "8", "gather": "9", "finalize": "10"}
+    assert submitted_line(ids, 4) == ("scatter job 7 (array 0-3), plan job 8, gather job 9 (array 0-3), finalize "
+                                      "job 10; watch: squeue -j 7,8,9,10")
+    assert submitted_line(ids, 1) == ("scatter job 7, plan job 8, gather job 9, finalize job 10; watch: squeue -j "
+                                      "7,8,9,10")
 
 
 def test_no_wait_and_slurm_arg_refused_by_other_executors(tmp_path):

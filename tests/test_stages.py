@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
-from conftest import jpeg_folder, run_cli, tree_digest, two_file_corpus
+from conftest import jpeg_folder, run_cli, run_subprocess, tree_digest, two_file_corpus
 
 from shardsmith.demo.icecube_like import make_icecube_kaggle_like
 
@@ -19,11 +20,16 @@ def texts(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def staged(args: list[str | Path], out: Path, world_size: int) -> None:
-    """Every scatter rank (one of them twice: a rank rerun is harmless), the gather on every rank, then finalize."""
+    """Every scatter rank (one of them twice: a rank rerun is harmless), the plan (twice: the same),
+    the gather on every rank, then finalize."""
     for rank in [*range(world_size), world_size - 1]:
         res = run_cli(*args, "-o", out, "--stage", "scatter", "--rank", str(rank), "--world-size", str(world_size))
         assert res.exit_code == 0, res.stderr
         assert f"scatter rank {rank} of {world_size}" in res.output
+    for said in ("segment", "already planned"):
+        res = run_cli(*args, "-o", out, "--stage", "plan", "--world-size", str(world_size))
+        assert res.exit_code == 0, res.stderr
+        assert f"plan rank 0 of {world_size}: planned" in res.output and said in res.output, res.output
     for rank in reversed(range(world_size)):  # each rank writes its range of the shards
         res = run_cli(*args, "-o", out, "--stage", "gather", "--rank", str(rank), "--world-size", str(world_size))
         assert res.exit_code == 0, res.stderr
@@ -79,8 +85,10 @@ def test_gather_waits_for_every_rank_and_parts_of_another_run_are_refused(texts,
     out = tmp_path / "out"
     res = run_cli(*args, "-o", out, "--stage", "scatter", "--rank", "0", "--world-size", "3")
     assert res.exit_code == 0, res.stderr
-    res = run_cli(*args, "-o", out, "--stage", "gather", "--world-size", "3")
+    res = run_cli(*args, "-o", out, "--stage", "plan", "--world-size", "3")
     assert res.exit_code == 2 and "not finished" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    res = run_cli(*args, "-o", out, "--stage", "gather", "--world-size", "3")
+    assert res.exit_code == 2 and "run --stage plan first" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert not (out / "manifest.json").exists()
     res = run_cli(*args, "-o", out, "--stage", "scatter", "--seed", "9", "--rank", "1", "--world-size", "3")
     assert res.exit_code == 2 and "different run" in res.stderr, res.stderr
@@ -100,10 +108,39 @@ def test_a_trained_tokenizer_is_trained_once_for_every_stage(texts, tmp_path):
     one_process([*args, "-q"], tmp_path / "one")
     out = tmp_path / "staged"
     said = ""
-    for stage, ranks in (("scatter", 2), ("gather", 2), ("finalize", 1)):
+    for stage, ranks in (("scatter", 2), ("plan", 1), ("gather", 2), ("finalize", 1)):
         for rank in range(ranks):
             res = run_cli(*args, "-o", out, "--stage", stage, "--rank", str(rank), "--world-size", "2")
             assert res.exit_code == 0, res.stderr
             said += res.stderr
     assert said.count("training a byte-level BPE") == 1, said
+    assert tree_digest(out) == tree_digest(tmp_path / "one")
+
+
+def test_a_plan_unit_killed_half_way_is_run_again_and_only_this_runs_plan_is_read(texts, tmp_path):
+    """The plan is written a split at a time and its index last: a plan unit killed between two
+    splits leaves no plan a gather would read (it says to run the plan), and its rerun makes the
+    one-process bytes; a plan is read only under this run's fingerprint."""
+    args = ["convert", texts, "--to", "webdataset", "--text-field", "text", "--memory", "256KB",
+            "--split", "train=0.8,val=0.2", "--shard-samples", "300", "-q"]
+    one_process(args, tmp_path / "one")
+    out = tmp_path / "staged"
+    for rank in (0, 1):
+        assert run_cli(*args, "-o", out, "--stage", "scatter", "--rank", str(rank), "--world-size", "2").exit_code == 0
+    plan = [*args, "-o", out, "--stage", "plan", "--world-size", "2"]
+    killed = run_subprocess(*plan, env={**os.environ, "SHARDSMITH_CRASH_AT": "plan:train"})
+    assert killed.returncode == -9, killed.stderr
+    work = out.parent / f".{out.name}.shardsmith-work"
+    assert list(work.glob("planned-*-train.bin")) and not list(work.glob("planned-*-val.bin"))
+    res = run_cli(*args, "-o", out, "--stage", "gather", "--rank", "0", "--world-size", "2")
+    assert res.exit_code == 2 and "run --stage plan first" in res.stderr and "Traceback" not in res.stderr
+    assert run_cli(*plan).exit_code == 0
+    index, = (p for p in work.glob("planned-*.json") if not p.name.endswith("-results.json"))
+    index.rename(index.with_name("planned-0123456789ab-0123456789ab.json"))  # another run's name
+    res = run_cli(*args, "-o", out, "--stage", "gather", "--rank", "0", "--world-size", "2")
+    assert res.exit_code == 2 and "run --stage plan first" in res.stderr
+    assert run_cli(*plan).exit_code == 0
+    for stage, rank in (("gather", 1), ("gather", 0), ("finalize", 0)):
+        res = run_cli(*args, "-o", out, "--stage", stage, "--rank", str(rank), "--world-size", "2")
+        assert res.exit_code == 0, res.stderr
     assert tree_digest(out) == tree_digest(tmp_path / "one")

@@ -72,6 +72,7 @@ def test_later_stages_of_a_root_run_do_not_open_the_inputs(tmp_path: Path) -> No
     stage = [*args, "-o", str(staged), "--world-size", "2"]
     assert "uproot" in _imported(_cli([*stage, "--stage", "scatter", "--rank", "0"]))
     _imported(_cli([*stage, "--stage", "scatter", "--rank", "1"]))
+    assert "uproot" not in _imported(_cli([*stage, "--stage", "plan", "--rank", "0"]))
     for rank in (0, 1):
         assert "uproot" not in _imported(_cli([*stage, "--stage", "gather", "--rank", str(rank)]))
     assert "uproot" not in _imported(_cli([*stage, "--stage", "finalize", "--rank", "0"]))
@@ -112,6 +113,7 @@ def test_later_stages_of_a_token_run_do_not_load_the_tokenizer(corpus, bpe_token
     stage = [*args, "-o", str(staged), "--world-size", "2"]
     assert "tokenizers" in _imported(_cli([*stage, "--stage", "scatter", "--rank", "0"]))  # checks the engine
     assert "tokenizers" not in _imported(_cli([*stage, "--stage", "scatter", "--rank", "1"]))
+    assert "tokenizers" not in _imported(_cli([*stage, "--stage", "plan", "--rank", "0"]))
     for rank in (0, 1):
         assert "tokenizers" not in _imported(_cli([*stage, "--stage", "gather", "--rank", str(rank)]))
     assert "tokenizers" not in _imported(_cli([*stage, "--stage", "finalize", "--rank", "0"]))

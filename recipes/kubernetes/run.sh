@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run recipes/kubernetes/indexed-job.yaml: the scatter Job, then (once every index completed) the
-# gather Job, then the finalize Job. A failed stage stops here with its Job left for `kubectl logs`;
+# plan Job, then the gather Job, then the finalize Job. A failed stage stops here with its Job left for `kubectl logs`;
 # rerunning this script reruns the stages (finished work is kept on the volume and resumed).
 #
 #   recipes/kubernetes/run.sh [indexed-job.yaml] [kubectl args...]     e.g. -n my-namespace
@@ -9,7 +9,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 YAML=${1:-$HERE/indexed-job.yaml}
 shift $(( $# > 0 ? 1 : 0 ))
 command -v kubectl >/dev/null || { echo "run.sh: kubectl not found" >&2; exit 127; }
-for stage in scatter gather finalize; do
+for stage in scatter plan gather finalize; do
     kubectl "$@" delete job "shardsmith-$stage" --ignore-not-found >/dev/null
     # one document of the file: the Job of this stage
     python3 -c 'import sys, yaml; docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d["metadata"]["name"] == sys.argv[2]]; print(yaml.safe_dump(docs[0]))' \

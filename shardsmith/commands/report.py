@@ -16,7 +16,12 @@ def report_stage(out: Path, result: dict[str, Any]) -> bool:
         return False
     who = f"{out}: {result['stage']} rank {result['rank']} of {result['world_size']}"
     if result.get("idle"):
-        click.echo(f"{who}: nothing to do (finalize runs on rank 0)")
+        click.echo(f"{who}: nothing to do ({result['stage']} runs on rank 0)")
+    elif result["stage"] == "plan":
+        what = ("already planned" if result["segments"] is None
+                else f"{plural(result['segments'], 'segment')} from {plural(result['tasks'], 'scatter task')}")
+        click.echo(f"{who}: planned {plural(result['splits'], 'split')} for "
+                   f"{plural(result['world_size'], 'gather rank')} ({what})")
     elif result["stage"] == "gather":
         wrote = [f"{split} shards {a}..{b - 1}" if b >= 0 else f"{split} (every shard)"
                  for split, (a, b) in result["shards"].items()]

@@ -50,13 +50,15 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a crash never leaves a partial file under that name."""
+def atomic_write_bytes(path: Path, data: bytes | list[Any]) -> None:
+    """Write ``data`` (or its buffers one after another: no joined copy) to ``path`` so that a crash
+    never leaves a partial file under that name."""
     path = Path(path)
     tmp = _tmp(path)
     try:
         with naming(path), open(tmp, "wb") as fh:
-            fh.write(data)
+            for chunk in [data] if isinstance(data, bytes) else data:
+                fh.write(chunk)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import gc
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -215,7 +215,52 @@ def _job_samples(splits: list[SplitGather], plans: list[SplitPlan | None], job: 
 # -- the stages ------------------------------------------------------------------------------------
 
 
-def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,
+class SplitSource(Protocol):
+    """A run's splits as the gather reads them: in memory (``Tables``: a local run), or the plan
+    unit's files (``split_plans.PlannedRun``: a staged gather unit, which reads only its rows)."""
+
+    @property
+    def names(self) -> list[str]: ...
+
+    def starts(self, s: int) -> np.ndarray:
+        """Split ``s``'s groups' first samples, then its size."""
+
+    def plan(self, s: int, writer: Writer) -> SplitPlan:
+        """Split ``s``'s shard plan under ``writer``'s rollover."""
+
+    def table(self, s: int, g0: int, g1: int) -> SplitGather:
+        """Split ``s`` as the gather reads groups ``[g0, g1)`` of it."""
+
+
+class Tables:
+    """The splits' tables in this process (a local run): planned here, the first time, from the
+    heads of the groups that hold a boundary (``shard_plan.plan_split``)."""
+
+    def __init__(self, splits: list[SplitGather], work_dir: Path) -> None:
+        self.splits, self.work_dir = splits, work_dir
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.splits]
+
+    def starts(self, s: int) -> np.ndarray:
+        return self.splits[s].starts
+
+    def plan(self, s: int, writer: Writer) -> SplitPlan:
+        return planned_here(self.splits[s], writer, self.work_dir)
+
+    def table(self, s: int, g0: int, g1: int) -> SplitGather:
+        return self.splits[s]
+
+
+def planned_here(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
+    """``plan_split``, with the heads (or payloads) it reads brought here first when it must compute it."""
+    if not (work_dir / f"plan-{split.name}.json").is_file():  # planning reads heads (or payloads)
+        _bring(split.segments, writer.weigh_payload)
+    return plan_split(split, writer, work_dir)
+
+
+def gather(source: SplitSource, *, make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,
            rank: int = 0, world_size: int = 1, progress: Any = None) -> tuple[dict[str, list[int]], int]:
     """This rank's share of every split's shards (all of them on one rank), over ``workers``
     processes; returns the shard range (first, stop) of each split it wrote a part of ([0, -1]:
@@ -223,18 +268,17 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     ``progress`` (``core.progress.Progress``): a bar of the samples sorted into output order and written."""
     plans: list[SplitPlan | None] = []
     jobs: list[tuple[int, int, int]] = []
-    for s, split in enumerate(splits):
-        probe = make_writer(split.name, ShardRange())
+    names = source.names
+    for s, name in enumerate(names):
+        probe = make_writer(name, ShardRange())
         # a killed run that released spill: its ranges resume after their finished shards, never from the start
-        released = released_mark(work_dir, split.name).exists()
+        released = released_mark(work_dir, name).exists()
         if not planned(probe, workers=workers, world_size=world_size, released=released):
             plans.append(None)  # one writer goes through the split: nothing to plan
             if rank == 0:
                 jobs.append((s, 0, 0))
             continue
-        if not (work_dir / f"plan-{split.name}.json").is_file():  # planning reads heads (or payloads)
-            _bring(split.segments, probe.weigh_payload)
-        plan = plan_split(split, probe, work_dir)
+        plan = source.plan(s, probe)
         ranks = share(0, plan.shards, world_size)  # min(shards, world_size) ranges: later ranks have none
         mine = share(*ranks[rank], max(1, workers)) if rank < len(ranks) else []
         if one_writer(plan, probe, len(mine), world_size=world_size, released=released):
@@ -247,12 +291,13 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
     for s, first, stop in jobs:
         if plans[s] is None:
             continue
-        done, lost = found(work_dir, out_dir, splits[s].name, first, stop)
+        done, lost = found(work_dir, out_dir, names[s], first, stop)
         if lost:  # (a run of its own has started afresh already: ``workdir.work_folder``)
-            raise UsageError(f"-o {out_dir}: shards of split {splits[s].name!r} that a killed run finished were "
+            raise UsageError(f"-o {out_dir}: shards of split {names[s]!r} that a killed run finished were "
                              f"removed or changed, and the spill they were made from is given back; start the "
                              f"stages over (remove {out_dir} and {work_dir})")
         kept += done
+    splits = _tables(source, plans, jobs)
     if _fetch:
         _bring(_read_by(splits, plans, jobs), True)
     total = sum(_job_samples(splits, plans, job) for job in jobs)
@@ -262,13 +307,34 @@ def gather(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path
                      workers=workers, tick=bar.update)
     mine_by_split: dict[str, list[int]] = {}
     for s, first, stop in jobs:
-        name = splits[s].name
+        name = names[s]
         if plans[s] is None:
             mine_by_split[name] = [0, -1]
         else:
             got = mine_by_split.setdefault(name, [first, stop])
             got[0], got[1] = min(got[0], first), max(got[1], stop)
     return mine_by_split, kept
+
+
+def _groups(starts: np.ndarray, a: int, b: int) -> tuple[int, int]:
+    """The groups samples ``[a, b)`` lie in, found without touching any other group's objects."""
+    return int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
+
+
+def _tables(source: SplitSource, plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
+            ) -> list[SplitGather]:
+    """Each split this rank writes a range of, as far as it reads it: the groups its ranges lie in."""
+    spans: dict[int, tuple[int, int]] = {}
+    for s, first, stop in jobs:
+        plan, starts = plans[s], source.starts(s)
+        a, b = (0, int(starts[-1])) if plan is None else (plan.bounds[first], plan.bounds[stop])
+        lo, hi = spans.get(s, (a, b))
+        spans[s] = (min(lo, a), max(hi, b))
+    out: list[Any] = [None] * len(plans)
+    for s, (a, b) in spans.items():
+        g0, g1 = _groups(source.starts(s), a, b)
+        out[s] = source.table(s, g0, max(g0, g1))
+    return out
 
 
 def _read_by(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
@@ -278,13 +344,21 @@ def _read_by(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: lis
     for s, first, stop in jobs:
         split, plan = splits[s], plans[s]
         a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
-        starts = split.starts
-        g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
+        g0, g1 = _groups(split.starts, a, b)
         out.append(split.between(g0, max(g0, g1)))
     return Segments.joined(out) if out else Segments.joined([])
 
 
-def finish(splits: list[SplitGather], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path
+class SplitSize(Protocol):
+    """What finishing a split needs of it."""
+
+    name: str
+
+    @property
+    def samples(self) -> int: ...
+
+
+def finish(splits: Sequence[SplitSize], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path
            ) -> dict[str, SplitOutput]:
     """Every split's shards from the pieces, checked complete, and its split-wide files."""
     outputs: dict[str, SplitOutput] = {}

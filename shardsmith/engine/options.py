@@ -52,5 +52,5 @@ class ConvertingOptions:
                 object.__setattr__(self, "out", Path(out))
 
     def idle_rank(self) -> bool:
-        """Whether this rank has nothing to do in its stage (finalize is one process: rank 0)."""
-        return self.stage == "finalize" and self.rank != 0
+        """Whether this rank has nothing to do in its stage (plan and finalize are one process: rank 0)."""
+        return self.stage in ("plan", "finalize") and self.rank != 0

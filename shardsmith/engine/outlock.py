@@ -44,7 +44,7 @@ import orjson
 from shardsmith.core.urls import safe_argv
 from shardsmith.errors import ShardsmithError
 
-STAGES = ("scatter", "gather", "finalize")
+STAGES = ("scatter", "gather", "finalize", "plan")  # (the index places each stage's locks: new ones last)
 HEARTBEAT_SECONDS = 10.0
 STALE_SECONDS = 60.0
 _NO_LOCKS = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}

@@ -8,9 +8,10 @@ dataset object: no format's own folder (``registry.own_files``), and finalize re
 
 - scatter ranks upload their finished part files, and the records computed once per run (the
   task plan, the tokenizer engine check, a trained tokenizer);
-- gather ranks download the part files (their footers name each bucket's segments) and the
-  records, write their shards locally, upload them to the prefix, then the pieces that list them
-  and the split's plan;
+- the plan unit downloads the part files' footers and the scatter's facts, computes every split's
+  tables and plan (reading the heads it needs as ranged reads), and uploads them (``PLANNED``);
+- gather ranks download the records and the plan, write their shards locally (reading their
+  groups' segments as ranged reads), upload them to the prefix, then the pieces that list them;
 - finalize downloads the records, the plans, the pieces and only the footers of the part files
   (ranged reads into sparse local files), checks every shard a piece names against the object in
   the bucket (its size), makes the split-wide files, uploads them, the manifest last (the commit
@@ -79,7 +80,8 @@ from shardsmith.storage.upload import THREADS, Stamp, _stamp, publishable, publi
 
 WORK = WORK_PREFIX  # the work prefix, below the output prefix
 PARTS = "part-*.bin"
-RECORDS = "*.json"  # tasks-, engine-, tokenizer- (once per run), plan- and piece- (the gather's)
+RECORDS = "*.json"  # tasks-, engine-, tokenizer- (once per run), plan-, planned- (the plan's) and piece- (the gather's)
+PLANNED = ("planned-*.bin", "origin*.npy", "duplicates.npy")  # the plan unit's, for the gather and finalize
 FACTS = "facts"  # the scatter's per-document facts (engine/doc_facts.py), one file per task and column
 TAIL = 64 << 10  # the first ranged read of a part's end: its trailer and (mostly) its footer
 GAP = 256 << 10  # ranges of a part closer than this are read as one request
@@ -155,12 +157,13 @@ class StagedRemoteRun(RemoteOutputRun):
                 continue
             name = key[len(WORK) + 1:]
             if name.startswith(FACTS + "/") and name.count("/") == 1:
-                if self.stage != "scatter":  # what the scatter recorded of each document (cleaning, provenance)
+                if self.stage == "plan":  # what the scatter recorded of each document (cleaning, provenance)
                     jobs.append((name, info, True))
                 continue
             if "/" in name or name == "run.json":
                 continue
-            if fnmatch.fnmatch(name, RECORDS) or (self.stage != "scatter" and fnmatch.fnmatch(name, PARTS)):
+            planned = self.stage in ("gather", "finalize") and any(fnmatch.fnmatch(name, p) for p in PLANNED)
+            if fnmatch.fnmatch(name, RECORDS) or planned or (self.stage != "scatter" and fnmatch.fnmatch(name, PARTS)):
                 whole = not fnmatch.fnmatch(name, PARTS)  # parts: their footers; a gather, its segments later
                 jobs.append((name, info, whole))
                 if not whole:
@@ -170,7 +173,7 @@ class StagedRemoteRun(RemoteOutputRun):
                 pass
         if self.stage == "finalize":
             self._stand_ins(listing)
-        if self.stage == "gather":
+        if self.stage in ("plan", "gather"):
             gather.fetching(self._segments)
 
     def _segments(self, segments: Segments, payloads: bool) -> None:
@@ -261,7 +264,8 @@ class StagedRemoteRun(RemoteOutputRun):
             Progress(quiet=self.quiet).note(f"{self.url}: gather rank {self.rank}: read {self.read_bytes:,} of the "
                                             f"part files' {self.part_bytes:,} bytes")
             self._upload(listing, [(rel, self.out / rel) for rel in published(self.out, owned())])
-        mine = (RECORDS, PARTS) if self.stage == "scatter" else (RECORDS,)  # a gather's parts are sparse copies
+        # a gather's parts are sparse copies; the plan unit's tables and plans are for the gather and finalize
+        mine = (RECORDS, PARTS) if self.stage == "scatter" else (RECORDS, *PLANNED) if self.stage == "plan" else (RECORDS,)
         shared = [(f"{WORK}/{p.name}", p) for p in sorted(self.work.iterdir()) if p.is_file()
                   and p.name != "run.json" and any(fnmatch.fnmatch(p.name, pat) for pat in mine)]
         if self.stage == "scatter":

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core.faults import crash_point
 from shardsmith.core.words import plural
 from shardsmith.engine.doc_facts import OriginIndex
 from shardsmith.engine.duplicates import Duplicates, find_duplicates
-from shardsmith.engine.gather import MakeWriter, finish, gather
+from shardsmith.engine.gather import MakeWriter, SplitSource, Tables, finish, gather, planned_here
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.partfile import FOOTERS
 from shardsmith.engine.plan import task_bytes
@@ -26,7 +27,15 @@ from shardsmith.engine.scatter import ScatterJob, TaskResult, finished_task, par
 from shardsmith.engine.segments import split_segments
 from shardsmith.engine.shuffle import bucket_count
 from shardsmith.engine.split_gather import SplitGather, SplitOutput
-from shardsmith.engine.units import FinalizeUnit, GatherUnit, ScatterUnit, Unit
+from shardsmith.engine.split_plans import (
+    PlannedRun,
+    fingerprint,
+    index_path,
+    split_path,
+    write_index,
+    write_split,
+)
+from shardsmith.engine.units import FinalizeUnit, GatherUnit, PlanUnit, ScatterUnit, Unit
 from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import DataError, UsageError
 from shardsmith.kit.processed import Processor
@@ -60,6 +69,27 @@ def _cleaned(job: ScatterJob, results: list[TaskResult], *, memory: int
     if origins is not None:
         origins.build()
     return dups, origins
+
+
+def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str, memory: int, budget: int,
+              make_writer: MakeWriter) -> dict[str, Any]:
+    """The plan unit: every split's tables and shard plan from the footers, read once here, into the
+    scratch folder for the gather units and finalize (``split_plans.py``); a rerun after the index
+    was written (the plan complete) does nothing, one killed before it plans again."""
+    index = index_path(work, fp)
+    if index.is_file() and all(split_path(work, fp, name).is_file() for name, _ in job.splits):
+        return {"tasks": len(results), "splits": len(job.splits), "segments": None}
+    dups, origins = _cleaned(job, results, memory=memory)
+    tables = split_tables(job, results, budget=pinned_budget(work, budget), duplicates=dups, origins=origins)
+    plans = []
+    for split in tables:
+        probe = make_writer(split.name, ShardRange())
+        plan = planned_here(split, probe, work) if probe.rangeable else None  # (every split a gather may share)
+        write_split(split_path(work, fp, split.name), split, plan)
+        plans.append(plan)
+        crash_point(f"plan:{split.name}")
+    write_index(work, fp, tables, plans, results)
+    return {"tasks": len(results), "splits": len(tables), "segments": sum(len(t.segments) for t in tables)}
 
 
 @dataclass(frozen=True)
@@ -115,24 +145,38 @@ def convert_units(unit: Unit | None, *, opts: ConvertingOptions, out: Path, read
                 results = run_scatter(job, mine, workers=opts.workers, progress=bar.update)
             return Converted(results=results, summary={**scatter_summary(opts, results),
                                                        "bytes": sum(t.nbytes for t in mine)})
-        if staged:
-            results = _scattered(job, tasks)
+        workers = max(1, opts.workers)
+        fp = fingerprint(run)
+        if isinstance(unit, PlanUnit):
+            budget = sizing.group_budget(workers=workers, world=unit.world)
+            return Converted(results=[], summary={**_stage(opts), **make_plan(
+                job, _scattered(job, tasks), work=work, fp=fp, memory=opts.memory, budget=budget,
+                make_writer=make_writer)})
+        dups, sizes = None, []  # (sizes: what finishing a split needs of it)
+        source: SplitSource
+        if staged:  # a gather unit or finalize: the plan unit's files, never the footers
+            spec = None if cleaner is None else cleaner.spec
+            plan = PlannedRun(work=work, fp=fp, origins=OriginIndex(work_dir=work, tasks=[])
+                              if spec is not None and spec.provenance else None)
+            results, sizes, source = plan.results() if isinstance(unit, FinalizeUnit) else [], plan.sizes, plan
+            if isinstance(unit, FinalizeUnit) and spec is not None and spec.dedup:
+                dups = find_duplicates(spec, work_dir=work, tasks=[r.task for r in results], memory=opts.memory)
         else:
             with progress.bar(total=task_bytes(tasks), desc=desc, unit="B") as bar:
                 results = run_scatter(job, tasks, workers=opts.workers, limit=opts.limit, progress=bar.update,
                                       idle=lambda: _preload(make_writer, job.splits))
-        workers = max(1, opts.workers)
-        dups, origins = _cleaned(job, results, memory=opts.memory)
-        budget = pinned_budget(work, sizing.group_budget(workers=workers, world=opts.world_size if staged else 1))
-        splits = split_tables(job, results, budget=budget, duplicates=dups, origins=origins)
+            dups, origins = _cleaned(job, results, memory=opts.memory)
+            budget = pinned_budget(work, sizing.group_budget(workers=workers, world=1))
+            sizes = split_tables(job, results, budget=budget, duplicates=dups, origins=origins)
+            source = Tables(sizes, work)
         kept = 0  # shards a killed run finished
         if not isinstance(unit, FinalizeUnit):
             rank, world = (unit.rank, unit.world) if isinstance(unit, GatherUnit) else (0, 1)
-            ranges, kept = gather(splits, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
+            ranges, kept = gather(source, make_writer=make_writer, work_dir=work, out_dir=out, workers=workers,
                                   rank=rank, world_size=world, progress=progress)
         if isinstance(unit, GatherUnit):
             return Converted(results=results, summary={**_stage(opts), "shards": ranges})
-        outputs = finish(splits, make_writer=make_writer, work_dir=work, out_dir=out)
+        outputs = finish(sizes, make_writer=make_writer, work_dir=work, out_dir=out)
         line = None if staged else resumed_line(tasks, results, shards=kept,
                                                 of=sum(len(o.shards) for o in outputs.values()))
         if line:  # (a cluster's finalize: its parts are all the scatter's, none reused)

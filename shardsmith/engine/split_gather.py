@@ -31,12 +31,18 @@ class SplitGather:
     drops: list[np.ndarray | None] = field(default_factory=list)  # per group: input orders left out (sorted)
     drop_bytes: list[int] = field(default_factory=list)  # per group: their payload bytes
     origins: Origins | None = None
+    # the groups whose rows ``segments`` holds (None: all of them): a staged gather unit reads only
+    # its own range's rows of the plan unit's table (``split_plans.py``), the rows from ``bounds[g0]``
+    window: tuple[int, int] | None = None
     max_group_bytes: int = field(init=False, default=0)  # the largest group's heads and payloads
     part_files: int = field(init=False, default=0)  # the part files its groups read
+    row0: int = field(init=False, default=0)  # the table row of ``segments``' first one
 
     def __post_init__(self) -> None:
-        if self.groups:
-            sizes = np.add.reduceat(self.segments.nbytes + mmap.PAGESIZE, self.bounds[:-1])
+        g0, g1 = (0, self.groups) if self.window is None else self.window
+        self.row0 = int(self.bounds[g0]) if self.groups else 0
+        if g1 > g0:
+            sizes = np.add.reduceat(self.segments.nbytes + mmap.PAGESIZE, self.bounds[g0:g1] - self.row0)
             self.max_group_bytes = int(sizes.max())
         self.part_files = int(np.count_nonzero(np.bincount(self.segments.part)))  # (np.unique imports numpy.ma)
 
@@ -59,11 +65,13 @@ class SplitGather:
 
     def group(self, g: int) -> Segments:
         """Group ``g``'s segments."""
-        return self.segments[int(self.bounds[g]):int(self.bounds[g + 1])]
+        return self.between(g, g + 1)
 
     def between(self, g0: int, g1: int) -> Segments:
-        """The segments of groups ``[g0, g1)`` (consecutive rows)."""
-        return self.segments[int(self.bounds[g0]):int(self.bounds[g1])]
+        """The segments of groups ``[g0, g1)`` (consecutive rows; in the window, if the table has one)."""
+        if self.window is not None and g1 > g0:
+            assert self.window[0] <= g0 and g1 <= self.window[1], "a group outside the rows read"
+        return self.segments[int(self.bounds[g0]) - self.row0:int(self.bounds[g1]) - self.row0]
 
     @property
     def samples(self) -> int:

@@ -1,7 +1,8 @@
 """The units of a job: the pieces the engine hands out, each a plain picklable value that any
 process runs with ``engine.conduct.run_unit(job, unit)``. ``--stage``, ``--rank`` and
 ``--world-size`` name one; a local run runs them all in one process. An executor runs a
-``PrepareUnit`` first, which claims the output as a local run does.
+``PrepareUnit`` first, which claims the output as a local run does, and a ``PlanUnit`` between the
+scatter and the gather, which reads the part files' footers once for every gather unit.
 """
 
 from __future__ import annotations
@@ -30,8 +31,18 @@ class ScatterUnit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlanUnit:
+    """Read every part file's footer once (all scatter units done) and write each split's tables and
+    shard plan for the ``world`` gather units (``engine/split_plans.py``): each of them then reads
+    only its own rows, and finalize only the index, never every footer."""
+
+    world: int
+    stage: ClassVar[str] = "plan"
+
+
+@dataclass(frozen=True, kw_only=True)
 class GatherUnit:
-    """Write this rank's range of every split's shards from the part files (all scatter units done)."""
+    """Write this rank's range of every split's shards from the part files (the plan unit done)."""
 
     rank: int
     world: int
@@ -45,12 +56,12 @@ class FinalizeUnit:
     stage: ClassVar[str] = "finalize"
 
 
-Unit = PrepareUnit | ScatterUnit | GatherUnit | FinalizeUnit
+Unit = PrepareUnit | ScatterUnit | PlanUnit | GatherUnit | FinalizeUnit
 
 
 def phases(world: int) -> list[list[Unit]]:
     """A run in ``world`` ranks: the units of each phase run at once, a phase after the one before."""
-    return [[PrepareUnit()], [ScatterUnit(rank=r, world=world) for r in range(world)],
+    return [[PrepareUnit()], [ScatterUnit(rank=r, world=world) for r in range(world)], [PlanUnit(world=world)],
             [GatherUnit(rank=r, world=world) for r in range(world)], [FinalizeUnit()]]
 
 
@@ -62,5 +73,7 @@ def unit_of(opts: ConvertingOptions) -> Unit | None:
         return FinalizeUnit()
     if opts.stage == "prepare":
         return PrepareUnit()
+    if opts.stage == "plan":
+        return PlanUnit(world=opts.world_size)
     kind = ScatterUnit if opts.stage == "scatter" else GatherUnit
     return kind(rank=opts.rank, world=opts.world_size)

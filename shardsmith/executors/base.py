@@ -6,7 +6,7 @@ how many ranks it runs by default; the order, the bars and the errors are decide
 
 ``PhasedExecutor`` runs each phase's units at once (``units.phases``: a ``PrepareUnit`` that
 claims the output as a local run does, with ``--overwrite``, "already complete" and another run's
-scratch folder replaced; then scatter, gather, finalize), draws one bar per stage and turns the
+scratch folder replaced; then scatter, plan, gather, finalize), draws one bar per stage and turns the
 first failure into one line by stage and rank. Every unit runs as ``remote.run_remote(job, unit,
 cwd)``, whose error comes back as a value, so the engine retries only what died. The units exchange
 data through the output folder or bucket, never through the engine: task parts are per task and
@@ -31,7 +31,7 @@ from shardsmith.core.words import plural
 from shardsmith.engine.job import Job
 from shardsmith.engine.outdir import complete_line
 from shardsmith.engine.session import missing, release_failed
-from shardsmith.engine.units import FinalizeUnit, PrepareUnit, Unit, phases
+from shardsmith.engine.units import FinalizeUnit, PlanUnit, PrepareUnit, Unit, phases
 from shardsmith.errors import ShardsmithError, UsageError, install_hint
 
 MAX_RANKS = 1 << 16
@@ -92,7 +92,7 @@ class UnitOutcome:
 
 def unit_name(unit: Unit) -> str:
     """``scatter rank 2 of 4``, ``finalize``: how a unit is named to the user."""
-    return unit.stage if isinstance(unit, FinalizeUnit | PrepareUnit) else f"{unit.stage} rank {unit.rank} of {unit.world}"
+    return unit.stage if isinstance(unit, FinalizeUnit | PrepareUnit | PlanUnit) else f"{unit.stage} rank {unit.rank} of {unit.world}"
 
 
 def first_line(exc: BaseException) -> str:
@@ -185,7 +185,7 @@ class PhasedExecutor:
 
 def unit_order(unit: Unit) -> int:
     """Units of one phase in rank order (the one unit of prepare and finalize first)."""
-    return 0 if isinstance(unit, FinalizeUnit | PrepareUnit) else unit.rank
+    return 0 if isinstance(unit, FinalizeUnit | PrepareUnit | PlanUnit) else unit.rank
 
 
 def raise_first_failure(outcomes: Sequence[UnitOutcome]) -> None:

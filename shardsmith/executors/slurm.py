@@ -1,7 +1,8 @@
 """``--executor slurm``: the units as SLURM jobs, submitted through submitit, chained by the cluster.
 
-The scatter units are one array job, the gather units a second array with ``afterok`` on the first,
-and finalize one job with ``afterok`` on the gather array; all three are submitted at once, so the
+The scatter units are one array job, the plan unit one job with ``afterok`` on it, the gather units a
+second array with ``afterok`` on the plan, and finalize one job with ``afterok`` on the gather array;
+all four are submitted at once, so the
 cluster runs the chain even when nobody waits for it (``--no-wait``). A unit's pickle, logs and
 result live in ``slurm-logs/shardsmith/JOBID/`` under the current folder, which every node must see
 (as the inputs and the output).
@@ -106,7 +107,7 @@ class _Stage:
 
 
 class SlurmExecutor:
-    """The job's units as three chained SLURM jobs (scatter array, gather array, finalize)."""
+    """The job's units as four chained SLURM jobs (scatter array, plan, gather array, finalize)."""
 
     name = "slurm"
 
@@ -140,7 +141,7 @@ class SlurmExecutor:
             claim.claimed = True
             stages = self.submit(job)
             ids = [s.job_id for s in stages]
-            submitted = dict(zip(("scatter", "gather", "finalize"), ids))
+            submitted = {s.name: s.job_id for s in stages}
             if not self.wait:
                 return {"submitted": submitted, "ranks": self.ranks, "logs": str(self._folder())}
             progress.note(f"slurm: {submitted_line(submitted, self.ranks)}; logs in {self._folder()}/")
@@ -160,7 +161,7 @@ class SlurmExecutor:
         return (self.folder or Path.cwd() / LOGS).absolute()
 
     def submit(self, job: Job) -> list[_Stage]:
-        """The three jobs, each after the one before (``afterok``), submitted now."""
+        """The four jobs, each after the one before (``afterok``), submitted now."""
         import submitit
 
         executor = submitit.SlurmExecutor(folder=self._folder() / "%j", max_num_timeout=MAX_TIMEOUTS)
@@ -282,10 +283,12 @@ def _cancel(ids: list[str]) -> None:
 
 
 def submitted_line(ids: dict[str, str], ranks: int) -> str:
-    """``scatter job N (array 0-3), gather job M (array 0-3), finalize job K; watch: squeue -j N,M,K``."""
-    array = f" (array 0-{ranks - 1})" if ranks > 1 else ""
-    return (f"scatter job {ids['scatter']}{array}, gather job {ids['gather']}{array}, finalize job "
-            f"{ids['finalize']}; watch: squeue -j {ids['scatter']},{ids['gather']},{ids['finalize']}")
+    """``scatter job N (array 0-3), plan job P, gather job M (array 0-3), finalize job K; watch:
+    squeue -j N,P,M,K``: each stage's job (an array where the stage has a unit a rank)."""
+    units = {phase[0].stage: len(phase) for phase in phases(ranks)[1:]}
+    jobs = [f"{name} job {i}" + (f" (array 0-{units[name] - 1})" if units.get(name, 1) > 1 else "")
+            for name, i in ids.items()]
+    return f"{', '.join(jobs)}; watch: squeue -j {','.join(ids.values())}"
 
 
 def parse_slurm_args(args: Sequence[str]) -> tuple[dict[str, Any], int]:

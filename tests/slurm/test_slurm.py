@@ -1,7 +1,7 @@
 """A real SLURM run: recipes submitted through recipes/slurm/submit.sh give a local run's shards.
 
 Starts a one-node cluster (tests/slurm/cluster.sh: munge + slurmctld + slurmd, as root), submits
-pack-tokens and convert recipes as three dependent jobs (scatter and gather array jobs of W = 3 and
+pack-tokens and convert recipes as four dependent jobs (scatter and gather array jobs of W = 3 and
 W = 2 tasks, then finalize), waits, and compares every file but manifest.json byte for byte with a
 one-process run of the same recipe. A failed scatter rank and a killed gather rank are rerun alone,
 as submit.sh's hints say. Run with ``make test-slurm`` (not part of ``make test``)."""
@@ -165,14 +165,14 @@ def runs(cluster, tmp_path_factory):
     return work, jobs, states, local, hints
 
 
-def _submit(recipe: Path, tasks: int, env: dict[str, str], *, cwd: Path) -> tuple[tuple[str, str, str], str]:
-    """(scatter id, gather id, finalize id), and the hints submit.sh printed."""
+def _submit(recipe: Path, tasks: int, env: dict[str, str], *, cwd: Path) -> tuple[tuple[str, str, str, str], str]:
+    """(scatter id, plan id, gather id, finalize id), and the hints submit.sh printed."""
     res = subprocess.run(["bash", str(SUBMIT), recipe.name, str(tasks), *SBATCH_ARGS], cwd=cwd, env=env,
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, f"submit.sh failed:\n{res.stderr}"
     ids = dict(item.split("=") for item in res.stdout.split())
-    assert list(ids) == ["scatter", "gather", "finalize"], res.stdout
-    return (ids["scatter"], ids["gather"], ids["finalize"]), res.stderr
+    assert list(ids) == ["scatter", "plan", "gather", "finalize"], res.stdout
+    return (ids["scatter"], ids["plan"], ids["gather"], ids["finalize"]), res.stderr
 
 
 def _wait(env: dict[str, str], work: Path, started: float) -> None:
@@ -201,8 +201,8 @@ def _ranges(log: str) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("kind, world", CASES, ids=[f"{k}-w{w}" for k, w in CASES])
 def test_slurm_array_gives_the_local_runs_shards(runs, kind, world):
     work, jobs, states, local, _ = runs
-    scatter, gather, finalize = jobs[(kind, world)]
-    expected = {**{f"{scatter}_{r}": "COMPLETED" for r in range(world)},
+    scatter, plan, gather, finalize = jobs[(kind, world)]
+    expected = {**{f"{scatter}_{r}": "COMPLETED" for r in range(world)}, plan: "COMPLETED",
                 **{f"{gather}_{r}": "COMPLETED" for r in range(world)}, finalize: "COMPLETED"}
     assert _short(states[(kind, world)]) == expected, f"{states[(kind, world)]}\n{_logs(work)}"
     logs = work / "slurm-logs"
@@ -226,11 +226,11 @@ def test_slurm_array_gives_the_local_runs_shards(runs, kind, world):
 
 def test_a_failed_scatter_rank_keeps_gather_and_finalize_from_running(runs):
     work, jobs, states, _, _ = runs
-    scatter, gather, finalize = jobs["broken"]
+    scatter, plan, gather, finalize = jobs["broken"]
     state = states["broken"]
     assert all(state[f"{scatter}_{r}"].startswith("FAILED") for r in range(2)), state
     later = {k: v for k, v in state.items() if not k.startswith(f"{scatter}_")}
-    assert later and any(k.startswith(f"{gather}_") for k in later) and finalize in later, state
+    assert later and plan in later and any(k.startswith(f"{gather}_") for k in later) and finalize in later, state
     assert all(v.startswith("CANCELLED") and "Dependency" in v for v in later.values()), state
     assert not (work / "out/broken/manifest.json").exists()
     assert not list((work / "slurm-logs").glob(f"shardsmith-gather-{gather}_*"))
@@ -250,18 +250,18 @@ def _hint(hints: str, title: str, rank: int) -> str:
 
 
 def _paste(block: str, env: dict[str, str], work: Path) -> dict[str, str]:
-    """Run a hint's lines in bash; the job ids they set ($s, $g) and the last one submitted (f)."""
-    res = subprocess.run(["bash", "-c", f'set -e\n{block}\necho "ids=${{s:-}},${{g:-}}"'], cwd=work, env=env,
-                         capture_output=True, text=True)
+    """Run a hint's lines in bash; the job ids they set ($s, $p, $g) and the last one submitted (f)."""
+    res = subprocess.run(["bash", "-c", f'set -e\n{block}\necho "ids=${{s:-}},${{p:-}},${{g:-}}"'], cwd=work,
+                         env=env, capture_output=True, text=True)
     assert res.returncode == 0, f"{block}\n{res.stderr}"
-    s, g = res.stdout.split("ids=")[-1].strip().split(",")
-    return {"s": s, "g": g, "f": res.stdout.split("Submitted batch job")[-1].split()[0]}
+    s, p, g = res.stdout.split("ids=")[-1].strip().split(",")
+    return {"s": s, "p": p, "g": g, "f": res.stdout.split("Submitted batch job")[-1].split()[0]}
 
 
 def test_a_failed_scatter_rank_rerun_alone_then_the_later_stages_give_the_same_shards(runs, cluster):
     """What submit.sh's hint says to do: resubmit scatter rank 1 alone (--array=1), then gather and finalize."""
     work, jobs, states, local, hints = runs
-    scatter, gather, finalize = jobs["flaky"]
+    scatter, _plan, _gather, _finalize = jobs["flaky"]
     state = _short(states["flaky"])
     assert {k: v for k, v in state.items() if k.startswith(f"{scatter}_")} == {
         f"{scatter}_0": "COMPLETED", f"{scatter}_1": "FAILED", f"{scatter}_2": "COMPLETED"}, states["flaky"]
@@ -274,8 +274,9 @@ def test_a_failed_scatter_rank_rerun_alone_then_the_later_stages_give_the_same_s
     ids = _paste(_hint(hints["flaky"], "scatter rank R", 1), cluster, work)
     _wait(cluster, work, time.monotonic())
     state = {k: v for job in ids.values() for k, v in _job_states(job, cluster).items()}
-    assert _short(state) == {f"{ids['s']}_1": "COMPLETED", **{f"{ids['g']}_{r}": "COMPLETED" for r in range(3)},
-                             ids["f"]: "COMPLETED"}, f"{state}\n{_logs(work)}"
+    assert _short(state) == {f"{ids['s']}_1": "COMPLETED", ids["p"]: "COMPLETED",
+                             **{f"{ids['g']}_{r}": "COMPLETED" for r in range(3)}, ids["f"]: "COMPLETED"}, \
+        f"{state}\n{_logs(work)}"
     # rank 1 of 3, although SLURM_ARRAY_TASK_COUNT is 1 in a one-task array
     assert "rank 1 of 3" in (work / "slurm-logs" / f"shardsmith-scatter-{ids['s']}_1.out").read_text()
     assert _digests(work / "out/flaky") == _digests(local["tokens"])
@@ -285,9 +286,9 @@ def test_a_killed_gather_rank_rerun_alone_then_finalize_gives_the_same_shards(ru
     """Gather rank 1 is SIGKILLed mid-write: finalize does not start (and, run anyway, names the
     missing shards); rank 1 resubmitted alone, then finalize, give the local run's bytes."""
     work, jobs, states, local, hints = runs
-    scatter, gather, finalize = jobs["killed"]
+    scatter, plan, gather, finalize = jobs["killed"]
     state = _short(states["killed"])
-    assert state == {**{f"{scatter}_{r}": "COMPLETED" for r in range(3)}, f"{gather}_0": "COMPLETED",
+    assert state == {**{f"{scatter}_{r}": "COMPLETED" for r in range(3)}, plan: "COMPLETED", f"{gather}_0": "COMPLETED",
                      f"{gather}_1": "FAILED", f"{gather}_2": "COMPLETED", finalize: "CANCELLED"}, states["killed"]
     logs = work / "slurm-logs"
     killed = (logs / f"shardsmith-gather-{gather}_1.out").read_text()
