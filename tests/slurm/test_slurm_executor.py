@@ -30,7 +30,7 @@ TOKENS = ["pack-tokens", "data", "--seq-len", "64", "--shard-tokens", "3000", "-
           "--nanogpt", "--memory", "256KB", "--seed", "7"]
 TAR = ["convert", "data", "--to", "webdataset", "--text-field", "text", "--shard-samples", "150",
        "--split", "train=0.9,val=0.1", "--memory", "256KB", "--seed", "3"]
-SUBMITTED = re.compile(r"scatter job (\d+)(?: \(array 0-(\d+)\))?, gather job (\d+)(?: \(array 0-\d+\))?, "
+SUBMITTED = re.compile(r"scatter job (\d+)(?: \(array 0-(\d+)\))?, plan job (\d+), gather job (\d+)(?: \(array 0-\d+\))?, "
                        r"finalize job (\d+); watch: squeue -j ([\d,]+)")
 
 
@@ -101,13 +101,13 @@ def _wait_gone(ids: str, env: dict[str, str]) -> None:
         time.sleep(0.25)
 
 
-def _ids(text: str) -> tuple[str, str, str, int]:
-    """(scatter, gather, finalize, ranks) from the line the executor prints."""
+def _ids(text: str) -> tuple[str, str, str, str, int]:
+    """(scatter, plan, gather, finalize, ranks) from the line the executor prints."""
     match = SUBMITTED.search(text)
     assert match is not None, text
-    scatter, last, gather, finalize, watch = match.groups()
-    assert watch == f"{scatter},{gather},{finalize}", text
-    return scatter, gather, finalize, int(last or 0) + 1
+    scatter, last, plan, gather, finalize, watch = match.groups()
+    assert watch == f"{scatter},{plan},{gather},{finalize}", text
+    return scatter, plan, gather, finalize, int(last or 0) + 1
 
 
 @pytest.mark.parametrize("name, ranks, args", [
@@ -121,21 +121,22 @@ def test_slurm_executor_gives_the_local_bytes(tmp_path, bpe_tokenizer, env, loca
     took = time.monotonic() - start
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("out/x: train: "), res.stdout
-    scatter, gather, finalize, world = _ids(res.stderr)
+    scatter, plan, gather, finalize, world = _ids(res.stderr)
     assert world == ranks
     assert tree_digest(work / "out/x") == local[name]
     assert not (work / "out/.x.shardsmith-work").exists(), "finalize left the scratch folder"
-    states = {k: v for job in (scatter, gather, finalize) for k, v in _states(job, env).items()}
-    assert states == {**{f"{scatter}_{r}": "COMPLETED" for r in range(ranks)},
+    states = {k: v for job in (scatter, plan, gather, finalize) for k, v in _states(job, env).items()}
+    assert states == {**{f"{scatter}_{r}": "COMPLETED" for r in range(ranks)}, plan: "COMPLETED",
                       **{f"{gather}_{r}": "COMPLETED" for r in range(ranks)}, finalize: "COMPLETED"}, states
     logs = work / "slurm-logs/shardsmith"
     gather_script = (logs / gather / f"{gather}_submission.sh").read_text()
-    assert f"#SBATCH --dependency=afterok:{scatter}\n" in gather_script, gather_script
+    assert f"#SBATCH --dependency=afterok:{plan}\n" in gather_script, gather_script
+    assert f"#SBATCH --dependency=afterok:{scatter}\n" in (logs / plan / f"{plan}_submission.sh").read_text()
     assert f"#SBATCH --array=0-{ranks - 1}%{ranks}\n" in gather_script
     assert "#SBATCH --requeue\n" in gather_script and "#SBATCH --kill-on-invalid-dep=yes\n" in gather_script
     assert f"#SBATCH --dependency=afterok:{gather}\n" in (logs / finalize / f"{finalize}_submission.sh").read_text()
     if "--slurm-arg=--mem=1G" in args:  # the user's options, once each, in every job
-        for job in (scatter, gather, finalize):
+        for job in (scatter, plan, gather, finalize):
             script = (logs / job / f"{job}_submission.sh").read_text()
             assert script.count("--mem") == 1 and "#SBATCH --mem=1G\n" in script, script
             assert script.count("--cpus-per-task") == 1 and "#SBATCH --cpus-per-task=1\n" in script, script
@@ -174,14 +175,14 @@ def test_no_wait_prints_the_ids_and_the_jobs_make_the_dataset(tmp_path, bpe_toke
     took = time.monotonic() - start
     assert res.returncode == 0, res.stderr
     assert res.stderr == ""
-    assert re.fullmatch(r"out/x: submitted to SLURM: scatter job \d+ \(array 0-3\), gather job \d+ \(array 0-3\), "
+    assert re.fullmatch(r"out/x: submitted to SLURM: scatter job \d+ \(array 0-3\), plan job \d+, gather job \d+ \(array 0-3\), "
                         r"finalize job \d+; watch: squeue -j [\d,]+; done when out/x/manifest\.json exists \(logs in "
                         + re.escape(str(work / "slurm-logs/shardsmith")) + r"/\)\n", res.stdout), res.stdout
-    scatter, gather, finalize, ranks = _ids(res.stdout)
+    scatter, plan, gather, finalize, ranks = _ids(res.stdout)
     assert ranks == 4  # the default --ranks
-    _wait_gone(f"{scatter},{gather},{finalize}", env)
-    states = {k: v for job in (scatter, gather, finalize) for k, v in _states(job, env).items()}
-    assert set(states.values()) == {"COMPLETED"} and len(states) == 9, states
+    _wait_gone(f"{scatter},{plan},{gather},{finalize}", env)
+    states = {k: v for job in (scatter, plan, gather, finalize) for k, v in _states(job, env).items()}
+    assert set(states.values()) == {"COMPLETED"} and len(states) == 10, states
     assert json.loads((work / "out/x/manifest.json").read_text())["splits"]["train"]["shards"]
     assert tree_digest(work / "out/x") == local["tokens"]
     print(f"--no-wait returned in {took:.1f} s")
@@ -209,7 +210,7 @@ def test_a_requeued_scatter_task_runs_again_and_gives_the_same_bytes(tmp_path, b
                               stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         _wait_for("stalled task", mark.exists)
-        scatter, _, _, _ = _ids((work / "driver.err").read_text())
+        scatter, _, _, _, _ = _ids((work / "driver.err").read_text())
         task = f"{scatter}_1"
         assert _states(task, env) == {task: "RUNNING"}
         if how == "scontrol-requeue":  # as SLURM preempts a job (PreemptMode=REQUEUE), or an admin requeues it
@@ -285,6 +286,6 @@ def test_a_controller_that_stops_answering_is_one_line(tmp_path, bpe_tokenizer, 
     _end_leftovers(f"SLURM_CONF={own['SLURM_CONF']}".encode())
     assert res.exit_code == 1, res.stderr
     assert re.fullmatch(r"shardsmith: error: --executor slurm: squeue has not answered for 3 s \(.+\); the jobs may "
-                        r"still run: squeue -j \d+,\d+,\d+\n", res.stderr), res.stderr
+                        r"still run: squeue -j \d+,\d+,\d+,\d+\n", res.stderr), res.stderr
     assert took < 60, took
     print(f"controller lost: the command ended {took:.1f} s after it started")
