@@ -25,7 +25,7 @@ demo: $(VENV)/.core
 
 # two processes, each taking whole test files (a file's module fixtures, e.g. its S3 server, start once);
 # two suites are targets of their own, which .ci/run also runs: the heavy files (many processes a test: staged
-# runs, executors, kills, S3 stages and faults) and the walk-throughs (a user's path end to end: every docs
+# runs, executors, kills, S3 stages and outputs, DataLoader workers, a browser; or long) and the walk-throughs (a user's path end to end: every docs
 # page, the README's loops, a plugin package in a fresh venv)
 test: $(VENV)/.dev
 	$(PY) -m pytest -n 2 --dist loadfile -m "not walkthrough and not heavy" --durations=25

@@ -7,8 +7,12 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from conftest import WORDS, run_cli, tree_digest, write_jsonl
 from test_dedup_exact import pack, staged_pack
+
+# many processes a test (DataLoader workers, killed ranks, an S3 server, a browser) or long: `make test-heavy`
+pytestmark = pytest.mark.heavy
 
 
 def _doc(rng: random.Random, n: int) -> list[str]:

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 from shardsmith.kit.rollover import Rollover, runs, shard_bounds
 
+# many processes a test (DataLoader workers, killed ranks, an S3 server, a browser) or long: `make test-heavy`
+pytestmark = pytest.mark.heavy
+
 # -- the rule -----------------------------------------------------------------------------------------
 
 

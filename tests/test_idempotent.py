@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 from conftest import jpeg_folder, run_cli, run_subprocess, tree_digest, two_file_corpus
 
+# many processes a test (DataLoader workers, killed ranks, an S3 server, a browser) or long: `make test-heavy`
+pytestmark = pytest.mark.heavy
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from conftest import WORDS, run_cli, write_jsonl
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,9 @@ from tokenizers import Tokenizer
 
 from shardsmith.commands.engine_check import check_engine
 from shardsmith.text import tokenize as tk
+
+# many processes a test (DataLoader workers, killed ranks, an S3 server, a browser) or long: `make test-heavy`
+pytestmark = pytest.mark.heavy
 
 ALPHABET = st.sampled_from([*WORDS, " ", " ", "  ", "\n", "\t", ",", ".", "'s", "123", "日本", "🙂", "\r\n"])
 

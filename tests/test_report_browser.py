@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from conftest import jpeg_folder, make_docs, run_cli, write_jsonl
 
+# many processes a test (DataLoader workers, killed ranks, an S3 server, a browser) or long: `make test-heavy`
+pytestmark = pytest.mark.heavy
+
 pytest.importorskip("matplotlib")
 webdriver = pytest.importorskip("selenium.webdriver", reason="the browser test needs selenium (the dev extra)")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

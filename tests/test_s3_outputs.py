@@ -40,6 +40,9 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 
 from test_s3_inputs import KEYS, s3, s3_env  # noqa: E402,F401  (fixtures)
 
+# many processes a test (DataLoader workers, killed ranks, an S3 server, a browser) or long: `make test-heavy`
+pytestmark = pytest.mark.heavy
+
 PART = 64 << 10  # multipart uploads of 64 KiB parts: the shards here are several parts long
 
 

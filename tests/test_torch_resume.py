@@ -23,7 +23,8 @@ from shardsmith.kit.rank_split import EpochLayout
 torch = pytest.importorskip("torch")
 stateful = pytest.importorskip("torchdata.stateful_dataloader")
 # torchdata's own notices (a deprecated torch call; more workers than this machine's 2 cores)
-pytestmark = [pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),
+pytestmark = [pytest.mark.heavy,  # DataLoader workers in every test: `make test-heavy`
+              pytest.mark.filterwarnings("ignore:'set_vital' is deprecated"),
               pytest.mark.filterwarnings("ignore:This DataLoader will create")]
 from shardsmith.torch import (  # noqa: E402
     EpochBatchSampler,
