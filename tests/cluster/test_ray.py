@@ -284,8 +284,11 @@ class Driver:
         self._reader.join(timeout=10)
 
 
-@pytest.mark.parametrize("when", ["scatter", "gather"])
+@pytest.mark.parametrize("when", ["scatter", "plan"])
 def test_a_killed_driver_then_the_same_command_gives_the_same_bytes(cluster, big, bpe_tokenizer, tmp_path, when):
+    """The driver says "ray STAGE" (off a terminal) once that stage is done: killed after the scatter (the
+    plan, gather and finalize to come) or after the plan (the gather running; the finalize, which reads only
+    the plan's index and the pieces, is too short to be caught in)."""
     args = ["pack-tokens", big, "--tokenizer", bpe_tokenizer, "--memory", "4MB", "--shard-tokens", "2M"]
     ok(shardsmith(*args, "-q", "-o", tmp_path / "local", timeout=600))
     cmd = [sys.executable, "-m", "shardsmith", *map(str, args), "-o", str(tmp_path / "ray"), *on_ray(cluster, 3)]
