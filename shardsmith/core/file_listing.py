@@ -27,6 +27,7 @@ from typing import Any, overload
 import numpy as np
 import orjson
 
+from shardsmith.core.batched import batched
 from shardsmith.core.input_file import InputFile
 
 CHUNK = 1 << 14  # files decoded at a time by a pass over a listing
@@ -173,7 +174,7 @@ class FileListing(Sequence[InputFile]):
     def of(cls, files: Iterable[InputFile], *, folder: Path) -> FileListing:
         """A list of files written as a listing in ``folder`` (each keeps its path and index)."""
         writer = ListingWriter(folder=folder, prefix=None)
-        for chunk in _chunks(files):
+        for chunk in batched(files, CHUNK):
             writer.append_files(chunk)
         return writer.close()
 
@@ -309,12 +310,3 @@ def _reopen(folder: str) -> FileListing:
     return FileListing(folder=Path(folder))
 
 
-def _chunks(files: Iterable[InputFile]) -> Iterator[list[InputFile]]:
-    chunk: list[InputFile] = []
-    for f in files:
-        chunk.append(f)
-        if len(chunk) >= CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -17,6 +17,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
+from shardsmith.core.batched import batched
 from shardsmith.core.file_listing import FileListing, ListingWriter
 from shardsmith.core.names import not_utf8
 from shardsmith.errors import UsageError
@@ -128,7 +129,7 @@ def _run(chunk: list[Row], folder: Path) -> FileListing:
 
 def _merged(runs: list[FileListing], folder: Path) -> FileListing:
     writer = ListingWriter(folder=folder, prefix="")
-    for batch in _batches(heapq.merge(*map(_blocks, runs), key=_REL)):
+    for batch in batched(heapq.merge(*map(_blocks, runs), key=_REL), BLOCK * 8):
         writer.append_found(batch)
     for run in runs:
         shutil.rmtree(run.folder, ignore_errors=True)
@@ -140,22 +141,10 @@ def _blocks(run: FileListing) -> Iterator[Row]:
         yield from run.found(start, start + BLOCK)
 
 
-def _batches(rows: Iterable[Row]) -> Iterator[list[Row]]:
-    size = BLOCK * 8
-    batch: list[Row] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _write(rows: Iterable[Row], *, dest: Path, prefix: str) -> FileListing:
     """The sorted files as the listing: indexed by place, names checked (``check_names``)."""
     writer = ListingWriter(folder=dest, prefix=prefix)
-    for batch in _batches(rows):
+    for batch in batched(rows, BLOCK * 8):
         try:
             "\0".join([row[1] for row in batch]).encode()
         except UnicodeEncodeError:  # (the rows of a run have no absolute path: the message names it)

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.core.batched import batched
 from shardsmith.core.faults import crash_point
 from shardsmith.core.ragged import starts_of
 from shardsmith.core.words import plural
@@ -175,7 +176,7 @@ def finished_task(work_dir: str, task: Task, *, facts: Sequence[str] = (), bucke
 def _scatter_records(job: ScatterJob, task: Task, records: Iterator[tuple[int, Any]], part: PartWriter,
                      result: TaskResult, unit: str, facts: TaskFacts | None = None) -> None:
     rel = task.file.rel
-    for batch in _batched(records, job.batch_records):
+    for batch in batched(records, job.batch_records):
         broken = batch[-1][1] if isinstance(batch[-1][1], StreamError) else None
         if broken is not None:
             batch = batch[:-1]
@@ -278,11 +279,6 @@ def _scatter_batch(job: ScatterJob, task: Task, out: Processed, part: PartWriter
 
 
 _PIECES_MIN_BYTES = 1024  # mean record bytes from which records go to the part file piece by piece
-
-
-def _batched(it: Iterator[Any], n: int) -> Iterator[list[Any]]:
-    while batch := list(islice(it, n)):
-        yield batch
 
 
 def part_path(work_dir: str, index: int) -> Path:
