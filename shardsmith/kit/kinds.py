@@ -6,13 +6,9 @@ with those of ``commands/convert_events.py``; each kind's report sections on raw
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from shardsmith.kit.record_kind import RecordKind
 
-if TYPE_CHECKING:
-    from shardsmith.core.input_file import InputFile
-    from shardsmith.kit.sections.model import Sampling, Section
+_SECTIONS = "shardsmith.kit.sections.raw_inputs"
 
 
 class RowsKind(RecordKind):
@@ -20,12 +16,8 @@ class RowsKind(RecordKind):
 
     name = "rows"
     convert_steps = "shardsmith.commands.convert:RowSteps"
+    report_sections = f"{_SECTIONS}:rows_sections"
     text_fields = True
-
-    def report(self, reader: Any, files: list[InputFile], sampling: Sampling) -> list[Section]:
-        from shardsmith.kit.sections.raw_inputs import rows_sections
-
-        return rows_sections(reader, files, sampling)
 
 
 class ImagesKind(RecordKind):
@@ -33,11 +25,7 @@ class ImagesKind(RecordKind):
 
     name = "images"
     convert_steps = "shardsmith.commands.convert:ImageSteps"
-
-    def report(self, reader: Any, files: list[InputFile], sampling: Sampling) -> list[Section]:
-        from shardsmith.kit.sections.raw_inputs import images_sections
-
-        return images_sections(reader, files, sampling)
+    report_sections = f"{_SECTIONS}:images_sections"
 
 
 class EventsKind(RecordKind):
@@ -45,9 +33,5 @@ class EventsKind(RecordKind):
 
     name = "events"
     convert_steps = "shardsmith.commands.convert_events:EventSteps"
+    report_sections = f"{_SECTIONS}:events_sections"
     draws_fields = True
-
-    def report(self, reader: Any, files: list[InputFile], sampling: Sampling) -> list[Section]:
-        from shardsmith.kit.sections.raw_inputs import events_sections
-
-        return events_sections(reader, files, sampling)

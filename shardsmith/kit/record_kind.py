@@ -15,7 +15,8 @@ commands look it up and ask it, instead of comparing names (docs/design.md, "Plu
   names: ``pack-tokens`` tokenizes them, ``trace`` shows them, ``--dedup`` compares them;
 - ``draws_fields``: its report draws the fields ``inspect --report --fields`` names;
 - ``report``: the ``inspect INPUT... --report`` sections on raw inputs of this kind (the
-  ``Inputs`` section of every source comes first, from ``kit/sections/raw_inputs.py``);
+  ``Inputs`` section of every source comes first, from ``kit/sections/raw_inputs.py``): by default
+  the function ``report_sections`` names (``"module:function"``, imported when a report is drawn);
 - ``transforms``: the ``--transform`` objects for these records: those whose ``applies_to``
   names the kind, any other refused in one line before any work.
 """
@@ -42,6 +43,7 @@ class RecordKind:
     written_as: ClassVar[str | None] = None  # the kind formats must accept to write these (None: this one)
     text_fields: ClassVar[bool] = False
     draws_fields: ClassVar[bool] = False
+    report_sections: ClassVar[str] = ""  # "module:function" (reader, files, sampling) -> sections; "": none
 
     @property
     def payload_kind(self) -> str:
@@ -50,11 +52,15 @@ class RecordKind:
 
     def steps(self) -> type:
         """``convert``'s steps for these records, imported now; a one-line UsageError if they cannot be."""
-        module, _, attr = self.convert_steps.partition(":")
+        return self._imported(self.convert_steps, "convert steps")  # type: ignore[no-any-return]
+
+    def _imported(self, target: str, what: str) -> Any:
+        """The object a ``"module:attribute"`` names, imported now; a one-line UsageError if it cannot be."""
+        module, _, attr = target.partition(":")
         try:
-            return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
+            return getattr(importlib.import_module(module), attr)
         except Exception as exc:  # a plugin's import may fail any way at all
-            raise UsageError(f"record kind {self.name!r}: cannot load its convert steps {self.convert_steps!r} "
+            raise UsageError(f"record kind {self.name!r}: cannot load its {what} {target!r} "
                              f"({type(exc).__name__}: {exc})") from None
 
     def transforms(self, texts: tuple[str, ...], *, opts: Any) -> list[Transform]:
@@ -62,5 +68,8 @@ class RecordKind:
         return build_transforms(texts, holds=self.name, opts=opts)
 
     def report(self, reader: Any, files: list[InputFile], sampling: Sampling) -> list[Section]:
-        """``inspect --report`` sections on a seeded sample of these records (none by default)."""
-        return []
+        """``inspect --report`` sections on a seeded sample of these records (``report_sections``'s)."""
+        if not self.report_sections:
+            return []
+        sections = self._imported(self.report_sections, "report sections")
+        return sections(reader, files, sampling)  # type: ignore[no-any-return]
