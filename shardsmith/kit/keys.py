@@ -14,7 +14,7 @@ import numpy as np
 
 from shardsmith.kit.splits import assign_splits
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 ORDER_RECORD_BITS = 40
@@ -48,7 +48,7 @@ def record_keys(salt: str, paths: str | list[str], records: np.ndarray) -> np.nd
         base = np.frombuffer(b"".join([blake(p.encode("utf-8"), digest_size=8, key=key).digest() for p in paths]),
                              dtype="<u8").astype(np.uint64)
     with np.errstate(over="ignore"):
-        return mix64(base ^ mix64(np.asarray(records, dtype=np.uint64) * _GOLDEN + _GOLDEN))
+        return mix64(base ^ mix64(np.asarray(records, dtype=np.uint64) * GOLDEN + GOLDEN))
 
 
 def shuffle_keys(seed: int, paths: str | list[str], records: np.ndarray) -> np.ndarray:

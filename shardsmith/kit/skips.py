@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.errors import DatasetError
-from shardsmith.kit.keys import _GOLDEN, mix64, path_hash
+from shardsmith.kit.keys import GOLDEN, mix64, path_hash
 
 ON_ERROR = ("raise", "skip")
 VERIFY = (None, "sample")
@@ -83,7 +83,7 @@ def substitutes(n: int, *, seed: int, epoch: int, index: int) -> list[int]:
     are tried: a pure function of (seed, epoch, index), the same in every rank, worker and resume."""
     base = path_hash("substitute", f"{seed}:{epoch}:{index}")
     with np.errstate(over="ignore"):
-        draws = mix64(base + np.arange(1, TRIES + 1, dtype=np.uint64) * _GOLDEN)
+        draws = mix64(base + np.arange(1, TRIES + 1, dtype=np.uint64) * GOLDEN)
     return (draws % np.uint64(max(n, 1))).astype(np.int64).tolist()
 
 

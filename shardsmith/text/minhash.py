@@ -26,12 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from shardsmith.errors import UsageError
-from shardsmith.kit.keys import mix64
+from shardsmith.kit.keys import GOLDEN, mix64
 from shardsmith.text.ngrams import word_ngram_hashes
 
 NUM_PERM = 128
 CANDIDATE_AT_THRESHOLD = 0.9
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MAX_OPEN_FILES = 256
 
 
@@ -113,7 +112,7 @@ def band_keys(texts: Sequence[str], spec: MinHashSpec, *, normalized: bool = Fal
     sig = signatures(texts, spec, normalized=normalized)[:, :spec.bands * spec.rows]
     sig = sig.reshape(len(texts), spec.bands, spec.rows).astype(np.uint64)
     with np.errstate(over="ignore"):
-        salt = mix64(np.uint64(spec.seed) ^ mix64(np.arange(spec.bands, dtype=np.uint64) * _GOLDEN + _GOLDEN))
+        salt = mix64(np.uint64(spec.seed) ^ mix64(np.arange(spec.bands, dtype=np.uint64) * GOLDEN + GOLDEN))
         keys = np.broadcast_to(salt, (len(texts), spec.bands)).copy()
         for r in range(spec.rows):
             keys = mix64(keys ^ sig[:, :, r])
