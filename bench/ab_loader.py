@@ -76,6 +76,7 @@ def _per_second(n: int, fn: Callable[[], Any]) -> float:
 def rows_tokens(work: Path) -> dict[str, Callable[[], float]]:
     import numpy as np
     import torch
+    from harness import nanogpt_get_batch
 
     import shardsmith
 
@@ -89,10 +90,7 @@ def rows_tokens(work: Path) -> dict[str, Callable[[], float]]:
         torch.from_numpy(x), torch.from_numpy(y)
 
     def nanogpt() -> None:  # nanoGPT train.py: the memmap is re-created for every batch
-        data = np.memmap(train_bin, dtype=np.uint16, mode="r")
-        ix = torch.randint(len(data) - block, (batch,))
-        torch.stack([torch.from_numpy((data[i:i + block]).astype(np.int64)) for i in ix])
-        torch.stack([torch.from_numpy((data[i + 1:i + 1 + block]).astype(np.int64)) for i in ix])
+        nanogpt_get_batch(train_bin, block=block, batch=batch)
 
     ours(), nanogpt()
     return {"get_batch batches/s": lambda: _rate(ours), "nanoGPT get_batch batches/s": lambda: _rate(nanogpt)}

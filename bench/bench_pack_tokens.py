@@ -39,7 +39,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from harness import NOT_INSTALLED, anchor_python, tree_rss_kb  # noqa: E402
+from harness import NOT_INSTALLED, anchor_python, nanogpt_get_batch, tree_rss_kb  # noqa: E402
 
 WORKERS = 2
 BATCH_DOCS = 1000
@@ -430,17 +430,12 @@ def get_batch_section(out: Path, batch: int = 32, block: int = 256, seconds: flo
         torch.from_numpy(x), torch.from_numpy(y)
 
     def nanogpt() -> None:  # nanoGPT train.py: the memmap is re-created for every batch
-        data = np.memmap(train_bin, dtype=np.uint16, mode="r")
-        ix = torch.randint(len(data) - block, (batch,))
-        torch.stack([torch.from_numpy((data[i:i + block]).astype(np.int64)) for i in ix])
-        torch.stack([torch.from_numpy((data[i + 1:i + 1 + block]).astype(np.int64)) for i in ix])
+        nanogpt_get_batch(train_bin, block=block, batch=batch)
 
     data_once = np.memmap(train_bin, dtype=np.uint16, mode="r")
 
     def nanogpt_open_once() -> None:
-        ix = torch.randint(len(data_once) - block, (batch,))
-        torch.stack([torch.from_numpy((data_once[i:i + block]).astype(np.int64)) for i in ix])
-        torch.stack([torch.from_numpy((data_once[i + 1:i + 1 + block]).astype(np.int64)) for i in ix])
+        nanogpt_get_batch(train_bin, block=block, batch=batch, data=data_once)
 
     def rate(fn: Callable[[], None]) -> float:
         rates = []

@@ -182,3 +182,15 @@ def byte_compiled() -> Path:
     folder = Path(spec.origin).parent
     compileall.compile_dir(str(folder), quiet=1)
     return folder
+
+
+def nanogpt_get_batch(train_bin: Path, *, block: int, batch: int, data: object = None) -> None:
+    """nanoGPT train.py's ``get_batch``, the peer of ``TokenDataset.get_batch``: the uint16 memmap
+    re-created for every batch, as in it (``data`` None), or the one given (opened once)."""
+    import numpy as np
+    import torch
+
+    data = np.memmap(train_bin, dtype=np.uint16, mode="r") if data is None else data
+    ix = torch.randint(len(data) - block, (batch,))  # type: ignore[arg-type]
+    torch.stack([torch.from_numpy((data[i:i + block]).astype(np.int64)) for i in ix])  # type: ignore[index]
+    torch.stack([torch.from_numpy((data[i + 1:i + 1 + block]).astype(np.int64)) for i in ix])  # type: ignore[index]
