@@ -7,7 +7,7 @@ Measures (the same code and inputs for both checkouts; the inputs are written on
 - ``tokens``: ``TokenDataset.get_batch`` (B=32, L=256, + ``torch.from_numpy``) against nanoGPT's
   ``get_batch`` (its memmap re-created per batch, as in its ``train.py``), batches/s over 0.5 s
   (``bench_pack_tokens.get_batch_section``'s loop) on --tokens tokens;
-- ``tar``: ``TarDataset.iter(shuffle=True)`` over --tar-samples samples against ``webdataset.WebDataset``
+- ``tar``: ``TarDataset.iter(shuffle=True)`` over --tar-samples samples (--tar-shards shards) against ``webdataset.WebDataset``
   in order (``bench_tar_loader.py``'s inputs), and the same in batches of 64 by ``ds.iter`` and the
   torch adapter ``TarIterable``; where the checkout has a skip policy, the batched ``ds.iter`` again
   with ``on_error="skip"`` (nothing skipped): what the policy costs;
@@ -208,7 +208,8 @@ def serve(work: Path, clock_name: str) -> None:
 
 # ---------------------------------------------------------------- inputs (written once, by the new checkout)
 
-def prepare(work: Path, *, tokens: int, tar_samples: int, windows: int, resume_samples: int) -> None:
+def prepare(work: Path, *, tokens: int, tar_samples: int, tar_shards: int, windows: int,
+            resume_samples: int) -> None:
     import numpy as np
     from bench_resume import write_tokens
     from bench_tar_loader import write_dataset
@@ -219,7 +220,7 @@ def prepare(work: Path, *, tokens: int, tar_samples: int, windows: int, resume_s
         flat = np.concatenate([np.fromfile(p, dtype=np.uint16) for p in sorted(out.glob("train-*.bin"))])
         flat.tofile(out / "train.bin")  # the same ids as nanoGPT's flat file
     if not (work / "tar").exists():
-        write_dataset(work / "tar", samples=tar_samples, shards=4)
+        write_dataset(work / "tar", samples=tar_samples, shards=tar_shards)
     for k, name in enumerate(("web", "code", "books")):
         if not (work / "mix" / name).exists():
             write_tokens(work / "mix" / name, windows=windows * (k + 1), seq_len=128)
@@ -276,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", default=",".join(MEASURES), help=f"some of {','.join(MEASURES)}")
     ap.add_argument("--tokens", type=int, default=25_000_000, help="tokens for get_batch (default 25M)")
     ap.add_argument("--tar-samples", type=int, default=20_000)
+    ap.add_argument("--tar-shards", type=int, default=4, help="shards they are written in (default 4)")
     ap.add_argument("--windows", type=int, default=200_000, help="the smallest mixture source (default 200k)")
     ap.add_argument("--resume-samples", type=int, default=1_000_000)
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.serve:
         return serve(a.serve, a.clock)
     if a.prepare:
-        return prepare(a.prepare, tokens=a.tokens, tar_samples=a.tar_samples, windows=a.windows,
+        return prepare(a.prepare, tokens=a.tokens, tar_samples=a.tar_samples, tar_shards=a.tar_shards, windows=a.windows,
                        resume_samples=a.resume_samples)
     if a.base is None:
         ap.error("--base is required")
@@ -299,7 +301,8 @@ def main(argv: list[str] | None = None) -> None:
         work = a.workdir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
         sides = {"base": a.base.resolve(), "new": a.new.resolve()}
-        sizes = ["--tokens", str(a.tokens), "--tar-samples", str(a.tar_samples), "--windows", str(a.windows),
+        sizes = ["--tokens", str(a.tokens), "--tar-samples", str(a.tar_samples),
+                 "--tar-shards", str(a.tar_shards), "--windows", str(a.windows),
                  "--resume-samples", str(a.resume_samples)]
         subprocess.run([sys.executable, str(Path(__file__).resolve()), "--prepare", str(work), *sizes], check=True,
                        env={**os.environ, "PYTHONPATH": str(sides["new"])}, cwd=sides["new"])

@@ -152,6 +152,33 @@ def test_a_jpeg_that_does_not_decode_is_skipped_with_the_same_record_every_run(t
     assert " at 0x" not in record["reason"] and records[0] == records[1]  # no memory address: the same bytes
 
 
+
+def test_tar_samples_by_the_datasets_own_walk_count_and_resume_at_every_step_with_skips(tar):
+    """Single tar samples go by the dataset's own walk (``samples_mended``: it mends in place and counts
+    what it hands over): a state at every step counts the samples taken, resumes to the rest of the run,
+    and a state carried into the next epoch gives its rest and then that epoch, as batches would."""
+    ds = shardsmith.open(tar)
+    assert ds.samples_mended is not None  # the road tested here
+    opts = {"seed": 3, "on_error": "skip", "max_skipped": 3}
+    run, after = (ids(list(ds.iter(epoch=e, **opts))) for e in (1, 2))
+    assert run == sum(ids(list(ds.iter(epoch=1, batch_size=5, **opts))), [])
+    whole = ds.iter(epoch=1, **opts)
+    list(whole)
+    for k in range(N + 1):
+        it = ds.iter(epoch=1, **opts)
+        head = [ids(next(it)) for _ in range(k)]
+        state = json.loads(json.dumps(it.state_dict()))
+        assert state["produced"] == k
+        again = ds.iter(epoch=1, **opts)
+        again.load_state_dict(state)
+        assert head + ids(list(again)) == run and again.state_dict() == whole.state_dict()
+        carried = ds.iter(epoch=1, **opts)
+        carried.load_state_dict(state)
+        carried.set_epoch(2)
+        rest = [ids(next(carried)) for _ in range(N - k + 3)]
+        assert head + rest == run + after[:3]
+        assert carried.state_dict()["produced"] == 3 and carried.state_dict()["epoch"] == 2
+
 # -- a shard of another size than the manifest's: refused at open, or skipped ------------------------
 
 def test_a_shard_of_another_size_is_refused_or_its_samples_skipped(tmp_path):

@@ -9,7 +9,10 @@ may then evict it), None where a dataset has nothing to do; ``samples(indices)``
 at a time, for iteration without batches; by default ``ds[i]`` each) and ``__getitem__`` (by
 default sample 0 of ``read([i])``); ``origin(i)`` (the shard and key that name sample i in an error
 and in a skip report) and ``verify_samples(indices)`` (a per-sample hash check, where the format
-records one: ``kit/skips.py``). ``fingerprint`` names what, besides its length, a saved
+records one: ``kit/skips.py``); ``samples_mended(indices, mend=...)`` (``samples`` that hands
+``mend(index, error)`` in place of a sample whose read raises ``DatasetError`` and goes on, and
+counts in ``position`` the samples handed over: the pipeline's road of single samples then runs
+with no Python frame of its own per sample), None where a dataset has no such walk. ``fingerprint`` names what, besides its length, a saved
 position depends on (a mixture's weights and sources); None for a dataset of shards.
 
 Everything that walks an epoch runs on one pipeline (``kit/pipeline.py``): ``ds.iter`` here, the
@@ -27,7 +30,7 @@ from shardsmith.kit.rank_split import EpochOrder
 from shardsmith.kit.sample_kind import SampleKind
 
 if TYPE_CHECKING:
-    from shardsmith.kit.pipeline import EpochIterator
+    from shardsmith.kit.pipeline import EpochIterator, MendedSamples
 
 
 class Dataset:
@@ -39,6 +42,7 @@ class Dataset:
     # DatasetError for one that differs (``verify="sample"``); None: the format records no such hash
     # (every built-in one: their manifests hash whole files, which ``shardsmith verify`` checks)
     verify_samples: ClassVar[Callable[[np.ndarray], None] | None] = None
+    samples_mended: ClassVar[Callable[..., MendedSamples] | None] = None
     fingerprint: str | None = None
 
     @property

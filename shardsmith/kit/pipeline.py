@@ -23,7 +23,8 @@ Steps:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from itertools import chain
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -40,6 +41,16 @@ from shardsmith.kit.skips import (
     reason_of,
     substitutes,
 )
+
+
+class MendedSamples(Protocol):
+    """What ``samples_mended`` returns: an iterator of samples, and how many it has handed over."""
+
+    position: int
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __next__(self) -> Any: ...
 
 
 class Fetch:
@@ -189,7 +200,35 @@ class EpochPipeline(EpochStream):
         prefetch = self.dataset.prefetch
         if prefetch is not None:
             prefetch(self._ahead())
+        walk = self.dataset.samples_mended
+        if self.batch_size is None and walk is not None and self.fetch.verify is None:
+            items = chain.from_iterable(self._walks(parts, walk))
+            return items if self.collate is None else map(self.collate, items)
         return self._items(parts)
+
+    @property
+    def _produced(self) -> int:
+        """Items handed over in the running iteration: those counted here, plus those of the
+        dataset's own walk of the part being read (``samples_mended``), which counts its own."""
+        live = self._live
+        return self._base if live is None else self._base + live.position
+
+    @_produced.setter
+    def _produced(self, value: int) -> None:
+        self._base, self._live = value, None
+
+    def _walks(self, parts: list[Any], walk: Callable[..., MendedSamples]) -> Iterator[MendedSamples]:
+        """Single samples, each part's by the dataset's own walk (``samples_mended``: no frame here per
+        sample); a sample that does not read is mended in place by the skip policy (``Fetch.sample``)."""
+        for k, (order, layout, steps) in enumerate(parts):
+            if k:
+                self._enter(k)
+            self._live = live = walk(order[layout.positions_of(steps)], mend=self.fetch.sample)
+            yield live
+            self._produced = self._produced  # the part's count, kept once its walk is let go
+        release = self.dataset.release
+        if release is not None:
+            release()
 
     def _enter(self, k: int) -> None:
         """Part k starts: the skip policy learns its epoch and this stream's steps of it (the base of a

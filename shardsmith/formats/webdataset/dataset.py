@@ -20,6 +20,7 @@ import operator
 import os
 from bisect import bisect_right
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -360,9 +361,13 @@ class TarDataset(Dataset):
     def samples(self, indices: np.ndarray) -> Iterator[dict[str, Any]]:
         """The samples at ``indices`` one at a time: this class's own sliced a block ahead out of
         the shards' maps (``sample_walk.py``); a subclass's ``ds[i]`` each."""
-        if type(self).__getitem__ is TarDataset.__getitem__:
-            return SampleIterator(self, indices)
-        return super().samples(indices)
+        walk = self.samples_mended
+        return super().samples(indices) if walk is None else walk(indices)
+
+    @property
+    def samples_mended(self) -> Callable[..., SampleIterator] | None:  # type: ignore[override]
+        """This class's own walk, which mends (``kit/dataset.py``); None for a subclass's ``ds[i]``."""
+        return partial(SampleIterator, self) if type(self).__getitem__ is TarDataset.__getitem__ else None
 
     def webdataset(self, *, decode: str | None = None, **kwargs: Any) -> Any:
         """A ``webdataset.WebDataset`` over the shards in order, for users who prefer that API.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from bisect import bisect_right
+from collections.abc import Callable
 from functools import partial
 from itertools import repeat
 from operator import getitem
@@ -72,14 +73,18 @@ def _uniform(ds: Any, s: int) -> _Uniform | None:
 
 
 class SampleIterator:
-    """The samples at ``indices``, one ``next()`` at a time (``position``: those handed over)."""
+    """The samples at ``indices``, one ``next()`` at a time (``position``: those handed over). With
+    ``mend``, a sample whose read raises ``DatasetError`` (its shard cut short, a member that does not
+    decode) is ``mend(index, error)`` and the walk goes on (the loader's skip policy,
+    ``kit/pipeline.py``); without, the error ends it."""
 
     _WINDOW = 4096  # positions turned into spans at once (ints only)
     _BLOCK = 32     # samples sliced ahead of the one handed over, and at most
     _BLOCK_BYTES = 8 << 20  # bytes of them (a larger sample goes alone)
 
-    def __init__(self, ds: Any, indices: np.ndarray) -> None:
+    def __init__(self, ds: Any, indices: np.ndarray, *, mend: Callable[[int, DatasetError], Any] | None = None) -> None:
         self._ds = ds
+        self._mend = mend
         self._order = indices
         self.position = 0
         self._starts = np.asarray(ds._starts, np.int64)
@@ -96,16 +101,22 @@ class SampleIterator:
     def __next__(self) -> dict[str, Any]:
         pos = self.position
         k = pos - self._at
-        if not 0 <= k < len(self._ahead):
-            if pos >= len(self._order):
-                raise StopIteration
-            self._block(pos)
-            k = 0
+        try:
+            if not 0 <= k < len(self._ahead):
+                if pos >= len(self._order):
+                    raise StopIteration
+                self._block(pos)
+                k = 0
+            sample = self._ahead[k]
+            if sample is None:  # not sliced ahead: the shard's own reader
+                w = pos - self._first
+                sample = self._ds._reader(self._shard[w])(self._local[w])
+        except DatasetError as error:
+            if self._mend is None:
+                raise
+            self._ahead = []  # the next sample is blocked anew (a shard cut short is checked again)
+            sample = self._mend(int(self._order[pos]), error)
         self.position = pos + 1
-        sample = self._ahead[k]
-        if sample is None:  # not sliced ahead: the shard's own reader
-            w = pos - self._first
-            return self._ds._reader(self._shard[w])(self._local[w])
         return sample
 
     def _window(self, pos: int) -> None:
@@ -117,7 +128,8 @@ class SampleIterator:
         self._first, self._end = pos, pos + len(order)
         self._shard, self._local = shard.tolist(), local.tolist()
         self._spans = None
-        used = np.unique(shard).tolist()
+        used, counts = np.unique(shard, return_counts=True)
+        used = used.tolist()
         found = [self._shards[s] if s in self._shards else self._shards.setdefault(s, _uniform(self._ds, s))
                  for s in used]
         if not found or any(u is None or u.names != found[0].names or u.decoders != found[0].decoders
@@ -125,8 +137,10 @@ class SampleIterator:
             return
         c = len(found[0].names) - 1
         start, size = np.empty((len(order), c), np.int64), np.empty((len(order), c), np.int64)
-        for s, u in zip(used, found):
-            here = shard == s
+        by_shard = np.argsort(shard, kind="stable")  # the window's positions grouped by shard, in used's order
+        ends = np.cumsum(counts).tolist()
+        for u, a, b in zip(found, [0, *ends], ends):  # per shard its own positions (not a mask of the window)
+            here = by_shard[a:b]
             start[here], size[here] = u.data[local[here]], u.size[local[here]]
         at = list(map(dict(zip(used, found)).__getitem__, self._shard))
         self._spans = (start.T.tolist(), (start + size).T.tolist(), found[0].names, found[0].decoders,
@@ -147,8 +161,10 @@ class SampleIterator:
         self._ahead = [None] * (b - a)
         starts, ends, names, decoders, maps, keys = self._spans
         maps, cols = maps[a:b], [keys[a:b]]
-        for s in set(self._shard[a:b]):
-            intact(*self._whole[s])  # each file still whole before it is sliced (once per shard a block)
+        for s in set(self._shard[a:b]):  # each file still whole before it is sliced (once per shard a block)
+            mm, where = self._whole[s]
+            if mm.size() < len(mm):  # (``intact``'s look, without its frame: the one line is its own)
+                intact(mm, where)
         try:
             for m, decode in enumerate(decoders):
                 raw = list(map(getitem, maps, map(slice, starts[m][a:b], ends[m][a:b])))
