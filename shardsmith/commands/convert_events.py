@@ -15,10 +15,9 @@ from shardsmith.core import provenance
 from shardsmith.core.events import EventSchema
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.words import plural
+from shardsmith.engine import Converted, Described, JobRun, JobSteps
 from shardsmith.engine.inputs.plan import cached, wait_to_check
-from shardsmith.engine.job import Described, JobRun, JobSteps
 from shardsmith.engine.output.resume import run_identity
-from shardsmith.engine.shuffle.run import Converted
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_events
 from shardsmith.kit.reader import Reader

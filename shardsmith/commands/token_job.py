@@ -24,10 +24,9 @@ from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
 from shardsmith.core.side_file import TOKENIZER_LIMIT, check_side_file
 from shardsmith.core.text_field import why_no_text
+from shardsmith.engine import Converted, Described, JobRun, JobSteps
 from shardsmith.engine.inputs.plan import cached, task_bytes
-from shardsmith.engine.job import Described, JobRun, JobSteps
 from shardsmith.engine.output.outdir import work_path
-from shardsmith.engine.shuffle.run import Converted
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.tokens import neighbours
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task

@@ -28,10 +28,9 @@ from typing import Any, Protocol
 from shardsmith.core.progress import Progress
 from shardsmith.core.urls import is_url
 from shardsmith.core.words import plural
-from shardsmith.engine.job import Job
+from shardsmith.engine import FinalizeUnit, Job, PlanUnit, PrepareUnit, Unit, phases
 from shardsmith.engine.output.outdir import complete_line
 from shardsmith.engine.output.session import missing, release_failed
-from shardsmith.engine.units import FinalizeUnit, PlanUnit, PrepareUnit, Unit, phases
 from shardsmith.errors import ShardsmithError, UsageError, install_hint
 
 MAX_RANKS = 1 << 16
