@@ -450,7 +450,7 @@ def counting_pass(wl: Workload, world: int, work: Path, logs: Path) -> tuple[lis
 
 def part_facts(scratch: Path) -> dict:
     """The part files the scatter left: count, bytes, and segments (split, bucket) per part from their footers."""
-    from shardsmith.engine.partfile import read_footer
+    from shardsmith.engine.shuffle.partfile import read_footer
 
     files = sorted(scratch.glob("part-*.bin"))
     index = [read_footer(p, rows=True) for p in files]
@@ -463,7 +463,7 @@ def part_facts(scratch: Path) -> dict:
 
 def table_cost(parts: int = 200, buckets: int = 4096, per_part: int = 2000) -> dict:
     """What tabulating part footers costs a gather unit (and finalize), per segment: every unit reads
-    every part's index (``engine/segments.split_segments``: binary rows into columns, no object per
+    every part's index (``engine/shuffle/segments.split_segments``: binary rows into columns, no object per
     segment), then groups them. Measured here on synthetic parts shaped like the real ones (``per_part``
     non-empty buckets of ``buckets`` in each of ``parts`` parts; payloads as holes), in this process:
     read, table, groups; and the memory the table holds (resident growth)."""
@@ -471,9 +471,9 @@ def table_cost(parts: int = 200, buckets: int = 4096, per_part: int = 2000) -> d
 
     import numpy as np
 
-    from shardsmith.engine.partfile import FOOTERS, footer_bytes
-    from shardsmith.engine.segments import split_segments
-    from shardsmith.engine.split_gather import SplitGather
+    from shardsmith.engine.shuffle.partfile import FOOTERS, footer_bytes
+    from shardsmith.engine.shuffle.segments import split_segments
+    from shardsmith.engine.shuffle.split_gather import SplitGather
 
     rng = np.random.default_rng(0)
     folder = Path(tempfile.mkdtemp(prefix="table-cost-"))
@@ -672,7 +672,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         stop_all(list(clusters.values()))
     t = table_cost()
-    print(f"\npart footers tabulated by the plan unit (engine/run.split_tables; synthetic, "
+    print(f"\npart footers tabulated by the plan unit (engine/shuffle/run.split_tables; synthetic, "
           f"{t['segments']:,} segments, {t['footer_bytes'] / t['segments']:.0f} B of footer JSON each): parse "
           f"{t['parse_us']:.2f} us, table {t['table_us']:.2f} us, groups {t['groups_us']:.2f} us a segment; "
           f"{t['bytes_held']:.0f} B held a segment")

@@ -92,7 +92,7 @@ def samples_of(out: Path) -> int:
 
 
 def scratch_of(out: Path) -> Path:
-    """The scratch folder the stages share, beside the output (shardsmith.engine.workdir.work_folder)."""
+    """The scratch folder the stages share, beside the output (shardsmith.engine.shuffle.workdir.work_folder)."""
     return out.parent / f".{out.name}.shardsmith-work"
 
 

@@ -112,7 +112,7 @@ def clear_prefix(client, bucket: str, prefix: str) -> None:
 def frozen_writers(trials: int, client, base: list[str], env: dict[str, str], work: Path,
                    references: dict[int, dict[str, str]], span: float, rng: random.Random) -> None:
     """The frozen-writer attack (see the module's docstring), ``trials`` times."""
-    from shardsmith.engine.outhold import STALE_SECONDS
+    from shardsmith.engine.output.outhold import STALE_SECONDS
 
     if trials and not OTHER_HOST:
         print("frozen writers: skipped (run 2 needs another host name: run as root, with unshare)", flush=True)

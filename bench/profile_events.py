@@ -157,15 +157,15 @@ def _shape(args, kwargs, splits) -> dict:
 
 def run(argv: list[str]) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the shardsmith beside this bench, not an installed one
-    from shardsmith.engine import gather
-    from shardsmith.engine import run as engine_run
+    from shardsmith.engine.shuffle import gather
+    from shardsmith.engine.shuffle import run as engine_run
 
     _timed(engine_run, "run_scatter")
     _timed(engine_run, "split_tables", _shape)
     _timed(gather, "plan_split", lambda a, k, plan: {"shards": plan.shards})
     _timed(gather, "write_ranges")
     _timed(engine_run, "finish")
-    from shardsmith.engine import session
+    from shardsmith.engine.output import session
 
     _timed(session, "finish_output")  # the spill's removal, after the manifest
     from shardsmith.cli import main

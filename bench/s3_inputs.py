@@ -144,7 +144,7 @@ def _download_child(prefix: str, threads: int, head: bool) -> dict[str, float]:
     each open asks the object's size first (a HEAD, as an open without ``size`` does)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from shardsmith.engine import url_inputs
+    from shardsmith.engine.inputs import url_inputs
     from shardsmith.storage import schemes
 
     fs = schemes.filesystem([f"s3://{BUCKET}/{prefix}/"])

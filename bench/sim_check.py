@@ -43,8 +43,8 @@ from sim_today import Today  # noqa: E402
 from sim_workload import RecordedWorkload  # noqa: E402
 
 from shardsmith.core.input_file import InputFile  # noqa: E402
-from shardsmith.engine.outdir import work_path  # noqa: E402
-from shardsmith.engine.partfile import read_footer  # noqa: E402
+from shardsmith.engine.output.outdir import work_path  # noqa: E402
+from shardsmith.engine.shuffle.partfile import read_footer  # noqa: E402
 from shardsmith.kit.keys import ORDER_RECORD_BITS  # noqa: E402
 from shardsmith.kit.reader import Task  # noqa: E402
 

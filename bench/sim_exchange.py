@@ -7,7 +7,7 @@
 
 A run of ``pack-tokens --ranks W`` at the default options (``sim_workload.py``: the corpus, its tasks
 and documents, the sizing rules) is simulated with part files whose payloads are holes. The gather
-units and finalize are the engine's own (``engine/run.convert_units`` for a ``GatherUnit`` or the
+units and finalize are the engine's own (``engine/shuffle/run.convert_units`` for a ``GatherUnit`` or the
 ``FinalizeUnit``, with pack-tokens' writer, whose shard files are holes); the scatter units are
 simulated (they write what the engine's scatter writes, less the payload: tokenizing the input is
 not the exchange). Each unit runs in a process of its own and is measured (``sim_meter.py``): the
@@ -75,7 +75,7 @@ from sim_meter import (  # noqa: E402
 from sim_today import Today  # noqa: E402
 from sim_workload import TOKEN_BYTES, Workload, gib  # noqa: E402
 
-from shardsmith.engine.outdir import work_path  # noqa: E402
+from shardsmith.engine.output.outdir import work_path  # noqa: E402
 
 # the exchanges a table can show, by name: today's; the one before issue 43's binary footers (a frozen
 # copy of its JSON footers and Segment tables: ``sim_json.py``), to show what they changed

@@ -1,6 +1,6 @@
 """The exchange before issue 43's binary footers (commit 8ac82ac), as a column beside today's: a
 frozen copy of its footer handling, so that the table still shows what the binary, indexed footers
-read once (``engine/partfile.py``) and the columnar tables (``engine/segments.py``) changed.
+read once (``engine/shuffle/partfile.py``) and the columnar tables (``engine/shuffle/segments.py``) changed.
 
     python bench/sim_exchange.py --exchange json,today --sizes 1GB/2,10GB/10 --targets 1TB/100
 
@@ -32,11 +32,11 @@ import orjson
 from sim_meter import Row
 from sim_today import TaskRuns, Today
 
-from shardsmith.engine import run
-from shardsmith.engine.doc_facts import has_facts
-from shardsmith.engine.scatter import TaskResult, _task_id, part_path
-from shardsmith.engine.segments import Segments, SplitSegments
-from shardsmith.engine.split_gather import SplitGather
+from shardsmith.engine.shuffle import run
+from shardsmith.engine.shuffle.doc_facts import has_facts
+from shardsmith.engine.shuffle.scatter import TaskResult, _task_id, part_path
+from shardsmith.engine.shuffle.segments import Segments, SplitSegments
+from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.errors import DatasetError
 from shardsmith.kit.reader import Task
 

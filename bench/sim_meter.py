@@ -9,7 +9,7 @@ so its peak memory and its counts are its own. ``Meter`` counts, over each phase
   of them ``part_opens``, those of part files (``part-*.bin`` and their temporary names);
 - ``bytes_read`` / ``bytes_written``: what its read and write calls moved (``/proc/self/io``
   rchar and wchar, less the meter's own reads of ``/proc``); ``payload_read``: the payload bytes
-  among them (counted where the engine reads a group: ``shuffle._load_group``), so that
+  among them (counted where the engine reads a group: ``buckets._load_group``), so that
   ``bytes_read - payload_read`` is the metadata it read (footers, heads, plans, pieces, ...);
   ``holes_written``: bytes the real unit writes that the simulation leaves as holes (payloads,
   heads, the output shards: ``HoleFile``);
@@ -198,7 +198,7 @@ def instrument(meter: Meter, *, skip: set[str] | frozenset[str] = frozenset(), p
     at ``meter``. Returns what they capture. ``punch_holes`` False (the simulation): where the
     engine gives spill back (``release.punch``) the part is opened as it opens it, and nothing is
     punched (the one engine call the simulation does not make)."""
-    from shardsmith.engine import gather, release, run, shuffle
+    from shardsmith.engine.shuffle import buckets, gather, release, run
 
     CAPTURED.meter, CAPTURED.skip, CAPTURED.punch_holes = meter, set(skip), punch_holes
     CAPTURED.splits, CAPTURED.plans, CAPTURED.punches = [], {}, 0
@@ -223,7 +223,7 @@ def instrument(meter: Meter, *, skip: set[str] | frozenset[str] = frozenset(), p
         return out
 
     run.split_tables = tables  # type: ignore[assignment]
-    load_group = shuffle._load_group
+    load_group = buckets._load_group
 
     def counted(group: list[Any], *, payloads: bool = True, into: Any = None) -> Any:
         out = load_group(group, payloads=payloads, into=into)
@@ -231,7 +231,7 @@ def instrument(meter: Meter, *, skip: set[str] | frozenset[str] = frozenset(), p
             _WATCH["payload_read"] += group.payload_bytes
         return out
 
-    shuffle._load_group = counted  # type: ignore[assignment]
+    buckets._load_group = counted  # type: ignore[assignment]
     punch = release.punch
 
     def punched(path: str, ranges: Any) -> int:

@@ -1,16 +1,16 @@
-"""Today's exchange (``engine/scatter``, ``shuffle``, ``run``, ``shard_plan``, ``gather``) as the
+"""Today's exchange (``engine/shuffle/scatter``, ``shuffle``, ``run``, ``shard_plan``, ``gather``) as the
 simulation runs it: the engine's own units on part files whose payloads are holes.
 
 - **scatter** unit ``r`` (simulated: the one unit that is not the engine's own code, since it
   would read and tokenize the input): its tasks (``i % W == r``) in the shared scratch folder
   (``workdir.work_folder``), each checked for a finished part (``scatter.finished_task``), keyed
-  by ``kit.keys.place`` and bucketed by ``shuffle.bucket_of``, then written as a part file in
+  by ``kit.keys.place`` and bucketed by ``buckets.bucket_of``, then written as a part file in
   ``partfile.PartWriter``'s layout (per (split, bucket) run: keys, input orders and lengths, then
   the payload), its footer (``partfile.footer_bytes``: index, directory, meta, trailer), renamed into place. The payloads are left as holes,
   and so are the heads of every run but those of the groups the plan reads (``Today(heads=...)``:
   a 4 kB block a run on disk otherwise, ~50 GB at 100 GB of input); the gather reads zeros there.
   ``sim_check.py`` checks these parts against a real scatter's, byte for byte but the payload.
-- **plan**: ``engine/run.convert_units`` for the ``PlanUnit``, once: its phases ``tables`` (every
+- **plan**: ``engine/shuffle/run.convert_units`` for the ``PlanUnit``, once: its phases ``tables`` (every
   task's footer meta in ``run._scattered``, the group budget, every part's index in
   ``run.split_tables``, each split's tables written for the gather units: ``split_plans.py``) and
   ``plan`` (``shard_plan.plan_split``: the plan from the heads of the groups that hold a shard
@@ -56,16 +56,16 @@ from sim_workload import HEAD_BYTES, TOKEN_BYTES, Workload
 
 from shardsmith.core.progress import Progress
 from shardsmith.engine.options import ConvertingOptions
-from shardsmith.engine.partfile import TRAILER, footer_bytes
-from shardsmith.engine.run import convert_units
-from shardsmith.engine.scatter import _task_id, finished_task, part_path
-from shardsmith.engine.segments import Segments, group_cuts
-from shardsmith.engine.shard_plan import SplitPlan, share
-from shardsmith.engine.shuffle import bucket_of
-from shardsmith.engine.split_gather import SplitGather
-from shardsmith.engine.split_plans import PlannedRun, fingerprint
+from shardsmith.engine.shuffle.buckets import bucket_of
+from shardsmith.engine.shuffle.partfile import TRAILER, footer_bytes
+from shardsmith.engine.shuffle.run import convert_units
+from shardsmith.engine.shuffle.scatter import _task_id, finished_task, part_path
+from shardsmith.engine.shuffle.segments import Segments, group_cuts
+from shardsmith.engine.shuffle.shard_plan import SplitPlan, share
+from shardsmith.engine.shuffle.split_gather import SplitGather
+from shardsmith.engine.shuffle.split_plans import PlannedRun, fingerprint
+from shardsmith.engine.shuffle.workdir import work_folder
 from shardsmith.engine.units import FinalizeUnit, GatherUnit, PlanUnit
-from shardsmith.engine.workdir import work_folder
 from shardsmith.formats.tokens.writer import TokensWriter
 from shardsmith.kit import keys as keymod
 from shardsmith.kit.keys import output_order
@@ -461,7 +461,7 @@ class Today(Exchange):
 
     def _engine_unit(self, wl: Workload, paths: Paths, unit: UnitRef, meter: Meter, prepared: dict[str, Any],
                      *, skip: frozenset[str]) -> dict[str, Any]:
-        """The plan unit, a gather unit or finalize: ``engine/run.convert_units`` itself, instrumented."""
+        """The plan unit, a gather unit or finalize: ``engine/shuffle/run.convert_units`` itself, instrumented."""
         self.engine_as_is()
         shards_as_holes()
         captured = instrument(meter, skip=skip, punch_holes=False)

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.input_file import InputFile
-from shardsmith.engine.run import Sizing
-from shardsmith.engine.shuffle import bucket_count
+from shardsmith.engine.shuffle.buckets import bucket_count
+from shardsmith.engine.shuffle.run import Sizing
 from shardsmith.kit.reader import Task
 
 JSONL_BYTES_PER_DOC = 2549  # measured: corpus.py's documents (bench/README.md, "Executors")
@@ -69,7 +69,7 @@ class Workload:
 
     @property
     def identity(self) -> dict[str, str]:
-        """The run's identity as the scratch folder's stamp holds it (``engine/resume.run_identity``:
+        """The run's identity as the scratch folder's stamp holds it (``engine/output/resume.run_identity``:
         the command, and digests of its options and of its inputs; the same length as a real one)."""
         def digest(value: object) -> str:
             return hashlib.sha256(repr(value).encode()).hexdigest()[:32]
@@ -80,17 +80,17 @@ class Workload:
 
     @cached_property
     def sizing(self) -> Sizing:
-        """The engine's own rule (``engine/run.Sizing``) for the task size, group size and spill."""
+        """The engine's own rule (``engine/shuffle/run.Sizing``) for the task size, group size and spill."""
         return Sizing.of(memory=self.memory, workers=self.workers, input_bytes=self.input_bytes)
 
     @property
     def buckets(self) -> int:
-        """``shuffle.bucket_count`` of what pack-tokens estimates (``JobSteps.estimated_bytes``: the input)."""
+        """``buckets.bucket_count`` of what pack-tokens estimates (``JobSteps.estimated_bytes``: the input)."""
         return bucket_count(self.input_bytes, self.sizing.group_bytes)
 
     @property
     def group_budget(self) -> int:
-        """The gather's bucket-group budget of a cluster unit (``engine/run.Sizing.group_budget``)."""
+        """The gather's bucket-group budget of a cluster unit (``engine/shuffle/run.Sizing.group_budget``)."""
         return self.sizing.group_budget(workers=self.workers, world=self.ranks)
 
     @cached_property

@@ -38,7 +38,7 @@ from shardsmith.core.names import not_utf8
 from shardsmith.core.user_warning import as_lines
 from shardsmith.core.version import __version__
 from shardsmith.core.words import plural
-from shardsmith.engine import interrupt
+from shardsmith.engine.processes import interrupt
 from shardsmith.kit.options import MAX_COUNT, MAX_INT32
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
@@ -206,7 +206,7 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int | None, branches: str | None,
             **kw: Any) -> None:
     """Convert image folders, JSONL, Parquet or ROOT events into exactly shuffled shards (tar, HDF5, or fixed-shape memmap arrays)."""
-    from shardsmith.engine.inputs import walk_soon
+    from shardsmith.engine.inputs.files import walk_soon
 
     # a child lists the input folders while this process loads the converter
     with walk_soon(inputs, quiet=kw["quiet"]):
@@ -319,7 +319,7 @@ def verify(out: str, deep: bool, workers: int | None) -> None:
     """Check every file of a dataset (a folder, or a URL the loader reads) against its manifest (size, sha256);
     exit 1 on any mismatch."""
     from shardsmith.commands.verify import run
-    from shardsmith.engine.workers import default_workers
+    from shardsmith.engine.processes.workers import default_workers
 
     if not run(out, deep=deep, workers=workers or default_workers()):
         sys.exit(1)

@@ -1,5 +1,5 @@
 """Which options of a command line differ from those of another: what a refusal says when an output
-folder holds a finished dataset that other options made (``engine/outdir.py``).
+folder holds a finished dataset that other options made (``engine/output/outdir.py``).
 
 Both command lines are parsed by click, as the command itself parses them (defaults filled in, sizes
 and splits read), so ``--seq-len=8`` and ``--seq-len 8`` are the same option and an option given at
@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from shardsmith.cli_options import EXECUTOR_PARAMS
-from shardsmith.engine.resume import PATH_OPTIONS, VOLATILE, resolved
+from shardsmith.engine.output.resume import PATH_OPTIONS, VOLATILE, resolved
 
 
 def differences(group: click.Group, before: list[str], now: list[str]) -> list[str] | None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from shardsmith.engine import interrupt
+from shardsmith.engine.processes import interrupt
 from shardsmith.errors import ShardsmithError
 from shardsmith.kit.options import MAX_COUNT, FormatOptions, Option, refusal
 
@@ -221,7 +221,7 @@ EXECUTOR_PARAMS = frozenset({"executor", "ranks", "address", "no_wait", "slurm_a
 def take_executor(kw: dict[str, Any], workers: int | None) -> tuple[Any, int]:
     """Pop the executor's options from a command's ``kw``: (the executor, None for a local run; the
     workers of each unit: all cores here, one per unit on a cluster unless ``--workers`` says)."""
-    from shardsmith.engine.workers import default_workers
+    from shardsmith.engine.processes.workers import default_workers
 
     given = {name: kw.pop(name) for name in EXECUTOR_PARAMS}
     name, ranks = given["executor"], given["ranks"]

@@ -25,7 +25,7 @@ def main() -> None:
         from shardsmith.core.faults import crash_point
 
         crash_point("start-up")  # (the tests hold a run here: a signal then meets the recorder alone)
-        from shardsmith.engine import interrupt
+        from shardsmith.engine.processes import interrupt
 
         interrupt.install(early=early)
         from shardsmith.cli import main as cli

@@ -179,7 +179,7 @@ def test_a_killed_worker_ends_the_run_with_a_message(tmp_path, bpe_tokenizer, mo
     import os
     import signal
 
-    import shardsmith.engine.scatter as pipeline
+    import shardsmith.engine.shuffle.scatter as pipeline
 
     for i in range(4):
         write_jsonl(tmp_path / "in" / f"{i}.jsonl", make_docs(20, seed=i))

@@ -141,7 +141,7 @@ def test_a_part_with_a_lying_or_older_footer_is_redone_on_resume(big_corpus, bpe
     """A killed run's parts: one of an older shardsmith (another magic), one whose index lies (a
     segment's count past the file's end). The rerun takes neither as finished: it redoes both tasks,
     reuses the third, and writes the bytes of an uninterrupted run."""
-    from shardsmith.engine.partfile import INDEX, TRAILER
+    from shardsmith.engine.shuffle.partfile import INDEX, TRAILER
 
     reference = tmp_path / "ref"
     _ok(_pack(big_corpus, reference, bpe_tokenizer, 1))

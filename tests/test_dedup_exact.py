@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_pack_tokens import documents, reference_ids
 
-from shardsmith.engine.duplicates import _exact
+from shardsmith.engine.shuffle.duplicates import _exact
 from shardsmith.kit.keys import input_order, shuffle_keys
 from shardsmith.text.textnorm import normalize
 
@@ -150,7 +150,7 @@ def test_removed_needs_a_rule_and_dedup_names_its_choices(tmp_path, bpe_tokenize
        cuts=st.lists(st.integers(0, 60), max_size=4), memory=st.sampled_from([1, 4096, 1 << 30]))
 def test_exact_keeps_the_first_of_each_normalized_text_in_any_partitioning(tmp_path_factory, texts, cuts, memory):
     """The decision over facts written as tasks of any sizes, in any number of hash partitions."""
-    from shardsmith.engine.doc_facts import BASE, facts_path
+    from shardsmith.engine.shuffle.doc_facts import BASE, facts_path
     from shardsmith.text.textnorm import doc_hashes
 
     work = tmp_path_factory.mktemp("facts")

@@ -1,6 +1,6 @@
-"""The copy mode without the whole listing in memory: a folder listed to disk (``engine/folder_listing.py``)
+"""The copy mode without the whole listing in memory: a folder listed to disk (``engine/inputs/folder_listing.py``)
 is ``discover``'s listing, a listing on disk gives back what was written (``core/file_listing.py``), the
-plan made in small buckets is the plan made in one (``engine/copy_plan.py``), and the memory of a
+plan made in small buckets is the plan made in one (``engine/copying/copy_plan.py``), and the memory of a
 copy-mode conversion does not grow with its file count."""
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from hypothesis import strategies as st
 from shardsmith.core import file_listing
 from shardsmith.core.file_listing import FileListing, paths_of
 from shardsmith.core.input_file import InputFile
-from shardsmith.engine import choose, copy_plan, folder_listing, resume
-from shardsmith.engine.image_copy import plan_shards
-from shardsmith.engine.inputs import discover
+from shardsmith.engine import choose
+from shardsmith.engine.copying import copy_plan
+from shardsmith.engine.copying.image_copy import plan_shards
+from shardsmith.engine.inputs import folder_listing
+from shardsmith.engine.inputs.files import discover
+from shardsmith.engine.output import resume
 from shardsmith.formats.webdataset.image_tar import TarCopier
 from shardsmith.kit import keys as keymod
 from shardsmith.kit.rollover import shard_bounds

@@ -18,7 +18,7 @@ from conftest import run_cli, write_jsonl
 
 from shardsmith import registry
 from shardsmith.commands.convert_options import ConvertOptions
-from shardsmith.engine.resume import run_identity
+from shardsmith.engine.output.resume import run_identity
 from shardsmith.errors import UsageError
 from shardsmith.formats.webdataset.format import WebDatasetFormat
 from shardsmith.kit.options import SHARD_SIZE, FormatOptions, Option, OptionValues

@@ -255,7 +255,7 @@ def test_pillow_warnings_do_not_pass_quiet(tmp_path: Path) -> None:
 
 def test_an_image_that_changed_size_since_the_listing_ends_the_run(tmp_path: Path) -> None:
     from shardsmith.core.input_file import InputFile
-    from shardsmith.engine.image_copy import plan_shards, write_all
+    from shardsmith.engine.copying.image_copy import plan_shards, write_all
     from shardsmith.formats.webdataset.image_tar import TarCopier
     from shardsmith.formats.webdataset.samples import SampleProcessor
     from shardsmith.sources.imagefolder import ImageFolderReader

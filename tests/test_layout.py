@@ -1,10 +1,12 @@
 """The layout's rules, checked: layers that only look down and no import cycle (imports inside
-functions and under ``TYPE_CHECKING`` included), no module over 400 lines, no format or source named
-outside its registration (docs/design.md, "Layers" and "Layout rules")."""
+functions and under ``TYPE_CHECKING`` included), the engine's subpackages in their order behind its
+public face, no module over 400 lines, no format or source named outside its registration
+(docs/design.md, "Layers" and "Layout rules")."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -140,6 +142,90 @@ def test_no_import_cycles() -> None:
         if m not in state:
             visit(m)
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+# The engine's subpackages, bottom first (``shardsmith/engine/__init__.py`` says what each holds): each
+# imports those before it, never one after it nor a module of the engine's own folder but its plain
+# values (the options record and the units). The engine's own folder holds the job and the run of it.
+ENGINE_LAYERS = ["processes", "output", "inputs", "shuffle", "copying"]
+ENGINE_VALUES = {"shardsmith.engine.options", "shardsmith.engine.units"}
+ENGINE_TOP = {"job", "units", "options", "choose", "conduct", "finish", "output_for"}
+# What the layers above the engine import past its public face (``shardsmith.engine``: the job, its
+# steps, its units, run_job and run_unit), and why. A new one goes through the face, or here.
+PAST_THE_FACE = {
+    "shardsmith.engine.processes.interrupt": ({"cli", "cli_options", "program"},
+                                              "the program's signal handling, installed before anything runs"),
+    "shardsmith.engine.processes.workers": ({"cli", "cli_options"}, "--workers' default"),
+    "shardsmith.engine.processes.forked": ({"commands.engine_check"},
+                                           "the engine check's reference side, in a forked child"),
+    "shardsmith.engine.inputs.files": ({"cli", "commands.inspect_report"},
+                                       "input folders listed before the rest is imported (walk_soon); inspect's inputs"),
+    "shardsmith.engine.inputs.plan": ({"commands.convert", "commands.convert_events", "commands.token_job"},
+                                      "what a command computes once per run, kept in the scratch folder (cached)"),
+    "shardsmith.engine.inputs.url_inputs": ({"commands.token_job"}, "a tokenizer beside URL inputs (input_root)"),
+    "shardsmith.engine.choose": ({"commands.convert", "commands.inspect_report"},
+                                 "convert's and inspect's choice of source and format"),
+    "shardsmith.engine.output.resume": ({"cli_changes", "commands.convert_events"},
+                                        "the run's identity: which options change the bytes"),
+    "shardsmith.engine.output.outdir": ({"commands.token_job", "executors.base", "executors.slurm"},
+                                        "the scratch folder's path; the line of a dataset already complete"),
+    "shardsmith.engine.output.session": ({"executors.base"}, "the driver's release of a failed run's claim"),
+    "shardsmith.engine.output.outlock": ({"executors.remote"}, "a unit refused for a held output, as one line"),
+    "shardsmith.engine.shuffle.scatter": ({"commands.chat_job"}, "the scatter's counts summed for the manifest"),
+}
+
+
+def _engine_part(name: str) -> str | None:
+    """The engine's subpackage a module is in, "" for the engine's own folder, None outside the engine."""
+    parts = name.split(".")
+    if parts[:2] != ["shardsmith", "engine"]:
+        return None
+    return parts[2] if len(parts) > 3 or (len(parts) == 3 and parts[2] in ENGINE_LAYERS) else ""
+
+
+def test_the_engine_s_own_folder_holds_the_job_and_its_run_only() -> None:
+    """A new module goes into the subpackage of its job (or joins ENGINE_TOP with a reason)."""
+    top = {m.rpartition(".")[2] for m in _modules() if _engine_part(m) == "" and m != "shardsmith.engine"}
+    assert top == ENGINE_TOP
+    assert {m.split(".")[2] for m in _modules() if _engine_part(m)} == set(ENGINE_LAYERS)
+
+
+def test_the_engine_s_subpackages_only_look_down() -> None:
+    order = {p: i for i, p in enumerate(ENGINE_LAYERS)}
+    crossing = sorted((name, target) for name, targets in _graph().items() if _engine_part(name) in order
+                      for target in targets if (b := _engine_part(target)) is not None
+                      and target not in ENGINE_VALUES
+                      and (b not in order or order[b] > order[_engine_part(name)]))
+    assert not crossing, "engine imports that climb:\n" + "\n".join(f"  {a} -> {b}" for a, b in crossing)
+
+
+def test_the_engine_s_face_is_imported_from_above_only() -> None:
+    """No engine module imports ``shardsmith.engine`` itself (its names come lazily from the modules
+    below), and every public name is one the face imports for type checkers."""
+    import shardsmith.engine as face
+
+    inside = sorted(n for n, ts in _graph().items() if _package(n) == "engine" and "shardsmith.engine" in ts
+                    and n != "shardsmith.engine")
+    assert not inside, f"engine modules importing the engine's face: {inside}"
+    assert sorted(face.__all__) == sorted(face._FACE)
+    typed = {a.asname or a.name: node.module for node in ast.walk(ast.parse(_modules()["shardsmith.engine"].read_text()))
+             if isinstance(node, ast.ImportFrom) and node.module for a in node.names}
+    assert {n: typed.get(n) for n in face.__all__} == {n: f"shardsmith.engine.{m}" for n, m in face._FACE.items()}
+    for name in face.__all__:
+        assert getattr(face, name) is getattr(importlib.import_module(typed[name]), name)
+
+
+def test_layers_above_the_engine_use_its_face() -> None:
+    """Commands, executors and the command line import ``shardsmith.engine`` and the modules of
+    PAST_THE_FACE (each for its reason), nothing else of the engine."""
+    found = {}
+    for name, targets in _graph().items():
+        if _package(name) in {"engine", "loader"} or _layer(_package(name)) <= _layer("engine"):
+            continue
+        for target in targets:
+            if _package(target) == "engine" and target != "shardsmith.engine":
+                found.setdefault(target, set()).add(name.removeprefix("shardsmith."))
+    assert found == {m: users for m, (users, _) in PAST_THE_FACE.items()}
 
 
 def test_no_module_over_400_lines() -> None:

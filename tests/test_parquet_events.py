@@ -11,7 +11,7 @@ import pytest
 from shardsmith.core.events import EventChunk, EventSchema, check_chunk
 from shardsmith.core.input_file import InputFile
 from shardsmith.demo.icecube_like import make_icecube_kaggle_like
-from shardsmith.engine.inputs import discover
+from shardsmith.engine.inputs.files import discover
 from shardsmith.errors import DataError, UsageError
 from shardsmith.kit.reader import StreamError, Task
 from shardsmith.sources.parquet_events import ROWS_COUNTER, ParquetEventReader

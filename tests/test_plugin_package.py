@@ -129,8 +129,8 @@ def tables(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, li
 
 PLAN = """\
 import sys
-from shardsmith.engine.inputs import discover
-from shardsmith.engine.run import Sizing
+from shardsmith.engine.inputs.files import discover
+from shardsmith.engine.shuffle.run import Sizing
 from shardsmith_csv import CsvSource
 files = discover(sys.argv[1:], suffixes=CsvSource.suffixes)
 sizing = Sizing.of(memory=512 << 10, workers=2, input_bytes=sum(f.size for f in files))

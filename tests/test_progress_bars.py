@@ -13,8 +13,8 @@ from typing import Any
 
 from conftest import make_docs, run_cli, write_jsonl
 
-from shardsmith.engine import folder_listing
-from shardsmith.engine.inputs import discover
+from shardsmith.engine.inputs import folder_listing
+from shardsmith.engine.inputs.files import discover
 
 BARS = ("listing corpus", "train tokenizer: merging", "engine check", "tokenize", "gather")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardsmith.engine.inputs import discover
+from shardsmith.engine.inputs.files import discover
 from shardsmith.sources.jsonl import JsonlReader, _cut_at_lines
 
 

@@ -1,4 +1,4 @@
-"""The gather gives the spill back as it goes (engine/release.py, issue 31): the part files' bytes
+"""The gather gives the spill back as it goes (engine/shuffle/release.py, issue 31): the part files' bytes
 that only finished shards read are punched out, each finished shard is recorded on its own, and a
 gather killed after punching resumes after its finished shards with the bytes of an uninterrupted
 run (guarantee 4), with the same or another number of workers."""
@@ -15,9 +15,9 @@ import pytest
 from conftest import run_subprocess, tree_digest
 
 from shardsmith.demo.root_files import make_icecube_like
-from shardsmith.engine import release
-from shardsmith.engine.release import group_ranges, punch
-from shardsmith.engine.segments import Segments
+from shardsmith.engine.shuffle import release
+from shardsmith.engine.shuffle.release import group_ranges, punch
+from shardsmith.engine.shuffle.segments import Segments
 
 pytestmark = pytest.mark.skipif(not release.supported(), reason="no hole punching here (Linux only)")
 
@@ -37,7 +37,7 @@ def _args(src: Path, out: Path, workers: int, to: str = "hdf5") -> list[str | Pa
 def _unreleased(args: list[str | Path]) -> dict[str, str]:
     """The bytes ``args`` make with nothing given back (with one worker: one writer, unplanned)."""
     out = Path(args[args.index("-o") + 1])
-    code = ("import sys; from shardsmith.engine import release; release.ENABLED = False; "
+    code = ("import sys; from shardsmith.engine.shuffle import release; release.ENABLED = False; "
             "from shardsmith.cli import main; sys.argv[0] = 'shardsmith'; main()")
     res = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr

@@ -158,7 +158,7 @@ def test_raw_inputs_report(corpus: Path, root_file: Path, tmp_path: Path) -> Non
 def test_big_jsonl_is_sampled_from_line_starts(corpus: Path) -> None:
     """A JSONL file bigger than a range is read from seeded offsets, each from the next line on,
     without the pass that counts its lines (the bound that keeps a 10 GB input under a minute)."""
-    from shardsmith.engine.inputs import discover
+    from shardsmith.engine.inputs.files import discover
     from shardsmith.sources.jsonl import JsonlReader
 
     reader = JsonlReader()

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from shardsmith.engine.options import ConvertingOptions
-from shardsmith.engine.resume import run_identity
+from shardsmith.engine.output.resume import run_identity
 from shardsmith.storage import retry
 
 

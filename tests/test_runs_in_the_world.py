@@ -153,7 +153,7 @@ def test_a_main_thread_busy_in_native_code_still_ends_within_two_seconds(tmp_pat
     signal thread ends the process itself."""
     script = (
         "import hashlib\n"
-        "from shardsmith.engine import interrupt\n"
+        "from shardsmith.engine.processes import interrupt\n"
         "interrupt.install()\n"
         "print('ready', flush=True)\n"
         "hashlib.pbkdf2_hmac('sha256', b'x', b'salt', 2_000_000_000)  # one C call of ten minutes or more\n"
@@ -274,7 +274,7 @@ def test_a_signal_while_click_parses_the_options_is_one_line(corpus, bpe_tokeniz
 
 EXTENSION_SCRIPT = """
 import os, signal, sys
-from shardsmith.engine import interrupt
+from shardsmith.engine.processes import interrupt
 if sys.argv[1] == "program":
     interrupt.install(); getattr(interrupt, "started", lambda: None)()  # (start-up over)
 

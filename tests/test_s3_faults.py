@@ -43,7 +43,7 @@ def _starts(faults: Faults, key: str) -> list[int]:
 
 
 def test_jsonl_through_faults_equals_local(flaky, tmp_path, monkeypatch):
-    from shardsmith.engine import url_inputs
+    from shardsmith.engine.inputs import url_inputs
 
     monkeypatch.setattr(url_inputs, "BLOCK", 32 << 10)  # a large object is many ranged reads: resets land inside it
     client, start = flaky

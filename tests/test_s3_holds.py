@@ -1,4 +1,4 @@
-"""The run record as a lease on an output prefix (issue 26 item 2; ``engine/outhold.py``).
+"""The run record as a lease on an output prefix (issue 26 item 2; ``engine/output/outhold.py``).
 
 Two runs into one prefix, as from two machines (two staging folders): a run whose record is kept
 fresh by its heartbeat is not replaced, even with ``--overwrite``; a run whose record was replaced
@@ -125,8 +125,8 @@ def test_a_container_beside_us_is_judged_by_its_heartbeat(store, corpus, bpe_tok
     """Containers on one machine (host networking) share its host name but not its pids: a holder
     with our host name but another pid namespace is live while its heartbeat is fresh, whatever
     pid it names (1, as a container's entry point, or one that does not run here)."""
-    from shardsmith.engine import outhold
-    from shardsmith.engine.outlock import pid_space
+    from shardsmith.engine.output import outhold
+    from shardsmith.engine.output.outlock import pid_space
 
     client, _ = store
     bucket = _bucket(client, "hold-beside")
@@ -148,8 +148,8 @@ def test_a_container_beside_us_is_judged_by_its_heartbeat(store, corpus, bpe_tok
 def _frozen_run_one(client, name: str, inputs, bpe_tokenizer, tmp_path: Path, monkeypatch) -> tuple:
     """(bucket, url, what run 1 made in its staging folder, run 1's session): run 1 driven in this
     process through the engine's own session, its heartbeat frozen (it tells run 1 nothing)."""
-    from shardsmith.engine import outhold
-    from shardsmith.engine.outremote import output_store, remote_session
+    from shardsmith.engine.output import outhold
+    from shardsmith.engine.output.outremote import output_store, remote_session
 
     bucket = _bucket(client, name)
     url = f"s3://{bucket}/x"
@@ -173,8 +173,8 @@ def test_a_run_that_lost_its_prefix_cannot_write_into_it(store, corpus, bpe_toke
     import hashlib
     import shutil
 
-    from shardsmith.engine.outlock import LockedError
-    from shardsmith.engine.session import held
+    from shardsmith.engine.output.outlock import LockedError
+    from shardsmith.engine.output.session import held
     from shardsmith.kit import manifest_io
 
     client, _ = store
@@ -223,7 +223,7 @@ def test_a_run_that_lost_its_prefix_and_failed_removes_nothing_of_the_new_run(st
     the other run's objects have those very ETags: it must ask first, and remove nothing."""
     import shutil
 
-    from shardsmith.engine.session import held
+    from shardsmith.engine.output.session import held
     from shardsmith.errors import DataError
 
     client, _ = store

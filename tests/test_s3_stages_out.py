@@ -22,7 +22,7 @@ pytest.importorskip("moto.server", reason="the S3 tests need moto's server mode 
 from test_s3_inputs import s3, s3_env  # noqa: E402,F401  (fixtures)
 from test_s3_outputs import _bucket, _download, _keys, _small_parts  # noqa: E402
 
-from shardsmith.engine import outstages  # noqa: E402
+from shardsmith.engine.shuffle import outstages  # noqa: E402
 
 # many processes a test (stages, executors, kills, S3 servers): `make test-heavy`, not `make test`
 pytestmark = pytest.mark.heavy

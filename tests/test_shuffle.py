@@ -12,11 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardsmith.core.ragged import starts_of, take_ragged
-from shardsmith.engine.mapped import PartMaps, map_group
-from shardsmith.engine.partfile import PartWriter
-from shardsmith.engine.segments import Segments, split_segments
-from shardsmith.engine.shuffle import bucket_count, bucket_of, sort_group
-from shardsmith.engine.split_gather import SplitGather
+from shardsmith.engine.shuffle.buckets import bucket_count, bucket_of, sort_group
+from shardsmith.engine.shuffle.mapped import PartMaps, map_group
+from shardsmith.engine.shuffle.partfile import PartWriter
+from shardsmith.engine.shuffle.segments import Segments, split_segments
+from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.errors import DatasetError
 from shardsmith.kit.keys import input_order, mix64, shuffle_keys, split_draws
 from shardsmith.kit.splits import assign_splits, parse_splits
@@ -227,7 +227,7 @@ def test_mapped_part_pages_stay_bounded(tmp_path: Path) -> None:
     """A gather that maps part files lets their pages go every `resident` bytes: mapping 96 MB of
     segments keeps the process's file-backed resident memory near the bound, not near 96 MB (it did
     grow by the whole split before, 14 GB at a 10 GB input), and the bytes read stay right."""
-    from shardsmith.engine.mapped import PartMaps
+    from shardsmith.engine.shuffle.mapped import PartMaps
 
     part = tmp_path / "part.bin"
     seg_bytes, n = 8 << 20, 12
@@ -251,7 +251,7 @@ def test_a_shard_copied_from_mapped_pages_lets_them_go(tmp_path: Path) -> None:
     pages go (``pages.let_go_views``): a view of a map loses its resident pages and keeps its bytes;
     an array of anonymous memory is left alone (letting it go would zero it)."""
     from shardsmith.core import pages
-    from shardsmith.engine.mapped import PartMaps
+    from shardsmith.engine.shuffle.mapped import PartMaps
 
     part = tmp_path / "part.bin"
     data = np.random.default_rng(1).integers(0, 256, 32 << 20, dtype=np.uint8)
@@ -267,7 +267,7 @@ def test_a_shard_copied_from_mapped_pages_lets_them_go(tmp_path: Path) -> None:
     assert np.array_equal(src, data)
 
 
-# -- the part file's footer (``engine/partfile.py``) --------------------------------------------------
+# -- the part file's footer (``engine/shuffle/partfile.py``) --------------------------------------------------
 
 
 def _part(path: Path) -> Path:
@@ -288,7 +288,7 @@ def _part(path: Path) -> Path:
 def _rewrite(path: Path, change) -> None:
     """The part with its footer's parts changed by ``change(fields)`` (fields: index rows, directory,
     meta, the trailer's figures and magic), written back as they are (not sorted, not checked)."""
-    from shardsmith.engine.partfile import INDEX, TRAILER
+    from shardsmith.engine.shuffle.partfile import INDEX, TRAILER
 
     data = path.read_bytes()
     index_at, rows, splits, meta_len, magic = TRAILER.unpack(data[-TRAILER.size:])
@@ -349,8 +349,8 @@ def test_a_torn_or_lying_footer_is_refused_in_one_line_naming_the_part(tmp_path,
     of another split, a directory or trailer that does not add up, an older part, a part cut short.
     Each is refused in one line that names the part, and the scatter's resume check takes none of
     them as finished (the task is redone)."""
-    from shardsmith.engine.partfile import FOOTERS, read_footer
-    from shardsmith.engine.scatter import finished_task
+    from shardsmith.engine.shuffle.partfile import FOOTERS, read_footer
+    from shardsmith.engine.shuffle.scatter import finished_task
 
     path = _part(tmp_path / "part-000007.bin")
     good, rows = read_footer(path, rows=True)
@@ -374,7 +374,7 @@ def test_a_torn_or_lying_footer_is_refused_in_one_line_naming_the_part(tmp_path,
 def test_a_footer_reads_its_meta_without_its_index_and_one_split_without_the_others(tmp_path):
     """The meta and the directory come without the index (a garbled index does not stop the meta),
     and the rows of one split are read alone, the same as those of the whole index."""
-    from shardsmith.engine.partfile import read_footer
+    from shardsmith.engine.shuffle.partfile import read_footer
 
     path = _part(tmp_path / "part-000007.bin")
     _, every = read_footer(path, rows=True)
@@ -398,8 +398,8 @@ def test_the_gather_reads_each_footer_once_after_the_resume_check(tmp_path):
     import sys
 
     from shardsmith.core.input_file import InputFile
-    from shardsmith.engine.partfile import FOOTERS
-    from shardsmith.engine.scatter import _task_id, finished_task
+    from shardsmith.engine.shuffle.partfile import FOOTERS
+    from shardsmith.engine.shuffle.scatter import _task_id, finished_task
     from shardsmith.kit.reader import Task
 
     f = InputFile(path="f", rel="f", index=0, size=1)
@@ -436,7 +436,7 @@ def test_a_split_table_holds_tens_of_bytes_a_segment(tmp_path):
     100,000 segments of synthetic parts, measured with tracemalloc."""
     import tracemalloc
 
-    from shardsmith.engine.partfile import footer_bytes
+    from shardsmith.engine.shuffle.partfile import footer_bytes
 
     rng = np.random.default_rng(0)
     paths = []

@@ -20,9 +20,9 @@ from sim_check import RealRun, real_run, simulated  # noqa: E402
 from sim_today import task_runs, write_part  # noqa: E402
 from sim_workload import Workload  # noqa: E402
 
-from shardsmith.engine.partfile import PartWriter, read_footer  # noqa: E402
-from shardsmith.engine.segments import Segments  # noqa: E402
-from shardsmith.engine.shuffle import sorted_lengths  # noqa: E402
+from shardsmith.engine.shuffle.buckets import sorted_lengths  # noqa: E402
+from shardsmith.engine.shuffle.partfile import PartWriter, read_footer  # noqa: E402
+from shardsmith.engine.shuffle.segments import Segments  # noqa: E402
 
 
 @pytest.fixture(scope="module")

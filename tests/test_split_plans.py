@@ -1,4 +1,4 @@
-"""The plan unit's files (``engine/split_plans.py``): a gather unit reads its groups' rows of a
+"""The plan unit's files (``engine/shuffle/split_plans.py``): a gather unit reads its groups' rows of a
 split's table, and nothing of the other groups' rows."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardsmith.engine.segments import Segments, SplitSegments
-from shardsmith.engine.shard_plan import SplitPlan
-from shardsmith.engine.split_gather import SplitGather
-from shardsmith.engine.split_plans import PlannedSplit, write_split
+from shardsmith.engine.shuffle.segments import Segments, SplitSegments
+from shardsmith.engine.shuffle.shard_plan import SplitPlan
+from shardsmith.engine.shuffle.split_gather import SplitGather
+from shardsmith.engine.shuffle.split_plans import PlannedSplit, write_split
 from shardsmith.errors import DatasetError
 
 

@@ -17,7 +17,7 @@ from conftest import jpeg_folder, member_table, run_cli, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardsmith.engine import inputs
+from shardsmith.engine.inputs import files as inputs
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.webdataset.tarfmt import (
     BLOCK,

@@ -1,6 +1,6 @@
 """root:// inputs from a real XRootD server: the Debian ``xrootd-server`` package, started here as its
 own unprivileged user (it refuses to run as root), serving a folder of the shared ROOT files. The
-inputs are listed through fsspec-xrootd (``engine/url_inputs.py``) and read in place by uproot (only the
+inputs are listed through fsspec-xrootd (``engine/inputs/url_inputs.py``) and read in place by uproot (only the
 baskets of the branches read are fetched), and the output must equal a run on the same files on
 local disk, byte for byte.
 """

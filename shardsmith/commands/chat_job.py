@@ -38,9 +38,8 @@ import numpy as np
 from shardsmith.commands.chat_options import too_long_of
 from shardsmith.commands.token_facts import TokenizerFacts
 from shardsmith.commands.token_job import TokenSteps
-from shardsmith.engine.job import Described, JobRun
-from shardsmith.engine.run import Converted
-from shardsmith.engine.scatter import summed_stats
+from shardsmith.engine import Converted, Described, JobRun
+from shardsmith.engine.shuffle.scatter import summed_stats
 from shardsmith.formats.tokens import neighbours
 from shardsmith.formats.tokens.masks import unit_dtype
 from shardsmith.text import tokenize as tk

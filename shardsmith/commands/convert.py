@@ -15,11 +15,9 @@ from shardsmith import registry
 from shardsmith.commands.convert_options import ConvertOptions
 from shardsmith.core.file_listing import paths_of
 from shardsmith.core.memory import no_gc
+from shardsmith.engine import Converted, Described, Job, JobRun, JobSteps, run_job
 from shardsmith.engine.choose import source_and_format
-from shardsmith.engine.conduct import run_job
-from shardsmith.engine.job import Described, Job, JobRun, JobSteps
-from shardsmith.engine.plan import wait_to_check
-from shardsmith.engine.run import Converted
+from shardsmith.engine.inputs.plan import wait_to_check
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 from shardsmith.formats.webdataset.samples import SampleProcessor

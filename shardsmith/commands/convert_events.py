@@ -15,10 +15,9 @@ from shardsmith.core import provenance
 from shardsmith.core.events import EventSchema
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.words import plural
-from shardsmith.engine.job import Described, JobRun, JobSteps
-from shardsmith.engine.plan import cached, wait_to_check
-from shardsmith.engine.resume import run_identity
-from shardsmith.engine.run import Converted
+from shardsmith.engine import Converted, Described, JobRun, JobSteps
+from shardsmith.engine.inputs.plan import cached, wait_to_check
+from shardsmith.engine.output.resume import run_identity
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_events
 from shardsmith.kit.reader import Reader
@@ -88,7 +87,7 @@ def _balance(opts: ConvertOptions, reader: Reader, files: list[InputFile], schem
 def _schema_once(opts: ConvertOptions, reader: Reader, files: list[InputFile]
                  ) -> tuple[list[InputFile], list[dict[str, Any]], tuple[EventSchema, list[str]]]:
     """``_readable``, read once per staged run: the first process saves the answer in the scratch
-    folder (``engine.plan.cached``, named by the inputs' identity and the options), the others take
+    folder (``engine.inputs.plan.cached``, named by the inputs' identity and the options), the others take
     it instead of opening every input (the ROOT schema: importing uproot and awkward, reading each
     file's header: most of a gather or finalize process). The scatter still checks every file it
     reads against this schema (``RootReader._file_leaves``)."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shardsmith.core.images import MAX_IMAGE_PIXELS, require_pillow
-from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine import ConvertingOptions
 from shardsmith.errors import UsageError
 from shardsmith.kit.downsample import BalanceSpec
 from shardsmith.kit.options import FormatOptions, OptionValues, refusal

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.words import plural
-from shardsmith.engine.forked import ForkedAnswer
+from shardsmith.engine.processes.forked import ForkedAnswer
 from shardsmith.errors import UsageError
 from shardsmith.text import tokenize as tk
 

@@ -67,7 +67,7 @@ def dataset_report(out: Path, folder: Path, *, seq_len: int | None, seed: int,
 def inputs_report(paths: tuple[str, ...], folder: Path, *, source: str | None, seed: int,
                   fields: tuple[str, ...] | None = None) -> Path:
     from shardsmith.engine.choose import infer_source, suffixes_of
-    from shardsmith.engine.inputs import discover
+    from shardsmith.engine.inputs.files import discover
     from shardsmith.kit.sections.model import Sampling
     from shardsmith.report import need_matplotlib
 

@@ -13,9 +13,7 @@ from typing import Any
 from shardsmith.commands.token_job import TokenSteps, check_packing, window_of
 from shardsmith.core.memory import keep_freed_memory
 from shardsmith.core.words import plural
-from shardsmith.engine.conduct import run_job
-from shardsmith.engine.job import Job
-from shardsmith.engine.options import ConvertingOptions
+from shardsmith.engine import ConvertingOptions, Job, run_job
 from shardsmith.executors.base import Executor
 
 __all__ = ["PackTokensOptions", "check_packing", "job_of", "run", "summary_line", "window_of"]

@@ -1,6 +1,6 @@
 """What a run takes from its tokenizer besides the ids: special tokens, vocabulary size, padding.
 
-Worked out once, by the first process of a run (``engine.plan.cached``): the gather and finalize
+Worked out once, by the first process of a run (``engine.inputs.plan.cached``): the gather and finalize
 stages of a cluster run read them from the run's scratch folder instead of loading the tokenizer
 again (importing and parsing it with ``tokenizers`` was 0.07 s of a 0.27 s gather process), nor
 does a scatter rank whose engine decision was saved too. Every

@@ -1,7 +1,7 @@
 """The steps of ``pack-tokens``' job (``engine.job.JobSteps``): the tokenizer's work between the
 engine's own steps. Every process of a run (every stage of a cluster run) goes through them; what
 is worked out once (a trained tokenizer, the tokenizer's facts, the engine check) is kept in the
-run's scratch folder (``engine.plan.cached``) for the others.
+run's scratch folder (``engine.inputs.plan.cached``) for the others.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.progress import Progress
 from shardsmith.core.side_file import TOKENIZER_LIMIT, check_side_file
 from shardsmith.core.text_field import why_no_text
-from shardsmith.engine.job import Described, JobRun, JobSteps
-from shardsmith.engine.outdir import work_path
-from shardsmith.engine.plan import cached, task_bytes
-from shardsmith.engine.run import Converted
+from shardsmith.engine import Converted, Described, JobRun, JobSteps
+from shardsmith.engine.inputs.plan import cached, task_bytes
+from shardsmith.engine.output.outdir import work_path
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.tokens import neighbours
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
@@ -285,7 +284,7 @@ def _sample(reader: MultiReader, tasks: list[Task], text_of: Callable[[Any], str
 def _input_dir(files: list[Any]) -> str | None:
     """The local folder the inputs' names are relative to (absolute), where ``trace`` finds them
     again; None for inputs from a URL (their ``input_root`` says where)."""
-    from shardsmith.engine.url_inputs import input_root
+    from shardsmith.engine.inputs.url_inputs import input_root
 
     if not files or input_root(files) is not None:
         return None

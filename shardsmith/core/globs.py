@@ -1,4 +1,4 @@
-"""Globs among the inputs: one rule for local paths (``engine/inputs.py``) and URLs (``storage/listing.py``).
+"""Globs among the inputs: one rule for local paths (``engine/inputs/files.py``) and URLs (``storage/listing.py``).
 
 An input holding ``*``, ``?`` or ``[`` that names no file or folder as it is written is a glob, quoted
 so that the shell left it alone (``'data/*.jsonl'``, ``'s3://bucket/data/*.jsonl'``). It names every

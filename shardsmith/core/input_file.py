@@ -23,6 +23,6 @@ class InputFile(NamedTuple):
     # what a run checks to know that the file did not change while it was read (``changed``)
     ctime_ns: int = 0
     ino: int = 0
-    # a file staged from object storage (``engine/url_inputs.py``): "URL\0ETAG" of the object it is a copy
+    # a file staged from object storage (``engine/inputs/url_inputs.py``): "URL\0ETAG" of the object it is a copy
     # of, which a rerun trusts instead of the copy's own times ("" for a local file)
     origin: str = ""

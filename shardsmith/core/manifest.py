@@ -17,7 +17,7 @@ from shardsmith.core.version import __version__
 from shardsmith.errors import DatasetError
 
 MANIFEST = "manifest.json"
-RUN_FILE = ".shardsmith-run.json"  # the record of the run filling an output folder (engine/resume.py)
+RUN_FILE = ".shardsmith-run.json"  # the record of the run filling an output folder (engine/output/resume.py)
 FORMAT_VERSION = 1
 _REQUIRED = ("shardsmith", "format", "created", "tool_version", "command", "seed", "shuffle", "source",
              "schema", "splits")

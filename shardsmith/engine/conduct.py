@@ -6,7 +6,7 @@ between, in the order their docstrings give.
 Every process runs the same sequence up to the units: a process running one unit (``run_unit``:
 a cluster stage, a distributed engine's worker) needs the job and the output folder only; what an
 earlier process worked out once (the plan, a schema, the tokenizer check) it finds in the run's
-scratch folder (``engine/plan.py`` ``cached``).
+scratch folder (``engine/inputs/plan.py`` ``cached``).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from shardsmith.core.file_listing import staged_only, total_size
 from shardsmith.core.memory import keep_freed_memory, no_gc
 from shardsmith.core.progress import Progress
 from shardsmith.core.urls import is_url
-from shardsmith.engine import url_inputs
 from shardsmith.engine.finish import commit_dataset
+from shardsmith.engine.inputs import url_inputs
+from shardsmith.engine.inputs.plan import plan_tasks
 from shardsmith.engine.job import Job, JobRun, JobSteps
-from shardsmith.engine.output import output_for
-from shardsmith.engine.plan import plan_tasks
-from shardsmith.engine.resume import run_identity
-from shardsmith.engine.run import Converted, Sizing, convert_units, scatter_summary
+from shardsmith.engine.output.resume import run_identity
+from shardsmith.engine.output_for import output_for
+from shardsmith.engine.shuffle.run import Converted, Sizing, convert_units, scatter_summary
+from shardsmith.engine.shuffle.workdir import work_folder
 from shardsmith.engine.units import PrepareUnit, Unit, unit_of
-from shardsmith.engine.workdir import work_folder
 from shardsmith.errors import UsageError
 from shardsmith.storage import arrival
 from shardsmith.text.cleaning import Cleaner, CleaningSpec
@@ -133,7 +133,7 @@ def _units(run: JobRun, steps: JobSteps, unit: Unit | None) -> Converted:
     cleaning = run.cleaning
     assert write is not None and run.sizing is not None, "the steps make the write job before the units"
     if run.copying:
-        from shardsmith.engine.image_copy import copy_files
+        from shardsmith.engine.copying.image_copy import copy_files
 
         arrival.wait_whole(staged_only(run.files or ()))  # images written in shuffled order: every one staged first
         return copy_files(run.files or [], copier=fmt.file_copier(write), images=processor,  # type: ignore[arg-type]

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 from shardsmith.core import manifest as manifest_mod
 from shardsmith.core.file_listing import total_size
-from shardsmith.engine.cleaned import cleaning_record, write_removed
-from shardsmith.engine.run import Converted, Tally
-from shardsmith.engine.url_inputs import input_root, stop_staging
+from shardsmith.engine.inputs.url_inputs import input_root, stop_staging
+from shardsmith.engine.shuffle.cleaned import cleaning_record, write_removed
+from shardsmith.engine.shuffle.run import Converted, Tally
 from shardsmith.kit.dataset_card import write_card
 
 if TYPE_CHECKING:
     from shardsmith.core.input_file import InputFile
-    from shardsmith.engine.session import OutputRun
+    from shardsmith.engine.output.session import OutputRun
     from shardsmith.kit.format import Format, WriteJob
 
 MAX_LISTED_INPUTS = 1000  # beyond this many inputs the manifest holds their count, not their names

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from shardsmith.core.file_listing import total_size
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.memory import no_gc
-from shardsmith.engine import url_inputs
+from shardsmith.engine.inputs import url_inputs
 from shardsmith.engine.options import ConvertingOptions
 from shardsmith.engine.units import GatherUnit, PlanUnit, ScatterUnit, Unit
 from shardsmith.kit.format import Format, WriteJob
@@ -27,8 +27,8 @@ from shardsmith.kit.options import OptionValues
 
 if TYPE_CHECKING:
     from shardsmith.core.progress import Progress
-    from shardsmith.engine.run import Converted, Sizing
-    from shardsmith.engine.session import OutputRun
+    from shardsmith.engine.output.session import OutputRun
+    from shardsmith.engine.shuffle.run import Converted, Sizing
     from shardsmith.kit.processed import Processor
     from shardsmith.kit.reader import Reader, Task
     from shardsmith.text.cleaning import CleaningSpec
@@ -82,7 +82,7 @@ class JobRun:
         self.sizing: Sizing | None = None
         self.identity: dict[str, str] = {}
         self.tasks: Sequence[Task] = ()
-        self.copying = False  # the engine's copy mode (``engine/image_copy.py``): no shuffle pass
+        self.copying = False  # the engine's copy mode (``engine/copying/image_copy.py``): no shuffle pass
         self.cleaning: CleaningSpec | None = None  # what the run cleans (``JobSteps.cleaning``, checked by the engine)
 
     def discover(self, suffixes: tuple[str, ...]) -> Sequence[InputFile]:

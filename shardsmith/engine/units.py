@@ -33,7 +33,7 @@ class ScatterUnit:
 @dataclass(frozen=True, kw_only=True)
 class PlanUnit:
     """Read every part file's footer once (all scatter units done) and write each split's tables and
-    shard plan for the ``world`` gather units (``engine/split_plans.py``): each of them then reads
+    shard plan for the ``world`` gather units (``engine/shuffle/split_plans.py``): each of them then reads
     only its own rows, and finalize only the index, never every footer."""
 
     world: int

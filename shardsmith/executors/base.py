@@ -28,10 +28,9 @@ from typing import Any, Protocol
 from shardsmith.core.progress import Progress
 from shardsmith.core.urls import is_url
 from shardsmith.core.words import plural
-from shardsmith.engine.job import Job
-from shardsmith.engine.outdir import complete_line
-from shardsmith.engine.session import missing, release_failed
-from shardsmith.engine.units import FinalizeUnit, PlanUnit, PrepareUnit, Unit, phases
+from shardsmith.engine import FinalizeUnit, Job, PlanUnit, PrepareUnit, Unit, phases
+from shardsmith.engine.output.outdir import complete_line
+from shardsmith.engine.output.session import missing, release_failed
 from shardsmith.errors import ShardsmithError, UsageError, install_hint
 
 MAX_RANKS = 1 << 16
@@ -215,7 +214,7 @@ class Claim:
 def released_if_failed(job: Job) -> Iterator[Claim]:
     """The driver's side of a failed run (enter it before the engine's session, so that the units
     have ended when it exits): a unit that failed on its data or options (or the driver, on an
-    option of the engine's) releases what the run claimed (``engine.session.release_failed``), as
+    option of the engine's) releases what the run claimed (``engine.output.session.release_failed``), as
     a failed local run does; a lost unit, an interruption, or a failure before the claim (the
     folder may be another run's) keep everything. Set ``claimed`` once the prepare unit claimed it."""
     claim = Claim(Path(job.out).absolute())

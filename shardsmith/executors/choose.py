@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from shardsmith.engine.job import Job
+from shardsmith.engine import Job
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 

@@ -14,8 +14,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from shardsmith.engine.job import Job
-from shardsmith.engine.units import Unit
+from shardsmith.engine import Job, Unit
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import MissingExtra, PhasedExecutor, UnitOutcome, first_line, unit_name
 from shardsmith.executors.remote import run_remote

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardsmith.engine.conduct import run_job
-from shardsmith.engine.job import Job
+from shardsmith.engine import Job, run_job
 from shardsmith.errors import UsageError
 
 

@@ -16,8 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from shardsmith.engine.job import Job
-from shardsmith.engine.units import Unit
+from shardsmith.engine import Job, Unit
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import MissingExtra, PhasedExecutor, UnitOutcome, first_line
 from shardsmith.executors.remote import run_remote

@@ -16,10 +16,8 @@ import time
 import traceback
 from dataclasses import replace
 
-from shardsmith.engine.conduct import run_unit
-from shardsmith.engine.job import Job
-from shardsmith.engine.outlock import LockedError
-from shardsmith.engine.units import PrepareUnit, Unit
+from shardsmith.engine import Job, PrepareUnit, Unit, run_unit
+from shardsmith.engine.output.outlock import LockedError
 from shardsmith.errors import ShardsmithError, WorkerDied
 from shardsmith.executors.base import UnitOutcome, unit_name
 

@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.core.progress import Progress
-from shardsmith.engine.job import Job
-from shardsmith.engine.outdir import complete_line
-from shardsmith.engine.units import PrepareUnit, Unit, phases
+from shardsmith.engine import Job, PrepareUnit, Unit, phases
+from shardsmith.engine.output.outdir import complete_line
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import (
     MissingExtra,

@@ -1,4 +1,4 @@
-"""Whole input files written unchanged as samples: what the engine's copy mode (``engine/image_copy.py``)
+"""Whole input files written unchanged as samples: what the engine's copy mode (``engine/copying/image_copy.py``)
 plans and runs, and what a format that can take files unchanged (``Format.copies_files``) gives it.
 
 The engine plans every shard from the listing alone (keys, order, shard boundaries) and hands

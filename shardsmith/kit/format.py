@@ -128,7 +128,7 @@ class Format:
     def file_copier(self, job: WriteJob) -> FileCopier:
         """Whole input files (images) written unchanged as samples, without the shuffle pass
         (``copies_files``): how this format weighs, names and writes the shards the engine plans
-        from the listing alone (``engine/image_copy.py``)."""
+        from the listing alone (``engine/copying/image_copy.py``)."""
         raise NotImplementedError
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:

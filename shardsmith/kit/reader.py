@@ -69,7 +69,7 @@ class Reader:
     columnar: ClassVar[bool] = False  # whether ``read`` yields chunks of many records (``EventChunk``)
     events_variant: ClassVar[str | None] = None  # a source that reads the same files as events
     # URL schemes whose inputs this source opens where they are (its own ranged reads: only the bytes
-    # it needs) instead of a staged copy; ``InputFile.path`` is then the URL (``engine/url_inputs.py``)
+    # it needs) instead of a staged copy; ``InputFile.path`` is then the URL (``engine/inputs/url_inputs.py``)
     opens_urls: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod

@@ -2,7 +2,7 @@
 
 A writer records what it made as a *piece* (``Writer.piece``), which the gather keeps in the scratch
 folder; a rerun trusts a piece only while every file it vouches for is as it was written
-(``engine/pieces.py``). What a piece vouches for is said here, in words every writer shares, not by
+(``engine/shuffle/pieces.py``). What a piece vouches for is said here, in words every writer shares, not by
 any format's file names: its shards' files and their companions (``core.manifest.shard_files``), the
 ``files`` it names beside them (a split-wide file one writer wrote whole) and the ``stretches`` of a
 split-wide file several writers fill at once (each ``{"scratch", "path", "end"}``: the file in the
@@ -141,13 +141,13 @@ class Writer:
     @property
     def shards_alone(self) -> bool:
         """Whether ``shard_piece`` records each finished shard alone: a gather by this writer then
-        gives back the spill behind it as it goes (``engine/release.py``), with any ``--workers``.
+        gives back the spill behind it as it goes (``engine/shuffle/release.py``), with any ``--workers``.
         Not a writer whose piece is more than its shards (a split-wide file written in pieces)."""
         return self.rangeable and type(self).piece is Writer.piece
 
     def shard_piece(self, i: int) -> dict[str, Any] | None:
         """``piece()`` of this writer's ``i``-th finished shard alone (a gather resumes after it and
-        gives back the spill it read: ``engine/release.py``); None when not ``shards_alone``."""
+        gives back the spill it read: ``engine/shuffle/release.py``); None when not ``shards_alone``."""
         if not self.shards_alone or len(self.md5s) not in (0, len(self.shards)):
             return None
         return self.one_shard(i)

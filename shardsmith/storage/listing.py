@@ -4,7 +4,7 @@ so a copy can be trusted later only if the object is still the one listed. Trans
 retried (``storage/retry.py``); the storage client's errors become one line naming the URL.
 
 Only the listing: where the objects are staged and what identities they get is the caller's
-(``engine/url_inputs.py``).
+(``engine/inputs/url_inputs.py``).
 """
 
 from __future__ import annotations

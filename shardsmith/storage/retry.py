@@ -14,7 +14,7 @@ XRootD's client raises plain ``OSError``s whose text holds its status (``[FATAL]
 Only this layer retries: the storage clients are configured not to (``remote.py``), so the number
 of attempts is the one the options give and the tests measure.
 
-Who calls it: ``storage/listing.py`` around each listing call, ``engine/url_inputs.py`` around each
+Who calls it: ``storage/listing.py`` around each listing call, ``engine/inputs/url_inputs.py`` around each
 download, the output stores and the streaming loader around each request. ``is_transient`` looks at
 an error, its cause and its context (s3fs translates botocore's errors, keeping the original as the
 cause): reset, refused or timed-out connections, a body cut short, 5xx and 429 answers and

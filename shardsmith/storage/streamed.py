@@ -11,7 +11,7 @@ climb out of the prefix is refused. URLs are shown without credentials or signat
 Every read is tied to the version of the dataset that was opened (issue 26). ``manifest`` pins
 each object's identity right after reading the manifest: one listing of the prefix, taken between
 two looks at the manifest's identity that must agree (a rewrite deletes the manifest first and
-writes it last, ``engine/outremote.py``, so the listing is of the files the manifest names). Then:
+writes it last, ``engine/output/outremote.py``, so the listing is of the files the manifest names). Then:
 
 - ``s3://`` (its record says ``if_match``): every GET (ranged reads, downloads, block by block)
   sends ``If-Match: <ETag>`` and the answer's ETag is checked too; a replaced object is a 412, one

@@ -4,19 +4,19 @@ and what a scatter worker computes of each document for it (``Cleaner``).
 Decontamination is decided per document, in the worker, as it is read: a document is dropped
 there. Dedup needs every document first: the worker records each kept document's key for its
 rule (``doc_columns``: a 128-bit hash of the normalized or raw text, or MinHash band keys), and
-the engine decides between the scatter and the gather which ones go (``engine/duplicates.py``):
+the engine decides between the scatter and the gather which ones go (``engine/shuffle/duplicates.py``):
 the first in input order of each set of duplicates stays, whatever the workers, memory or stages.
 
 How a run goes: a processor whose records are documents hands the scatter each good record's text
 (``Processed.texts``). A benchmark match (``text/decontaminate.py``: every word n-gram of every
 item, as sorted 64-bit hashes) is dropped in the worker and counted per benchmark file in the
 task's result. For dedup and ``--provenance`` each scatter task writes its documents' facts beside
-its part file before the part is renamed (``engine/doc_facts.py``: input order, (split, bucket),
+its part file before the part is renamed (``engine/shuffle/doc_facts.py``: input order, (split, bucket),
 length; the 128-bit hash of the normalized text, ``text/textnorm.py``, or MinHash band keys;
-origins). The decision (``engine/duplicates.py``) is saved once (``duplicates.npy``); every gather
+origins). The decision (``engine/shuffle/duplicates.py``) is saved once (``duplicates.npy``); every gather
 rank and the finalize read or make the same rows, and ``SplitGather`` leaves them out of each
-bucket group (``shuffle.in_output_order``), so counts, plans and shards are those of the kept
-documents only. ``engine/cleaned.py`` writes the manifest's ``cleaning`` record and the
+bucket group (``buckets.in_output_order``), so counts, plans and shards are those of the kept
+documents only. ``engine/shuffle/cleaned.py`` writes the manifest's ``cleaning`` record and the
 ``--removed`` list. Into S3 stages the facts travel through the bucket with the parts.
 
 This module is the engine's one way into ``shardsmith.text`` (docs/design.md, "Layers"): the engine
@@ -95,7 +95,7 @@ class CleaningSpec:
         return near_duplicates(bands, n_docs, self.minhash(), memory=memory, tmp_dir=tmp_dir)
 
     def columns(self) -> tuple[str, ...]:
-        """The per-document facts the scatter records (``engine/doc_facts.py``)."""
+        """The per-document facts the scatter records (``engine/shuffle/doc_facts.py``)."""
         return ("base", *(("hash",) if self.exact else ()), *(("bands",) if self.dedup == "minhash" else ()),
                 *(("origin",) if self.provenance else ()))
 

@@ -36,7 +36,7 @@ hands each event's record to its part file as the buffers that make it up
 (``events.record_pieces``; ``PartWriter.add`` writes the list with ``writelines``; records under
 1 KB on average are still joined: a Python object per few bytes costs more), and the gather maps
 the groups (``shuffle.map_group``, read only; above 512 part files it reads groups as before, a
-mapped file holding a descriptor) and lets the pages go as it goes (``engine/mapped.py``); once a
+mapped file holding a descriptor) and lets the pages go as it goes (``engine/shuffle/mapped.py``); once a
 shard's values are copied its commit lets the maps go too (``pages.let_go_views``: the pages the
 copy faulted in again; never anonymous memory). Memory stays the decoded fixed fields of about one
 shard, the values being reclaimable page cache. The parent imports h5py while the scatter workers
@@ -192,7 +192,7 @@ class HDF5Writer(Writer):
 
     def settle(self) -> None:
         """Take the shards whose commit has finished (no waiting): the gather records each one and
-        gives back the spill it read as soon as it is whole (``engine/release.py``)."""
+        gives back the spill it read as soon as it is whole (``engine/shuffle/release.py``)."""
         while self._futures and self._futures[0].done():
             self.shards.append(self._futures.pop(0).result())
 

@@ -227,7 +227,7 @@ class TokensWriter(Writer):
         return not self.nanogpt
 
     def shard_piece(self, i: int) -> dict[str, Any] | None:
-        """One finished shard alone, so the gather gives back the spill it read (``engine/release.py``)."""
+        """One finished shard alone, so the gather gives back the spill it read (``engine/shuffle/release.py``)."""
         return {**self.one_shard(i), "flat": None} if self.shards_alone else None
 
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:

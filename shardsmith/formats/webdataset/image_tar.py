@@ -1,5 +1,5 @@
 """Image files unchanged into tar shards: the webdataset side of the engine's copy mode
-(``engine/image_copy.py``, which plans the shards from the listing and runs the workers).
+(``engine/copying/image_copy.py``, which plans the shards from the listing and runs the workers).
 
 Without augmentation an image's tar sample is its file's bytes plus a label, so a shard is
 written in one pass: each image read straight into its place after its header, checked there,

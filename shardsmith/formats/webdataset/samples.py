@@ -82,7 +82,7 @@ class SampleProcessor:
                          payload=payload, bad=bad, copies=self.copies, texts=texts)
 
     # Images that go into the tar unchanged (no augmentation), as ``_image`` makes their samples:
-    # the copy mode's workers (``engine.image_copy``, ``image_tar``) ask for keys and labels a shard
+    # the copy mode's workers (``engine.copying.image_copy``, ``image_tar``) ask for keys and labels a shard
     # at a time, and for each extension once its bytes are read.
 
     def image_keys(self, files: Sequence[InputFile]) -> list[str]:

@@ -1,0 +1,1 @@
+"""The copy mode: whole input files (unaugmented images) into shards, planned from the listing alone."""

@@ -1,0 +1,161 @@
+"""The segments a gather reads, as columns: where each (split, bucket) run of samples lies in the
+part files, one array per field, not an object per segment.
+
+Why columns (issue 43): a gather unit's tables hold every segment of its split; at 1 TB / 100 ranks
+that is 323M segments, which as Python objects (a ``Segment`` of four ints and a path, in lists per
+bucket and per group) took ~300 bytes each, most of a unit's 97 GB. Here a segment is 28 bytes (its
+part file's number, offset, sample count and payload bytes), a split is one table sorted by bucket,
+and a bucket group is a range of its rows (``SplitGather``), so a group is a view, not a list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardsmith.engine.shuffle.partfile import FOOTERS, HEAD_BYTES, Footers
+from shardsmith.errors import DatasetError
+
+
+@dataclass(frozen=True, slots=True)
+class Segments:
+    """Runs of samples in part files, row by row: the part file (``paths[part]``), where the run
+    starts, its samples and their payload bytes (heads, then payloads: ``nbytes`` in all)."""
+
+    paths: Sequence[str]  # every part file the table names, by number (shared by the slices of a table)
+    part: np.ndarray  # int32
+    offset: np.ndarray  # int64
+    count: np.ndarray  # int64
+    payload: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, rows: Sequence[tuple[str, int, int, int]]) -> Segments:
+        """A few segments given as (path, offset, count, payload bytes)."""
+        paths: dict[str, int] = {}
+        part = np.fromiter((paths.setdefault(r[0], len(paths)) for r in rows), dtype=np.int32, count=len(rows))
+        cols = np.array([r[1:] for r in rows], dtype=np.int64).reshape(-1, 3)
+        return cls(paths=list(paths), part=part, offset=cols[:, 0].copy(), count=cols[:, 1].copy(),
+                   payload=cols[:, 2].copy())
+
+    def __len__(self) -> int:
+        return len(self.part)
+
+    def __getitem__(self, rows: slice | np.ndarray) -> Segments:
+        return Segments(paths=self.paths, part=self.part[rows], offset=self.offset[rows], count=self.count[rows],
+                        payload=self.payload[rows])
+
+    @property
+    def nbytes(self) -> np.ndarray:
+        """Each segment's bytes in its part file: its heads and payloads."""
+        return self.payload + HEAD_BYTES * self.count
+
+    @property
+    def samples(self) -> int:
+        return int(self.count.sum())
+
+    @property
+    def payload_bytes(self) -> int:
+        return int(self.payload.sum())
+
+    def path(self, i: int) -> str:
+        return self.paths[int(self.part[i])]
+
+    def rows(self) -> list[tuple[str, int, int, int]]:
+        """Each segment as (path, offset, count, payload bytes): for loops that do a read per segment."""
+        return [(self.paths[p], o, c, b) for p, o, c, b in zip(self.part.tolist(), self.offset.tolist(),
+                                                                 self.count.tolist(), self.payload.tolist())]
+
+    def memory(self) -> int:
+        """The bytes its columns take."""
+        return sum(a.nbytes for a in (self.part, self.offset, self.count, self.payload))
+
+    @staticmethod
+    def joined(parts: Sequence[Segments]) -> Segments:
+        """Tables of the same part files, one after another."""
+        if not parts:
+            return Segments(paths=[], part=np.zeros(0, np.int32), offset=np.zeros(0, np.int64),
+                            count=np.zeros(0, np.int64), payload=np.zeros(0, np.int64))
+        assert all(p.paths is parts[0].paths for p in parts)
+        return Segments(paths=parts[0].paths, **{name: np.concatenate([getattr(p, name) for p in parts])
+                                                 for name in ("part", "offset", "count", "payload")})
+
+
+@dataclass(frozen=True)
+class SplitSegments:
+    """One split's segments, sorted by bucket (in each, by part file in the order given, then offset),
+    and each row's bucket."""
+
+    segments: Segments
+    bucket: np.ndarray  # int64, per row
+
+
+def split_segments(paths: Sequence[str], n_splits: int, *, footers: Footers = FOOTERS) -> list[SplitSegments]:
+    """Every split's segments from the index of each part file in ``paths`` (in that order: the
+    tasks'), read once (``partfile.Footers``). Built a column at a time, each part's index dropped
+    as soon as its columns are taken: the peak is about twice the tables, not five times."""
+    names = list(map(str, paths))
+    fields = ("part", "bucket", "offset", "count", "payload")
+    cols: list[dict[str, list[np.ndarray]]] = [{f: [] for f in fields} for _ in range(n_splits)]
+    for p, path in enumerate(names):
+        index = footers.rows(path)
+        if len(index) and int(index["split"][-1]) >= n_splits:
+            raise DatasetError(f"{path}: part file names split {int(index['split'][-1])} of a run with {n_splits}")
+        cuts = np.searchsorted(index["split"], np.arange(n_splits + 1), side="left").tolist()
+        for s, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
+            if b > a:
+                rows = index[a:b]
+                cols[s]["part"].append(np.full(b - a, p, dtype=np.int32))
+                cols[s]["bucket"].append(rows["bucket"].astype(np.int64))
+                for f in ("offset", "count", "payload"):
+                    cols[s][f].append(rows[f].astype(np.int64))
+    out = []
+    for split in cols:
+        joined = {}
+        for f in fields:
+            pieces = split.pop(f)
+            joined[f] = np.concatenate(pieces) if pieces else np.zeros(0, np.int32 if f == "part" else np.int64)
+            del pieces
+        order = np.argsort(joined["bucket"], kind="stable")  # (each part's rows are in offset order already)
+        for f in fields:
+            joined[f] = joined[f][order]  # a column at a time: one copy alive beside the table
+        del order
+        bucket = joined.pop("bucket")
+        out.append(SplitSegments(segments=Segments(paths=names, **joined), bucket=bucket))
+    return out
+
+
+def group_cuts(bucket_bytes: np.ndarray, budget: int) -> np.ndarray:
+    """Consecutive buckets (each of ``bucket_bytes``, in key order) merged until a group would pass
+    ``budget`` (a bucket larger than it is a group alone): the index of each group's first bucket,
+    then the buckets' count."""
+    cuts = [0]
+    size = 0
+    for i, nbytes in enumerate(bucket_bytes.tolist()):
+        if i > cuts[-1] and size + nbytes > budget:
+            cuts.append(i)
+            size = 0
+        size += nbytes
+    cuts.append(len(bucket_bytes))
+    return np.asarray(cuts if len(bucket_bytes) else [0], dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Grouped:
+    """A split's bucket groups: each a range of its table's rows (``bounds``), and its buckets."""
+
+    bounds: np.ndarray  # the first row of each group, then the rows
+    buckets: list[np.ndarray]  # per group, its (non-empty) buckets in key order
+
+
+def grouped(split: SplitSegments, budget: int) -> Grouped:
+    """The split's buckets in key order, merged into groups under ``budget`` (``group_cuts``)."""
+    bucket = split.bucket
+    if not len(bucket):
+        return Grouped(bounds=np.zeros(1, np.int64), buckets=[])
+    first = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
+    cuts = group_cuts(np.add.reduceat(split.segments.nbytes, first), budget)
+    ids = bucket[first]
+    bounds = np.append(first, len(bucket))[cuts].astype(np.int64)
+    return Grouped(bounds=bounds, buckets=[ids[a:b] for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())])

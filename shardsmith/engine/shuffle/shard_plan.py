@@ -1,0 +1,103 @@
+"""Where a split's shards start, planned before any is written, and whether to plan them.
+
+The samples' weights in output order (their lengths, read from the part files' heads without the
+payload, or the payload itself for writers that must look into it) go through the writer's own
+rollover rule (``formats.rollover``), so a writer that starts at a planned boundary cuts exactly
+the shards one writer would have cut. A plan lets several writers (gather workers, cluster ranks)
+share a split, and lets one writer record each shard it finishes on its own, so the gather gives
+back the spill behind it and a killed gather resumes after its finished shards (``release.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.ragged import starts_of
+from shardsmith.engine.shuffle import release
+from shardsmith.engine.shuffle.buckets import sort_group, sorted_lengths
+from shardsmith.engine.shuffle.release import released_mark
+from shardsmith.engine.shuffle.split_gather import SplitGather
+from shardsmith.errors import DatasetError
+from shardsmith.kit.writer import Writer
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Where each shard of a split starts (a sample position), then the split's end; and the
+    split's weight (the rollover's units: tokens for token shards) before each of those."""
+
+    bounds: list[int]
+    weights: list[int]
+
+    @property
+    def shards(self) -> int:
+        return len(self.bounds) - 1
+
+
+def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
+    """The split's shard boundaries under ``writer``'s rollover rule (saved in the scratch folder:
+    every rank computes the same one, and later ranks read it)."""
+    path = work_dir / f"plan-{split.name}.json"
+    if path.is_file():
+        try:
+            saved = orjson.loads(path.read_bytes())
+            return SplitPlan(bounds=saved["bounds"], weights=saved["weights"])
+        except (OSError, ValueError, KeyError):
+            pass  # torn: compute it again
+    if released_mark(work_dir, split.name).exists():  # the heads it would read may be punched out
+        raise DatasetError(f"{path}: the plan of split {split.name} is lost and part of its spill already "
+                           f"released; remove {work_dir} and run again")
+    roller = writer.rollover()
+    bounds, weights, total = [0], [0], 0
+    starts = split.starts.tolist()
+    for g, (start, stop) in enumerate(zip(starts[:-1], starts[1:])):
+        group = split.group(g)
+        # a group that fits whole in the shard being filled holds no boundary: its samples' weights one
+        # by one are not needed, only their sum (at 10 GB, 8 of 9 groups: ~12 s of reading heads saved)
+        kept_bytes = group.payload_bytes - (split.drop_bytes[g] if split.drop_bytes else 0)
+        whole = None if writer.weigh_payload else writer.total_weight(kept_bytes)
+        if whole is not None and roller.takes_whole(whole, stop - start):
+            total += whole
+            continue
+        if writer.weigh_payload:
+            w = writer.sorted_weights(sort_group(group, drop=split.drop(g)))
+        else:
+            w = writer.weights(sorted_lengths(group, split.drop(g)), None)
+        ends = starts_of(w)
+        for cut in roller.cut(w):
+            bounds.append(start + cut)
+            weights.append(total + int(ends[cut]))
+        total += int(ends[-1])
+    if split.samples:
+        bounds.append(split.samples)
+        weights.append(total)
+    plan = SplitPlan(bounds=bounds, weights=weights)
+    atomic_write_bytes(path, orjson.dumps({"bounds": bounds, "weights": weights}))
+    return plan
+
+
+def share(first: int, stop: int, parts: int) -> list[tuple[int, int]]:
+    """``[first, stop)`` cut into at most ``parts`` contiguous, non-empty, near-equal ranges."""
+    n = stop - first
+    cuts = [first + n * k // parts for k in range(parts + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+
+
+def planned(writer: Writer, *, workers: int, world_size: int, released: bool) -> bool:
+    """Whether a split's shards are planned: when several writers share them, when a killed run
+    released spill (its ranges resume after their finished shards, never from the start), and when
+    one writer gives the spill back as it goes (any ``--workers``; the plan costs a read of the
+    heads of the groups that hold a boundary). Otherwise one writer goes through the split."""
+    return writer.rangeable and (world_size > 1 or workers > 1 or released or release.gives_back(writer))
+
+
+def one_writer(plan: SplitPlan, writer: Writer, ranges: int, *, world_size: int, released: bool) -> bool:
+    """Whether a planned split is still best written by one writer, unplanned: alone on one rank,
+    with one shard or nothing to give back (the nanoGPT file is then hashed as it is written)."""
+    if world_size > 1 or ranges > 1 or released:
+        return False
+    return plan.shards <= 1 or not release.gives_back(writer)

@@ -1,0 +1,203 @@
+"""The plan of a staged run, made once by the plan unit (``units.PlanUnit``) and read in parts by
+the gather units and finalize, so that none of them parses every part file's footer (issue 43).
+
+Per split, one binary file: a JSON header (the split's name, its shard plan, its part files), then
+arrays, each at an offset the header's sizes give: per bucket group its first row, its first kept
+sample, where its removed input orders start, their payload bytes; the removed orders; then the
+split's segment table a column at a time (part file, offset, count, payload bytes). A gather unit
+reads the header and the per-group arrays (O(groups)), then of each column only the rows of the
+groups its shard range lies in (``PlannedSplit.table``). Per run, every scatter task's result
+(which finalize reads instead of the footers; a gather unit, never), and an index written last (its
+presence means the whole plan is there): each split's size and shard count.
+
+Every name holds the run's fingerprint (as ``plan.cached``'s records do): a plan another run left
+is never read. Each file is written whole under its name (``atomic_write_bytes``), so a plan unit
+killed half-way leaves no index and is simply run again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.engine.shuffle.doc_facts import OriginIndex
+from shardsmith.engine.shuffle.scatter import TaskResult
+from shardsmith.engine.shuffle.segments import Segments
+from shardsmith.engine.shuffle.shard_plan import SplitPlan
+from shardsmith.engine.shuffle.split_gather import SplitGather
+from shardsmith.errors import DatasetError, UsageError
+
+MAGIC = b"SSPLAN01"
+_GROUP = ("bounds", "starts", "drop_at")  # int64, groups + 1 each
+_COLUMNS = (("part", np.dtype("<i4")), ("offset", np.dtype("<i8")), ("count", np.dtype("<i8")),
+            ("payload", np.dtype("<i8")))
+_I8, _U8 = np.dtype("<i8"), np.dtype("<u8")
+
+
+def fingerprint(run: dict[str, str] | None) -> str:
+    """The run's part of the plan files' names (options and inputs, as ``plan.cached`` names its records)."""
+    return "local" if run is None else f"{run['options'][:12]}-{run['inputs'][:12]}"
+
+
+def index_path(work: Path, fp: str) -> Path:
+    return Path(work) / f"planned-{fp}.json"
+
+
+def results_path(work: Path, fp: str) -> Path:
+    return Path(work) / f"planned-{fp}-results.json"
+
+
+def split_path(work: Path, fp: str, name: str) -> Path:
+    return Path(work) / f"planned-{fp}-{name}.bin"
+
+
+def write_split(path: Path, split: SplitGather, plan: SplitPlan | None) -> None:
+    """``split``'s groups, removals and segment table, and its shard plan (None: not planned)."""
+    seg = split.segments
+    drops = [np.zeros(0, _U8) if d is None else np.asarray(d, _U8) for d in (split.drops or [None] * split.groups)]
+    drop_at = np.concatenate([[0], np.cumsum([len(d) for d in drops], dtype=np.int64)]).astype(_I8)
+    header = {"name": split.name, "groups": split.groups, "rows": len(seg), "drops": int(drop_at[-1]),
+              "removals": bool(split.drops) and any(d is not None for d in split.drops),
+              "plan": None if plan is None else {"bounds": plan.bounds, "weights": plan.weights},
+              "paths": [Path(p).name for p in seg.paths]}
+    head = orjson.dumps(header)
+    arrays = [np.asarray(split.bounds, _I8), np.asarray(split.starts, _I8), drop_at,
+              np.asarray(split.drop_bytes or [0] * split.groups, _I8), *drops,
+              *(np.ascontiguousarray(getattr(seg, name), dtype=dt) for name, dt in _COLUMNS)]
+    atomic_write_bytes(path, [MAGIC, len(head).to_bytes(8, "little"), head, *(memoryview(a).cast("B") for a in arrays)])
+
+
+def write_index(work: Path, fp: str, splits: list[SplitGather], plans: list[SplitPlan | None],
+                results: list[TaskResult]) -> None:
+    """Every task's result, then the index: the run's plan complete (each split's size and shards)."""
+    atomic_write_bytes(results_path(work, fp), orjson.dumps([dataclasses.asdict(r) for r in results]))
+    atomic_write_bytes(index_path(work, fp), orjson.dumps({
+        "splits": [{"name": s.name, "samples": s.samples, "shards": None if p is None else p.shards}
+                   for s, p in zip(splits, plans)]}))
+
+
+@dataclass(frozen=True)
+class SplitSize:
+    """A split as finalize needs it: its name and samples."""
+
+    name: str
+    samples: int
+
+
+class PlannedSplit:
+    """One split's plan file: its header and per-group arrays read, its segment rows on demand."""
+
+    def __init__(self, *, path: Path, work: Path, origins: OriginIndex | None,
+                 paths: dict[tuple[str, ...], list[str]] | None = None) -> None:
+        self.path, self.work, self.origins = path, work, origins
+        self._paths = {} if paths is None else paths  # one list for every split naming the same parts
+        try:
+            with open(path, "rb") as fh:
+                if fh.read(len(MAGIC)) != MAGIC:
+                    raise ValueError("not a plan file")
+                self.header = orjson.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+                groups = int(self.header["groups"])
+                small = {name: _read(fh, _I8, groups + 1) for name in _GROUP}
+                self.drop_bytes = _read(fh, _I8, groups).tolist()
+                self._drops_at = fh.tell()
+        except (OSError, ValueError, KeyError) as exc:
+            raise DatasetError(f"{path}: the plan file is unreadable ({exc}): remove it, then run --stage plan "
+                               f"again") from None
+        self.bounds, self.starts, self.drop_at = small["bounds"], small["starts"], small["drop_at"]
+        self._rows_at = self._drops_at + _U8.itemsize * int(self.header["drops"])
+        plan = self.header["plan"]
+        self.plan = None if plan is None else SplitPlan(bounds=plan["bounds"], weights=plan["weights"])
+
+    @property
+    def name(self) -> str:
+        return str(self.header["name"])
+
+    @property
+    def samples(self) -> int:
+        return int(self.starts[-1])
+
+    def table(self, g0: int, g1: int) -> SplitGather:
+        """The split as a gather reads groups ``[g0, g1)`` of it: their rows of the segment table
+        and their removals, read from the file (nothing of the other groups)."""
+        r0, r1 = int(self.bounds[g0]), int(self.bounds[g1])
+        rows, cols = int(self.header["rows"]), {}
+        with open(self.path, "rb") as fh:
+            d0, d1 = int(self.drop_at[g0]), int(self.drop_at[g1])
+            fh.seek(self._drops_at + _U8.itemsize * d0)
+            flat = _read(fh, _U8, d1 - d0)
+            at = self._rows_at
+            for name, dt in _COLUMNS:
+                fh.seek(at + dt.itemsize * r0)
+                cols[name] = _read(fh, dt, r1 - r0)
+                at += dt.itemsize * rows
+        drops: list[np.ndarray | None] = [None] * (len(self.bounds) - 1)
+        if self.header["removals"]:
+            for g in range(g0, g1):
+                a, b = int(self.drop_at[g]) - d0, int(self.drop_at[g + 1]) - d0
+                drops[g] = flat[a:b] if b > a else None
+        names = tuple(self.header["paths"])  # (the same list object: a gather joins its splits' segments)
+        paths = self._paths.setdefault(names, [str(self.work / p) for p in names])
+        return SplitGather(name=self.name, segments=Segments(paths=paths, **cols), bounds=self.bounds,
+                           starts=self.starts, drops=drops if self.header["removals"] else [],
+                           drop_bytes=self.drop_bytes, origins=self.origins, window=(g0, g1))
+
+
+def _read(fh: Any, dtype: np.dtype, n: int) -> np.ndarray:
+    data = fh.read(dtype.itemsize * n)
+    if len(data) != dtype.itemsize * n:
+        raise ValueError("cut short")
+    return np.frombuffer(data, dtype=dtype).astype(dtype.newbyteorder("="))
+
+
+class PlannedRun:
+    """A staged run's plan, as a gather unit or finalize reads it: the index, and each split's file
+    opened when it is asked for."""
+
+    def __init__(self, *, work: Path, fp: str, origins: OriginIndex | None = None) -> None:
+        path = index_path(work, fp)
+        try:
+            index = orjson.loads(path.read_bytes())
+        except (OSError, ValueError):
+            raise UsageError("the plan of this run is not in the scratch folder: run --stage plan first (once, "
+                             "after every scatter rank)") from None
+        self.work, self.fp, self.origins = Path(work), fp, origins
+        self.sizes = [SplitSize(name=s["name"], samples=int(s["samples"])) for s in index["splits"]]
+        self._open: dict[int, PlannedSplit] = {}
+        self._paths: dict[tuple[str, ...], list[str]] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.sizes]
+
+    def results(self) -> list[TaskResult]:
+        """Every scatter task's result (finalize's: a gather unit needs none)."""
+        path = results_path(self.work, self.fp)
+        try:
+            return [TaskResult(**r) for r in orjson.loads(path.read_bytes())]
+        except (OSError, ValueError, TypeError) as exc:
+            raise DatasetError(f"{path}: unreadable ({exc}): remove it, then run --stage plan again") from None
+
+    def split(self, s: int) -> PlannedSplit:
+        if s not in self._open:
+            self._open[s] = PlannedSplit(path=split_path(self.work, self.fp, self.sizes[s].name), work=self.work,
+                                         origins=self.origins, paths=self._paths)
+        return self._open[s]
+
+    # the gather's view of a run's splits (``gather.SplitSource``)
+    def starts(self, s: int) -> np.ndarray:
+        return self.split(s).starts
+
+    def plan(self, s: int, writer: Any) -> SplitPlan:
+        plan = self.split(s).plan
+        if plan is None:  # the plan unit plans every split whose writer can share it (``Writer.rangeable``)
+            raise AssertionError(f"split {self.sizes[s].name}: planned by a gather, not by the plan unit")
+        return plan
+
+    def table(self, s: int, g0: int, g1: int) -> SplitGather:
+        return self.split(s).table(g0, g1)
