@@ -3,8 +3,9 @@
 The command describes its job (``engine.job.Job``) and the engine runs it (``engine.conduct``).
 The source comes from ``--from`` or from the inputs' suffixes, the format from ``--to`` and what the
 source holds (``engine.choose``); then the steps of the record kind the source holds carry on
-(``RecordKind.convert_steps``): rows and images become tar samples with the steps here, events take
-those of ``convert_events``, a plugin's kind its own.
+(``RecordKind.convert_steps``): rows become neutral samples that the format encodes
+(``Format.encoder``) and images tar samples, with the steps here; events take those of
+``convert_events``, a plugin's kind its own.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
+from shardsmith.kit.processed import Processor
+from shardsmith.kit.row_processor import RowProcessor
 from shardsmith.kit.transform import Transform
 from shardsmith.text.cleaning import CleaningSpec
 
@@ -53,12 +56,13 @@ class ConvertSteps(JobSteps):
 
 
 class RowSteps(JobSteps):
-    """Rows into tar samples, their members from the source (``Reader.fields``); images: ``ImageSteps``."""
+    """Rows into samples: the source's fields (``Reader.sample_fields``) as a neutral sample, which
+    the format's encoder makes its bytes (``Format.encoder``); images: ``ImageSteps``."""
 
     classes: list[str] | None = None
     balance: BalancePlan | None = None
     transforms: list[Transform]
-    samples: SampleProcessor
+    samples: SampleProcessor | None = None  # (images)
 
     def check(self, run: JobRun) -> None:
         opts, reader = run.opts, run.reader
@@ -106,13 +110,14 @@ class RowSteps(JobSteps):
     def estimated_bytes(self, run: JobRun) -> int:
         return super().estimated_bytes(run) * run.opts.copies
 
-    def processor(self, run: JobRun) -> SampleProcessor:
-        self.samples = SampleProcessor(reader=run.reader, classes=self.classes, opts=run.opts,
-                                       transforms=self.transforms)
-        return self.samples
+    def processor(self, run: JobRun) -> Processor:
+        assert run.write is not None
+        kind = registry.record_kind(run.reader.holds).payload_kind
+        return RowProcessor(reader=run.reader, encoder=run.fmt.encoder(run.write, kind), text_field=run.opts.text_field,
+                            transforms=self.transforms)
 
     def describe(self, run: JobRun, done: Converted) -> Described:
-        opts, reader, processor = run.opts, run.reader, self.samples
+        opts, reader = run.opts, run.reader
         extras: dict[str, Any] = {"copies": opts.copies}
         if self.balance is not None:
             extras["balance"] = self.balance.describe()
@@ -120,15 +125,16 @@ class RowSteps(JobSteps):
             extras["classes"] = self.classes
             extras["max_image_pixels"] = opts.max_image_pixels  # what verify --deep and the loader accept
         if opts.augment:
-            extras["augment"] = {**processor.augmenter.describe(), "copies": opts.copies}
-        if processor.transforms:
-            extras["transforms"] = [t.describe() for t in processor.transforms]
+            assert self.samples is not None
+            extras["augment"] = {**self.samples.augmenter.describe(), "copies": opts.copies}
+        if self.transforms:
+            extras["transforms"] = [t.describe() for t in self.transforms]
         schema = reader.sample_schema(opts)
         if opts.text_field and registry.record_kind(reader.holds).text_fields:
             schema["txt"] = {"kind": "text", "from": opts.text_field}
         source = {"reader": reader.name, **reader.source_fields(opts),
                   "check_images": opts.check_images if self.classes is not None else None}  # (images)
-        used = [("source", reader.name), ("kind", reader.holds), *(("transform", t.name) for t in processor.transforms)]
+        used = [("source", reader.name), ("kind", reader.holds), *(("transform", t.name) for t in self.transforms)]
         if opts.augment:
             used.append(("transform", "augment"))
         return Described(source=source, schema=schema, extras=extras, used=tuple(used), copies=opts.copies)
@@ -147,6 +153,11 @@ class ImageSteps(RowSteps):
 
     def balanced(self, files: list[Any], opts: Any) -> tuple[list[Any], BalancePlan]:
         return balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
+
+    def processor(self, run: JobRun) -> SampleProcessor:
+        """Each image file its tar sample (only the webdataset format ``accepts`` images)."""
+        self.samples = SampleProcessor(classes=self.classes or [], opts=run.opts)
+        return self.samples
 
     def classes_of(self, run: JobRun) -> list[str] | None:
         return run.reader.classes(run.files)  # type: ignore[attr-defined,no-any-return]

@@ -1,7 +1,8 @@
-"""A tar sample per record, built in the worker (members and all), so the gather only appends bytes.
+"""An image's tar sample, built in the worker (members and all), so the gather only appends bytes.
 
-Rows get their members from their source (``Reader.fields``); images go in unchanged (a reference
-the tar writer copies from the input file) or augmented (``transforms.augment``)."""
+Images go in unchanged (a reference the tar writer copies from the input file) or augmented
+(``transforms.augment``), each with its ``cls`` member. Rows are encoded by ``members.py`` (the
+format's ``encoder``), from the neutral samples the worker makes of them (``kit/row_processor.py``)."""
 
 from __future__ import annotations
 
@@ -14,34 +15,25 @@ import numpy as np
 from shardsmith.core.images import ImageError, canonical_ext, check_image
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.sample import Identity
-from shardsmith.core.text_field import why_no_text
 from shardsmith.errors import DataError
 from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
 from shardsmith.formats.webdataset.writer import SourceRef
 from shardsmith.kit.processed import Processed
-from shardsmith.kit.reader import Reader, RecordError, Task
-from shardsmith.kit.transform import Transform, apply_all
+from shardsmith.kit.reader import RecordError, Task
 
 
 class SampleProcessor:
-    """Builds each sample's tar members in the worker; the augmenter is built lazily in each worker."""
+    """Builds each image's tar members in the worker; the augmenter is built lazily in each worker."""
 
-    def __init__(self, *, reader: Reader, classes: list[str] | None, opts: Any,
-                 transforms: Sequence[Transform] = ()) -> None:
-        """``opts``: the command's options (text field, image checks, augmentation and copies);
-        ``classes``: the class names of image files (given: every record is an image file, labelled
-        by its class; None: rows); ``transforms``: the rows' ``--transform`` chain, applied before
-        the members are made."""
-        self.reader = reader
-        self.images = classes is not None
-        self.classes = {name: i for i, name in enumerate(classes or [])}
+    def __init__(self, *, classes: list[str], opts: Any) -> None:
+        """``classes``: the class names that label the image files (each file's ``group``);
+        ``opts``: the images' options (image checks, augmentation and copies)."""
+        self.classes = {name: i for i, name in enumerate(classes)}
         self.labels = {name: str(i).encode() for name, i in self.classes.items()}  # the .cls member of each class
         self.opts = opts
-        self.text_field = opts.text_field
         self.check_images = opts.check_images
         self.max_image_pixels = opts.max_image_pixels
         self.copies = opts.copies
-        self.transforms = list(transforms)
         self._augmenter: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -61,10 +53,9 @@ class SampleProcessor:
         lengths: list[int] = []
         records: list[int] = []
         bad: list[tuple[int, str]] = []
-        texts: list[str] | None = [] if self.text_field and not self.images else None  # what cleaning compares
-        for record, value in batch:
+        for record, (file, data) in batch:
             try:
-                samples = self._samples(task, record, value)
+                samples = self._image(file, data)
             except RecordError as exc:
                 bad.append((record, str(exc)))
                 continue
@@ -72,14 +63,9 @@ class SampleProcessor:
                 self._members(samples, pieces, lengths, records, record)
             except ValueError as exc:  # a member name tar cannot hold
                 bad.append((record, str(exc)))
-                continue
-            if texts is not None:
-                ext, text = samples[0][1][-1]  # a row's one sample ends with its txt member (``_text``)
-                assert ext == "txt"
-                texts.append(text.decode("utf-8"))
         payload = np.frombuffer(b"".join(pieces), dtype=np.uint8)
         return Processed(records=np.asarray(records, dtype=np.int64), lengths=np.asarray(lengths, dtype=np.int64),
-                         payload=payload, bad=bad, copies=self.copies, texts=texts)
+                         payload=payload, bad=bad, copies=self.copies)
 
     # Images that go into the tar unchanged (no augmentation), as ``_image`` makes their samples:
     # the copy mode's workers (``engine.image_copy``, ``image_tar``) ask for keys and labels a shard
@@ -114,15 +100,6 @@ class SampleProcessor:
             lengths.append(sum(len(m) for m in members))
             records.append(record * self.copies + copy)
 
-    def _samples(self, task: Task, record: int, value: Any) -> list[tuple[str, list[tuple[str, Any]]]]:
-        if self.images:
-            file, data = value
-            return self._image(file, data)
-        ident = Identity(task.file.rel, record)
-        if self.transforms:
-            value = apply_all(self.transforms, value, file=task.file.rel, record=record)
-        return [(ident.key(), [*self.reader.fields(value), *self._text(value)])]
-
     def _image(self, file: InputFile, data: bytes) -> list[tuple[str, list[tuple[str, Any]]]]:
         try:
             info = check_image(data, level=self.check_images, max_pixels=self.max_image_pixels)
@@ -142,15 +119,6 @@ class SampleProcessor:
                 raise RecordError(str(exc)) from None
             out.append((ident.key(copy if self.copies > 1 else None), [("jpg", jpeg), ("cls", label)]))
         return out
-
-    def _text(self, record: dict[str, Any]) -> list[tuple[str, bytes]]:
-        """The ``txt`` member from ``--text-field``, if asked for."""
-        if not self.text_field:
-            return []
-        text = record.get(self.text_field) if isinstance(record, dict) else None  # (a plugin kind's records)
-        if not isinstance(text, str):
-            raise RecordError(why_no_text(record, self.text_field))
-        return [("txt", text.encode("utf-8"))]
 
 
 def _suffix_ext(path: str) -> str:
