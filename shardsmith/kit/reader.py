@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shardsmith.core.input_file import InputFile
+from shardsmith.kit.sample import RecordError  # (defined with the sample it keeps a record from becoming)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +54,6 @@ class BadRecord:
 @dataclass(frozen=True, slots=True)
 class StreamError(BadRecord):
     """The file cannot be read past this point (truncated, corrupt, unreadable): not a record."""
-
-
-class RecordError(Exception):
-    """A record that cannot become a sample (the message says why): a bad record, skippable."""
 
 
 class Reader:

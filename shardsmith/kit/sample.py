@@ -23,10 +23,13 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shardsmith.kit.reader import RecordError
-
 _HEAD = struct.Struct("<I")  # the JSON header's length, before it
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+
+
+class RecordError(Exception):
+    """A record that cannot become a sample (the message says why): a bad record, skippable.
+    (``kit.reader`` gives it to sources under the same name.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
