@@ -22,7 +22,7 @@ from shardsmith.kit.format import Format, Rate, WriteJob
 from shardsmith.kit.options import FormatOptions, Option, OptionValues
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
 from shardsmith.kit.record_kind import RecordKind
-from shardsmith.kit.sample import Sample, SampleEncoder
+from shardsmith.kit.sample import OTHER_FIELDS, Sample, SampleEncoder
 from shardsmith.kit.sample_kind import ArraysForm, BatchForm, EventForm, ListForm, MappingForm, SampleKind
 from shardsmith.kit.sections.model import Sampling, Section, Table
 from shardsmith.kit.transform import Transform
@@ -30,7 +30,7 @@ from shardsmith.kit.writer import SHARD_NAMES, ShardRange, ShardRecord, Writer
 
 Source = Reader  # a source is a Reader subclass
 
-__all__ = ["SHARD_NAMES", "ArraysForm", "BadRecord", "BatchForm", "DataError", "Dataset", "DatasetError",
+__all__ = ["OTHER_FIELDS", "SHARD_NAMES", "ArraysForm", "BadRecord", "BatchForm", "DataError", "Dataset", "DatasetError",
            "EventChunk", "EventForm", "EventSchema", "Folder", "Format", "FormatOptions", "InputFile",
            "ListForm", "MappingForm", "Option", "OptionValues", "OwnFiles", "Rate", "Reader", "RecordError",
            "RecordKind", "Sample", "SampleEncoder", "SampleKind", "Sampling", "Section", "ShardRange", "ShardRecord", "Source", "StreamError",

@@ -53,6 +53,11 @@ def test_webdataset_members_come_from_the_webdataset_format():
     members = {ext: data[at:at + size] for ext, at, size in found}
     assert key == sample.key and list(members) == ["img_png", "json", "txt"]  # binary fields, then the rest as json, then the text
     assert members["json"] == b'{"id":3,"arr":[0,1]}' and members["txt"] == b"hi"
+    # the manifest's schema names the members too: the source describes fields, webdataset its members
+    described = {"*": {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"}}
+    assert TarMembers().schema(described, text_from="text") == {
+        "json": {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"},
+        "txt": {"kind": "text", "from": "text"}}
 
 
 def test_a_row_too_deep_for_json_is_a_bad_record_of_the_format():
@@ -75,3 +80,5 @@ def test_a_new_format_gets_the_neutral_typed_sample(tmp_path):
         got = [ds[i] for i in range(len(ds))]
     assert [{k: v for k, v in row.items() if k != "__key__"} for row in got] == ROWS  # typed as the source gave them
     assert all(row["__key__"].startswith("a_jsonl-r") for row in got)
+    schema = json.loads((tmp_path / "out" / "manifest.json").read_text())["schema"]
+    assert schema == {"*": {"kind": "json"}, "__text__": {"kind": "text", "from": "text"}}  # no member names

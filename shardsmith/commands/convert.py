@@ -116,6 +116,14 @@ class RowSteps(JobSteps):
         return RowProcessor(reader=run.reader, encoder=run.fmt.encoder(run.write, kind), text_field=run.opts.text_field,
                             transforms=self.transforms)
 
+    def schema(self, run: JobRun) -> dict[str, Any]:
+        """The manifest's ``schema``: the source's fields as the format's encoder writes them."""
+        assert run.write is not None
+        kind = registry.record_kind(run.reader.holds)
+        text_from = run.opts.text_field if kind.text_fields else None
+        return run.fmt.encoder(run.write, kind.payload_kind).schema(run.reader.sample_schema(run.opts),
+                                                                    text_from=text_from)
+
     def describe(self, run: JobRun, done: Converted) -> Described:
         opts, reader = run.opts, run.reader
         extras: dict[str, Any] = {"copies": opts.copies}
@@ -129,9 +137,7 @@ class RowSteps(JobSteps):
             extras["augment"] = {**self.samples.augmenter.describe(), "copies": opts.copies}
         if self.transforms:
             extras["transforms"] = [t.describe() for t in self.transforms]
-        schema = reader.sample_schema(opts)
-        if opts.text_field and registry.record_kind(reader.holds).text_fields:
-            schema["txt"] = {"kind": "text", "from": opts.text_field}
+        schema = self.schema(run)
         source = {"reader": reader.name, **reader.source_fields(opts),
                   "check_images": opts.check_images if self.classes is not None else None}  # (images)
         used = [("source", reader.name), ("kind", reader.holds), *(("transform", t.name) for t in self.transforms)]
@@ -153,6 +159,9 @@ class ImageSteps(RowSteps):
 
     def balanced(self, files: list[Any], opts: Any) -> tuple[list[Any], BalancePlan]:
         return balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
+
+    def schema(self, run: JobRun) -> dict[str, Any]:
+        return run.reader.sample_schema(run.opts)  # (the members the image processor makes)
 
     def processor(self, run: JobRun) -> SampleProcessor:
         """Each image file its tar sample (only the webdataset format ``accepts`` images)."""

@@ -103,7 +103,10 @@ class Reader:
         return value
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        """The manifest's ``schema`` of the samples these records make (rows and images)."""
+        """The fields of the samples these records make: name -> ``{"kind": ...}`` (``"json"``,
+        ``"bytes"``, ``"text"``, ``"int"``, ``"image"``), ``"*"`` (``kit.sample.OTHER_FIELDS``) for
+        those it cannot name before reading them; the format's encoder makes it the manifest's
+        ``schema`` (``SampleEncoder.schema``: webdataset names its members). Images: the members."""
         return {}
 
     def source_fields(self, opts: Any) -> dict[str, Any]:

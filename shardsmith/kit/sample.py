@@ -23,6 +23,10 @@ from typing import Any
 import numpy as np
 import orjson
 
+# in a description of a sample's fields (``Reader.sample_schema``): every field it does not name,
+# which a source knows only once it reads them (a JSON object's keys, a table's columns)
+OTHER_FIELDS = "*"
+TEXT = "__text__"  # the neutral schema's entry for the text ``--text-field`` names (beside ``__key__``)
 _HEAD = struct.Struct("<I")  # the JSON header's length, before it
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
@@ -73,6 +77,13 @@ class SampleEncoder:
 
     def encode(self, sample: Sample) -> list[bytes]:
         raise NotImplementedError
+
+    def schema(self, fields: dict[str, Any], *, text_from: str | None) -> dict[str, Any]:
+        """The manifest's ``schema`` of the samples it encodes, from the source's description of their
+        fields (``Reader.sample_schema``: name -> ``{"kind": ...}``, ``OTHER_FIELDS`` for those it
+        cannot name) and the field the text came from (None: no text). By default the fields as
+        described, and the text as ``__text__``."""
+        return {**fields, **({TEXT: {"kind": "text", "from": text_from}} if text_from else {})}
 
 
 class NeutralEncoder(SampleEncoder):

@@ -18,6 +18,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DataError
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
+from shardsmith.kit.sample import OTHER_FIELDS
 
 _BLOCK = 4 << 20
 
@@ -36,7 +37,7 @@ class JsonlReader(Reader):
         return value
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        return {"json": {"kind": "json"}}
+        return {OTHER_FIELDS: {"kind": "json"}}  # an object's keys, each a JSON value
 
     def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
         if _compression(file.path) or file.size <= chunk_bytes:

@@ -16,6 +16,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.core.text_field import no_text_column
 from shardsmith.errors import DataError, UsageError
 from shardsmith.kit.reader import BadRecord, Reader, Task
+from shardsmith.kit.sample import OTHER_FIELDS
 
 
 class ParquetReader(Reader):
@@ -42,7 +43,7 @@ class ParquetReader(Reader):
         return value  # type: ignore[no-any-return]
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        return {"json": {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"}}
+        return {OTHER_FIELDS: {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"}}
 
     def check(self, files: list[InputFile], opts: Any) -> None:
         """Every file has the same columns, and they make distinct, short member names."""

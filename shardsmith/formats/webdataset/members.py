@@ -24,6 +24,13 @@ class TarMembers(SampleEncoder):
     def encode(self, sample: Sample) -> list[Any]:
         return sample_members(sample.key, members(sample))
 
+    def schema(self, fields: dict[str, Any], *, text_from: str | None) -> dict[str, Any]:
+        """The members the described fields make: ``json`` for all but the binary ones, each binary
+        field (or the source's description of those) a member of its own, then ``txt``."""
+        binary = {name: field for name, field in fields.items() if field.get("kind") == "bytes"}
+        return {**({"json": {"kind": "json"}} if len(binary) < len(fields) else {}), **binary,
+                **({"txt": {"kind": "text", "from": text_from}} if text_from else {})}
+
 
 def members(sample: Sample) -> list[tuple[str, bytes]]:
     """A sample's members as ``(extension, bytes)``: binary fields, ``json``, ``txt``."""

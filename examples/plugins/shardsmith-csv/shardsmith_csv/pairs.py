@@ -89,7 +89,7 @@ class PropertiesSource(Reader):
         return {"key": key, "value": text}
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        return {"json": {"kind": "json"}}
+        return {"key": {"kind": "text"}, "value": {"kind": "text"}}
 
     def read(self, task: Task) -> Iterator[tuple[int, Any]]:
         line_no = 0

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from shardsmith.plugin import (
+    OTHER_FIELDS,
     BadRecord,
     DataError,
     InputFile,
@@ -80,7 +81,8 @@ class CsvSource(Reader):
         return value  # type: ignore[no-any-return]
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        return {"json": {"kind": "json"}}
+        """The header's columns, known only once a file is read (``OTHER_FIELDS``), each a string."""
+        return {OTHER_FIELDS: {"kind": "text"}}
 
     def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
         if _compressed(file.path) or file.size <= chunk_bytes:
