@@ -82,3 +82,13 @@ def test_a_new_format_gets_the_neutral_typed_sample(tmp_path):
     assert all(row["__key__"].startswith("a_jsonl-r") for row in got)
     schema = json.loads((tmp_path / "out" / "manifest.json").read_text())["schema"]
     assert schema == {"*": {"kind": "json"}, "__text__": {"kind": "text", "from": "text"}}  # no member names
+
+
+def test_a_source_that_still_makes_tar_members_is_told_in_one_line(tmp_path, monkeypatch):
+    from shardsmith.sources.jsonl import JsonlReader
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"a": 1}\n', encoding="utf-8")
+    monkeypatch.setattr(JsonlReader, "fields", lambda self, value: [("json", b"{}")], raising=False)
+    res = run_cli("convert", tmp_path / "in", "--to", "webdataset", "-o", tmp_path / "out", "-q")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "sample_fields" in res.stderr, res.stderr

@@ -68,6 +68,9 @@ class RowSteps(JobSteps):
         opts, reader = run.opts, run.reader
         if opts.provenance:
             raise UsageError("--provenance applies to events (ROOT, Parquet events)")
+        if callable(getattr(reader, "fields", None)):  # a source written before formats encoded samples
+            raise UsageError(f"source {reader.name!r} makes tar members (fields), which the format makes now: "
+                             f"give the record's typed fields with sample_fields instead (docs/plugins.md)")
         self.check_augment(opts)
         self.transforms = registry.record_kind(reader.holds).transforms(self.job.transforms, opts=opts)
         files = run.files or []

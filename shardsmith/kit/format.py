@@ -2,9 +2,9 @@
 
 A format is the unit of extension. It says which records it can hold, encodes each sample in the
 workers (``encoder``: webdataset's tar members; by default the neutral ``kit/sample.py`` encoding),
-makes the writers the gather feeds, adds its fields to the manifest, and reads its datasets back for the loader,
-``verify --deep``, ``inspect`` (and its HTML ``--report``) and ``bench``. Commands never ask which format they hold: they
-call these methods on the object ``shardsmith.registry`` returns.
+makes the writers the gather feeds, adds its fields to the manifest, and reads its datasets back
+for the loader, ``verify --deep``, ``inspect`` (and its HTML ``--report``) and ``bench``. Commands
+never ask which format they hold: they call these methods on the object ``shardsmith.registry`` returns.
 """
 
 from __future__ import annotations
