@@ -45,6 +45,7 @@ def test_webdataset_members_come_from_the_webdataset_format():
     job = WriteJob(opts=None, out=Path("."))
     tar = registry.format_for(option="webdataset", holds="rows")
     assert isinstance(tar.encoder(job, "rows"), TarMembers)
+    assert tar.encoder(WriteJob(opts=None, out=Path("."), sources=["a.jpg"]), "images").by_reference
     assert isinstance(Format().encoder(job, "rows"), NeutralEncoder)  # a format that gives none
     assert not hasattr(Reader, "fields"), "a source gives fields, never a format's members"
     sample = Sample(key="k-r0-1234", fields={"img.png": b"PNG", "id": 3, "arr": np.arange(2)}, text="hi")
@@ -92,3 +93,28 @@ def test_a_source_that_still_makes_tar_members_is_told_in_one_line(tmp_path, mon
     monkeypatch.setattr(JsonlReader, "fields", lambda self, value: [("json", b"{}")], raising=False)
     res = run_cli("convert", tmp_path / "in", "--to", "webdataset", "-o", tmp_path / "out", "-q")
     assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "sample_fields" in res.stderr, res.stderr
+
+
+def test_a_new_format_of_images_gets_the_image_bytes_typed(tmp_path, monkeypatch):
+    """Images too: the file's bytes (not a reference only webdataset's writer resolves), its
+    extension and its class, as the source's files hold them."""
+    from conftest import jpeg
+
+    from shardsmith.core.sample import Identity
+
+    images = tmp_path / "images"
+    for name, (cls, seed) in {"a.jpg": ("cat", 1), "b.jpg": ("cat", 2), "c.jpg": ("dog", 3)}.items():
+        (images / cls).mkdir(parents=True, exist_ok=True)
+        (images / cls / name).write_bytes(jpeg(seed))
+    monkeypatch.setattr(FolderFormat, "accepts", ("rows", "images"))
+    with registered():
+        res = run_cli("convert", images, "--to", "folders", "-o", tmp_path / "out", "-q")
+        assert res.exit_code == 0, res.stderr
+        ds = FolderFormat().open(tmp_path / "out", split="train")
+        got = {row["__key__"]: row for row in (ds[i] for i in range(len(ds)))}
+    files = sorted(p.relative_to(images).as_posix() for p in images.rglob("*.*"))
+    assert sorted(got) == sorted(Identity(rel, 0).key() for rel in files)
+    for rel in files:
+        row = got[Identity(rel, 0).key()]
+        assert row["image"] == (images / rel).read_bytes() and row["cls"] == ["cat", "dog"].index(rel.split("/")[0])
+        assert row["ext"] == rel.rsplit(".", 1)[1]

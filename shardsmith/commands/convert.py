@@ -3,9 +3,9 @@
 The command describes its job (``engine.job.Job``) and the engine runs it (``engine.conduct``).
 The source comes from ``--from`` or from the inputs' suffixes, the format from ``--to`` and what the
 source holds (``engine.choose``); then the steps of the record kind the source holds carry on
-(``RecordKind.convert_steps``): rows become neutral samples that the format encodes
-(``Format.encoder``) and images tar samples, with the steps here; events take those of
-``convert_events``, a plugin's kind its own.
+(``RecordKind.convert_steps``): rows and images become neutral samples that the format encodes
+(``Format.encoder``), with the steps here; events take those of ``convert_events``, a plugin's kind
+its own.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from shardsmith.engine.plan import wait_to_check
 from shardsmith.engine.run import Converted
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
-from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
+from shardsmith.kit.image_processor import ImageProcessor
 from shardsmith.kit.processed import Processor
 from shardsmith.kit.row_processor import RowProcessor
 from shardsmith.kit.transform import Transform
@@ -62,7 +62,7 @@ class RowSteps(JobSteps):
     classes: list[str] | None = None
     balance: BalancePlan | None = None
     transforms: list[Transform]
-    samples: SampleProcessor | None = None  # (images)
+    samples: ImageProcessor | None = None  # (images)
 
     def check(self, run: JobRun) -> None:
         opts, reader = run.opts, run.reader
@@ -163,12 +163,11 @@ class ImageSteps(RowSteps):
     def balanced(self, files: list[Any], opts: Any) -> tuple[list[Any], BalancePlan]:
         return balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
 
-    def schema(self, run: JobRun) -> dict[str, Any]:
-        return run.reader.sample_schema(run.opts)  # (the members the image processor makes)
-
-    def processor(self, run: JobRun) -> SampleProcessor:
-        """Each image file its tar sample (only the webdataset format ``accepts`` images)."""
-        self.samples = SampleProcessor(classes=self.classes or [], opts=run.opts)
+    def processor(self, run: JobRun) -> ImageProcessor:
+        """Each image file its samples, which the format encodes (``Format.encoder``)."""
+        assert run.write is not None
+        kind = registry.record_kind(run.reader.holds).payload_kind
+        self.samples = ImageProcessor(classes=self.classes or [], opts=run.opts, encoder=run.fmt.encoder(run.write, kind))
         return self.samples
 
     def classes_of(self, run: JobRun) -> list[str] | None:

@@ -8,6 +8,8 @@ JSON holds them). The worker makes them a ``Sample`` (with its key, and the docu
 The encoder runs in the workers, so the gather only appends bytes, and it depends on the sample and
 the format's own options only: the same bytes for any worker.
 
+Image files become samples too (``kit/image_processor.py``: ``image``, ``ext``, ``cls``); an
+unchanged file's bytes come as ``FileBytes``, which an encoder may reference instead of carrying.
 A format that gives no encoder of its own gets ``NeutralEncoder``: the sample as typed, framed
 bytes that its writer reads back whole with ``Sample.decode`` (no format's layout in them), so a new
 format never parses another format's encoding.
@@ -69,6 +71,16 @@ class Sample:
         return cls(key=head["key"], fields=fields, text=head["text"])
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileBytes:
+    """A field's bytes that are input file ``file``'s whole content, unchanged (an image not augmented):
+    an encoder whose writers copy input files (``WriteJob.sources``) may write a reference to the
+    file instead of carrying the bytes through the shuffle; any other takes ``data``."""
+
+    data: bytes
+    file: int
+
+
 class SampleEncoder:
     """Worker side: a sample into the payload a format's writers are handed (``write_batch``'s
     bytes, one sample after another). ``encode`` returns the payload's pieces (joined by the
@@ -93,6 +105,8 @@ class NeutralEncoder(SampleEncoder):
         described: list[list[Any]] = []
         blobs: list[bytes] = []
         for name, value in sample.fields.items():
+            if isinstance(value, FileBytes):
+                value = value.data
             if isinstance(value, bytes | bytearray | memoryview):
                 blobs.append(bytes(value))
                 described.append([name, "bytes", [len(blobs[-1])]])

@@ -1,6 +1,6 @@
 """WebDataset tar shards of samples as a registered format: images, JSON rows, text and binary
-columns, each sample a run of ``{key}.{ext}`` members (made in the workers: ``members.py`` for rows,
-``samples.py`` for images), with a wids index and offset indexes."""
+columns, each sample a run of ``{key}.{ext}`` members (made in the workers: ``members.py``), with a
+wids index and offset indexes."""
 
 from __future__ import annotations
 
@@ -50,10 +50,11 @@ class WebDatasetFormat(Format):
                          wids_md5=o.wids_md5, sources=job.sources, threads=max(2, job.workers), part=part)
 
     def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
-        """Rows (and every kind written as rows) as tar members (``members.TarMembers``)."""
-        from shardsmith.formats.webdataset.members import TarMembers
+        """Rows (and every kind written as rows) and images as tar members (``members.py``)."""
+        from shardsmith.formats.webdataset.members import ImageMembers, TarMembers
 
-        return TarMembers()
+        encoders = {"rows": TarMembers, "images": lambda: ImageMembers(by_reference=job.sources is not None)}
+        return encoders[kind]()
 
     def file_copier(self, job: WriteJob) -> Any:
         """Images unchanged: the tar shards of the engine's copy mode (``image_tar.TarCopier``)."""

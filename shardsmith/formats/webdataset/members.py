@@ -1,10 +1,13 @@
-"""The webdataset format's encoder: a neutral sample (``kit/sample.py``) as a run of tar members.
+"""The webdataset format's encoders: a neutral sample (``kit/sample.py``) as a run of tar members.
 
-Each ``bytes`` field becomes a member of its own, named after the field (``core.field_names``),
+Rows (``TarMembers``): each ``bytes`` field becomes a member of its own, named after the field (``core.field_names``),
 in the sample's order; every other field (text, numbers, lists, arrays) goes into one ``json``
 member, the fields in order, written by orjson (a value JSON cannot hold as its str, a numpy
 value as JSON's); the document text ``--text-field`` named comes last, as the ``txt`` member. The
-gather then only appends the bytes the workers made (``writer.TarWriter``)."""
+gather then only appends the bytes the workers made (``writer.TarWriter``). Images
+(``ImageMembers``): the image as ``{key}.{ext}``, then its class as ``{key}.cls``; an unchanged file's
+bytes (``FileBytes``) go as a reference the tar writer copies from the input file (``SourceRef``),
+so an image is read once to check it and once to write it, never spilled."""
 
 from __future__ import annotations
 
@@ -13,9 +16,9 @@ from typing import Any
 import orjson
 
 from shardsmith.core.field_names import safe_name
-from shardsmith.formats.webdataset.tarfmt import sample_members
-from shardsmith.kit.reader import RecordError
-from shardsmith.kit.sample import Sample, SampleEncoder
+from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
+from shardsmith.formats.webdataset.writer import SourceRef
+from shardsmith.kit.sample import FileBytes, RecordError, Sample, SampleEncoder
 
 
 class TarMembers(SampleEncoder):
@@ -30,6 +33,28 @@ class TarMembers(SampleEncoder):
         binary = {name: field for name, field in fields.items() if field.get("kind") == "bytes"}
         return {**({"json": {"kind": "json"}} if len(binary) < len(fields) else {}), **binary,
                 **({"txt": {"kind": "text", "from": text_from}} if text_from else {})}
+
+
+class ImageMembers(SampleEncoder):
+    """Images (``kit/image_processor.py``'s fields) into tar members; ``by_reference``: the writers
+    copy the input files (``WriteJob.sources``), so unchanged bytes go as references."""
+
+    def __init__(self, *, by_reference: bool) -> None:
+        self.by_reference = by_reference
+
+    def encode(self, sample: Sample) -> list[Any]:
+        fields = sample.fields
+        image, ext, label = fields["image"], fields["ext"], str(fields["cls"]).encode()
+        if isinstance(image, FileBytes):
+            if self.by_reference:
+                ref = SourceRef(index=image.file, size=len(image.data))
+                return [member_header(f"{sample.key}.{ext}", ref.size), ref.pack(),
+                        *sample_members(sample.key, [("cls", label)])]
+            image = image.data
+        return sample_members(sample.key, [(ext, image), ("cls", label)])
+
+    def schema(self, fields: dict[str, Any], *, text_from: str | None) -> dict[str, Any]:
+        return fields  # (the image source names the members: ``image`` by its extension, ``cls``)
 
 
 def members(sample: Sample) -> list[tuple[str, bytes]]:
