@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -38,13 +38,13 @@ class RecordError(Exception):
     (``kit.reader`` gives it to sources under the same name.)"""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Sample:
+class Sample(NamedTuple):
     """One sample: its key (``core.sample.Identity``), its fields in the source's order, and the
-    document text ``--text-field`` named (None without the option)."""
+    document text ``--text-field`` named (None without the option). Immutable, and a tuple: one is
+    made per record in the workers, so it costs what a tuple costs (a frozen dataclass, 2.5x that)."""
 
     key: str
-    fields: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Any]
     text: str | None = None
 
     def encode(self) -> bytes:

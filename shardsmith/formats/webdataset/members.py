@@ -20,6 +20,8 @@ from shardsmith.formats.webdataset.tarfmt import member_header, sample_members
 from shardsmith.formats.webdataset.writer import SourceRef
 from shardsmith.kit.sample import FileBytes, RecordError, Sample, SampleEncoder
 
+_BINARY = (bytes, bytearray)
+
 
 class TarMembers(SampleEncoder):
     """Rows (and every kind written as rows) into tar members; the module docstring has the layout."""
@@ -58,14 +60,16 @@ class ImageMembers(SampleEncoder):
 
 
 def members(sample: Sample) -> list[tuple[str, bytes]]:
-    """A sample's members as ``(extension, bytes)``: binary fields, ``json``, ``txt``."""
+    """A sample's members as ``(extension, bytes)``: binary fields, ``json``, ``txt``. (Lean: once
+    per row; a row without binary fields, JSONL's always, is dumped as it is.)"""
+    fields = sample.fields
     out: list[tuple[str, bytes]] = []
-    rest: dict[str, Any] = {}
-    for name, value in sample.fields.items():
-        if isinstance(value, bytes | bytearray):
-            out.append((safe_name(name), bytes(value)))
-        else:
-            rest[name] = value
+    rest = fields
+    for value in fields.values():
+        if isinstance(value, _BINARY):
+            out = [(safe_name(name), bytes(v)) for name, v in fields.items() if isinstance(v, _BINARY)]
+            rest = {name: v for name, v in fields.items() if not isinstance(v, _BINARY)}
+            break
     if rest:
         out.append(("json", _json(rest)))
     if sample.text is not None:
@@ -73,7 +77,7 @@ def members(sample: Sample) -> list[tuple[str, bytes]]:
     return out
 
 
-def _json(fields: dict[str, Any]) -> bytes:
+def _json(fields: Any) -> bytes:
     """orjson writes 254 levels of nesting where it reads 1,024: a deeper row is a bad record, not a traceback."""
     try:
         return orjson.dumps(fields, default=str, option=orjson.OPT_SERIALIZE_NUMPY)
