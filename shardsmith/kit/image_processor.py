@@ -55,9 +55,10 @@ class ImageProcessor:
         lengths: list[int] = []
         records: list[int] = []
         bad: list[tuple[int, str]] = []
+        encode = self.encoder.encode
         for record, (file, data) in batch:
             try:
-                encoded = [self.encoder.encode(s) for s in self.samples(file, data)]  # all of them, or none
+                encoded = [encode(s) for s in self.samples(file, data)]  # all of them, or none
             except (RecordError, ValueError) as exc:  # (ValueError: a name the format cannot hold)
                 bad.append((record, str(exc)))
                 continue
@@ -79,8 +80,7 @@ class ImageProcessor:
         ident = Identity(file.rel, 0)
         if self.augmenter is None:
             ext = canonical_ext(info.format) if info else _suffix_ext(file.path)
-            return [Sample(key=ident.key(), fields={"image": FileBytes(data=data, file=file.index), "ext": ext,
-                                                    "cls": label})]
+            return [Sample(ident.key(), {"image": FileBytes(data, file.index), "ext": ext, "cls": label})]
         out = []
         for copy in range(self.copies):
             try:

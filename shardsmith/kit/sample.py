@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -71,8 +70,7 @@ class Sample(NamedTuple):
         return cls(key=head["key"], fields=fields, text=head["text"])
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FileBytes:
+class FileBytes(NamedTuple):
     """A field's bytes that are input file ``file``'s whole content, unchanged (an image not augmented):
     an encoder whose writers copy input files (``WriteJob.sources``) may write a reference to the
     file instead of carrying the bytes through the shuffle; any other takes ``data``."""

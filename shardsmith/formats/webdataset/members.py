@@ -43,10 +43,12 @@ class ImageMembers(SampleEncoder):
 
     def __init__(self, *, by_reference: bool) -> None:
         self.by_reference = by_reference
+        self._labels: dict[int, bytes] = {}  # each class's ``cls`` member, made once
 
     def encode(self, sample: Sample) -> list[Any]:
         fields = sample.fields
-        image, ext, label = fields["image"], fields["ext"], str(fields["cls"]).encode()
+        image, ext, cls = fields["image"], fields["ext"], fields["cls"]
+        label = self._labels.get(cls) or self._labels.setdefault(cls, str(cls).encode())
         if isinstance(image, FileBytes):
             if self.by_reference:
                 ref = SourceRef(index=image.file, size=len(image.data))
