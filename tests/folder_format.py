@@ -4,8 +4,10 @@ and the engine must handle by what the format declares (``Format.own_files``, th
 companions), never by its file names. Registered by the tests that use it (``registered``), as
 its entry point would register it; written against ``shardsmith.plugin`` only, as a third party would.
 
-A sample is stored as the bytes the convert command hands a rows format, unchanged; the dataset
-gives them back, with their tar members parsed into ``{"__key__", ext: bytes}``.
+It gives no encoder of its own (``Format.encoder``), so a sample is stored as the neutral encoding
+every such format is handed (``kit/sample.py``), unchanged; the dataset gives it back decoded
+(``Sample.decode``) as ``{"__key__": key, field: typed value, ...}``: a new format never parses
+webdataset's tar members.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from shardsmith.plugin import (
     Format,
     ListForm,
     OwnFiles,
+    Sample,
     SampleKind,
     ShardRange,
     ShardRecord,
@@ -41,7 +44,6 @@ NAME = "folders"
 SUFFIX = ".dir"
 SAMPLES, LENGTHS = "samples.bin", "lengths.json"
 OPTIONS = FormatOptions(to=NAME, options=(SHARD_SAMPLES,))
-_BLOCK = 512
 _UNLIMITED = 1 << 62
 
 
@@ -167,19 +169,10 @@ class FolderDataset(Dataset):
         return [self.rows[int(i)] for i in np.asarray(indices).reshape(-1)]
 
 
-def _members(sample: bytes) -> dict[str, Any]:
-    """A sample's tar members (512-byte ustar headers, data padded to whole blocks)."""
-    out: dict[str, Any] = {"__key__": ""}
-    pos = 0
-    while pos < len(sample):
-        header = sample[pos:pos + _BLOCK]
-        name = header[:100].split(b"\0", 1)[0].decode("utf-8")
-        size = int(header[124:136].strip(b"\0 ") or b"0", 8)
-        key, _, ext = name.partition(".")
-        out["__key__"] = key
-        out[ext] = sample[pos + _BLOCK:pos + _BLOCK + size]
-        pos += _BLOCK + size + (-size % _BLOCK)
-    return out
+def _members(data: bytes) -> dict[str, Any]:
+    """A stored sample, decoded: its key, then its fields as the source typed them."""
+    sample = Sample.decode(data)
+    return {"__key__": sample.key, **sample.fields}
 
 
 @contextlib.contextmanager

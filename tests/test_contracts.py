@@ -276,6 +276,33 @@ class TestCsvPluginPairsSource(_CsvPlugin, SourceContract):
         return "c.properties", 3  # lines count from 1 in messages
 
 
+@pytest.mark.skipif(not (CSV_PLUGIN / "shardsmith_csv" / "pairs.py").is_file(),
+                    reason="the example plugin is not in this tree")
+def test_the_example_plugin_s_sources_give_neutral_samples_that_its_format_reads(tmp_path):
+    """Its sources give typed fields and no format's layout; its format gives no encoder, so it is
+    handed the neutral sample (``kit/sample.py``), and webdataset's members come from webdataset."""
+    from shardsmith.core.input_file import InputFile
+    from shardsmith.kit.format import WriteJob
+    from shardsmith.kit.reader import Task
+    from shardsmith.kit.sample import NeutralEncoder, Sample
+
+    (tmp_path / "a.csv").write_text("id,text\n1,one\n2,\"two, quoted\"\n")
+    with csv_plugin_registered():
+        csv_source = registry.get("source", "csv")()
+        task = Task(index=0, file=InputFile(path=str(tmp_path / "a.csv"), rel="a.csv", index=0,
+                                            size=(tmp_path / "a.csv").stat().st_size))
+        rows = [csv_source.sample_fields(value) for _, value in csv_source.read(task)]
+        pairs = registry.get("source", "properties")().sample_fields(("host", "example.org"))
+        csv_format = registry.format_for(option="csv", holds="rows")
+        assert type(csv_format.encoder(WriteJob(opts=None, out=tmp_path), "rows")) is NeutralEncoder
+        from shardsmith_csv.format import _row
+
+        row = _row(memoryview(Sample(key="k-r1", fields={**rows[1], "blob": b"\x00"}).encode()))
+    assert rows == [{"id": "1", "text": "one"}, {"id": "2", "text": "two, quoted"}]
+    assert pairs == {"key": "host", "value": "example.org"}
+    assert row == {"__key__": "k-r1", "id": "2", "text": "two, quoted"}  # bytes are no CSV cell
+
+
 def properties_files(folder: Path) -> None:
     """Two .properties files, 105 pairs: comments, blank lines, ``=`` and ``:``, values with spaces."""
     docs = make_docs(105, seed=9, max_words=6)

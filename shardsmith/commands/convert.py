@@ -3,8 +3,9 @@
 The command describes its job (``engine.job.Job``) and the engine runs it (``engine.conduct``).
 The source comes from ``--from`` or from the inputs' suffixes, the format from ``--to`` and what the
 source holds (``engine.choose``); then the steps of the record kind the source holds carry on
-(``RecordKind.convert_steps``): rows and images become tar samples with the steps here, events take
-those of ``convert_events``, a plugin's kind its own.
+(``RecordKind.convert_steps``): rows and images become neutral samples that the format encodes
+(``Format.encoder``), with the steps here; events take those of ``convert_events``, a plugin's kind
+its own.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from shardsmith.engine.choose import source_and_format
 from shardsmith.engine.inputs.plan import wait_to_check
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
-from shardsmith.formats.webdataset.samples import SampleProcessor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
+from shardsmith.kit.image_processor import ImageProcessor
+from shardsmith.kit.processed import Processor
+from shardsmith.kit.row_processor import RowProcessor
 from shardsmith.kit.transform import Transform
 from shardsmith.text.cleaning import CleaningSpec
 
@@ -51,17 +54,21 @@ class ConvertSteps(JobSteps):
 
 
 class RowSteps(JobSteps):
-    """Rows into tar samples, their members from the source (``Reader.fields``); images: ``ImageSteps``."""
+    """Rows into samples: the source's fields (``Reader.sample_fields``) as a neutral sample, which
+    the format's encoder makes its bytes (``Format.encoder``); images: ``ImageSteps``."""
 
     classes: list[str] | None = None
     balance: BalancePlan | None = None
     transforms: list[Transform]
-    samples: SampleProcessor
+    samples: ImageProcessor | None = None  # (images)
 
     def check(self, run: JobRun) -> None:
         opts, reader = run.opts, run.reader
         if opts.provenance:
             raise UsageError("--provenance applies to events (ROOT, Parquet events)")
+        if callable(getattr(reader, "fields", None)):  # a source written before formats encoded samples
+            raise UsageError(f"source {reader.name!r} makes tar members (fields), which the format makes now: "
+                             f"give the record's typed fields with sample_fields instead (docs/plugins.md)")
         self.check_augment(opts)
         self.transforms = registry.record_kind(reader.holds).transforms(self.job.transforms, opts=opts)
         files = run.files or []
@@ -104,13 +111,22 @@ class RowSteps(JobSteps):
     def estimated_bytes(self, run: JobRun) -> int:
         return super().estimated_bytes(run) * run.opts.copies
 
-    def processor(self, run: JobRun) -> SampleProcessor:
-        self.samples = SampleProcessor(reader=run.reader, classes=self.classes, opts=run.opts,
-                                       transforms=self.transforms)
-        return self.samples
+    def processor(self, run: JobRun) -> Processor:
+        assert run.write is not None
+        kind = registry.record_kind(run.reader.holds).payload_kind
+        return RowProcessor(reader=run.reader, encoder=run.fmt.encoder(run.write, kind), text_field=run.opts.text_field,
+                            transforms=self.transforms)
+
+    def schema(self, run: JobRun) -> dict[str, Any]:
+        """The manifest's ``schema``: the source's fields as the format's encoder writes them."""
+        assert run.write is not None
+        kind = registry.record_kind(run.reader.holds)
+        text_from = run.opts.text_field if kind.text_fields else None
+        return run.fmt.encoder(run.write, kind.payload_kind).schema(run.reader.sample_schema(run.opts),
+                                                                    text_from=text_from)
 
     def describe(self, run: JobRun, done: Converted) -> Described:
-        opts, reader, processor = run.opts, run.reader, self.samples
+        opts, reader = run.opts, run.reader
         extras: dict[str, Any] = {"copies": opts.copies}
         if self.balance is not None:
             extras["balance"] = self.balance.describe()
@@ -118,15 +134,14 @@ class RowSteps(JobSteps):
             extras["classes"] = self.classes
             extras["max_image_pixels"] = opts.max_image_pixels  # what verify --deep and the loader accept
         if opts.augment:
-            extras["augment"] = {**processor.augmenter.describe(), "copies": opts.copies}
-        if processor.transforms:
-            extras["transforms"] = [t.describe() for t in processor.transforms]
-        schema = reader.sample_schema(opts)
-        if opts.text_field and registry.record_kind(reader.holds).text_fields:
-            schema["txt"] = {"kind": "text", "from": opts.text_field}
+            assert self.samples is not None
+            extras["augment"] = {**self.samples.augmenter.describe(), "copies": opts.copies}
+        if self.transforms:
+            extras["transforms"] = [t.describe() for t in self.transforms]
+        schema = self.schema(run)
         source = {"reader": reader.name, **reader.source_fields(opts),
                   "check_images": opts.check_images if self.classes is not None else None}  # (images)
-        used = [("source", reader.name), ("kind", reader.holds), *(("transform", t.name) for t in processor.transforms)]
+        used = [("source", reader.name), ("kind", reader.holds), *(("transform", t.name) for t in self.transforms)]
         if opts.augment:
             used.append(("transform", "augment"))
         return Described(source=source, schema=schema, extras=extras, used=tuple(used), copies=opts.copies)
@@ -145,6 +160,13 @@ class ImageSteps(RowSteps):
 
     def balanced(self, files: list[Any], opts: Any) -> tuple[list[Any], BalancePlan]:
         return balance_files(files, BalanceSpec.parse(opts.balance), seed=opts.seed)
+
+    def processor(self, run: JobRun) -> ImageProcessor:
+        """Each image file its samples, which the format encodes (``Format.encoder``)."""
+        assert run.write is not None
+        kind = registry.record_kind(run.reader.holds).payload_kind
+        self.samples = ImageProcessor(classes=self.classes or [], opts=run.opts, encoder=run.fmt.encoder(run.write, kind))
+        return self.samples
 
     def classes_of(self, run: JobRun) -> list[str] | None:
         return run.reader.classes(run.files)  # type: ignore[attr-defined,no-any-return]

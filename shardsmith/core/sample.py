@@ -1,11 +1,11 @@
-"""A sample: a key plus named fields, and the identity that fixes its place in the shuffle."""
+"""A sample's identity, which fixes its place in the shuffle, and its key (a sample itself, the
+neutral one every format receives, is ``kit/sample.py``'s)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 
@@ -28,15 +28,3 @@ class Identity:
         digest = hashlib.blake2b(ident, digest_size=4).hexdigest()
         name = f"{stem}-r{self.record}" + ("" if copy is None else f"-c{copy}")
         return f"{name}-{digest}"
-
-
-@dataclass(slots=True)
-class Sample:
-    """Named fields of one sample: bytes (an encoded JPEG), numbers, numpy arrays, text, token ids."""
-
-    identity: Identity
-    fields: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def key(self) -> str:
-        return self.identity.key()

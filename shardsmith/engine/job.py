@@ -61,7 +61,8 @@ class Job:
 def write_job(opts: Any, *, schema: Any = None, sources: list[str] | None = None,
               options: OptionValues | None = None) -> WriteJob:
     """What the format's writers are made from (``Format.writer``): the run's options and the format's own."""
-    return WriteJob(opts=opts, out=opts.out, schema=schema, sources=sources, options=options or OptionValues())
+    return WriteJob(opts=opts, out=opts.out, schema=schema, sources=sources, options=options or OptionValues(),
+                    workers=opts.workers)
 
 
 class JobRun:

@@ -35,8 +35,8 @@ class FileShard:
 
 
 class ImageSamples(Protocol):
-    """What makes an image's sample (``formats.webdataset.samples.SampleProcessor``): its key and
-    label, a shard's worth at a time, and its member extension once its bytes are read and checked."""
+    """What makes an image's sample (``kit.image_processor.ImageProcessor``): its key and label, a
+    shard's worth at a time, and its extension once its bytes are read and checked."""
 
     def image_keys(self, files: Sequence[InputFile]) -> list[str]: ...
 

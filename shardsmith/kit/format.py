@@ -1,9 +1,10 @@
 """The format protocol: one registered object per on-disk format (docs/design.md, "Plugins").
 
-A format is the unit of extension. It says which records it can hold, makes the writers the
-gather feeds, adds its fields to the manifest, and reads its datasets back for the loader,
-``verify --deep``, ``inspect`` (and its HTML ``--report``) and ``bench``. Commands never ask which format they hold: they
-call these methods on the object ``shardsmith.registry`` returns.
+A format is the unit of extension. It says which records it can hold, encodes each sample in the
+workers (``encoder``: webdataset's tar members; by default the neutral ``kit/sample.py`` encoding),
+makes the writers the gather feeds, adds its fields to the manifest, and reads its datasets back
+for the loader, ``verify --deep``, ``inspect`` (and its HTML ``--report``) and ``bench``. Commands
+never ask which format they hold: they call these methods on the object ``shardsmith.registry`` returns.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from shardsmith.core.manifest import companion_names, shard_files
 from shardsmith.core.own_files import OwnFiles
 from shardsmith.errors import DatasetError
 from shardsmith.kit.options import OptionValues
+from shardsmith.kit.sample import NeutralEncoder, SampleEncoder
 from shardsmith.kit.writer import SHARD_NAMES
 
 if TYPE_CHECKING:
@@ -32,11 +34,14 @@ StreamedFiles = Any
 
 @dataclass(frozen=True, kw_only=True)
 class WriteJob:
-    """What a format's writers are made from: its own options, the run's, and what the run found out."""
+    """What a format's writers are made from: its own options, the run's, and what the run found out.
+    A format reads its own options (``options``), never the command's (``opts``: kept for the formats
+    that declare none)."""
 
     opts: Any  # the command's options (seed, splits, workers, ...), a frozen dataclass
     out: Path
     options: OptionValues = field(default_factory=OptionValues)  # the format's own (``Format.options``), typed
+    workers: int = 1  # the run's worker processes (a writer may size its own threads by them)
     schema: Any = None  # an EventSchema for events, the token dtype for tokens
     sources: list[str] | None = None  # input files whose bytes a writer may copy unchanged (images)
 
@@ -120,6 +125,13 @@ class Format:
     # -- writing ------------------------------------------------------------------------------
     def check(self, job: WriteJob) -> None:
         """Refuse options or a schema this format cannot write (a UsageError), before any work."""
+
+    def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
+        """The worker-side encoder of samples of the record kind ``kind`` (the kind the format
+        ``accepts`` that the records are written as) into the bytes its writers are handed, one
+        sample after another. By default the neutral encoding (``kit/sample.py``), which the
+        writer reads back with ``Sample.decode``: a format decides its layout itself."""
+        return NeutralEncoder()
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         """A writer of one split's shards (all of them, or the range ``part`` names)."""

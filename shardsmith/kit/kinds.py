@@ -1,8 +1,8 @@
 """The built-in record kinds (``kit/record_kind.py`` has the contract), registered in ``registry.py``.
 
-Rows and images become tar samples with ``convert``'s own steps (``commands/convert.py``), events
-with those of ``commands/convert_events.py``; each kind's report sections on raw inputs are in
-``kit/sections/raw_inputs.py``, imported when a report is drawn."""
+Rows become samples that the format encodes and images tar samples, with ``convert``'s own steps
+(``commands/convert.py``), events with those of ``commands/convert_events.py``; each kind's report
+sections on raw inputs are in ``kit/sections/raw_inputs.py``, imported when a report is drawn."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ _SECTIONS = "shardsmith.kit.sections.raw_inputs"
 
 
 class RowsKind(RecordKind):
-    """A dict of fields per record (JSONL lines, Parquet rows); its tar members from ``Reader.fields``."""
+    """A dict of fields per record (JSONL lines, Parquet rows): a neutral sample (``Reader.sample_fields``),
+    which the format encodes (``Format.encoder``: webdataset's tar members)."""
 
     name = "rows"
     convert_steps = "shardsmith.commands.convert:RowSteps"

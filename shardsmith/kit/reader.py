@@ -7,8 +7,9 @@ splits into tasks) and ``read`` (the records of one task). Records come out as
 caller decides between failing and skipping. What the values are is ``holds``, a registered record
 kind (``kit/record_kind.py``; the built-ins in ``kit/kinds.py``):
 
-- ``"rows"``: a dict of fields per record; ``fields`` makes its tar members (``convert --to
-  webdataset``), and ``pack-tokens`` reads its text field;
+- ``"rows"``: a dict of fields per record; ``sample_fields`` gives its typed fields, which the
+  worker makes a neutral ``Sample`` (``kit/sample.py``) that the chosen format encodes (webdataset:
+  tar members), and ``pack-tokens`` reads its text field;
 - ``"images"``: ``(InputFile, bytes)`` per image file, labelled by ``classes``;
 - ``"events"``: ``EventChunk`` columns of many events at once (``columnar``), described by ``schema``;
 - a plugin's own kind, registered in the ``shardsmith.kinds`` entry-point group.
@@ -27,6 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shardsmith.core.input_file import InputFile
+from shardsmith.kit.sample import RecordError  # (defined with the sample it keeps a record from becoming)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +54,6 @@ class BadRecord:
 @dataclass(frozen=True, slots=True)
 class StreamError(BadRecord):
     """The file cannot be read past this point (truncated, corrupt, unreadable): not a record."""
-
-
-class RecordError(Exception):
-    """A record that cannot become a sample (the message says why): a bad record, skippable."""
 
 
 class Reader:
@@ -95,12 +93,20 @@ class Reader:
     def check(self, files: list[InputFile], opts: Any) -> None:
         """Refuse inputs this source cannot convert with these options, before any work (UsageError)."""
 
-    def fields(self, value: Any) -> list[tuple[str, bytes]]:
-        """A row's tar members as (extension, bytes); a RecordError for a row that cannot be one."""
-        raise NotImplementedError(f"{self.name} records are not rows")
+    def sample_fields(self, value: Any) -> dict[str, Any]:
+        """A record's fields as a format receives them (``kit/sample.py``): names and typed values
+        (str, bytes, int, float, bool, None, numpy arrays, lists and dicts of those), in order;
+        never a format's layout (which fields become which tar members is webdataset's to say).
+        A record that cannot be a sample raises RecordError. By default a row is its own fields."""
+        if not isinstance(value, dict):
+            raise RecordError(f"expected a record of named fields, got {type(value).__name__}")
+        return value
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        """The manifest's ``schema`` of the samples ``fields`` makes (rows and images)."""
+        """The fields of the samples these records make: name -> ``{"kind": ...}`` (``"json"``,
+        ``"bytes"``, ``"text"``, ``"int"``, ``"image"``), ``"*"`` (``kit.sample.OTHER_FIELDS``) for
+        those it cannot name before reading them; the format's encoder makes it the manifest's
+        ``schema`` (``SampleEncoder.schema``: webdataset names its members). Images: the members."""
         return {}
 
     def source_fields(self, opts: Any) -> dict[str, Any]:

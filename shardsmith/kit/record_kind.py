@@ -9,8 +9,8 @@ commands look it up and ask it, instead of comparing names (docs/design.md, "Plu
   records (what checks the options, makes the worker's processor and describes the manifest),
   imported only when converting: the steps live above this layer, with the command;
 - ``written_as``: the kind whose payloads those steps make, so that every format that ``accepts``
-  it writes these records too (a plugin kind made into the tar members of rows is written by
-  every format of rows); the kind itself by default;
+  it writes these records too (a plugin kind made into samples as rows are, with the steps of
+  rows, is written by every format of rows, each with its encoder for rows); the kind itself by default;
 - ``text_fields``: records are dicts of named fields, one of which is the text ``--text-field``
   names: ``pack-tokens`` tokenizes them, ``trace`` shows them, ``--dedup`` compares them;
 - ``draws_fields``: its report draws the fields ``inspect --report --fields`` names;

@@ -18,6 +18,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.core.sizes import format_size
 from shardsmith.errors import DataError
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
+from shardsmith.kit.sample import OTHER_FIELDS
 
 _BLOCK = 4 << 20
 
@@ -29,19 +30,14 @@ class JsonlReader(Reader):
     holds = "rows"
     byte_ranges = True
 
-    def fields(self, value: Any) -> list[tuple[str, bytes]]:
-        """The JSON object as one ``json`` member (written back by orjson, which stops at 254 levels
-        of nesting where it reads 1,024: a deeper record is a bad one, not a traceback)."""
+    def sample_fields(self, value: Any) -> dict[str, Any]:
+        """The JSON object's fields as parsed (a line holding another JSON value is a bad record)."""
         if not isinstance(value, dict):
             raise RecordError(f"expected a JSON object, got {type(value).__name__}")
-        try:
-            return [("json", orjson.dumps(value))]
-        except orjson.JSONEncodeError as exc:
-            raise RecordError(f"the object cannot be written back as JSON ({exc}: it nests lists and objects "
-                              f"more than 254 levels deep)") from None
+        return value
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        return {"json": {"kind": "json"}}
+        return {OTHER_FIELDS: {"kind": "json"}}  # an object's keys, each a JSON value
 
     def plan_file(self, file: InputFile, *, chunk_bytes: int) -> list[tuple[int, int, int]]:
         if _compression(file.path) or file.size <= chunk_bytes:

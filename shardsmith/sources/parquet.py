@@ -1,24 +1,22 @@
 """Parquet: one record per row, numbered from 0 per file; one task per row group.
 
-As samples, a row's binary columns become members named after them and the other columns one
-``json`` member. Read as events (``--to hdf5``, ``--group-by``) the same files go to the
-``parquet-events`` source instead.
+As samples, a row's columns are its fields, typed as pyarrow gives them (binary columns as bytes):
+the format decides how they are written (webdataset: each binary column a member, the rest one
+``json`` member; ``check`` makes sure before any work that the binary columns name distinct members).
+Read as events (``--to hdf5``, ``--group-by``) the same files go to the ``parquet-events`` source.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
-
+from shardsmith.core.field_names import safe_name
 from shardsmith.core.input_file import InputFile
 from shardsmith.core.text_field import no_text_column
 from shardsmith.errors import DataError, UsageError
 from shardsmith.kit.reader import BadRecord, Reader, Task
-
-_EXT_OK = re.compile(r"^[A-Za-z0-9_-]+$")
+from shardsmith.kit.sample import OTHER_FIELDS
 
 
 class ParquetReader(Reader):
@@ -40,17 +38,12 @@ class ParquetReader(Reader):
     def wants_events(cls, opts: Any) -> bool:
         return bool(opts.group_by or opts.events_table)
 
-    def fields(self, value: Any) -> list[tuple[str, bytes]]:
-        """Each binary column as its own member, the other columns as one ``json`` member."""
-        binary = [(k, v) for k, v in value.items() if isinstance(v, bytes | bytearray)]
-        rest = {k: v for k, v in value.items() if not isinstance(v, bytes | bytearray)}
-        out = [(member_ext(k), bytes(v)) for k, v in binary]
-        if rest:
-            out.append(("json", orjson.dumps(rest, default=str, option=orjson.OPT_SERIALIZE_NUMPY)))
-        return out
+    def sample_fields(self, value: Any) -> dict[str, Any]:
+        """The row's columns, in the file's order (``read`` gives the row as a dict of them)."""
+        return value  # type: ignore[no-any-return]
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        return {"json": {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"}}
+        return {OTHER_FIELDS: {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"}}
 
     def check(self, files: list[InputFile], opts: Any) -> None:
         """Every file has the same columns, and they make distinct, short member names."""
@@ -92,11 +85,6 @@ def _open(file: InputFile) -> Any:
         raise DataError(file=file.rel, reason=f"not a readable Parquet file: {exc}") from None
 
 
-def member_ext(column: str) -> str:
-    """The tar member extension of a binary Parquet column: its name, cleaned of dots and slashes."""
-    return column if _EXT_OK.match(column) else re.sub(r"[^A-Za-z0-9_-]", "_", column)
-
-
 def check_columns(files: list[InputFile], text_field: str | None) -> None:
     """Every Parquet file has the same columns, and they make distinct, short member names."""
     import pyarrow as pa
@@ -121,7 +109,7 @@ def check_columns(files: list[InputFile], text_field: str | None) -> None:
     if text_field:
         taken["txt"] = f"--text-field {text_field}"
     for name in binary:
-        ext = member_ext(name)
+        ext = safe_name(name)
         if ext in taken:
             raise UsageError(f"{first[0]}: binary column {name!r} would be the member .{ext}, as {taken[ext]} is; "
                              f"rename it")

@@ -1,5 +1,6 @@
 """WebDataset tar shards of samples as a registered format: images, JSON rows, text and binary
-columns, each sample a run of ``{key}.{ext}`` members, with a wids index and offset indexes."""
+columns, each sample a run of ``{key}.{ext}`` members (made in the workers: ``members.py``), with a
+wids index and offset indexes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from shardsmith.errors import DatasetError
 from shardsmith.formats.webdataset.names import OWN_FILES, wids_files, wids_name
 from shardsmith.formats.webdataset.options import OPTIONS
 from shardsmith.kit.format import CardData, Format, Rate, WriteJob
+from shardsmith.kit.sample import SampleEncoder
 from shardsmith.kit.writer import ShardRange, Writer
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -45,7 +47,14 @@ class WebDatasetFormat(Format):
 
         o = job.options
         return TarWriter(out_dir=job.out, split=split, shard_samples=o.shard_samples, shard_bytes=o.shard_bytes,
-                         wids_md5=o.wids_md5, sources=job.sources, threads=max(2, job.opts.workers), part=part)
+                         wids_md5=o.wids_md5, sources=job.sources, threads=max(2, job.workers), part=part)
+
+    def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
+        """Rows (and every kind written as rows) and images as tar members (``members.py``)."""
+        from shardsmith.formats.webdataset.members import ImageMembers, TarMembers
+
+        encoders = {"rows": TarMembers, "images": lambda: ImageMembers(by_reference=job.sources is not None)}
+        return encoders[kind]()
 
     def file_copier(self, job: WriteJob) -> Any:
         """Images unchanged: the tar shards of the engine's copy mode (``image_tar.TarCopier``)."""

@@ -5,8 +5,10 @@ The format's options are declared in ``options.py`` (``--shard-samples``, and it
 (``format_options``), where the dataset reads its delimiter back. A shard is
 ``{split}-000000.csv`` (``.tsv`` with ``--csv-delimiter tab``): a header row (``__key__``, then
 every column its rows hold, in the order first seen), then one row per sample in output order; a
-value that is not a string is written as JSON. The rows come from the convert command's sample
-processor as tar members (``{key}.json``, ``{key}.txt``); the ``json`` member is the row.
+value that is not a string is written as JSON (bytes and arrays, which a cell cannot hold, are
+left out). The format gives no encoder of its own (``Format.encoder``), so its writer is handed
+each sample in the neutral encoding and reads it back with ``Sample.decode``: the key and the
+fields the source gave (``Reader.sample_fields``), typed; no other format's layout to parse.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from shardsmith.plugin import (
     Format,
     ListForm,
     OwnFiles,
+    Sample,
     SampleKind,
     ShardRange,
     ShardRecord,
@@ -36,7 +39,6 @@ from shardsmith.plugin import (
 from shardsmith_csv.options import OPTIONS
 
 DELIMITERS = {"comma": ",", "tab": "\t"}
-_BLOCK = 512
 
 
 class CsvFormat(Format):
@@ -125,19 +127,10 @@ class CsvWriter(Writer):
         self.rows = []
 
 
-def _row(sample: memoryview) -> dict[str, Any]:
-    """A sample's tar members (512-byte ustar headers, data padded to whole blocks) as its row."""
-    key, row, pos = "", {}, 0
-    while pos < len(sample):
-        header = bytes(sample[pos:pos + _BLOCK])
-        name = header[:100].split(b"\0", 1)[0].decode("utf-8")
-        size = int(header[124:136].strip(b"\0 ") or b"0", 8)
-        data = bytes(sample[pos + _BLOCK:pos + _BLOCK + size])
-        key, _, ext = name.partition(".")
-        if ext == "json":
-            row = json.loads(data)
-        pos += _BLOCK + size + (-size % _BLOCK)
-    return {"__key__": key, **row}
+def _row(payload: memoryview) -> dict[str, Any]:
+    """A sample as its row: the key, then the fields a cell can hold."""
+    sample = Sample.decode(payload)
+    return {"__key__": sample.key, **{k: v for k, v in sample.fields.items() if not isinstance(v, bytes | np.ndarray)}}
 
 
 def _cell(value: Any) -> str:

@@ -3,8 +3,8 @@
 A kind is what a source's records are (``shardsmith.plugin.RecordKind``, registered through the
 ``shardsmith.kinds`` entry-point group): ``PairsKind`` says that a record is a ``(key, value)``
 pair of strings, that ``convert`` makes each one a sample with the steps it takes for rows (the
-source's ``fields`` gives the sample's members: one ``json`` member, ``{"key": ..., "value": ...}``),
-so that every format that writes rows writes pairs too (``written_as``: ``--to webdataset``, and
+source's ``sample_fields`` gives the sample's fields, ``key`` and ``value``, which each format
+encodes its own way), so that every format that writes rows writes pairs too (``written_as``: ``--to webdataset``, and
 this package's ``--to csv``), that no built-in transform applies to them (the ``--transform``s whose
 ``applies_to`` names ``pairs``), and what ``inspect INPUT... --report`` shows of them (a table of
 their keys).
@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
-
-import orjson
 
 from shardsmith.plugin import (
     BadRecord,
@@ -84,13 +82,14 @@ class PropertiesSource(Reader):
     unit = "line"
     holds = "pairs"
 
-    def fields(self, value: Any) -> list[tuple[str, bytes]]:
-        """The pair as one ``json`` member (``{"key": ..., "value": ...}``): the same bytes on any worker."""
+    def sample_fields(self, value: Any) -> dict[str, Any]:
+        """The pair as a sample's two fields, ``key`` and ``value`` (strings): the format writes them
+        (``--to webdataset``: one ``json`` member ``{"key": ..., "value": ...}``; ``--to csv``: two columns)."""
         key, text = value
-        return [("json", orjson.dumps({"key": key, "value": text}))]
+        return {"key": key, "value": text}
 
     def sample_schema(self, opts: Any) -> dict[str, Any]:
-        return {"json": {"kind": "json"}}
+        return {"key": {"kind": "text"}, "value": {"kind": "text"}}
 
     def read(self, task: Task) -> Iterator[tuple[int, Any]]:
         line_no = 0
