@@ -4,7 +4,7 @@
 unchanged file's as ``FileBytes``, which an encoder may reference instead of carrying), ``ext``
 (its canonical file extension: ``jpg``, ``png``...) and ``cls`` (the class's position in ``classes``).
 
-The engine's copy mode (``engine/image_copy.py``) takes keys, labels and extensions from here too,
+The engine's copy mode (``engine/copying/image_copy.py``) takes keys, labels and extensions from here too,
 a shard's worth at a time (``kit.file_copy.ImageSamples``), without a sample per file."""
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class ImageProcessor:
                               fields={"image": jpeg, "ext": "jpg", "cls": label}))
         return out
 
-    # The copy mode's workers (``engine.image_copy``; the format's ``file_copier``) ask for keys and
+    # The copy mode's workers (``engine.copying.image_copy``; the format's ``file_copier``) ask for keys and
     # labels a shard at a time, and for each extension once its bytes are read: as ``samples`` makes them.
 
     def image_keys(self, files: Sequence[InputFile]) -> list[str]:
