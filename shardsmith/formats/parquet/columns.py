@@ -1,0 +1,88 @@
+"""Samples into Arrow tables: each field a typed column, ``__key__`` the first, and one schema per shard.
+
+The workers hand the writer neutral samples (``kit/sample.py``), read back typed: a row group's
+samples become one table, each field's column typed by pyarrow from all its values in the group
+(ints and floats together: float64; a field missing from a sample: null there; bytes: binary;
+lists and objects: lists and structs; a numpy array: a list, nested by its dimensions). A shard's
+row groups are then given one schema (``shard_tables``: pyarrow's permissive promotion, a column
+null in one group takes the type it has in another). Values of types no one column holds (an int
+here, a string there) stop the run in one line naming the field: Parquet has no column of both.
+The dataset card unifies the shards' schemas the same way (``card.py``), so that ``datasets``
+casts each file to one set of features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardsmith.errors import ShardsmithError
+from shardsmith.kit.sample import Sample
+
+KEY = "__key__"  # the sample's key, a column of its own (as webdataset's loaders name it)
+
+
+def group_table(samples: Iterable[bytes | memoryview], *, where: str) -> pa.Table:
+    """One row group's table from the samples' neutral encodings, in order."""
+    keys: list[str] = []
+    rows: list[Any] = []
+    names: dict[str, None] = {}
+    for data in samples:
+        sample = Sample.decode(data)
+        keys.append(sample.key)
+        rows.append(sample.fields)
+        names.update(dict.fromkeys(sample.fields))
+    columns = {KEY: pa.array(keys, type=pa.string())}
+    for name in names:
+        values = [_plain(row.get(name)) for row in rows]
+        try:
+            columns[name] = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
+            raise mixed(name, where, exc) from None
+    return pa.table(columns)
+
+
+def shard_tables(tables: list[pa.Table], *, where: str) -> list[pa.Table]:
+    """The row groups of one shard, each cast to the schema of them all (columns in order of first use)."""
+    schema = unified([t.schema for t in tables], where=where)
+    out = []
+    for table in tables:
+        arrays = []
+        for field in schema:
+            if field.name not in table.column_names:
+                arrays.append(pa.nulls(len(table), field.type))
+                continue
+            try:
+                arrays.append(table.column(field.name).cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+                raise mixed(field.name, where, exc) from None
+        out.append(pa.Table.from_arrays(arrays, schema=schema))
+    return out
+
+
+def unified(schemas: list[pa.Schema], *, where: str) -> pa.Schema:
+    """One schema for tables of these: a column's types promoted to one that holds them all."""
+    try:
+        return pa.unify_schemas(schemas, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise ShardsmithError(f"--to parquet: the rows of {where} have no one schema: a field holds values of "
+                              f"types no one Parquet column holds ({exc}); make them one type (a --transform), "
+                              f"or write --to webdataset") from None
+
+
+def mixed(name: str, where: str, exc: Exception) -> ShardsmithError:
+    """A field whose values no one column holds: the run stops, in one line."""
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return ShardsmithError(f"--to parquet: field {name!r} in the rows of {where} holds values of types no one "
+                           f"Parquet column holds ({reason}); make them one type (a --transform), or write "
+                           f"--to webdataset")
+
+
+def _plain(value: Any) -> Any:
+    """A value pyarrow types: arrays of more than one dimension as nested lists, 0-d arrays as scalars."""
+    if isinstance(value, np.ndarray) and value.ndim != 1:
+        return value.tolist()
+    return value
