@@ -112,6 +112,7 @@ def test_pyarrow_reads_the_inputs_back_in_the_shuffle_order(name, inputs, output
     types = pq.read_schema(outputs[name] / manifest(outputs[name])["splits"]["train"]["shards"][0]["path"])
     assert types.field("__key__").type == pa.string() and types.field("id").type == pa.int64()
     if name == "table":
+        assert types.names == ["__key__", "id", "text", "blob", "x", "vec", "maybe"]  # the input's order
         assert types.field("blob").type == pa.binary() and types.field("vec").type == pa.list_(pa.int64())
 
 
@@ -180,3 +181,23 @@ def test_the_card_features_are_those_datasets_derives_from_the_schema():
                         ("d", pa.struct([("x", pa.string()), ("y", pa.list_(pa.struct([("z", pa.bool_())])))])),
                         ("e", pa.binary()), ("n", pa.null()), ("ll", pa.list_(pa.list_(pa.float64())))])
     assert schema_features(schema) == datasets.Features.from_arrow_schema(schema)._to_yaml_list()
+
+
+def test_the_encoding_reads_back_typed_and_in_order_many_at_once():
+    """``rows.py``: bytes, arrays and JSON values, in each sample's order, a group's heads parsed at once."""
+    import numpy as np
+
+    from shardsmith.formats.parquet.rows import RowEncoder, decode_rows
+    from shardsmith.kit.sample import FileBytes, RecordError, Sample
+
+    enc = RowEncoder()
+    grid = np.arange(6, dtype=np.int16).reshape(2, 3)
+    samples = [Sample(key="a", fields={"x": 1, "blob": b"\x00\xff", "grid": grid, "s": "t"}),
+               Sample(key="b", fields={"s": None, "x": 2.5}), Sample(key="c", fields={"img": FileBytes(data=b"jp", file=0)})]
+    keys, rows = decode_rows([b"".join(enc.encode(s)) for s in samples])
+    assert keys == ["a", "b", "c"]
+    assert list(rows[0]) == ["x", "blob", "grid", "s"] and rows[0]["blob"] == b"\x00\xff"
+    assert rows[0]["grid"].dtype == np.int16 and rows[0]["grid"].tolist() == grid.tolist()
+    assert rows[1] == {"s": None, "x": 2.5} and rows[2] == {"img": b"jp"}
+    with pytest.raises(RecordError, match="__key__"):
+        enc.encode(Sample(key="d", fields={"__key__": 1}))

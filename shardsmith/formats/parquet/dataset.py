@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.errors import DatasetError
-from shardsmith.formats.parquet.columns import KEY
+from shardsmith.formats.parquet.rows import KEY
 from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.sample_kind import ListForm, SampleKind
 

@@ -1,7 +1,7 @@
 """Parquet shards of rows as a registered format: one ``{split}-{000000}.parquet`` per shard, each
 sample field a typed column and ``__key__`` a column too, in the shuffle's order (``writer.py``:
-the settings; ``columns.py``: the types). The workers hand it neutral samples (``Format.encoder``'s
-default, ``kit/sample.py``); the dataset card lets ``load_dataset(OUT)`` read it (``card.py``)."""
+the settings; ``columns.py``: the types). The workers hand it typed samples (``Format.encoder``:
+``rows.py``); the dataset card lets ``load_dataset(OUT)`` read it (``card.py``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,11 @@ from typing import Any
 from shardsmith.core.own_files import OwnFiles
 from shardsmith.errors import DatasetError
 from shardsmith.formats.parquet.options import OPTIONS
+from shardsmith.formats.parquet.rows import KEY
 from shardsmith.formats.parquet.writer import SETTINGS, SUFFIX
 from shardsmith.kit.format import CardData, Format, WriteJob
-from shardsmith.kit.sample import NeutralEncoder, RecordError, Sample, SampleEncoder
+from shardsmith.kit.sample import SampleEncoder
 from shardsmith.kit.writer import ShardRange, Writer
-
-KEY = "__key__"
 
 
 class ParquetFormat(Format):
@@ -29,8 +28,10 @@ class ParquetFormat(Format):
     own_files = OwnFiles(files=("*-" + "[0-9]" * 6 + SUFFIX,))  # {split}-{000000}.parquet
 
     def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
-        """The neutral sample (``Sample.decode`` reads it back typed in the writer), with ``__key__`` kept for the key."""
-        return KeyedEncoder()
+        """The typed sample, encoded so that the writer reads a row group's back at once (``rows.py``)."""
+        from shardsmith.formats.parquet.rows import RowEncoder
+
+        return RowEncoder()
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.parquet.writer import ParquetShardWriter
@@ -98,20 +99,6 @@ class ParquetFormat(Format):
     def show_one(self, sample: Any) -> dict[str, Any]:
         """A row: its key, and each column's value (long ones by their size)."""
         return {"key": sample[KEY], "members": {k: _short(v) for k, v in sample.items() if k != KEY}}
-
-
-class KeyedEncoder(NeutralEncoder):
-    """The neutral encoding, refusing a field named ``__key__`` (the key's column) as a bad record."""
-
-    def encode(self, sample: Sample) -> list[bytes]:
-        if KEY in sample.fields:
-            raise RecordError(f"a field is named {KEY}, the column of the sample's key in Parquet: rename it "
-                              f"(--transform select=...)")
-        return super().encode(sample)
-
-    def schema(self, fields: dict[str, Any], *, text_from: str | None) -> dict[str, Any]:
-        """The columns: the key, then the fields as described (the text is the column it came from)."""
-        return {KEY: {"kind": "text"}, **fields}
 
 
 def _short(value: Any) -> Any:
