@@ -159,6 +159,14 @@ def test_verify_passes_and_a_flipped_byte_fails_in_one_line(outputs, tmp_path):
     assert res.exit_code == 1 and f"FAIL {rel}" in res.output and "Traceback" not in res.output + res.stderr
 
 
+def test_shardsmith_open_reads_the_rows_as_pyarrow_does(outputs):
+    import shardsmith
+
+    ds = shardsmith.open(str(outputs["table"]), split="train")
+    rows = shard_rows(outputs["table"])
+    assert len(ds) == len(rows) and [ds[i] for i in (0, 31, len(ds) - 1)] == [rows[0], rows[31], rows[-1]]
+
+
 def test_inspect_shows_a_row(outputs):
     res = run_ok(["inspect", str(outputs["rows"]), "--samples", "1"])
     assert "parquet dataset" in res.output and "key " in res.output and "zstd" in res.output
