@@ -4,7 +4,7 @@ The workers hand the writer samples (``rows.py``), read back typed, a row group 
 samples become one table, each field's column typed by pyarrow from all its values in the group
 (ints and floats together: float64; a field missing from a sample: null there; bytes: binary;
 lists and objects: lists and structs; a numpy array: a list, nested by its dimensions). A shard's
-row groups are then given one schema (``shard_tables``: pyarrow's permissive promotion, a column
+row groups are then given one schema (``unified``, ``cast_to``: pyarrow's permissive promotion, a column
 null in one group takes the type it has in another). Values of types no one column holds (an int
 here, a string there) stop the run in one line naming the field: Parquet has no column of both.
 The dataset card unifies the shards' schemas the same way (``card.py``), so that ``datasets``
@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.ipc  # noqa: F401 (pa.ipc)
 
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import ShardsmithError
@@ -46,22 +47,37 @@ def _group_table(samples: list[bytes], *, where: str) -> pa.Table:
     return pa.table(columns)
 
 
-def shard_tables(tables: list[pa.Table], *, where: str) -> list[pa.Table]:
-    """The row groups of one shard, each cast to the schema of them all (columns in order of first use)."""
-    schema = unified([t.schema for t in tables], where=where)
-    out = []
-    for table in tables:
-        arrays = []
-        for field in schema:
-            if field.name not in table.column_names:
-                arrays.append(pa.nulls(len(table), field.type))
-                continue
-            try:
-                arrays.append(table.column(field.name).cast(field.type))
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-                raise mixed(field.name, where, exc) from None
-        out.append(pa.Table.from_arrays(arrays, schema=schema))
-    return out
+def packed(table: pa.Table) -> pa.Buffer:
+    """A finished row group kept until its shard is written: Arrow IPC, lz4-compressed (text keeps a
+    third of its size or less), so that a writer holds a compressed shard and one row group decoded."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as out:
+        out.write_table(table)
+    return sink.getvalue()
+
+
+def unpacked(buf: pa.Buffer) -> pa.Table:
+    return pa.ipc.open_stream(buf).read_all()
+
+
+def packed_schema(buf: pa.Buffer) -> pa.Schema:
+    return pa.ipc.open_stream(buf).schema
+
+
+def cast_to(table: pa.Table, schema: pa.Schema, *, where: str) -> pa.Table:
+    """A row group in its shard's schema (``unified``): columns in its order, null where it has none."""
+    if table.schema.equals(schema):
+        return table
+    arrays = []
+    for field in schema:
+        if field.name not in table.column_names:
+            arrays.append(pa.nulls(len(table), field.type))
+            continue
+        try:
+            arrays.append(table.column(field.name).cast(field.type))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+            raise mixed(field.name, where, exc) from None
+    return pa.Table.from_arrays(arrays, schema=schema)
 
 
 def unified(schemas: list[pa.Schema], *, where: str) -> pa.Schema:

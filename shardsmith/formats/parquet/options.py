@@ -11,7 +11,7 @@ from shardsmith.kit.options import MAX_COUNT, SHARD_SIZE, FormatOptions, Option
 
 ROW_GROUP_ROWS = Option(name="row_group_rows", type="int", default=100_000, low=1, high=MAX_COUNT,
                         help="Parquet: end a row group after this many rows.")
-ROW_GROUP_BYTES = Option(name="row_group_bytes", type="size", default="64MB",
+ROW_GROUP_BYTES = Option(name="row_group_bytes", type="size", default="32MB",
                          help="Parquet: end a row group before its samples pass this size.")
 
 OPTIONS = FormatOptions(to="parquet", options=(*SHARD_SIZE, ROW_GROUP_ROWS, ROW_GROUP_BYTES))

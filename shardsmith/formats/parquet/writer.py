@@ -1,8 +1,8 @@
 """Parquet shards: ``{split}-{000000}.parquet``, one file each, row groups cut by ``row_group_rows``
 and ``row_group_bytes``, written with fixed settings so that the same samples give the same bytes.
 
-A shard is built in memory (its row groups as Arrow tables, ``columns.py``) so that its columns
-take one type from all its rows, then written whole to a temporary file and renamed into place (a
+A shard's row groups are kept in memory (lz4-compressed Arrow, ``columns.packed``) so that its
+columns take one type from all its rows, then written whole to a temporary file and renamed into place (a
 shard a killed run left half-made is never under its name). Settings (``SETTINGS``): zstd at level
 3 (fast to read, about as small as gzip), dictionary encoding, statistics for every column (what
 query engines skip row groups by), format version 2.6, the Arrow schema stored (pyarrow and
@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from shardsmith.formats.parquet.columns import group_table, shard_tables
+from shardsmith.formats.parquet.columns import cast_to, group_table, packed, packed_schema, unified, unpacked
 from shardsmith.kit.rollover import UNLIMITED, Rollover
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
@@ -43,7 +43,7 @@ class ParquetShardWriter(Writer):
         self._shard = self.rollover()
         self._group = self._group_rollover()
         self._rows: list[bytes] = []  # the row group being filled
-        self._tables: list[Any] = []  # the shard's finished row groups
+        self._groups: list[Any] = []  # the shard's finished row groups, packed (``columns.packed``)
         self._count = 0
 
     def rollover(self) -> Rollover:
@@ -75,22 +75,24 @@ class ParquetShardWriter(Writer):
 
     def _end_group(self) -> None:
         if self._rows:
-            self._tables.append(group_table(self._rows, where=f"shard {self.shard_name(self.next_index())}"))
+            self._groups.append(packed(group_table(self._rows, where=f"shard {self.shard_name(self.next_index())}")))
             self._rows = []
 
     def _flush(self) -> None:
         self._end_group()
         self._group = self._group_rollover()
-        if not self._tables:
+        if not self._groups:
             return
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         name = self.shard_name(self.next_index())
-        tables = shard_tables(self._tables, where=f"shard {name}")
+        where = f"shard {name}"
+        schema = unified([packed_schema(g) for g in self._groups], where=where)
         sink = pa.BufferOutputStream()
-        with pq.ParquetWriter(sink, tables[0].schema, **SETTINGS) as pw:
-            for table in tables:
+        with pq.ParquetWriter(sink, schema, **SETTINGS) as pw:
+            while self._groups:
+                table = cast_to(unpacked(self._groups.pop(0)), schema, where=where)
                 pw.write_table(table, row_group_size=max(1, len(table)))
         data = memoryview(sink.getvalue())
         tmp = self.out_dir / f".{name}.tmp-{os.getpid()}"
@@ -102,11 +104,11 @@ class ParquetShardWriter(Writer):
         self.shards.append(ShardRecord(path=name, samples=self._count, bytes=len(data),
                                        sha256=hashlib.sha256(data).hexdigest()))
         self.md5s.append(None)
-        self._tables, self._count = [], 0
+        self._count = 0
 
     def close(self) -> list[ShardRecord]:
         self._flush()
         return self.shards
 
     def abort(self) -> None:
-        self._rows, self._tables, self._count = [], [], 0
+        self._rows, self._groups, self._count = [], [], 0
