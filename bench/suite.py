@@ -81,6 +81,7 @@ SUITE = (
     Bench("events", ("--events", "20000", "--gzip-events", "5000", "--seconds", "0.3", "--repeat", "1"),
           needs=("uproot", "awkward")),
     Bench("memmap", ("--events", "20000", "--repeat", "1"), needs=("uproot", "awkward")),
+    Bench("parquet_out", ("--mb", "10", "--repeat", "1")),
     Bench("pack", ("--mb", "5", "--repeat", "1")),
     Bench("chat", ("--conversations", "300", "--seq-lens", "2048"), work="--out", needs=("torch", "transformers")),
     Bench("mix", ("--samples", "200000", "--windows", "20000", "--repeat", "1"), work=None,

@@ -103,6 +103,8 @@ BUILTIN = (
            options="shardsmith.formats.event_tar.options:OPTIONS"),
     Plugin("format", "memmap", "shardsmith.formats.memmap.format:MemmapFormat", ("numpy",),
            options="shardsmith.formats.memmap.options:OPTIONS"),
+    Plugin("format", "parquet", "shardsmith.formats.parquet.format:ParquetFormat", ("pyarrow",),
+           options="shardsmith.formats.parquet.options:OPTIONS"),
     Plugin("kind", "rows", "shardsmith.kit.kinds:RowsKind"),
     Plugin("kind", "images", "shardsmith.kit.kinds:ImagesKind"),
     Plugin("kind", "events", "shardsmith.kit.kinds:EventsKind"),

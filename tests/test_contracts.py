@@ -165,6 +165,14 @@ class TestWebDatasetFormat(FormatContract):
         two_jsonl_files(folder)
 
 
+class TestParquetFormat(FormatContract):
+    format = "parquet"
+    convert_args = ["--text-field", "text", "--shard-samples", "20", "--row-group-rows", "7"]
+
+    def make_inputs(self, folder: Path) -> None:
+        two_jsonl_files(folder)
+
+
 class TestHDF5Format(FormatContract):
     format = "hdf5"
     convert_args = ["--group-by", "event_id", "--shard-samples", "30", "--compression", "gzip"]

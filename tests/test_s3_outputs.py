@@ -170,6 +170,26 @@ def test_convert_webdataset_to_s3_equals_local(store, tmp_path):
         "__index__/train-000000.offsets.npy", "__index__/train.wids.json"], "the val split's indexes are gone"
 
 
+def test_convert_parquet_to_s3_equals_local(store, tmp_path):
+    """A format declared by its own files alone (``{split}-N.parquet``) goes up whole, and --overwrite
+    takes what it made away: the generic machinery, no word of Parquet in it."""
+    client, _ = store
+    bucket = _bucket(client, "out-parquet")
+    write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(300, seed=3))
+    common = ["--to", "parquet", "--text-field", "text", "--shard-samples", "70", "--row-group-rows", "20",
+              "--split", "train=0.8,val=0.2", "-q", "--workers", "2"]
+    assert run_cli("convert", tmp_path / "in", "-o", tmp_path / "ref", *common).exit_code == 0
+    res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/pq", *common)
+    assert res.exit_code == 0, res.stderr
+    got = _download(client, bucket, "pq", tmp_path / "got")
+    same_dataset(tmp_path / "ref", got)
+    assert run_cli("verify", got, "--deep").exit_code == 0
+    assert {"train-000003.parquet", "val-000000.parquet", "README.md"} <= set(_keys(client, bucket, "pq"))
+    res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/pq", *common[:2], "-q", "--overwrite")
+    assert res.exit_code == 0, res.stderr
+    assert sorted(k for k in _keys(client, bucket, "pq") if k.endswith(".parquet")) == ["train-000000.parquet"]
+
+
 @pytest.mark.parametrize("fmt, options, files", [
     ("hdf5", [], set()),
     ("memmap", ["--branches", "Jet_*,NJet", "--max-len", "4", "--split", "train=0.8,val=0.2"],
