@@ -132,7 +132,7 @@ def test_verify_inspect_and_a_flipped_byte(jsonl: Path, tmp_path: Path) -> None:
     convert(jsonl, out, "--to", "mds", "--shard-samples", "16")
     assert run_cli("verify", "--deep", out).exit_code == 0
     res = run_cli("inspect", out)
-    assert res.exit_code == 0 and "mds dataset" in res.output and "sample train[0]: key" in res.output
+    assert res.exit_code == 0 and "mds dataset" in res.output and "mds columns: __key__ (str)" in res.output and "sample train[0]: key" in res.output
     shard = out / "train" / "shard.00001.mds"
     data = bytearray(shard.read_bytes())
     data[-3] ^= 0x01

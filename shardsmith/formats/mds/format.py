@@ -112,8 +112,11 @@ class MdsFormat(Format):
             return [str(exc)]
 
     def describe(self, out: Any, manifest: dict[str, Any]) -> dict[str, Any]:
+        """The columns and encodings of every shard (a field reconciled into ``json`` in some shards
+        shows up twice)."""
         columns = {tuple(c) for s in manifest["splits"].values() for sh in s["shards"] for c in sh["mds"]["columns"]}
-        return {"mds columns": ", ".join(f"{n} ({e})" for n, e in sorted(columns)) or "none"}
+        listed = ", ".join(f"{n} ({e})" for n, e in sorted(columns)) or "none"
+        return {"mds_columns": sorted(columns), "format_lines": [f"mds columns: {listed}"]}
 
     def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
         splits = list(manifest["splits"])
