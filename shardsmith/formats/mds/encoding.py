@@ -65,7 +65,23 @@ def to_json(value: Any) -> bytes:
 
 
 def encode_value(value: Any) -> tuple[str, bytes]:
-    """One field's (encoding, bytes)."""
+    """One field's (encoding, bytes); the common types first, by their exact type (once per field)."""
+    kind = type(value)
+    if kind is str:
+        return "str", value.encode("utf-8")
+    if kind is int and INT64_RANGE[0] <= value <= INT64_RANGE[1]:
+        return "int", _INT64.pack(value)
+    if kind is float:
+        return "float64", _FLOAT64.pack(value)
+    if kind is list or kind is dict or value is None:
+        return "json", to_json(value)
+    if kind is bytes:
+        return "bytes", value
+    return _encode_other(value)
+
+
+def _encode_other(value: Any) -> tuple[str, bytes]:
+    """``encode_value`` of the other types (and of subclasses of the common ones)."""
     if isinstance(value, str):
         return "str", value.encode("utf-8")
     if isinstance(value, FileBytes):
@@ -80,8 +96,8 @@ def encode_value(value: Any) -> tuple[str, bytes]:
         return "float64", _FLOAT64.pack(float(value))
     if isinstance(value, np.ndarray) and value.ndim and value.size and value.dtype.name in NDARRAY_DTYPES:
         shape = ",".join(str(s) for s in value.shape)
-        return f"ndarray:{value.dtype.name}:{shape}", np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<"),
-                                                                                         copy=False).tobytes()
+        little = np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<"), copy=False)
+        return f"ndarray:{value.dtype.name}:{shape}", little.tobytes()
     return "json", to_json(value)
 
 
@@ -92,40 +108,59 @@ def sample_body(columns: list[tuple[str, str, bytes]]) -> list[bytes]:
     return [struct.pack(f"<{len(sizes)}I", *sizes), *(data for _, _, data in columns)]
 
 
-def frame(columns: list[tuple[str, str, bytes]]) -> list[bytes]:
-    """The payload the writer is handed: the header naming the columns, then the sample's body."""
-    header = orjson.dumps([[name, encoding] for name, encoding, _ in columns])
-    return [HEAD.pack(len(header)), header, *sample_body(columns)]
-
-
 class MdsEncoder(SampleEncoder):
     """Rows and images into MDS columns (the module docstring has the layout). An image's bytes
-    are a ``jpeg`` or ``png`` column by the file's extension (``bytes`` for others)."""
+    are a ``jpeg`` or ``png`` column by the file's extension (``bytes`` for others).
+
+    What follows from a sample's field names and encodings alone (the columns' order, the header,
+    which columns carry a size) is worked out once per such signature (``_Plan``): rows of one
+    source share a few, so a row costs its values' encoding and one lookup."""
 
     def __init__(self, *, images: bool = False) -> None:
         self.images = images
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
 
     def encode(self, sample: Sample) -> list[bytes]:
         fields = sample.fields
-        if KEY in fields:
-            raise RecordError(f"a field is named {KEY!r}, the column of the sample's key in MDS")
-        columns = [(KEY, "str", sample.key.encode("utf-8"))]
-        for name, value in fields.items():
-            encoding, data = encode_value(value)
-            columns.append((name, encoding, data))
-        if self.images and encoding_of(fields.get("ext")) is not None:
-            columns = [(n, encoding_of(fields["ext"]) if n == "image" else e, d)  # type: ignore[misc]
-                       for n, e, d in columns]
-        columns.sort(key=lambda c: c[0])
-        for name, encoding, data in columns:
-            size = column_size(encoding)
-            if (size is None and len(data) >= 1 << 32) or not name:
-                raise RecordError(f"field {name!r} cannot be an MDS column ({len(data)} bytes)")
-        return frame(columns)
+        typed = [encode_value(v) for v in fields.values()]
+        encodings = [e for e, _ in typed]
+        if self.images and (image := encoding_of(fields.get("ext"))) is not None and "image" in fields:
+            encodings[list(fields).index("image")] = image
+        signature = (*fields, *encodings)
+        plan = self._plans.get(signature)
+        if plan is None:
+            if len(self._plans) > 4096:  # a source whose every row differs: bounded memory
+                self._plans.clear()
+            plan = self._plans[signature] = _Plan(list(fields), encodings)
+        data = [sample.key.encode("utf-8"), *(d for _, d in typed)]
+        ordered = [data[i] for i in plan.order]
+        try:
+            sizes = plan.sizes.pack(*[len(ordered[i]) for i in plan.variable])
+        except struct.error:
+            raise RecordError("a value of 4 GiB or more cannot be an MDS column") from None
+        return [plan.prefix, sizes, *ordered]
 
     def schema(self, fields: dict[str, Any], *, text_from: str | None) -> dict[str, Any]:
         """The columns: the key, then the fields as the source describes them (the text is one)."""
         return {KEY: {"kind": "str"}, **fields}
+
+
+class _Plan:
+    """The columns of samples of one signature: their order (the key first among the fields, by
+    name), the payload's header, and which columns carry a size."""
+
+    def __init__(self, names: list[str], encodings: list[str]) -> None:
+        if KEY in names:
+            raise RecordError(f"a field is named {KEY!r}, the column of the sample's key in MDS")
+        if "" in names:
+            raise RecordError("a field with an empty name cannot be an MDS column")
+        columns = [(KEY, "str"), *zip(names, encodings, strict=True)]
+        self.order = sorted(range(len(columns)), key=lambda i: columns[i][0])
+        ordered = [columns[i] for i in self.order]
+        self.variable = [j for j, (_, e) in enumerate(ordered) if column_size(e) is None]
+        self.sizes = struct.Struct(f"<{len(self.variable)}I")
+        header = orjson.dumps([[n, e] for n, e in ordered])
+        self.prefix = HEAD.pack(len(header)) + header
 
 
 def encoding_of(ext: Any) -> str | None:

@@ -37,6 +37,7 @@ INDEX = "index.json"
 _U32 = struct.Struct("<I")
 _INT64 = struct.Struct("<q")
 _FLOAT64 = struct.Struct("<d")
+_CHECKED = 8192  # samples whose headers are compared at once
 Columns = tuple[tuple[str, str], ...]  # (name, encoding) in the shard's order
 
 
@@ -52,38 +53,70 @@ def config(columns: Columns, size_limit: int) -> dict[str, Any]:
             "hashes": [], "size_limit": size_limit, "version": VERSION}
 
 
-def split_payload(payload: bytes) -> tuple[bytes, memoryview]:
+def split_payload(payload: bytes | memoryview) -> tuple[bytes, memoryview]:
     """A worker's payload as (header bytes, body)."""
     view = memoryview(payload)
     (size,) = HEAD.unpack_from(view, 0)
     return bytes(view[HEAD.size:HEAD.size + size]), view[HEAD.size + size:]
 
 
-def build_shard(payloads: list[bytes], *, size_limit: int, where: str) -> tuple[Columns, list[bytes | memoryview]]:
-    """The shard file of samples (workers' payloads, in order) as buffers, and its columns."""
+def build_shard(data: bytes, lengths: np.ndarray, *, size_limit: int, where: str) -> tuple[Columns, list[bytes]]:
+    """The shard file of samples (the workers' payloads back to back in ``data``, of ``lengths``,
+    in order) as buffers, and its columns. Samples of one header (the common case, checked with
+    numpy) are written as their bodies, the others recoded one by one."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(lengths) else lengths
+    arr = np.frombuffer(data, dtype=np.uint8)
+    shared = _shared_header(arr, starts, lengths)
+    if shared is not None:
+        header, cut = shared
+        columns = tuple((n, e) for n, e in orjson.loads(header))
+        view = memoryview(data)
+        body = b"".join([view[a + cut:a + n] for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)])
+        sizes = lengths - cut
+    else:
+        columns, body, sizes = _mixed(data, starts, lengths, where)
+    head = json.dumps(config(columns, size_limit), sort_keys=True).encode("utf-8")
+    n = len(sizes)
+    first = 4 + 4 * (n + 1) + len(head)
+    if first + len(body) >= 1 << 32:
+        raise DataError(file=where, reason="an MDS shard holds at most 4 GiB: lower --shard-bytes")
+    offsets = np.concatenate([[0], np.cumsum(sizes)]) + first
+    return columns, [_U32.pack(n), offsets.astype("<u4").tobytes(), head, body]
+
+
+def _shared_header(arr: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[bytes, int] | None:
+    """The header every sample has (and the bytes it takes with its size), or None when they differ."""
+    if not len(starts):
+        return None
+    (size,) = HEAD.unpack_from(arr, 0)
+    cut = HEAD.size + size
+    if np.any(lengths < cut):
+        return None
+    first = arr[:cut]
+    for at in range(0, len(starts), _CHECKED):  # (a bounded matrix of headers at a time)
+        heads = arr[starts[at:at + _CHECKED, None] + np.arange(cut)]
+        if not np.array_equal(heads, np.broadcast_to(first, heads.shape)):
+            return None
+    return first[HEAD.size:].tobytes(), cut
+
+
+def _mixed(data: bytes, starts: np.ndarray, lengths: np.ndarray, where: str) -> tuple[Columns, bytes, np.ndarray]:
+    """Samples of several headers: their columns reconciled, each body recoded into them."""
     headers: dict[bytes, Columns] = {}
     parts = []
-    for payload in payloads:
-        header, body = split_payload(payload)
+    for a, n in zip(starts.tolist(), lengths.tolist(), strict=True):
+        header, body = split_payload(memoryview(data)[a:a + n])
         if header not in headers:
-            headers[header] = tuple((n, e) for n, e in orjson.loads(header))
+            headers[header] = tuple((name, e) for name, e in orjson.loads(header))
         parts.append((headers[header], body))
     if len(headers) == 1:
         columns = next(iter(headers.values()))
-        bodies: list[bytes | memoryview] = [body for _, body in parts]
+        bodies = [bytes(body) for _, body in parts]
     else:
         columns = _reconciled(list(headers.values()), where)
         bodies = [b"".join(_recoded(cols, body, columns)) for cols, body in parts]
-    head = json.dumps(config(columns, size_limit), sort_keys=True).encode("utf-8")
-    n = len(bodies)
-    offsets = np.empty(n + 1, dtype="<u4")
-    offsets[0] = 4 + 4 * (n + 1) + len(head)
-    if n:
-        np.cumsum([len(b) for b in bodies], out=offsets[1:], dtype=np.int64)  # (cast on the way into uint32)
-        offsets[1:] += offsets[0]
-    if int(offsets[0]) + sum(len(b) for b in bodies) >= 1 << 32:
-        raise DataError(file=where, reason="an MDS shard holds at most 4 GiB: lower --shard-bytes")
-    return columns, [_U32.pack(n), offsets.tobytes(), head, *bodies]
+    return columns, b"".join(bodies), np.array([len(b) for b in bodies], dtype=np.int64)
 
 
 def index_json(entries: list[dict[str, Any]]) -> bytes:

@@ -46,7 +46,7 @@ class MdsWriter(Writer):
         self.shard_samples = shard_samples
         self.shard_bytes = shard_bytes
         self._roller = self.rollover()
-        self._samples: list[bytes] = []
+        self._runs: list[tuple[bytes, np.ndarray]] = []  # the shard being filled: payloads, their lengths
 
     def rollover(self) -> Rollover:
         return Rollover(max_weight=self.shard_bytes or _UNLIMITED, max_samples=self.shard_samples)
@@ -55,41 +55,44 @@ class MdsWriter(Writer):
         return f"{split_dir(self.split)}/{shard_basename(index)}"
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        """Samples in output order: each run of a shard copied at once (the caller reuses ``payload``)."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)])
+        ends = np.cumsum(lengths)
         for a, b, new in runs(self._roller.cut(self.weights(lengths, None)), len(lengths)):
             if new:
                 self._flush()
-            self._samples.extend(bytes(payload[int(starts[i]):int(starts[i + 1])]) for i in range(a, b))
+            start = int(ends[a - 1]) if a else 0
+            self._runs.append((bytes(payload[start:int(ends[b - 1]) if b else 0]), lengths[a:b]))
 
     def shard_full(self) -> None:
         self._flush()
         self._roller = self.rollover()
 
     def _flush(self) -> None:
-        if not self._samples:
+        if not self._runs:
             return
+        data = self._runs[0][0] if len(self._runs) == 1 else b"".join(r[0] for r in self._runs)
+        lengths = np.concatenate([r[1] for r in self._runs])
         index = self.next_index()
         rel = self.shard_name(index)
         path = self.out_dir / rel
-        columns, buffers = build_shard(self._samples, size_limit=self.shard_bytes, where=str(path))
+        columns, buffers = build_shard(data, lengths, size_limit=self.shard_bytes, where=str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(path, buffers)
         sha = hashlib.sha256()
-        for b in buffers:
-            sha.update(b)
-        nbytes = sum(len(b) for b in buffers)
-        self.shards.append(ShardRecord(path=rel, samples=len(self._samples), bytes=nbytes, sha256=sha.hexdigest(),
-                                       extra={"mds": {"columns": [list(c) for c in columns]}}))
+        for buffer in buffers:
+            sha.update(buffer)
+        self.shards.append(ShardRecord(path=rel, samples=len(lengths), bytes=sum(len(b) for b in buffers),
+                                       sha256=sha.hexdigest(), extra={"mds": {"columns": [list(c) for c in columns]}}))
         self.md5s.append(None)
-        self._samples = []
+        self._runs = []
 
     def close(self) -> list[ShardRecord]:
         self._flush()
         return self.shards
 
     def abort(self) -> None:
-        self._samples = []
+        self._runs = []
 
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
         """The split's ``index.json``, over every writer's shards (an empty split: no shards)."""
