@@ -94,8 +94,8 @@ def test_jsonl_rows_read_back_by_streaming_in_our_order(jsonl: Path, tmp_path: P
         assert row == by_id[row["id"]]
         assert type(row["id"]) is int and type(row["ok"]) is bool and isinstance(row["score"], float)
     assert sorted(s["id"] for s in got) == list(range(len(ROWS)))
-    assert (tmp_path / "mds" / "index.json").is_file() and len(list((tmp_path / "mds" / "train").glob("*.mds"))) == 3
-    assert read_back(tmp_path / "mds", split="train") == got  # the split's own index.json
+    assert (tmp_path / "mds" / "index.json").is_file() and len(list((tmp_path / "mds" / "mds" / "train").glob("*.mds"))) == 3
+    assert read_back(tmp_path / "mds" / "mds", split="train") == got  # the split's own index.json
 
 
 def test_parquet_rows_read_back_with_their_types(parquet: Path, tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ def test_parquet_rows_read_back_with_their_types(parquet: Path, tmp_path: Path) 
         i = s["id"]
         assert s["name"] == f"n{i}" and s["blob"] == bytes([i]) * (i + 1) and s["x"] == i * 0.5
         assert s["maybe"] == (None if i % 4 == 0 else i)  # null in some rows: a json column where they mix
-    first = json.loads((tmp_path / "mds" / "train" / "index.json").read_text())["shards"][0]
+    first = json.loads((tmp_path / "mds" / "mds" / "train" / "index.json").read_text())["shards"][0]
     assert dict(zip(first["column_names"], first["column_encodings"], strict=True))["blob"] == "bytes"
 
 
@@ -133,22 +133,32 @@ def test_verify_inspect_and_a_flipped_byte(jsonl: Path, tmp_path: Path) -> None:
     assert run_cli("verify", "--deep", out).exit_code == 0
     res = run_cli("inspect", out)
     assert res.exit_code == 0 and "mds dataset" in res.output and "mds columns: __key__ (str)" in res.output and "sample train[0]: key" in res.output
-    shard = out / "train" / "shard.00001.mds"
+    shard = out / "mds" / "train" / "shard.00001.mds"
     data = bytearray(shard.read_bytes())
     data[-3] ^= 0x01
     shard.write_bytes(bytes(data))
     res = run_cli("verify", out)
-    assert res.exit_code == 1 and "FAIL train/shard.00001.mds" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 1 and "FAIL mds/train/shard.00001.mds" in res.output and "Traceback" not in res.output
 
 
 def test_several_splits_each_in_its_folder(jsonl: Path, tmp_path: Path) -> None:
     out = tmp_path / "mds"
     convert(jsonl, out, "--to", "mds", "--split", "train=0.75,val=0.25")
     assert not (out / "index.json").exists()  # local=OUT alone would read both splits as one
-    train, val = read_back(out, split="train"), read_back(out, split="val")
+    train, val = read_back(out / "mds", split="train"), read_back(out / "mds", split="val")
     assert len(train) + len(val) == len(ROWS) and not {s["id"] for s in train} & {s["id"] for s in val}
     ds = open_dataset(out, split="val")
     assert [ds[i]["__key__"] for i in range(len(ds))] == [s["__key__"] for s in val]
+
+
+def test_overwrite_never_touches_a_users_folder(jsonl: Path, tmp_path: Path) -> None:
+    out = tmp_path / "mds"
+    convert(jsonl, out, "--to", "mds", "--split", "train=0.75,val=0.25")
+    (out / "train").mkdir()
+    (out / "train" / "index.json").write_text("{}")  # a user's file of an MDS name, in a folder of a split's name
+    res = run_cli("convert", jsonl, "-o", out, "--seed", "7", "--to", "mds", "--overwrite")
+    assert res.exit_code == 2 and "also found ['train']" in res.stderr, res.stderr
+    assert (out / "train" / "index.json").read_text() == "{}"
 
 
 def test_images_read_back_as_pil_images_and_classes(tmp_path: Path) -> None:

@@ -1,8 +1,8 @@
 """MosaicML Streaming's MDS as a registered format (``convert --to mds``): rows and images, each split a
-folder of ``shard.{00000}.mds`` files and its ``index.json`` (``streaming.StreamingDataset(local=OUT,
-split=SPLIT)`` reads it, in our order with its own shuffle off); a dataset of one split also gets
-an ``index.json`` at the top of the folder over that split's shards, so ``StreamingDataset(local=OUT)``
-reads it as it is.
+folder ``mds/{split}/`` of ``shard.{00000}.mds`` files and its ``index.json``
+(``streaming.StreamingDataset(local=OUT/mds, split=SPLIT)`` reads it, in our order with its own
+shuffle off); a dataset of one split also gets an ``index.json`` at the top of the folder over that
+split's shards, so ``StreamingDataset(local=OUT)`` reads it as it is.
 
 Samples are encoded in the workers (``encoding.py``), shards built by the writer (``writer.py``,
 ``shard.py``); shardsmith reads the shards back itself for ``inspect`` and ``verify --deep``
@@ -33,9 +33,10 @@ class MdsFormat(Format):
     option = OPTIONS.to
     options = OPTIONS
     accepts = ("rows", "images")
-    # a split's folder (split names are identifiers) holds its shards and index; the top-level index
-    own_files = OwnFiles(files=(INDEX,), folders=(Folder("[A-Za-z_]*", holds=("shard.[0-9][0-9][0-9][0-9][0-9].mds",
-                                                                              INDEX)),))
+    # ``mds/{split}/``: each split's shards and index; the top-level index (one split). Never a
+    # folder of another name: a user's folder beside the dataset is not the format's to remove
+    own_files = OwnFiles(files=(INDEX,), folders=(Folder("mds", holds=("*/shard.[0-9][0-9][0-9][0-9][0-9].mds",
+                                                                       f"*/{INDEX}")),))
 
     def check(self, job: WriteJob) -> None:
         if not 0 < job.options.shard_bytes <= MAX_SHARD_BYTES:
@@ -120,7 +121,7 @@ class MdsFormat(Format):
 
     def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
         splits = list(manifest["splits"])
-        local = "local=\".\"" + ("" if len(splits) == 1 else f", split=\"{splits[0]}\"")
+        local = "local=\".\"" if len(splits) == 1 else f"local=\"mds\", split=\"{splits[0]}\""
         recipe = "\n".join([
             "With mosaicml-streaming (`pip install mosaicml-streaming`), from this folder:", "",
             "```python",

@@ -1,5 +1,5 @@
-"""The MDS writer: a split's samples, in output order, as ``{split}/shard.{00000}.mds`` files, and the
-split's ``{split}/index.json`` once every shard is written (``finish_split``).
+"""The MDS writer: a split's samples, in output order, as ``mds/{split}/shard.{00000}.mds`` files, and
+the split's ``mds/{split}/index.json`` once every shard is written (``finish_split``).
 
 A shard is built in memory from the workers' payloads (``shard.py``), written under a temporary
 name, fsynced and renamed whole, its sha256 taken from the bytes written. Its shard record keeps
@@ -23,9 +23,14 @@ from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 _UNLIMITED = 1 << 62
 
 
+# the folder of every split's folder: a name of its own, so that the format claims no folder of the
+# user's (``MdsFormat.own_files``); ``StreamingDataset(local=OUT/mds, split=SPLIT)`` reads a split
+SPLITS_DIR = "mds"
+
+
 def split_dir(split: str) -> str:
-    """The folder of a split's shards and index (``StreamingDataset(local=OUT, split=split)``)."""
-    return split
+    """The folder of a split's shards and index, relative to the dataset folder."""
+    return f"{SPLITS_DIR}/{split}"
 
 
 def index_name(split: str) -> str:
