@@ -25,6 +25,7 @@ writer reconciles the others (``shard.py``).
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import Any
 
@@ -57,11 +58,15 @@ def column_size(encoding: str) -> int | None:
 
 
 def to_json(value: Any) -> bytes:
-    """A value as a ``json`` column holds it (a value JSON cannot hold, as its str: as webdataset's json)."""
+    """A value as a ``json`` column holds it (a value JSON cannot hold, as its str: as webdataset's
+    json). orjson first; what it refuses (an int past 64 bits) the standard library writes."""
     try:
         return orjson.dumps(value, default=str, option=_JSON_OPTIONS)
     except orjson.JSONEncodeError as exc:
-        raise RecordError(f"the value cannot be written as JSON ({exc})") from None
+        try:
+            return json.dumps(value, default=str, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except (ValueError, RecursionError):
+            raise RecordError(f"the value cannot be written as JSON ({exc})") from None
 
 
 def encode_value(value: Any) -> tuple[str, bytes]:
