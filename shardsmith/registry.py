@@ -97,6 +97,8 @@ BUILTIN = (
            options="shardsmith.formats.tokens.options:OPTIONS"),
     Plugin("format", "webdataset", "shardsmith.formats.webdataset.format:WebDatasetFormat",
            options="shardsmith.formats.webdataset.options:OPTIONS"),
+    Plugin("format", "mds", "shardsmith.formats.mds.format:MdsFormat", ("orjson",),
+           options="shardsmith.formats.mds.options:OPTIONS"),
     Plugin("format", "hdf5", "shardsmith.formats.hdf5.format:HDF5Format", ("h5py",),
            options="shardsmith.formats.hdf5.options:OPTIONS"),
     Plugin("format", "event-tar", "shardsmith.formats.event_tar.format:EventTarFormat",

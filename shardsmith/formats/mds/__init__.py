@@ -1,0 +1,1 @@
+"""MosaicML Streaming's MDS shards (``streaming.StreamingDataset`` reads them): encoder, writer, reader."""
