@@ -16,6 +16,9 @@ $(VENV)/.core: $(VENV)/bin/python pyproject.toml
 
 $(VENV)/.dev: $(VENV)/bin/python pyproject.toml
 	$(PIP) install -e '.[dev]'
+	# mosaicml-streaming reads --to mds output back in the tests; its own requirements would replace numpy,
+	# transformers and tokenizers and pull a GPU torchvision, so it comes without them, with what its reader imports
+	$(PIP) install --no-deps mosaicml-streaming==0.13.0 Brotli==1.2.1 python-snappy==0.7.3 zstd==1.5.7.2 catalogue==2.0.10
 	touch $@ $(VENV)/.core
 
 install-dev: $(VENV)/.dev

@@ -3,7 +3,8 @@
 for any workers and runs; verify, inspect; the format contract (``shardsmith.testing``).
 
 mosaicml-streaming is not in the ``dev`` extra (its release pins numpy, transformers and torchvision
-below ours), so the tests that read back with it skip where it is not installed. Its package
+below ours): ``make install-dev`` installs it without its requirements (the Makefile), and the tests
+that read back with it skip where it is not installed. Its package
 imports ``streaming.vision`` (torchvision) first; where torchvision cannot be imported with our torch,
 that subpackage is stood in for (the MDS reader does not use it).
 """
