@@ -113,7 +113,9 @@ def test_overwrite_replaces_folders_and_other_formats_but_never_a_users_file(row
     (out / "notes" / "mine.txt").write_text("mine\n")
     res = run_cli(*_convert(rows, out, "--overwrite", shards=30))
     assert res.exit_code == 2 and "only shardsmith's own files; also found ['notes']" in res.stderr, res.stderr
+    assert "nothing was removed" in res.stderr, res.stderr
     assert (out / "notes" / "mine.txt").read_text() == "mine\n"
+    assert run_cli("verify", out).exit_code == 0  # refused before anything went: the old dataset is whole
 
 
 @pytest.mark.parametrize("point", ["gather:train:0", "manifest"])

@@ -153,6 +153,17 @@ class OwnFiles:
             elif self.ours(p, card=card) and p.name not in keep:
                 p.unlink(missing_ok=True)
 
+    def foreign(self, out: Path, *, card: bool = True) -> list[str]:
+        """What ``out`` holds that is not its own, by path (``present``'s names): what ``--overwrite``
+        must leave, and so refuses before it removes anything."""
+        found = []
+        for p in sorted(out.iterdir()):
+            if self.folder(p):
+                found += sorted(rel for rel, own in self.walk(p) if not own)
+            elif not self.ours(p, card=card):
+                found.append(p.name)
+        return found
+
     def present(self, out: Path) -> list[str]:
         """What ``out`` holds, by path: each entry at its top, but an own folder by the files in it
         (what is left in an index folder is the user's note there, not the folder)."""

@@ -241,6 +241,10 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
     if not overwrite:
         raise UsageError(f"-o {out}: folder is not empty ({plural(len(present), 'entry')}); pass --overwrite to "
                          f"replace a previous dataset there")
+    foreign = owned.foreign(out, card=card)
+    if foreign:  # refused before anything is removed: the old dataset stays whole beside the user's files
+        raise UsageError(f"-o {out}: --overwrite removes only shardsmith's own files; also found {foreign[:3]} "
+                         f"(nothing was removed)")
     (out / MANIFEST).unlink(missing_ok=True)  # first, so a half-cleaned folder is never a dataset
     keep = _finished_shards(out, run) if same else frozenset()
     owned.remove(out, card=card, keep=keep)
