@@ -82,6 +82,7 @@ SUITE = (
           needs=("uproot", "awkward")),
     Bench("memmap", ("--events", "20000", "--repeat", "1"), needs=("uproot", "awkward")),
     Bench("parquet_out", ("--mb", "10", "--repeat", "1")),
+    Bench("mds_out", ("--rows", "20000", "--repeat", "1"), needs=("streaming",)),
     Bench("pack", ("--mb", "5", "--repeat", "1")),
     Bench("chat", ("--conversations", "300", "--seq-lens", "2048"), work="--out", needs=("torch", "transformers")),
     Bench("mix", ("--samples", "200000", "--windows", "20000", "--repeat", "1"), work=None,

@@ -46,7 +46,8 @@ class MdsFormat(Format):
     def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
         from shardsmith.formats.mds.encoding import MdsEncoder
 
-        return MdsEncoder(images=kind == "images")
+        encoders = {"rows": MdsEncoder, "images": lambda: MdsEncoder(images=True)}  # (as webdataset's)
+        return encoders[kind]()
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.mds.writer import MdsWriter
