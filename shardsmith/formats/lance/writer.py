@@ -1,0 +1,166 @@
+"""Lance data files, one per shard: ``{split}.lance/data/{split}-{000000}.lance``, written by pylance's
+own fragment writer with fixed settings, so that the same samples give the same bytes.
+
+A shard's rows are typed as the parquet format types them (``formats/parquet/columns.py``: row
+groups of the workers' samples held lz4-compressed, one schema per shard), then handed to
+``lance.fragment.write_fragments`` as one stream, into a temporary dataset folder of its own
+(the writer names its file with a random UUID); the file, whose bytes depend on the rows alone,
+is renamed into place under a name of ours and its fragment's description (the schema's field ids
+and their columns in the file) kept in the shard's record, for the split's table
+(``table.py``) once every shard is written. Settings (``FILE_VERSION``): Lance file format 2.1,
+which pylance 0.2x and later read. Shards are cut by the samples' encoded sizes
+(``kit/rollover.py``): the same files for any ``--workers``, ``--memory`` or ranks."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from shardsmith.formats.parquet.columns import cast_to, group_table, packed, packed_schema, unified, unpacked
+from shardsmith.kit.rollover import UNLIMITED, Rollover
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
+
+SUFFIX = ".lance"
+FILE_VERSION = "2.1"  # Lance's data file format (``data_storage_version``), fixed: its bytes follow from it
+GROUP_ROWS = 100_000  # rows typed at once (a group's values are held decoded while they are)
+GROUP_BYTES = 32 << 20
+BIG = 1 << 62  # no limit of Lance's own on a file: the shard's rollover cuts
+
+
+def quiet_lance() -> None:
+    """Lance's log warns, on stderr, of every fragment written into a folder that is no dataset yet
+    (each shard's, by design): errors only, unless the user set ``LANCE_LOG`` (read when lance loads)."""
+    os.environ.setdefault("LANCE_LOG", "error")
+
+
+def dataset_dir(split: str) -> str:
+    """A split's Lance dataset, relative to the output: what ``lance.dataset`` opens."""
+    return f"{split}{SUFFIX}"
+
+
+class LanceShardWriter(Writer):
+    """Rolls over by ``shard_samples``/``shard_bytes``; each shard one Lance data file (one fragment)."""
+
+    name = "lance"
+    suffix = SUFFIX
+    keeps_batches: ClassVar[bool] = False  # every sample is decoded as it comes
+
+    def __init__(self, *, out_dir: Path, split: str, shard_samples: int | None, shard_bytes: int | None,
+                 part: ShardRange | None = None) -> None:
+        super().__init__(out_dir=out_dir, split=split, part=part)
+        self.shard_samples, self.shard_bytes = shard_samples, shard_bytes
+        self.root = self.out_dir / dataset_dir(split)
+        self._shard = self.rollover()
+        self._group = _group_rollover()
+        self._rows: list[bytes] = []
+        self._groups: list[Any] = []  # the shard's finished groups, packed (``columns.packed``)
+        self._count = 0
+
+    def rollover(self) -> Rollover:
+        return Rollover(max_weight=self.shard_bytes or UNLIMITED, max_samples=self.shard_samples)
+
+    def preload(self) -> None:
+        quiet_lance()
+        import lance.fragment  # noqa: F401 (imported once, in the parent)
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        lengths = np.asarray(lengths, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        bounds = [0, *self._shard.cut(lengths), len(lengths)]
+        for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            if k:  # a shard ends before sample a
+                self._flush()
+            groups = set(self._group.cut(lengths[a:b]))
+            for i in range(a, b):
+                if i - a in groups:
+                    self._end_group()
+                self._rows.append(bytes(payload[starts[i]:starts[i + 1]]))
+                self._count += 1
+
+    def shard_full(self) -> None:
+        self._flush()
+        self._shard = self.rollover()
+
+    def _end_group(self) -> None:
+        if self._rows:
+            where = f"shard {self.shard_name(self.next_index())}"
+            self._groups.append(packed(group_table(self._rows, where=where)))
+            self._rows = []
+
+    def _flush(self) -> None:
+        self._end_group()
+        self._group = _group_rollover()
+        if not self._groups:
+            return
+        import pyarrow as pa
+
+        name = self.shard_name(self.next_index())
+        where = f"shard {name}"
+        schema = unified([packed_schema(g) for g in self._groups], where=where)
+        groups = self._groups
+
+        def batches() -> Any:
+            while groups:
+                yield from cast_to(unpacked(groups.pop(0)), schema, where=where).to_batches()
+
+        record = self._write_file(name, pa.RecordBatchReader.from_batches(schema, batches()))
+        self.shards.append(record)
+        self.md5s.append(None)
+        self._count = 0
+
+    def _write_file(self, name: str, reader: Any) -> ShardRecord:
+        """The shard's rows as one Lance data file, renamed into place; its record."""
+        quiet_lance()
+        from lance.fragment import write_fragments
+
+        tmp = self.root / f".{name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            fragments = write_fragments(reader, str(tmp), data_storage_version=FILE_VERSION, max_rows_per_file=BIG,
+                                        max_bytes_per_file=BIG, mode="create")
+            if len(fragments) != 1 or len(fragments[0].files) != 1:
+                raise RuntimeError(f"pylance wrote {len(fragments)} fragments for shard {name}, not one file")
+            data = fragments[0].files[0]
+            (self.root / "data").mkdir(parents=True, exist_ok=True)
+            target = self.root / "data" / name
+            os.replace(tmp / "data" / data.path, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        size, sha = hashed(target)
+        rel = f"{dataset_dir(self.split)}/data/{name}"
+        return ShardRecord(path=rel, samples=self._count, bytes=size, sha256=sha,
+                           extra={"fields": list(data.fields), "columns": list(data.column_indices),
+                                  "file_version": f"{data.file_major_version}.{data.file_minor_version}"})
+
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        """The split's Lance table over every shard, in order (``table.py``); its files' records."""
+        from shardsmith.formats.lance.table import commit_table
+
+        shards = [s for p in pieces for s in p["shards"]]
+        return {"flat": {"dataset": dataset_dir(self.split),
+                         "files": commit_table(self.out_dir, self.split, shards)}}
+
+    def close(self) -> list[ShardRecord]:
+        self._flush()
+        return self.shards
+
+    def abort(self) -> None:
+        self._rows, self._groups, self._count = [], [], 0
+
+
+def _group_rollover() -> Rollover:
+    return Rollover(max_weight=GROUP_BYTES, max_samples=GROUP_ROWS)
+
+
+def hashed(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        os.fsync(fh.fileno())
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+        return fh.tell(), h.hexdigest()
