@@ -13,7 +13,7 @@ then a 16-byte footer (``<u64 position of the Manifest><u16 major><u16 minor>LAN
 protobuf message whose field 7 is a ``google.protobuf.Timestamp`` (Lance's ``table.proto``); the
 field is replaced, the length and nothing else follows. What pylance reads back is checked: the
 version's timestamp is the epoch, the rows are the shards'. A rerun (resume) commits again: the
-same bytes."""
+same bytes. The shards' own schemas are joined into the dataset's (``schema.py``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.errors import ShardsmithError
+from shardsmith.formats.lance.schema import joined, placed
 from shardsmith.formats.lance.writer import dataset_dir, hashed, quiet_lance
 
 EMPTY = ("__key__", "string")  # an empty split's one column: the key every row has
@@ -38,25 +39,28 @@ def commit_table(out_dir: Path, split: str, shards: list[dict[str, Any]]) -> lis
     (path, bytes, sha256) of the files the table adds, relative to ``out_dir``."""
     quiet_lance()
     import lance
+    import pyarrow as pa
     from lance.fragment import DataFile, FragmentMetadata
 
     root = out_dir / dataset_dir(split)
     root.mkdir(parents=True, exist_ok=True)
     for stale in (*root.glob(".*.tmp-*"), root / "_versions", root / "_transactions"):
         shutil.rmtree(stale, ignore_errors=True)  # a killed run's, or this table committed before (resume)
+    schemas = _schemas(root, shards)
+    schema = joined(schemas, [s["path"] for s in shards]) if shards else pa.schema([EMPTY])
     fragments = []
-    for k, shard in enumerate(shards):
+    for k, (shard, own) in enumerate(zip(shards, schemas)):
         major, minor = (int(x) for x in str(shard["file_version"]).split("."))
-        name = shard["path"].rsplit("/", 1)[-1]
-        data = DataFile(name, list(shard["fields"]), list(shard["columns"]), major, minor, int(shard["bytes"]))
+        fields, columns = placed(shard["columns"], own, schema, shard=shard["path"])
+        data = DataFile(_file_name(shard), fields, columns, major, minor, int(shard["bytes"]))
         fragments.append(FragmentMetadata(id=k, files=[data], physical_rows=int(shard["samples"])))
-    schema = _schema(root, shards)
     tag = uuid.uuid5(uuid.NAMESPACE_URL, "shardsmith-lance:" + ",".join(s["sha256"] for s in shards))
     tmp = root / f".table.tmp-{os.getpid()}"
     try:
         op = lance.LanceOperation.Overwrite(schema, fragments)
         lance.LanceDataset.commit(str(tmp), lance.Transaction(read_version=0, operation=op, uuid=str(tag)))
-        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        files = sorted(p.relative_to(tmp).as_posix() for sub in ("_versions", "_transactions")
+                       for p in (tmp / sub).rglob("*") if p.is_file())
         for rel in files:
             if rel.endswith(".manifest"):
                 fixed_timestamp(tmp / rel)
@@ -70,33 +74,15 @@ def commit_table(out_dir: Path, split: str, shards: list[dict[str, Any]]) -> lis
     return [dict(zip(("path", "bytes", "sha256"), (f"{base}/{rel}", *hashed(root / rel)))) for rel in files]
 
 
-def _schema(root: Path, shards: list[dict[str, Any]]) -> Any:
-    """The one schema of every shard's file (their footers): Lance has one per dataset."""
-    import pyarrow as pa
+def _file_name(shard: dict[str, Any]) -> str:
+    return str(shard["path"]).rsplit("/", 1)[-1]
+
+
+def _schemas(root: Path, shards: list[dict[str, Any]]) -> list[Any]:
+    """Each shard file's own schema (its footer)."""
     from lance.file import LanceFileReader
 
-    if not shards:
-        return pa.schema([EMPTY])
-    schemas = [LanceFileReader(str(root / "data" / s["path"].rsplit("/", 1)[-1])).metadata().schema for s in shards]
-    for s, other in zip(shards[1:], schemas[1:]):
-        if not other.equals(schemas[0]):
-            raise ShardsmithError(f"--to lance: shard {s['path']} has other columns or types than "
-                                  f"{shards[0]['path']} ({_diff(schemas[0], other)}); a Lance dataset has one "
-                                  f"schema: make the fields one type in every row (a --transform), or write --to "
-                                  f"parquet")
-        if [list(s["fields"]), list(s["columns"])] != [list(shards[0]["fields"]), list(shards[0]["columns"])]:
-            raise ShardsmithError(f"--to lance: shard {s['path']} lays its columns out unlike {shards[0]['path']}")
-    return schemas[0]
-
-
-def _diff(a: Any, b: Any) -> str:
-    for field in a:
-        if field.name not in b.names:
-            return f"{field.name!r} is missing"
-        if not b.field(field.name).equals(field):
-            return f"{field.name!r} is {field.type} in one, {b.field(field.name).type} in the other"
-    extra = [n for n in b.names if n not in a.names]
-    return f"{extra[0]!r} is new" if extra else "the column order differs"
+    return [LanceFileReader(str(root / "data" / _file_name(s))).metadata().schema for s in shards]
 
 
 def _check(root: Path, shards: list[dict[str, Any]]) -> None:

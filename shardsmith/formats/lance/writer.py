@@ -108,12 +108,12 @@ class LanceShardWriter(Writer):
             while groups:
                 yield from cast_to(unpacked(groups.pop(0)), schema, where=where).to_batches()
 
-        record = self._write_file(name, pa.RecordBatchReader.from_batches(schema, batches()))
+        record = self._write_file(name, pa.RecordBatchReader.from_batches(schema, batches()), schema)
         self.shards.append(record)
         self.md5s.append(None)
         self._count = 0
 
-    def _write_file(self, name: str, reader: Any) -> ShardRecord:
+    def _write_file(self, name: str, reader: Any, schema: Any) -> ShardRecord:
         """The shard's rows as one Lance data file, renamed into place; its record."""
         quiet_lance()
         from lance.fragment import write_fragments
@@ -134,7 +134,7 @@ class LanceShardWriter(Writer):
         size, sha = hashed(target)
         rel = f"{dataset_dir(self.split)}/data/{name}"
         return ShardRecord(path=rel, samples=self._count, bytes=size, sha256=sha,
-                           extra={"fields": list(data.fields), "columns": list(data.column_indices),
+                           extra={"columns": _column_paths(schema, data, name),
                                   "file_version": f"{data.file_major_version}.{data.file_minor_version}"})
 
     def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
@@ -151,6 +151,19 @@ class LanceShardWriter(Writer):
 
     def abort(self) -> None:
         self._rows, self._groups, self._count = [], [], 0
+
+
+def _column_paths(schema: Any, data: Any, name: str) -> list[list[str]]:
+    """The file's columns by their paths, in the file's order (``schema.py``): the ids pylance gave
+    them, in the shard's own schema, checked against Lance's numbering as ``schema.leaf_ids`` knows it."""
+    from shardsmith.formats.lance.schema import leaf_ids
+
+    ids = leaf_ids(schema)
+    by_id = {v: k for k, v in ids.items()}
+    if sorted(data.fields) != sorted(ids.values()) or list(data.column_indices) != list(range(len(ids))):
+        raise RuntimeError(f"pylance numbered the columns of shard {name} unlike Lance's schema numbering "
+                           f"({list(data.fields)}, {list(data.column_indices)})")
+    return [list(by_id[f]) for f in data.fields]
 
 
 def _group_rollover() -> Rollover:
