@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shardsmith.formats.lance.writer import quiet_lance
+from shardsmith.formats.lance.names import quiet_lance
 
 
 def layout_problems(ds: Any, out: Any, manifest: dict[str, Any], split: str) -> list[str]:

@@ -42,7 +42,7 @@ class LanceShardsDataset(Dataset):
         """Shard ``s`` read whole (kept until another is asked for), its rows counted against the manifest."""
         if self._held is not None and self._held[0] == s:
             return self._held[1]
-        from shardsmith.formats.lance.writer import quiet_lance
+        from shardsmith.formats.lance.names import quiet_lance
 
         quiet_lance()
         from lance.file import LanceFileReader

@@ -14,8 +14,8 @@ from typing import Any
 
 from shardsmith.core.own_files import Folder, OwnFiles
 from shardsmith.errors import DatasetError
+from shardsmith.formats.lance.names import FILE_VERSION, SUFFIX
 from shardsmith.formats.lance.options import OPTIONS
-from shardsmith.formats.lance.writer import FILE_VERSION, SUFFIX
 from shardsmith.formats.parquet.rows import KEY
 from shardsmith.kit.format import CardData, Format, WriteJob
 from shardsmith.kit.sample import SampleEncoder

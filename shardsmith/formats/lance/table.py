@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.errors import ShardsmithError
+from shardsmith.formats.lance.names import dataset_dir, hashed, quiet_lance
 from shardsmith.formats.lance.schema import joined, placed
-from shardsmith.formats.lance.writer import dataset_dir, hashed, quiet_lance
 
 EMPTY = ("__key__", "string")  # an empty split's one column: the key every row has
 _FOOTER = struct.Struct("<QHH4s")

@@ -14,7 +14,6 @@ table (``table.py``) once every shard is written. Settings (``FILE_VERSION``): L
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -26,25 +25,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shardsmith.errors import ShardsmithError
+from shardsmith.formats.lance.names import FILE_VERSION, SUFFIX, dataset_dir, hashed
 from shardsmith.formats.parquet.columns import cast_to, group_table, packed, packed_schema, unified, unpacked
 from shardsmith.kit.rollover import UNLIMITED, Rollover
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
 
-SUFFIX = ".lance"
-FILE_VERSION = "2.1"  # Lance's data file format (``data_storage_version``), fixed: its bytes follow from it
 GROUP_ROWS = 100_000  # rows typed at once (a group's values are held decoded while they are)
 GROUP_BYTES = 32 << 20
-
-
-def quiet_lance() -> None:
-    """Lance's log warns, on stderr, of every fragment written into a folder that is no dataset yet
-    (each shard's, by design): errors only, unless the user set ``LANCE_LOG`` (read when lance loads)."""
-    os.environ.setdefault("LANCE_LOG", "error")
-
-
-def dataset_dir(split: str) -> str:
-    """A split's Lance dataset, relative to the output: what ``lance.dataset`` opens."""
-    return f"{split}{SUFFIX}"
 
 
 class LanceShardWriter(Writer):
@@ -220,12 +207,3 @@ class _Child:
 
 def _group_rollover() -> Rollover:
     return Rollover(max_weight=GROUP_BYTES, max_samples=GROUP_ROWS)
-
-
-def hashed(path: Path) -> tuple[int, str]:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        os.fsync(fh.fileno())
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-        return fh.tell(), h.hexdigest()
