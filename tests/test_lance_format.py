@@ -163,3 +163,25 @@ def test_the_manifest_timestamp_is_rewritten_and_nothing_else(tmp_path):
 
     with pytest.raises(ShardsmithError, match="not a Lance manifest"):
         fixed_timestamp(bad)
+
+
+def test_images_are_their_files_bytes_and_class_in_the_shuffle_order(tmp_path):
+    """An image folder: each row the image's bytes as stored, its extension and its class (the
+    folder's place among the classes), in the same seed's webdataset order; the same bytes for any --workers."""
+    from conftest import jpeg_folder
+
+    import shardsmith
+
+    src = jpeg_folder(tmp_path / "img", classes=3, per_class=6)
+    outs = [tmp_path / f"l{w}" for w in (1, 2)]
+    for out, w in zip(outs, (1, 2)):
+        run_ok(["convert", str(src), "-o", str(out), "--to", "lance", "--seed", "3", "--shard-samples", "7",
+                "--workers", str(w), "-q"])
+    assert digest(outs[0]) == digest(outs[1])
+    rows = table(outs[0]).take(list(range(18))).to_pylist()
+    run_ok(["convert", str(src), "-o", str(tmp_path / "wds"), "--to", "webdataset", "--seed", "3", "-q"])
+    tar = shardsmith.open(str(tmp_path / "wds"), split="train")
+    assert [r["__key__"] for r in rows] == [tar[i]["__key__"] for i in range(len(tar))]
+    files = {(c, (src / f"c{c}" / f"{i}.jpg").read_bytes()) for c in range(3) for i in range(6)}
+    assert {(r["cls"], r["image"]) for r in rows} == files and {r["ext"] for r in rows} == {"jpg"}
+    assert manifest(outs[0])["classes"] == ["c0", "c1", "c2"]

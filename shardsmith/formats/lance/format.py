@@ -1,8 +1,8 @@
 """Lance datasets as a registered format: one dataset folder per split, ``{split}.lance/``, that
 pylance opens (``lance.dataset(OUT / "train.lance")``, random access by ``take``), each shard one
 data file and one fragment of it (``data/{split}-{000000}.lance``), rows in the shuffle's order.
-The workers hand it the parquet format's typed samples (``formats/parquet/rows.py``), typed the
-same way (``writer.py``); once every shard is written, the split's table is committed over them
+The workers hand it the parquet format's typed samples (``formats/parquet/rows.py``: rows, and
+images as their bytes, extension and class), typed the same way (``writer.py``); once every shard is written, the split's table is committed over them
 with the same bytes for the same shards (``table.py``: what pylance would write from the clock, and
 how it is fixed). The manifest lists the data files as shards and the table's files as each
 split's ``lance`` files, so ``verify`` checks every byte of the folder."""
@@ -31,7 +31,7 @@ class LanceFormat(Format):
     manifest_format = "lance"
     option = OPTIONS.to
     options = OPTIONS
-    accepts = ("rows",)
+    accepts = ("rows", "images")
     sample_unit = "row"
     own_files = OwnFiles(folders=(Folder("*" + SUFFIX),))  # {split}.lance/, all of it
 
