@@ -185,3 +185,23 @@ def test_images_are_their_files_bytes_and_class_in_the_shuffle_order(tmp_path):
     files = {(c, (src / f"c{c}" / f"{i}.jpg").read_bytes()) for c in range(3) for i in range(6)}
     assert {(r["cls"], r["image"]) for r in rows} == files and {r["ext"] for r in rows} == {"jpg"}
     assert manifest(outs[0])["classes"] == ["c0", "c1", "c2"]
+
+
+def test_text_lance_would_compress_at_random_gives_the_same_bytes(tmp_path):
+    """Pages of text large enough for Lance's own choice, FSST (its symbol table trained on a random
+    sample), are written with the compression named in the field's metadata instead (``schema.pinned``)."""
+    import random
+
+    rng = random.Random(1)
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho"]
+    src = tmp_path / "text.jsonl"
+    src.write_text("".join(json.dumps({"id": i, "text": " ".join(rng.choice(words) for _ in range(rng.randint(5, 60))),
+                                       "m": {"a": " ".join(rng.choice(words) for _ in range(9))}}) + "\n"
+                           for i in range(3000)))
+    outs = [tmp_path / f"o{w}" for w in (1, 2)]
+    for out, w in zip(outs, (1, 2)):
+        run_ok(["convert", str(src), "-o", str(out), "--to", "lance", "--seed", "1", "--shard-samples", "1500",
+                "--workers", str(w), "-q"])
+    assert digest(outs[0]) == digest(outs[1])
+    field = table(outs[0]).schema.field("text")
+    assert field.metadata[b"lance-encoding:compression"] == b"zstd"

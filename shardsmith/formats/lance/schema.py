@@ -49,6 +49,34 @@ def _children(t: pa.DataType) -> list[pa.Field]:
     return []
 
 
+# Lance picks each string column's compression itself, and for text it picks FSST, whose symbol
+# table is trained on a random sample of the page: the same rows gave files of other bytes (and
+# sizes) run after run. A field's metadata names its compression instead: zstd for text, none for
+# bytes (images are compressed already), which give the same bytes every time.
+COMPRESSION = b"lance-encoding:compression"
+
+
+def pinned(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every text and bytes field's compression named (see ``COMPRESSION``)."""
+    return pa.schema([_pinned(f) for f in schema], metadata=schema.metadata)
+
+
+def _pinned(f: pa.Field) -> pa.Field:
+    t = f.type
+    if pa.types.is_struct(t):
+        return f.with_type(pa.struct([_pinned(c) for c in _children(t)]))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        make = pa.large_list if pa.types.is_large_list(t) else pa.list_
+        return f.with_type(make(_pinned(t.value_field)))
+    if pa.types.is_fixed_size_list(t):
+        return f.with_type(pa.list_(_pinned(t.value_field), t.list_size))
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return f.with_metadata({**(f.metadata or {}), COMPRESSION: b"zstd"})
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return f.with_metadata({**(f.metadata or {}), COMPRESSION: b"none"})
+    return f
+
+
 def joined(schemas: list[pa.Schema], names: list[str]) -> pa.Schema:
     """The dataset's schema: every shard's fields, joined (the module says how); ``names`` name the
     shards in the one line a conflict stops the run with."""

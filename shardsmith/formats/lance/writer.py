@@ -8,7 +8,8 @@ forked) hands to ``lance.fragment.write_fragments``, into a temporary dataset fo
 its file with a random UUID); the file, whose bytes depend on the rows alone, is renamed into place
 under a name of ours, and its columns, by their paths, kept in the shard's record for the split's
 table (``table.py``) once every shard is written. Settings (``FILE_VERSION``): Lance file format
-2.1. Shards are cut by the samples' encoded sizes (``kit/rollover.py``): the same files for any
+2.1, and the compression of text and bytes named (``schema.pinned``: pylance's own choice for text,
+FSST, trains on a random sample). Shards are cut by the samples' encoded sizes (``kit/rollover.py``): the same files for any
 ``--workers``, ``--memory`` or ranks."""
 
 from __future__ import annotations
@@ -88,16 +89,23 @@ class LanceShardWriter(Writer):
         self._group = _group_rollover()
         if not self._groups:
             return
+        import pyarrow as pa
+
+        from shardsmith.formats.lance.schema import pinned
+
         name = self.shard_name(self.next_index())
         where = f"shard {name}"
         schema = unified([packed_schema(g) for g in self._groups], where=where)
         groups = self._groups
 
+        fixed = pinned(schema)  # the compression of text and bytes named (``schema.COMPRESSION``)
+
         def batches() -> Any:
             while groups:
-                yield from cast_to(unpacked(groups.pop(0)), schema, where=where).to_batches()
+                for batch in cast_to(unpacked(groups.pop(0)), schema, where=where).to_batches():
+                    yield pa.RecordBatch.from_arrays(batch.columns, schema=fixed)
 
-        record = self._write_file(name, schema, batches())
+        record = self._write_file(name, fixed, batches())
         self.shards.append(record)
         self.md5s.append(None)
         self._count = 0
