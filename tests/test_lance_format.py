@@ -187,21 +187,27 @@ def test_images_are_their_files_bytes_and_class_in_the_shuffle_order(tmp_path):
     assert manifest(outs[0])["classes"] == ["c0", "c1", "c2"]
 
 
-def test_text_lance_would_compress_at_random_gives_the_same_bytes(tmp_path):
+def test_text_lance_would_compress_at_random_gives_the_same_bytes(tmp_path, monkeypatch):
     """Pages of text large enough for Lance's own choice, FSST (its symbol table trained on a random
-    sample), are written with the compression named in the field's metadata instead (``schema.pinned``)."""
+    sample), are written with the compression named in the field's metadata instead (``schema.pinned``);
+    a shard of thousands of rows is one data file."""
     import random
 
     rng = random.Random(1)
     words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho"]
     src = tmp_path / "text.jsonl"
-    src.write_text("".join(json.dumps({"id": i, "text": " ".join(rng.choice(words) for _ in range(rng.randint(5, 60))),
+    src.write_text("".join(json.dumps({"id": i, "text": " ".join(rng.choice(words) for _ in range(rng.randint(40, 100))),
                                        "m": {"a": " ".join(rng.choice(words) for _ in range(9))}}) + "\n"
-                           for i in range(3000)))
+                           for i in range(4500)))
+    from shardsmith.formats.lance import writer
+
+    monkeypatch.setattr(writer, "GROUP_ROWS", 500)  # a shard's rows handed to pylance in several batches
     outs = [tmp_path / f"o{w}" for w in (1, 2)]
     for out, w in zip(outs, (1, 2)):
-        run_ok(["convert", str(src), "-o", str(out), "--to", "lance", "--seed", "1", "--shard-samples", "1500",
+        run_ok(["convert", str(src), "-o", str(out), "--to", "lance", "--seed", "1", "--shard-samples", "4000",
                 "--workers", str(w), "-q"])
     assert digest(outs[0]) == digest(outs[1])
+    # one data file of 4,000 rows in 8 batches (pylance, given a row limit past int32's, wrote a file a batch)
+    assert [len(f.metadata.files) for f in table(outs[0]).get_fragments()] == [1, 1]
     field = table(outs[0]).schema.field("text")
     assert field.metadata[b"lance-encoding:compression"] == b"zstd"

@@ -15,7 +15,10 @@ import os
 import sys
 from typing import Any
 
-BIG = 1 << 62  # no limit of Lance's own on a file: the shard's rollover cuts
+# no limit of Lance's own on a file: the shard's rollover cuts (pylance 14, given a row limit past
+# int32's, e.g. 1 << 40, wrote a file per batch it was handed: it overflows)
+MAX_ROWS = (1 << 31) - 1
+MAX_BYTES = 1 << 40
 
 
 def write(request: dict[str, Any]) -> dict[str, Any]:
@@ -25,7 +28,7 @@ def write(request: dict[str, Any]) -> dict[str, Any]:
     with pa.memory_map(request["arrow"]) as source:
         reader = pa.ipc.open_stream(source)
         fragments = write_fragments(reader, request["into"], data_storage_version=request["version"],
-                                    max_rows_per_file=BIG, max_bytes_per_file=BIG, mode="create")
+                                    max_rows_per_file=MAX_ROWS, max_bytes_per_file=MAX_BYTES, mode="create")
     if len(fragments) != 1 or len(fragments[0].files) != 1:
         return {"error": f"pylance wrote {len(fragments)} fragments, not one file"}
     data = fragments[0].files[0]
