@@ -107,6 +107,8 @@ BUILTIN = (
            options="shardsmith.formats.memmap.options:OPTIONS"),
     Plugin("format", "parquet", "shardsmith.formats.parquet.format:ParquetFormat", ("pyarrow",),
            options="shardsmith.formats.parquet.options:OPTIONS"),
+    Plugin("format", "lance", "shardsmith.formats.lance.format:LanceFormat", ("lance", "pyarrow"), extra="lance",
+           options="shardsmith.formats.lance.options:OPTIONS"),
     Plugin("kind", "rows", "shardsmith.kit.kinds:RowsKind"),
     Plugin("kind", "images", "shardsmith.kit.kinds:ImagesKind"),
     Plugin("kind", "events", "shardsmith.kit.kinds:EventsKind"),

@@ -173,6 +173,15 @@ class TestParquetFormat(FormatContract):
         two_jsonl_files(folder)
 
 
+class TestLanceFormat(FormatContract):
+    format = "lance"
+    convert_args = ["--text-field", "text", "--shard-samples", "20"]
+
+    def make_inputs(self, folder: Path) -> None:
+        pytest.importorskip("lance", reason="--to lance needs pylance")
+        two_jsonl_files(folder)
+
+
 class TestHDF5Format(FormatContract):
     format = "hdf5"
     convert_args = ["--group-by", "event_id", "--shard-samples", "30", "--compression", "gzip"]

@@ -69,7 +69,7 @@ def test_help_shows_each_format_s_options_under_its_to():
     (["--to", "hdf5", "--max-len", "4"], "--max-len applies to --to memmap only, not to --to hdf5"),
     (["--to", "hdf5", "--wids-md5"], "--wids-md5 applies to --to webdataset only, not to --to hdf5"),
     (["--to", "memmap", "--compression", "gzip"], "--compression applies to --to hdf5 only, not to --to memmap"),
-    (["--to", "memmap", "--shard-bytes", "1MB"], "--shard-bytes applies to --to hdf5, mds, parquet, webdataset only, not to --to memmap"),
+    (["--to", "memmap", "--shard-bytes", "1MB"], "--shard-bytes applies to --to hdf5, lance, mds, parquet, webdataset only, not to --to memmap"),
     (["--to", "webdataset", "--dtype", "float16"], "--dtype applies to --to memmap only, not to --to webdataset"),
 ], ids=lambda a: " ".join(a) if isinstance(a, list) else "")
 def test_an_option_of_another_to_is_refused_in_one_line(tmp_path, text, args, says):

@@ -190,6 +190,29 @@ def test_convert_parquet_to_s3_equals_local(store, tmp_path):
     assert sorted(k for k in _keys(client, bucket, "pq") if k.endswith(".parquet")) == ["train-000000.parquet"]
 
 
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
+def test_convert_lance_to_s3_equals_local(store, tmp_path):
+    """A format that writes a folder of its own (``{split}.lance/``, declared as one) goes up whole,
+    its table's files included, and --overwrite takes what it made away."""
+    pytest.importorskip("lance", reason="--to lance needs pylance")
+    client, _ = store
+    bucket = _bucket(client, "out-lance")
+    write_jsonl(tmp_path / "in" / "a.jsonl", make_docs(300, seed=3))
+    common = ["--to", "lance", "--text-field", "text", "--shard-samples", "70", "--split", "train=0.8,val=0.2", "-q",
+              "--workers", "2"]
+    assert run_cli("convert", tmp_path / "in", "-o", tmp_path / "ref", *common).exit_code == 0
+    res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/ln", *common)
+    assert res.exit_code == 0, res.stderr
+    got = _download(client, bucket, "ln", tmp_path / "got", folders=True)
+    same_dataset(tmp_path / "ref", got)
+    assert run_cli("verify", got, "--deep").exit_code == 0
+    keys = set(_keys(client, bucket, "ln"))
+    assert {"train.lance/data/train-000003.lance", "val.lance/_versions/18446744073709551614.manifest"} <= keys
+    res = run_cli("convert", tmp_path / "in", "-o", f"s3://{bucket}/ln", *common[:2], "-q", "--overwrite")
+    assert res.exit_code == 0, res.stderr
+    assert not [k for k in _keys(client, bucket, "ln") if k.startswith("val.lance/")], "the val split's table is gone"
+
+
 @pytest.mark.parametrize("fmt, options, files", [
     ("hdf5", [], set()),
     ("memmap", ["--branches", "Jet_*,NJet", "--max-len", "4", "--split", "train=0.8,val=0.2"],

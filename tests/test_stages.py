@@ -72,6 +72,17 @@ def test_tar_and_hdf5_are_identical_for_any_world_size(texts, tmp_path, world_si
     assert tree_digest(tmp_path / "h5-staged") == tree_digest(tmp_path / "h5-one")
 
 
+@pytest.mark.filterwarnings("ignore:lance is not fork-safe")
+def test_lance_is_identical_for_any_world_size(texts, tmp_path):
+    """The ranks write their ranges of data files; the finalize commits each split's table over all of them."""
+    pytest.importorskip("lance", reason="--to lance needs pylance")
+    args = ["convert", texts, "--to", "lance", "--text-field", "text", "--memory", "256KB", "--shard-samples", "400",
+            "--split", "train=0.9,val=0.1", "-q"]
+    one_process(args, tmp_path / "one")
+    staged(args, tmp_path / "staged", 3)
+    assert tree_digest(tmp_path / "staged") == tree_digest(tmp_path / "one")
+
+
 def test_images_staged_match_the_one_process_run(tmp_path):
     root = jpeg_folder(tmp_path / "imgs", classes=2, per_class=9)
     args = ["convert", root, "--to", "webdataset", "--shard-samples", "4", "--memory", "64KB", "-q"]

@@ -1,0 +1,217 @@
+"""Lance data files, one per shard: ``{split}.lance/data/{split}-{000000}.lance``, written by pylance's
+own fragment writer with fixed settings, so that the same samples give the same bytes.
+
+A shard's rows are typed as the parquet format types them (``formats/parquet/columns.py``: groups
+of the workers' samples held lz4-compressed, one schema per shard), then written as an Arrow IPC
+file that a process of the writer's own (``child.py``: pylance is not fork-safe, the workers are
+forked) hands to ``lance.fragment.write_fragments``, into a temporary dataset folder (pylance names
+its file with a random UUID); the file, whose bytes depend on the rows alone, is renamed into place
+under a name of ours, and its columns, by their paths, kept in the shard's record for the split's
+table (``table.py``) once every shard is written. Settings (``FILE_VERSION``): Lance file format
+2.1, and the compression of text and bytes named (``schema.pinned``: pylance's own choice for text,
+FSST, trains on a random sample). Shards are cut by the samples' encoded sizes (``kit/rollover.py``): the same files for any
+``--workers``, ``--memory`` or ranks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from shardsmith.errors import ShardsmithError
+from shardsmith.formats.lance.names import FILE_VERSION, SUFFIX, dataset_dir, hashed
+from shardsmith.formats.parquet.columns import cast_to, group_table, packed, packed_schema, unified, unpacked
+from shardsmith.kit.rollover import UNLIMITED, Rollover
+from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
+
+GROUP_ROWS = 100_000  # rows typed at once (a group's values are held decoded while they are)
+GROUP_BYTES = 32 << 20
+
+
+class LanceShardWriter(Writer):
+    """Rolls over by ``shard_samples``/``shard_bytes``; each shard one Lance data file (one fragment)."""
+
+    name = "lance"
+    suffix = SUFFIX
+    keeps_batches: ClassVar[bool] = False  # every sample is decoded as it comes
+
+    def __init__(self, *, out_dir: Path, split: str, shard_samples: int | None, shard_bytes: int | None,
+                 part: ShardRange | None = None) -> None:
+        super().__init__(out_dir=out_dir, split=split, part=part)
+        self.shard_samples, self.shard_bytes = shard_samples, shard_bytes
+        self.root = self.out_dir / dataset_dir(split)
+        self._shard = self.rollover()
+        self._group = _group_rollover()
+        self._rows: list[bytes] = []
+        self._groups: list[Any] = []  # the shard's finished groups, packed (``columns.packed``)
+        self._count = 0
+        self._lance: _Child | None = None  # the process that writes the data files (``child.py``)
+
+    def rollover(self) -> Rollover:
+        return Rollover(max_weight=self.shard_bytes or UNLIMITED, max_samples=self.shard_samples)
+
+    def preload(self) -> None:
+        import pyarrow.ipc  # noqa: F401 (imported once, in the parent; pylance in the writers' own processes)
+
+    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
+        lengths = np.asarray(lengths, dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
+        bounds = [0, *self._shard.cut(lengths), len(lengths)]
+        for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            if k:  # a shard ends before sample a
+                self._flush()
+            groups = set(self._group.cut(lengths[a:b]))
+            for i in range(a, b):
+                if i - a in groups:
+                    self._end_group()
+                self._rows.append(bytes(payload[starts[i]:starts[i + 1]]))
+                self._count += 1
+
+    def shard_full(self) -> None:
+        self._flush()
+        self._shard = self.rollover()
+
+    def _end_group(self) -> None:
+        if self._rows:
+            where = f"shard {self.shard_name(self.next_index())}"
+            self._groups.append(packed(group_table(self._rows, where=where)))
+            self._rows = []
+
+    def _flush(self) -> None:
+        self._end_group()
+        self._group = _group_rollover()
+        if not self._groups:
+            return
+        import pyarrow as pa
+
+        from shardsmith.formats.lance.schema import pinned
+
+        name = self.shard_name(self.next_index())
+        where = f"shard {name}"
+        schema = unified([packed_schema(g) for g in self._groups], where=where)
+        groups = self._groups
+
+        fixed = pinned(schema)  # the compression of text and bytes named (``schema.COMPRESSION``)
+
+        def batches() -> Any:
+            while groups:
+                for batch in cast_to(unpacked(groups.pop(0)), schema, where=where).to_batches():
+                    yield pa.RecordBatch.from_arrays(batch.columns, schema=fixed)
+
+        record = self._write_file(name, fixed, batches())
+        self.shards.append(record)
+        self.md5s.append(None)
+        self._count = 0
+
+    def _write_file(self, name: str, schema: Any, batches: Any) -> ShardRecord:
+        """The shard's rows as one Lance data file, renamed into place; its record. pylance writes
+        it in this writer's own process (``child.py``: it is not fork-safe), from an Arrow IPC file."""
+        import pyarrow as pa
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{name}.tmp-{os.getpid()}"
+        arrow = self.root / f".{name}.arrow.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, schema) as out:
+                for batch in batches:
+                    out.write_batch(batch)
+            data = self._child().ask({"arrow": str(arrow), "into": str(tmp), "version": FILE_VERSION}, name)
+            (self.root / "data").mkdir(exist_ok=True)
+            target = self.root / "data" / name
+            os.replace(tmp / "data" / data["path"], target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            arrow.unlink(missing_ok=True)
+        size, sha = hashed(target)
+        return ShardRecord(path=f"{dataset_dir(self.split)}/data/{name}", samples=self._count, bytes=size,
+                           sha256=sha, extra={"columns": _column_paths(schema, data, name),
+                                              "file_version": f"{data['major']}.{data['minor']}"})
+
+    def _child(self) -> _Child:
+        if self._lance is None:
+            self._lance = _Child()
+        return self._lance
+
+    def _end_child(self) -> None:
+        if self._lance is not None:
+            self._lance.close()
+            self._lance = None
+
+    def finish_split(self, pieces: list[dict[str, Any]]) -> dict[str, Any]:
+        """The split's Lance table over every shard, in order (``table.py``); its files' records."""
+        from shardsmith.formats.lance.table import commit_table
+
+        shards = [s for p in pieces for s in p["shards"]]
+        return {"flat": {"dataset": dataset_dir(self.split),
+                         "files": commit_table(self.out_dir, self.split, shards)}}
+
+    def close(self) -> list[ShardRecord]:
+        try:
+            self._flush()
+        finally:
+            self._end_child()
+        return self.shards
+
+    def abort(self) -> None:
+        self._rows, self._groups, self._count = [], [], 0
+        self._end_child()
+
+
+def _column_paths(schema: Any, data: Any, name: str) -> list[list[str]]:
+    """The file's columns by their paths, in the file's order (``schema.py``): the ids pylance gave
+    them, in the shard's own schema, checked against Lance's numbering as ``schema.leaf_ids`` knows it."""
+    from shardsmith.formats.lance.schema import leaf_ids
+
+    ids = leaf_ids(schema)
+    by_id = {v: k for k, v in ids.items()}
+    if sorted(data["fields"]) != sorted(ids.values()) or data["columns"] != list(range(len(ids))):
+        raise RuntimeError(f"pylance numbered the columns of shard {name} unlike Lance's schema numbering "
+                           f"({data['fields']}, {data['columns']})")
+    return [list(by_id[f]) for f in data["fields"]]
+
+
+class _Child:
+    """A fresh interpreter that writes data files with pylance (``child.py``), asked one shard at a time."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "LANCE_LOG": os.environ.get("LANCE_LOG", "error")}
+        self.proc = subprocess.Popen([sys.executable, "-m", "shardsmith.formats.lance.child"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, env=env)
+
+    def ask(self, request: dict[str, Any], name: str) -> dict[str, Any]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write((json.dumps(request) + "\n").encode())
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except OSError:
+            line = b""
+        if not line:
+            raise ShardsmithError(f"--to lance: the process writing shard {name} with pylance ended "
+                                  f"(exit {self.proc.poll()})")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise ShardsmithError(f"--to lance: pylance could not write shard {name}: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _group_rollover() -> Rollover:
+    return Rollover(max_weight=GROUP_BYTES, max_samples=GROUP_ROWS)
