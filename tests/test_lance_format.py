@@ -211,3 +211,45 @@ def test_text_lance_would_compress_at_random_gives_the_same_bytes(tmp_path, monk
     assert [len(f.metadata.files) for f in table(outs[0]).get_fragments()] == [1, 1]
     field = table(outs[0]).schema.field("text")
     assert field.metadata[b"lance-encoding:compression"] == b"zstd"
+
+
+FORKED = """
+import multiprocessing, sys
+import shardsmith
+from shardsmith.errors import DatasetError
+
+ds = shardsmith.open(sys.argv[1])
+ds[0]  # pylance used here first
+
+
+def child(q):
+    ds._held = None  # (the shard read whole in the parent is plain Arrow: a new shard's read is pylance's)
+    try:
+        ds[1]
+        q.put("READ")
+    except DatasetError as exc:
+        q.put(str(exc))
+
+
+ctx = multiprocessing.get_context("fork")
+q = ctx.Queue()
+p = ctx.Process(target=child, args=(q,))
+p.start()
+print(q.get(timeout=120))
+p.join()
+print("exit", p.exitcode)
+"""
+
+
+def test_a_forked_reader_after_its_parent_read_is_one_line_not_a_crash(outputs):
+    """pylance is not fork-safe: a DataLoader worker forked from a process that read the dataset is
+    refused in one line naming the shard (run in a subprocess: a crash would take pytest with it)."""
+    import subprocess
+    import sys
+
+    got = subprocess.run([sys.executable, "-c", FORKED, str(outputs["rows"])], capture_output=True, text=True,
+                         timeout=300)
+    assert got.returncode == 0, got.stderr[-2000:]
+    line, code = got.stdout.splitlines()[:2]
+    assert "not fork-safe" in line and "spawn" in line and "\n" not in line, line
+    assert code == "exit 0", got.stdout

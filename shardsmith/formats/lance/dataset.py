@@ -7,6 +7,7 @@ Enough for ``verify --deep`` and ``inspect``; training loops read the table with
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,19 @@ from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 NAME = "lance"
+_LOADED_BY: int | None = None  # the process that first read a Lance file here (pylance is not fork-safe)
+
+
+def _not_forked(where: str) -> None:
+    """Refuse, in one line, to read with pylance in a process forked from one that already did: such a
+    child can crash the interpreter (signal 11) inside pylance (a DataLoader's default workers)."""
+    global _LOADED_BY
+    if _LOADED_BY is not None and _LOADED_BY != os.getpid():
+        raise DatasetError(f"{where}: a Lance dataset read in a process forked after its parent read it: pylance "
+                           f"is not fork-safe (it can crash the process); start workers with 'spawn' or "
+                           f"'forkserver' (DataLoader(multiprocessing_context='spawn')), or open the dataset "
+                           f"in each worker")
+    _LOADED_BY = os.getpid()
 
 
 class LanceShardsDataset(Dataset):
@@ -45,6 +59,7 @@ class LanceShardsDataset(Dataset):
         from shardsmith.formats.lance.names import quiet_lance
 
         quiet_lance()
+        _not_forked(self.shards[s]["path"])
         from lance.file import LanceFileReader
 
         path, _, fd = self.files.local(s)
@@ -54,8 +69,6 @@ class LanceShardsDataset(Dataset):
             raise DatasetError(f"{self.shards[s]['path']}: not a readable Lance file ({exc})") from None
         finally:
             if fd is not None:
-                import os
-
                 os.close(fd)
         if table.num_rows != int(self.shards[s]["samples"]):
             raise DatasetError(f"{self.shards[s]['path']}: {table.num_rows} rows, the manifest says "
