@@ -26,7 +26,7 @@ def _not_forked(where: str) -> None:
     """Refuse, in one line, to read with pylance in a process forked from one that already did: such a
     child can crash the interpreter (signal 11) inside pylance (a DataLoader's default workers)."""
     global _LOADED_BY
-    if _LOADED_BY is not None and _LOADED_BY != os.getpid():
+    if _LOADED_BY is not None and os.getpid() != _LOADED_BY:
         raise DatasetError(f"{where}: a Lance dataset read in a process forked after its parent read it: pylance "
                            f"is not fork-safe (it can crash the process); start workers with 'spawn' or "
                            f"'forkserver' (DataLoader(multiprocessing_context='spawn')), or open the dataset "
