@@ -195,7 +195,7 @@ def test_the_encoding_reads_back_typed_and_in_order_many_at_once():
     """``rows.py``: bytes, arrays and JSON values, in each sample's order, a group's heads parsed at once."""
     import numpy as np
 
-    from shardsmith.formats.parquet.rows import RowEncoder, decode_rows
+    from shardsmith.formats.arrow_rows.rows import RowEncoder, decode_rows
     from shardsmith.kit.sample import FileBytes, RecordError, Sample
 
     enc = RowEncoder()

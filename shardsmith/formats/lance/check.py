@@ -13,23 +13,8 @@ from shardsmith.formats.lance.names import quiet_lance
 def layout_problems(ds: Any, out: Any, manifest: dict[str, Any], split: str) -> list[str]:
     quiet_lance()
     import lance
-    from lance.file import LanceFileReader
 
-    problems = []
-    for s, shard in enumerate(ds.shards):
-        path, _, fd = ds.files.local(s)
-        try:
-            rows = LanceFileReader(str(path)).metadata().num_rows
-        except Exception as exc:  # pylance's errors for a file that is not a Lance file
-            problems.append(f"{shard['path']}: not a readable Lance file ({exc})")
-            continue
-        finally:
-            if fd is not None:
-                import os
-
-                os.close(fd)
-        if rows != int(shard["samples"]):
-            problems.append(f"{shard['path']}: {rows} rows, the manifest says {shard['samples']}")
+    problems: list[str] = ds.footer_problems()
     record = manifest["splits"][split].get("lance") or {}
     if problems or not isinstance(out, str | Path) or not record.get("dataset"):
         return problems  # a dataset at a URL: its table's files are checked by their digests alone

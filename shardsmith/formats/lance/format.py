@@ -1,7 +1,7 @@
 """Lance datasets as a registered format: one dataset folder per split, ``{split}.lance/``, that
 pylance opens (``lance.dataset(OUT / "train.lance")``, random access by ``take``), each shard one
 data file and one fragment of it (``data/{split}-{000000}.lance``), rows in the shuffle's order.
-The workers hand it the parquet format's typed samples (``formats/parquet/rows.py``: rows, and
+The workers hand it typed samples (``formats/arrow_rows/rows.py``, as to parquet: rows, and
 images as their bytes, extension and class), typed the same way (``writer.py``); once every shard is written, the split's table is committed over them
 with the same bytes for the same shards (``table.py``: what pylance would write from the clock, and
 how it is fixed). The manifest lists the data files as shards and the table's files as each
@@ -16,7 +16,6 @@ from shardsmith.core.own_files import Folder, OwnFiles
 from shardsmith.errors import DatasetError
 from shardsmith.formats.lance.names import FILE_VERSION, SUFFIX
 from shardsmith.formats.lance.options import OPTIONS
-from shardsmith.formats.parquet.rows import KEY
 from shardsmith.kit.format import CardData, Format, WriteJob
 from shardsmith.kit.sample import SampleEncoder
 from shardsmith.kit.writer import ShardRange, Writer
@@ -36,8 +35,8 @@ class LanceFormat(Format):
     own_files = OwnFiles(folders=(Folder("*" + SUFFIX),))  # {split}.lance/, all of it
 
     def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
-        """The parquet format's typed sample (``formats/parquet/rows.py``): the writer types it the same way."""
-        from shardsmith.formats.parquet.rows import RowEncoder
+        """The typed sample of the formats that store columns (``formats/arrow_rows/rows.py``), as parquet's."""
+        from shardsmith.formats.arrow_rows.rows import RowEncoder
 
         return RowEncoder()
 
@@ -83,14 +82,9 @@ class LanceFormat(Format):
     def verify_deep(self, out: Any, manifest: dict[str, Any], split: str) -> list[str]:
         """Every shard read whole (every page decoded), every row keyed."""
         try:
-            ds = self.open(out, split=split)
-            for s in range(len(ds.shards)):
-                keys = ds.table(s).column(KEY)
-                if keys.null_count:
-                    return [f"{ds.shards[s]['path']}: {keys.null_count} rows have no {KEY}"]
+            return self.open(out, split=split).deep_problems()  # type: ignore[no-any-return]
         except DatasetError as exc:
             return [str(exc)]
-        return []
 
     def describe(self, out: Any, manifest: dict[str, Any]) -> dict[str, Any]:
         """The data files' format and the table's folders, as one line of ``inspect``."""
@@ -106,6 +100,6 @@ class LanceFormat(Format):
 
     def show_one(self, sample: Any) -> dict[str, Any]:
         """A row: its key, and each column's value (long ones by their size)."""
-        from shardsmith.formats.parquet.format import _short
+        from shardsmith.formats.arrow_rows.whole_shards import shown
 
-        return {"key": sample[KEY], "members": {k: _short(v) for k, v in sample.items() if k != KEY}}
+        return shown(sample)

@@ -1,7 +1,7 @@
 """Lance data files, one per shard: ``{split}.lance/data/{split}-{000000}.lance``, written by pylance's
 own fragment writer with fixed settings, so that the same samples give the same bytes.
 
-A shard's rows are typed as the parquet format types them (``formats/parquet/columns.py``: groups
+A shard's rows are typed as the parquet format types them (``formats/arrow_rows/``: groups
 of the workers' samples held lz4-compressed, one schema per shard), then written as an Arrow IPC
 file that a process of the writer's own (``child.py``: pylance is not fork-safe, the workers are
 forked) hands to ``lance.fragment.write_fragments``, into a temporary dataset folder (pylance names
@@ -20,97 +20,46 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
-
-import numpy as np
+from typing import Any
 
 from shardsmith.errors import ShardsmithError
+from shardsmith.formats.arrow_rows.grouped import GroupedRowsWriter
 from shardsmith.formats.lance.names import FILE_VERSION, SUFFIX, dataset_dir, hashed
-from shardsmith.formats.parquet.columns import cast_to, group_table, packed, packed_schema, unified, unpacked
-from shardsmith.kit.rollover import UNLIMITED, Rollover
-from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
+from shardsmith.kit.writer import ShardRange, ShardRecord
 
 GROUP_ROWS = 100_000  # rows typed at once (a group's values are held decoded while they are)
 GROUP_BYTES = 32 << 20
 
 
-class LanceShardWriter(Writer):
+class LanceShardWriter(GroupedRowsWriter):
     """Rolls over by ``shard_samples``/``shard_bytes``; each shard one Lance data file (one fragment)."""
 
     name = "lance"
     suffix = SUFFIX
-    keeps_batches: ClassVar[bool] = False  # every sample is decoded as it comes
 
     def __init__(self, *, out_dir: Path, split: str, shard_samples: int | None, shard_bytes: int | None,
                  part: ShardRange | None = None) -> None:
-        super().__init__(out_dir=out_dir, split=split, part=part)
-        self.shard_samples, self.shard_bytes = shard_samples, shard_bytes
+        super().__init__(out_dir=out_dir, split=split, shard_samples=shard_samples, shard_bytes=shard_bytes,
+                         group_rows=GROUP_ROWS, group_bytes=GROUP_BYTES, part=part)
         self.root = self.out_dir / dataset_dir(split)
-        self._shard = self.rollover()
-        self._group = _group_rollover()
-        self._rows: list[bytes] = []
-        self._groups: list[Any] = []  # the shard's finished groups, packed (``columns.packed``)
-        self._count = 0
         self._lance: _Child | None = None  # the process that writes the data files (``child.py``)
-
-    def rollover(self) -> Rollover:
-        return Rollover(max_weight=self.shard_bytes or UNLIMITED, max_samples=self.shard_samples)
 
     def preload(self) -> None:
         import pyarrow.ipc  # noqa: F401 (imported once, in the parent; pylance in the writers' own processes)
 
-    def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
-        lengths = np.asarray(lengths, dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(lengths)]).tolist()
-        bounds = [0, *self._shard.cut(lengths), len(lengths)]
-        for k, (a, b) in enumerate(zip(bounds, bounds[1:])):
-            if k:  # a shard ends before sample a
-                self._flush()
-            groups = set(self._group.cut(lengths[a:b]))
-            for i in range(a, b):
-                if i - a in groups:
-                    self._end_group()
-                self._rows.append(bytes(payload[starts[i]:starts[i + 1]]))
-                self._count += 1
-
-    def shard_full(self) -> None:
-        self._flush()
-        self._shard = self.rollover()
-
-    def _end_group(self) -> None:
-        if self._rows:
-            where = f"shard {self.shard_name(self.next_index())}"
-            self._groups.append(packed(group_table(self._rows, where=where)))
-            self._rows = []
-
-    def _flush(self) -> None:
-        self._end_group()
-        self._group = _group_rollover()
-        if not self._groups:
-            return
+    def write_shard(self, name: str, schema: Any, tables: Iterator[Any], rows: int) -> ShardRecord:
         import pyarrow as pa
 
         from shardsmith.formats.lance.schema import pinned
 
-        name = self.shard_name(self.next_index())
-        where = f"shard {name}"
-        schema = unified([packed_schema(g) for g in self._groups], where=where)
-        groups = self._groups
-
         fixed = pinned(schema)  # the compression of text and bytes named (``schema.COMPRESSION``)
+        batches = (pa.RecordBatch.from_arrays(batch.columns, schema=fixed) for table in tables
+                   for batch in table.to_batches())
+        return self._write_file(name, fixed, batches, rows)
 
-        def batches() -> Any:
-            while groups:
-                for batch in cast_to(unpacked(groups.pop(0)), schema, where=where).to_batches():
-                    yield pa.RecordBatch.from_arrays(batch.columns, schema=fixed)
-
-        record = self._write_file(name, fixed, batches())
-        self.shards.append(record)
-        self.md5s.append(None)
-        self._count = 0
-
-    def _write_file(self, name: str, schema: Any, batches: Any) -> ShardRecord:
+    def _write_file(self, name: str, schema: Any, batches: Any, rows: int) -> ShardRecord:
         """The shard's rows as one Lance data file, renamed into place; its record. pylance writes
         it in this writer's own process (``child.py``: it is not fork-safe), from an Arrow IPC file."""
         import pyarrow as pa
@@ -131,7 +80,7 @@ class LanceShardWriter(Writer):
             shutil.rmtree(tmp, ignore_errors=True)
             arrow.unlink(missing_ok=True)
         size, sha = hashed(target)
-        return ShardRecord(path=f"{dataset_dir(self.split)}/data/{name}", samples=self._count, bytes=size,
+        return ShardRecord(path=f"{dataset_dir(self.split)}/data/{name}", samples=rows, bytes=size,
                            sha256=sha, extra={"columns": _column_paths(schema, data, name),
                                               "file_version": f"{data['major']}.{data['minor']}"})
 
@@ -155,13 +104,12 @@ class LanceShardWriter(Writer):
 
     def close(self) -> list[ShardRecord]:
         try:
-            self._flush()
+            return super().close()
         finally:
             self._end_child()
-        return self.shards
 
     def abort(self) -> None:
-        self._rows, self._groups, self._count = [], [], 0
+        super().abort()
         self._end_child()
 
 
@@ -211,7 +159,3 @@ class _Child:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-
-
-def _group_rollover() -> Rollover:
-    return Rollover(max_weight=GROUP_BYTES, max_samples=GROUP_ROWS)

@@ -31,7 +31,7 @@ def shard_schema(out: Path, manifest: dict[str, Any]) -> Any:
     """The schema of every shard of the dataset, unified (their footers only are read)."""
     import pyarrow.parquet as pq
 
-    from shardsmith.formats.parquet.columns import unified
+    from shardsmith.formats.arrow_rows.columns import unified
 
     schemas = [pq.read_schema(resolve_inside(out, shard["path"]))
                for split in manifest["splits"].values() for shard in split["shards"]]

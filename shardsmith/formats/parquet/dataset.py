@@ -1,76 +1,32 @@
-"""A split of Parquet shards as a loader dataset: ``ds[i]`` is row ``i`` as a dict of its columns
-(``__key__`` first), as pyarrow gives them. A shard is read whole when a row of it is first asked
-for, and kept while the next rows come from it (the loader reads them in shard order when it does
-not shuffle); enough for ``verify --deep`` and ``inspect``, not yet the loader for training runs."""
+"""A split of Parquet shards as a loader dataset (``arrow_rows/whole_shards.py``): ``ds[i]`` is row
+``i`` as a dict of its columns (``__key__`` first), as pyarrow reads them; a shard read whole when a
+row of it is first asked for. Enough for ``verify --deep`` and ``inspect``, not yet the loader for
+training runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from shardsmith.errors import DatasetError
-from shardsmith.formats.parquet.rows import KEY
-from shardsmith.kit.dataset import Dataset
+from shardsmith.formats.arrow_rows.whole_shards import WholeShardRows
 from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 NAME = "parquet"
 
 
-class ParquetDataset(Dataset):
+class ParquetDataset(WholeShardRows):
     """One split's rows: ``len``, ``ds[i]``, ``read(indices)`` (a list of rows) and the loader's protocol."""
 
     kind = SampleKind("parquet rows", ListForm())
+    fmt = NAME
+    files_are = "Parquet"
 
-    def __init__(self, out_dir: str | Path | Any, *, split: str) -> None:
-        from shardsmith.kit.dataset_files import files_for
-
-        self.files = files_for(out_dir)
-        self.out_dir = out_dir
-        self.split = split
-        _, self.shards = self.files.load_split(fmt=NAME, split=split)
-        self.ends = np.cumsum([int(s["samples"]) for s in self.shards], dtype=np.int64)
-        self._held: tuple[int, Any] | None = None
-
-    def __len__(self) -> int:
-        return int(self.ends[-1]) if len(self.ends) else 0
-
-    def table(self, s: int) -> Any:
-        """Shard ``s`` read whole (kept until another is asked for), its rows counted against the manifest."""
-        if self._held is not None and self._held[0] == s:
-            return self._held[1]
+    def read_file(self, path: Path, where: str) -> Any:
         import pyarrow.parquet as pq
 
-        path, _, fd = self.files.local(s)
-        try:
-            table = pq.read_table(path)
-        except Exception as exc:  # pyarrow's errors for a file that is not Parquet
-            raise DatasetError(f"{self.shards[s]['path']}: not a readable Parquet file ({exc})") from None
-        finally:
-            if fd is not None:
-                import os
+        return pq.read_table(path)
 
-                os.close(fd)
-        if table.num_rows != int(self.shards[s]["samples"]):
-            raise DatasetError(f"{self.shards[s]['path']}: {table.num_rows} rows, the manifest says "
-                               f"{self.shards[s]['samples']}")
-        self._held = (s, table)
-        return table
+    def count_rows(self, path: Path) -> int:
+        import pyarrow.parquet as pq
 
-    def where(self, i: int) -> tuple[int, int]:
-        if not 0 <= i < len(self):
-            raise IndexError(f"sample {i} of a split of {len(self)}")
-        s = int(np.searchsorted(self.ends, i, side="right"))
-        return s, i - (int(self.ends[s - 1]) if s else 0)
-
-    def __getitem__(self, i: int) -> dict[str, Any]:
-        s, j = self.where(int(i))
-        return self.table(s).slice(j, 1).to_pylist()[0]  # type: ignore[no-any-return]
-
-    def read(self, indices: Any) -> list[dict[str, Any]]:
-        return [self[int(i)] for i in np.asarray(indices).reshape(-1)]
-
-    def origin(self, i: int) -> tuple[str, str]:
-        s, _ = self.where(int(i))
-        return self.shards[s]["path"], str(self[int(i)][KEY])
+        return int(pq.ParquetFile(path).metadata.num_rows)

@@ -1,4 +1,5 @@
-"""The parquet format's encoding of a sample (``Format.encoder``), made to be read back many at once.
+"""The encoding of a sample for the formats that store rows as typed columns (``Format.encoder`` of
+parquet and lance), made to be read back many at once.
 
 A sample is ``<u32 n>`` then ``n`` bytes of JSON, ``[key, order, plain, blobs]``, then the blobs' bytes:
 ``plain`` the fields JSON holds (by name), ``blobs`` the others as ``[name, "bytes", [size]]`` or

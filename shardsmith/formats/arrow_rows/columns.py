@@ -7,7 +7,7 @@ lists and objects: lists and structs; a numpy array: a list, nested by its dimen
 row groups are then given one schema (``unified``, ``cast_to``: pyarrow's permissive promotion, a column
 null in one group takes the type it has in another). Values of types no one column holds (an int
 here, a string there) stop the run in one line naming the field: Parquet has no column of both.
-The dataset card unifies the shards' schemas the same way (``card.py``), so that ``datasets``
+The parquet dataset card unifies the shards' schemas the same way (``formats/parquet/card.py``), so that ``datasets``
 casts each file to one set of features.
 """
 
@@ -21,7 +21,7 @@ import pyarrow.ipc  # noqa: F401 (pa.ipc)
 
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import ShardsmithError
-from shardsmith.formats.parquet.rows import KEY, decode_rows
+from shardsmith.formats.arrow_rows.rows import KEY, decode_rows
 
 
 def group_table(samples: list[bytes], *, where: str) -> pa.Table:
