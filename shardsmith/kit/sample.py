@@ -28,8 +28,9 @@ import orjson
 # which a source knows only once it reads them (a JSON object's keys, a table's columns)
 OTHER_FIELDS = "*"
 TEXT = "__text__"  # the neutral schema's entry for the text ``--text-field`` names (beside ``__key__``)
-_HEAD = struct.Struct("<I")  # the JSON header's length, before it
-_JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
+KEY = "__key__"  # the sample's key where a format stores it beside the fields (as webdataset's loaders name it)
+HEAD = struct.Struct("<I")  # a framed encoding's JSON header length, before it (the neutral one's, the rows')
+JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
 class RecordError(Exception):
@@ -55,18 +56,15 @@ class Sample(NamedTuple):
         """A sample from its neutral encoding, typed as it was given: bytes as bytes, arrays as
         (read-only) numpy arrays of their dtype and shape, the other values as JSON reads them."""
         view = memoryview(data)
-        (size,) = _HEAD.unpack_from(view, 0)
-        head = orjson.loads(view[_HEAD.size:_HEAD.size + size])
-        pos = _HEAD.size + size
+        (size,) = HEAD.unpack_from(view, 0)
+        head = orjson.loads(view[HEAD.size:HEAD.size + size])
+        pos = HEAD.size + size
         fields: dict[str, Any] = {}
         for name, kind, value in head["fields"]:
             if kind == "value":
                 fields[name] = value
-                continue
-            nbytes = value[0] if kind == "bytes" else value[2]
-            blob = bytes(view[pos:pos + nbytes])
-            pos += nbytes
-            fields[name] = blob if kind == "bytes" else np.frombuffer(blob, dtype=value[0]).reshape(value[1])
+            else:
+                fields[name], pos = unbinary(kind, value, view, pos)
         return cls(key=head["key"], fields=fields, text=head["text"])
 
 
@@ -103,20 +101,44 @@ class NeutralEncoder(SampleEncoder):
         described: list[list[Any]] = []
         blobs: list[bytes] = []
         for name, value in sample.fields.items():
-            if isinstance(value, FileBytes):
-                value = value.data
-            if isinstance(value, bytes | bytearray | memoryview):
-                blobs.append(bytes(value))
-                described.append([name, "bytes", [len(blobs[-1])]])
-            elif isinstance(value, np.ndarray):
-                array = np.ascontiguousarray(value)
-                blobs.append(array.tobytes())
-                described.append([name, "array", [array.dtype.str, list(array.shape), len(blobs[-1])]])
-            else:
+            blob = binary(value)
+            if blob is None:
                 described.append([name, "value", value])
-        try:  # a value JSON cannot hold (a date, a decimal) is given as its str
-            head = orjson.dumps({"key": sample.key, "text": sample.text, "fields": described}, default=str,
-                                option=_JSON_OPTIONS)
-        except orjson.JSONEncodeError as exc:
-            raise RecordError(f"the record cannot be written ({exc})") from None
-        return [_HEAD.pack(len(head)), head, *blobs]
+            else:
+                blobs.append(blob[2])
+                described.append([name, blob[0], blob[1]])
+        return framed({"key": sample.key, "text": sample.text, "fields": described}, blobs)
+
+
+def binary(value: Any) -> tuple[str, list[Any], bytes] | None:
+    """A field's value that a framed encoding carries after its JSON header, as (kind, what reads it
+    back, its bytes): ``bytes`` ``[size]`` (``FileBytes``: its data), ``array`` ``[dtype, shape,
+    size]``; None for a value the header's JSON holds."""
+    if isinstance(value, FileBytes):
+        value = value.data
+    if isinstance(value, bytes | bytearray | memoryview):
+        data = bytes(value)
+        return "bytes", [len(data)], data
+    if isinstance(value, np.ndarray):
+        array = np.ascontiguousarray(value)
+        data = array.tobytes()
+        return "array", [array.dtype.str, list(array.shape), len(data)], data
+    return None
+
+
+def unbinary(kind: str, meta: list[Any], data: Any, pos: int) -> tuple[Any, int]:
+    """``binary``'s value back from ``data`` at ``pos`` (bytes, or a read-only array), and where the next begins."""
+    nbytes = meta[0] if kind == "bytes" else meta[2]
+    blob = bytes(data[pos:pos + nbytes])
+    value = blob if kind == "bytes" else np.frombuffer(blob, dtype=meta[0]).reshape(meta[1])
+    return value, pos + nbytes
+
+
+def framed(head: Any, blobs: list[bytes]) -> list[bytes]:
+    """A framed encoding's pieces: the header's length, the header as JSON, the blobs' bytes. A value
+    JSON cannot hold (a date, a decimal) is given as its str; one it cannot encode is a bad record."""
+    try:
+        data = orjson.dumps(head, default=str, option=JSON_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        raise RecordError(f"the record cannot be written ({exc})") from None
+    return [HEAD.pack(len(data)), data, *blobs]

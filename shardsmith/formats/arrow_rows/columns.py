@@ -21,7 +21,8 @@ import pyarrow.ipc  # noqa: F401 (pa.ipc)
 
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import ShardsmithError
-from shardsmith.formats.arrow_rows.rows import KEY, decode_rows
+from shardsmith.formats.arrow_rows.rows import decode_rows
+from shardsmith.kit.sample import KEY
 
 
 def group_table(samples: list[bytes], *, where: str) -> pa.Table:

@@ -11,17 +11,11 @@ on its own, which is most of what writing a row group costs."""
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
-import numpy as np
 import orjson
 
-from shardsmith.kit.sample import FileBytes, RecordError, Sample, SampleEncoder
-
-KEY = "__key__"  # the sample's key, a column of its own (as webdataset's loaders name it)
-_HEAD = struct.Struct("<I")
-_JSON = orjson.OPT_SERIALIZE_NUMPY
+from shardsmith.kit.sample import HEAD, KEY, RecordError, Sample, SampleEncoder, binary, framed, unbinary
 
 
 class RowEncoder(SampleEncoder):
@@ -29,29 +23,19 @@ class RowEncoder(SampleEncoder):
 
     def encode(self, sample: Sample) -> list[bytes]:
         plain: dict[str, Any] = {}
-        blobs: list[list[Any]] = []
-        data: list[bytes] = []
+        described: list[list[Any]] = []
+        blobs: list[bytes] = []
         for name, value in sample.fields.items():
             if name == KEY:
                 raise RecordError(f"a field is named {KEY}, the column of the sample's key in Parquet: rename it "
                                   f"(--transform select=...)")
-            if isinstance(value, FileBytes):
-                value = value.data
-            if isinstance(value, bytes | bytearray | memoryview):
-                data.append(bytes(value))
-                blobs.append([name, "bytes", [len(data[-1])]])
-            elif isinstance(value, np.ndarray):
-                array = np.ascontiguousarray(value)
-                data.append(array.tobytes())
-                blobs.append([name, "array", [array.dtype.str, list(array.shape), len(data[-1])]])
-            else:
+            blob = binary(value)
+            if blob is None:
                 plain[name] = value
-        order = list(sample.fields) if blobs else None
-        try:  # a value JSON cannot hold (a date, a decimal) is given as its str
-            head = orjson.dumps([sample.key, order, plain, blobs], default=str, option=_JSON)
-        except orjson.JSONEncodeError as exc:
-            raise RecordError(f"the record cannot be written ({exc})") from None
-        return [_HEAD.pack(len(head)), head, *data]
+            else:
+                blobs.append(blob[2])
+                described.append([name, blob[0], blob[1]])
+        return framed([sample.key, list(sample.fields) if blobs else None, plain, described], blobs)
 
     def schema(self, fields: dict[str, Any], *, text_from: str | None) -> dict[str, Any]:
         """The columns: the key, then the fields as described (the text is the column it came from)."""
@@ -60,18 +44,16 @@ class RowEncoder(SampleEncoder):
 
 def decode_rows(samples: list[bytes]) -> tuple[list[str], list[dict[str, Any]]]:
     """The keys and the fields of encoded samples, in order (the JSON heads parsed in one call)."""
-    sizes = [_HEAD.unpack_from(s)[0] for s in samples]
-    heads = orjson.loads(b"[" + b",".join([memoryview(s)[4:4 + n] for s, n in zip(samples, sizes)]) + b"]")
+    sizes = [HEAD.unpack_from(s)[0] for s in samples]
+    at = HEAD.size
+    heads = orjson.loads(b"[" + b",".join([memoryview(s)[at:at + n] for s, n in zip(samples, sizes)]) + b"]")
     keys = [h[0] for h in heads]
     rows = [h[2] for h in heads]
     for k, head in enumerate(heads):
         if not head[3]:
             continue
-        data, pos, row = samples[k], 4 + sizes[k], rows[k]
+        data, pos, row = samples[k], at + sizes[k], rows[k]
         for name, kind, meta in head[3]:
-            nbytes = meta[0] if kind == "bytes" else meta[2]
-            blob = data[pos:pos + nbytes]
-            pos += nbytes
-            row[name] = blob if kind == "bytes" else np.frombuffer(blob, dtype=meta[0]).reshape(meta[1])
+            row[name], pos = unbinary(kind, meta, data, pos)
         rows[k] = {name: row[name] for name in head[1]}
     return keys, rows

@@ -13,8 +13,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from shardsmith.errors import DatasetError
-from shardsmith.formats.arrow_rows.rows import KEY
 from shardsmith.kit.dataset import Dataset
+from shardsmith.kit.sample import KEY
 
 
 class WholeShardRows(Dataset):

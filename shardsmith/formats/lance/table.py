@@ -27,8 +27,9 @@ from typing import Any
 from shardsmith.errors import ShardsmithError
 from shardsmith.formats.lance.names import dataset_dir, hashed, quiet_lance
 from shardsmith.formats.lance.schema import joined, placed
+from shardsmith.kit.sample import KEY
 
-EMPTY = ("__key__", "string")  # an empty split's one column: the key every row has
+EMPTY = (KEY, "string")  # an empty split's one column: the key every row has
 _FOOTER = struct.Struct("<QHH4s")
 _MAGIC = b"LANC"
 _TIMESTAMP = 7  # Manifest.timestamp in Lance's table.proto

@@ -32,9 +32,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shardsmith.kit.sample import FileBytes, RecordError, Sample, SampleEncoder
+from shardsmith.kit.sample import KEY, FileBytes, RecordError, Sample, SampleEncoder
 
-KEY = "__key__"
 HEAD = struct.Struct("<H")
 _INT64 = struct.Struct("<q")
 _FLOAT64 = struct.Struct("<d")

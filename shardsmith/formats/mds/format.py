@@ -20,7 +20,7 @@ from shardsmith.core.own_files import Folder, OwnFiles
 from shardsmith.errors import DatasetError, UsageError
 from shardsmith.formats.mds.options import OPTIONS
 from shardsmith.kit.format import CardData, Format, WriteJob
-from shardsmith.kit.sample import SampleEncoder
+from shardsmith.kit.sample import KEY, SampleEncoder
 from shardsmith.kit.writer import ShardRange, Writer
 
 INDEX = "index.json"  # (shard.INDEX: named here too, so that the registry imports no more than this module)
@@ -109,7 +109,7 @@ class MdsFormat(Format):
         """Every sample decoded, its key present."""
         try:
             ds = self.open(out, split=split)
-            return [f"{split}[{i}]: no key" for i in range(len(ds)) if not ds[i].get("__key__")]
+            return [f"{split}[{i}]: no key" for i in range(len(ds)) if not ds[i].get(KEY)]
         except DatasetError as exc:
             return [str(exc)]
 
@@ -135,6 +135,6 @@ class MdsFormat(Format):
 
     def show_one(self, sample: Any) -> dict[str, Any]:
         """A sample's key, and each column's size (text and bytes) or value (numbers) or type."""
-        return {"key": sample.get("__key__"),
+        return {"key": sample.get(KEY),
                 "members": {k: (len(v) if isinstance(v, bytes | str) else v if isinstance(v, int | float) else
-                                type(v).__name__) for k, v in sample.items() if k != "__key__"}}
+                                type(v).__name__) for k, v in sample.items() if k != KEY}}
