@@ -226,9 +226,7 @@ class EpochPipeline(EpochStream):
             self._live = live = walk(order[layout.positions_of(steps)], mend=self.fetch.sample)
             yield live
             self._produced = self._produced  # the part's count, kept once its walk is let go
-        release = self.dataset.release
-        if release is not None:
-            release()
+        self._release()
 
     def _enter(self, k: int) -> None:
         """Part k starts: the skip policy learns its epoch and this stream's steps of it (the base of a
@@ -271,6 +269,10 @@ class EpochPipeline(EpochStream):
                     done += 1
                     self._produced += 1
                     yield item if collate is None else collate(item)
+        self._release()
+
+    def _release(self) -> None:
+        """The iteration is over: the dataset lets go of what it holds open (``Dataset.release``)."""
         release = self.dataset.release
         if release is not None:
             release()

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.core.own_files import Folder, OwnFiles
-from shardsmith.errors import DatasetError
+from shardsmith.formats.arrow_rows.format import ColumnsFormat
 from shardsmith.formats.lance.names import FILE_VERSION, SUFFIX
 from shardsmith.formats.lance.options import OPTIONS
-from shardsmith.kit.format import CardData, Format, WriteJob
-from shardsmith.kit.sample import SampleEncoder
+from shardsmith.kit.format import CardData, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
 
 NOTE = ("Each split is a Lance dataset, a folder that pylance opens as it is: `lance.dataset(\"path/to/this/folder/"
@@ -25,7 +24,7 @@ NOTE = ("Each split is a Lance dataset, a folder that pylance opens as it is: `l
         "`ds.to_table()` reads it whole. `__key__` names each row's input.")
 
 
-class LanceFormat(Format):
+class LanceFormat(ColumnsFormat):
     name = "lance"
     manifest_format = "lance"
     option = OPTIONS.to
@@ -33,12 +32,6 @@ class LanceFormat(Format):
     accepts = ("rows", "images")
     sample_unit = "row"
     own_files = OwnFiles(folders=(Folder("*" + SUFFIX),))  # {split}.lance/, all of it
-
-    def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
-        """The typed sample of the formats that store columns (``formats/arrow_rows/rows.py``), as parquet's."""
-        from shardsmith.formats.arrow_rows.rows import RowEncoder
-
-        return RowEncoder()
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.lance.writer import LanceShardWriter
@@ -79,13 +72,6 @@ class LanceFormat(Format):
 
         return layout_problems(self.open(out, split=split), out, manifest, split)
 
-    def verify_deep(self, out: Any, manifest: dict[str, Any], split: str) -> list[str]:
-        """Every shard read whole (every page decoded), every row keyed."""
-        try:
-            return self.open(out, split=split).deep_problems()  # type: ignore[no-any-return]
-        except DatasetError as exc:
-            return [str(exc)]
-
     def describe(self, out: Any, manifest: dict[str, Any]) -> dict[str, Any]:
         """The data files' format and the table's folders, as one line of ``inspect``."""
         settings = manifest.get("lance") or {}
@@ -97,9 +83,3 @@ class LanceFormat(Format):
     def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
         return CardData(notes=(NOTE,), unreadable="Lance datasets are read with pylance (lance.dataset) or "
                                                   "shardsmith.open, not HuggingFace datasets - see README.md")
-
-    def show_one(self, sample: Any) -> dict[str, Any]:
-        """A row: its key, and each column's value (long ones by their size)."""
-        from shardsmith.formats.arrow_rows.whole_shards import shown
-
-        return shown(sample)

@@ -9,15 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from shardsmith.core.own_files import OwnFiles
-from shardsmith.errors import DatasetError
+from shardsmith.formats.arrow_rows.format import ColumnsFormat
 from shardsmith.formats.parquet.options import OPTIONS
 from shardsmith.formats.parquet.writer import SETTINGS, SUFFIX
-from shardsmith.kit.format import CardData, Format, WriteJob
-from shardsmith.kit.sample import SampleEncoder
+from shardsmith.kit.format import CardData, WriteJob
 from shardsmith.kit.writer import ShardRange, Writer
 
 
-class ParquetFormat(Format):
+class ParquetFormat(ColumnsFormat):
     name = "parquet"
     manifest_format = "parquet"
     option = OPTIONS.to
@@ -25,12 +24,6 @@ class ParquetFormat(Format):
     accepts = ("rows",)
     sample_unit = "row"
     own_files = OwnFiles(files=("*-" + "[0-9]" * 6 + SUFFIX,))  # {split}-{000000}.parquet
-
-    def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
-        """The typed sample, encoded so that the writer reads a row group's back at once (``rows.py``)."""
-        from shardsmith.formats.arrow_rows.rows import RowEncoder
-
-        return RowEncoder()
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.parquet.writer import ParquetShardWriter
@@ -53,13 +46,6 @@ class ParquetFormat(Format):
         """Every shard's footer: a Parquet file of as many rows as the manifest says."""
         return self.open(out, split=split).footer_problems()  # type: ignore[no-any-return]
 
-    def verify_deep(self, out: Any, manifest: dict[str, Any], split: str) -> list[str]:
-        """Every shard read whole (every page decompressed and decoded), every row keyed."""
-        try:
-            return self.open(out, split=split).deep_problems()  # type: ignore[no-any-return]
-        except DatasetError as exc:
-            return [str(exc)]
-
     def describe(self, out: Any, manifest: dict[str, Any]) -> dict[str, Any]:
         """The writer's settings and the row groups' limits, as one line of ``inspect``."""
         settings, options = manifest.get("parquet") or {}, manifest.get("format_options") or {}
@@ -71,9 +57,3 @@ class ParquetFormat(Format):
         from shardsmith.formats.parquet.card import parquet_card
 
         return parquet_card(out, manifest)
-
-    def show_one(self, sample: Any) -> dict[str, Any]:
-        """A row: its key, and each column's value (long ones by their size)."""
-        from shardsmith.formats.arrow_rows.whole_shards import shown
-
-        return shown(sample)
