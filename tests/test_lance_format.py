@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_parquet_format import input_rows, jsonl_rows, parquet_table, same_fields
+from test_parquet_format import convert_to, input_rows, same_fields, write_inputs
 
 from shardsmith.testing.runs import digest, manifest, run, run_ok
 
@@ -21,26 +21,15 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 pytestmark = pytest.mark.filterwarnings("ignore:lance is not fork-safe")
-SMALL = ["--shard-samples", "25"]
 
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("lance_inputs")
-    (root / "rows").mkdir()
-    rows = jsonl_rows()
-    for name, part in (("a.jsonl", rows[:50]), ("b.jsonl", rows[50:])):
-        (root / "rows" / name).write_text("".join(json.dumps(r) + "\n" for r in part))
-    (root / "table").mkdir()
-    table = parquet_table()
-    pq.write_table(table.slice(0, 35), root / "table" / "a.parquet", row_group_size=10)
-    pq.write_table(table.slice(35), root / "table" / "b.parquet", row_group_size=10)
-    return {"rows": root / "rows", "table": root / "table"}
+    return write_inputs(tmp_path_factory.mktemp("lance_inputs"))
 
 
 def convert(src: Path, out: Path, *args: str) -> Path:
-    run_ok(["convert", str(src), "-o", str(out), "--seed", "3", "--memory", "64MB", *SMALL, "--to", "lance", *args])
-    return out
+    return convert_to("lance", src, out, *args)
 
 
 @pytest.fixture(scope="module")

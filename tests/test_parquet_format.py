@@ -18,7 +18,7 @@ from shardsmith.testing.runs import digest, manifest, run, run_ok
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
-SMALL = ["--shard-samples", "25", "--row-group-rows", "10"]
+SMALL = ["--shard-samples", "25"]  # (and for parquet, row groups of 10: ``convert``)
 
 
 def jsonl_rows(n: int = 80) -> list[dict[str, Any]]:
@@ -45,9 +45,8 @@ def parquet_table(n: int = 60) -> Any:
                      "maybe": pa.array([None if i % 3 else f"m{i}" for i in ids], pa.string())})
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("parquet_inputs")
+def write_inputs(root: Path) -> dict[str, Path]:
+    """Two JSONL files and two Parquet files of the rows above (what the columns formats' tests convert)."""
     (root / "rows").mkdir()
     rows = jsonl_rows()
     for name, part in (("a.jsonl", rows[:50]), ("b.jsonl", rows[50:])):
@@ -59,9 +58,18 @@ def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"rows": root / "rows", "table": root / "table"}
 
 
-def convert(src: Path, out: Path, *args: str) -> Path:
-    run_ok(["convert", str(src), "-o", str(out), "--seed", "3", "--memory", "64MB", *SMALL, "--to", "parquet", *args])
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_inputs(tmp_path_factory.mktemp("parquet_inputs"))
+
+
+def convert_to(to: str, src: Path, out: Path, *args: str) -> Path:
+    run_ok(["convert", str(src), "-o", str(out), "--seed", "3", "--memory", "64MB", *SMALL, "--to", to, *args])
     return out
+
+
+def convert(src: Path, out: Path, *args: str) -> Path:
+    return convert_to("parquet", src, out, "--row-group-rows", "10", *args)
 
 
 @pytest.fixture(scope="module")
