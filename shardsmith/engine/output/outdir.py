@@ -222,9 +222,9 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
     a ``README.md`` alone in a folder is the user's."""
     owned = registry.own_files()
     card = (out / MANIFEST).exists() or read_run_file(out) is not None
-    own = all(owned.ours(p, card=card) for p in present)
+    foreign = owned.foreign(out, card=card)  # what is not shardsmith's (its files are the user's)
     same = False
-    if own and not (out / MANIFEST).exists() and not overwrite:
+    if not foreign and not (out / MANIFEST).exists() and not overwrite:
         previous = read_run_file(out)
         same = previous is not None and run is not None and previous.get("options") == run["options"]
         if not same and previous is not None:
@@ -241,7 +241,6 @@ def _clear(out: Path, present: list[Path], *, overwrite: bool, run: dict[str, st
     if not overwrite:
         raise UsageError(f"-o {out}: folder is not empty ({plural(len(present), 'entry')}); pass --overwrite to "
                          f"replace a previous dataset there")
-    foreign = owned.foreign(out, card=card)
     if foreign:  # refused before anything is removed: the old dataset stays whole beside the user's files
         raise UsageError(f"-o {out}: --overwrite removes only shardsmith's own files; also found {foreign[:3]} "
                          f"(nothing was removed)")
