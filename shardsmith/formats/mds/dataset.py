@@ -2,8 +2,9 @@
 ``shardsmith.open``): each shard's header and offsets checked, each sample decoded on demand as
 ``{column: value}`` (images as their file's bytes, not PIL images: ``streaming`` opens those).
 
-The shards are read whole when the dataset is opened: fine for ``inspect`` and ``verify``; a loader
-of large MDS datasets reads them with ``streaming`` (left for later: reading through mapped files).
+A shard is read whole when a sample of it is first asked for (one held at a time): fine for
+``inspect`` and ``verify``; a loader of large MDS datasets reads them with ``streaming`` (left for
+later: reading through mapped files).
 """
 
 from __future__ import annotations
@@ -13,34 +14,14 @@ import struct
 from typing import Any
 
 import numpy as np
-import orjson
 
 from shardsmith.errors import DatasetError
+from shardsmith.formats.mds.encoding import decode_value
 from shardsmith.formats.mds.shard import VERSION, column_values
 from shardsmith.kit.dataset import Dataset
 from shardsmith.kit.sample_kind import ListForm, SampleKind
 
 NAME = "mds"
-_INT64 = struct.Struct("<q")
-_FLOAT64 = struct.Struct("<d")
-
-
-def decode_value(encoding: str, data: bytes) -> Any:
-    """One column's value, as the encoder was given it."""
-    if encoding == "str":
-        return data.decode("utf-8")
-    if encoding in ("bytes", "jpeg", "png"):
-        return data
-    if encoding == "int":
-        return _INT64.unpack(data)[0]
-    if encoding == "float64":
-        return _FLOAT64.unpack(data)[0]
-    if encoding == "json":
-        return orjson.loads(data)
-    if encoding.startswith("ndarray:"):
-        _, dtype, shape = encoding.split(":")
-        return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape([int(s) for s in shape.split(",")])
-    raise DatasetError(f"MDS encoding {encoding!r} is not one shardsmith writes")
 
 
 class MdsShard:
@@ -78,18 +59,27 @@ class MdsShard:
 
 
 class MdsDataset(Dataset):
-    """A split's samples: ``len``, ``ds[i]`` and ``read``, the loader's protocol."""
+    """A split's samples: ``len``, ``ds[i]`` and ``read``, the loader's protocol. A shard is read (and
+    its header checked) when a sample of it is first asked for, and kept while the next come from it."""
 
     kind = SampleKind("mds rows", ListForm())
 
     def __init__(self, out_dir: Any, *, split: str) -> None:
         from shardsmith.kit.dataset_files import files_for
 
-        files = files_for(out_dir)
-        _, entries = files.load_split(fmt=NAME, split=split)
-        self.shards = [MdsShard(files.sidecar(e), where=f"{getattr(files, 'where', out_dir)}/{e['path']}",
-                                samples=int(e["samples"])) for e in entries]
-        self.starts = np.cumsum([0, *(len(s) for s in self.shards)])
+        self.files = files_for(out_dir)
+        _, self.entries = self.files.load_split(fmt=NAME, split=split)
+        self.where = getattr(self.files, "where", out_dir)
+        self.starts = np.cumsum([0, *(int(e["samples"]) for e in self.entries)])
+        self._held: tuple[int, MdsShard] | None = None
+
+    def shard(self, s: int) -> MdsShard:
+        """Shard ``s``, read whole and checked against the manifest (kept until another is asked for)."""
+        if self._held is None or self._held[0] != s:
+            e = self.entries[s]
+            self._held = (s, MdsShard(self.files.sidecar(e), where=f"{self.where}/{e['path']}",
+                                      samples=int(e["samples"])))
+        return self._held[1]
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -99,7 +89,7 @@ class MdsDataset(Dataset):
         if not 0 <= i < len(self):
             raise IndexError(i)
         s = int(np.searchsorted(self.starts, i, side="right")) - 1
-        return self.shards[s].sample(i - int(self.starts[s]))
+        return self.shard(s).sample(i - int(self.starts[s]))
 
     def read(self, indices: Any) -> list[dict[str, Any]]:
         return [self[int(i)] for i in np.asarray(indices).reshape(-1)]

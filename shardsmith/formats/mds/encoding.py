@@ -48,12 +48,38 @@ IMAGE_ENCODINGS = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png"}
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
+def ndarray_of(encoding: str) -> tuple[np.dtype, list[int]] | None:
+    """An ``ndarray:{dtype}:{shape}`` encoding's little-endian dtype and shape; None for another encoding."""
+    if not encoding.startswith("ndarray:"):
+        return None
+    _, dtype, shape = encoding.split(":")
+    return np.dtype(dtype).newbyteorder("<"), [int(s) for s in shape.split(",")]
+
+
 def column_size(encoding: str) -> int | None:
     """A column's fixed size in bytes (``column_sizes`` in the shard's header), None when variable."""
-    if encoding.startswith("ndarray:"):
-        _, dtype, shape = encoding.split(":")
-        return int(np.prod([int(s) for s in shape.split(",")])) * np.dtype(dtype).itemsize
+    array = ndarray_of(encoding)
+    if array is not None:
+        return int(np.prod(array[1])) * array[0].itemsize
     return FIXED.get(encoding)
+
+
+def decode_value(encoding: str, data: bytes) -> Any:
+    """One column's value back from its bytes, as the encoder was given it (images: their file's bytes)."""
+    if encoding == "str":
+        return data.decode("utf-8")
+    if encoding in BINARY:
+        return data
+    if encoding == "int":
+        return _INT64.unpack(data)[0]
+    if encoding == "float64":
+        return _FLOAT64.unpack(data)[0]
+    if encoding == "json":
+        return orjson.loads(data)
+    array = ndarray_of(encoding)
+    if array is not None:
+        return np.frombuffer(data, dtype=array[0]).reshape(array[1])
+    raise ValueError(f"MDS encoding {encoding!r} is not one shardsmith writes")
 
 
 def to_json(value: Any) -> bytes:

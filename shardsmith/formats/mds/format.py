@@ -100,7 +100,9 @@ class MdsFormat(Format):
     def verify_layout(self, out: Any, manifest: dict[str, Any], split: str) -> list[str]:
         """Each shard's header: its sample count, config and offsets, as the manifest says."""
         try:
-            self.open(out, split=split)
+            ds = self.open(out, split=split)
+            for s in range(len(ds.entries)):
+                ds.shard(s)
         except DatasetError as exc:
             return [str(exc)]
         return []

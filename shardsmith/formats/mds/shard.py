@@ -30,13 +30,11 @@ import numpy as np
 import orjson
 
 from shardsmith.errors import DataError
-from shardsmith.formats.mds.encoding import BINARY, HEAD, column_size, sample_body, to_json
+from shardsmith.formats.mds.encoding import BINARY, HEAD, column_size, decode_value, sample_body, to_json
 
 VERSION = 2
 INDEX = "index.json"
 _U32 = struct.Struct("<I")
-_INT64 = struct.Struct("<q")
-_FLOAT64 = struct.Struct("<d")
 _CHECKED = 8192  # samples whose headers are compared at once
 Columns = tuple[tuple[str, str], ...]  # (name, encoding) in the shard's order
 
@@ -178,14 +176,6 @@ def _recoded(columns: Columns, body: bytes | memoryview, target: Columns) -> lis
 
 def _as_json(encoding: str, data: bytes) -> bytes:
     """A value of one encoding as a ``json`` column holds it."""
-    if encoding == "str":
-        return to_json(data.decode("utf-8"))
-    if encoding == "int":
-        return to_json(_INT64.unpack(data)[0])
-    if encoding == "float64":
-        return to_json(_FLOAT64.unpack(data)[0])
-    if encoding.startswith("ndarray:"):
-        _, dtype, shape = encoding.split(":")
-        return to_json(np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).reshape(
-            [int(s) for s in shape.split(",")]))
-    return data  # json already
+    if encoding == "json" or encoding in BINARY:
+        return data  # (json already; bytes never meet other values in one column: refused before)
+    return to_json(decode_value(encoding, data))
