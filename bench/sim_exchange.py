@@ -80,8 +80,8 @@ from shardsmith.engine.output.outdir import work_path  # noqa: E402
 # the exchanges a table can show, by name: today's; the one before issue 43's binary footers (a frozen
 # copy of its JSON footers and Segment tables: ``sim_json.py``), to show what they changed
 EXCHANGES: dict[str, Callable[[argparse.Namespace], Exchange]] = {
-    "today": lambda args: Today(heads="all" if args.all_heads else "plan", folder=args.workdir),
-    "json": lambda args: JsonFooters(heads="all" if args.all_heads else "plan", folder=args.workdir),
+    "today": lambda args: Today(heads="all" if args.all_heads else "plan"),
+    "json": lambda args: JsonFooters(heads="all" if args.all_heads else "plan"),
 }
 SIZES = "1GB/2,3GB/3,10GB/10,30GB/30,100GB/100"
 TARGETS = "1TB/100,10TB/1000,100TB/4000"
@@ -371,8 +371,7 @@ def unit_totals(u: dict[str, Any]) -> dict[str, float]:
 def rank_predictors(r: dict[str, Any]) -> dict[str, float]:
     """A gather rank's predictors of its reads, counted from the engine's tables (``every_rank``)."""
     return {"read_pairs": r["pairs"], "read_heads": r["heads"], "read_docs": r["docs"], "read_payload": r["payload"],
-            "punch_pairs": r["punches"], "read_output": r["tokens"] * TOKEN_BYTES, "shards": r["shards"],
-            "read_slack": r["slack"]}
+            "punch_pairs": r["punches"], "read_output": r["tokens"] * TOKEN_BYTES, "shards": r["shards"]}
 
 
 def measured_totals(ex: Exchange, size: dict[str, Any], fits: dict) -> dict[str, Any]:
@@ -498,8 +497,7 @@ def shape_checks(entry: dict[str, Any], ex_name: str) -> dict[str, tuple[float, 
             "read_pairs": (shape["read_pairs"], max(r["pairs"] for r in every)),
             "read_segments": (shape["read_segments"], max(r["segments"] for r in every)),
             "plan_pairs": (shape["plan_pairs"], planner["counted"]["plan_pairs"]),
-            "punch_pairs": (shape["punch_pairs"], max(r["punches"] for r in every)),
-            "read_slack": (shape["read_slack"], max(every, key=lambda r: r["pairs"])["slack"])}
+            "punch_pairs": (shape["punch_pairs"], max(r["punches"] for r in every))}
 
 
 def print_checks(results: dict[str, Any]) -> None:
@@ -536,8 +534,7 @@ def print_notes(exchanges: list[Exchange]) -> None:
     print("m: measured in the unit's own process; f: fitted (a + b x per phase, x counted at that size from the "
           "sizing rules and sampled parts), ± its worst error on the sizes measured; m+f: measured, with a part "
           "fitted (a finish not run; gather ranks not run, in the totals). Metadata read: what the unit's read "
-          "calls returned less the payload (footers, heads, plans, pieces, and what buffered reads fetch past a "
-          "short segment: the file system's st_blksize, 4 kB here). Scatter CPU and memory: not simulated "
+          "calls returned less the payload (footers, heads, plans, pieces). Scatter CPU and memory: not simulated "
           "(the real unit tokenizes: ~97 MB/s a core, bench/README 'Executors'). CPU seconds swing by tens of "
           "percent with the machine's load.")
     for ex in exchanges:

@@ -225,8 +225,8 @@ def instrument(meter: Meter, *, skip: set[str] | frozenset[str] = frozenset(), p
     run.split_tables = tables  # type: ignore[assignment]
     load_group = buckets._load_group
 
-    def counted(group: list[Any], *, payloads: bool = True, into: Any = None) -> Any:
-        out = load_group(group, payloads=payloads, into=into)
+    def counted(group: list[Any], *, parts: Any, payloads: bool = True, into: Any = None) -> Any:
+        out = load_group(group, parts=parts, payloads=payloads, into=into)
         if payloads:
             _WATCH["payload_read"] += group.payload_bytes
         return out

@@ -28,10 +28,8 @@ simulation runs it: the engine's own units on part files whose payloads are hole
 
 from __future__ import annotations
 
-import io
 import math
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,17 +214,22 @@ def reckon(wl: Workload, *, sample: int) -> dict[str, Any]:
         group_of = np.zeros(wl.buckets, dtype=np.int64)
         for g, ids in enumerate(grouped):
             group_of[ids] = g
-        parts_in = np.bincount(np.unique(group_of[bucket] * max(1, wl.task_count) + task) // max(1, wl.task_count),
-                               minlength=len(grouped))  # part files each group reads
+        n_tasks = max(1, wl.task_count)
+        pair = np.unique(group_of[bucket] * n_tasks + task)  # (group, part file) read, in group order
+        pair_group, pair_task = pair // n_tasks, pair % n_tasks
         ranked = output_order(key, order)
         cuts = writer.rollover().cut(writer.weights(length[ranked], None))
         bounds = [0, *cuts, int(mine.sum())]
         starts = np.concatenate([[0], np.cumsum([int(count[ids].sum()) for ids in grouped])]).astype(np.int64)
         plan = SplitPlan(bounds=bounds, weights=[0] * len(bounds))
-        per_rank = [[g for first, stop in ranges_of(wl, plan, r) for g in groups_of(starts, plan, first, stop)]
-                    for r in range(wl.ranks)]
-        for r, gs in enumerate(per_rank):
-            pairs[r] += int(parts_in[gs].sum())
+        ranges = [[groups_of(starts, plan, first, stop) for first, stop in ranges_of(wl, plan, r)]
+                  for r in range(wl.ranks)]
+        per_rank = [[g for gs in rs for g in gs] for rs in ranges]
+        for r, rs in enumerate(ranges):  # a range opens each part its groups read once (``OpenParts``)
+            for gs in rs:
+                if gs:
+                    a, b = np.searchsorted(pair_group, [gs[0], gs[-1] + 1])
+                    pairs[r] += len(np.unique(pair_task[a:b]))
         splits.append({"name": name, "bounds": bounds, "grouped": grouped,
                        "plan_groups": sorted({int(group_of[bucket[ranked[p]]]) for p in cuts}), "per_rank": per_rank})
     ranks = pick_ranks(pairs.tolist(), done={0}, sample=sample)
@@ -257,8 +260,9 @@ def groups_of(starts: np.ndarray, plan: SplitPlan | None, first: int, stop: int)
 
 
 def group_counts(groups: list[Segments]) -> dict[str, int]:
-    """Opens (a part once per group: ``_load_group``), heads, payload and documents of these groups."""
-    return {"pairs": sum(len(np.unique(g.part)) for g in groups),
+    """Opens, heads, payload and documents of groups read by one reader (a gather range, the
+    planning of a split: each part file they read opened once, ``open_parts.OpenParts``)."""
+    return {"pairs": len(np.unique(np.concatenate([g.part for g in groups]))) if groups else 0,
             "heads": sum(HEAD_BYTES * g.samples for g in groups),
             "payload": sum(g.payload_bytes for g in groups),
             "docs": sum(g.samples for g in groups)}
@@ -288,44 +292,38 @@ def punches(split: SplitGather, plan: SplitPlan, first: int, stop: int) -> int:
     return opened
 
 
-def buffer_bytes(folder: Path) -> int:
-    """The buffer of Python's buffered reads of a file in ``folder`` (``open(path, "rb")``: the file
-    system's ``st_blksize``, else ``io.DEFAULT_BUFFER_SIZE``), through which ``_load_group`` reads a
-    segment's heads and then its payload (``slack``)."""
-    while not folder.exists() and folder != folder.parent:  # (not made yet: its file system)
-        folder = folder.parent
-    size = os.stat(folder).st_blksize
-    return size if size > 1 else io.DEFAULT_BUFFER_SIZE
+def window_reach(touches: list[np.ndarray], groups: int, window: float) -> float:
+    """The fraction of part files that ``window`` consecutive groups read (one reads a part if it
+    has a segment in any of them), from sampled parts (each, the groups it has segments in), over
+    every position of the window."""
+    w = max(1, min(groups, round(window)))
+    reach = []
+    for t in touches:
+        hit = np.zeros(groups + 1, dtype=np.int64)
+        hit[1:][t] = 1
+        run = np.cumsum(hit)
+        reach.append(float(np.mean(run[w:] - run[:-w] > 0)))
+    return float(np.mean(reach)) if reach else 0.0
 
 
-def slack(nbytes: np.ndarray | int, buffer: int) -> np.ndarray | int:
-    """What a buffered read of a segment of ``nbytes`` (heads, then payload) fetches beyond it: the
-    heads fill the buffer, and a payload whose rest is shorter than the buffer fills it again (one
-    longer is read straight), so a segment under two buffers reads up to the next multiple of one."""
-    return np.where(np.asarray(nbytes) < 2 * buffer, -np.asarray(nbytes) % buffer, 0)
+def spread_reach(touches: list[np.ndarray], groups: int, count: int) -> float:
+    """The fraction of part files that ``count`` groups spread evenly over the split read (the
+    groups a shard boundary lies in, which the plan reads)."""
+    if count <= 0:
+        return 0.0
+    picked = np.unique(((np.arange(count) + 0.5) * groups / count).astype(np.int64).clip(0, groups - 1))
+    return float(np.mean([np.isin(picked, t).any() for t in touches])) if touches else 0.0
 
 
-def runs_slack(runs: TaskRuns, per_group: int, buffer: int) -> int:
-    """``slack`` of a part's reads when its segments are read in the gather's groups of
-    ``per_group`` consecutive buckets: the part's runs in one group are read back to back."""
-    sizes = np.bincount(runs.bucket.astype(np.int64) // per_group, weights=HEAD_BYTES * runs.counts + runs.payloads)
-    return int(slack(sizes[sizes > 0].astype(np.int64), buffer).sum())
-
-
-def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | None], rank: int, *,
-                buffer: int) -> dict[str, int]:
+def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | None], rank: int) -> dict[str, int]:
     """What rank ``rank``'s ranges read and write, counted from the tables and plans."""
     total = {"pairs": 0, "heads": 0, "payload": 0, "docs": 0, "tokens": 0, "shards": 0, "groups": 0, "ranges": 0,
-             "punches": 0, "max_group": 0, "segments": 0, "slack": 0}
+             "punches": 0, "max_group": 0, "segments": 0}
     for split, plan in zip(splits, made):
         for first, stop in ranges_of(wl, plan, rank):
             groups = groups_of(split.starts, plan, first, stop)
             total["max_group"] = max([total["max_group"], *(int(split.group(g).nbytes.sum()) for g in groups)])
             total["segments"] += sum(len(split.group(g)) for g in groups)
-            for g in groups:  # a part's segments in one group lie back to back: read through one buffer
-                seg = split.group(g)
-                by_part = np.bincount(seg.part, weights=seg.nbytes)
-                total["slack"] += int(slack(by_part[by_part > 0].astype(np.int64), buffer).sum())
             for key, value in group_counts([split.group(g) for g in groups]).items():
                 total[key] += value
             total["groups"] += len(groups)
@@ -358,12 +356,11 @@ class Today(Exchange):
 
     name: ClassVar[str] = "today"
 
-    def __init__(self, *, heads: str = "plan", folder: Path | None = None) -> None:
+    def __init__(self, *, heads: str = "plan") -> None:
         # "plan": the scatter writes the heads of the groups the plan and the measured gather
         # units read (elsewhere zeros, which no measured unit looks into); "all": every head (a
         # 4 kB block written per segment: ~50 GB at 100 GB of input)
         self.heads = heads
-        self.buffer = buffer_bytes(folder or Path(tempfile.gettempdir()))  # where the parts are
 
     rows: ClassVar[tuple[Row, ...]] = (
         Row("scatter", "scatter", note="simulated: the engine's layout and footers, payloads as holes"),
@@ -388,7 +385,7 @@ class Today(Exchange):
         Law("gather", "opens", "read", "read_pairs+punch_pairs"),
         # its rows of the plan (28 B a segment), each split's per-group arrays and its part files' names
         Law("gather", "meta_read", "tables", "read_segments+groups+parts"),
-        Law("gather", "meta_read", "read", "read_pairs+read_slack", exact="read_heads"),
+        Law("gather", "meta_read", "read", "read_pairs", exact="read_heads"),
         Law("gather", "cpu", "tables", "read_segments+groups"),
         Law("gather", "cpu", "read", "read_pairs+read_docs"),
         Law("gather", "written", "tables", ""),
@@ -492,16 +489,16 @@ class Today(Exchange):
                                      f"simulation's own reckoning {len(prepared[split.name]['bounds']) - 1}")
         counts = {**self._table_counts(wl, paths, splits), "finished": finished}
         if unit.kind == "finalize":
-            every = [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]
+            every = [rank_counts(wl, splits, made, r) for r in range(wl.ranks)]
             return {**counts, "pieces": sum(r["shards"] + r["ranges"] for r in every)}
         if unit.kind == "gather":
-            mine = rank_counts(wl, splits, made, unit.rank, buffer=self.buffer)
+            mine = rank_counts(wl, splits, made, unit.rank)
             return {**counts, "punch_pairs": captured.punches, **{f"read_{k}": v for k, v in mine.items()},
                     "shards": mine["shards"], "read_output": mine["tokens"] * TOKEN_BYTES}
         plan_groups = [[s.group(g) for g in planned_groups(s, p)] if computes and p is not None else []
                        for s, p in zip(splits, made)]
-        planning = group_counts([g for gs in plan_groups for g in gs])
-        every = {"every_rank": [rank_counts(wl, splits, made, r, buffer=self.buffer) for r in range(wl.ranks)]} if computes else {}
+        planning = {k: sum(c[k] for c in map(group_counts, plan_groups)) for k in ("pairs", "heads", "payload", "docs")}
+        every = {"every_rank": [rank_counts(wl, splits, made, r) for r in range(wl.ranks)]} if computes else {}
         if every and [r["pairs"] for r in every["every_rank"]] != prepared["pairs"]:
             raise AssertionError("the gather ranks' reads reckoned before the scatter (which chose the ranks to "
                                  "measure) differ from those of the engine's tables")
@@ -533,9 +530,8 @@ class Today(Exchange):
         per_group = max(1, int(wl.group_budget // bucket_bytes))  # ``segments.group_cuts``: buckets while they fit
         groups = -(-wl.buckets // per_group)
         # a part is read by a group when it holds a document of one of the group's buckets
-        hits = [len(np.unique(runs.bucket.astype(np.int64) // per_group)) for runs in sampled]
-        parts_per_group = parts * float(np.mean(hits)) / groups
-        slack_per_pair = sum(runs_slack(runs, per_group, self.buffer) for runs in sampled) / max(1, sum(hits))
+        touches = [np.unique(runs.bucket.astype(np.int64) // per_group) for runs in sampled]
+        parts_per_group = parts * float(np.mean([len(t) for t in touches])) / groups
         active = min(ranks, shards)
         # the busiest rank: ``share`` gives a rank at most ceil(shards / W) shards of the plan's (each
         # ``shard_tokens`` but the last), and its range touches one group more than it holds
@@ -547,22 +543,27 @@ class Today(Exchange):
         docs_per_group, payload_per_group = docs_total / groups, payload_total / groups
         tasks_per_rank = -(-parts // ranks)
         all_groups = groups + active - 1  # every rank's reads together: a group once, again where two ranges share it
+        # a range opens each part its groups read once (``OpenParts``): the busiest rank's ranges
+        # (``share`` among its workers), every rank's, the plan's reading of the groups a bound lies in
+        ranges = min(max(1, wl.workers), busiest_shards)
+        all_ranges = sum(min(max(1, wl.workers), b - a) for a, b in share(0, shards, ranks))
+        read_pairs = ranges * parts * window_reach(touches, groups, busiest_groups / ranges)
+        all_read_pairs = all_ranges * parts * window_reach(touches, groups, all_groups / all_ranges)
+        plan_pairs = parts * spread_reach(touches, groups, shards - 1)
         return {"parts": parts, "buckets": wl.buckets, "segments": segments, "footer_bytes": footer_bytes,
                 "docs": docs_total, "payload": payload_total, "tokens": payload_total / TOKEN_BYTES,
                 "shards": busiest_shards, "all_shards": shards, "groups": groups, "active_ranks": active,
                 "buckets_per_group": per_group, "parts_per_group": parts_per_group, "pieces": shards + active,
                 "tasks_per_rank": tasks_per_rank, "docs_per_task": docs / k, "docs_per_rank": tasks_per_rank * docs / k,
-                "read_pairs": busiest_groups * parts_per_group, "read_heads": HEAD_BYTES * busiest_groups * docs_per_group,
+                "read_pairs": read_pairs, "read_heads": HEAD_BYTES * busiest_groups * docs_per_group,
                 "read_docs": busiest_groups * docs_per_group, "punch_pairs": punch_pairs,
-                "read_slack": busiest_groups * parts_per_group * slack_per_pair,
                 "read_output": min(payload_total, busiest_shards * wl.shard_tokens * TOKEN_BYTES),
                 "read_payload": busiest_groups * payload_per_group,
                 "read_segments": busiest_groups * segments / groups,  # its rows of the plan
                 "read_max_group": per_group * bucket_bytes,  # the group a reading rank holds (``LoadBuffer``)
-                "all_read_pairs": all_groups * parts_per_group, "all_read_heads": HEAD_BYTES * all_groups * docs_per_group,
+                "all_read_pairs": all_read_pairs, "all_read_heads": HEAD_BYTES * all_groups * docs_per_group,
                 "all_read_docs": all_groups * docs_per_group, "all_read_payload": all_groups * payload_per_group,
-                "all_read_slack": all_groups * parts_per_group * slack_per_pair,
                 "all_punch_pairs": shards * min(parts, parts_per_group * groups / shards),
                 "all_read_output": payload_total,
-                "plan_pairs": (shards - 1) * parts_per_group, "plan_heads": HEAD_BYTES * (shards - 1) * docs_per_group,
+                "plan_pairs": plan_pairs, "plan_heads": HEAD_BYTES * (shards - 1) * docs_per_group,
                 "plan_docs": (shards - 1) * docs_per_group, "sampled_tasks": k}

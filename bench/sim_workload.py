@@ -81,7 +81,7 @@ class Workload:
     @cached_property
     def sizing(self) -> Sizing:
         """The engine's own rule (``engine/shuffle/run.Sizing``) for the task size, group size and spill."""
-        return Sizing.of(memory=self.memory, workers=self.workers, input_bytes=self.input_bytes)
+        return Sizing.of(memory=self.memory, workers=self.workers, input_bytes=self.input_bytes, world=self.ranks)
 
     @property
     def buckets(self) -> int:

@@ -14,7 +14,9 @@ from hypothesis import strategies as st
 from shardsmith.core.ragged import starts_of, take_ragged
 from shardsmith.engine.shuffle.buckets import bucket_count, bucket_of, sort_group
 from shardsmith.engine.shuffle.mapped import PartMaps, map_group
+from shardsmith.engine.shuffle.open_parts import OpenParts
 from shardsmith.engine.shuffle.partfile import PartWriter
+from shardsmith.engine.shuffle.run import Sizing, task_size
 from shardsmith.engine.shuffle.segments import Segments, split_segments
 from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.errors import DatasetError
@@ -63,8 +65,9 @@ def shuffle_via_parts(tmp: Path, files: list[int], seed: int, n_buckets: int, bu
             got = map_group(group, maps=maps)
             out += [bytes(got.sources[s][p:p + n]) for s, p, n in zip(got.src, got.starts, got.lengths)]
         return out
+    parts = OpenParts(limit=2)  # past it, a part is opened for its read: the same bytes either way
     for group in table:
-        batch = sort_group(group)
+        batch = sort_group(group, parts=parts)
         data = bytes(batch.payload)
         pos = 0
         for n in batch.lengths:
@@ -109,11 +112,11 @@ def test_a_mapped_group_cut_to_a_gather_range_is_the_read_one(tmp_path_factory, 
     """A gather range that starts or ends inside a group (``lo``, ``hi``): the same samples mapped
     as read."""
     table = groups(tmp_path_factory.mktemp("parts"), files, seed, n_buckets, cut=7, flush=flush, budget=budget)
-    maps = PartMaps(resident=1 << 12)
+    maps, parts = PartMaps(resident=1 << 12), OpenParts()
     for k, group in enumerate(table):
         n = group.samples
         a, b = sorted(int(x * n) for x in cuts[k % len(cuts)])
-        read = sort_group(group, a, b)
+        read = sort_group(group, a, b, parts=parts)
         got = map_group(group, a, b, maps=maps)
         assert [bytes(got.sources[s][p:p + m]) for s, p, m in zip(got.src, got.starts, got.lengths)] == \
             [bytes(read.source[p:p + m]) for p, m in zip(read.starts, read.lengths)]
@@ -178,6 +181,34 @@ def test_bucket_count_grows_with_data():
     assert bucket_count(10, 10**9) == 1
     assert bucket_count(10**9, 256 * 10**6) == 16
     assert math.log2(bucket_count(10**12, 10**6)) == 16
+
+
+def test_the_part_files_follow_the_ranks_not_the_corpus_while_memory_allows():
+    """A task (one part file) is a sixteenth of a rank's share: 1 TB and 10 TB on 100 ranks give
+    the same 1,600 parts when --memory allows tasks that size; past --memory / 8 the parts grow."""
+    GB = 1 << 30
+    for corpus in (GB << 10, 10 * GB << 10):
+        size = task_size(memory=64 * GB, world=100, input_bytes=corpus)
+        assert corpus // size == 16 * 100
+    assert task_size(memory=1 * GB, world=100, input_bytes=10 * GB << 10) == GB // 8  # (--memory 1GB)
+    assert task_size(memory=1 * GB, world=1, input_bytes=10 << 20) == 1 << 20  # small inputs: 1 MB tasks
+    assert task_size(memory=256 << 10, world=1, input_bytes=10 << 20) == 64 << 10  # a tiny budget
+    assert Sizing.of(memory=64 * GB, workers=8, input_bytes=GB << 10, world=10).chunk_bytes == \
+        Sizing.of(memory=64 * GB, workers=2, input_bytes=GB << 10, world=10).chunk_bytes  # not from --workers
+
+
+def test_a_reader_opens_each_part_once_for_all_its_groups(tmp_path):
+    """Every group reads a segment of most parts: one reader (a gather range) opens each once, and
+    with fewer descriptors than parts it reads the same bytes (the rest opened for their read)."""
+    table = groups(tmp_path, [60, 60, 60], seed=3, n_buckets=16, cut=20, budget=200)
+    paths = {g.path(i) for g in table for i in range(len(g))}
+    assert len(table) > 4 and len(paths) == 9
+    with OpenParts() as kept, OpenParts(limit=3) as few:
+        a = [bytes(sort_group(g, parts=kept).payload) for g in table]
+        b = [bytes(sort_group(g, parts=few).payload) for g in table]
+    assert a == b
+    assert kept.opens == len(paths)
+    assert few.opens > len(paths)  # the parts past its three opened for each read
 
 
 def test_sample_keys_hold_no_dots_or_slashes():

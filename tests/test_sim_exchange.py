@@ -21,6 +21,7 @@ from sim_today import task_runs, write_part  # noqa: E402
 from sim_workload import Workload  # noqa: E402
 
 from shardsmith.engine.shuffle.buckets import sorted_lengths  # noqa: E402
+from shardsmith.engine.shuffle.open_parts import OpenParts  # noqa: E402
 from shardsmith.engine.shuffle.partfile import PartWriter, read_footer  # noqa: E402
 from shardsmith.engine.shuffle.segments import Segments  # noqa: E402
 
@@ -93,9 +94,8 @@ def test_every_size_has_every_unit_row_measured_or_fitted(quick):
     assert list((work / "parts").iterdir()) == []  # each size's part files are removed after it
 
 
-def test_the_plan_unit_opens_every_footer_twice_and_a_gather_unit_none_then_each_part_once_per_group(quick):
+def test_the_plan_unit_opens_every_footer_twice_and_a_gather_unit_none_then_each_part_once_per_range(quick):
     data, _, _ = quick
-    opens = []
     for s in (s for s in data["sizes"] if s["built"]):
         parts, every = s["workload"]["tasks"], s["every_rank"]["today"]
         gathers = [u for u in s["units"]["today"] if u["kind"] == "gather"]
@@ -103,17 +103,15 @@ def test_the_plan_unit_opens_every_footer_twice_and_a_gather_unit_none_then_each
         for u in gathers:
             tables, read = u["phases"]["tables"], u["phases"]["read"]
             assert tables["part_opens"] == 0  # its rows of the plan unit's tables, no footer
-            # each part of each of its groups once, then each part of the groups it punches
+            # each part its ranges' groups read once a range (not once a group), then each part of the
+            # groups it punches
             assert read["part_opens"] == every[u["rank"]]["pairs"] + every[u["rank"]]["punches"]
+            assert every[u["rank"]]["pairs"] <= s["workload"]["workers"] * parts
             assert read["payload_read"] == every[u["rank"]]["payload"]
         fin = next(u for u in s["units"]["today"] if u["kind"] == "finalize")
         assert "finish" in fin["phases"] and fin["phases"]["tables"]["part_opens"] == 0
         plan = next(u for u in s["units"]["today"] if u["kind"] == "plan")
         assert plan["phases"]["tables"]["part_opens"] == 2 * parts  # run._scattered, then run.split_tables
-        busiest = max(gathers, key=lambda u: u["phases"]["read"]["part_opens"])
-        opens.append(busiest["phases"]["tables"]["opens"] + busiest["phases"]["read"]["opens"])
-    # 16 -> 50 parts, 64 -> 256 buckets: the busiest unit's opens grow ~9x for 4x the data
-    assert opens[1] > 5 * opens[0], opens
 
 
 def test_the_shape_the_fits_are_evaluated_at_matches_the_parts_where_they_exist(quick):
@@ -122,12 +120,11 @@ def test_the_shape_the_fits_are_evaluated_at_matches_the_parts_where_they_exist(
     data, _, _ = quick
     for entry in (s for s in data["sizes"] if s["built"]):
         checks = shape_checks(entry, "today")
-        assert set(checks) == {"segments", "footer_bytes", "read_pairs", "read_segments", "plan_pairs", "punch_pairs",
-                               "read_slack"}
+        assert set(checks) == {"segments", "footer_bytes", "read_pairs", "read_segments", "plan_pairs", "punch_pairs"}
         for key, (sampled, counted) in checks.items():
-            # (what buffered reads fetch beyond the segments, and the rows of a rank's groups: means over
-            # sampled parts and groups, coarse at toy sizes)
-            coarse = key in ("read_slack", "read_segments")
+            # (the rows of a rank's groups, and the parts a range or the plan reaches: means over sampled
+            # parts and groups, coarse at toy sizes)
+            coarse = key in ("read_segments", "read_pairs", "plan_pairs")
             assert sampled == pytest.approx(counted, rel=0.35 if coarse else 0.1), (entry["workload"], key)
 
 
@@ -136,7 +133,9 @@ def test_the_fits_extrapolate_what_was_measured(quick):
     fits = {(f["law"]["row"], f["law"]["metric"], f["law"]["phase"]): f for f in data["fits"]["today"]}
     assert fits[("plan", "opens", "tables")]["b"] == [pytest.approx(2, abs=0.05)]
     assert fits[("gather", "opens", "tables")]["b"] == []  # the plan's files, whatever the corpus
-    assert fits[("gather", "opens", "read")]["b"][0] == pytest.approx(1, rel=1e-3)  # each pair once
+    # each (range, part) pair once (a unit's other opens, its pieces and shards, go with its share: they
+    # lean on the fit a little; the part opens alone are counted exactly in the test above)
+    assert fits[("gather", "opens", "read")]["b"][0] == pytest.approx(1, rel=0.1)
     target = {s["workload"]["name"]: s for s in data["sizes"] if not s["built"]}
     one, ten = target["1 TB / 100 ranks"], target["10 TB / 1,000 ranks"]
     for s in (one, ten):
@@ -203,12 +202,12 @@ def test_a_sparse_part_is_the_part_writers_but_the_payload(tmp_path):
     for _, _, offset, count, nbytes in read_footer(tmp_path / "sim.bin", rows=True)[1].tolist():
         seg = Segments.of([(str(tmp_path / "sim.bin"), offset, count, nbytes)])
         both = Segments.of([(str(tmp_path / "real.bin"), offset, count, nbytes)])
-        assert np.array_equal(sorted_lengths(seg), sorted_lengths(both))
+        assert np.array_equal(sorted_lengths(seg, parts=OpenParts()), sorted_lengths(both, parts=OpenParts()))
     skipped = write_part(tmp_path / "holes.bin", runs, meta, heads_of=lambda split, bucket: bucket != runs.bucket[0])
     assert skipped == got and footer(tmp_path / "holes.bin") == footer(tmp_path / "real.bin")
     first = runs.run(0)
     seg = Segments.of([(str(tmp_path / "holes.bin"), 0, len(first[2]), int(first[4].sum()))])
-    assert not sorted_lengths(seg).any()  # a head not written reads as zeros
+    assert not sorted_lengths(seg, parts=OpenParts()).any()  # a head not written reads as zeros
 
 
 def test_a_run_printed_again_from_its_json_runs_nothing_and_fits_the_same(quick, capsys):

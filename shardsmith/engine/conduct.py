@@ -111,7 +111,8 @@ def _claim(run: JobRun, steps: JobSteps) -> dict[str, Any] | None:
     opts, reader, files = run.opts, run.reader, run.files or []
     input_bytes = total_size(files)
     with no_gc():
-        run.sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=input_bytes)
+        run.sizing = Sizing.of(memory=opts.memory, workers=opts.workers, input_bytes=input_bytes,
+                               world=opts.world_size)
         reader.limit_records(run.sizing.record_bytes)
         run.identity = run_identity(run.job.command, opts, files, extra_paths=steps.extra_inputs(run))
         if (finished := run.session.claim(run.identity, input_bytes=input_bytes)) is not None:

@@ -21,7 +21,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.core.memory import no_gc
 from shardsmith.engine.inputs import url_inputs
 from shardsmith.engine.options import ConvertingOptions
-from shardsmith.engine.units import GatherUnit, PlanUnit, ScatterUnit, Unit
+from shardsmith.engine.units import GatherUnit, PlanUnit, PrepareUnit, ScatterUnit, Unit
 from shardsmith.kit.format import Format, WriteJob
 from shardsmith.kit.options import OptionValues
 
@@ -53,7 +53,7 @@ class Job:
     def for_unit(self, unit: Unit) -> Job:
         """This job as the process running ``unit`` sees it (its stage, rank and world size)."""
         rank, world = ((unit.rank, unit.world) if isinstance(unit, ScatterUnit | GatherUnit)
-                       else (0, unit.world) if isinstance(unit, PlanUnit) else (0, self.opts.world_size))
+                       else (0, unit.world) if isinstance(unit, PlanUnit | PrepareUnit) else (0, self.opts.world_size))
         return dataclasses.replace(self, opts=dataclasses.replace(self.opts, stage=unit.stage, rank=rank,
                                                                   world_size=world))
 

@@ -16,9 +16,11 @@ from shardsmith.engine.options import ConvertingOptions
 @dataclass(frozen=True, kw_only=True)
 class PrepareUnit:
     """Claim the output as a local run does (``--overwrite``, the same finished run, a scratch folder
-    of another run replaced), and plan the tasks once for the ranks."""
+    of another run replaced), and plan the tasks once for the ``world`` scatter ranks (whose number
+    sizes the tasks: ``engine/shuffle/run.task_size``)."""
 
     stage: ClassVar[str] = "prepare"
+    world: int = 1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +63,7 @@ Unit = PrepareUnit | ScatterUnit | PlanUnit | GatherUnit | FinalizeUnit
 
 def phases(world: int) -> list[list[Unit]]:
     """A run in ``world`` ranks: the units of each phase run at once, a phase after the one before."""
-    return [[PrepareUnit()], [ScatterUnit(rank=r, world=world) for r in range(world)], [PlanUnit(world=world)],
+    return [[PrepareUnit(world=world)], [ScatterUnit(rank=r, world=world) for r in range(world)], [PlanUnit(world=world)],
             [GatherUnit(rank=r, world=world) for r in range(world)], [FinalizeUnit()]]
 
 
@@ -72,7 +74,7 @@ def unit_of(opts: ConvertingOptions) -> Unit | None:
     if opts.stage == "finalize":
         return FinalizeUnit()
     if opts.stage == "prepare":
-        return PrepareUnit()
+        return PrepareUnit(world=opts.world_size)
     if opts.stage == "plan":
         return PlanUnit(world=opts.world_size)
     kind = ScatterUnit if opts.stage == "scatter" else GatherUnit

@@ -132,7 +132,7 @@ class SlurmExecutor:
         with released_if_failed(job) as claim:
             # the first unit here, where the command runs (it sees the shared folder): a folder that needs
             # --overwrite, or a dataset this very command finished, is said now, before anything is queued
-            prepared = run_remote(remote_job(job), PrepareUnit(), os.getcwd())
+            prepared = run_remote(remote_job(job), PrepareUnit(world=self.ranks), os.getcwd())
             raise_first_failure([prepared])
             if "stage" not in (prepared.result or {}):
                 progress.note(complete_line(job.out, left=None))

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from shardsmith.core.ragged import starts_of
+from shardsmith.engine.shuffle.open_parts import OpenParts
 from shardsmith.engine.shuffle.partfile import HEAD_BYTES
 from shardsmith.engine.shuffle.segments import Segments
 from shardsmith.errors import DatasetError
@@ -64,32 +65,26 @@ class LoadBuffer:
         return self._buf[:n]
 
 
-def _load_group(group: Segments, *, payloads: bool = True, into: LoadBuffer | None = None
+def _load_group(group: Segments, *, parts: OpenParts, payloads: bool = True, into: LoadBuffer | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Keys, input order and lengths and (unless ``payloads`` is False) payloads of a group, read
-    straight into one payload buffer (``into``'s, when given)."""
+    straight into one payload buffer (``into``'s, when given), a call per segment, from part files
+    kept open by the reader (``parts``: each opened once for every group it reads)."""
     heads = np.empty((3, group.samples), dtype=np.uint64)
     size = group.payload_bytes
     payload = (np.empty(size, dtype=np.uint8) if into is None else into.take(size)) if payloads else None
     row = pos = 0
-    handles: dict[str, Any] = {}
-    try:
-        for path, offset, count, payload_bytes in group.rows():
-            fh = handles.get(path) or handles.setdefault(path, open(path, "rb"))  # noqa: SIM115
-            fh.seek(offset)
-            head = np.empty((3, count), dtype=np.uint64)
-            got, want = fh.readinto(memoryview(head).cast("B")), HEAD_BYTES * count
-            if payload is not None:
-                got += fh.readinto(payload[pos:pos + payload_bytes])
-                want += payload_bytes
-            if got != want:
-                raise DatasetError(f"{path}: part file shorter than its footer says")
-            heads[:, row:row + count] = head
-            row += count
-            pos += payload_bytes
-    finally:
-        for fh in handles.values():
-            fh.close()
+    for path, offset, count, payload_bytes in group.rows():
+        head = np.empty((3, count), dtype=np.uint64)
+        buffers: list[Any] = [memoryview(head).cast("B")]
+        if payload is not None:
+            buffers.append(payload[pos:pos + payload_bytes])
+        want = HEAD_BYTES * count + (payload_bytes if payload is not None else 0)
+        if parts.read_into(path, buffers, offset) != want:
+            raise DatasetError(f"{path}: part file shorter than its footer says")
+        heads[:, row:row + count] = head
+        row += count
+        pos += payload_bytes
     return heads[0], heads[1], heads[2].astype(np.int64), payload
 
 
@@ -106,21 +101,22 @@ def in_output_order(keys: np.ndarray, order: np.ndarray, drop: np.ndarray | None
     return kept[output_order(keys[kept], order[kept])]
 
 
-def sort_group(group: Segments, lo: int = 0, hi: int | None = None, *, into: LoadBuffer | None = None,
-               drop: np.ndarray | None = None, origins: Origins | None = None) -> SortedBatch:
+def sort_group(group: Segments, lo: int = 0, hi: int | None = None, *, parts: OpenParts,
+               into: LoadBuffer | None = None, drop: np.ndarray | None = None, origins: Origins | None = None
+               ) -> SortedBatch:
     """A group's samples in (key, input order) order, less those in ``drop``; only those at sorted
     positions ``[lo, hi)`` are handed on (a gather range that starts or ends inside the group). With
     ``into`` the payload lives in that buffer until the next group is read into it; ``origins``
     gives the batch its documents' origins."""
-    keys, order, lengths, payload = _load_group(group, into=into)
+    keys, order, lengths, payload = _load_group(group, parts=parts, into=into)
     assert payload is not None
     rows = in_output_order(keys, order, drop)[lo:hi]
     return SortedBatch(lengths=lengths[rows], source=payload, starts=starts_of(lengths)[rows],
                        origins=None if origins is None else origins(order[rows]))
 
 
-def sorted_lengths(group: Segments, drop: np.ndarray | None = None) -> np.ndarray:
+def sorted_lengths(group: Segments, drop: np.ndarray | None = None, *, parts: OpenParts) -> np.ndarray:
     """A group's payload lengths in output order (less ``drop``), from the segments' heads alone
     (no payload read)."""
-    keys, order, lengths, _ = _load_group(group, payloads=False)
+    keys, order, lengths, _ = _load_group(group, parts=parts, payloads=False)
     return lengths[in_output_order(keys, order, drop)]

@@ -34,6 +34,7 @@ from shardsmith.engine.output.resume import die_with_parent
 from shardsmith.engine.shuffle import release as spill_release
 from shardsmith.engine.shuffle.buckets import LoadBuffer, sort_group
 from shardsmith.engine.shuffle.mapped import PartMaps, map_group
+from shardsmith.engine.shuffle.open_parts import OpenParts
 from shardsmith.engine.shuffle.pieces import cover, piece_intact, piece_path
 from shardsmith.engine.shuffle.release import Release, finished, found, released_mark, to_write
 from shardsmith.engine.shuffle.segments import Segments
@@ -102,6 +103,7 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
     maps = (PartMaps(resident=2 * split.max_group_bytes)
             if writer.maps_parts and split.groups and split.part_files <= MAX_MAPPED_PARTS else None)
     into = None if writer.keeps_batches or maps is not None else LoadBuffer()
+    parts = OpenParts()  # each part this range reads opened once, not once a group
     starts = split.starts
     # the groups [a, b) lies in, found without touching any other group's objects
     g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
@@ -119,7 +121,8 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
             if maps is not None:
                 batch = map_group(group, lo - gs, hi - gs, maps=maps, drop=split.drop(g), origins=split.origins)
             else:
-                batch = sort_group(group, lo - gs, hi - gs, into=into, drop=split.drop(g), origins=split.origins)
+                batch = sort_group(group, lo - gs, hi - gs, parts=parts, into=into, drop=split.drop(g),
+                                   origins=split.origins)
             for i, j in _pieces(ends, lo, hi):
                 if isinstance(batch, MappedBatch):
                     writer.write_mapped(batch.rows(i, j))
@@ -141,6 +144,8 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
         if abort is not None:
             abort()
         raise
+    finally:
+        parts.close()
     made = len(writer.shards)
     if plan is not None:
         want = np.diff(plan.bounds[first:stop + 1]).tolist()

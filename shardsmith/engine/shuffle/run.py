@@ -92,6 +92,25 @@ def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str
     return {"tasks": len(results), "splits": len(tables), "segments": sum(len(t.segments) for t in tables)}
 
 
+TASKS_PER_RANK = 16  # scatter tasks of a rank, about: enough for its workers to even out their ends
+
+
+def task_size(*, memory: int, world: int, input_bytes: int) -> int:
+    """The input bytes of a scatter task: about ``TASKS_PER_RANK`` tasks a scatter rank (a local
+    run is one rank), never more than an eighth of ``--memory`` (what the stager keeps ahead of the
+    readers), nor less than 1 MB (64 kB under a tiny budget).
+
+    Why from the ranks, not a fixed size (issue 43): every task writes one part file, and a gather
+    reads a segment of most parts for each of its groups. Tasks of a fixed 64 MB made the part files
+    grow with the corpus (15,000 at 1 TB), and every gather unit's opens and reads with them. Here
+    there are ``16 x ranks`` parts wherever that keeps a task under ``--memory / 8``: a run given the
+    memory its share of the corpus calls for has as many parts at 10 TB as at 1 TB. What a kill
+    costs grows instead: a rerun redoes each unfinished task whole (one a worker, at most). Not from
+    ``--workers``: a local run resumed with other workers finds the tasks (and parts) it had."""
+    tasks = TASKS_PER_RANK * max(1, world)
+    return max(64 << 10, min(memory // 8, max(1 << 20, input_bytes // tasks)))
+
+
 @dataclass(frozen=True)
 class Sizing:
     """How a memory budget is shared out: task size, gather group size, a task's buffer before it spills."""
@@ -102,10 +121,9 @@ class Sizing:
     record_bytes: int = 1 << 30  # the longest record a reader keeps (sources.base.Reader.limit_records)
 
     @classmethod
-    def of(cls, *, memory: int, workers: int, input_bytes: int) -> Sizing:
+    def of(cls, *, memory: int, workers: int, input_bytes: int, world: int = 1) -> Sizing:
         return cls(
-            # ~16 tasks for balance across workers; never more than 1/8 of the budget in one task
-            chunk_bytes=max(64 << 10, min(64 << 20, memory // 8, max(1 << 20, input_bytes // 16))),
+            chunk_bytes=task_size(memory=memory, world=world, input_bytes=input_bytes),
             # about four gather groups are alive at once (read, reordered, being written, queued), and
             # groups stay small so the same buffers are reused (fresh pages cost more than copies here)
             group_bytes=max(16 << 10, min(memory // 6, 64 << 20)),

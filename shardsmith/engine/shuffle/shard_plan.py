@@ -19,6 +19,7 @@ from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.shuffle import release
 from shardsmith.engine.shuffle.buckets import sort_group, sorted_lengths
+from shardsmith.engine.shuffle.open_parts import OpenParts
 from shardsmith.engine.shuffle.release import released_mark
 from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.errors import DatasetError
@@ -51,6 +52,14 @@ def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
     if released_mark(work_dir, split.name).exists():  # the heads it would read may be punched out
         raise DatasetError(f"{path}: the plan of split {split.name} is lost and part of its spill already "
                            f"released; remove {work_dir} and run again")
+    with OpenParts() as parts:  # each part opened once for the split, not once a group
+        plan = _planned(split, writer, parts)
+    atomic_write_bytes(path, orjson.dumps({"bounds": plan.bounds, "weights": plan.weights}))
+    return plan
+
+
+def _planned(split: SplitGather, writer: Writer, parts: OpenParts) -> SplitPlan:
+    """``plan_split``'s boundaries, from the heads of the groups that hold one."""
     roller = writer.rollover()
     bounds, weights, total = [0], [0], 0
     starts = split.starts.tolist()
@@ -64,9 +73,9 @@ def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
             total += whole
             continue
         if writer.weigh_payload:
-            w = writer.sorted_weights(sort_group(group, drop=split.drop(g)))
+            w = writer.sorted_weights(sort_group(group, parts=parts, drop=split.drop(g)))
         else:
-            w = writer.weights(sorted_lengths(group, split.drop(g)), None)
+            w = writer.weights(sorted_lengths(group, split.drop(g), parts=parts), None)
         ends = starts_of(w)
         for cut in roller.cut(w):
             bounds.append(start + cut)
@@ -75,9 +84,7 @@ def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
     if split.samples:
         bounds.append(split.samples)
         weights.append(total)
-    plan = SplitPlan(bounds=bounds, weights=weights)
-    atomic_write_bytes(path, orjson.dumps({"bounds": bounds, "weights": weights}))
-    return plan
+    return SplitPlan(bounds=bounds, weights=weights)
 
 
 def share(first: int, stop: int, parts: int) -> list[tuple[int, int]]:
