@@ -15,7 +15,7 @@ scatter, writing the parts with holes for payloads, and the engine's gather and 
 What must be equal, and is checked: each part file, byte for byte but the payloads; per unit, the
 opens of the scratch folder (and of part files), the metadata read (bytes its read calls returned
 less the payload), the bytes written (the simulation's holes counted as written), the part files
-opened to punch out spill. Not compared: the scatter's reads (the real one reads the input), CPU
+punched to give back spill. Not compared: the scatter's reads (the real one reads the input), CPU
 and memory (the real units tokenize, write and hash the bytes).
 """
 
@@ -233,9 +233,10 @@ def simulated(real: RealRun, root: Path, *, exchange: Exchange | None = None) ->
                       "sim": None if b is None else {k: value(b, k) for k in keys}})
     units += [{"unit": name, "real": None, "sim": {}} for name in mine]  # a unit the real run does not have
     # the counts the totals use for the gather ranks a large run does not measure: its opens of part
-    # files while it reads, from the engine's tables and plan, against what the unit measured
+    # files while it reads (each once a range, punched through the same descriptors), from the engine's
+    # tables and plan, against what the unit measured
     counted = [{"unit": u["unit"], "measured": u["phases"]["read"]["part_opens"],
-                "counted": u["counted"]["read_pairs"] + u["counted"]["read_punches"]}
+                "counted": u["counted"]["read_pairs"]}
                for u in sim if u["kind"] == "gather" and "read" in u["phases"] and "read_pairs" in u["counted"]]
     parts_equal = real.parts == sim_parts and len(sim_parts) == wl.task_count
     ok = parts_equal and all(u["real"] == u["sim"] for u in units) and all(c["measured"] == c["counted"] for c in counted)

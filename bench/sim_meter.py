@@ -167,7 +167,7 @@ class Captured:
     meter: Meter | None = None
     splits: list[Any] = field(default_factory=list)
     plans: dict[str, Any] = field(default_factory=dict)
-    punches: int = 0  # part files opened to punch out the spill of finished shards (``release.punch``)
+    punches: int = 0  # part files punched, a call each, to give back the spill of finished shards (``release.punch``)
     # False in the simulation: its parts are holes already, fragmented by the heads written into them,
     # and the kernel takes ~0.4 s to punch one such part (a real part: one extent, milliseconds)
     punch_holes: bool = True
@@ -234,15 +234,17 @@ def instrument(meter: Meter, *, skip: set[str] | frozenset[str] = frozenset(), p
     buckets._load_group = counted  # type: ignore[assignment]
     punch = release.punch
 
-    def punched(path: str, ranges: Any) -> int:
-        if not CAPTURED.punch_holes:  # the part opened as ``release.punch`` opens it; its holes left as they are
+    def punched(path: str, ranges: Any, *, fd: int | None = None) -> int:
+        if not CAPTURED.punch_holes:  # the part opened as ``release.punch`` opens it (unless the range
+            # holds it open already: ``fd``); its holes left as they are
             if not ranges or not release.supported():
                 return 0
-            os.close(os.open(path, os.O_WRONLY))
+            if fd is None:
+                os.close(os.open(path, os.O_WRONLY))
             CAPTURED.punches += 1
             return 0
         CAPTURED.punches += 1
-        return punch(path, ranges)
+        return punch(path, ranges, fd=fd)
 
     release.punch = punched  # type: ignore[assignment]
     return CAPTURED

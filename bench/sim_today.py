@@ -276,9 +276,10 @@ def planned_groups(split: SplitGather, plan: SplitPlan) -> list[int]:
 
 
 def punches(split: SplitGather, plan: SplitPlan, first: int, stop: int) -> int:
-    """The part files a range opens to give back its spill (``release.Release``, on a file system
-    that punches holes): as each shard is recorded, the groups wholly inside the range whose every
-    sample lies in a finished shard are punched, each part file of them opened once."""
+    """The part files a range punches to give back its spill (``release.Release``, on a file system
+    that punches holes), a call each: as each shard is recorded, the groups wholly inside the range
+    whose every sample lies in a finished shard are punched, through the descriptors the range
+    reads with (``open_parts.OpenParts``: no open of its own)."""
     starts = split.starts.tolist()
     at = next((g for g, s in enumerate(starts[:-1]) if s >= plan.bounds[first]), split.groups)
     opened = 0
@@ -382,7 +383,7 @@ class Today(Exchange):
         Law("plan", "written", "plan", ""),
         Law("plan", "rss", None, "segments"),
         Law("gather", "opens", "tables", ""),
-        Law("gather", "opens", "read", "read_pairs+punch_pairs"),
+        Law("gather", "opens", "read", "read_pairs"),  # (a range punches through the descriptors it reads with)
         # its rows of the plan (28 B a segment), each split's per-group arrays and its part files' names
         Law("gather", "meta_read", "tables", "read_segments+groups+parts"),
         Law("gather", "meta_read", "read", "read_pairs", exact="read_heads"),
@@ -538,7 +539,7 @@ class Today(Exchange):
         busiest_shards = math.ceil(shards / ranks)
         share_of_data = min(1.0, busiest_shards * wl.shard_tokens / (payload_total / TOKEN_BYTES))
         busiest_groups = min(groups, share_of_data * groups + 1)
-        # ``release.Release`` punches the groups behind each finished shard: every part they touch, opened once
+        # ``release.Release`` punches the groups behind each finished shard: every part they touch, a call each
         punch_pairs = busiest_shards * min(parts, parts_per_group * groups / shards)
         docs_per_group, payload_per_group = docs_total / groups, payload_total / groups
         tasks_per_rank = -(-parts // ranks)

@@ -75,20 +75,26 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
     only finished shards read given back: ``engine/shuffle/release.py``). ``tick``: told the samples of
     each group as it is sorted and written."""
     if plan is None:
-        _write_run(split, None, 0, 0, None, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir, tick=tick)
+        with OpenParts() as parts:
+            _write_run(split, None, 0, 0, None, parts=parts, make_writer=make_writer, work_dir=work_dir,
+                       out_dir=out_dir, tick=tick)
         return
     if piece_intact(work_dir, out_dir, split.name, first, stop):
         return
     done = finished(work_dir, out_dir, split.name, first, stop)
-    release = Release(split=split, starts=split.starts.tolist(), bounds=plan.bounds,
-                      first=first, done=done, work_dir=work_dir, enabled=spill_release.ENABLED)
-    for begin, end in to_write(first, done):
-        _write_run(split, plan, begin, end, release, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir,
-                   tick=tick)
+    enabled = spill_release.ENABLED and spill_release.supported()
+    # each part the range reads opened once, for its reads and (when the spill is given back) its punches
+    with OpenParts(writable=enabled) as parts:
+        release = Release(split=split, starts=split.starts.tolist(), bounds=plan.bounds, first=first, done=done,
+                          work_dir=work_dir, enabled=enabled, parts=parts)
+        for begin, end in to_write(first, done):
+            _write_run(split, plan, begin, end, release, parts=parts, make_writer=make_writer, work_dir=work_dir,
+                       out_dir=out_dir, tick=tick)
 
 
 def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, release: Release | None, *,
-               make_writer: MakeWriter, work_dir: Path, out_dir: Path, tick: Callable[[int], Any] | None) -> None:
+               parts: OpenParts, make_writer: MakeWriter, work_dir: Path, out_dir: Path,
+               tick: Callable[[int], Any] | None) -> None:
     """Shards ``[first, stop)`` by one writer (every shard: ``plan`` None), and their piece."""
     whole = plan is None
     weight_before = 0 if plan is None else plan.weights[first]
@@ -103,7 +109,6 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
     maps = (PartMaps(resident=2 * split.max_group_bytes)
             if writer.maps_parts and split.groups and split.part_files <= MAX_MAPPED_PARTS else None)
     into = None if writer.keeps_batches or maps is not None else LoadBuffer()
-    parts = OpenParts()  # each part this range reads opened once, not once a group
     starts = split.starts
     # the groups [a, b) lies in, found without touching any other group's objects
     g0, g1 = int(np.searchsorted(starts[1:], a, side="right")), int(np.searchsorted(starts[:-1], b, side="left"))
@@ -144,8 +149,6 @@ def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int
         if abort is not None:
             abort()
         raise
-    finally:
-        parts.close()
     made = len(writer.shards)
     if plan is not None:
         want = np.diff(plan.bounds[first:stop + 1]).tolist()

@@ -35,28 +35,48 @@ def descriptor_budget() -> int:
 
 
 class OpenParts:
-    """Read-only descriptors of part files by path, kept until ``close`` (at most ``limit``)."""
+    """Descriptors of part files by path, kept until ``close`` (at most ``limit``). ``writable``:
+    opened for reading and writing, for a gather range that gives its spill back as it goes
+    (``release.punch`` then punches through the descriptor its reads use: one open, not two)."""
 
-    def __init__(self, *, limit: int | None = None) -> None:
+    def __init__(self, *, limit: int | None = None, writable: bool = False) -> None:
         self._fds: dict[str, int] = {}
         self.limit = descriptor_budget() if limit is None else limit
+        self._flags = (os.O_RDWR if writable else os.O_RDONLY) | os.O_CLOEXEC
+        self.writable = writable
         self.opens = 0  # how many times a part was opened (what the descriptors kept save)
+
+    def _kept(self, path: str) -> tuple[int, bool]:
+        """``path``'s descriptor, and whether it is kept (else the caller closes it)."""
+        fd = self._fds.get(path)
+        if fd is not None:
+            return fd, True
+        fd = os.open(path, self._flags)
+        self.opens += 1
+        if len(self._fds) < self.limit:
+            self._fds[path] = fd
+            return fd, True
+        return fd, False
 
     def read_into(self, path: str, buffers: list[Any], offset: int) -> int:
         """Fill ``buffers`` (writable byte buffers, one after another) from ``path`` at ``offset``;
         the bytes read (fewer: the file ends before)."""
-        fd = self._fds.get(path)
-        if fd is not None:
-            return _pread_all(fd, buffers, offset)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        self.opens += 1
-        if len(self._fds) < self.limit:
-            self._fds[path] = fd
-            return _pread_all(fd, buffers, offset)
+        fd, kept = self._kept(path)
         try:
             return _pread_all(fd, buffers, offset)
         finally:
+            if not kept:
+                os.close(fd)
+
+    def writable_fd(self, path: str) -> int | None:
+        """``path`` open for writing and kept open (None: not writable, or no descriptor to spare)."""
+        if not self.writable:
+            return None
+        fd, kept = self._kept(path)
+        if not kept:
             os.close(fd)
+            return None
+        return fd
 
     def close(self) -> None:
         """Every descriptor closed."""

@@ -45,6 +45,7 @@ import orjson
 
 from shardsmith.core.faults import crash_point
 from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.engine.shuffle.open_parts import OpenParts
 from shardsmith.engine.shuffle.pieces import piece_intact, piece_path, piece_state
 from shardsmith.engine.shuffle.segments import Segments
 from shardsmith.engine.shuffle.split_gather import SplitGather
@@ -83,13 +84,16 @@ def gives_back(writer: Writer) -> bool:
     return ENABLED and writer.shards_alone and supported()
 
 
-def punch(path: str, ranges: Sequence[tuple[int, int]]) -> int:
+def punch(path: str, ranges: Sequence[tuple[int, int]], *, fd: int | None = None) -> int:
     """Punch ``[start, stop)`` ranges of a file, each shrunk inward to whole blocks; returns the
-    bytes punched (0 where hole punching is not available: a no-op)."""
+    bytes punched (0 where hole punching is not available: a no-op). ``fd``: the file open for
+    writing already (left open), else it is opened here."""
     fn = _fallocate()
     if fn is None or _state.get("refused") or not ranges:
         return 0
-    fd = os.open(path, os.O_WRONLY)
+    own = fd is None
+    if fd is None:
+        fd = os.open(path, os.O_WRONLY)
     try:
         block = max(os.fstat(fd).st_blksize, 4096)
         done = 0
@@ -106,7 +110,8 @@ def punch(path: str, ranges: Sequence[tuple[int, int]]) -> int:
             done += last - first
         return done
     finally:
-        os.close(fd)
+        if own:
+            os.close(fd)
 
 
 def group_ranges(segments: Segments) -> dict[str, list[tuple[int, int]]]:
@@ -197,9 +202,10 @@ class Release:
     shard starts; ``starts``: each group's first sample, then the split's end; ``done``: the
     range's shards a killed run finished."""
 
-    def __init__(self, *, split: SplitGather, starts: list[int], bounds: list[int],
-                 first: int, done: list[bool], work_dir: Path, enabled: bool) -> None:
+    def __init__(self, *, split: SplitGather, starts: list[int], bounds: list[int], first: int, done: list[bool],
+                 work_dir: Path, enabled: bool, parts: OpenParts | None = None) -> None:
         self.table, self.split, self.starts, self.bounds = split, split.name, starts, bounds
+        self.parts = parts  # the range's part files, open (for writing, when it gives spill back)
         self.first, self.done, self.work_dir = first, list(done), work_dir
         self.enabled = enabled and supported()
         self.begin = self.recorded = 0  # the writer at work: its first shard, its shards recorded so far
@@ -245,5 +251,5 @@ class Release:
         if not mark.exists():
             atomic_write_bytes(mark, b"")
         for path, spans in group_ranges(self.table.between(self.next, last)).items():
-            self.punched += punch(path, spans)
+            self.punched += punch(path, spans, fd=None if self.parts is None else self.parts.writable_fd(path))
         self.next = last
