@@ -175,7 +175,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="Output format; its own options follow, under \"Options for --to FORMAT\".")
 @click.option("--from", "source", type=Registered("source"), default=None,
               help="Input kind [default: inferred from the inputs].")
-@click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
+@click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member "
+              "(--to tokens: the text it tokenizes [default: text]).")
 @click.option("--check-images", type=click.Choice(["header", "full", "none"]), default="header", show_default=True,
               help="header: magic number, dimensions and JPEG EOI without decoding; full: decode every image.")
 @click.option("--max-image-pixels", default=MAX_IMAGE_PIXELS, show_default=True, type=click.IntRange(1, MAX_COUNT),

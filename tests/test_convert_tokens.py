@@ -104,3 +104,18 @@ def test_the_tokens_writer_reads_its_own_options_only(tmp_path):
     writer = fmt.writer(job, "train", ShardRange())
     assert type(writer).__name__ == "PackedTokensWriter"
     assert fmt.manifest_fields(job, {})["packing"]["window_tokens"] == 64
+
+
+def test_convert_s_job_of_tokens_is_pack_tokens_job(tmp_path, bpe_tokenizer):
+    """Through the Python API too: the format's options typed as it declares them (a size as text)."""
+    from shardsmith.commands import convert, pack_tokens
+
+    opts = convert.ConvertOptions(inputs=("in",), out=tmp_path / "o", to="tokens", seed=4,
+                                  format_options={"tokenizer": str(bpe_tokenizer), "shard_tokens": "2KB",
+                                                  "provenance": True})
+    expected = pack_tokens.PackTokensOptions(inputs=("in",), out=tmp_path / "o", tokenizer=str(bpe_tokenizer),
+                                             shard_tokens=2000, seed=4, provenance=True)
+    assert convert.job_of(opts) == pack_tokens.job_of(expected)
+    with pytest.raises(Exception, match="--max-len does not apply to --to tokens"):
+        convert.job_of(convert.ConvertOptions(inputs=("in",), out=tmp_path / "o", to="tokens",
+                                              format_options={"max_len": 4}))

@@ -16,6 +16,7 @@ from shardsmith.commands.convert_options import ConvertOptions
 from shardsmith.commands.pack_tokens import PackTokensOptions, job_of
 from shardsmith.engine import Job
 from shardsmith.errors import UsageError
+from shardsmith.formats.tokens.options import OPTIONS
 
 # convert's own options (not the converting commands' shared ones) that a token job reads no value of,
 # with their flags; the defaults they must keep are the command line's (``--step-size`` 64MB: not its
@@ -34,15 +35,19 @@ def pack_options(opts: ConvertOptions) -> PackTokensOptions:
         if getattr(opts, name) != defaults[name]:
             raise UsageError(f"{flag} does not apply to --to {opts.to}: it tokenizes the --text-field of rows "
                              f"(JSONL, Parquet), as pack-tokens does")
-    taken = {f.name for f in dataclasses.fields(PackTokensOptions)}
-    unknown = sorted(set(opts.format_options) - taken)
+    unknown = sorted(set(opts.format_options) - set(OPTIONS.names()))
     if unknown:  # given through the Python API: the command line refuses them before
         raise UsageError(f"--{unknown[0].replace('_', '-')} does not apply to --to {opts.to}")
+    taken = {f.name for f in dataclasses.fields(PackTokensOptions)}
     shared: dict[str, Any] = {f.name: getattr(opts, f.name) for f in dataclasses.fields(ConvertOptions)
                               if f.name in taken and f.name not in (*UNUSED, *IGNORED)}
     if shared["text_field"] is None:  # convert's default (no text member) is pack-tokens' "text"
         del shared["text_field"]
-    return PackTokensOptions(**shared, **opts.format_options)
+    # typed and defaulted as the format declares them; an option both commands have (--provenance) is
+    # the command's, unless given among the format's
+    checked = OPTIONS.values(opts.format_options).as_dict()
+    shared.update({n: v for n, v in checked.items() if n in opts.format_options or n not in shared})
+    return PackTokensOptions(**shared)
 
 
 def token_job(opts: ConvertOptions) -> Job:
