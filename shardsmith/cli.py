@@ -175,7 +175,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
               help="Output format; its own options follow, under \"Options for --to FORMAT\".")
 @click.option("--from", "source", type=Registered("source"), default=None,
               help="Input kind [default: inferred from the inputs].")
-@click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member.")
+@click.option("--text-field", default=None, help="Also store this JSON field / column as a .txt member "
+              "(--to tokens: the text it tokenizes [default: text]).")
 @click.option("--check-images", type=click.Choice(["header", "full", "none"]), default="header", show_default=True,
               help="header: magic number, dimensions and JPEG EOI without decoding; full: decode every image.")
 @click.option("--max-image-pixels", default=MAX_IMAGE_PIXELS, show_default=True, type=click.IntRange(1, MAX_COUNT),
@@ -199,7 +200,8 @@ def pack_tokens(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: i
 @click.option("--events-table", default=None, type=click.Path(),
               help="Parquet events: a per-event table joined on --group-by (e.g. train_meta.parquet).")
 @click.option("--provenance", is_flag=True,
-              help="Events: store each event's input file (index into the manifest's inputs) and entry.")
+              help="Events: store each event's input file (index into the manifest's inputs) and entry; "
+                   "--to tokens: each document's input file, line or row and byte offset (shardsmith trace).")
 @cleaning_options
 @converting_options
 @user_errors
@@ -210,7 +212,7 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
 
     # a child lists the input folders while this process loads the converter
     with walk_soon(inputs, quiet=kw["quiet"]):
-        from shardsmith.commands.convert import ConvertOptions, run
+        from shardsmith.commands.convert import ConvertOptions, run, summary_line
 
         globs = tuple(g.strip() for g in branches.split(",") if g.strip()) if branches else None
         executor, workers = take_executor(kw, workers)
@@ -220,6 +222,10 @@ def convert(inputs: tuple[str, ...], out: Path, no_shuffle: bool, workers: int |
     if _report_submitted(out, manifest) or report_stage(out, manifest):
         return
     src = manifest["source"]
+    if (line := summary_line(opts, out, manifest)) is not None:  # another command's job (--to tokens)
+        click.echo(line + inputs_left_out(src))
+        report_skipped(out, src)
+        return
     parts = ", ".join(f"{name}: {plural(s.get('events', s['samples']), 'event' if 'events' in s else 'sample')} in "
                       f"{plural(len(s['shards']), 'shard')}" for name, s in manifest["splits"].items())
     click.echo(f"{out}: {parts}; {plural(src['records'], 'record')} read, {src['skipped']['count']:,} skipped"

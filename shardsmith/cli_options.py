@@ -265,14 +265,20 @@ class FormatOptionsCommand(click.Command):
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         params = super().get_params(ctx)
-        return [*params, *_format_params(_declared(), frozenset(p.name for p in params if p.name))]
+        flags = frozenset(p.name for p in params if isinstance(p, click.Option) and p.is_flag and p.name)
+        return [*params, *_format_params(_declared(), frozenset(p.name for p in params if p.name), flags)]
+
+    def _format_names(self, ctx: click.Context, declared: tuple[FormatOptions, ...]) -> set[str]:
+        """The declared options that are not the command's own (a flag of both is the command's)."""
+        own = {p.name for p in super().get_params(ctx)}
+        return {n for d in declared for n in d.names()} - own
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         rest = super().parse_args(ctx, args)
         if not ctx.resilient_parsing:
             declared = _declared()
             to = ctx.params.get("to")
-            names = {n for d in declared for n in d.names()}
+            names = self._format_names(ctx, declared)
             given = {n: ctx.params.pop(n) for n in sorted(names) if n in ctx.params}
             for name, value in given.items():
                 message = refusal(name, value, to=to or "", declared=declared)
@@ -285,10 +291,10 @@ class FormatOptionsCommand(click.Command):
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         declared = _declared()
         params = {p.name: p for p in self.get_params(ctx)}
-        names = {n for d in declared for n in d.names()}
+        names = self._format_names(ctx, declared)
         sections = {"Options": [r for name, p in params.items() if name not in names and (r := p.get_help_record(ctx))]}
         for to in sorted({d.to for d in declared if d.to}):
-            seen = dict.fromkeys(n for d in declared if d.to == to for n in d.names() if n in params)
+            seen = dict.fromkeys(n for d in declared if d.to == to for n in d.names() if n in names)
             sections[f"Options for --to {to}"] = [r for n in seen if (r := params[n].get_help_record(ctx))]
         width = min(max((len(term) for rows in sections.values() for term, _ in rows), default=0), 30)
         for heading, rows in sections.items():
@@ -306,12 +312,17 @@ def _declared() -> tuple[FormatOptions, ...]:
 
 
 @functools.cache
-def _format_params(declared: tuple[FormatOptions, ...], taken: frozenset[str]) -> list[click.Parameter]:
+def _format_params(declared: tuple[FormatOptions, ...], taken: frozenset[str],
+                   flags: frozenset[str] = frozenset()) -> list[click.Parameter]:
     """One click option per declared option; one declared differently by two formats, or named as
-    an option of the command itself, is left out with a warning line (the first declaration wins)."""
+    an option of the command itself, is left out with a warning line (the first declaration wins).
+    A declared flag that the command has as a flag of its own (``--provenance``) is that flag: no
+    second one and no warning: the command's value, in its options record, is the format's."""
     chosen: dict[str, Option] = {}
     for d in declared:
         for o in d.options:
+            if o.type == "flag" and o.name in flags:
+                continue
             first = chosen.setdefault(o.name, o)
             if o.name in taken or first != o:
                 click.echo(f"shardsmith: warning: --to {d.to}: {o.flag} is "

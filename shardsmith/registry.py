@@ -212,7 +212,8 @@ def _class_options(p: Plugin, builtin: dict[str, FormatOptions | None]) -> Forma
     if not getattr(cls, "option", None):
         return None
     if isinstance(options, FormatOptions):  # (a subclass of another format: its own --to, its parent's options)
-        return options if options.to == cls.option else FormatOptions(to=cls.option, options=options.options)
+        return options if options.to == cls.option else FormatOptions(to=cls.option, options=options.options,
+                                                                     recorded=options.recorded)
     legacy = {o.name: o for d in builtin.values() if d is not None for o in d.options if o.name in LEGACY_OPTIONS}
     return FormatOptions(to=cls.option, options=tuple(legacy[n] for n in LEGACY_OPTIONS))
 

@@ -10,6 +10,7 @@ its own.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from shardsmith import registry
@@ -28,13 +29,50 @@ from shardsmith.kit.row_processor import RowProcessor
 from shardsmith.kit.transform import Transform
 from shardsmith.text.cleaning import CleaningSpec
 
-__all__ = ["ConvertOptions", "job_of", "run"]
+__all__ = ["ConvertOptions", "job_of", "run", "summary_line"]
 
 
 def job_of(opts: ConvertOptions) -> Job:
-    """The conversion ``opts`` describe."""
+    """The conversion ``opts`` describe: convert's own steps, or the job of the command that writes
+    the ``--to`` format (``FormatOptions.command``: ``tokens``, ``pack-tokens``' job)."""
+    command = _writing_command(opts.to)
+    if command is not None:
+        return COMMAND_JOBS[command](opts)
     return Job(command="convert", steps=ConvertSteps, opts=opts, source=opts.source, transforms=opts.transforms,
                format=opts.to)
+
+
+def _token_job(opts: ConvertOptions) -> Job:
+    from shardsmith.commands.convert_tokens import token_job
+
+    return token_job(opts)
+
+
+def _token_summary(out: Any, manifest: dict[str, Any]) -> str:
+    from shardsmith.commands.pack_tokens import summary_line
+
+    return summary_line(out, manifest)
+
+
+# the commands whose job ``convert --to`` builds for a format that names one (``FormatOptions.command``),
+# and their runs' one-line summaries
+COMMAND_JOBS: dict[str, Callable[[ConvertOptions], Job]] = {"pack-tokens": _token_job}
+COMMAND_SUMMARIES: dict[str, Callable[[Any, dict[str, Any]], str]] = {"pack-tokens": _token_summary}
+
+
+def summary_line(opts: ConvertOptions, out: Any, manifest: dict[str, Any]) -> str | None:
+    """The summary of a run of another command's job (``pack-tokens``' line), None for convert's own."""
+    command = _writing_command(opts.to)
+    return None if command is None else COMMAND_SUMMARIES[command](out, manifest)
+
+
+def _writing_command(to: str) -> str | None:
+    """The command whose job writes the format of ``--to TO`` (None: convert's own steps)."""
+    declared = [d for d in registry.format_options().values() if d.to == to and d.command]
+    if declared and declared[0].command not in COMMAND_JOBS:
+        raise UsageError(f"--to {to}: its format names the command {declared[0].command!r} as its writer, "
+                         f"which convert does not know")
+    return declared[0].command if declared else None
 
 
 def run(opts: ConvertOptions, *, executor: Executor | None = None) -> dict[str, Any]:
@@ -48,6 +86,9 @@ class ConvertSteps(JobSteps):
 
     def open(self, run: JobRun) -> JobSteps:
         cls, fmt = source_and_format(run)
+        if (own := registry.format_options().get(fmt.name)) is not None and own.command:
+            raise UsageError(f"--to {fmt.option} is written by the {own.command} job: build it with "
+                             f"shardsmith.commands.convert.job_of")
         run.opts = run.opts.for_format(fmt, registry.format_options(), holds=cls.holds)  # refuses another's
         run.reader, run.fmt = cls.from_options(run.opts), fmt
         return registry.record_kind(cls.holds, source=cls.name).steps()(job=self.job)  # type: ignore[no-any-return]

@@ -29,6 +29,8 @@ from shardsmith.engine.inputs.plan import cached, task_bytes
 from shardsmith.engine.output.outdir import work_path
 from shardsmith.errors import DataError, UsageError
 from shardsmith.formats.tokens import neighbours
+from shardsmith.kit.format import Format
+from shardsmith.kit.options import FormatOptions, OptionValues
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
 from shardsmith.kit.transform import Transform, apply_all, build_transforms
 from shardsmith.storage import arrival
@@ -155,7 +157,7 @@ class TokenSteps(JobSteps):
         spec = tk.TokenizerSpec(json=facts.json, engine=engine, eos_id=facts.eos_id, bos_id=facts.bos_id,
                                 vocab_size=facts.vocab_size, piece_chars=tk.PIECE_CHARS if safe else None,
                                 batch_chars=tk.BATCH_CHARS if input_bytes >= tk.BATCH_RUN_BYTES else None)
-        run.make_write(schema=self.payload_dtype(spec))
+        run.make_write(schema=self.payload_dtype(spec), options=format_values(run.fmt, opts))
         self.facts, self.spec, self.engine, self.why, self.val_share = facts, spec, engine, why, val_share
         return self.make_processor(spec, opts, loaded=loaded if tokenizing else None, tokenizing=tokenizing)
 
@@ -299,6 +301,14 @@ def _inputs_digest(files: list[Any]) -> str:
     for f in files:
         h.update(f"{f.rel}\0{f.size}\n".encode())
     return h.hexdigest()
+
+
+def format_values(fmt: Format, opts: Any) -> OptionValues:
+    """The format's options as its writers get them (``job.options``): their values in the job's
+    options record, which names them as the format declares them (``formats/tokens/options.py``), the
+    padding and the window as the tokenizer decided them."""
+    declared = fmt.options or FormatOptions(to=None)
+    return declared.values({name: getattr(opts, name) for name in declared.names()})
 
 
 def window_of(opts: Any) -> int:

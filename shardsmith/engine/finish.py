@@ -68,7 +68,8 @@ def commit_dataset(session: OutputRun, *, fmt: Format, job: WriteJob, done: Conv
         fields["cleaning"] = cleaning_record(done)
         if getattr(opts, "removed", None):
             write_removed(opts.removed, done)
-    if job.options:  # the format's own options, as its writers got them (kit/options.py)
+    # the format's own options, as its writers got them (kit/options.py), unless its own fields hold them
+    if job.options and (fmt.options is None or fmt.options.recorded):
         fields["format_options"] = job.options.as_dict()
     for key, value in fmt.manifest_fields(job, outputs).items():
         both = isinstance(value, dict) and isinstance(fields.get(key), dict)

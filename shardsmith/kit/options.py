@@ -95,11 +95,20 @@ class Option:
 
 @dataclass(frozen=True, kw_only=True)
 class FormatOptions:
-    """What a format declares: the ``convert --to`` value that picks it (None: a format its own
-    command writes, as ``pack-tokens`` writes ``tokens``) and its options."""
+    """What a format declares: the ``convert --to`` value that picks it (None: a format only its own
+    command writes) and its options.
+
+    ``command``: a built-in command whose job writes this format (``pack-tokens`` for ``tokens``):
+    ``convert --to`` builds that command's job from its options (``commands/convert.job_of``), one
+    code path and the same bytes, rather than convert's steps. ``recorded``: whether the manifest
+    records the values as ``format_options`` (``engine/finish.py``); False where the format's own
+    ``manifest_fields`` record them (``tokens``: ``seq_len``, ``packing``, ``nanogpt``, as its
+    manifests held them before formats declared options), so that no value is written twice."""
 
     to: str | None
     options: tuple[Option, ...] = ()
+    command: str | None = None
+    recorded: bool = True
 
     def __post_init__(self) -> None:
         names = [o.name for o in self.options]

@@ -23,8 +23,8 @@ class FormatContract(ContractBase, DatasetContract):
             def make_inputs(self, folder):                  # ~100 records, >= 3 shards of them
                 ...
 
-    A format written by its own command (``option`` None, as ``tokens`` by ``pack-tokens``) sets
-    ``command`` and its options. Set ``picklable = False`` for a dataset never sent to DataLoader
+    A format written by its own command (``option`` None, or a job of its own as ``tokens``:
+    ``pack-tokens``) sets ``command`` and its options. Set ``picklable = False`` for a dataset never sent to DataLoader
     workers, and override ``open_dataset`` or ``batch_items`` for a dataset read another way.
     """
 

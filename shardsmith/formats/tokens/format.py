@@ -26,7 +26,7 @@ from shardsmith.kit.writer import SHARD_NAMES, ShardRange, Writer
 class TokensFormat(Format):
     name = "tokens"
     manifest_format = "tokens"
-    option = OPTIONS.to  # None: written by pack-tokens, with that command's options (job.opts)
+    option = OPTIONS.to  # written by pack-tokens' job, which convert --to tokens builds too (options.py)
     options = OPTIONS
     accepts = ("rows",)
     sample_unit = "document"
@@ -120,30 +120,33 @@ class TokensFormat(Format):
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.tokens.writer import TokensWriter
 
-        if job.opts.pack is not None:
+        o = job.options
+        if o.pack is not None:
             return _packed_writer(job, split, part)
-        return TokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
-                            nanogpt=job.opts.nanogpt, provenance=_provenance(job), part=part)
+        return TokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=o.shard_tokens,
+                            nanogpt=o.nanogpt, provenance=o.provenance, part=part)
 
     def split_fields(self, job: WriteJob, split: str, output: Any) -> dict[str, Any]:
         fields = {"tokens": sum(s.extra["tokens"] for s in output.shards)}
-        if job.opts.pack is not None:
+        if job.options.pack is not None:
             from shardsmith.formats.tokens.packed import packing_stats
 
-            fields["packing"] = packing_stats([s.extra for s in output.shards], seq_len=job.opts.seq_len)
+            fields["packing"] = packing_stats([s.extra for s in output.shards], seq_len=job.options.seq_len)
         return fields
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
+        """The options' values where the manifests have always held them (``options.py``: not recorded
+        again as ``format_options``): nanoGPT's files, the packing; ``seq_len`` is the job's (``extras``)."""
+        o = job.options
         fields: dict[str, Any] = {}
-        if job.opts.nanogpt:
-            fields["nanogpt"] = {name: o.flat_record for name, o in outputs.items()}
-        if job.opts.pack is not None:
+        if o.nanogpt:
+            fields["nanogpt"] = {name: out.flat_record for name, out in outputs.items()}
+        if o.pack is not None:
             from shardsmith.formats.tokens.packed import packing_stats
 
-            extras = [s.extra for o in outputs.values() for s in o.shards]
-            fields["packing"] = {"method": job.opts.pack, "seq_len": job.opts.seq_len, "pad_id": job.opts.pad_id,
-                                 "window_tokens": job.opts.pack_window,
-                                 **packing_stats(extras, seq_len=job.opts.seq_len)}
+            extras = [s.extra for out in outputs.values() for s in out.shards]
+            fields["packing"] = {"method": o.pack, "seq_len": o.seq_len, "pad_id": o.pad_id,
+                                 "window_tokens": o.pack_window, **packing_stats(extras, seq_len=o.seq_len)}
         return fields
 
     def card(self, out: Path, manifest: dict[str, Any]) -> CardData:
@@ -329,14 +332,10 @@ def _check_chat(chat: dict[str, Any], bad: Any) -> None:
 def _packed_writer(job: WriteJob, split: str, part: ShardRange) -> Writer:
     from shardsmith.formats.tokens.packed_writer import PackedTokensWriter
 
-    return PackedTokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=job.opts.shard_tokens,
-                              seq_len=job.opts.seq_len, pad_id=job.opts.pad_id, window_tokens=job.opts.pack_window,
-                              provenance=_provenance(job), part=part)
-
-
-def _provenance(job: WriteJob) -> bool:
-    """``pack-tokens --provenance``: each shard's document origins beside it (``origins.py``)."""
-    return bool(getattr(job.opts, "provenance", False))
+    o = job.options
+    return PackedTokensWriter(out_dir=job.out, split=split, dtype=job.schema, shard_tokens=o.shard_tokens,
+                              seq_len=o.seq_len, pad_id=o.pad_id, window_tokens=o.pack_window,
+                              provenance=o.provenance, part=part)
 
 
 def _tokenizer(out: Any, manifest: dict[str, Any], kind: Any) -> Any:
