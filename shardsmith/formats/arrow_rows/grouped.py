@@ -82,7 +82,7 @@ class GroupedRowsWriter(Writer):
             return
         name = self.shard_name(self.next_index())
         where = f"shard {name}"
-        schema = unified([packed_schema(g) for g in self._groups], where=where)
+        schema = unified([packed_schema(g) for g in self._groups], where=where, to=self.name)
         groups, self._groups = self._groups, []
 
         def tables() -> Iterator[Any]:
