@@ -160,8 +160,7 @@ def test_load_dataset_reads_the_folder(name, inputs, outputs, tmp_path):
     ds = datasets.load_dataset(str(outputs[name]), cache_dir=str(tmp_path / "hf"))
     rows = shard_rows(outputs[name])
     assert list(ds) == ["train"] and len(ds["train"]) == len(rows)
-    # each shard types the columns its rows have; datasets casts them to the card's features (a
-    # column a shard lacks is null there)
+    # every shard carries the split's one schema (formats/parquet/joined.py), the card's features
     columns = list(ds["train"].features)
     assert ds["train"].to_list() == [{c: row.get(c) for c in columns} for row in rows]
 

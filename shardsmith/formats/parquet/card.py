@@ -15,7 +15,8 @@ from shardsmith.kit.format import CardData
 
 NOTE = ("Each shard is a Parquet file: pyarrow, Polars, DuckDB and Spark read them as they are (e.g. "
         "`pyarrow.parquet.read_table(\"path/to/this/folder/train-000000.parquet\")`), in the dataset's "
-        "shuffled order, `__key__` naming each row's input.")
+        "shuffled order, `__key__` naming each row's input. Every shard of a split has the same schema, so a "
+        "glob reads them as one table (`polars.read_parquet(\"path/to/this/folder/train-*.parquet\")`).")
 
 
 def parquet_card(out: Path, manifest: dict[str, Any]) -> CardData:
