@@ -126,3 +126,43 @@ def test_ints_in_one_shard_and_text_in_another_stop_the_run_in_one_line(tmp_path
     assert res.exit_code == 1 and "Traceback" not in res.stderr, res.stderr
     assert last.startswith("shardsmith: error: --to parquet: field 'v' is int64 in the rows of shard "
                            "train-000000.parquet and string in those of shard train-000001.parquet"), last
+
+
+def typed_table(n: int = 30) -> Any:
+    """Columns a Parquet input stores in types JSON does not hold (their values reach the writers as
+    ints, floats and text): narrow ints and floats, timestamps (naive and zoned), dates, decimals,
+    lists of them, structs null in some rows."""
+    import datetime
+    import decimal
+
+    ids = range(n)
+    moment = datetime.datetime(2021, 1, 1, 8, 30)
+    return pa.table({
+        "i32": pa.array(ids, pa.int32()), "f32": pa.array([i / 4 for i in ids], pa.float32()),
+        "ts": pa.array([datetime.datetime(2020, 1, 1, 12, 0, i, 250) if i % 3 else None for i in ids], pa.timestamp("us")),
+        "tsz": pa.array([datetime.datetime(2020, 1, 2, i % 24, tzinfo=datetime.timezone.utc) for i in ids],
+                        pa.timestamp("ms", tz="UTC")),
+        "d": pa.array([datetime.date(2020, 1, 1 + i % 28) for i in ids], pa.date32()),
+        "dec": pa.array([decimal.Decimal(i) / 100 for i in ids], pa.decimal128(7, 2)),
+        "l": pa.array([[i] * (i % 3) for i in ids], pa.list_(pa.int16())),
+        "s": pa.array([{"t": moment, "u": i} if i % 4 else None for i in ids],
+                      pa.struct([("t", pa.timestamp("ms")), ("u", pa.uint8())])),
+        "txt": pa.array([f"r{i}" for i in ids]), "b": pa.array([bytes([i]) for i in ids])})
+
+
+def test_a_parquet_input_keeps_its_column_types(tmp_path):
+    """``source_types.py``: the values come back in the input's own types, every shard the same schema."""
+    import pyarrow.dataset as ds
+
+    src = tmp_path / "typed.parquet"
+    table = typed_table()
+    pq.write_table(table, src, row_group_size=10)
+    out = tmp_path / "out"
+    run_ok(["convert", str(src), "-o", str(out), "--to", "parquet", "--shard-samples", "12", "--seed", "1"])
+    got = ds.dataset(files(out), format="parquet").to_table()
+    assert got.schema.remove_metadata().remove(0).equals(pq.read_schema(src).remove_metadata())
+    assert sorted(got.drop(["__key__"]).to_pylist(), key=lambda r: r["i32"]) == table.to_pylist()
+    # a --transform may change a field's values: the columns are typed from them then
+    again = tmp_path / "again"
+    run_ok(["convert", str(src), "-o", str(again), "--to", "parquet", "--transform", "select=i32,ts"])
+    assert pq.read_schema(files(again)[0]).field("i32").type == pa.int64()
