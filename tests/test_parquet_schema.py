@@ -2,7 +2,8 @@
 though each typed its columns from its own rows: a field null in all of one shard's rows, ints in one
 shard and floats in another, a field one shard's rows lack. A reader of the whole folder (pyarrow's
 datasets, Polars, DuckDB) reads it as one table with no option to unify them, the values equal to the
-inputs; the same bytes for any ``--workers``/``--memory`` and after a kill while shards are rewritten;
+inputs; the same bytes for any ``--workers``/``--memory``, from cluster stages and after a kill while shards
+are rewritten;
 two types no column holds stop the run in one line naming both shards."""
 
 from __future__ import annotations
@@ -104,6 +105,19 @@ def test_the_same_bytes_for_any_workers_and_memory_and_after_a_kill_while_rewrit
     run_ok(cmd)
     assert digest(killed) == digest(out)
     assert run(["verify", str(killed)]).exit_code == 0
+
+
+def test_the_same_bytes_from_cluster_stages(src, out, tmp_path):
+    """Each gather rank writes its shards typed from their own rows; finalize gives them the one schema."""
+    staged = tmp_path / "staged"
+    cmd = ["convert", str(src), "-o", str(staged), *ARGS]
+    for rank in (0, 1):
+        run_ok([*cmd, "--stage", "scatter", "--rank", str(rank), "--world-size", "2"])
+    run_ok([*cmd, "--stage", "plan", "--world-size", "3"])
+    for rank in (0, 1, 2):
+        run_ok([*cmd, "--stage", "gather", "--rank", str(rank), "--world-size", "3"])
+    run_ok([*cmd, "--stage", "finalize"])
+    assert digest(staged) == digest(out)
 
 
 def test_a_split_keeps_its_own_columns_with_the_dataset_types():
