@@ -2,9 +2,9 @@
 though each typed its columns from its own rows: a field null in all of one shard's rows, ints in one
 shard and floats in another, a field one shard's rows lack. A reader of the whole folder (pyarrow's
 datasets, Polars, DuckDB) reads it as one table with no option to unify them, the values equal to the
-inputs; the same bytes for any ``--workers``/``--memory``, from cluster stages and after a kill while shards
-are rewritten;
-two types no column holds stop the run in one line naming both shards."""
+inputs; the same bytes for any ``--workers``/``--memory``, from cluster stages and after a kill while
+shards are rewritten; two types no column holds stop the run in one line naming both shards; a
+Parquet input's columns keep their types."""
 
 from __future__ import annotations
 
