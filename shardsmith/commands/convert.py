@@ -10,6 +10,7 @@ its own.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -122,6 +123,11 @@ class RowSteps(JobSteps):
             self.classes = self.classes_of(run)
             wait_to_check(reader, run.files or [])  # inputs from a URL that the check reads
             reader.check(run.files or [], opts)
+            # the inputs' own types, for a format of typed columns (a transform may change a field's
+            # values: they are typed from themselves then)
+            types = None if self.transforms else reader.arrow_types(run.files or [])
+            if types is not None and run.write is not None and run.write.schema is None:
+                run.write = dataclasses.replace(run.write, schema=types)
 
     def check_augment(self, opts: Any) -> None:
         """``--augment`` and ``--copies``, refused where they do not apply."""

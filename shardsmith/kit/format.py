@@ -42,7 +42,9 @@ class WriteJob:
     out: Path
     options: OptionValues = field(default_factory=OptionValues)  # the format's own (``Format.options``), typed
     workers: int = 1  # the run's worker processes (a writer may size its own threads by them)
-    schema: Any = None  # an EventSchema for events, the token dtype for tokens
+    # an EventSchema for events, the token dtype for tokens; for rows, the inputs' Arrow types where they
+    # store them (``Reader.arrow_types``: a Parquet input's), which a format of typed columns gives back
+    schema: Any = None
     sources: list[str] | None = None  # input files whose bytes a writer may copy unchanged (images)
 
 

@@ -109,6 +109,13 @@ class Reader:
         ``schema`` (``SampleEncoder.schema``: webdataset names its members). Images: the members."""
         return {}
 
+    def arrow_types(self, files: list[Any]) -> Any:
+        """The Arrow schema of the records' fields where the inputs store them typed (a Parquet file's
+        columns), else None. A value reaches the writers as JSON holds it (an ``int32`` as an int, a
+        timestamp as its text), so a format of typed columns types it back (``WriteJob.schema``:
+        ``formats/arrow_rows/source_types.py``); called after ``check``."""
+        return None
+
     def source_fields(self, opts: Any) -> dict[str, Any]:
         """What this source adds to the manifest's ``source`` (a tree name, a grouping column...)."""
         return {}

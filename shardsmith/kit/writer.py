@@ -10,6 +10,7 @@ scratch folder while the split is unfinished, or the output file it is then move
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -42,6 +43,8 @@ class ShardRecord:
         rest = {k: v for k, v in d.items() if k not in ("path", "samples", "bytes", "sha256")}
         return cls(path=d["path"], samples=int(d["samples"]), bytes=int(d["bytes"]), sha256=d["sha256"], extra=rest)
 
+
+Replaced = Callable[[str, int, ShardRecord], None]  # ``Writer.join_shards``'s word of a rewritten shard
 
 # the names ``Writer.shard_name`` gives, as a pattern (``core/own_files.py``): what a format that
 # declares no files of its own owns (``Format.own_files``)
@@ -161,6 +164,15 @@ class Writer:
         """Split-wide files made once every shard of the split is written, from the ``piece()`` of
         every writer that made some (on a writer made for this, which wrote nothing)."""
         return {}
+
+    def join_shards(self, splits: dict[str, list[ShardRecord]], *, replaced: Replaced) -> None:
+        """Rewrite written shards whose bytes depend on every split's (parquet: each file given the
+        dataset's one schema, ``formats/parquet/joined.py``), once all are written and before any
+        ``finish_split``; ``splits``: each split's shard records, in order. ``replaced(split, k,
+        record)`` is told of the ``k``-th shard's new file while it is whole under a temporary name,
+        before it takes the shard's name: a run killed in between finds the shard's piece naming the
+        new file, and a shard not as its piece says is gathered again. On a writer made for this,
+        which wrote nothing; the base writer rewrites nothing."""
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         raise NotImplementedError

@@ -45,6 +45,17 @@ class ParquetReader(Reader):
     def sample_schema(self, opts: Any) -> dict[str, Any]:
         return {OTHER_FIELDS: {"kind": "json"}, "binary columns": {"kind": "bytes", "ext": "column name"}}
 
+    def arrow_types(self, files: list[InputFile]) -> Any:
+        """The columns read, as the files store them (``check`` made sure every file has the same)."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not files:
+            return None
+        schema = pq.read_schema(files[0].path).remove_metadata()
+        return schema if self.columns is None else pa.schema([schema.field(c) for c in self.columns
+                                                              if c in schema.names])
+
     def check(self, files: list[InputFile], opts: Any) -> None:
         """Every file has the same columns, and they make distinct, short member names."""
         check_columns(files, opts.text_field)

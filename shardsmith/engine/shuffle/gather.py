@@ -35,7 +35,7 @@ from shardsmith.engine.shuffle import release as spill_release
 from shardsmith.engine.shuffle.buckets import LoadBuffer, sort_group
 from shardsmith.engine.shuffle.mapped import PartMaps, map_group
 from shardsmith.engine.shuffle.open_parts import OpenParts
-from shardsmith.engine.shuffle.pieces import cover, piece_intact, piece_path
+from shardsmith.engine.shuffle.pieces import cover, piece_intact, piece_path, rejoin
 from shardsmith.engine.shuffle.release import Release, finished, found, released_mark, to_write
 from shardsmith.engine.shuffle.segments import Segments
 from shardsmith.engine.shuffle.shard_plan import SplitPlan, one_writer, plan_split, planned, share
@@ -369,16 +369,21 @@ class SplitSize(Protocol):
 def finish(splits: Sequence[SplitSize], *, make_writer: MakeWriter, work_dir: Path, out_dir: Path
            ) -> dict[str, SplitOutput]:
     """Every split's shards from the pieces, checked complete, and its split-wide files."""
-    outputs: dict[str, SplitOutput] = {}
+    chains: dict[str, list[dict[str, Any]]] = {}
     for split in splits:
-        chain = cover(split.name, split.samples, work_dir, out_dir)
+        chains[split.name] = cover(split.name, split.samples, work_dir, out_dir)
         for stale in (*out_dir.glob(f".{split.name}-*.tmp-*"), *out_dir.glob(f".{split.name}.*.tmp-*")):
             # what killed writers left (a file, or a folder a writer builds before it renames it into place)
             if stale.is_dir() and not stale.is_symlink():
                 shutil.rmtree(stale, ignore_errors=True)
             else:
                 stale.unlink(missing_ok=True)
+    outputs: dict[str, SplitOutput] = {}
+    for k, split in enumerate(splits):
+        chain = chains[split.name]
         writer = make_writer(split.name, ShardRange(whole=False, work_dir=work_dir))
+        if not k:  # shards that depend on every split's (parquet's one schema), rewritten before any split finishes
+            rejoin(writer, chains, work_dir)
         extras = writer.finish_split(chain)
         outputs[split.name] = SplitOutput(
             shards=[ShardRecord.from_json(s) for p in chain for s in p["shards"]],

@@ -2,18 +2,22 @@
 ``piece-{split}-{first}-{stop}.json``), whether a piece's files are still intact, and the chain of
 pieces that covers a split's shards once each (ranks of reruns with other world sizes may leave
 overlapping ones). Plain files, so ranks on different machines share them; ``engine/shuffle/gather.py``
-writes them and finishes splits from them."""
+writes them and finishes splits from them, after a writer rewrote the shards that depend on every
+split's (``rejoin``: their new records replace the old in their pieces)."""
 
 from __future__ import annotations
 
 import os
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from shardsmith.core.faults import crash_point
+from shardsmith.core.fsutil import atomic_write_bytes
 from shardsmith.errors import DatasetError, UsageError
-from shardsmith.kit.writer import piece_files, piece_stretches
+from shardsmith.kit.writer import ShardRecord, Writer, piece_files, piece_stretches
 
 
 def piece_path(work_dir: Path, split: str, first: int, stop: int) -> Path:
@@ -122,3 +126,60 @@ def _reach(pieces: list[dict[str, Any]], shards: int) -> int:
                 reached.add(stop)
                 frontier.append(stop)
     return max(r for r in reached if r < shards)
+
+
+def rejoin(writer: Writer, chains: dict[str, list[dict[str, Any]]], work_dir: Path) -> None:
+    """Let ``writer`` rewrite shards that depend on every split's (``Writer.join_shards``). Each new
+    record replaces the shard's old one in ``chains`` and in the scratch folder before the new file
+    takes the shard's name: a piece of several shards that names it is first cut into pieces of one
+    shard each, and the shard's own piece then names the new file. A run killed in between finds that
+    piece not intact (the old file is in place) and gathers the shard again, which writes its piece
+    anew: no longer piece names the file as it is not (``cover`` takes the longest first)."""
+    at: dict[tuple[str, int], tuple[dict[str, Any], int]] = {}
+    records: dict[str, list[ShardRecord]] = {}
+    for split, chain in chains.items():
+        records[split] = []
+        for piece in chain:
+            for i, shard in enumerate(piece["shards"]):
+                at[split, len(records[split])] = (piece, i)
+                records[split].append(ShardRecord.from_json(shard))
+
+    def replaced(split: str, k: int, record: ShardRecord) -> None:
+        piece, i = at[split, k]
+        first = int(piece["first_shard"]) + i
+        for path in [p for p in _read_paths(work_dir, split) if _names(p[1], first)]:
+            _cut(work_dir, split, *path)
+        piece["shards"][i], piece["md5s"][i] = record.to_json(), None  # (the md5: the old file's bytes)
+        one = {"first_shard": first, "shards": [record.to_json()], "md5s": [None], "stop": first + 1, "whole": False}
+        atomic_write_bytes(piece_path(work_dir, split, first, first + 1), orjson.dumps(one))
+        crash_point(f"rejoin:{split}:{k}")  # (the crash tests: the piece names the new file, the old is in place)
+
+    writer.join_shards(records, replaced=replaced)
+
+
+def _read_paths(work_dir: Path, split: str) -> list[tuple[Path, dict[str, Any]]]:
+    out = []
+    for path in sorted(work_dir.glob(f"piece-{glob_escape(split)}-*.json")):
+        try:
+            piece = orjson.loads(path.read_bytes())
+        except (OSError, ValueError):
+            continue  # torn: a rerun does not trust it either
+        if path == piece_path(work_dir, split, int(piece["first_shard"]), int(piece["stop"])):
+            out.append((path, piece))  # (not a longer split name's)
+    return out
+
+
+def _names(piece: dict[str, Any], k: int) -> bool:
+    return int(piece["first_shard"]) <= k < int(piece["stop"])
+
+
+def _cut(work_dir: Path, split: str, path: Path, piece: dict[str, Any]) -> None:
+    """A piece of several shards as pieces of one shard each (written before it is removed), when
+    it vouches for nothing beside its shards (a split-wide file's part stays in it)."""
+    first, shards = int(piece["first_shard"]), piece.get("shards") or []
+    if len(shards) < 2 or piece.get("files") or piece.get("stretches"):
+        return
+    for j, (shard, md5) in enumerate(zip(shards, piece["md5s"])):
+        one = {"first_shard": first + j, "shards": [shard], "md5s": [md5], "stop": first + j + 1, "whole": False}
+        atomic_write_bytes(piece_path(work_dir, split, first + j, first + j + 1), orjson.dumps(one))
+    path.unlink(missing_ok=True)

@@ -4,11 +4,11 @@ The workers hand the writer samples (``rows.py``), read back typed, a row group 
 samples become one table, each field's column typed by pyarrow from all its values in the group
 (ints and floats together: float64; a field missing from a sample: null there; bytes: binary;
 lists and objects: lists and structs; a numpy array: a list, nested by its dimensions). A shard's
-row groups are then given one schema (``unified``, ``cast_to``: pyarrow's permissive promotion, a column
-null in one group takes the type it has in another). Values of types no one column holds (an int
-here, a string there) stop the run in one line naming the field: Parquet has no column of both.
-The parquet dataset card unifies the shards' schemas the same way (``formats/parquet/card.py``), so that ``datasets``
-casts each file to one set of features.
+row groups are then given one schema (``unified``, ``cast_to``: the widening rules of ``schemas.py``,
+a column null in one group takes the type it has in another, ints and floats ``float64``). Values
+of types no one column holds (an int here, a string there) stop the run in one line naming the
+field: Parquet has no column of both. The shards of a parquet dataset are then given one schema by
+the same rules (``formats/parquet/joined.py``).
 """
 
 from __future__ import annotations
@@ -22,18 +22,21 @@ import pyarrow.ipc  # noqa: F401 (pa.ipc)
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import ShardsmithError
 from shardsmith.formats.arrow_rows.rows import decode_rows
+from shardsmith.formats.arrow_rows.schemas import joined
+from shardsmith.formats.arrow_rows.source_types import as_source
 from shardsmith.kit.sample import KEY
 
 
-def group_table(samples: list[bytes], *, where: str) -> pa.Table:
+def group_table(samples: list[bytes], *, where: str, types: pa.Schema | None = None) -> pa.Table:
     """One row group's table from the samples as the format's encoder made them (``rows.py``), in order
     (without the cyclic collector, which would walk the group's hundreds of thousands of values again
-    and again: a third of the time)."""
+    and again: a third of the time); a field ``types`` names (the inputs' own) in its type there
+    (``source_types.py``)."""
     with no_gc():
-        return _group_table(samples, where=where)
+        return _group_table(samples, where=where, types=types)
 
 
-def _group_table(samples: list[bytes], *, where: str) -> pa.Table:
+def _group_table(samples: list[bytes], *, where: str, types: pa.Schema | None) -> pa.Table:
     keys, rows = decode_rows(samples)
     names: dict[str, None] = {}
     for row in rows:
@@ -45,6 +48,8 @@ def _group_table(samples: list[bytes], *, where: str) -> pa.Table:
             columns[name] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:
             raise mixed(name, where, exc) from None
+        if types is not None and name in types.names:
+            columns[name] = as_source(columns[name], types.field(name).type, name=name, where=where)
     return pa.table(columns)
 
 
@@ -81,14 +86,10 @@ def cast_to(table: pa.Table, schema: pa.Schema, *, where: str) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def unified(schemas: list[pa.Schema], *, where: str) -> pa.Schema:
-    """One schema for tables of these: a column's types promoted to one that holds them all."""
-    try:
-        return pa.unify_schemas(schemas, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-        raise ShardsmithError(f"--to parquet: the rows of {where} have no one schema: a field holds values of "
-                              f"types no one Parquet column holds ({exc}); make them one type (a --transform), "
-                              f"or write --to webdataset") from None
+def unified(schemas: list[pa.Schema], *, where: str, to: str) -> pa.Schema:
+    """One schema for a shard's row groups (``schemas.joined``, promoting: the groups are cast to it)."""
+    return joined(schemas, [f"row group {k + 1} of {where}" for k in range(len(schemas))], to=to, promote=True,
+                  instead="make them one type (a --transform), or write --to webdataset")
 
 
 def mixed(name: str, where: str, exc: Exception) -> ShardsmithError:

@@ -32,8 +32,10 @@ class GroupedRowsWriter(Writer):
     keeps_batches: ClassVar[bool] = False  # every sample is decoded as it comes
 
     def __init__(self, *, out_dir: Path, split: str, shard_samples: int | None, shard_bytes: int | None,
-                 group_rows: int | None, group_bytes: int | None, part: ShardRange | None = None) -> None:
+                 group_rows: int | None, group_bytes: int | None, part: ShardRange | None = None,
+                 types: Any = None) -> None:
         super().__init__(out_dir=out_dir, split=split, part=part)
+        self.types = types  # the inputs' own Arrow types (``source_types.py``), or None: typed from the values
         self.shard_samples, self.shard_bytes = shard_samples, shard_bytes
         self.group_rows, self.group_bytes = group_rows, group_bytes
         self._shard = self.rollover()
@@ -72,7 +74,8 @@ class GroupedRowsWriter(Writer):
 
     def _end_group(self) -> None:
         if self._rows:
-            self._groups.append(packed(group_table(self._rows, where=f"shard {self.shard_name(self.next_index())}")))
+            where = f"shard {self.shard_name(self.next_index())}"
+            self._groups.append(packed(group_table(self._rows, where=where, types=self.types)))
             self._rows = []
 
     def _flush(self) -> None:
@@ -82,7 +85,7 @@ class GroupedRowsWriter(Writer):
             return
         name = self.shard_name(self.next_index())
         where = f"shard {name}"
-        schema = unified([packed_schema(g) for g in self._groups], where=where)
+        schema = unified([packed_schema(g) for g in self._groups], where=where, to=self.name)
         groups, self._groups = self._groups, []
 
         def tables() -> Iterator[Any]:

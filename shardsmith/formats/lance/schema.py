@@ -4,9 +4,10 @@ shard's columns sit in it.
 A Lance dataset has one schema, and a fragment's data file says which of the schema's fields it
 holds (``DataFile.fields``: the ids of its leaf columns); a field a fragment's file lacks reads as
 null there. So the shards are not rewritten: the dataset's schema is their fields joined, in the
-order they first appear, shard after shard (``joined``): a column null in one shard (all its
-values missing) takes the type it has in another, a struct the keys any shard's has; a leaf of
-two other types (an int here, a string there) stops the run in one line. Lance numbers a schema's
+order they first appear, shard after shard (``joined``, by the rules every format of typed rows
+shares: ``formats/arrow_rows/schemas.py``): a column null in one shard (all its values missing)
+takes the type it has in another, a struct the keys any shard's has; a leaf of two other types (an
+int here, a float or a string there) stops the run in one line, as no file is cast. Lance numbers a schema's
 fields depth first, parents before children (``leaf_ids``; the writer checks the numbering against
 pylance's for every shard it writes), and a shard's columns are named by their paths
 (``["meta", "b", "item"]``), so their ids in the dataset's schema follow."""
@@ -18,6 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 from shardsmith.errors import ShardsmithError
+from shardsmith.formats.arrow_rows.schemas import children
+from shardsmith.formats.arrow_rows.schemas import joined as rows_joined
 
 Path = tuple[str, ...]
 
@@ -30,23 +33,15 @@ def leaf_ids(schema: pa.Schema) -> dict[Path, int]:
     def walk(field: pa.Field, path: Path) -> None:
         here = counter[0]
         counter[0] += 1
-        children = _children(field.type)
-        if not children:
+        kids = children(field.type)
+        if not kids:
             ids[path] = here
-        for child in children:
+        for child in kids:
             walk(child, (*path, child.name))
 
     for field in schema:
         walk(field, (field.name,))
     return ids
-
-
-def _children(t: pa.DataType) -> list[pa.Field]:
-    if pa.types.is_struct(t):
-        return [t.field(i) for i in range(t.num_fields)]
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [t.value_field]
-    return []
 
 
 # Lance picks each string column's compression itself, and for text it picks FSST, whose symbol
@@ -64,7 +59,7 @@ def pinned(schema: pa.Schema) -> pa.Schema:
 def _pinned(f: pa.Field) -> pa.Field:
     t = f.type
     if pa.types.is_struct(t):
-        return f.with_type(pa.struct([_pinned(c) for c in _children(t)]))
+        return f.with_type(pa.struct([_pinned(c) for c in children(t)]))
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         make = pa.large_list if pa.types.is_large_list(t) else pa.list_
         return f.with_type(make(_pinned(t.value_field)))
@@ -78,33 +73,12 @@ def _pinned(f: pa.Field) -> pa.Field:
 
 
 def joined(schemas: list[pa.Schema], names: list[str]) -> pa.Schema:
-    """The dataset's schema: every shard's fields, joined (the module says how); ``names`` name the
-    shards in the one line a conflict stops the run with."""
-    fields: dict[str, pa.Field] = {}
-    for schema, name in zip(schemas, names):
-        for field in schema:
-            fields[field.name] = _join(fields[field.name], field, (field.name,), name) if field.name in fields \
-                else field
-    return pa.schema(list(fields.values()))
-
-
-def _join(a: pa.Field, b: pa.Field, path: Path, shard: str) -> pa.Field:
-    if pa.types.is_null(b.type) or a.type.equals(b.type):
-        return a
-    if pa.types.is_null(a.type):
-        return b
-    if pa.types.is_struct(a.type) and pa.types.is_struct(b.type):
-        children = {c.name: c for c in _children(a.type)}
-        for c in _children(b.type):
-            children[c.name] = _join(children[c.name], c, (*path, c.name), shard) if c.name in children else c
-        return pa.field(a.name, pa.struct(list(children.values())), nullable=True)
-    if type(a.type) is type(b.type) and _children(a.type) and not pa.types.is_fixed_size_list(a.type):
-        item = _join(a.type.value_field, b.type.value_field, (*path, "item"), shard)
-        make = pa.large_list if pa.types.is_large_list(a.type) else pa.list_
-        return pa.field(a.name, make(item), nullable=True)
-    raise ShardsmithError(f"--to lance: field {'.'.join(path)!r} is {a.type} in the rows of one shard and {b.type} "
-                          f"in those of shard {shard}: a Lance dataset has one type per column; make them one type "
-                          f"(a --transform), or write --to parquet")
+    """The dataset's schema: every shard's fields, joined without promotion (``arrow_rows/schemas.py``:
+    a fragment's file is not rewritten, its columns are read as stored); ``names`` name the shards
+    in the one line a conflict stops the run with."""
+    return rows_joined(schemas, [f"shard {n}" for n in names], to="lance", promote=False,
+                       instead="make them one type (a --transform), or write --to parquet, whose shards "
+                           "take one type (ints and floats: float64)")
 
 
 def placed(columns: list[list[str]], file_schema: pa.Schema, dataset: pa.Schema, *, shard: str
@@ -133,10 +107,10 @@ def _leaf_types(schema: pa.Schema) -> dict[Path, Any]:
     out: dict[Path, Any] = {}
 
     def walk(field: pa.Field, path: Path) -> None:
-        children = _children(field.type)
-        if not children:
+        kids = children(field.type)
+        if not kids:
             out[path] = field.type
-        for child in children:
+        for child in kids:
             walk(child, (*path, child.name))
 
     for field in schema:

@@ -1,7 +1,7 @@
 """What the dataset card says of Parquet shards: ``datasets``' ``parquet`` builder reads them, with
-the features of the shards' schemas unified (each shard typed its columns from its own rows: a
-column null in one shard is cast to the type it has in the others), written in the YAML
-``datasets`` reads (``Features._to_yaml_list``'s form: ``dtype``, ``list``, ``struct``)."""
+the features of the dataset's one schema (``joined.py``: every shard of a split carries it, a split
+of fewer fields its part), written in the YAML ``datasets`` reads (``Features._to_yaml_list``'s
+form: ``dtype``, ``list``, ``struct``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from shardsmith.kit.format import CardData
 
 NOTE = ("Each shard is a Parquet file: pyarrow, Polars, DuckDB and Spark read them as they are (e.g. "
         "`pyarrow.parquet.read_table(\"path/to/this/folder/train-000000.parquet\")`), in the dataset's "
-        "shuffled order, `__key__` naming each row's input.")
+        "shuffled order, `__key__` naming each row's input. Every shard of a split has the same schema, so a "
+        "glob reads them as one table (`polars.read_parquet(\"path/to/this/folder/train-*.parquet\")`).")
 
 
 def parquet_card(out: Path, manifest: dict[str, Any]) -> CardData:
@@ -28,16 +29,18 @@ def parquet_card(out: Path, manifest: dict[str, Any]) -> CardData:
 
 
 def shard_schema(out: Path, manifest: dict[str, Any]) -> Any:
-    """The schema of every shard of the dataset, unified (their footers only are read)."""
+    """The dataset's schema: every split's shards' joined (``joined.py``; the shards of a split carry
+    it already, those of splits with other fields its part; their footers only are read)."""
     import pyarrow.parquet as pq
 
-    from shardsmith.formats.arrow_rows.columns import unified
+    from shardsmith.formats.parquet.joined import dataset_schema
 
-    schemas = [pq.read_schema(resolve_inside(out, shard["path"]))
-               for split in manifest["splits"].values() for shard in split["shards"]]
-    if not schemas:
+    schemas = {name: [pq.read_schema(resolve_inside(out, shard["path"])) for shard in split["shards"]]
+               for name, split in manifest["splits"].items()}
+    if not any(schemas.values()):
         raise ValueError("no shards")
-    return unified(schemas, where="the dataset").remove_metadata()
+    names = {name: [shard["path"] for shard in split["shards"]] for name, split in manifest["splits"].items()}
+    return dataset_schema(schemas, names).remove_metadata()
 
 
 def schema_features(schema: Any) -> list[dict[str, Any]] | None:

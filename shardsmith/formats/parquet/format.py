@@ -31,7 +31,7 @@ class ParquetFormat(ColumnsFormat):
         o = job.options
         return ParquetShardWriter(out_dir=job.out, split=split, shard_samples=o.shard_samples,
                                   shard_bytes=o.shard_bytes, group_rows=o.row_group_rows,
-                                  group_bytes=o.row_group_bytes, part=part)
+                                  group_bytes=o.row_group_bytes, part=part, types=job.schema)
 
     def manifest_fields(self, job: WriteJob, outputs: dict[str, Any]) -> dict[str, Any]:
         """The writer's fixed settings, so a reader of the manifest knows how the files were made."""

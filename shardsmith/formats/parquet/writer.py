@@ -8,17 +8,19 @@ shard a killed run left half-made is never under its name). Settings (``SETTINGS
 query engines skip row groups by), format version 2.6, the Arrow schema stored (pyarrow and
 ``datasets`` read the exact types back); the footer's ``created_by`` names the pyarrow version,
 never a time. Row groups and shards are cut by the samples' encoded sizes (``kit/rollover.py``),
-which depend on the samples alone: the same files for any ``--workers``, ``--memory`` or ranks."""
+which depend on the samples alone: the same files for any ``--workers``, ``--memory`` or ranks.
+Once every split's shards are written, those whose schema differs from the dataset's are rewritten
+in it (``joined.py``), so that every file of the dataset carries one schema."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardsmith.formats.arrow_rows.grouped import GroupedRowsWriter
-from shardsmith.kit.writer import ShardRecord
+from shardsmith.kit.writer import Replaced, ShardRecord
 
 SUFFIX = ".parquet"
 SETTINGS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True,
@@ -35,6 +37,22 @@ class ParquetShardWriter(GroupedRowsWriter):
         import pyarrow.parquet  # noqa: F401 (imported once, in the parent)
 
     def write_shard(self, name: str, schema: Any, tables: Iterator[Any], rows: int) -> ShardRecord:
+        return self._written(name, schema, tables, rows)
+
+    def join_shards(self, splits: dict[str, list[ShardRecord]], *, replaced: Replaced) -> None:
+        """Every shard of the dataset in its split's one schema (``joined.py``): a shard whose footer says
+        otherwise rewritten in it."""
+        from shardsmith.formats.parquet.joined import join_shards
+
+        def rewrite(record: ShardRecord, schema: Any, tables: Iterator[Any], tell: Any) -> None:
+            self._written(record.path, schema, tables, record.samples, before=tell)
+
+        join_shards(self.out_dir, splits, replaced=replaced, rewrite=rewrite)
+
+    def _written(self, name: str, schema: Any, tables: Iterator[Any], rows: int,
+                 before: Callable[[ShardRecord], None] | None = None) -> ShardRecord:
+        """Shard ``name`` written whole to a temporary file, then renamed into place (``before``
+        told of its record first); its record."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -48,5 +66,8 @@ class ParquetShardWriter(GroupedRowsWriter):
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        record = ShardRecord(path=name, samples=rows, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        if before is not None:
+            before(record)
         os.replace(tmp, self.out_dir / name)
-        return ShardRecord(path=name, samples=rows, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        return record

@@ -1,0 +1,78 @@
+"""One Arrow schema for every shard of a Parquet dataset, so that a reader of the whole folder
+(``pyarrow.dataset.dataset(OUT)``, DuckDB's ``read_parquet('OUT/*.parquet')``, Polars'
+``scan_parquet``) reads its files as one table, with no option to unify them.
+
+A writer types a shard's columns from that shard's rows alone (``arrow_rows/grouped.py``): a field
+null in every row of one shard is null-typed there, a field of ints in one shard and of floats in
+another is ``int64`` here and ``float64`` there, a field some shard's rows all lack is not in its
+file. Nothing knows the other shards' types while a shard is written (the writers of a split cut
+theirs at once, each its range), so once every split's shards are written (``Writer.join_shards``,
+before any split finishes) their footers' schemas are joined by the rules of every format of typed
+rows (``arrow_rows/schemas.py``): null takes the other type, structs the keys of both, ints and
+floats ``float64``; two types no column holds stop the run in one line. The dataset's schema is
+joined over every split's shards in order, split after split; a split's schema is the dataset's
+fields that its shards have (a split never gains a column it has no value of), so the splits agree
+on every field they share. A shard whose schema differs is rewritten in it, row group by row group
+(its row groups and the writer's settings kept), and renamed over the old file. The schemas
+follow from the shards' contents alone, as do the shards: the same files for any ``--workers``,
+``--memory`` or ranks. Most datasets' shards agree already, and none is rewritten.
+
+A cluster stage into object storage finishes from stand-ins of the shards (their sizes, not their
+bytes): their schemas are not read there, and the shards are left as written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shardsmith.formats.arrow_rows.columns import cast_to
+from shardsmith.formats.arrow_rows.schemas import joined
+from shardsmith.kit.writer import Replaced, ShardRecord
+
+INSTEAD = "make them one type (a --transform), or write --to webdataset"
+
+
+def dataset_schema(schemas: dict[str, list[Any]], names: dict[str, list[str]]) -> Any:
+    """The schema of every shard of every split, joined (``names``: each shard's, for the error)."""
+    return joined([s for split in schemas for s in schemas[split]], [f"shard {n}" for split in names
+                                                                     for n in names[split]],
+                  to="parquet", promote=True, instead=INSTEAD)
+
+
+def split_schema(dataset: Any, shards: list[Any]) -> Any:
+    """A split's schema: the dataset's fields that its shards have, in the dataset's order."""
+    import pyarrow as pa
+
+    mine = {f.name for s in shards for f in s}
+    return pa.schema([f for f in dataset if f.name in mine])
+
+
+def join_shards(out_dir: Path, splits: dict[str, list[ShardRecord]], *, replaced: Replaced,
+                rewrite: Any) -> None:
+    """Every shard of ``splits`` in its split's schema (the module says which): those whose footer
+    says otherwise rewritten, ``rewrite(record, schema, tables, tell)`` writing a shard's file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        own = {split: [pq.read_schema(out_dir / r.path).remove_metadata() for r in records]
+               for split, records in splits.items()}
+    except (OSError, pa.ArrowException):
+        return  # shards not here (a cluster stage into object storage): left as written
+    dataset = dataset_schema(own, {split: [r.path for r in records] for split, records in splits.items()})
+    for split, records in splits.items():
+        schema = split_schema(dataset, own[split])
+        for k, (record, mine) in enumerate(zip(records, own[split])):
+            if mine.equals(schema):
+                continue
+            where = f"shard {record.path}"
+
+            def tables(path: Path = out_dir / record.path, schema: Any = schema, where: str = where) -> Any:
+                with pq.ParquetFile(path) as source:
+                    for g in range(source.num_row_groups):
+                        yield cast_to(source.read_row_group(g), schema, where=where)
+
+            def tell(new: ShardRecord, split: str = split, k: int = k) -> None:
+                replaced(split, k, new)
+
+            rewrite(record, schema, tables(), tell)
