@@ -20,7 +20,8 @@ simulation runs it: the engine's own units on part files whose payloads are hole
   shard files are holes (``sim_meter.HoleFile``: counted, not written or hashed). Its phases:
   ``tables`` (the plan's index, and of each split's plan file its header, its per-group arrays and
   the rows of its own groups: no footer), ``read`` (``gather.write_ranges``: its groups read and
-  sorted, each part of a group opened once, the shards cut and recorded, the spill punched).
+  sorted, each part they read opened once for the unit, the shards cut and recorded, the spill punched
+  through the same descriptors).
 - **finalize**: ``convert_units`` for the ``FinalizeUnit``: the plan's index and the tasks' results
   (``tables``), then ``gather.finish`` (the pieces of every range); where gather ranks were not run,
   their pieces do not exist and ``finish`` is not run (its figures then come from the fits).
@@ -202,7 +203,7 @@ def reckon(wl: Workload, *, sample: int) -> dict[str, Any]:
     every = {name: np.concatenate(col) for name, col in cols.items()}
     del cols
     splits: list[dict[str, Any]] = []
-    pairs = np.zeros(wl.ranks, dtype=np.int64)
+    opened: list[set[int]] = [set() for _ in range(wl.ranks)]  # the part files each rank's ranges read
     for s, (name, _) in enumerate(wl.splits):
         mine = every["split"] == s
         bucket, key, order, length, task = (every[c][mine] for c in ("bucket", "key", "order", "length", "task"))
@@ -225,15 +226,16 @@ def reckon(wl: Workload, *, sample: int) -> dict[str, Any]:
         ranges = [[groups_of(starts, plan, first, stop) for first, stop in ranges_of(wl, plan, r)]
                   for r in range(wl.ranks)]
         per_rank = [[g for gs in rs for g in gs] for rs in ranges]
-        for r, rs in enumerate(ranges):  # a range opens each part its groups read once (``OpenParts``)
+        for r, rs in enumerate(ranges):  # a unit opens each part its ranges read once (``OpenParts``)
             for gs in rs:
                 if gs:
                     a, b = np.searchsorted(pair_group, [gs[0], gs[-1] + 1])
-                    pairs[r] += len(np.unique(pair_task[a:b]))
+                    opened[r].update(pair_task[a:b].tolist())
         splits.append({"name": name, "bounds": bounds, "grouped": grouped,
                        "plan_groups": sorted({int(group_of[bucket[ranked[p]]]) for p in cuts}), "per_rank": per_rank})
-    ranks = pick_ranks(pairs.tolist(), done={0}, sample=sample)
-    out: dict[str, Any] = {"gather_ranks": ranks, "pairs": pairs.tolist()}
+    pairs = [len(o) for o in opened]
+    ranks = pick_ranks(pairs, done={0}, sample=sample)
+    out: dict[str, Any] = {"gather_ranks": ranks, "pairs": pairs}
     for sp in splits:
         heads = set(sp["plan_groups"]) | {g for r in [0, *ranks] for g in sp["per_rank"][r]}
         out[sp["name"]] = {"bounds": sp["bounds"], "buckets": sorted(b for g in heads for b in sp["grouped"][g])}
@@ -260,7 +262,7 @@ def groups_of(starts: np.ndarray, plan: SplitPlan | None, first: int, stop: int)
 
 
 def group_counts(groups: list[Segments]) -> dict[str, int]:
-    """Opens, heads, payload and documents of groups read by one reader (a gather range, the
+    """Opens, heads, payload and documents of groups read by one reader (a gather unit's ranges, the
     planning of a split: each part file they read opened once, ``open_parts.OpenParts``)."""
     return {"pairs": len(np.unique(np.concatenate([g.part for g in groups]))) if groups else 0,
             "heads": sum(HEAD_BYTES * g.samples for g in groups),
@@ -317,16 +319,20 @@ def spread_reach(touches: list[np.ndarray], groups: int, count: int) -> float:
 
 
 def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | None], rank: int) -> dict[str, int]:
-    """What rank ``rank``'s ranges read and write, counted from the tables and plans."""
+    """What rank ``rank``'s ranges read and write, counted from the tables and plans; ``pairs``: the
+    part files they read, each opened once for the unit (``gather.write_ranges``)."""
     total = {"pairs": 0, "heads": 0, "payload": 0, "docs": 0, "tokens": 0, "shards": 0, "groups": 0, "ranges": 0,
              "punches": 0, "max_group": 0, "segments": 0}
+    opened: set[str] = set()
     for split, plan in zip(splits, made):
         for first, stop in ranges_of(wl, plan, rank):
             groups = groups_of(split.starts, plan, first, stop)
             total["max_group"] = max([total["max_group"], *(int(split.group(g).nbytes.sum()) for g in groups)])
             total["segments"] += sum(len(split.group(g)) for g in groups)
-            for key, value in group_counts([split.group(g) for g in groups]).items():
+            read = [split.group(g) for g in groups]
+            for key, value in group_counts(read).items():
                 total[key] += value
+            opened.update(g.paths[p] for g in read for p in np.unique(g.part).tolist())
             total["groups"] += len(groups)
             total["ranges"] += 1
             total["punches"] += 0 if plan is None else punches(split, plan, first, stop)
@@ -336,6 +342,7 @@ def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | 
             else:
                 total["tokens"] += plan.weights[stop] - plan.weights[first]
                 total["shards"] += stop - first
+    total["pairs"] = len(opened)
     return total
 
 
@@ -544,12 +551,10 @@ class Today(Exchange):
         docs_per_group, payload_per_group = docs_total / groups, payload_total / groups
         tasks_per_rank = -(-parts // ranks)
         all_groups = groups + active - 1  # every rank's reads together: a group once, again where two ranges share it
-        # a range opens each part its groups read once (``OpenParts``): the busiest rank's ranges
-        # (``share`` among its workers), every rank's, the plan's reading of the groups a bound lies in
-        ranges = min(max(1, wl.workers), busiest_shards)
-        all_ranges = sum(min(max(1, wl.workers), b - a) for a, b in share(0, shards, ranks))
-        read_pairs = ranges * parts * window_reach(touches, groups, busiest_groups / ranges)
-        all_read_pairs = all_ranges * parts * window_reach(touches, groups, all_groups / all_ranges)
+        # a unit opens each part its ranges' groups read once (``OpenParts``): the busiest rank's, every
+        # rank's; and the plan's reading of the groups a bound lies in
+        read_pairs = parts * window_reach(touches, groups, busiest_groups)
+        all_read_pairs = active * parts * window_reach(touches, groups, all_groups / active)
         plan_pairs = parts * spread_reach(touches, groups, shards - 1)
         return {"parts": parts, "buckets": wl.buckets, "segments": segments, "footer_bytes": footer_bytes,
                 "docs": docs_total, "payload": payload_total, "tokens": payload_total / TOKEN_BYTES,

@@ -490,3 +490,52 @@ def test_a_split_table_holds_tens_of_bytes_a_segment(tmp_path):
         tracemalloc.stop()
     assert split.segments.samples > 0 and split.groups > 10
     assert held / 100_000 < 40, f"{held / 100_000:.0f} bytes a segment"
+
+
+_OPEN_LOG = '''
+import os, sys
+_log = os.environ["SHARDSMITH_TEST_OPENS"]
+def _hook(event, args):
+    if event == "open" and args and isinstance(args[0], str) and os.path.basename(args[0]).startswith("part-"):
+        with open(_log, "a") as fh:  # (a part's name only: this open is not one)
+            fh.write(f"{os.getpid()} {args[0]}\\n")
+sys.addaudithook(_hook)
+'''
+
+
+def test_a_gather_with_workers_opens_each_part_once_for_all_its_ranges(tmp_path, bpe_tokenizer):
+    """Two gather workers, several shard ranges: every part file the gather reads is opened once, in
+    the parent before the workers fork (they read and punch through the descriptors they inherit):
+    no more opens of a part than with one worker, and the same output."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import make_docs, tree_digest, write_jsonl
+
+    docs = make_docs(400, seed=5)
+    for k in range(4):  # a task (a part file) each at least
+        write_jsonl(tmp_path / "in" / f"{k}.jsonl", docs[k::4])
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(_OPEN_LOG)
+    opens, outs = {}, {}
+    for workers in (2, 1):
+        log = tmp_path / f"opens{workers}.log"
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "hook"), *sys.path]),
+               "SHARDSMITH_TEST_OPENS": str(log)}
+        out = tmp_path / f"out{workers}"
+        res = subprocess.run([sys.executable, "-m", "shardsmith", "pack-tokens", tmp_path / "in", "--tokenizer",
+                              bpe_tokenizer, "-o", out, "--shard-tokens", "2000", "--memory", "256kB", "--workers",
+                              str(workers), "-q"], capture_output=True, text=True, env=env, timeout=300)
+        assert res.returncode == 0, res.stderr
+        outs[workers] = out
+        by_part: dict[str, int] = {}
+        for line in log.read_text().splitlines():
+            path = line.split(" ", 1)[1]
+            by_part[os.path.basename(path)] = by_part.get(os.path.basename(path), 0) + 1
+        opens[workers] = by_part
+    assert tree_digest(outs[2]) == tree_digest(outs[1])
+    assert len(opens[2]) >= 4 and opens[2] == opens[1], opens
+    # each part: the scatter's check that it is not there yet, its footer read once (the tables), the
+    # plan's heads once, the gather once
+    assert max(opens[2].values()) <= 4, opens

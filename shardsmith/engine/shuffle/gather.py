@@ -68,28 +68,25 @@ def _bring(segments: Segments, payloads: bool) -> None:
 
 
 def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, *, make_writer: MakeWriter,
-                work_dir: Path, out_dir: Path, tick: Callable[[int], Any] | None = None) -> None:
+                work_dir: Path, out_dir: Path, parts: OpenParts, tick: Callable[[int], Any] | None = None) -> None:
     """Shards ``[first, stop)`` of a split (``plan`` None: every shard, by one writer), and their
     piece; a range whose piece a previous run of the same command finished is left as it is, and
     so is each shard a killed run finished (recorded on its own as it was finished, with the spill
-    only finished shards read given back: ``engine/shuffle/release.py``). ``tick``: told the samples of
-    each group as it is sorted and written."""
+    only finished shards read given back: ``engine/shuffle/release.py``). ``parts``: the part files,
+    read (and punched) through descriptors opened once for the unit (``write_ranges``). ``tick``:
+    told the samples of each group as it is sorted and written."""
     if plan is None:
-        with OpenParts() as parts:
-            _write_run(split, None, 0, 0, None, parts=parts, make_writer=make_writer, work_dir=work_dir,
-                       out_dir=out_dir, tick=tick)
+        _write_run(split, None, 0, 0, None, parts=parts, make_writer=make_writer, work_dir=work_dir, out_dir=out_dir,
+                   tick=tick)
         return
     if piece_intact(work_dir, out_dir, split.name, first, stop):
         return
     done = finished(work_dir, out_dir, split.name, first, stop)
-    enabled = spill_release.ENABLED and spill_release.supported()
-    # each part the range reads opened once, for its reads and (when the spill is given back) its punches
-    with OpenParts(writable=enabled) as parts:
-        release = Release(split=split, starts=split.starts.tolist(), bounds=plan.bounds, first=first, done=done,
-                          work_dir=work_dir, enabled=enabled, parts=parts)
-        for begin, end in to_write(first, done):
-            _write_run(split, plan, begin, end, release, parts=parts, make_writer=make_writer, work_dir=work_dir,
-                       out_dir=out_dir, tick=tick)
+    release = Release(split=split, starts=split.starts.tolist(), bounds=plan.bounds, first=first, done=done,
+                      work_dir=work_dir, enabled=spill_release.ENABLED, parts=parts)
+    for begin, end in to_write(first, done):
+        _write_run(split, plan, begin, end, release, parts=parts, make_writer=make_writer, work_dir=work_dir,
+                   out_dir=out_dir, tick=tick)
 
 
 def _write_run(split: SplitGather, plan: SplitPlan | None, first: int, stop: int, release: Release | None, *,
@@ -184,35 +181,57 @@ def _init_worker(state: dict[str, Any]) -> None:
 def _range_in_worker(job: tuple[int, int, int]) -> None:
     s, first, stop = job
     write_range(_STATE["splits"][s], _STATE["plans"][s], first, stop, make_writer=_STATE["make_writer"],
-                work_dir=_STATE["work_dir"], out_dir=_STATE["out_dir"])
+                work_dir=_STATE["work_dir"], out_dir=_STATE["out_dir"], parts=_STATE["parts"])
 
 
 def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]], *,
                  make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,
                  tick: Callable[[int], Any] | None = None) -> None:
     """``(split, first, stop)`` ranges, in worker processes when there are several; ``tick`` is told
-    the samples written (a group at a time here, a range at a time from workers)."""
-    if workers <= 1 or len(jobs) <= 1:
-        for s, first, stop in jobs:
-            write_range(splits[s], plans[s], first, stop, make_writer=make_writer, work_dir=work_dir,
-                        out_dir=out_dir, tick=tick)
-        return
-    from shardsmith.engine.processes.workers import worker_pool
+    the samples written (a group at a time here, a range at a time from workers).
 
-    state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir, "out_dir": out_dir}
-    # the parent's objects (the split tables above all) out of the collector's reach while the workers
-    # fork: a collection in a worker would otherwise write to every one of them, copying their pages
-    gc.freeze()
-    try:
-        with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
-                         advice="try fewer --workers or a smaller --memory") as pool:
-            running = {pool.submit(_range_in_worker, job): job for job in jobs}
-            for done in as_completed(running):
-                done.result()
-                if tick is not None:
-                    tick(_job_samples(splits, plans, running[done]))
-    finally:
-        gc.unfreeze()
+    Each part file the ranges read is opened once for all of them (``open_parts.OpenParts``): here,
+    before the workers fork, so that they read, and punch out the spill, through the descriptors they
+    inherit; for writing too when a range may give its spill back (``release.gives_back``)."""
+    punching = spill_release.ENABLED and spill_release.supported() and any(plans[s] is not None for s, _, _ in jobs)
+    with OpenParts(writable=punching) as parts:
+        if workers <= 1 or len(jobs) <= 1:
+            for s, first, stop in jobs:
+                write_range(splits[s], plans[s], first, stop, make_writer=make_writer, work_dir=work_dir,
+                            out_dir=out_dir, parts=parts, tick=tick)
+            return
+        from shardsmith.engine.processes.workers import worker_pool
+
+        parts.open_all(_part_paths(splits, plans, jobs))
+        state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir,
+                 "out_dir": out_dir, "parts": parts}
+        # the parent's objects (the split tables above all) out of the collector's reach while the workers
+        # fork: a collection in a worker would otherwise write to every one of them, copying their pages
+        gc.freeze()
+        try:
+            with worker_pool(min(workers, len(jobs)), initializer=_init_worker, initargs=(state,),
+                             advice="try fewer --workers or a smaller --memory") as pool:
+                running = {pool.submit(_range_in_worker, job): job for job in jobs}
+                for done in as_completed(running):
+                    done.result()
+                    if tick is not None:
+                        tick(_job_samples(splits, plans, running[done]))
+        finally:
+            gc.unfreeze()
+
+
+def _part_paths(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
+                ) -> list[str]:
+    """The part files the ranges ``jobs`` read, in the order their tables name them."""
+    seen: dict[str, None] = {}
+    for s, first, stop in jobs:
+        split, plan = splits[s], plans[s]
+        a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
+        g0, g1 = _groups(split.starts, a, b)
+        rows = split.between(g0, max(g0, g1))
+        for p in np.flatnonzero(np.bincount(rows.part, minlength=len(rows.paths))).tolist():
+            seen.setdefault(rows.paths[p])
+    return list(seen)
 
 
 def _job_samples(splits: list[SplitGather], plans: list[SplitPlan | None], job: tuple[int, int, int]) -> int:

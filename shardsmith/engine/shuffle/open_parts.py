@@ -68,6 +68,22 @@ class OpenParts:
             if not kept:
                 os.close(fd)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy sent to another process (spawned, not forked) holds no descriptor: numbers of this
+        process's would name other files there; it opens its own. A forked worker inherits this one
+        whole, descriptors and all."""
+        return {**self.__dict__, "_fds": {}}
+
+    def open_all(self, paths: list[str]) -> None:
+        """Open ``paths`` now (as many as the limit keeps): before worker processes fork, so that
+        each part is opened once for all of them."""
+        for path in paths:
+            if len(self._fds) >= self.limit:
+                break
+            fd, kept = self._kept(path)
+            if not kept:
+                os.close(fd)
+
     def writable_fd(self, path: str) -> int | None:
         """``path`` open for writing and kept open (None: not writable, or no descriptor to spare)."""
         if not self.writable:
