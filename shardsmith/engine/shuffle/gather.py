@@ -202,7 +202,7 @@ def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs:
             return
         from shardsmith.engine.processes.workers import worker_pool
 
-        parts.open_all(_part_paths(splits, plans, jobs))
+        parts.open_all([path for rows in _job_rows(splits, plans, jobs) for path in rows.files()])
         state = {"splits": splits, "plans": plans, "make_writer": make_writer, "work_dir": work_dir,
                  "out_dir": out_dir, "parts": parts}
         # the parent's objects (the split tables above all) out of the collector's reach while the workers
@@ -218,20 +218,6 @@ def write_ranges(splits: list[SplitGather], plans: list[SplitPlan | None], jobs:
                         tick(_job_samples(splits, plans, running[done]))
         finally:
             gc.unfreeze()
-
-
-def _part_paths(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
-                ) -> list[str]:
-    """The part files the ranges ``jobs`` read, in the order their tables name them."""
-    seen: dict[str, None] = {}
-    for s, first, stop in jobs:
-        split, plan = splits[s], plans[s]
-        a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
-        g0, g1 = _groups(split.starts, a, b)
-        rows = split.between(g0, max(g0, g1))
-        for p in np.flatnonzero(np.bincount(rows.part, minlength=len(rows.paths))).tolist():
-            seen.setdefault(rows.paths[p])
-    return list(seen)
 
 
 def _job_samples(splits: list[SplitGather], plans: list[SplitPlan | None], job: tuple[int, int, int]) -> int:
@@ -326,7 +312,7 @@ def gather(source: SplitSource, *, make_writer: MakeWriter, work_dir: Path, out_
         kept += done
     splits = _tables(source, plans, jobs)
     if _fetch:
-        _bring(_read_by(splits, plans, jobs), True)
+        _bring(Segments.joined(_job_rows(splits, plans, jobs)), True)
     total = sum(_job_samples(splits, plans, job) for job in jobs)
     desc = "gather" if world_size == 1 else f"gather rank {rank}"
     with (progress or Progress(quiet=True)).bar(total=total, desc=desc, unit=" samples") as bar:
@@ -364,16 +350,16 @@ def _tables(source: SplitSource, plans: list[SplitPlan | None], jobs: list[tuple
     return out
 
 
-def _read_by(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
-             ) -> Segments:
-    """The segments the ranges ``jobs`` read: those of the groups their samples lie in."""
+def _job_rows(splits: list[SplitGather], plans: list[SplitPlan | None], jobs: list[tuple[int, int, int]]
+              ) -> list[Segments]:
+    """The segments each range of ``jobs`` reads: those of the groups its samples lie in."""
     out: list[Segments] = []
     for s, first, stop in jobs:
         split, plan = splits[s], plans[s]
         a, b = (0, split.samples) if plan is None else (plan.bounds[first], plan.bounds[stop])
         g0, g1 = _groups(split.starts, a, b)
         out.append(split.between(g0, max(g0, g1)))
-    return Segments.joined(out) if out else Segments.joined([])
+    return out
 
 
 class SplitSize(Protocol):

@@ -75,8 +75,8 @@ class OpenParts:
         return {**self.__dict__, "_fds": {}}
 
     def open_all(self, paths: list[str]) -> None:
-        """Open ``paths`` now (as many as the limit keeps): before worker processes fork, so that
-        each part is opened once for all of them."""
+        """Open ``paths`` now (as many as the limit keeps; one already open stays as it is): before
+        worker processes fork, so that each part is opened once for all of them."""
         for path in paths:
             if len(self._fds) >= self.limit:
                 break

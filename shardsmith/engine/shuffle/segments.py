@@ -62,6 +62,10 @@ class Segments:
     def path(self, i: int) -> str:
         return self.paths[int(self.part[i])]
 
+    def files(self) -> list[str]:
+        """The part files its rows lie in, each once, in the order the table names them."""
+        return [self.paths[p] for p in np.flatnonzero(np.bincount(self.part)).tolist()]
+
     def rows(self) -> list[tuple[str, int, int, int]]:
         """Each segment as (path, offset, count, payload bytes): for loops that do a read per segment."""
         return [(self.paths[p], o, c, b) for p, o, c, b in zip(self.part.tolist(), self.offset.tolist(),
