@@ -18,8 +18,11 @@ class ForkedAnswer:
     """``make()`` (bytes) in a forked child; ``result()`` reads them back (once)."""
 
     def __init__(self, make: Callable[[], bytes]) -> None:
+        from shardsmith.engine.processes.interrupt import held
+
         read, write = os.pipe()
-        self.pid = os.fork()
+        with held():  # a signal while the fork runs its handlers: raised after it (``workers.worker_pool``)
+            self.pid = os.fork()
         if self.pid == 0:  # the child: compute, send, leave
             code = 1
             try:

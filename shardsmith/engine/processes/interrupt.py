@@ -216,7 +216,10 @@ def install(*, early: list[int] | None = None) -> None:
 
 def ignore_in_worker() -> None:
     """In a worker process: ignore SIGINT and SIGTERM (the parent stops its workers), and do not
-    report signals through the parent's pipe."""
+    report signals through the parent's pipe. A signal the parent held while it forked is the
+    parent's to raise, not the child's (a child forked inside ``held`` leaves it too)."""
+    global _pending
+    _pending = None
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(ValueError):  # not the worker's main thread: nothing was inherited there

@@ -20,10 +20,16 @@ def worker_pool(workers: int, *, initializer: Callable[..., None], initargs: tup
                 advice: str) -> Iterator[ProcessPoolExecutor]:
     """Worker processes, forked where there is fork: they start in milliseconds and inherit the
     parent's imports and warmed state (a tokenizer; nothing is pickled). A worker the system kills
-    breaks the pool, which ends the run with a message instead of a hang."""
+    breaks the pool, which ends the run with a message instead of a hang.
+
+    The workers are forked at once, with Ctrl-C and SIGTERM held (``interrupt.held``): a signal
+    raised in the main thread while ``os.fork`` runs its handlers (``logging``'s lock) is lost there
+    with a traceback on stderr; held, it is raised once the workers exist, and ends the run in one line."""
     ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=initializer, initargs=initargs)
     try:
+        with interrupt.held():
+            pool.submit(int)  # (forking the pool starts every worker: the first task does, for fork)
         yield pool
     except BrokenProcessPool:
         if interrupt.received() is not None:
