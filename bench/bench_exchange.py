@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -283,12 +284,13 @@ def n(x: float) -> str:
 
 
 def report(cfg: Config, memory_bytes: int) -> None:
-    print(f"\n{cfg.label}: {cfg.parts} part files (16 x W = {TASKS_PER_RANK * cfg.world})")
+    print(f"\n{cfg.label}: {cfg.parts} part files (16 x W = {TASKS_PER_RANK * cfg.world}; the engine aims at "
+          f"{bound(cfg, {cfg.memory: memory_bytes})})")
     if cfg.error:
         print(f"  failed: {cfg.error}")
         return
     print(f"  {'stage':9s} {'units':>5s} {'opens (scratch)':>19s} {'max a file (read)':>10s} {'parts opened':>17s} "
-          f"{'punch opens':>11s} {'meta MB':>20s} {'payload MB':>20s} {'rchar MB':>20s} {'peak RSS MB':>20s} "
+          f"{'punch opens':>11s} {'meta MB (scatter: input)':>24s} {'payload MB':>20s} {'rchar MB':>20s} {'peak RSS MB':>20s} "
           f"{'wall s':>17s}")
     for stage in STAGES:
         us = cfg.of(stage)
@@ -297,16 +299,27 @@ def report(cfg: Config, memory_bytes: int) -> None:
         g = [u.m for u in us]
         print(f"  {stage:9s} {len(us):5d} {spread([m['opens'] for m in g], n):>19s} "
               f"{max(m['max_per_file'] for m in g):4d} ({max(m['max_read_per_file'] for m in g)}) {spread([m['part_files'] for m in g], n):>17s} "
-              f"{spread([m['punch_opens'] for m in g], n):>11s} {spread([m['meta'] for m in g]):>20s} "
+              f"{spread([m['punch_opens'] for m in g], n):>11s} {spread([m['meta'] for m in g]):>24s} "
               f"{spread([m['payload'] for m in g]):>20s} {spread([m['rchar'] for m in g]):>20s} "
               f"{spread([m['rss'] for m in g]):>20s} {spread([u.wall for u in us], lambda x: f'{x:.1f}'):>17s}")
     tot = lambda k: sum(u.m[k] for u in cfg.units)  # noqa: E731
+    meta = sum(u.m["meta"] for u in cfg.units if u.stage != "scatter")  # (a scatter unit's reads are its input)
     print(f"  in all: {tot('opens'):,} opens of the scratch folder ({tot('part_opens'):,} of part files, "
-          f"{tot('punch_opens'):,} to punch spill), {mb(tot('meta'))} MB of metadata and {mb(tot('payload'))} MB of "
-          f"payload read by the units, {mb(tot('rchar'))} MB read by the processes; wall {cfg.wall:.1f} s in "
+          f"{tot('punch_opens'):,} to punch spill), {mb(meta)} MB of metadata and {mb(tot('payload'))} MB of "
+          f"payload read by the units after the scatter, {mb(tot('rchar'))} MB read by the processes; wall {cfg.wall:.1f} s in "
           f"{len(cfg.units)} processes ({cfg.wall / (cfg.mb / 1000):.1f} s/GB), {cfg.critical:.1f} s one "
           f"machine a rank; peak RSS {mb(max(u.m['rss'] for u in cfg.units))} MB "
           f"(--memory {mb(memory_bytes)} MB); output {'identical' if cfg.identical else 'DIFFERS: ' + cfg.mismatch}")
+
+
+def bound(cfg: Config, memory_of: dict[str, int]) -> int:
+    """The part files the engine aims at: 16 a rank, or more where a task would exceed --memory / 8
+    (``run.task_size``)."""
+    from shardsmith.engine.shuffle.run import task_size
+
+    size = int(cfg.mb * 1e6)
+    return max(TASKS_PER_RANK * cfg.world,
+               math.ceil(size / task_size(memory=memory_of[cfg.memory], world=cfg.world, input_bytes=size)))
 
 
 def targets(cfgs: list[Config], memory_of: dict[str, int]) -> list[tuple[str, list[str], bool]]:
@@ -321,10 +334,10 @@ def targets(cfgs: list[Config], memory_of: dict[str, int]) -> list[tuple[str, li
         [(max(u.m["max_per_file"] for u in c.of("gather")) <= 2,
           f"{max(u.m['max_per_file'] for u in c.of('gather'))}x "
           f"(to read: {max(u.m['max_read_per_file'] for u in c.of('gather'))}x)") for c in ok_cfgs])
-    row("part files <= 16 x W", [(c.parts <= TASKS_PER_RANK * c.world, f"{c.parts} / {TASKS_PER_RANK * c.world}")
-                                 for c in ok_cfgs])
-    row("parts a gather unit opens <= 16 x W",
-        [(max(u.m["part_files"] for u in c.of("gather")) <= TASKS_PER_RANK * c.world,
+    row("part files <= 16 x W (or what --memory / 8 a task makes)",
+        [(c.parts <= 1.01 * bound(c, memory_of), f"{c.parts} / {bound(c, memory_of)}") for c in ok_cfgs])
+    row("parts a gather unit opens <= the same",
+        [(max(u.m["part_files"] for u in c.of("gather")) <= 1.01 * bound(c, memory_of),
           f"{max(u.m['part_files'] for u in c.of('gather'))}") for c in ok_cfgs])
     row("peak RSS <= --memory + 400 MB (any unit)",
         [(max(u.m["rss"] for u in c.units) <= memory_of[c.memory] + HEADROOM,
@@ -342,6 +355,35 @@ def targets(cfgs: list[Config], memory_of: dict[str, int]) -> list[tuple[str, li
     return rows
 
 
+def summary(cfgs: list[Config], memory_of: dict[str, int], memory: str, size_mb: float) -> None:
+    """The targets as a table (a column a configuration), then a verdict line each."""
+    rows = targets(cfgs, memory_of)
+    heads = [f"W={c.world}" + ("" if c.memory == memory else f" {c.memory}") for c in cfgs if not c.error]
+    print(f"\ntargets at {size_mb / 1000:g} GB ({', '.join(heads)}):")
+    width = max(len(h) for h in heads) + 14
+    print(f"  {'target':58s} " + " ".join(f"{h:>{width}s}" for h in heads))
+    for label, cells, _ in rows:
+        print(f"  {label:58s} " + " ".join(f"{c:>{width}s}" for c in cells))
+    for label, _, ok in rows:
+        verdict(label, ok, "every configuration" if ok else "not in every configuration")
+
+
+def replot(path: Path, args: argparse.Namespace) -> None:
+    """A run's tables again from its --json, nothing run."""
+    got = json.loads(path.read_text())
+    cfgs = [Config(**{**c, "units": [Unit(**u) for u in c["units"]]}) for c in got["configs"]]
+    memory_of = {c.memory: parse_bytes(c.memory) for c in cfgs}
+    one = got["one"]
+    print(f"one process (--workers 1): {one['wall']:.1f} s ({one['wall'] / (got['mb'] / 1000):.1f} s/GB), peak RSS "
+          f"{mb(one['m']['rss'])} MB")
+    for c in cfgs:
+        report(c, memory_of[c.memory])
+    summary(cfgs, memory_of, args.memory, got["mb"])
+    for d in got["dask"]:
+        print(f"  {d['name']:8s} " + (d.get("error") or f"{d['wall']:.1f} s wall, "
+                                      f"{'same bytes' if d['identical'] else 'OTHER BYTES'}"))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=float, default=1000, help="JSONL corpus size, 10**6 bytes (default 1000)")
@@ -354,8 +396,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/shardsmith-bench"))
     ap.add_argument("--json", type=Path, help="write every unit's counts here")
     ap.add_argument("--keep-corpus", action="store_true", help="leave the corpus in --workdir (default: removed)")
+    ap.add_argument("--replot", type=Path, help="a --json's tables again, nothing run")
     ap.add_argument("--quick", action="store_true", help="smoke run: 3 MB, W=2, no small-memory run")
     args = ap.parse_args(argv)
+    if args.replot:
+        return replot(args.replot, args)
     if args.quick:
         args.mb, args.worlds, args.small_at, args.shards, args.dask = 3, "2", 0, 4, ""
     from shardsmith.engine.shuffle import run as shuffle_run
@@ -390,15 +435,7 @@ def main(argv: list[str] | None = None) -> None:
         cfgs.append(bench.staged(world, memory, ref))
         report(cfgs[-1], memory_of[memory])
         save()
-    rows = targets(cfgs, memory_of)
-    heads = [f"W={c.world}" + ("" if c.memory == args.memory else f" {c.memory}") for c in cfgs if not c.error]
-    print(f"\ntargets at {args.mb / 1000:g} GB ({', '.join(heads)}):")
-    width = max(len(h) for h in heads) + 14
-    print(f"  {'target':58s} " + " ".join(f"{h:>{width}s}" for h in heads))
-    for label, cells, _ in rows:
-        print(f"  {label:58s} " + " ".join(f"{c:>{width}s}" for c in cells))
-    for label, _, ok in rows:
-        verdict(label, ok, "every configuration" if ok else "not in every configuration")
+    summary(cfgs, memory_of, args.memory, args.mb)
     for w in [int(x) for x in args.dask.split(",") if x]:
         if not dask:
             dask.append(bench.executor("local", [], ref))
