@@ -355,8 +355,34 @@ def targets(cfgs: list[Config], memory_of: dict[str, int]) -> list[tuple[str, li
     return rows
 
 
+def compact(cfgs: list[Config], memory_of: dict[str, int]) -> None:
+    """One line a configuration: the gather units' figures (the most of any), the run's totals."""
+    print(f"\n{'':27s} {'':9s}   {'gather unit':-^46s}   {'':8s}   {'in all':-^42s}")
+    print(f"{'run':27s} {'parts':>9s}   {'opens/file':>10s} {'parts':>5s} {'punch':>5s} {'meta MB':>7s} {'payl. MB':>8s} "
+          f"{'meta':>6s}   {'RSS MB':>6s}   {'opens':>6s} {'payl. MB':>8s} {'wall s':>6s} {'s/GB':>5s} {'rank s':>6s} bytes")
+    for c in cfgs:
+        if c.error:
+            print(f"{c.label:27s} failed: {c.error}")
+            continue
+        g = [u.m for u in c.of("gather")]
+        busy = max(g, key=lambda m: m["payload"])
+        print(f"{c.label:27s} {c.parts:>4d}/{bound(c, memory_of):<4d}   "
+              f"{max(m['max_per_file'] for m in g):>6d} ({max(m['max_read_per_file'] for m in g)}) "
+              f"{max(m['part_files'] for m in g):5d} {max(m['punch_opens'] for m in g):5d} {mb(busy['meta']):>7s} "
+              f"{mb(busy['payload']):>8s} {busy['meta'] / max(1, busy['payload']) * 100:5.2f}%   "
+              f"{max(u.m['rss'] for u in c.units) / 1e6:6.0f}   {sum(u.m['opens'] for u in c.units):6,d} "
+              f"{mb(sum(m['payload'] for m in g)):>8s} {c.wall:6.1f} {c.wall / (c.mb / 1000):5.1f} {c.critical:6.1f} "
+              f"{'same' if c.identical else 'DIFFER'}")
+    print("gather unit: the most of any gather rank. opens/file: the most opens of one file of the scratch folder\n"
+          "(of them, to read); parts: part files opened; punch: opens to give spill back; meta, payl.: the busiest\n"
+          "rank's metadata and payload read, meta as a share of payload. RSS: the peak of any unit. In all: opens of\n"
+          "the scratch folder, payload read by the gather units, wall of all processes one after another (and per\n"
+          "GB), each stage's slowest unit summed (one machine a rank); bytes: against the one-process run's.")
+
+
 def summary(cfgs: list[Config], memory_of: dict[str, int], memory: str, size_mb: float) -> None:
     """The targets as a table (a column a configuration), then a verdict line each."""
+    compact(cfgs, memory_of)
     rows = targets(cfgs, memory_of)
     heads = [f"W={c.world}" + ("" if c.memory == memory else f" {c.memory}") for c in cfgs if not c.error]
     print(f"\ntargets at {size_mb / 1000:g} GB ({', '.join(heads)}):")
@@ -366,6 +392,15 @@ def summary(cfgs: list[Config], memory_of: dict[str, int], memory: str, size_mb:
         print(f"  {label:58s} " + " ".join(f"{c:>{width}s}" for c in cells))
     for label, _, ok in rows:
         verdict(label, ok, "every configuration" if ok else "not in every configuration")
+
+
+def print_executors(rows: list[dict[str, Any]]) -> None:
+    """The local run (default workers) and the Dask LocalCluster runs: wall, against the local run's."""
+    local = next((d["wall"] for d in rows if d["name"] == "local" and "wall" in d), None)
+    for d in rows:
+        print(f"  {d['name']:8s} " + (d.get("error") or f"{d['wall']:.1f} s wall"
+                                      + (f" ({d['wall'] / local:.2f}x the local run's)" if local else "")
+                                      + f", {'same bytes' if d['identical'] else 'OTHER BYTES'}"))
 
 
 def replot(path: Path, args: argparse.Namespace) -> None:
@@ -379,9 +414,7 @@ def replot(path: Path, args: argparse.Namespace) -> None:
     for c in cfgs:
         report(c, memory_of[c.memory])
     summary(cfgs, memory_of, args.memory, got["mb"])
-    for d in got["dask"]:
-        print(f"  {d['name']:8s} " + (d.get("error") or f"{d['wall']:.1f} s wall, "
-                                      f"{'same bytes' if d['identical'] else 'OTHER BYTES'}"))
+    print_executors(got["dask"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -440,10 +473,7 @@ def main(argv: list[str] | None = None) -> None:
         if not dask:
             dask.append(bench.executor("local", [], ref))
         dask.append(bench.executor(f"dask-{w}", ["--executor", "dask", "--ranks", str(w)], ref))
-    for d in dask:
-        line = d.get("error") or (f"{d['wall']:.1f} s wall ({d['wall'] / dask[0]['wall']:.2f}x local), "
-                                  f"{'same bytes' if d['identical'] else 'OTHER BYTES'}" if "wall" in dask[0] else "")
-        print(f"  {d['name']:8s} {line}")
+    print_executors(dask)
     save()
     if not args.keep_corpus:
         clear([corpus])
