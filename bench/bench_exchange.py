@@ -106,6 +106,18 @@ def child(argv: list[str]) -> None:
             in_punch[0] = False
 
     release.punch = punched  # type: ignore[assignment]
+    import shutil
+
+    rmtree, removing = shutil.rmtree, [0.0]
+
+    def timed_rmtree(*a: Any, **k: Any) -> Any:  # the scratch folder removed (finalize): its time apart
+        t = time.perf_counter()
+        try:
+            return rmtree(*a, **k)
+        finally:
+            removing[0] += time.perf_counter() - t
+
+    shutil.rmtree = timed_rmtree  # type: ignore[assignment]
     inner = shuffle_run.convert_units
 
     def convert_units(*a: Any, **k: Any) -> Any:
@@ -129,7 +141,8 @@ def child(argv: list[str]) -> None:
                 "part_opens": sum(parts.values()), "part_files": len(parts), "max_per_part": max(parts.values(), default=0),
                 "punches": captured.punches, "unit_read": unit["bytes_read"], "payload": _WATCH["payload_read"],
                 "meta": unit["bytes_read"] - unit["payload_read"], "rchar": _rchar(), "rss": _hwm(),
-                "busiest": per_file.most_common(3)}
+                "busiest": per_file.most_common(3), "rmtree_s": removing[0],
+                "phases_s": {name: ph["wall"] for name, ph in meter.phases.items()}}
         Path(out_json).write_text(json.dumps(body))
 
     def exit_(code: int) -> None:  # the CLI leaves with os._exit (cli.py): report first, in this process only
