@@ -195,6 +195,12 @@ class Config:
         return sum(max(u.wall for u in self.of(s)) for s in STAGES if self.of(s))
 
 
+def traces(out: Path) -> list[Path]:
+    """What a run leaves beside its output folder: the scratch folder, the lock and its run stamp."""
+    lock = out.parent / f".{out.name}.shardsmith-lock"
+    return [scratch_of(out), lock, lock.with_name(lock.name + ".run.json")]
+
+
 def parse_bytes(text: str) -> int:
     units = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "K": 1e3, "M": 1e6, "G": 1e9}
     for suffix, mult in units.items():
@@ -225,17 +231,17 @@ class Bench:
 
     def reference(self) -> tuple[Unit, dict[str, str], int]:
         out = self.args.workdir / "exchange-one"
-        clear([out, scratch_of(out)])
+        clear([out, *traces(out)])
         warm([str(self.corpus), str(self.tok)])
         u = self.metered(out, ["--workers", "1"], "one")
         digest, samples = tree_digest(out), samples_of(out)
-        clear([out])
+        clear([out, *traces(out)])
         return u, digest, samples
 
     def staged(self, world: int, memory: str, ref: dict[str, str] | None) -> Config:
         cfg = Config(self.args.mb, world, memory)
         out = self.args.workdir / f"exchange-w{world}"
-        clear([out, scratch_of(out)])
+        clear([out, *traces(out)])
         warm([str(self.corpus), str(self.tok)])
         try:
             for stage in STAGES:
@@ -248,7 +254,7 @@ class Bench:
                     cfg.units.append(u)
         except RuntimeError as e:
             cfg.error = str(e).splitlines()[-1][:160]
-            clear([out, scratch_of(out)])
+            clear([out, *traces(out)])
             return cfg
         if ref is not None:
             got = tree_digest(out)
@@ -256,12 +262,12 @@ class Bench:
             if not cfg.identical:
                 diff = sorted(k for k in set(got) | set(ref) if got.get(k) != ref.get(k))
                 cfg.mismatch = ", ".join(diff[:4]) + (" ..." if len(diff) > 4 else "")
-        clear([out, scratch_of(out)])
+        clear([out, *traces(out)])
         return cfg
 
     def executor(self, name: str, extra: list[str], ref: dict[str, str] | None) -> dict[str, Any]:
         out = self.args.workdir / f"exchange-{name}"
-        clear([out, scratch_of(out)])
+        clear([out, *traces(out)])
         warm([str(self.corpus), str(self.tok)])
         cmd = [sys.executable, "-m", "shardsmith", *self.base(out), *extra]
         try:
@@ -269,7 +275,7 @@ class Bench:
         except RuntimeError as e:
             return {"name": name, "error": str(e).splitlines()[-1][:160]}
         same = tree_digest(out) == ref if ref is not None else None
-        clear([out, scratch_of(out)])
+        clear([out, *traces(out)])
         return {"name": name, "wall": wall, "cpu": cpu, "identical": same}
 
 
