@@ -96,6 +96,7 @@ SUITE = (
     Bench("minhash_libs", ("--mb", "2", "--pairs", "200", "--num-perm", "128"), work=None, needs=("xxhash",),
           anchors=("datasketch",)),
     Bench("stages", ("--quick", "--mb", "20", "--events", "20000", "--worlds", "2")),
+    Bench("exchange", ("--quick",), note="3 MB on W = 2 (at full size: 1 GB on W = 2, 8, 32, 64 and at --memory 16MB)"),
     Bench("scaling", ("--sizes", "0.005,0.02"), needs=("matplotlib",)),
     Bench("sim_exchange", ("--quick",), file="sim_exchange.py",
           note="toy sizes (at full size: measured to 100 GB / 100 ranks, fitted to 100 TB / 4,000)"),
