@@ -278,10 +278,11 @@ def planned_groups(split: SplitGather, plan: SplitPlan) -> list[int]:
 
 
 def punches(split: SplitGather, plan: SplitPlan, first: int, stop: int) -> int:
-    """The part files a range punches to give back its spill (``release.Release``, on a file system
-    that punches holes), a call each: as each shard is recorded, the groups wholly inside the range
-    whose every sample lies in a finished shard are punched, through the descriptors the range
-    reads with (``open_parts.OpenParts``: no open of its own)."""
+    """The part files a range would punch to give back its spill (``release.Release``, on a file
+    system that punches holes), a part each time a shard is recorded: the groups wholly inside the
+    range whose every sample lies in a finished shard. An upper bound of its punches (a part's spans
+    wait until they make an eighth of it: ``release.PUNCHES_PER_PART``), through the descriptors the
+    range reads with (``open_parts.OpenParts``: no open of its own)."""
     starts = split.starts.tolist()
     at = next((g for g, s in enumerate(starts[:-1]) if s >= plan.bounds[first]), split.groups)
     opened = 0

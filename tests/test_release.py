@@ -167,15 +167,16 @@ def test_pack_tokens_releases_its_spill_and_resumes_after_a_kill(corpus, bpe_tok
     """Token shards are recorded one by one too, with one gather worker or several: their spill is
     punched, and a killed gather resumes to the bytes of a writer that gives nothing back."""
     out = tmp_path / "out"
-    # shards 0 to 2 finished: the first range's (2 workers) or the one writer's
-    _killed(_pack(corpus, out, bpe_tokenizer, workers), "released:train:2", in_worker=workers > 1)
+    # shards 0 to 4 finished: the first range's (2 workers) or the one writer's; a part's released spans
+    # are punched once they make an eighth of it (``release.PUNCHES_PER_PART``)
+    _killed(_pack(corpus, out, bpe_tokenizer, workers), "released:train:4", in_worker=workers > 1)
     work = tmp_path / ".out.shardsmith-work"
-    assert (work / "released-train").is_file() and (work / "piece-train-000002-000003.json").is_file()
-    assert _holes(work) > 32_768, "the groups token shards 0 to 2 alone read are punched out"
-    if workers == 1:  # shard 2 was recorded as soon as its last sample was in, before shard 3 had any
-        assert not list(out.glob(".train-000003.*")), sorted(p.name for p in out.iterdir())
+    assert (work / "released-train").is_file() and (work / "piece-train-000004-000005.json").is_file()
+    assert _holes(work) > 32_768, "the groups token shards 0 to 4 alone read are punched out"
+    if workers == 1:  # shard 4 was recorded as soon as its last sample was in, before shard 5 had any
+        assert not list(out.glob(".train-000005.*")), sorted(p.name for p in out.iterdir())
     res = run_subprocess(*_pack(corpus, out, bpe_tokenizer, rerun_workers),
-                         env={**os.environ, "SHARDSMITH_CRASH_AT": "released:train:2"})
+                         env={**os.environ, "SHARDSMITH_CRASH_AT": "released:train:4"})
     assert res.returncode == 0, res.stderr
     assert tree_digest(out) == unreleased
     assert not work.exists()
