@@ -98,10 +98,10 @@ def child(argv: list[str]) -> None:
 
     punch = release.punch
 
-    def punched(path: str, ranges: Any) -> int:
+    def punched(path: str, ranges: Any, *, fd: int | None = None) -> int:
         in_punch[0] = True
         try:
-            return punch(path, ranges)
+            return punch(path, ranges, fd=fd)
         finally:
             in_punch[0] = False
 
