@@ -48,18 +48,23 @@ def _fold_fixes() -> tuple[np.ndarray, dict[int, str]] | None:
     import pyarrow.compute as pc
 
     cps = np.concatenate([np.arange(1, 0xD800, dtype=np.uint32), np.arange(0xE000, _PLANES, dtype=np.uint32)])
-    spaced = np.zeros(2 * len(cps), dtype=np.uint32)  # each code point, then "\0": one string to map
-    spaced[::2] = cps
-    text = spaced.tobytes().decode("utf-32-le")
-    folded = np.frombuffer(text.casefold().encode("utf-8"), dtype=np.uint8)
-    lowered = np.frombuffer(pc.utf8_lower(pa.array([text]))[0].as_py().encode("utf-8"), dtype=np.uint8)
-    if np.count_nonzero(folded == 0) != len(cps) or np.count_nonzero(lowered == 0) != len(cps):
-        return None  # "\0" is not only itself in both, so the streams cannot be cut apart
-    differ = _elements_differ(folded, lowered, len(cps))
-    fixes = {int(cp): chr(cp).casefold() for cp in cps[differ]}
+    differ = []
+    for chunk in np.array_split(cps, 16):  # a few MB at a time
+        spaced = np.zeros(2 * len(chunk), dtype=np.uint32)  # each code point, then "\0": one string to map
+        spaced[::2] = chunk
+        text = spaced.tobytes().decode("utf-32-le")
+        casefolded = text.casefold()
+        if any(casefolded.count(c) != text.count(c) for c in _WIDE_SPACES):
+            return None  # only each such space's own casefold holds it (where it is made " " first)
+        utf8 = text.encode("utf-8")
+        folded = np.frombuffer(casefolded.encode("utf-8"), dtype=np.uint8)
+        lowered = _utf8_of(pc.utf8_lower(pa.LargeStringArray.from_buffers(
+            1, pa.py_buffer(np.array([0, len(utf8)], dtype=np.int64)), pa.py_buffer(utf8))))[0]
+        if np.count_nonzero(folded == 0) != len(chunk) or np.count_nonzero(lowered == 0) != len(chunk):
+            return None  # "\0" is not only itself in both, so the streams cannot be cut apart
+        differ.append(chunk[_elements_differ(folded, lowered)])
+    fixes = {int(cp): chr(cp).casefold() for cp in np.concatenate(differ)}
     fixes.update({ord(c): " " for c in _WIDE_SPACES})
-    if any(text.casefold().count(c) != 1 for c in _WIDE_SPACES):  # only each space's own casefold holds it
-        return None
     keyed = set(map(chr, fixes))
     made = list(fixes.values())
     kept_by_lower = pc.utf8_lower(pa.array(made)).to_pylist()
@@ -73,13 +78,15 @@ def _fold_fixes() -> tuple[np.ndarray, dict[int, str]] | None:
     return table, fixes
 
 
-def _elements_differ(a: np.ndarray, b: np.ndarray, n: int) -> np.ndarray:
-    """Per element of two UTF-8 streams of n elements each ended by a zero byte: whether they differ."""
-    ids_a, ids_b = np.cumsum(a == 0) - (a == 0), np.cumsum(b == 0) - (b == 0)
-    len_a, len_b = np.bincount(ids_a, minlength=n), np.bincount(ids_b, minlength=n)
-    differ = len_a != len_b
-    keep_a, keep_b = ~differ[ids_a], ~differ[ids_b]
-    differ[np.unique(ids_a[keep_a][a[keep_a] != b[keep_b]])] = True
+def _elements_differ(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per element of two UTF-8 streams of as many elements, each ended by a zero byte: whether they differ."""
+    ends_a, ends_b = np.flatnonzero(a == 0), np.flatnonzero(b == 0)
+    len_a, len_b = np.diff(ends_a, prepend=-1), np.diff(ends_b, prepend=-1)
+    same_len = len_a == len_b
+    both = np.flatnonzero(same_len)  # their bytes line up once the others are left out
+    at = np.flatnonzero(a[np.repeat(same_len, len_a)] != b[np.repeat(same_len, len_b)])
+    differ = ~same_len
+    differ[both[np.searchsorted(np.cumsum(len_a[both]), at, side="right")]] = True
     return differ
 
 
