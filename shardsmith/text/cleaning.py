@@ -108,6 +108,8 @@ class Cleaner:
         self.spec = spec
         self._benchmarks: Any = None
         self.minhash = spec.minhash()
+        if self.compares_normalized:  # built here, before the workers fork, not once in each of them
+            textnorm_batch.warm()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_benchmarks": None}

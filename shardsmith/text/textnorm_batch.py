@@ -39,6 +39,12 @@ _PLANES = 0x110000
 FIX, SLOW = 1, 2  # a code point replaced before Arrow's lower; one whose document takes ``normalize``
 
 
+def warm() -> None:
+    """Import Arrow's compute functions and build the tables now (0.1-0.4 s, most of it the first
+    call into Arrow), so that processes forked later inherit them; and a first batch through each path."""
+    normalize_batch(["Straße\u00a0 Ꭰ\u2028X ", "x"])
+
+
 @functools.lru_cache(maxsize=1)
 def _fold_fixes() -> tuple[np.ndarray, dict[int, str]] | None:
     """(per code point: 0, ``FIX`` or ``SLOW``; each ``FIX`` code point's replacement), from this
