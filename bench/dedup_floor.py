@@ -3,7 +3,8 @@
     .venv/bin/python bench/dedup_floor.py /tmp/bd1g/planted-1000mb-s0-f8/corpus/part-00000.jsonl
 
 Reads the first 50 MB of documents of a JSONL file (bench/planted.py's corpus) and times, best of 3,
-each step on the same documents: textnorm.normalize and its parts, blake2b, doc_hashes.
+each step on the same documents: textnorm.normalize and its parts, blake2b, doc_hashes, and the
+batch path (text/textnorm_batch.py, batches of 2,048 documents as the scatter reads them) against it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,18 @@ def main() -> None:
     rate("doc_hashes raw", lambda: doc_hashes(docs, raw=True))
     plain = [d.encode("ascii", "ignore").decode() for d in docs]
     rate("normalize, non-ASCII removed", lambda: [normalize(d) for d in plain])
+    try:
+        from shardsmith.text import textnorm_batch as tb
+    except ImportError:
+        return
+    tb.warm()
+    batches = [docs[i:i + 2048] for i in range(0, len(docs), 2048)]
+    assert all(list(tb.normalize_batch(b)) == [normalize(d) for d in b] for b in batches[:2])
+    rate("normalize_batch (2,048 a batch)", lambda: [tb.normalize_batch(b) for b in batches])
+    rate("  ... and decoded to str", lambda: [tb.normalize_batch(b).texts() for b in batches])
+    rate("normalize_batch + hash", lambda: [tb.doc_hashes(tb.normalize_batch(b)) for b in batches])
+    plain_batches = [plain[i:i + 2048] for i in range(0, len(plain), 2048)]
+    rate("normalize_batch, non-ASCII removed", lambda: [tb.normalize_batch(b) for b in plain_batches])
 
 
 if __name__ == "__main__":

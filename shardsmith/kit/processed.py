@@ -3,7 +3,7 @@ payloads, and the bad ones (``Processed``), and the protocol of what makes it (`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,7 +32,7 @@ class Processed:
     # --dedup and --decontaminate compare), and as it was read, where a transform changed it
     texts: list[str] | None = None
     raw_texts: list[str] | None = None
-    normalized: list[str] | None = None  # ``texts`` normalized, once, when a cleaning rule compares them so
+    normalized: Sequence[str] | None = None  # ``texts`` normalized, once, when a cleaning rule compares them so
     # what the processor counted in the batch, by name (e.g. --chat's conversations truncated): summed
     # per task, kept in its part file and handed to the command's ``describe`` (``TaskResult.stats``)
     stats: dict[str, int] | None = None
@@ -46,7 +46,7 @@ class Processed:
         encode_in = None if self.encode_in is None else (lambda order, f=self.encode_in: f(rows[order]))
         pieces_in = None if self.pieces_in is None else (lambda order, f=self.pieces_in: f(rows[order]))
 
-        def pick(xs: list[str] | None) -> list[str] | None:
+        def pick(xs: Sequence[str] | None) -> list[str] | None:
             return None if xs is None else [xs[i] for i in rows.tolist()]
 
         return Processed(records=self.records[rows], lengths=self.lengths[rows], payload=payload, bad=self.bad,

@@ -36,7 +36,7 @@ import numpy as np
 
 from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
-from shardsmith.text import textnorm
+from shardsmith.text import textnorm, textnorm_batch
 
 DEDUP_MODES = ("exact", "exact:raw", "minhash")
 # MinHash's permutations are seeded by a constant, not by --seed: a new shuffle seed reorders the
@@ -108,6 +108,8 @@ class Cleaner:
         self.spec = spec
         self._benchmarks: Any = None
         self.minhash = spec.minhash()
+        if self.compares_normalized:  # built here, before the workers fork, not once in each of them
+            textnorm_batch.warm()
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_benchmarks": None}
@@ -139,9 +141,10 @@ class Cleaner:
         """Whether a rule compares normalized text (normalized once per document, for all of them)."""
         return bool(self.spec.benchmarks) or self.spec.dedup in ("exact", "minhash")
 
-    def normalized(self, texts: Sequence[str]) -> list[str] | None:
-        """The texts normalized (``text/textnorm.py``) when a rule compares them so, else None."""
-        return [textnorm.normalize(t) for t in texts] if self.compares_normalized else None
+    def normalized(self, texts: Sequence[str]) -> Sequence[str] | None:
+        """The texts normalized (``text/textnorm.py``, the batch at once: ``text/textnorm_batch.py``)
+        when a rule compares them so, else None."""
+        return textnorm_batch.normalize_batch(texts) if self.compares_normalized else None
 
     def contaminated(self, texts: Sequence[str], normal: Sequence[str] | None = None) -> np.ndarray:
         """Per text, the benchmark item it shares an n-gram with (an index into ``benchmarks.items``),
@@ -157,9 +160,8 @@ class Cleaner:
         if self.spec.exact:
             if self.spec.dedup == "exact:raw":
                 return {"hash": textnorm.doc_hashes(texts, raw=True)}
-            if normal is not None:
-                return {"hash": textnorm.doc_hashes(normal, normalized=True)}
-            return {"hash": textnorm.doc_hashes(texts)}
+            return {"hash": textnorm_batch.doc_hashes(textnorm_batch.normalize_batch(texts) if normal is None
+                                                      else normal)}
         if self.minhash is not None:
             from shardsmith.text.minhash import band_keys
 
