@@ -44,7 +44,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from bench_stages import CLUSTER_ENV, ensure_corpus, ensure_tokenizer, samples_of, scratch_of, tree_digest  # noqa: E402
-from harness import byte_compiled, clear, code_version, run_children, verdict, warm  # noqa: E402
+from harness import clear, ended, run_children, started, verdict, warm  # noqa: E402
 
 STAGES = ("scatter", "plan", "gather", "finalize")
 ONCE = ("plan", "finalize")
@@ -462,10 +462,7 @@ def main(argv: list[str] | None = None) -> None:
     args.workdir = args.workdir.resolve()
     args.workdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    print(f"shardsmith exchange benchmark: {args.mb:g} MB, W in {worlds}, {os.cpu_count()} cores, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    version = code_version()
-    print(f"shardsmith under test: {version}; byte-compiled {byte_compiled()}")
+    version = started(f"shardsmith exchange benchmark: {args.mb:g} MB, W in {worlds}")
     corpus = ensure_corpus(args.workdir, args.mb)
     bench = Bench(args, corpus, ensure_tokenizer(args.workdir, corpus))
     print(f"command: shardsmith {' '.join(bench.base(Path('OUT')))} --workers 1 --memory M --stage S --rank R "
@@ -496,10 +493,7 @@ def main(argv: list[str] | None = None) -> None:
     save()
     if not args.keep_corpus:
         clear([corpus])
-    if code_version() != version:
-        print(f"\nWARNING: the code changed during the run ({version} -> {code_version()})")
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average at the end "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    ended(version, t0)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,28 @@ def code_version() -> str:
     return f"commit {head}{' (+ uncommitted changes)' if dirty else ''}, sources {digest.hexdigest()[:12]}"
 
 
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as a benchmark prints them beside its figures."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def started(what: str) -> str:
+    """Print what is benchmarked, on how many cores, at what load, and which shardsmith; returns
+    the version (``code_version``) to hand to ``ended``."""
+    print(f"{what}, {os.cpu_count()} cores, load average {load_average()}")
+    version = code_version()
+    print(f"shardsmith under test: {version}; byte-compiled {byte_compiled()}")
+    return version
+
+
+def ended(version: str, t0: float) -> None:
+    """Say whether the code changed while the benchmark ran (its rows would mix versions), and the
+    run's time and load at its end."""
+    if code_version() != version:
+        print(f"\nWARNING: the code changed during the run ({version} -> {code_version()}): rows mix versions")
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s; load average at the end {load_average()}")
+
+
 ANCHOR_PY = HERE / ".venv-anchors" / "bin" / "python"
 
 
