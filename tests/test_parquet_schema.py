@@ -132,6 +132,32 @@ def test_a_split_keeps_its_own_columns_with_the_dataset_types():
     assert split_schema(whole, train) == whole
 
 
+def test_shards_not_here_are_left_when_their_schemas_agree_and_refused_when_they_differ(tmp_path):
+    """A cluster run into object storage finishes from stand-ins (no bytes to read or rewrite): the
+    records' schema digests say whether the shards agree; differing ones stop it in one line."""
+    from shardsmith.errors import ShardsmithError
+    from shardsmith.formats.parquet.joined import join_shards
+    from shardsmith.formats.parquet.writer import schema_digest
+    from shardsmith.kit.writer import ShardRecord
+
+    ints, floats = (pa.schema([("__key__", pa.string()), ("x", t)]) for t in (pa.int64(), pa.float64()))
+
+    def records(*schemas):
+        return [ShardRecord(path=f"train-{k:06d}.parquet", samples=1, bytes=10, sha256="0",
+                            extra={"schema": schema_digest(s)}) for k, s in enumerate(schemas)]
+
+    def never(*args):
+        raise AssertionError("nothing can be rewritten here")
+
+    for k in range(2):  # stand-ins: files of the shards' sizes that are no Parquet
+        (tmp_path / f"train-{k:06d}.parquet").write_bytes(bytes(10))
+    join_shards(tmp_path, {"train": records(ints, ints)}, replaced=never, rewrite=never)  # agree: left
+    with pytest.raises(ShardsmithError, match="column types differ") as err:
+        join_shards(tmp_path, {"train": records(ints, floats)}, replaced=never, rewrite=never)
+    assert "\n" not in str(err.value)
+    assert schema_digest(ints.with_metadata({b"k": b"v"})) == schema_digest(ints) != schema_digest(floats)
+
+
 def test_ints_in_one_shard_and_text_in_another_stop_the_run_in_one_line(tmp_path):
     src = tmp_path / "mixed.jsonl"
     src.write_text("".join(json.dumps({"id": i, "v": i if i < 4 else f"s{i}"}) + "\n" for i in range(8)))

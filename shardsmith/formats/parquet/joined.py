@@ -18,13 +18,17 @@ follow from the shards' contents alone, as do the shards: the same files for any
 ``--memory`` or ranks. Most datasets' shards agree already, and none is rewritten.
 
 A cluster stage into object storage finishes from stand-ins of the shards (their sizes, not their
-bytes): their schemas are not read there, and the shards are left as written."""
+bytes): their schemas cannot be read or rewritten there. Every shard's record names a digest of its
+schema (``writer.schema_digest``): shards that all agree are left as written, as a local run leaves
+them; shards that differ stop the run in one line (their files would differ from a local run's,
+silently, and a reader of the folder could not read them as one table)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from shardsmith.errors import ShardsmithError
 from shardsmith.formats.arrow_rows.columns import cast_to
 from shardsmith.formats.arrow_rows.schemas import joined
 from shardsmith.kit.writer import Replaced, ShardRecord
@@ -57,8 +61,9 @@ def join_shards(out_dir: Path, splits: dict[str, list[ShardRecord]], *, replaced
     try:
         own = {split: [pq.read_schema(out_dir / r.path).remove_metadata() for r in records]
                for split, records in splits.items()}
-    except (OSError, pa.ArrowException):
-        return  # shards not here (a cluster stage into object storage): left as written
+    except (OSError, pa.ArrowException):  # shards not here (a cluster stage into object storage)
+        _agree_unread(splits)
+        return
     dataset = dataset_schema(own, {split: [r.path for r in records] for split, records in splits.items()})
     for split, records in splits.items():
         schema = split_schema(dataset, own[split])
@@ -76,3 +81,14 @@ def join_shards(out_dir: Path, splits: dict[str, list[ShardRecord]], *, replaced
                 replaced(split, k, new)
 
             rewrite(record, schema, tables(), tell)
+
+
+def _agree_unread(splits: dict[str, list[ShardRecord]]) -> None:
+    """Shards whose files are not here, left as written when their schemas agree (their records'
+    digests), else refused: they could not be given one schema."""
+    seen = {r.extra.get("schema") for records in splits.values() for r in records}
+    if len(seen) > 1:
+        raise ShardsmithError("--to parquet: the shards' column types differ (a field null or missing in some "
+                              "shards, or ints in one and floats in another), and a cluster run into object "
+                              "storage finishes without the shards' bytes to give them one schema: write to a "
+                              "shared folder (-o PATH) and upload it, or make the types agree (a --transform)")

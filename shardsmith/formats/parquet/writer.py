@@ -23,6 +23,12 @@ from shardsmith.formats.arrow_rows.grouped import GroupedRowsWriter
 from shardsmith.kit.writer import Replaced, ShardRecord
 
 SUFFIX = ".parquet"
+
+
+def schema_digest(schema: Any) -> str:
+    """A short digest of the Arrow schema a shard is written in (its record's ``schema``): what tells
+    shards of differing types apart where their files cannot be read (``joined.py``)."""
+    return hashlib.sha256(schema.remove_metadata().serialize().to_pybytes()).hexdigest()[:16]
 SETTINGS: dict[str, Any] = {"compression": "zstd", "compression_level": 3, "use_dictionary": True,
                             "write_statistics": True, "version": "2.6", "store_schema": True}
 
@@ -66,7 +72,8 @@ class ParquetShardWriter(GroupedRowsWriter):
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        record = ShardRecord(path=name, samples=rows, bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        record = ShardRecord(path=name, samples=rows, bytes=len(data), sha256=hashlib.sha256(data).hexdigest(),
+                             extra={"schema": schema_digest(schema)})
         if before is not None:
             before(record)
         os.replace(tmp, self.out_dir / name)
