@@ -109,6 +109,8 @@ BUILTIN = (
            options="shardsmith.formats.parquet.options:OPTIONS"),
     Plugin("format", "lance", "shardsmith.formats.lance.format:LanceFormat", ("lance", "pyarrow"), extra="lance",
            options="shardsmith.formats.lance.options:OPTIONS"),
+    Plugin("format", "lance-events", "shardsmith.formats.lance.events_format:LanceEventsFormat", ("lance", "pyarrow"),
+           extra="lance", options="shardsmith.formats.lance.options:OPTIONS"),
     Plugin("kind", "rows", "shardsmith.kit.kinds:RowsKind"),
     Plugin("kind", "images", "shardsmith.kit.kinds:ImagesKind"),
     Plugin("kind", "events", "shardsmith.kit.kinds:EventsKind"),

@@ -198,6 +198,15 @@ class TestEventTarFormat(FormatContract):
         pulses(folder, seed=3)
 
 
+class TestLanceEventsFormat(FormatContract):
+    format = "lance-events"
+    convert_args = ["--group-by", "event_id", "--shard-samples", "30"]
+
+    def make_inputs(self, folder: Path) -> None:
+        pytest.importorskip("lance", reason="--to lance needs pylance")
+        pulses(folder, seed=5)
+
+
 class TestMemmapFormat(FormatContract):
     format = "memmap"
     convert_args = ["--group-by", "event_id", "--max-len", "5", "--keep", "top:charge"]

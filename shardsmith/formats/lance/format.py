@@ -33,6 +33,9 @@ class LanceFormat(ColumnsFormat):
     sample_unit = "row"
     own_files = OwnFiles(folders=(Folder("*" + SUFFIX),))  # {split}.lance/, all of it
 
+    def reads(self, manifest: dict[str, Any]) -> bool:
+        return super().reads(manifest) and "events" not in manifest  # events: ``events_format.py``
+
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.lance.writer import LanceShardWriter
 
