@@ -27,7 +27,7 @@ from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.kit.image_processor import ImageProcessor
 from shardsmith.kit.processed import Processor
 from shardsmith.kit.row_processor import RowProcessor
-from shardsmith.kit.transform import Transform
+from shardsmith.kit.transform import Transform, transform_inputs
 from shardsmith.text.cleaning import CleaningSpec
 
 __all__ = ["ConvertOptions", "job_of", "run", "summary_line"]
@@ -153,7 +153,7 @@ class RowSteps(JobSteps):
         return CleaningSpec.of(opts, units="bytes")
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
-        return (*super().extra_inputs(run), *run.opts.decontaminate)
+        return (*super().extra_inputs(run), *run.opts.decontaminate, *transform_inputs(self.transforms))
 
     def estimated_bytes(self, run: JobRun) -> int:
         return super().estimated_bytes(run) * run.opts.copies

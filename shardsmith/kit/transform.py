@@ -13,7 +13,9 @@ run any registered transform that applies to the source's records. Contract:
   number) and ``copy`` -- never on time, workers or order -- so the output bytes stay the same for
   any ``--workers``. A record it cannot transform raises ``RecordError`` (a bad record: skipped
   and counted with ``--on-error skip``);
-- it pickles (spawned workers receive it) and ``describe()`` is JSON the manifest records.
+- it pickles (spawned workers receive it) and ``describe()`` is JSON the manifest records;
+- ``inputs()``: the files it reads (a tokenizer), hashed into the run's identity
+  (``engine/output/resume.py``): a rerun after one changed starts over instead of resuming.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ class Transform:
 
     def describe(self) -> dict[str, Any]:
         return {"transform": self.name}
+
+    def inputs(self) -> tuple[str, ...]:
+        """The files besides the inputs its records depend on (none by default)."""
+        return ()
 
 
 def parse_transform(text: str) -> tuple[str, str | None]:
@@ -68,3 +74,8 @@ def apply_all(transforms: list[Transform], value: Any, *, file: str, record: int
     for t in transforms:
         value = t.apply(value, identity=identity, copy=0)
     return value
+
+
+def transform_inputs(transforms: list[Transform]) -> tuple[str, ...]:
+    """The files the transforms read (``Transform.inputs``), for the run's identity."""
+    return tuple(path for t in transforms for path in t.inputs())
