@@ -101,7 +101,7 @@ def test_errors_are_one_line(rows: Path, tmp_path: Path, bpe_tokenizer: Path) ->
     not_json.write_text('{"x": 1}')
     for spec, words in ((f"tokenize={tmp_path / 'missing.json'}", "no such file"),
                         (f"tokenize={not_json}", "not a HuggingFace tokenizer.json"),
-                        ("tokenize", "name the tokenizer.json first"),
+                        ("tokenize", "name the tokenizer file first"),
                         (f"tokenize={bpe_tokenizer},colour=red", "expected tokenize=FILE"),
                         (f"tokenize={bpe_tokenizer},eos=<nope>", "is not in the tokenizer's vocabulary")):
         res = run_cli("convert", rows, "-o", tmp_path / "o", "--to", "mds", "--transform", spec)

@@ -114,7 +114,7 @@ def _parsed(spec: str | None) -> tuple[str, dict[str, str]]:
     """The tokenizer file and the ``KEY=VALUE`` options after it; a one-line usage error otherwise."""
     path, *rest = (spec or "").split(",")
     if not path.strip() or "=" in path:
-        raise UsageError(f"--transform {SYNTAX}: name the tokenizer.json first")
+        raise UsageError(f"--transform {SYNTAX}: name the tokenizer file first")
     options: dict[str, str] = {}
     for part in rest:
         key, eq, val = part.partition("=")
