@@ -54,7 +54,8 @@ def test_mds_token_ids_read_back_by_streaming(rows: Path, tmp_path: Path, bpe_to
     ours = open_dataset(out, split="train")  # shardsmith's own reader of the dynamic-shape column
     assert [ours[i]["input_ids"].tolist() for i in range(len(ours))] == [s["input_ids"].tolist() for s in got]
     described = json.loads((out / "manifest.json").read_text())["transforms"][0]
-    assert described["transform"] == "tokenize" and described["dtype"] == "uint16" and described["engine"] == "hf"
+    assert described["transform"] == "tokenize" and described["dtype"] == "uint16"
+    assert described["engine"] == "gigatoken" and described["engine_reason"].startswith("matched tokenizers on")
     assert described["eos_token"] == "<|endoftext|>" and described["to"] == "input_ids"
 
 
@@ -77,11 +78,14 @@ def test_lance_take_gives_the_ids_back(rows: Path, tmp_path: Path, bpe_tokenizer
         assert row["input_ids"] == expected(bpe_tokenizer, row["text"])
 
 
-def test_the_same_bytes_for_any_workers(rows: Path, tmp_path: Path, bpe_tokenizer: Path) -> None:
+def test_the_same_bytes_for_any_workers_and_engine(rows: Path, tmp_path: Path, bpe_tokenizer: Path) -> None:
     spec = f"tokenize={bpe_tokenizer}"
     one = convert(rows, tmp_path / "w1", "--to", "mds", "--transform", spec, "--workers", "1")
     two = convert(rows, tmp_path / "w2", "--to", "mds", "--transform", spec, "--workers", "2", "--memory", "1G")
     assert tree_digest(one) == tree_digest(two)
+    hf = convert(rows, tmp_path / "hf", "--to", "mds", "--transform", f"{spec},engine=hf")
+    assert json.loads((hf / "manifest.json").read_text())["transforms"][0]["engine"] == "hf"
+    assert tree_digest(hf / "mds") == tree_digest(one / "mds")  # the shards: the engine changes no id
 
 
 def test_an_edited_tokenizer_is_another_run(rows: Path, tmp_path: Path, bpe_tokenizer: Path) -> None:
@@ -103,6 +107,7 @@ def test_errors_are_one_line(rows: Path, tmp_path: Path, bpe_tokenizer: Path) ->
                         (f"tokenize={not_json}", "not a HuggingFace tokenizer.json"),
                         ("tokenize", "name the tokenizer file first"),
                         (f"tokenize={bpe_tokenizer},colour=red", "expected tokenize=FILE"),
+                        (f"tokenize={bpe_tokenizer},engine=fast", "expected one of auto, hf, gigatoken"),
                         (f"tokenize={bpe_tokenizer},eos=<nope>", "is not in the tokenizer's vocabulary")):
         res = run_cli("convert", rows, "-o", tmp_path / "o", "--to", "mds", "--transform", spec)
         assert res.exit_code == 2, spec

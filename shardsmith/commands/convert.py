@@ -11,7 +11,7 @@ its own.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardsmith import registry
@@ -26,8 +26,10 @@ from shardsmith.executors.base import Executor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.kit.image_processor import ImageProcessor
 from shardsmith.kit.processed import Processor
+from shardsmith.kit.reader import BadRecord, Reader, Task
 from shardsmith.kit.row_processor import RowProcessor
-from shardsmith.kit.transform import Transform, transform_inputs
+from shardsmith.kit.transform import Transform, prepare_all, transform_inputs
+from shardsmith.storage import arrival
 from shardsmith.text.cleaning import CleaningSpec
 
 __all__ = ["ConvertOptions", "job_of", "run", "summary_line"]
@@ -160,6 +162,7 @@ class RowSteps(JobSteps):
 
     def processor(self, run: JobRun) -> Processor:
         assert run.write is not None
+        prepare_all(self.transforms, lambda: _first_records(run.reader, run.tasks or []))  # before workers get them
         kind = registry.record_kind(run.reader.holds).payload_kind
         return RowProcessor(reader=run.reader, encoder=run.fmt.encoder(run.write, kind), text_field=run.opts.text_field,
                             transforms=self.transforms)
@@ -225,3 +228,13 @@ class ImageSteps(RowSteps):
 def _copies_need_augment(opts: Any) -> None:
     if opts.copies > 1 and not opts.augment:
         raise UsageError("--copies needs --augment (identical copies would only repeat samples)")
+
+
+def _first_records(reader: Reader, tasks: list[Task]) -> Iterator[tuple[str, int, Any]]:
+    """The good records of the tasks in input order, as ``(file, record, value)``, read as the
+    caller takes them (a transform's ``prepare`` stops when it has seen enough)."""
+    for task in tasks:
+        arrival.wait_whole((task.file,))  # an input still being staged from a URL
+        for record, value in reader.read(task):
+            if not isinstance(value, BadRecord):
+                yield task.file.rel, record, value

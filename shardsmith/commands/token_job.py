@@ -37,12 +37,8 @@ from shardsmith.storage import arrival
 from shardsmith.text import tokenize as tk
 from shardsmith.text import tokenizer_folder
 from shardsmith.text.cleaning import CleaningSpec
+from shardsmith.text.engine_choice import PIECE_CHECK_DOCS, SAMPLE_BYTES, SAMPLE_DOC_CHARS, SAMPLE_DOCS
 from shardsmith.text.token_processor import TokenProcessor
-
-SAMPLE_DOCS = 500
-SAMPLE_BYTES = 128 << 10
-SAMPLE_DOC_CHARS = 16 << 10
-PIECE_CHECK_DOCS = 40  # sample documents cut every few words to check that pieces keep the ids
 
 
 class TokenSteps(JobSteps):

@@ -15,12 +15,18 @@ run any registered transform that applies to the source's records. Contract:
   and counted with ``--on-error skip``);
 - it pickles (spawned workers receive it) and ``describe()`` is JSON the manifest records;
 - ``inputs()``: the files it reads (a tokenizer), hashed into the run's identity
-  (``engine/output/resume.py``): a rerun after one changed starts over instead of resuming.
+  (``engine/output/resume.py``): a rerun after one changed starts over instead of resuming;
+- ``samples``: whether ``prepare(records)`` is to see the input's first records (after the
+  transforms before it), once, in the process that plans the run, before the workers get it: what
+  they tell may decide how, never what, it makes (a tokenizer's engine, checked on their text).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
+
+from shardsmith.kit.sample import RecordError
 
 
 class Transform:
@@ -29,6 +35,7 @@ class Transform:
     name: ClassVar[str] = ""
     applies_to: ClassVar[tuple[str, ...]] = ("rows",)  # record kinds: "rows" (dicts), "images" (bytes)
     random: bool = False  # whether copies of a record differ (``--copies`` needs a random transform)
+    samples: ClassVar[bool] = False  # whether ``prepare`` is to see the input's first records
 
     @classmethod
     def from_spec(cls, spec: str | None, *, opts: Any) -> Transform:
@@ -43,6 +50,9 @@ class Transform:
     def inputs(self) -> tuple[str, ...]:
         """The files besides the inputs its records depend on (none by default)."""
         return ()
+
+    def prepare(self, records: Iterator[Any]) -> None:
+        """Decide what the input's first records tell (``samples``): it takes as many as it needs."""
 
 
 def parse_transform(text: str) -> tuple[str, str | None]:
@@ -79,3 +89,20 @@ def apply_all(transforms: list[Transform], value: Any, *, file: str, record: int
 def transform_inputs(transforms: list[Transform]) -> tuple[str, ...]:
     """The files the transforms read (``Transform.inputs``), for the run's identity."""
     return tuple(path for t in transforms for path in t.inputs())
+
+
+def prepare_all(transforms: list[Transform], records: Callable[[], Iterator[tuple[str, int, Any]]]) -> None:
+    """Each transform that asks (``samples``) shown the input's first good records, as ``(file,
+    record, value)`` from ``records()`` (read again for each), through the transforms before it
+    (a record one of them refuses left out)."""
+    for k, t in enumerate(transforms):
+        if t.samples:
+            t.prepare(_through(transforms[:k], records()))
+
+
+def _through(transforms: list[Transform], records: Iterator[tuple[str, int, Any]]) -> Iterator[Any]:
+    for file, record, value in records:
+        try:
+            yield apply_all(transforms, value, file=file, record=record)
+        except RecordError:
+            continue

@@ -17,6 +17,10 @@ from shardsmith.core.words import plural
 from shardsmith.errors import UsageError
 from shardsmith.text import tokenize as tk
 
+SAMPLE_DOCS = 500  # the input's first documents the check encodes: at most this many,
+SAMPLE_BYTES = 128 << 10  # this many characters in all,
+SAMPLE_DOC_CHARS = 16 << 10  # and this many of each (any text is a probe: never a huge document whole)
+PIECE_CHECK_DOCS = 40  # sample documents cut every few words to check that pieces keep the ids
 CUT_DOCS = 10  # sample documents cut into pieces of 48 characters: the engines must agree on pieces too
 # the reference's answer, started before gigatoken is built: (texts, piece texts) -> a call that
 # gives {"safe": bool, "digests": [one per text]}

@@ -3,7 +3,7 @@
 Parquet and Lance hold each document's ids as a column that their own readers give back
 (``StreamingDataset``, pyarrow, Lance's ``take``), where ``--to tokens`` packs them into one array.
 
-Spec: ``FILE[,field=NAME][,to=NAME][,eos=TOKEN|none][,bos=TOKEN]``. ``field``: the text (default:
+Spec: ``FILE[,field=NAME][,to=NAME][,eos=TOKEN|none][,bos=TOKEN][,engine=auto|hf|gigatoken]``. ``field``: the text (default:
 the one ``--text-field`` names, else ``text``); ``to``: the new field (default ``input_ids``; a row
 that already has it is a bad record, never overwritten).
 
@@ -15,9 +15,11 @@ another, ``eos=none`` none) and ``bos=TOKEN``'s id prepended. A document's ids a
 in the dtype pack-tokens writes (``core.dtypes.token_dtype``, Megatron's choice): ``uint16`` for a
 vocabulary under 65,500 ids, else ``int32`` (what torch embeds; no id reaches 2**31).
 
-The engine is ``tokenizers`` (the reference), a row at a time. pack-tokens' faster gigatoken is used
-only after it gave the reference's ids on a sample of the input, and a transform is built before
-any input is read: rather the reference everywhere than an engine no sample vouched for.
+The engine is pack-tokens' choice, made the same way (``text/engine_choice.py``; spec
+``engine=auto|hf|gigatoken``, default ``auto``): before the workers start, the run shows the
+transform the input's first documents (``Transform.prepare``), and gigatoken encodes them only
+where it gave ``tokenizers``' ids on them and the probes; else ``tokenizers`` (the reference), a row
+at a time. Where no run prepares it (a caller of ``apply`` alone), the reference.
 
 Everything about the file is checked once, in the process that builds the transform (``from_spec``,
 before any work): it is read and parsed, its special tokens found, and whether long documents may
@@ -29,6 +31,8 @@ first use; the file and those beside it that change its ids are part of the run'
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +41,18 @@ from shardsmith.errors import UsageError
 from shardsmith.kit.reader import RecordError
 from shardsmith.kit.transform import Transform
 from shardsmith.text import tokenize as tk
+from shardsmith.text.engine_choice import (
+    PIECE_CHECK_DOCS,
+    SAMPLE_BYTES,
+    SAMPLE_DOC_CHARS,
+    SAMPLE_DOCS,
+    decide_engine,
+    in_process,
+)
 from shardsmith.text.tokenizer_folder import tokenizer_inputs
 
-SYNTAX = "tokenize=FILE[,field=NAME][,to=NAME][,eos=TOKEN|none][,bos=TOKEN]"
-_KEYS = ("field", "to", "eos", "bos")
+SYNTAX = "tokenize=FILE[,field=NAME][,to=NAME][,eos=TOKEN|none][,bos=TOKEN][,engine=auto|hf|gigatoken]"
+_KEYS = ("field", "to", "eos", "bos", "engine")
 
 
 class TokenizeText(Transform):
@@ -48,15 +60,20 @@ class TokenizeText(Transform):
 
     name = "tokenize"
     applies_to = ("rows",)
+    samples = True  # the engine is checked on the input's first documents
 
     def __init__(self, *, path: str, field: str, to: str, spec: tk.TokenizerSpec, sha256: str,
-                 eos: str | None, bos: str | None) -> None:
+                 eos: str | None, bos: str | None, engine: str = "auto", tok: Any = None) -> None:
+        """``spec``: the reference's (``hf``) until ``prepare`` decides; ``engine``: the one asked
+        for; ``tok``: the ``tokenizers`` object the check compares with (built from ``spec`` if None)."""
         self.path, self.field, self.to = path, field, to
         self.spec, self.sha256, self.eos, self.bos = spec, sha256, eos, bos
+        self.engine, self.why = engine, "not checked: the reference"
+        self._tok = tok
         self._encoder: tk.Encoder | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_encoder": None}  # each worker builds its own
+        return {**self.__dict__, "_encoder": None, "_tok": None}  # each worker builds its own
 
     @classmethod
     def from_spec(cls, spec: str | None, *, opts: Any) -> TokenizeText:
@@ -76,8 +93,30 @@ class TokenizeText(Transform):
             bos_id=tk.special_id(tok, bos, f"{what} bos") if bos else None,
             piece_chars=tk.PIECE_CHARS if tk.piece_safe(tok, []) else None)
         field = options.get("field") or getattr(opts, "text_field", None) or "text"
+        engine = options.get("engine", "auto")
+        if engine not in tk.ENGINES:
+            raise UsageError(f"{what}: engine={engine}: expected one of {', '.join(tk.ENGINES)}")
         return cls(path=path, field=field, to=options.get("to", "input_ids"), spec=decided, sha256=loaded.sha256,
-                   eos=eos, bos=bos)
+                   eos=eos, bos=bos, engine=engine, tok=tok)
+
+    def prepare(self, records: Iterator[Any]) -> None:
+        """The engine, decided on the first documents of ``records`` as pack-tokens decides it: the
+        same sample bounds, the probes, the piece check (which may also allow or refuse cutting)."""
+        texts: list[str] = []
+        size = 0
+        for value in records:
+            text = value.get(self.field) if isinstance(value, dict) else None
+            if isinstance(text, str):
+                texts.append(text[:SAMPLE_DOC_CHARS])
+                size += len(texts[-1])
+                if len(texts) >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
+                    break
+        tok = self._tok if self._tok is not None else tk.Encoder(self.spec)._hf
+        engine, self.why, safe, loaded = decide_engine(self.engine, tok, self.spec.json, texts,
+                                                       piece_docs=PIECE_CHECK_DOCS, start_reference=in_process(tok))
+        self.spec = dataclasses.replace(self.spec, engine=engine, piece_chars=tk.PIECE_CHARS if safe else None)
+        # gigatoken built by the check: workers forked later inherit it (spawned ones build their own)
+        self._encoder = tk.Encoder(self.spec, loaded=loaded) if loaded is not None else None
 
     def apply(self, value: Any, *, identity: str, copy: int) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -107,7 +146,7 @@ class TokenizeText(Transform):
         return {"transform": self.name, "tokenizer": Path(self.path).name, "sha256": self.sha256, "field": self.field,
                 "to": self.to, "eos_token": self.eos, "eos_id": self.spec.eos_id, "bos_token": self.bos,
                 "bos_id": self.spec.bos_id, "vocab_size": self.spec.vocab_size, "dtype": self.spec.dtype.name,
-                "engine": self.spec.engine}
+                "engine": self.spec.engine, "engine_reason": self.why}
 
 
 def _parsed(spec: str | None) -> tuple[str, dict[str, str]]:
