@@ -141,3 +141,20 @@ def test_the_transform_pickles_without_its_encoder(bpe_tokenizer: Path) -> None:
     eos = first[-1]
     assert first.tolist() == [eos, *expected(bpe_tokenizer, "hello world")]  # bos, the ids, eos
     assert made.inputs()[0] == str(bpe_tokenizer)
+
+
+def test_a_tokenizer_gigatoken_cannot_take_runs_on_the_reference(rows: Path, tmp_path: Path,
+                                                                  wordpiece_tokenizer: Path) -> None:
+    """A WordPiece file that truncates and pads (as sentence-transformers ship them): the ids are the
+    whole text's, without padding, then [SEP]; the engine is tokenizers, and the manifest says why."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    from tokenizers import Tokenizer
+
+    out = convert(rows, tmp_path / "wp", "--to", "parquet", "--transform", f"tokenize={wordpiece_tokenizer}")
+    described = json.loads((out / "manifest.json").read_text())["transforms"][0]
+    assert described["engine"] == "hf" and described["eos_token"] == "[SEP]", described
+    tok = Tokenizer.from_file(str(wordpiece_tokenizer))
+    tok.no_truncation()
+    tok.no_padding()
+    for row in pq.read_table(sorted(out.glob("*.parquet"))).to_pylist():
+        assert row["input_ids"] == tok.encode(row["text"], add_special_tokens=False).ids + [tok.token_to_id("[SEP]")]
