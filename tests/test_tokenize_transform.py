@@ -158,3 +158,14 @@ def test_a_tokenizer_gigatoken_cannot_take_runs_on_the_reference(rows: Path, tmp
     tok.no_padding()
     for row in pq.read_table(sorted(out.glob("*.parquet"))).to_pylist():
         assert row["input_ids"] == tok.encode(row["text"], add_special_tokens=False).ids + [tok.token_to_id("[SEP]")]
+
+
+def test_cluster_stages_make_the_same_bytes(rows: Path, tmp_path: Path, bpe_tokenizer: Path) -> None:
+    args = ["convert", rows, "--to", "mds", "--shard-samples", "6", "--transform", f"tokenize={bpe_tokenizer}", "-q"]
+    assert run_cli(*args, "-o", tmp_path / "one").exit_code == 0
+    for stage, rank in (("scatter", 0), ("scatter", 1), ("plan", 0), ("gather", 1), ("gather", 0), ("finalize", 0)):
+        res = run_cli(*args, "-o", tmp_path / "two", "--stage", stage, "--rank", str(rank), "--world-size", "2")
+        assert res.exit_code == 0, (stage, rank, res.stderr)
+    assert tree_digest(tmp_path / "one") == tree_digest(tmp_path / "two")
+    described = [json.loads((tmp_path / name / "manifest.json").read_text())["transforms"] for name in ("one", "two")]
+    assert described[0] == described[1] and described[0][0]["engine"] == "gigatoken"  # one decision, the first rank's

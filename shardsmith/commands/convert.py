@@ -20,7 +20,7 @@ from shardsmith.core.file_listing import paths_of
 from shardsmith.core.memory import no_gc
 from shardsmith.engine import Converted, Described, Job, JobRun, JobSteps, run_job
 from shardsmith.engine.choose import source_and_format
-from shardsmith.engine.inputs.plan import wait_to_check
+from shardsmith.engine.inputs.plan import cached, wait_to_check
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
@@ -162,7 +162,13 @@ class RowSteps(JobSteps):
 
     def processor(self, run: JobRun) -> Processor:
         assert run.write is not None
-        prepare_all(self.transforms, lambda: _first_records(run.reader, run.tasks or []))  # before workers get them
+        if any(t.samples for t in self.transforms):  # decided once a run, before the workers get them
+            opts = run.opts
+            decisions = cached("transforms", lambda: prepare_all(self.transforms, lambda: _first_records(
+                run.reader, run.tasks or [])), stage=opts.stage, out=opts.out, run=run.identity, dump=list, load=list)
+            for t, decision in zip(self.transforms, decisions, strict=True):
+                if t.samples:
+                    t.prepared(decision)
         kind = registry.record_kind(run.reader.holds).payload_kind
         return RowProcessor(reader=run.reader, encoder=run.fmt.encoder(run.write, kind), text_field=run.opts.text_field,
                             transforms=self.transforms)

@@ -17,8 +17,9 @@ run any registered transform that applies to the source's records. Contract:
 - ``inputs()``: the files it reads (a tokenizer), hashed into the run's identity
   (``engine/output/resume.py``): a rerun after one changed starts over instead of resuming;
 - ``samples``: whether ``prepare(records)`` is to see the input's first records (after the
-  transforms before it), once, in the process that plans the run, before the workers get it: what
-  they tell may decide how, never what, it makes (a tokenizer's engine, checked on their text).
+  transforms before it), once a run, before the workers get it: what they tell may decide how,
+  never what, it makes (a tokenizer's engine, checked on their text). It returns the decision as
+  JSON, which ``prepared`` takes: the later processes of a staged run take the first one's.
 """
 
 from __future__ import annotations
@@ -51,8 +52,12 @@ class Transform:
         """The files besides the inputs its records depend on (none by default)."""
         return ()
 
-    def prepare(self, records: Iterator[Any]) -> None:
-        """Decide what the input's first records tell (``samples``): it takes as many as it needs."""
+    def prepare(self, records: Iterator[Any]) -> Any:
+        """What the input's first records decide (``samples``), as JSON; it takes as many as it needs."""
+        return None
+
+    def prepared(self, decision: Any) -> None:
+        """Take what ``prepare`` decided (in this process, or an earlier one of a staged run)."""
 
 
 def parse_transform(text: str) -> tuple[str, str | None]:
@@ -91,13 +96,11 @@ def transform_inputs(transforms: list[Transform]) -> tuple[str, ...]:
     return tuple(path for t in transforms for path in t.inputs())
 
 
-def prepare_all(transforms: list[Transform], records: Callable[[], Iterator[tuple[str, int, Any]]]) -> None:
-    """Each transform that asks (``samples``) shown the input's first good records, as ``(file,
-    record, value)`` from ``records()`` (read again for each), through the transforms before it
-    (a record one of them refuses left out)."""
-    for k, t in enumerate(transforms):
-        if t.samples:
-            t.prepare(_through(transforms[:k], records()))
+def prepare_all(transforms: list[Transform], records: Callable[[], Iterator[tuple[str, int, Any]]]) -> list[Any]:
+    """What each transform that asks (``samples``) decides on the input's first good records, as
+    ``(file, record, value)`` from ``records()`` (read again for each), through the transforms before
+    it (a record one of them refuses left out); None for the others."""
+    return [t.prepare(_through(transforms[:k], records())) if t.samples else None for k, t in enumerate(transforms)]
 
 
 def _through(transforms: list[Transform], records: Iterator[tuple[str, int, Any]]) -> Iterator[Any]:

@@ -70,10 +70,11 @@ class TokenizeText(Transform):
         self.spec, self.sha256, self.eos, self.bos = spec, sha256, eos, bos
         self.engine, self.why = engine, "not checked: the reference"
         self._tok = tok
+        self._loaded: Any = None  # gigatoken as the engine check built it
         self._encoder: tk.Encoder | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_encoder": None, "_tok": None}  # each worker builds its own
+        return {**self.__dict__, "_encoder": None, "_tok": None, "_loaded": None}  # each worker builds its own
 
     @classmethod
     def from_spec(cls, spec: str | None, *, opts: Any) -> TokenizeText:
@@ -99,7 +100,7 @@ class TokenizeText(Transform):
         return cls(path=path, field=field, to=options.get("to", "input_ids"), spec=decided, sha256=loaded.sha256,
                    eos=eos, bos=bos, engine=engine, tok=tok)
 
-    def prepare(self, records: Iterator[Any]) -> None:
+    def prepare(self, records: Iterator[Any]) -> dict[str, Any]:
         """The engine, decided on the first documents of ``records`` as pack-tokens decides it: the
         same sample bounds, the probes, the piece check (which may also allow or refuse cutting)."""
         texts: list[str] = []
@@ -112,10 +113,16 @@ class TokenizeText(Transform):
                 if len(texts) >= SAMPLE_DOCS or size >= SAMPLE_BYTES:
                     break
         tok = self._tok if self._tok is not None else tk.Encoder(self.spec)._hf
-        engine, self.why, safe, loaded = decide_engine(self.engine, tok, self.spec.json, texts,
-                                                       piece_docs=PIECE_CHECK_DOCS, start_reference=in_process(tok))
-        self.spec = dataclasses.replace(self.spec, engine=engine, piece_chars=tk.PIECE_CHARS if safe else None)
-        # gigatoken built by the check: workers forked later inherit it (spawned ones build their own)
+        engine, why, safe, self._loaded = decide_engine(self.engine, tok, self.spec.json, texts,
+                                                        piece_docs=PIECE_CHECK_DOCS, start_reference=in_process(tok))
+        return {"engine": engine, "why": why, "safe": safe}
+
+    def prepared(self, decision: dict[str, Any]) -> None:
+        self.spec = dataclasses.replace(self.spec, engine=decision["engine"],
+                                        piece_chars=tk.PIECE_CHARS if decision["safe"] else None)
+        self.why = decision["why"]
+        # gigatoken built by the check here: workers forked later inherit it (spawned ones build their own)
+        loaded = self._loaded if self.spec.engine == "gigatoken" else None
         self._encoder = tk.Encoder(self.spec, loaded=loaded) if loaded is not None else None
 
     def apply(self, value: Any, *, identity: str, copy: int) -> dict[str, Any]:
