@@ -93,6 +93,7 @@ BUILTIN = (
     Plugin("source", "root", "shardsmith.sources.root:RootReader", _ROOT, extra="root", suffixes=(".root",)),
     Plugin("transform", "augment", "shardsmith.transforms.augment:Augmenter", ("PIL",), extra="images"),
     Plugin("transform", "select", "shardsmith.transforms.select:SelectFields"),
+    Plugin("transform", "tokenize", "shardsmith.text.tokenize_rows:TokenizeText", ("tokenizers",)),
     Plugin("format", "tokens", "shardsmith.formats.tokens.format:TokensFormat", ("numpy",),
            options="shardsmith.formats.tokens.options:OPTIONS"),
     Plugin("format", "webdataset", "shardsmith.formats.webdataset.format:WebDatasetFormat",

@@ -11,7 +11,7 @@ its own.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from shardsmith import registry
@@ -20,14 +20,16 @@ from shardsmith.core.file_listing import paths_of
 from shardsmith.core.memory import no_gc
 from shardsmith.engine import Converted, Described, Job, JobRun, JobSteps, run_job
 from shardsmith.engine.choose import source_and_format
-from shardsmith.engine.inputs.plan import wait_to_check
+from shardsmith.engine.inputs.plan import cached, wait_to_check
 from shardsmith.errors import UsageError
 from shardsmith.executors.base import Executor
 from shardsmith.kit.downsample import BalancePlan, BalanceSpec, balance_files
 from shardsmith.kit.image_processor import ImageProcessor
 from shardsmith.kit.processed import Processor
+from shardsmith.kit.reader import BadRecord, Reader, Task
 from shardsmith.kit.row_processor import RowProcessor
-from shardsmith.kit.transform import Transform
+from shardsmith.kit.transform import Transform, prepare_all, transform_inputs
+from shardsmith.storage import arrival
 from shardsmith.text.cleaning import CleaningSpec
 
 __all__ = ["ConvertOptions", "job_of", "run", "summary_line"]
@@ -153,13 +155,20 @@ class RowSteps(JobSteps):
         return CleaningSpec.of(opts, units="bytes")
 
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
-        return (*super().extra_inputs(run), *run.opts.decontaminate)
+        return (*super().extra_inputs(run), *run.opts.decontaminate, *transform_inputs(self.transforms))
 
     def estimated_bytes(self, run: JobRun) -> int:
         return super().estimated_bytes(run) * run.opts.copies
 
     def processor(self, run: JobRun) -> Processor:
         assert run.write is not None
+        if any(t.samples for t in self.transforms):  # decided once a run, before the workers get them
+            opts = run.opts
+            decisions = cached("transforms", lambda: prepare_all(self.transforms, lambda: _first_records(
+                run.reader, run.tasks or [])), stage=opts.stage, out=opts.out, run=run.identity, dump=list, load=list)
+            for t, decision in zip(self.transforms, decisions, strict=True):
+                if t.samples:
+                    t.prepared(decision)
         kind = registry.record_kind(run.reader.holds).payload_kind
         return RowProcessor(reader=run.reader, encoder=run.fmt.encoder(run.write, kind), text_field=run.opts.text_field,
                             transforms=self.transforms)
@@ -225,3 +234,13 @@ class ImageSteps(RowSteps):
 def _copies_need_augment(opts: Any) -> None:
     if opts.copies > 1 and not opts.augment:
         raise UsageError("--copies needs --augment (identical copies would only repeat samples)")
+
+
+def _first_records(reader: Reader, tasks: list[Task]) -> Iterator[tuple[str, int, Any]]:
+    """The good records of the tasks in input order, as ``(file, record, value)``, read as the
+    caller takes them (a transform's ``prepare`` stops when it has seen enough)."""
+    for task in tasks:
+        arrival.wait_whole((task.file,))  # an input still being staged from a URL
+        for record, value in reader.read(task):
+            if not isinstance(value, BadRecord):
+                yield task.file.rel, record, value

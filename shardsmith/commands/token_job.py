@@ -32,17 +32,13 @@ from shardsmith.formats.tokens import neighbours
 from shardsmith.kit.format import Format
 from shardsmith.kit.options import FormatOptions, OptionValues
 from shardsmith.kit.reader import BadRecord, MultiReader, RecordError, Task
-from shardsmith.kit.transform import Transform, apply_all, build_transforms
+from shardsmith.kit.transform import Transform, apply_all, build_transforms, transform_inputs
 from shardsmith.storage import arrival
 from shardsmith.text import tokenize as tk
 from shardsmith.text import tokenizer_folder
 from shardsmith.text.cleaning import CleaningSpec
+from shardsmith.text.engine_choice import PIECE_CHECK_DOCS, SAMPLE_BYTES, SAMPLE_DOC_CHARS, SAMPLE_DOCS
 from shardsmith.text.token_processor import TokenProcessor
-
-SAMPLE_DOCS = 500
-SAMPLE_BYTES = 128 << 10
-SAMPLE_DOC_CHARS = 16 << 10
-PIECE_CHECK_DOCS = 40  # sample documents cut every few words to check that pieces keep the ids
 
 
 class TokenSteps(JobSteps):
@@ -89,8 +85,8 @@ class TokenSteps(JobSteps):
     def extra_inputs(self, run: JobRun) -> tuple[str | None, ...]:
         """The tokenizer, the files beside it that decide what transformers builds of it, the benchmarks."""
         tokenizer = run.opts.tokenizer
-        beside = [str(Path(tokenizer).parent / name) for name in tokenizer_folder.FILES] if tokenizer else []
-        return (tokenizer, *beside, *run.opts.decontaminate)
+        return (*(tokenizer_folder.tokenizer_inputs(tokenizer) if tokenizer else ()), *run.opts.decontaminate,
+                *transform_inputs(self.transforms))
 
     def cleaning(self, run: JobRun) -> CleaningSpec | None:
         return CleaningSpec.of(run.opts, units="tokens")

@@ -125,20 +125,21 @@ class LoadedTokenizer:
     built_as: str | None
 
 
-def load_hf(path: str | Path) -> LoadedTokenizer:
+def load_hf(path: str | Path, *, what: str = "--tokenizer") -> LoadedTokenizer:
     """The tokenizer ``AutoTokenizer.from_pretrained`` makes of ``path``'s folder in transformers 5
     (``text/tokenizer_class.py``): the file as it is, or rebuilt by the class tokenizer_config.json
-    names; a one-line usage error for a file that is no tokenizer.json or a class not reproduced."""
+    names; a one-line usage error for a file that is no tokenizer.json or a class not reproduced
+    (``what``: the option that named the file)."""
     from tokenizers import Tokenizer
 
     from shardsmith.text.tokenizer_class import built
     from shardsmith.text.tokenizer_folder import TokenizerFolder
 
-    raw = tokenizer_bytes(path)
+    raw = tokenizer_bytes(path, what=what)
     try:
         Tokenizer.from_str(raw.decode("utf-8"))
     except Exception as exc:  # tokenizers raises plain Exception subclasses from Rust
-        raise UsageError(f"--tokenizer: {path}: not a HuggingFace tokenizer.json ({str(exc)[:200]})") from None
+        raise UsageError(f"{what}: {path}: not a HuggingFace tokenizer.json ({str(exc)[:200]})") from None
     made = built(TokenizerFolder.read(path), raw)
     tok = Tokenizer.from_str(made.data.decode("utf-8"))
     text = tok.to_str()
@@ -147,10 +148,10 @@ def load_hf(path: str | Path) -> LoadedTokenizer:
                            built_as=made.built_as)
 
 
-def tokenizer_bytes(path: str | Path) -> bytes:
+def tokenizer_bytes(path: str | Path, *, what: str = "--tokenizer") -> bytes:
     """The tokenizer file's bytes, as given; a usage error when it is not a regular file of at most
     ``core/side_file.TOKENIZER_LIMIT`` bytes."""
-    return read_side_file(path, what="--tokenizer", limit=TOKENIZER_LIMIT)
+    return read_side_file(path, what=what, limit=TOKENIZER_LIMIT)
 
 
 def _plain(tok: Any) -> Any:

@@ -23,6 +23,12 @@ ADDED_TOKENS = "added_tokens.json"
 FILES = (CONFIG, LEGACY_SPECIALS, MODEL_CONFIG, ADDED_TOKENS)  # what the tokenizer's ids and specials may depend on
 
 
+def tokenizer_inputs(tokenizer: str | Path) -> tuple[str, ...]:
+    """The tokenizer file and the files beside it that decide what transformers builds of it: what
+    a run's identity hashes (``engine/output/resume.py``), so that an edited one is a new run."""
+    return (str(tokenizer), *(str(Path(tokenizer).parent / name) for name in FILES))
+
+
 def read_json(path: Path, what: str) -> Any:
     """A JSON side file, parsed; a one-line ``UsageError`` naming it otherwise."""
     text = read_side_text(path, what=what, limit=CONFIG_LIMIT)

@@ -10,6 +10,9 @@ column's bytes. A column's *encoding* says how its bytes read back (``streaming`
 - ``int``: a Python int as little-endian int64 (read back as ``int``); ``float64``: a float
   (read back as ``numpy.float64``, a ``float``);
 - ``ndarray:{dtype}:{shape}``: a numpy array of a dtype MDS names, its data as it lies (C order);
+  ``ndarray:{dtype}`` (no shape): each sample's array carries its own shape first (``streaming``'s
+  dynamic shape), what a shard's column becomes when its samples' arrays differ in shape (a
+  document's token ids: ``shard.py``);
 - ``json``: anything else (None, bools, lists, dicts, an int past int64, a value JSON cannot hold
   as its str), written by orjson; ``streaming`` reads it with ``json.loads``.
 
@@ -48,20 +51,36 @@ IMAGE_ENCODINGS = {"jpg": "jpeg", "jpeg": "jpeg", "png": "png"}
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY
 
 
-def ndarray_of(encoding: str) -> tuple[np.dtype, list[int]] | None:
-    """An ``ndarray:{dtype}:{shape}`` encoding's little-endian dtype and shape; None for another encoding."""
+def ndarray_of(encoding: str) -> tuple[np.dtype, list[int] | None] | None:
+    """An ``ndarray:{dtype}[:{shape}]`` encoding's little-endian dtype and shape (None: each sample
+    carries its shape); None for another encoding."""
     if not encoding.startswith("ndarray:"):
         return None
-    _, dtype, shape = encoding.split(":")
-    return np.dtype(dtype).newbyteorder("<"), [int(s) for s in shape.split(",")]
+    _, dtype, *shape = encoding.split(":")
+    return np.dtype(dtype).newbyteorder("<"), ([int(s) for s in shape[0].split(",")] if shape else None)
 
 
 def column_size(encoding: str) -> int | None:
     """A column's fixed size in bytes (``column_sizes`` in the shard's header), None when variable."""
     array = ndarray_of(encoding)
     if array is not None:
-        return int(np.prod(array[1])) * array[0].itemsize
+        return None if array[1] is None else int(np.prod(array[1])) * array[0].itemsize
     return FIXED.get(encoding)
+
+
+def shape_prefix(shape: list[int]) -> bytes:
+    """What a dynamic-shape ``ndarray:{dtype}`` value starts with, as ``streaming``'s NDArray writes
+    it: a byte of ``ndim << 2 | k`` (the shape's dtype: uint8/16/32/64 for k 0-3), then the shape."""
+    big = max(shape)
+    k = 0 if big < 1 << 8 else 1 if big < 1 << 16 else 2 if big < 1 << 32 else 3
+    return bytes([len(shape) << 2 | k]) + np.asarray(shape, dtype=f"<u{1 << k}").tobytes()
+
+
+def _dynamic_array(dtype: np.dtype, data: bytes) -> np.ndarray:
+    """A dynamic-shape ``ndarray:{dtype}`` value back from its bytes (``shape_prefix``, then the values)."""
+    ndim, k = data[0] >> 2, data[0] & 3
+    shape = np.frombuffer(data, dtype=f"<u{1 << k}", count=ndim, offset=1)
+    return np.frombuffer(data, dtype=dtype, offset=1 + ndim * (1 << k)).reshape(shape.tolist())
 
 
 def decode_value(encoding: str, data: bytes) -> Any:
@@ -78,6 +97,8 @@ def decode_value(encoding: str, data: bytes) -> Any:
         return orjson.loads(data)
     array = ndarray_of(encoding)
     if array is not None:
+        if array[1] is None:
+            return _dynamic_array(array[0], data)
         return np.frombuffer(data, dtype=array[0]).reshape(array[1])
     raise ValueError(f"MDS encoding {encoding!r} is not one shardsmith writes")
 

@@ -16,8 +16,9 @@ fields share them, and their bodies are written as they came from the workers. W
 differ (a JSON row without a key another has, a value null in one row and a number in
 another) the shard's columns are reconciled from its samples alone, so the bytes depend on the
 samples only: every name any sample has; a column whose samples agree keeps its encoding, image
-bytes of several extensions become ``bytes``, and any other mix becomes ``json`` (a missing
-value: null). Bytes mixed with other values cannot be one MDS column: refused in one line.
+bytes of several extensions become ``bytes``, arrays of one dtype and several shapes (token ids
+of documents of several lengths) ``ndarray:{dtype}``, each sample's array with its shape, and any
+other mix becomes ``json`` (a missing value: null). Bytes mixed with other values cannot be one MDS column: refused in one line.
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ import numpy as np
 import orjson
 
 from shardsmith.errors import DataError
-from shardsmith.formats.mds.encoding import BINARY, HEAD, column_size, decode_value, sample_body, to_json
+from shardsmith.formats.mds.encoding import (
+    BINARY,
+    HEAD,
+    column_size,
+    decode_value,
+    ndarray_of,
+    sample_body,
+    shape_prefix,
+    to_json,
+)
 
 VERSION = 2
 INDEX = "index.json"
@@ -138,6 +148,8 @@ def _reconciled(schemas: list[Columns], where: str) -> Columns:
             out.append((name, next(iter(kinds))))
         elif None not in kinds and kinds <= BINARY:
             out.append((name, "bytes"))
+        elif (dynamic := _one_dtype(kinds)) is not None:
+            out.append((name, dynamic))
         elif kinds & BINARY:
             raise DataError(file=where, reason=f"field {name!r} is bytes in some records and "
                                                f"{'missing' if None in kinds else 'not bytes'} in others: an MDS "
@@ -145,6 +157,13 @@ def _reconciled(schemas: list[Columns], where: str) -> Columns:
         else:
             out.append((name, "json"))
     return tuple(out)
+
+
+def _one_dtype(kinds: set[str | None]) -> str | None:
+    """``ndarray:{dtype}`` (the shape in each sample) when every sample has an array of one dtype, else None."""
+    arrays = [ndarray_of(k) if k is not None else None for k in kinds]
+    dtypes = {a[0].name for a in arrays if a is not None}
+    return f"ndarray:{dtypes.pop()}" if None not in arrays and len(dtypes) == 1 else None
 
 
 def column_values(columns: Columns, body: bytes | memoryview) -> list[bytes]:
@@ -170,8 +189,19 @@ def _recoded(columns: Columns, body: bytes | memoryview, target: Columns) -> lis
             out.append((name, encoding, b"null"))
             continue
         was, data = have[name]
-        out.append((name, encoding, data if was == encoding or encoding == "bytes" else _as_json(was, data)))
+        if was == encoding or encoding == "bytes":
+            out.append((name, encoding, data))
+        elif (array := ndarray_of(encoding)) is not None and array[1] is None:  # (was: a shape of its own)
+            out.append((name, encoding, shape_prefix(_shape_of(was)) + data))
+        else:
+            out.append((name, encoding, _as_json(was, data)))
     return sample_body(out)
+
+
+def _shape_of(encoding: str) -> list[int]:
+    array = ndarray_of(encoding)
+    assert array is not None and array[1] is not None, encoding
+    return array[1]
 
 
 def _as_json(encoding: str, data: bytes) -> bytes:
