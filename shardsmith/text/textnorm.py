@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -43,14 +43,18 @@ def normalize(text: str) -> str:
     return text.strip(" ")
 
 
-def doc_hashes(texts: Sequence[str], *, raw: bool = False, normalized: bool = False) -> np.ndarray:
+def doc_hashes(texts: Sequence[str], *, raw: bool = False) -> np.ndarray:
     """A (len(texts), 2) uint64 array: each text's 128-bit hash, of its normalized form (``raw``: of
-    the text as it is; ``normalized``: the texts are normalized already)."""
-    out = np.empty((len(texts), 2), dtype=np.uint64)
-    if not len(texts):
-        return out
-    blake = hashlib.blake2b
-    digests = b"".join(blake((t if raw or normalized else normalize(t)).encode("utf-8", "surrogatepass"),
-                             digest_size=16, key=HASH_KEY).digest() for t in texts)
-    out[:] = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
+    the text as it is)."""
+    return utf8_hashes(((t if raw else normalize(t)).encode("utf-8", "surrogatepass") for t in texts), len(texts))
+
+
+def utf8_hashes(parts: Iterable[bytes | memoryview], count: int) -> np.ndarray:
+    """A (count, 2) uint64 array: the 128-bit hash (keyed blake2b) of each of ``count`` documents'
+    UTF-8, the one definition of a document's hash (``textnorm_batch`` hashes its buffer with it)."""
+    out = np.empty((count, 2), dtype=np.uint64)
+    if count:
+        blake = hashlib.blake2b
+        digests = b"".join(blake(b, digest_size=16, key=HASH_KEY).digest() for b in parts)
+        out[:] = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
     return out

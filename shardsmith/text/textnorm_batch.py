@@ -26,7 +26,6 @@ Text Arrow cannot take (lone surrogates) goes through ``normalize`` as well.
 from __future__ import annotations
 
 import functools
-import hashlib
 import unicodedata
 from collections.abc import Iterator, Sequence
 from typing import overload
@@ -225,10 +224,4 @@ def _collapsed(spaced: bytes, offsets: np.ndarray) -> NormalBatch:
 def doc_hashes(normal: Sequence[str]) -> np.ndarray:
     """``textnorm.doc_hashes`` of normalized texts (a ``NormalBatch``: hashed from its buffer)."""
     batch = normal if isinstance(normal, NormalBatch) else NormalBatch.of_texts(normal)
-    out = np.empty((len(batch), 2), dtype=np.uint64)
-    if not len(batch):
-        return out
-    blake, key = hashlib.blake2b, textnorm.HASH_KEY
-    digests = b"".join(blake(b, digest_size=16, key=key).digest() for b in batch.utf8())
-    out[:] = np.frombuffer(digests, dtype="<u8").reshape(-1, 2)
-    return out
+    return textnorm.utf8_hashes(batch.utf8(), len(batch))
