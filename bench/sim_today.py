@@ -332,7 +332,8 @@ def rank_counts(wl: Workload, splits: list[SplitGather], made: list[SplitPlan | 
             total["segments"] += sum(len(split.group(g)) for g in groups)
             read = [split.group(g) for g in groups]
             for key, value in group_counts(read).items():
-                total[key] += value
+                if key != "pairs":  # (the unit's, over all its ranges: ``opened``)
+                    total[key] += value
             opened.update(g.paths[p] for g in read for p in np.unique(g.part).tolist())
             total["groups"] += len(groups)
             total["ranges"] += 1

@@ -83,7 +83,7 @@ def write_range(split: SplitGather, plan: SplitPlan | None, first: int, stop: in
         return
     done = finished(work_dir, out_dir, split.name, first, stop)
     release = Release(split=split, starts=split.starts.tolist(), bounds=plan.bounds, first=first, done=done,
-                      work_dir=work_dir, enabled=spill_release.ENABLED, parts=parts)
+                      work_dir=work_dir, enabled=parts.writable, parts=parts)
     for begin, end in to_write(first, done):
         _write_run(split, plan, begin, end, release, parts=parts, make_writer=make_writer, work_dir=work_dir,
                    out_dir=out_dir, tick=tick)

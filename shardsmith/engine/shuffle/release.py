@@ -221,6 +221,7 @@ class Release:
         self.next = next((g for g, s in enumerate(starts[:-1]) if s >= lo), split.groups)
         self.punched = 0
         self._waiting: dict[str, list[tuple[int, int]]] = {}  # per part: released spans not punched yet
+        self._sizes: dict[str, int] = {}  # per part: its size (read once: a part never changes while gathered)
 
     def writing(self, begin: int) -> None:
         """A writer starts at shard ``begin``."""
@@ -260,10 +261,11 @@ class Release:
             atomic_write_bytes(mark, b"")
         for path, spans in group_ranges(self.table.between(self.next, last)).items():
             waiting = _merged([*self._waiting.pop(path, []), *spans])
-            fd = None if self.parts is None else self.parts.writable_fd(path)
-            size = os.fstat(fd).st_size if fd is not None else os.stat(path).st_size
+            size = self._sizes.get(path)
+            if size is None:
+                size = self._sizes[path] = os.stat(path).st_size
             if sum(b - a for a, b in waiting) * PUNCHES_PER_PART < size:
                 self._waiting[path] = waiting  # (a smaller run: with the next ones)
                 continue
-            self.punched += punch(path, waiting, fd=fd)
+            self.punched += punch(path, waiting, fd=None if self.parts is None else self.parts.writable_fd(path))
         self.next = last
