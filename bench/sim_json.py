@@ -11,7 +11,8 @@ What differs from today's exchange (``sim_today.Today``), and only this:
 - a gather unit and finalize parse every part's whole footer in ``run._scattered`` (for its meta:
   ``finished_task``), then every footer whole again in ``run.split_tables``, which makes a Python
   ``Segment`` per segment in lists per bucket and per group and holds them for the unit's life, as
-  ``SplitGather.groups`` did.
+  ``SplitGather.groups`` did; the plan unit parses each JSON footer whole once (``JsonIndex``) and
+  builds its tables as today's does.
 
 The rest of the unit is the engine's own code: ``split_tables`` hands it the engine's tables made
 from the same segments (so a unit here holds ~30 B a segment more than the old code did, next to its
@@ -20,6 +21,7 @@ from the same segments (so a unit here holds ~30 B a segment more than the old c
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Iterator
@@ -34,8 +36,10 @@ from sim_today import TaskRuns, Today
 
 from shardsmith.engine.shuffle import run
 from shardsmith.engine.shuffle.doc_facts import has_facts
+from shardsmith.engine.shuffle.partfile import INDEX
 from shardsmith.engine.shuffle.scatter import TaskResult, _task_id, part_path
 from shardsmith.engine.shuffle.segments import Segments, SplitSegments
+from shardsmith.engine.shuffle.spilled_tables import spill_tables
 from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.errors import DatasetError
 from shardsmith.kit.reader import Task
@@ -143,6 +147,21 @@ def split_tables(job: Any, results: list[TaskResult], *, budget: int, duplicates
     return out
 
 
+class JsonIndex:
+    """The plan unit's footers (``partfile.Footers``' ``rows``) from the JSON footers: each parsed
+    whole, its segments as the binary index's rows (sorted by split, bucket, offset)."""
+
+    def rows(self, path: str) -> np.ndarray:
+        segments = np.asarray(read_part_footer(Path(path))["segments"], dtype=np.uint64).reshape(-1, 5)
+        rows = np.zeros(len(segments), dtype=INDEX)
+        for i, name in enumerate(INDEX.names):
+            rows[name] = segments[:, i]
+        return rows[np.lexsort((rows["offset"], rows["bucket"], rows["split"]))]
+
+    def forget(self) -> None:
+        pass
+
+
 class JsonFooters(Today):
     """Today's exchange with the JSON footers and the ``Segment`` tables it had before issue 43's
     binary footers (8ac82ac): every footer parsed whole twice a unit, ~300 B held a segment."""
@@ -163,3 +182,4 @@ class JsonFooters(Today):
     def engine_as_is(self) -> None:
         run.finished_task = finished_task  # type: ignore[assignment]
         run.split_tables = split_tables  # type: ignore[assignment]
+        run.spill_tables = functools.partial(spill_tables, footers=JsonIndex())  # type: ignore[assignment]

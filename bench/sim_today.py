@@ -486,13 +486,11 @@ class Today(Exchange):
                               run=wl.identity)
             except NotRun:
                 finished = False
-        if computes:
-            splits = captured.splits
-            made = [captured.plans.get(s.name) or saved_plan(paths.scratch, s.name) for s in splits]  # (None: unplanned)
-        else:  # (read after the unit, not counted in its phases: the gather's reckoning needs every row)
-            planned = PlannedRun(work=paths.scratch, fp=fingerprint(wl.identity))
-            splits = [planned.split(s).table(0, len(planned.split(s).bounds) - 1) for s in range(len(planned.sizes))]
-            made = [planned.split(s).plan for s in range(len(planned.sizes))]
+        # the tables the plan unit wrote (read after the unit, not counted in its phases: the reckoning
+        # needs every row; the plan unit holds a slice of them at a time), each split's plan (None: unplanned)
+        planned = PlannedRun(work=paths.scratch, fp=fingerprint(wl.identity))
+        splits = [planned.split(s).table(0, len(planned.split(s).bounds) - 1) for s in range(len(planned.sizes))]
+        made = [planned.split(s).plan for s in range(len(planned.sizes))]
         for split, plan in zip(splits, made):  # the heads written are those this plan read
             if plan is not None and plan.bounds != prepared[split.name]["bounds"]:
                 raise AssertionError(f"split {split.name}: the engine planned {plan.shards} shards, the "

@@ -8,7 +8,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ def fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes | list[Any]) -> None:
+def atomic_write_bytes(path: Path, data: bytes | Iterable[Any]) -> None:
     """Write ``data`` (or its buffers one after another: no joined copy) to ``path`` so that a crash
     never leaves a partial file under that name."""
     path = Path(path)

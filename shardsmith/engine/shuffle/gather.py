@@ -38,7 +38,7 @@ from shardsmith.engine.shuffle.open_parts import OpenParts
 from shardsmith.engine.shuffle.pieces import cover, piece_intact, piece_path, rejoin
 from shardsmith.engine.shuffle.release import Release, finished, found, released_mark, to_write
 from shardsmith.engine.shuffle.segments import Segments
-from shardsmith.engine.shuffle.shard_plan import SplitPlan, one_writer, plan_split, planned, share
+from shardsmith.engine.shuffle.shard_plan import Plannable, SplitPlan, one_writer, plan_split, planned, share
 from shardsmith.engine.shuffle.split_gather import SplitGather, SplitOutput
 from shardsmith.errors import UsageError
 from shardsmith.kit.batches import MappedBatch, SortedBatch
@@ -266,11 +266,9 @@ class Tables:
         return self.splits[s]
 
 
-def planned_here(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
-    """``plan_split``, with the heads (or payloads) it reads brought here first when it must compute it."""
-    if not (work_dir / f"plan-{split.name}.json").is_file():  # planning reads heads (or payloads)
-        _bring(split.segments, writer.weigh_payload)
-    return plan_split(split, writer, work_dir)
+def planned_here(split: Plannable, writer: Writer, work_dir: Path) -> SplitPlan:
+    """``plan_split``, with the heads (or payloads) of each group it reads brought here first."""
+    return plan_split(split, writer, work_dir, bring=_bring if _fetch else None)
 
 
 def gather(source: SplitSource, *, make_writer: MakeWriter, work_dir: Path, out_dir: Path, workers: int,

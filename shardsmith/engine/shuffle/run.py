@@ -9,6 +9,7 @@ finishes the splits, in a scratch folder that a killed run with the same fingerp
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +27,8 @@ from shardsmith.engine.shuffle.partfile import FOOTERS
 from shardsmith.engine.shuffle.release import pinned_budget
 from shardsmith.engine.shuffle.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle.segments import split_segments
-from shardsmith.engine.shuffle.split_gather import SplitGather, SplitOutput
+from shardsmith.engine.shuffle.spilled_tables import spill_tables
+from shardsmith.engine.shuffle.split_gather import SplitGather, SplitGroups, SplitOutput
 from shardsmith.engine.shuffle.split_plans import (
     PlannedRun,
     fingerprint,
@@ -75,21 +77,29 @@ def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str
               make_writer: MakeWriter) -> dict[str, Any]:
     """The plan unit: every split's tables and shard plan from the footers, read once here, into the
     scratch folder for the gather units and finalize (``split_plans.py``); a rerun after the index
-    was written (the plan complete) does nothing, one killed before it plans again."""
+    was written (the plan complete) does nothing, one killed before it plans again. The tables are
+    built in a folder of their own a slice of buckets at a time (``spilled_tables.py``): this unit's
+    memory follows ``--memory``, not the number of segments."""
     index = index_path(work, fp)
     if index.is_file() and all(split_path(work, fp, name).is_file() for name, _ in job.splits):
         return {"tasks": len(results), "splits": len(job.splits), "segments": None}
-    dups, origins = _cleaned(job, results, memory=memory)
-    tables = split_tables(job, results, budget=pinned_budget(work, budget), duplicates=dups, origins=origins)
+    dups, _ = _cleaned(job, results, memory=memory)
+    folder = work / f"planning-{fp}"
+    span = job.n_buckets if job.shuffle else 1 + max((r.task for r in results), default=0)
+    tables = spill_tables([str(part_path(job.work_dir, r.task)) for r in results], [name for name, _ in job.splits],
+                          folder=folder, budget=max(16 << 20, memory // 4), span=span)
     plans = []
-    for split in tables:
-        probe = make_writer(split.name, ShardRange())
-        plan = planned_here(split, probe, work) if probe.rangeable else None  # (every split a gather may share)
-        write_split(split_path(work, fp, split.name), split, plan)
+    budget = pinned_budget(work, budget)
+    for s, table in enumerate(tables):
+        table.groups = SplitGroups.of(table.runs, budget=budget, removals=None if dups is None else dups.removals(s))
+        probe = make_writer(table.name, ShardRange())
+        plan = planned_here(table, probe, work) if probe.rangeable else None  # (every split a gather may share)
+        write_split(split_path(work, fp, table.name), table, plan)
         plans.append(plan)
-        crash_point(f"plan:{split.name}")
+        crash_point(f"plan:{table.name}")
     write_index(work, fp, tables, plans, results)
-    return {"tasks": len(results), "splits": len(tables), "segments": sum(len(t.segments) for t in tables)}
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"tasks": len(results), "splits": len(tables), "segments": sum(t.rows for t in tables)}
 
 
 TASKS_PER_RANK = 16  # scatter tasks of a rank, about: enough for its workers to even out their ends

@@ -146,20 +146,63 @@ def group_cuts(bucket_bytes: np.ndarray, budget: int) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class BucketRuns:
+    """A split's non-empty buckets in key order, as its table's rows hold them: each bucket's id,
+    its first row (then the table's rows), its bytes in the part files (heads and payloads), its
+    samples and their payload bytes. O(buckets): what grouping a split needs, without its rows."""
+
+    ids: np.ndarray
+    first: np.ndarray
+    nbytes: np.ndarray
+    count: np.ndarray
+    payload: np.ndarray
+
+    @classmethod
+    def of(cls, split: SplitSegments) -> BucketRuns:
+        """The buckets of a table held whole."""
+        seg = split.segments
+        return cls.of_rows(bucket=split.bucket, count=seg.count, payload=seg.payload)
+
+    @classmethod
+    def of_rows(cls, *, bucket: np.ndarray, count: np.ndarray, payload: np.ndarray) -> BucketRuns:
+        """The buckets of rows sorted by bucket, given by their columns."""
+        if not len(bucket):
+            return cls.of_nothing()
+        first = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
+        count, payload = count.astype(np.int64), payload.astype(np.int64)
+        return cls(ids=bucket[first].astype(np.int64), first=np.append(first, len(bucket)).astype(np.int64),
+                   nbytes=np.add.reduceat(payload + HEAD_BYTES * count, first), count=np.add.reduceat(count, first),
+                   payload=np.add.reduceat(payload, first))
+
+    @classmethod
+    def of_nothing(cls) -> BucketRuns:
+        empty = np.zeros(0, np.int64)
+        return cls(ids=empty, first=np.zeros(1, np.int64), nbytes=empty, count=empty, payload=empty)
+
+    @staticmethod
+    def joined(parts: Sequence[BucketRuns]) -> BucketRuns:
+        """The buckets of consecutive slices of one table (each slice's rows numbered from 0, its
+        buckets after the slice before's)."""
+        at = np.cumsum([0] + [int(p.first[-1]) for p in parts], dtype=np.int64)
+        first = [p.first[:-1] + a for p, a in zip(parts, at[:-1].tolist())] + [at[-1:]]
+        return BucketRuns(first=np.concatenate(first).astype(np.int64),
+                          **{f: np.concatenate([np.zeros(0, np.int64)] + [getattr(p, f) for p in parts])
+                             .astype(np.int64) for f in ("ids", "nbytes", "count", "payload")})
+
+
+@dataclass(frozen=True)
 class Grouped:
     """A split's bucket groups: each a range of its table's rows (``bounds``), and its buckets."""
 
     bounds: np.ndarray  # the first row of each group, then the rows
     buckets: list[np.ndarray]  # per group, its (non-empty) buckets in key order
+    cuts: np.ndarray  # the index of each group's first bucket (of ``BucketRuns``), then the buckets
 
 
-def grouped(split: SplitSegments, budget: int) -> Grouped:
+def grouped(runs: BucketRuns, budget: int) -> Grouped:
     """The split's buckets in key order, merged into groups under ``budget`` (``group_cuts``)."""
-    bucket = split.bucket
-    if not len(bucket):
-        return Grouped(bounds=np.zeros(1, np.int64), buckets=[])
-    first = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
-    cuts = group_cuts(np.add.reduceat(split.segments.nbytes, first), budget)
-    ids = bucket[first]
-    bounds = np.append(first, len(bucket))[cuts].astype(np.int64)
-    return Grouped(bounds=bounds, buckets=[ids[a:b] for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())])
+    if not len(runs.ids):
+        return Grouped(bounds=np.zeros(1, np.int64), buckets=[], cuts=np.zeros(1, np.int64))
+    cuts = group_cuts(runs.nbytes, budget)
+    return Grouped(bounds=runs.first[cuts].astype(np.int64), cuts=cuts,
+                   buckets=[runs.ids[a:b] for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())])

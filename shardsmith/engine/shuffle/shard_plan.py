@@ -10,9 +10,12 @@ back the spill behind it and a killed gather resumes after its finished shards (
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+import numpy as np
 import orjson
 
 from shardsmith.core.fsutil import atomic_write_bytes
@@ -21,7 +24,7 @@ from shardsmith.engine.shuffle import release
 from shardsmith.engine.shuffle.buckets import sort_group, sorted_lengths
 from shardsmith.engine.shuffle.open_parts import OpenParts
 from shardsmith.engine.shuffle.release import released_mark
-from shardsmith.engine.shuffle.split_gather import SplitGather
+from shardsmith.engine.shuffle.segments import Segments
 from shardsmith.errors import DatasetError
 from shardsmith.kit.writer import Writer
 
@@ -39,7 +42,28 @@ class SplitPlan:
         return len(self.bounds) - 1
 
 
-def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
+class Plannable(Protocol):
+    """What planning reads of a split: its groups' starts, sizes and removals, and the rows of the
+    groups that hold a boundary (``SplitGather``, or the plan unit's table in the scratch folder)."""
+
+    name: str
+    starts: np.ndarray
+    drop_bytes: list[int]
+
+    @property
+    def samples(self) -> int: ...
+
+    def drop(self, g: int) -> np.ndarray | None: ...
+
+    def group(self, g: int) -> Segments: ...
+
+    def group_payload(self, g: int) -> int: ...
+
+
+Bring = Callable[[Segments, bool], None]  # the rows' heads (or payloads: True) brought here before they are read
+
+
+def plan_split(split: Plannable, writer: Writer, work_dir: Path, *, bring: Bring | None = None) -> SplitPlan:
     """The split's shard boundaries under ``writer``'s rollover rule (saved in the scratch folder:
     every rank computes the same one, and later ranks read it)."""
     path = work_dir / f"plan-{split.name}.json"
@@ -53,25 +77,27 @@ def plan_split(split: SplitGather, writer: Writer, work_dir: Path) -> SplitPlan:
         raise DatasetError(f"{path}: the plan of split {split.name} is lost and part of its spill already "
                            f"released; remove {work_dir} and run again")
     with OpenParts() as parts:  # each part opened once for the split, not once a group
-        plan = _planned(split, writer, parts)
+        plan = _planned(split, writer, parts, bring)
     atomic_write_bytes(path, orjson.dumps({"bounds": plan.bounds, "weights": plan.weights}))
     return plan
 
 
-def _planned(split: SplitGather, writer: Writer, parts: OpenParts) -> SplitPlan:
-    """``plan_split``'s boundaries, from the heads of the groups that hold one."""
+def _planned(split: Plannable, writer: Writer, parts: OpenParts, bring: Bring | None) -> SplitPlan:
+    """``plan_split``'s boundaries, from the heads of the groups that hold one (only their rows read)."""
     roller = writer.rollover()
     bounds, weights, total = [0], [0], 0
     starts = split.starts.tolist()
     for g, (start, stop) in enumerate(zip(starts[:-1], starts[1:])):
-        group = split.group(g)
         # a group that fits whole in the shard being filled holds no boundary: its samples' weights one
         # by one are not needed, only their sum (at 10 GB, 8 of 9 groups: ~12 s of reading heads saved)
-        kept_bytes = group.payload_bytes - (split.drop_bytes[g] if split.drop_bytes else 0)
+        kept_bytes = split.group_payload(g) - (split.drop_bytes[g] if split.drop_bytes else 0)
         whole = None if writer.weigh_payload else writer.total_weight(kept_bytes)
         if whole is not None and roller.takes_whole(whole, stop - start):
             total += whole
             continue
+        group = split.group(g)
+        if bring is not None:
+            bring(group, writer.weigh_payload)
         if writer.weigh_payload:
             w = writer.sorted_weights(sort_group(group, parts=parts, drop=split.drop(g)))
         else:

@@ -12,7 +12,7 @@ import numpy as np
 
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.shuffle.buckets import Origins
-from shardsmith.engine.shuffle.segments import Segments, SplitSegments, grouped
+from shardsmith.engine.shuffle.segments import BucketRuns, Segments, SplitSegments, grouped
 from shardsmith.kit.writer import ShardRecord
 
 
@@ -49,14 +49,9 @@ class SplitGather:
     @classmethod
     def of(cls, name: str, split: SplitSegments, *, budget: int, removals: Removals | None = None,
            origins: Origins | None = None) -> SplitGather:
-        cut = grouped(split, budget)
-        ids = [b.tolist() for b in cut.buckets]
-        drops = [None if removals is None else removals.orders(b) for b in ids]
-        drop_bytes = [0 if removals is None else removals.nbytes(b) for b in ids]
-        counts = np.add.reduceat(split.segments.count, cut.bounds[:-1]) if ids else np.zeros(0, np.int64)
-        counts = counts - np.array([0 if d is None else len(d) for d in drops], dtype=np.int64)
-        return cls(name=name, segments=split.segments, bounds=cut.bounds,
-                   starts=starts_of(counts.astype(np.int64)), drops=drops, drop_bytes=drop_bytes, origins=origins)
+        groups = SplitGroups.of(BucketRuns.of(split), budget=budget, removals=removals)
+        return cls(name=name, segments=split.segments, bounds=groups.bounds, starts=groups.starts, drops=groups.drops,
+                   drop_bytes=groups.drop_bytes, origins=origins)
 
     @property
     def groups(self) -> int:
@@ -79,6 +74,37 @@ class SplitGather:
 
     def drop(self, g: int) -> np.ndarray | None:
         return self.drops[g] if self.drops else None
+
+    def group_payload(self, g: int) -> int:
+        """Group ``g``'s payload bytes (those a dedup rule removed included)."""
+        return self.group(g).payload_bytes
+
+
+@dataclass(frozen=True)
+class SplitGroups:
+    """A split's bucket groups without its segment rows: each group's first row and first kept
+    sample, what a dedup rule removed of it, and its payload bytes. Made from the buckets alone
+    (``BucketRuns``), the same whether the table is held whole (``SplitGather.of``) or built in the
+    scratch folder a slice at a time (the plan unit's: ``engine/shuffle/spilled_tables.py``)."""
+
+    bounds: np.ndarray  # the first row of each group, then the rows
+    starts: np.ndarray  # sample position of each group's first kept sample, then the split's size
+    drops: list[np.ndarray | None]  # per group: input orders left out (sorted)
+    drop_bytes: list[int]  # per group: their payload bytes
+    payload: np.ndarray  # per group: its payload bytes, removed samples' included
+
+    @classmethod
+    def of(cls, runs: BucketRuns, *, budget: int, removals: Removals | None = None) -> SplitGroups:
+        cut = grouped(runs, budget)
+        ids = [b.tolist() for b in cut.buckets]
+        drops = [None if removals is None else removals.orders(b) for b in ids]
+        drop_bytes = [0 if removals is None else removals.nbytes(b) for b in ids]
+        heads = cut.cuts[:-1]
+        counts = np.add.reduceat(runs.count, heads) if ids else np.zeros(0, np.int64)
+        counts = counts - np.array([0 if d is None else len(d) for d in drops], dtype=np.int64)
+        payload = np.add.reduceat(runs.payload, heads) if ids else np.zeros(0, np.int64)
+        return cls(bounds=cut.bounds, starts=starts_of(counts.astype(np.int64)), drops=drops, drop_bytes=drop_bytes,
+                   payload=payload.astype(np.int64))
 
 
 class Removals(Protocol):

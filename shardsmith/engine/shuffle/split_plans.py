@@ -18,6 +18,7 @@ killed half-way leaves no index and is simply run again.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +31,13 @@ from shardsmith.engine.shuffle.doc_facts import OriginIndex
 from shardsmith.engine.shuffle.scatter import TaskResult
 from shardsmith.engine.shuffle.segments import Segments
 from shardsmith.engine.shuffle.shard_plan import SplitPlan
+from shardsmith.engine.shuffle.spilled_tables import COLUMNS as _COLUMNS
+from shardsmith.engine.shuffle.spilled_tables import SpilledSplit
 from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.errors import DatasetError, UsageError
 
 MAGIC = b"SSPLAN01"
 _GROUP = ("bounds", "starts", "drop_at")  # int64, groups + 1 each
-_COLUMNS = (("part", np.dtype("<i4")), ("offset", np.dtype("<i8")), ("count", np.dtype("<i8")),
-            ("payload", np.dtype("<i8")))
 _I8, _U8 = np.dtype("<i8"), np.dtype("<u8")
 
 
@@ -57,23 +58,26 @@ def split_path(work: Path, fp: str, name: str) -> Path:
     return Path(work) / f"planned-{fp}-{name}.bin"
 
 
-def write_split(path: Path, split: SplitGather, plan: SplitPlan | None) -> None:
-    """``split``'s groups, removals and segment table, and its shard plan (None: not planned)."""
-    seg = split.segments
-    drops = [np.zeros(0, _U8) if d is None else np.asarray(d, _U8) for d in (split.drops or [None] * split.groups)]
+def write_split(path: Path, table: SpilledSplit, plan: SplitPlan | None) -> None:
+    """``table``'s groups, removals and segment table (its column files copied), and its shard plan
+    (None: not planned)."""
+    groups = table.groups
+    assert groups is not None
+    drops = [np.zeros(0, _U8) if d is None else np.asarray(d, _U8) for d in groups.drops]
     drop_at = np.concatenate([[0], np.cumsum([len(d) for d in drops], dtype=np.int64)]).astype(_I8)
-    header = {"name": split.name, "groups": split.groups, "rows": len(seg), "drops": int(drop_at[-1]),
-              "removals": bool(split.drops) and any(d is not None for d in split.drops),
+    n_groups = len(groups.bounds) - 1
+    header = {"name": table.name, "groups": n_groups, "rows": table.rows, "drops": int(drop_at[-1]),
+              "removals": any(d is not None for d in groups.drops),
               "plan": None if plan is None else {"bounds": plan.bounds, "weights": plan.weights},
-              "paths": [Path(p).name for p in seg.paths]}
+              "paths": [Path(p).name for p in table.paths]}
     head = orjson.dumps(header)
-    arrays = [np.asarray(split.bounds, _I8), np.asarray(split.starts, _I8), drop_at,
-              np.asarray(split.drop_bytes or [0] * split.groups, _I8), *drops,
-              *(np.ascontiguousarray(getattr(seg, name), dtype=dt) for name, dt in _COLUMNS)]
-    atomic_write_bytes(path, [MAGIC, len(head).to_bytes(8, "little"), head, *(memoryview(a).cast("B") for a in arrays)])
+    arrays = [np.asarray(groups.bounds, _I8), np.asarray(groups.starts, _I8), drop_at,
+              np.asarray(groups.drop_bytes or [0] * n_groups, _I8), *drops]
+    atomic_write_bytes(path, itertools.chain([MAGIC, len(head).to_bytes(8, "little"), head],
+                                             (memoryview(a).cast("B") for a in arrays), table.columns()))
 
 
-def write_index(work: Path, fp: str, splits: list[SplitGather], plans: list[SplitPlan | None],
+def write_index(work: Path, fp: str, splits: list[SpilledSplit], plans: list[SplitPlan | None],
                 results: list[TaskResult]) -> None:
     """Every task's result, then the index: the run's plan complete (each split's size and shards)."""
     atomic_write_bytes(results_path(work, fp), orjson.dumps([dataclasses.asdict(r) for r in results]))
