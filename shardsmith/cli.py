@@ -12,14 +12,13 @@ import click
 
 from shardsmith.cli_options import (
     MAX_COPIES,
-    MAX_VOCAB,
     MAX_WORKERS,
     FormatOptionsCommand,
     Registered,
-    chat_options,
     cleaning_options,
     cluster_rank,
     converting_options,
+    declared_options,
     interrupted,
     size_option,
     take_executor,
@@ -39,6 +38,7 @@ from shardsmith.core.user_warning import as_lines
 from shardsmith.core.version import __version__
 from shardsmith.core.words import plural
 from shardsmith.engine.processes import interrupt
+from shardsmith.formats.tokens.options import PACK_TOKENS  # (light: the declared options only)
 from shardsmith.kit.options import MAX_COUNT, MAX_INT32
 
 # No command does linear algebra, but numpy's OpenBLAS starts a thread per core when it is imported
@@ -125,33 +125,9 @@ def main() -> None:
 
 @main.command("pack-tokens")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--tokenizer", type=click.Path(), default=None, help="A HuggingFace tokenizer.json.")
-@click.option("--train-tokenizer", type=click.IntRange(258, MAX_VOCAB), default=None, metavar="VOCAB_SIZE",
-              help="Train a byte-level BPE of this size on the inputs (saved as OUT/tokenizer.json).")
-@click.option("--text-field", default="text", show_default=True, help="JSON field / Parquet column of the text.")
-@click.option("--eos-token", default=None, help="Token appended to every document [default: found].")
-@click.option("--no-eos", is_flag=True, help="Append no end-of-document token.")
-@click.option("--bos-token", default=None, help="Token prepended to every document.")
-@click.option("--engine", type=click.Choice(["auto", "hf", "gigatoken"]), default="auto", show_default=True,
-              help="auto uses gigatoken where it matches tokenizers' ids on a sample of the input.")
+@declared_options(PACK_TOKENS)  # the tokens format's table: --tokenizer ... --chat ... (formats/tokens/options.py)
 @click.option("--transform", "transforms", multiple=True, metavar="NAME[=SPEC]",
               help="A registered transform applied to each row before its text is taken (repeatable).")
-@click.option("--seq-len", type=click.IntRange(1, MAX_INT32), default=None,
-              help="Default window length recorded for TokenDataset; with --pack, every sequence's length.")
-@click.option("--pack", type=click.Choice(["best-fit"]), default=None,
-              help="Pack whole documents into --seq-len sequences (best-fit decreasing, padded at the end).")
-@click.option("--pad-id", type=click.IntRange(0), default=None, help="Padding id [default: the tokenizer's pad, else eos].")
-@click.option("--pack-window", default=None, callback=size_option("--pack-window"), metavar="TOKENS",
-              help="Tokens of documents best-fit packs at once (--memory must hold 32 bytes per token) "
-                   "[default: 4M].")
-@click.option("--shard-tokens", default="1G", show_default=True, callback=size_option("--shard-tokens"),
-              help="Roll over to a new .bin/.idx shard after this many tokens.")
-@click.option("--nanogpt", is_flag=True, help="Also write flat train.bin/val.bin (uint16) and meta.pkl as nanoGPT "
-              "reads them [default --split: a val share of 0.0005, more for a small corpus].")
-@click.option("--provenance", is_flag=True,
-              help="Record each document's input file, line or row and byte offset beside every shard "
-                   "(shardsmith trace).")
-@chat_options
 @cleaning_options
 @converting_options
 @user_errors

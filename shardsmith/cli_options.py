@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,6 @@ from shardsmith.kit.options import MAX_COUNT, FormatOptions, Option, refusal
 # The ranges of numeric options: past them a value is a typo, and would overflow what is made of it
 # (MAX_COUNT and MAX_INT32, shared with the formats' options, are in kit/options.py)
 MAX_SEED = (1 << 64) - 1  # a 64-bit seed, as the manifest stores it
-MAX_VOCAB = 1 << 24  # tokenizers trains vocabularies far below this
 MAX_WORKERS = 1024
 MAX_RANKS = 1 << 20
 MAX_COPIES = 10_000
@@ -164,30 +163,18 @@ def converting_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def chat_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """pack-tokens' options of conversations (commands/chat_job.py)."""
-    options = [
-        click.option("--chat", is_flag=True,
-                     help="Rows are conversations: render each with the chat template, tokenize, and store a loss "
-                          "mask beside the tokens."),
-        click.option("--messages-field", default="messages", show_default=True, metavar="FIELD",
-                     help="--chat: the list of {role, content} messages of a row."),
-        click.option("--prompt-field", default=None, metavar="FIELD",
-                     help="--chat: prompt/completion pairs instead (a string, or a list of messages)."),
-        click.option("--completion-field", default=None, metavar="FIELD", help="--chat: the completion of a pair."),
-        click.option("--chat-template", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-                     help="--chat: a Jinja chat template [default: the chat_template of the tokenizer_config.json "
-                          "beside --tokenizer]."),
-        click.option("--train-on", type=click.Choice(["assistant", "last", "completion", "all"]), default="assistant",
-                     show_default=True, help="--chat: the tokens the loss counts: the assistant turns, the last one, "
-                                             "a pair's completion, or every token."),
-        click.option("--too-long", type=click.Choice(["truncate", "drop", "split"]), default=None,
-                     help="--chat --pack: a conversation longer than --seq-len is cut to it, left out, or split "
-                          "across sequences [default: truncate]."),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
+def declared_options(options: Sequence[Option]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Click options made from declared ones (``kit/options.py``), in their order: a command whose
+    flags a format declares (``pack-tokens``: ``formats/tokens/options.PACK_TOKENS``) spells none of
+    them itself, so its help, checks and defaults are the declaration's, as ``convert --to``'s are."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for o in reversed(options):
+            decls, attrs = _option_spec(o)
+            fn = click.option(*decls, **attrs)(fn)
+        return fn
+
+    return decorate
 
 
 def cleaning_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -335,11 +322,18 @@ def _format_params(declared: tuple[FormatOptions, ...], taken: frozenset[str],
 
 def _click_option(o: Option) -> click.Option:
     """The click option of a declared option: the same checks and help as one written by hand."""
+    decls, attrs = _option_spec(o)
+    return click.Option(decls, **attrs)
+
+
+def _option_spec(o: Option) -> tuple[list[str], dict[str, Any]]:
+    """The flags and click attributes of a declared option (one place for ``convert --to``'s and
+    ``pack-tokens``' options)."""
     if o.type == "flag":
-        return click.Option([o.flag], is_flag=True, default=False, help=o.help)
+        return [o.flag], {"is_flag": True, "default": False, "help": o.help}
     shown = {"default": o.default, "show_default": o.default is not None, "metavar": o.metavar, "help": o.help}
     if o.type == "size":
-        return click.Option([o.flag], callback=size_option(o.flag), **shown)
+        return [o.flag], {"callback": size_option(o.flag), **shown}
     kind: Any = click.STRING
     bounded = o.low is not None or o.high is not None
     if o.type == "int":
@@ -349,4 +343,4 @@ def _click_option(o: Option) -> click.Option:
         kind = click.FloatRange(o.low, o.high) if bounded else click.FLOAT
     elif o.choices:
         kind = click.Choice(list(o.choices))
-    return click.Option([o.flag], type=kind, **shown)
+    return [o.flag], {"type": kind, **shown}

@@ -1,7 +1,7 @@
 """The options of ``pack-tokens --chat``, checked together before any work (one-line usage errors):
 ``--train-tokenizer``, ``--eos-token``, ``--bos-token``, ``--no-eos`` and ``--nanogpt`` are refused
 with ``--chat``; the chat options without ``--chat``, and ``--too-long`` without ``--pack``, are usage
-errors."""
+errors. The same checks for ``convert --to tokens --chat``: it runs this job (``convert_tokens.py``)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import dataclasses
 from typing import Any
 
 from shardsmith.errors import UsageError
-from shardsmith.text.chat import TRAIN_ON
+from shardsmith.formats.tokens.options import CHAT, TOO_LONG, TRAIN_ON
 
-TOO_LONG = ("truncate", "drop", "split")
-# the options that read conversations (their defaults are the options dataclass's)
-CHAT_ONLY = ("messages_field", "prompt_field", "completion_field", "chat_template", "train_on", "too_long")
+# the options that read conversations, as the tokens format declares them (their defaults are the
+# options dataclass's, which a test holds equal to the declaration's)
+CHAT_ONLY = tuple(o.name for o in CHAT if o.name != "chat")
 
 
 def check_chat(opts: Any) -> None:

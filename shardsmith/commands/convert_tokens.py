@@ -4,7 +4,10 @@ The tokens format is written by one job (``pack_tokens.job_of``, its steps in ``
 convert hands it its options record rewritten as ``pack-tokens``' (``PackTokensOptions``), so the
 two commands run the same job, with the same run identity, and write the same bytes. The format
 declares that it is written so (``FormatOptions.command``); ``convert.job_of`` asks the declaration.
-Convert's options that the token job has no use for are refused (one line) unless left alone.
+Every option of pack-tokens' own is declared by the format (``--chat`` and its options too), so it
+comes here by name among ``format_options``; the job's steps then check them together, as for
+``pack-tokens`` (``chat_options.check_chat``). Convert's options that the token job has no use for
+are refused (one line) unless left alone.
 """
 
 from __future__ import annotations
