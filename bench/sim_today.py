@@ -61,6 +61,7 @@ from shardsmith.engine.shuffle.run import convert_units
 from shardsmith.engine.shuffle.scatter import _task_id, finished_task, part_path
 from shardsmith.engine.shuffle.segments import Segments, group_cuts
 from shardsmith.engine.shuffle.shard_plan import SplitPlan, share
+from shardsmith.engine.shuffle.spilled_tables import slice_budget, slices_for
 from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.engine.shuffle.split_plans import PlannedRun, fingerprint
 from shardsmith.engine.shuffle.workdir import work_folder
@@ -357,6 +358,12 @@ def saved_plan(scratch: Path, split: str) -> SplitPlan | None:
     return SplitPlan(bounds=saved["bounds"], weights=saved["weights"])
 
 
+def slice_segments(wl: Workload, segments: float) -> float:
+    """The rows of the plan unit's largest slice of its tables (``spilled_tables.slices_for``, the
+    engine's rule): all of them while they fit a quarter of --memory, then a fixed share."""
+    return segments / slices_for(int(segments), slice_budget(wl.memory), wl.buckets)
+
+
 # ---------------------------------------------------------------- the exchange
 
 
@@ -390,7 +397,8 @@ class Today(Exchange):
         Law("plan", "cpu", "plan", "plan_pairs"),
         Law("plan", "written", "tables", "segments+groups"),
         Law("plan", "written", "plan", ""),
-        Law("plan", "rss", None, "segments"),
+        # the most rows it sorts at once (``spilled_tables``: a slice of buckets under --memory / 4)
+        Law("plan", "rss", None, "slice_segments"),
         Law("gather", "opens", "tables", ""),
         Law("gather", "opens", "read", "read_pairs"),  # (a range punches through the descriptors it reads with)
         # its rows of the plan (28 B a segment), each split's per-group arrays and its part files' names
@@ -517,7 +525,8 @@ class Today(Exchange):
         """The predictors of the tables: parts, segments, footer bytes (from the trailers, after the
         unit: not counted in its phases)."""
         footer = sum(self.footer_bytes(part_path(str(paths.scratch), task.index)) for task in wl.tasks)
-        return {"parts": wl.task_count, "segments": sum(len(s.segments) for s in splits),
+        segments = sum(len(s.segments) for s in splits)
+        return {"parts": wl.task_count, "segments": segments, "slice_segments": slice_segments(wl, segments),
                 "footer_bytes": footer, "groups": sum(s.groups for s in splits)}
 
     def shape(self, wl: Workload, *, sample_tasks: int) -> dict[str, float]:
@@ -557,6 +566,7 @@ class Today(Exchange):
         all_read_pairs = active * parts * window_reach(touches, groups, all_groups / active)
         plan_pairs = parts * spread_reach(touches, groups, shards - 1)
         return {"parts": parts, "buckets": wl.buckets, "segments": segments, "footer_bytes": footer_bytes,
+                "slice_segments": slice_segments(wl, segments),
                 "docs": docs_total, "payload": payload_total, "tokens": payload_total / TOKEN_BYTES,
                 "shards": busiest_shards, "all_shards": shards, "groups": groups, "active_ranks": active,
                 "buckets_per_group": per_group, "parts_per_group": parts_per_group, "pieces": shards + active,

@@ -27,7 +27,7 @@ from shardsmith.engine.shuffle.partfile import FOOTERS
 from shardsmith.engine.shuffle.release import pinned_budget
 from shardsmith.engine.shuffle.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle.segments import split_segments
-from shardsmith.engine.shuffle.spilled_tables import spill_tables
+from shardsmith.engine.shuffle.spilled_tables import slice_budget, spill_tables
 from shardsmith.engine.shuffle.split_gather import SplitGather, SplitGroups, SplitOutput
 from shardsmith.engine.shuffle.split_plans import (
     PlannedRun,
@@ -87,7 +87,7 @@ def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str
     folder = work / f"planning-{fp}"
     span = job.n_buckets if job.shuffle else 1 + max((r.task for r in results), default=0)
     tables = spill_tables([str(part_path(job.work_dir, r.task)) for r in results], [name for name, _ in job.splits],
-                          folder=folder, budget=max(16 << 20, memory // 4), span=span)
+                          folder=folder, budget=slice_budget(memory), span=span)
     plans = []
     budget = pinned_budget(work, budget)
     for s, table in enumerate(tables):

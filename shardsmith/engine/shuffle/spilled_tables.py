@@ -37,6 +37,11 @@ _WORKING = 3  # a slice is held about three times while it is sorted (its rows, 
 _COPY = 8 << 20  # bytes a column file is copied into the plan file at a time
 
 
+def slice_budget(memory: int) -> int:
+    """The bytes a plan unit sorts at once under ``--memory``: a quarter of it (at least 16 MB)."""
+    return max(16 << 20, memory // 4)
+
+
 def slices_for(rows: int, budget: int, span: int) -> int:
     """How many slices of buckets keep a slice's sorting under ``budget`` bytes (a power of two,
     at most one a bucket of the ``span``)."""
