@@ -139,13 +139,17 @@ def test_a_plan_unit_killed_half_way_is_run_again_and_only_this_runs_plan_is_rea
     for rank in (0, 1):
         assert run_cli(*args, "-o", out, "--stage", "scatter", "--rank", str(rank), "--world-size", "2").exit_code == 0
     plan = [*args, "-o", out, "--stage", "plan", "--world-size", "2"]
+    work = out.parent / f".{out.name}.shardsmith-work"
+    killed = run_subprocess(*plan, env={**os.environ, "SHARDSMITH_CRASH_AT": "plan:tables"})
+    assert killed.returncode == -9, killed.stderr
+    assert list(work.glob("planning-*/split-*/train.part")) and not list(work.glob("planned-*"))  # its tables, half-made
     killed = run_subprocess(*plan, env={**os.environ, "SHARDSMITH_CRASH_AT": "plan:train"})
     assert killed.returncode == -9, killed.stderr
-    work = out.parent / f".{out.name}.shardsmith-work"
     assert list(work.glob("planned-*-train.bin")) and not list(work.glob("planned-*-val.bin"))
     res = run_cli(*args, "-o", out, "--stage", "gather", "--rank", "0", "--world-size", "2")
     assert res.exit_code == 2 and "run --stage plan first" in res.stderr and "Traceback" not in res.stderr
     assert run_cli(*plan).exit_code == 0
+    assert not list(work.glob("planning-*"))  # the tables' folder gone once the plan is written
     index, = (p for p in work.glob("planned-*.json") if not p.name.endswith("-results.json"))
     index.rename(index.with_name("planned-0123456789ab-0123456789ab.json"))  # another run's name
     res = run_cli(*args, "-o", out, "--stage", "gather", "--rank", "0", "--world-size", "2")

@@ -88,6 +88,7 @@ def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str
     span = job.n_buckets if job.shuffle else 1 + max((r.task for r in results), default=0)
     tables = spill_tables([str(part_path(job.work_dir, r.task)) for r in results], [name for name, _ in job.splits],
                           folder=folder, budget=slice_budget(memory), span=span)
+    crash_point("plan:tables")
     plans = []
     budget = pinned_budget(work, budget)
     for s, table in enumerate(tables):
