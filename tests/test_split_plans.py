@@ -11,7 +11,7 @@ from shardsmith.engine.shuffle.segments import BucketRuns, split_segments
 from shardsmith.engine.shuffle.shard_plan import SplitPlan
 from shardsmith.engine.shuffle.spilled_tables import SpilledSplit, slices_for, spill_tables
 from shardsmith.engine.shuffle.split_gather import SplitGather, SplitGroups
-from shardsmith.engine.shuffle.split_plans import PlannedSplit, write_split
+from shardsmith.engine.shuffle.split_plans import PlanFile, PlannedSplit
 from shardsmith.errors import DatasetError
 
 SPLITS = ["train", "val"]
@@ -54,12 +54,17 @@ def _whole(paths, removals=None) -> list[SplitGather]:
             for name, table in zip(SPLITS, split_segments(paths, len(SPLITS), footers=Footers()))]
 
 
-def _spilled(tmp_path, paths, *, budget: int = 1 << 30, removals=None) -> list[SpilledSplit]:
-    """The same tables as the plan unit builds them, a slice of buckets at a time."""
+def _spilled(tmp_path, paths, *, budget: int = 1 << 30, removals=None) -> list[tuple[SpilledSplit, PlanFile]]:
+    """The same tables as the plan unit builds them, a slice of buckets at a time, each sorted into
+    its plan file (``planned-x-NAME.bin``, finished by the caller)."""
     tables = spill_tables(paths, SPLITS, folder=tmp_path / "planning", budget=budget, span=40, footers=Footers())
+    out = []
     for table in tables:
+        plan_file = PlanFile(tmp_path / f"planned-x-{table.name}.bin", rows=table.rows, paths=table.paths)
+        table.sort_into(plan_file)
         table.groups = SplitGroups.of(table.runs, budget=BUDGET, removals=removals)
-    return tables
+        out.append((table, plan_file))
+    return out
 
 
 @pytest.mark.parametrize("budget", [1, 20_000, 1 << 30])
@@ -67,7 +72,7 @@ def test_the_plan_units_tables_built_a_slice_at_a_time_are_the_tables_held_whole
     paths = _parts(tmp_path)
     whole, spilled = _whole(paths, _Removals()), _spilled(tmp_path, paths, budget=budget, removals=_Removals())
     assert slices_for(300, budget, 40) == (40 if budget == 1 else 1 if budget == 1 << 30 else 2)
-    for want, got in zip(whole, spilled):
+    for want, (got, plan_file) in zip(whole, spilled):
         assert got.name == want.name and got.rows == len(want.segments) > 50
         rows = got.segments(0, got.rows)
         for col in ("part", "offset", "count", "payload"):
@@ -81,6 +86,7 @@ def test_the_plan_units_tables_built_a_slice_at_a_time_are_the_tables_held_whole
         for g in range(len(groups.bounds) - 1):
             assert got.group_payload(g) == want.group_payload(g)
             np.testing.assert_array_equal(got.group(g).offset, want.group(g).offset)
+        plan_file.abort()
     assert [p.name for p in (tmp_path / "planning").rglob("rows-*")] == []  # each slice's rows let go once sorted
 
 
@@ -107,16 +113,16 @@ def test_the_buckets_of_slices_joined_are_those_of_the_whole(tmp_path):
 def test_a_gather_reads_its_groups_rows_of_the_plan_and_nothing_else(tmp_path, dedup):
     paths = _parts(tmp_path)
     removals = _Removals() if dedup else None
-    split, table = _whole(paths, removals)[0], _spilled(tmp_path, paths, removals=removals)[0]
+    split, (table, plan_file) = _whole(paths, removals)[0], _spilled(tmp_path, paths, removals=removals)[0]
     assert split.groups > 6
     plan = SplitPlan(bounds=[0, 100, int(split.samples)], weights=[0, 5, 9])
     path = tmp_path / "planned-x-train.bin"
-    write_split(path, table, plan)
+    assert not path.exists()  # (not under its name before it is finished)
+    plan_file.finish(name=table.name, groups=table.groups, plan=plan)
     g0, g1 = 2, 5
     # every row of the other groups overwritten on disk: the window must not see it
     data = bytearray(path.read_bytes())
-    rows, tail = len(split.segments), 4 + 8 + 8 + 8  # part int32, then offset, count, payload int64
-    start = len(data) - rows * tail
+    rows, start = len(split.segments), 16  # after the magic and row count: part int32, then offset, count, payload int64
     r0, r1 = int(split.bounds[g0]), int(split.bounds[g1])
     at = start
     for width in (4, 8, 8, 8):
@@ -143,9 +149,9 @@ def test_a_gather_reads_its_groups_rows_of_the_plan_and_nothing_else(tmp_path, d
 
 
 def test_a_torn_plan_file_is_one_line(tmp_path):
-    table = _spilled(tmp_path, _parts(tmp_path))[0]
+    table, plan_file = _spilled(tmp_path, _parts(tmp_path))[0]
     path = tmp_path / "planned-x-train.bin"
-    write_split(path, table, None)
+    plan_file.finish(name=table.name, groups=table.groups, plan=None)
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(DatasetError, match="run --stage plan"):
         PlannedSplit(path=path, work=tmp_path, origins=None)

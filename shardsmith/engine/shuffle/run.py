@@ -30,12 +30,12 @@ from shardsmith.engine.shuffle.segments import split_segments
 from shardsmith.engine.shuffle.spilled_tables import slice_budget, spill_tables
 from shardsmith.engine.shuffle.split_gather import SplitGather, SplitGroups, SplitOutput
 from shardsmith.engine.shuffle.split_plans import (
+    PlanFile,
     PlannedRun,
     fingerprint,
     index_path,
     split_path,
     write_index,
-    write_split,
 )
 from shardsmith.engine.shuffle.workdir import work_folder
 from shardsmith.engine.units import FinalizeUnit, GatherUnit, PlanUnit, ScatterUnit, Unit
@@ -92,10 +92,12 @@ def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str
     plans = []
     budget = pinned_budget(work, budget)
     for s, table in enumerate(tables):
-        table.groups = SplitGroups.of(table.runs, budget=budget, removals=None if dups is None else dups.removals(s))
-        probe = make_writer(table.name, ShardRange())
-        plan = planned_here(table, probe, work) if probe.rangeable else None  # (every split a gather may share)
-        write_split(split_path(work, fp, table.name), table, plan)
+        with PlanFile(split_path(work, fp, table.name), rows=table.rows, paths=table.paths) as out:
+            table.sort_into(out)
+            table.groups = SplitGroups.of(table.runs, budget=budget, removals=None if dups is None else dups.removals(s))
+            probe = make_writer(table.name, ShardRange())
+            plan = planned_here(table, probe, work) if probe.rangeable else None  # (every split a gather may share)
+            out.finish(name=table.name, groups=table.groups, plan=plan)
         plans.append(plan)
         crash_point(f"plan:{table.name}")
     write_index(work, fp, tables, plans, results)

@@ -1,27 +1,31 @@
-"""The plan unit's split tables, built in the scratch folder a slice of buckets at a time, so that
-its memory follows ``--memory``, not the corpus.
+"""The plan unit's split tables, sorted a slice of buckets at a time, so that its memory follows
+``--memory``, not the corpus.
 
 Why (issue 43): a split's table holds a row per segment, a (part file, bucket) run of samples. At
 10 TB on 1,000 ranks that is ~10^9 rows: 28 GB as columns, and about twice that while they are
-sorted by bucket, in the one unit that reads every footer. Here every part's footer is read once,
-in the tasks' order (as ``segments.split_segments`` reads them), and its rows go to one file per
-(split, slice of consecutive buckets). Then, a slice at a time, a slice's rows are sorted by bucket
-(stably: part order, then the footer's own) and appended to the split's column files, and only
-each bucket's first row, bytes and samples are kept (``BucketRuns``: O(buckets)). The rows come
-out in ``split_segments``' order, so the plan file is the one a table held whole would give.
+sorted by bucket, in the one unit that reads every footer (74 GB, by the simulation). Here every
+part's footer is read once, in the tasks' order (as ``segments.split_segments`` reads them), and
+its rows are routed to their slice of consecutive buckets: kept in memory when the whole table is
+one slice under the budget, else appended to a file per (split, slice) in the unit's own folder
+of the scratch folder. Then, a slice at a time, a slice's rows are sorted by bucket (stably: part
+order, then the footer's own) and put in place in the split's plan file
+(``split_plans.PlanFile``), and only each bucket's first row, bytes and samples are kept
+(``BucketRuns``: O(buckets)). The rows come out in ``split_segments``' order: the plan is the one
+a table held whole gives. Past one slice the routing costs the scratch folder each row written
+and read once more (36 B).
 
-Planning then reads the rows of the groups that hold a shard boundary (``SpilledSplit.group``),
-and the plan file copies the column files (``columns``). The folder is the plan unit's own: a
-killed plan unit's is removed by the next one (``spill_tables``), a finished one's by its caller.
+Planning then reads the rows of the groups that hold a shard boundary from the plan file
+(``SpilledSplit.group``). The folder is the plan unit's: a killed plan unit's is removed by the
+next one (``spill_tables``), a finished one's by its caller.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,10 +35,7 @@ from shardsmith.engine.shuffle.split_gather import SplitGroups
 from shardsmith.errors import DatasetError
 
 ROW = np.dtype([("part", "<i4"), ("bucket", "<i8"), ("offset", "<i8"), ("count", "<i8"), ("payload", "<i8")])
-COLUMNS = (("part", np.dtype("<i4")), ("offset", np.dtype("<i8")), ("count", np.dtype("<i8")),
-           ("payload", np.dtype("<i8")))
 _WORKING = 3  # a slice is held about three times while it is sorted (its rows, the order, a sorted column)
-_COPY = 8 << 20  # bytes a column file is copied into the plan file at a time
 
 
 def slice_budget(memory: int) -> int:
@@ -50,37 +51,34 @@ def slices_for(rows: int, budget: int, span: int) -> int:
 
 
 class SpilledSplit:
-    """One split's table in column files of the scratch folder, and its buckets; the rows of a
-    group are read when planning asks for them."""
+    """One split's table, routed into slices of buckets (``spill_tables``); sorted into its plan
+    file a slice at a time (``sort_into``), after which planning reads the rows of a group from there."""
 
-    def __init__(self, *, name: str, folder: Path, paths: Sequence[str], runs: BucketRuns) -> None:
-        self.name, self.folder, self.paths, self.runs = name, folder, paths, runs
+    def __init__(self, *, name: str, index: int, sink: _Sink, rows: int, paths: Sequence[str]) -> None:
+        self.name, self.index, self.rows, self.paths = name, index, rows, paths
+        self._sink = sink
+        self.runs = BucketRuns.of_nothing()
         self.groups: SplitGroups | None = None
+        self._out: Any = None
 
-    @property
-    def rows(self) -> int:
-        return int(self.runs.first[-1])
-
-    def column_path(self, column: str) -> Path:
-        return self.folder / f"{self.name}.{column}"
+    def sort_into(self, out: Any) -> None:
+        """Each slice's rows sorted by bucket (stably) and put in ``out`` (``split_plans.PlanFile``)
+        in order; the buckets kept (``runs``). A slice's rows are let go once they are put."""
+        runs, at = [], 0
+        for rows in self._sink.slices(self.index):
+            rows = rows[np.argsort(rows["bucket"], kind="stable")]
+            runs.append(BucketRuns.of_rows(bucket=rows["bucket"], count=rows["count"], payload=rows["payload"]))
+            out.put(at, rows)  # (its columns by name)
+            at += len(rows)
+            del rows
+        assert at == self.rows, (at, self.rows)
+        self.runs = BucketRuns.joined(runs) if runs else BucketRuns.of_nothing()
+        self._out = out
 
     def segments(self, r0: int, r1: int) -> Segments:
-        """Rows ``[r0, r1)`` of the table, read from its column files."""
-        cols = {}
-        for column, dt in COLUMNS:
-            with open(self.column_path(column), "rb") as fh:
-                data = os.pread(fh.fileno(), dt.itemsize * (r1 - r0), dt.itemsize * r0)
-            if len(data) != dt.itemsize * (r1 - r0):
-                raise DatasetError(f"{self.column_path(column)}: cut short while the plan was made")
-            cols[column] = np.frombuffer(data, dtype=dt).astype(dt.newbyteorder("="))
-        return Segments(paths=self.paths, **cols)
-
-    def columns(self) -> Iterator[bytes]:
-        """The table's bytes as the plan file holds them: each column whole, in ``COLUMNS`` order."""
-        for column, _ in COLUMNS:
-            with open(self.column_path(column), "rb") as fh:
-                while data := fh.read(_COPY):
-                    yield data
+        """Rows ``[r0, r1)`` of the sorted table."""
+        assert self._out is not None, "read before sort_into"
+        return self._out.rows(r0, r1)
 
     # what planning reads (``shard_plan.Plannable``), once ``groups`` is set
     @property
@@ -110,62 +108,82 @@ class SpilledSplit:
         return int(self.groups.payload[g])
 
 
+class _Sink:
+    """Where routed rows wait for their slice to be sorted: in memory when the whole table is one
+    slice (nothing written but the plan file, as when the table was held whole), else a file per
+    (split, slice) in ``folder``."""
+
+    def __init__(self, *, folder: Path, slices: int) -> None:
+        self.folder, self.n_slices = folder, slices
+        self._held: dict[int, list[np.ndarray]] = {}
+        self._files: dict[tuple[int, int], Any] = {}
+
+    def add(self, split: int, piece: int, rows: np.ndarray) -> None:
+        if self.n_slices == 1:
+            self._held.setdefault(split, []).append(rows.copy())
+            return
+        fh = self._files.get((split, piece))
+        if fh is None:
+            fh = self._files[(split, piece)] = open(self.folder / f"rows-{split}-{piece}", "wb")  # noqa: SIM115
+        fh.write(rows.tobytes())
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+
+    def slices(self, split: int) -> Iterator[np.ndarray]:
+        """Split ``split``'s slices in key order, each taken away once handed out."""
+        if self.n_slices == 1:
+            held = self._held.pop(split, [])
+            if held:
+                yield np.concatenate(held)
+            return
+        for piece in range(self.n_slices):
+            if (split, piece) in self._files:
+                path = self.folder / f"rows-{split}-{piece}"
+                rows = np.fromfile(path, dtype=ROW)
+                path.unlink()
+                yield rows
+
+
 def spill_tables(paths: Sequence[str], splits: Sequence[str], *, folder: Path, budget: int, span: int,
                  footers: Footers = FOOTERS) -> list[SpilledSplit]:
-    """Every split's table from the footers of the part files ``paths`` (in the tasks' order), into
-    ``folder`` (made afresh), sorting at most about ``budget`` bytes at once; ``span``: the buckets'
-    ids are below it (larger ones join the last slice)."""
+    """Every split's table from the footers of the part files ``paths`` (in the tasks' order), its
+    rows routed to slices of buckets (files in ``folder``, made afresh, when they are more than one)
+    so that a slice's sorting takes about ``budget`` bytes at most; ``span``: the buckets' ids are
+    below it (larger ones join the last slice). Each split is then sorted into its plan file
+    (``SpilledSplit.sort_into``)."""
     with contextlib.suppress(FileNotFoundError):
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     names = list(map(str, paths))
     n_splits = len(splits)
-    slices = 0
+    rows_of = [0] * n_splits
+    sink: _Sink | None = None
     shift = 0
-    spills: dict[tuple[int, int], Path] = {}
-    with contextlib.ExitStack() as files:
-        handles: dict[tuple[int, int], object] = {}
+    try:
         for p, path in enumerate(names):
             index = footers.rows(path)
             if len(index) and int(index["split"][-1]) >= n_splits:
                 raise DatasetError(f"{path}: part file names split {int(index['split'][-1])} of a run with {n_splits}")
-            if not slices:  # the parts are about equal: the first tells the table's size
+            if sink is None:  # the parts are about equal: the first tells the table's size
                 slices = slices_for(len(index) * len(names), budget, span)
                 shift = max(0, (span - 1).bit_length() - (slices - 1).bit_length())
+                sink = _Sink(folder=folder, slices=slices)
             rows = np.empty(len(index), dtype=ROW)
             rows["part"] = p
             for field in ("bucket", "offset", "count", "payload"):
                 rows[field] = index[field]
-            at = np.minimum(index["bucket"].astype(np.int64) >> shift, slices - 1) + index["split"].astype(np.int64) * slices
-            cuts = np.flatnonzero(np.diff(at)) + 1  # (the index is sorted by split, then bucket: so is ``at``)
-            for a, b in zip(np.concatenate([[0], cuts]).tolist(), np.concatenate([cuts, [len(at)]]).tolist()):
-                key = divmod(int(at[a]), slices)
-                if key not in handles:
-                    spills[key] = folder / f"rows-{key[0]}-{key[1]}"
-                    handles[key] = files.enter_context(open(spills[key], "wb"))
-                handles[key].write(rows[a:b].tobytes())  # type: ignore[attr-defined]
+            piece = np.minimum(index["bucket"].astype(np.int64) >> shift, sink.n_slices - 1)
+            at = piece + index["split"].astype(np.int64) * sink.n_slices  # (sorted, as the index is by split, bucket)
+            cuts = np.flatnonzero(np.diff(at)) + 1
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(at)]):
+                split, k = divmod(int(at[a]), sink.n_slices)
+                sink.add(split, k, rows[a:b])
+                rows_of[split] += b - a
             footers.forget()  # (a footer read here is never read again in this process)
-    out = []
-    for s, name in enumerate(splits):
-        runs = []
-        split_folder = folder / f"split-{s}"
-        split_folder.mkdir()
-        table = SpilledSplit(name=name, folder=split_folder, paths=names, runs=BucketRuns.of_nothing())
-        with contextlib.ExitStack() as files:
-            cols = {c: files.enter_context(open(table.column_path(c), "wb")) for c, _ in COLUMNS}
-            for k in range(slices):
-                spill = spills.get((s, k))
-                if spill is None:
-                    continue
-                rows = np.fromfile(spill, dtype=ROW)
-                spill.unlink()
-                order = np.argsort(rows["bucket"], kind="stable")
-                rows = rows[order]
-                del order
-                runs.append(BucketRuns.of_rows(bucket=rows["bucket"], count=rows["count"], payload=rows["payload"]))
-                for c, dt in COLUMNS:
-                    cols[c].write(np.ascontiguousarray(rows[c], dtype=dt))
-                del rows
-        table.runs = BucketRuns.joined(runs) if runs else BucketRuns.of_nothing()
-        out.append(table)
-    return out
+    finally:
+        if sink is not None:
+            sink.close()
+    sink = sink or _Sink(folder=folder, slices=1)
+    return [SpilledSplit(name=name, index=s, sink=sink, rows=rows_of[s], paths=names) for s, name in enumerate(splits)]

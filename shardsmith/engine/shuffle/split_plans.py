@@ -1,24 +1,27 @@
 """The plan of a staged run, made once by the plan unit (``units.PlanUnit``) and read in parts by
 the gather units and finalize, so that none of them parses every part file's footer (issue 43).
 
-Per split, one binary file: a JSON header (the split's name, its shard plan, its part files), then
-arrays, each at an offset the header's sizes give: per bucket group its first row, its first kept
-sample, where its removed input orders start, their payload bytes; the removed orders; then the
-split's segment table a column at a time (part file, offset, count, payload bytes). A gather unit
-reads the header and the per-group arrays (O(groups)), then of each column only the rows of the
-groups its shard range lies in (``PlannedSplit.table``). Per run, every scatter task's result
-(which finalize reads instead of the footers; a gather unit, never), and an index written last (its
-presence means the whole plan is there): each split's size and shard count.
+Per split, one binary file: its magic and row count; the split's segment table a column at a time
+(part file, offset, count, payload bytes), written in place as the plan unit sorts it a slice at a
+time (``spilled_tables.py``); then a JSON header (the split's name, its shard plan, its part files)
+and arrays, each at an offset the header's sizes give: per bucket group its first row, its first
+kept sample, where its removed input orders start, their payload bytes; the removed orders. A
+gather unit reads the header and the per-group arrays (O(groups)), then of each column only the
+rows of the groups its shard range lies in (``PlannedSplit.table``). Per run, every scatter task's
+result (which finalize reads instead of the footers; a gather unit, never), and an index written
+last (its presence means the whole plan is there): each split's size and shard count.
 
 Every name holds the run's fingerprint (as ``plan.cached``'s records do): a plan another run left
-is never read. Each file is written whole under its name (``atomic_write_bytes``), so a plan unit
-killed half-way leaves no index and is simply run again.
+is never read. Each file is written under a temporary name and renamed whole (``PlanFile``), so a
+plan unit killed half-way leaves no index and is simply run again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import itertools
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,18 +29,18 @@ from typing import Any
 import numpy as np
 import orjson
 
-from shardsmith.core.fsutil import atomic_write_bytes
+from shardsmith.core.fsutil import atomic_write_bytes, fsync_dir
 from shardsmith.engine.shuffle.doc_facts import OriginIndex
 from shardsmith.engine.shuffle.scatter import TaskResult
 from shardsmith.engine.shuffle.segments import Segments
 from shardsmith.engine.shuffle.shard_plan import SplitPlan
-from shardsmith.engine.shuffle.spilled_tables import COLUMNS as _COLUMNS
-from shardsmith.engine.shuffle.spilled_tables import SpilledSplit
-from shardsmith.engine.shuffle.split_gather import SplitGather
+from shardsmith.engine.shuffle.split_gather import SplitGather, SplitGroups
 from shardsmith.errors import DatasetError, UsageError
 
-MAGIC = b"SSPLAN01"
+MAGIC = b"SSPLAN02"
 _GROUP = ("bounds", "starts", "drop_at")  # int64, groups + 1 each
+_COLUMNS = (("part", np.dtype("<i4")), ("offset", np.dtype("<i8")), ("count", np.dtype("<i8")),
+            ("payload", np.dtype("<i8")))
 _I8, _U8 = np.dtype("<i8"), np.dtype("<u8")
 
 
@@ -58,26 +61,87 @@ def split_path(work: Path, fp: str, name: str) -> Path:
     return Path(work) / f"planned-{fp}-{name}.bin"
 
 
-def write_split(path: Path, table: SpilledSplit, plan: SplitPlan | None) -> None:
-    """``table``'s groups, removals and segment table (its column files copied), and its shard plan
-    (None: not planned)."""
-    groups = table.groups
-    assert groups is not None
-    drops = [np.zeros(0, _U8) if d is None else np.asarray(d, _U8) for d in groups.drops]
-    drop_at = np.concatenate([[0], np.cumsum([len(d) for d in drops], dtype=np.int64)]).astype(_I8)
-    n_groups = len(groups.bounds) - 1
-    header = {"name": table.name, "groups": n_groups, "rows": table.rows, "drops": int(drop_at[-1]),
-              "removals": any(d is not None for d in groups.drops),
-              "plan": None if plan is None else {"bounds": plan.bounds, "weights": plan.weights},
-              "paths": [Path(p).name for p in table.paths]}
-    head = orjson.dumps(header)
-    arrays = [np.asarray(groups.bounds, _I8), np.asarray(groups.starts, _I8), drop_at,
-              np.asarray(groups.drop_bytes or [0] * n_groups, _I8), *drops]
-    atomic_write_bytes(path, itertools.chain([MAGIC, len(head).to_bytes(8, "little"), head],
-                                             (memoryview(a).cast("B") for a in arrays), table.columns()))
+class PlanFile:
+    """A split's plan file being written: the segment table's rows put in place as they are sorted
+    (``put``) and read back by the planning (``rows``), then the groups, removals and shard plan
+    appended and the file renamed into place (``finish``). Never seen under its name half-written."""
+
+    def __init__(self, path: Path, *, rows: int, paths: Sequence[str]) -> None:
+        self.path, self.n_rows, self.paths = Path(path), rows, paths
+        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.uname().nodename}-{os.getpid()}")
+        self._fh = open(self._tmp, "w+b")  # noqa: SIM115 (closed in finish or abort)
+        self._fh.write(MAGIC + rows.to_bytes(8, "little"))
+        self._at = _columns_at(rows)
+
+    def put(self, r0: int, columns: dict[str, np.ndarray]) -> None:
+        """Rows from ``r0`` on, a column each (``_COLUMNS``' names)."""
+        for name, dt in _COLUMNS:
+            data = np.ascontiguousarray(columns[name], dtype=dt)
+            if os.pwrite(self._fh.fileno(), data, self._at[name] + dt.itemsize * r0) != data.nbytes:
+                raise OSError(f"{self._tmp}: short write")
+
+    def rows(self, r0: int, r1: int) -> Segments:
+        """Rows ``[r0, r1)`` of the table, as put."""
+        return Segments(paths=self.paths, **_columns(self._fh.fileno(), self._at, r0, r1, name=self._tmp))
+
+    def finish(self, *, name: str, groups: SplitGroups, plan: SplitPlan | None) -> None:
+        """The groups, removals and shard plan (None: not planned) after the table; the file in place."""
+        drops = [np.zeros(0, _U8) if d is None else np.asarray(d, _U8) for d in groups.drops]
+        drop_at = np.concatenate([[0], np.cumsum([len(d) for d in drops], dtype=np.int64)]).astype(_I8)
+        n_groups = len(groups.bounds) - 1
+        header = {"name": name, "groups": n_groups, "rows": self.n_rows, "drops": int(drop_at[-1]),
+                  "removals": any(d is not None for d in groups.drops),
+                  "plan": None if plan is None else {"bounds": plan.bounds, "weights": plan.weights},
+                  "paths": [Path(p).name for p in self.paths]}
+        head = orjson.dumps(header)
+        arrays = [np.asarray(groups.bounds, _I8), np.asarray(groups.starts, _I8), drop_at,
+                  np.asarray(groups.drop_bytes or [0] * n_groups, _I8), *drops]
+        fh = self._fh
+        fh.seek(self._at["end"])
+        fh.write(len(head).to_bytes(8, "little") + head)
+        for a in arrays:
+            fh.write(memoryview(a).cast("B"))
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.close()
+        os.replace(self._tmp, self.path)
+        fsync_dir(self.path.parent)
+
+    def abort(self) -> None:
+        with contextlib.suppress(OSError):
+            self._fh.close()
+        with contextlib.suppress(OSError):
+            self._tmp.unlink()
+
+    def __enter__(self) -> PlanFile:
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is not None or not self._fh.closed:
+            self.abort()
 
 
-def write_index(work: Path, fp: str, splits: list[SpilledSplit], plans: list[SplitPlan | None],
+def _columns_at(rows: int) -> dict[str, int]:
+    """Where each column of a table of ``rows`` starts in a plan file, and where the table ends."""
+    at, out = len(MAGIC) + 8, {}
+    for name, dt in _COLUMNS:
+        out[name] = at
+        at += dt.itemsize * rows
+    out["end"] = at
+    return out
+
+
+def _columns(fd: int, at: dict[str, int], r0: int, r1: int, *, name: Any) -> dict[str, np.ndarray]:
+    cols = {}
+    for column, dt in _COLUMNS:
+        data = os.pread(fd, dt.itemsize * (r1 - r0), at[column] + dt.itemsize * r0)
+        if len(data) != dt.itemsize * (r1 - r0):
+            raise DatasetError(f"{name}: the plan file is cut short: remove it, then run --stage plan again")
+        cols[column] = np.frombuffer(data, dtype=dt).astype(dt.newbyteorder("="))
+    return cols
+
+
+def write_index(work: Path, fp: str, splits: Sequence[Any], plans: list[SplitPlan | None],
                 results: list[TaskResult]) -> None:
     """Every task's result, then the index: the run's plan complete (each split's size and shards)."""
     atomic_write_bytes(results_path(work, fp), orjson.dumps([dataclasses.asdict(r) for r in results]))
@@ -105,6 +169,8 @@ class PlannedSplit:
             with open(path, "rb") as fh:
                 if fh.read(len(MAGIC)) != MAGIC:
                     raise ValueError("not a plan file")
+                self._at = _columns_at(int.from_bytes(fh.read(8), "little"))
+                fh.seek(self._at["end"])
                 self.header = orjson.loads(fh.read(int.from_bytes(fh.read(8), "little")))
                 groups = int(self.header["groups"])
                 small = {name: _read(fh, _I8, groups + 1) for name in _GROUP}
@@ -114,7 +180,6 @@ class PlannedSplit:
             raise DatasetError(f"{path}: the plan file is unreadable ({exc}): remove it, then run --stage plan "
                                f"again") from None
         self.bounds, self.starts, self.drop_at = small["bounds"], small["starts"], small["drop_at"]
-        self._rows_at = self._drops_at + _U8.itemsize * int(self.header["drops"])
         plan = self.header["plan"]
         self.plan = None if plan is None else SplitPlan(bounds=plan["bounds"], weights=plan["weights"])
 
@@ -130,16 +195,11 @@ class PlannedSplit:
         """The split as a gather reads groups ``[g0, g1)`` of it: their rows of the segment table
         and their removals, read from the file (nothing of the other groups)."""
         r0, r1 = int(self.bounds[g0]), int(self.bounds[g1])
-        rows, cols = int(self.header["rows"]), {}
         with open(self.path, "rb") as fh:
             d0, d1 = int(self.drop_at[g0]), int(self.drop_at[g1])
             fh.seek(self._drops_at + _U8.itemsize * d0)
             flat = _read(fh, _U8, d1 - d0)
-            at = self._rows_at
-            for name, dt in _COLUMNS:
-                fh.seek(at + dt.itemsize * r0)
-                cols[name] = _read(fh, dt, r1 - r0)
-                at += dt.itemsize * rows
+            cols = _columns(fh.fileno(), self._at, r0, r1, name=self.path)
         drops: list[np.ndarray | None] = [None] * (len(self.bounds) - 1)
         if self.header["removals"]:
             for g in range(g0, g1):
