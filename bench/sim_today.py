@@ -61,7 +61,7 @@ from shardsmith.engine.shuffle.run import convert_units
 from shardsmith.engine.shuffle.scatter import _task_id, finished_task, part_path
 from shardsmith.engine.shuffle.segments import Segments, group_cuts
 from shardsmith.engine.shuffle.shard_plan import SplitPlan, share
-from shardsmith.engine.shuffle.spilled_tables import slice_budget, slices_for
+from shardsmith.engine.shuffle.spilled_tables import ROW, slice_budget, slices_for
 from shardsmith.engine.shuffle.split_gather import SplitGather
 from shardsmith.engine.shuffle.split_plans import PlannedRun, fingerprint
 from shardsmith.engine.shuffle.workdir import work_folder
@@ -364,6 +364,12 @@ def slice_segments(wl: Workload, segments: float) -> float:
     return segments / slices_for(int(segments), slice_budget(wl.memory), wl.buckets)
 
 
+def routed_bytes(wl: Workload, segments: float) -> float:
+    """The bytes the plan unit writes, then reads, to route its tables' rows to their slices: none
+    while the tables are one slice (routed in memory), else every row once."""
+    return 0.0 if slices_for(int(segments), slice_budget(wl.memory), wl.buckets) == 1 else ROW.itemsize * segments
+
+
 # ---------------------------------------------------------------- the exchange
 
 
@@ -391,11 +397,12 @@ class Today(Exchange):
         Law("scatter", "meta_read", None, ""),
         Law("plan", "opens", "tables", "parts"),
         Law("plan", "opens", "plan", "plan_pairs"),
-        Law("plan", "meta_read", "tables", "footer_bytes"),
+        # every footer; past one slice of the tables, each row routed through a file once (``spilled_tables``)
+        Law("plan", "meta_read", "tables", "footer_bytes", exact="routed_bytes"),
         Law("plan", "meta_read", "plan", "plan_pairs", exact="plan_heads"),
         Law("plan", "cpu", "tables", "segments"),
         Law("plan", "cpu", "plan", "plan_pairs"),
-        Law("plan", "written", "tables", "segments+groups"),
+        Law("plan", "written", "tables", "segments+groups", exact="routed_bytes"),
         Law("plan", "written", "plan", ""),
         # the most rows it sorts at once (``spilled_tables``: a slice of buckets under --memory / 4)
         Law("plan", "rss", None, "slice_segments"),
@@ -527,6 +534,7 @@ class Today(Exchange):
         footer = sum(self.footer_bytes(part_path(str(paths.scratch), task.index)) for task in wl.tasks)
         segments = sum(len(s.segments) for s in splits)
         return {"parts": wl.task_count, "segments": segments, "slice_segments": slice_segments(wl, segments),
+                "routed_bytes": routed_bytes(wl, segments),
                 "footer_bytes": footer, "groups": sum(s.groups for s in splits)}
 
     def shape(self, wl: Workload, *, sample_tasks: int) -> dict[str, float]:
@@ -566,7 +574,7 @@ class Today(Exchange):
         all_read_pairs = active * parts * window_reach(touches, groups, all_groups / active)
         plan_pairs = parts * spread_reach(touches, groups, shards - 1)
         return {"parts": parts, "buckets": wl.buckets, "segments": segments, "footer_bytes": footer_bytes,
-                "slice_segments": slice_segments(wl, segments),
+                "slice_segments": slice_segments(wl, segments), "routed_bytes": routed_bytes(wl, segments),
                 "docs": docs_total, "payload": payload_total, "tokens": payload_total / TOKEN_BYTES,
                 "shards": busiest_shards, "all_shards": shards, "groups": groups, "active_ranks": active,
                 "buckets_per_group": per_group, "parts_per_group": parts_per_group, "pieces": shards + active,
