@@ -501,6 +501,7 @@ class Today(Exchange):
                               run=wl.identity)
             except NotRun:
                 finished = False
+        meter.unit_done()
         # the tables the plan unit wrote (read after the unit, not counted in its phases: the reckoning
         # needs every row; the plan unit holds a slice of them at a time), each split's plan (None: unplanned)
         planned = PlannedRun(work=paths.scratch, fp=fingerprint(wl.identity))

@@ -60,7 +60,8 @@ def _spilled(tmp_path, paths, *, budget: int = 1 << 30, removals=None) -> list[t
     tables = spill_tables(paths, SPLITS, folder=tmp_path / "planning", budget=budget, span=40, footers=Footers())
     out = []
     for table in tables:
-        plan_file = PlanFile(tmp_path / f"planned-x-{table.name}.bin", rows=table.rows, paths=table.paths)
+        plan_file = PlanFile(tmp_path / f"planned-x-{table.name}.bin", rows=table.rows, paths=table.paths,
+                             tmp_dir=tmp_path / "planning")
         table.sort_into(plan_file)
         table.groups = SplitGroups.of(table.runs, budget=BUDGET, removals=removals)
         out.append((table, plan_file))

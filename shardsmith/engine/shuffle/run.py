@@ -27,7 +27,7 @@ from shardsmith.engine.shuffle.partfile import FOOTERS
 from shardsmith.engine.shuffle.release import pinned_budget
 from shardsmith.engine.shuffle.scatter import ScatterJob, TaskResult, finished_task, part_path, run_scatter
 from shardsmith.engine.shuffle.segments import split_segments
-from shardsmith.engine.shuffle.spilled_tables import slice_budget, spill_tables
+from shardsmith.engine.shuffle.spilled_tables import planning_folder, slice_budget, spill_tables
 from shardsmith.engine.shuffle.split_gather import SplitGather, SplitGroups, SplitOutput
 from shardsmith.engine.shuffle.split_plans import (
     PlanFile,
@@ -84,7 +84,7 @@ def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str
     if index.is_file() and all(split_path(work, fp, name).is_file() for name, _ in job.splits):
         return {"tasks": len(results), "splits": len(job.splits), "segments": None}
     dups, _ = _cleaned(job, results, memory=memory)
-    folder = work / f"planning-{fp}"
+    folder = planning_folder(work, fp)
     span = job.n_buckets if job.shuffle else 1 + max((r.task for r in results), default=0)
     tables = spill_tables([str(part_path(job.work_dir, r.task)) for r in results], [name for name, _ in job.splits],
                           folder=folder, budget=slice_budget(memory), span=span)
@@ -92,7 +92,7 @@ def make_plan(job: ScatterJob, results: list[TaskResult], *, work: Path, fp: str
     plans = []
     budget = pinned_budget(work, budget)
     for s, table in enumerate(tables):
-        with PlanFile(split_path(work, fp, table.name), rows=table.rows, paths=table.paths) as out:
+        with PlanFile(split_path(work, fp, table.name), rows=table.rows, paths=table.paths, tmp_dir=folder) as out:
             table.sort_into(out)
             table.groups = SplitGroups.of(table.runs, budget=budget, removals=None if dups is None else dups.removals(s))
             probe = make_writer(table.name, ShardRange())

@@ -22,6 +22,7 @@ next one (``spill_tables``), a finished one's by its caller.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -36,6 +37,29 @@ from shardsmith.errors import DatasetError
 
 ROW = np.dtype([("part", "<i4"), ("bucket", "<i8"), ("offset", "<i8"), ("count", "<i8"), ("payload", "<i8")])
 _WORKING = 3  # a slice is held about three times while it is sorted (its rows, the order, a sorted column)
+
+
+def planning_folder(work: Path, fp: str) -> Path:
+    """This process's folder for the plan unit's transient files (routed rows, plan files before
+    they are finished), in the scratch folder under the run's fingerprint, this host and process:
+    two plan units at once (a user's mistake) each finish their own identical plan. The folders a
+    killed plan unit of this host left are removed; another host's, with the scratch folder."""
+    host = os.uname().nodename
+    for old in Path(work).glob(f"planning-{fp}-{host}-*"):
+        pid = old.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(work) / f"planning-{fp}-{host}-{os.getpid()}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def slice_budget(memory: int) -> int:

@@ -66,9 +66,9 @@ class PlanFile:
     (``put``) and read back by the planning (``rows``), then the groups, removals and shard plan
     appended and the file renamed into place (``finish``). Never seen under its name half-written."""
 
-    def __init__(self, path: Path, *, rows: int, paths: Sequence[str]) -> None:
+    def __init__(self, path: Path, *, rows: int, paths: Sequence[str], tmp_dir: Path) -> None:
         self.path, self.n_rows, self.paths = Path(path), rows, paths
-        self._tmp = self.path.with_name(f".{self.path.name}.tmp-{os.uname().nodename}-{os.getpid()}")
+        self._tmp = Path(tmp_dir) / f"{self.path.name}.tmp"  # (the plan unit's own folder: gone with it)
         self._fh = open(self._tmp, "w+b")  # noqa: SIM115 (closed in finish or abort)
         self._fh.write(MAGIC + rows.to_bytes(8, "little"))
         self._at = _columns_at(rows)
