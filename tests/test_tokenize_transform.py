@@ -57,6 +57,8 @@ def test_mds_token_ids_read_back_by_streaming(rows: Path, tmp_path: Path, bpe_to
     assert described["transform"] == "tokenize" and described["dtype"] == "uint16"
     assert described["engine"] == "gigatoken" and described["engine_reason"].startswith("matched tokenizers on")
     assert described["eos_token"] == "<|endoftext|>" and described["to"] == "input_ids"
+    schema = json.loads((out / "manifest.json").read_text())["schema"]  # the new column named beside the source's
+    assert schema["input_ids"] == {"kind": "tokens", "dtype": "uint16", "ragged": True} and "*" in schema
 
 
 def test_parquet_column_of_lists_read_by_pyarrow(rows: Path, tmp_path: Path, bpe_tokenizer: Path) -> None:
@@ -66,6 +68,7 @@ def test_parquet_column_of_lists_read_by_pyarrow(rows: Path, tmp_path: Path, bpe
                   f"tokenize={bpe_tokenizer},to=tokens,eos=none")
     table = pq.read_table(sorted(out.glob("*.parquet")))
     assert table.schema.field("tokens").type == pa.list_(pa.uint16())
+    assert json.loads((out / "manifest.json").read_text())["schema"]["tokens"]["kind"] == "tokens"
     for row in table.to_pylist():
         assert row["tokens"] == expected(bpe_tokenizer, row["text"], eos=None)
 

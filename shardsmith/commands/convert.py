@@ -178,8 +178,10 @@ class RowSteps(JobSteps):
         assert run.write is not None
         kind = registry.record_kind(run.reader.holds)
         text_from = run.opts.text_field if kind.text_fields else None
-        return run.fmt.encoder(run.write, kind.payload_kind).schema(run.reader.sample_schema(run.opts),
-                                                                    text_from=text_from)
+        fields = run.reader.sample_schema(run.opts)
+        for transform in self.transforms or ():
+            fields = transform.fields_after(fields)
+        return run.fmt.encoder(run.write, kind.payload_kind).schema(fields, text_from=text_from)
 
     def describe(self, run: JobRun, done: Converted) -> Described:
         opts, reader = run.opts, run.reader

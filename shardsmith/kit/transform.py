@@ -16,6 +16,7 @@ run any registered transform that applies to the source's records. Contract:
 - it pickles (spawned workers receive it) and ``describe()`` is JSON the manifest records;
 - ``inputs()``: the files it reads (a tokenizer), hashed into the run's identity
   (``engine/output/resume.py``): a rerun after one changed starts over instead of resuming;
+- ``fields_after(schema)``: the fields it adds or changes, for the manifest's ``schema``;
 - ``samples``: whether ``prepare(records)`` is to see the input's first records (after the
   transforms before it), once a run, before the workers get it: what they tell may decide how,
   never what, it makes (a tokenizer's engine, checked on their text). It returns the decision as
@@ -51,6 +52,11 @@ class Transform:
     def inputs(self) -> tuple[str, ...]:
         """The files besides the inputs its records depend on (none by default)."""
         return ()
+
+    def fields_after(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The description of the records' fields after it (``Reader.sample_schema``'s, then each
+        transform's in turn: what the manifest's ``schema`` names): unchanged by default."""
+        return schema
 
     def prepare(self, records: Iterator[Any]) -> Any:
         """What the input's first records decide (``samples``), as JSON; it takes as many as it needs."""

@@ -149,6 +149,10 @@ class TokenizeText(Transform):
     def inputs(self) -> tuple[str, ...]:
         return tokenizer_inputs(self.path)
 
+    def fields_after(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The ids' field beside the source's: each document's tokens, of the dtype pack-tokens writes."""
+        return {**schema, self.to: {"kind": "tokens", "dtype": self.spec.dtype.name, "ragged": True}}
+
     def describe(self) -> dict[str, Any]:
         return {"transform": self.name, "tokenizer": Path(self.path).name, "sha256": self.sha256, "field": self.field,
                 "to": self.to, "eos_token": self.eos, "eos_id": self.spec.eos_id, "bos_token": self.bos,
