@@ -144,7 +144,7 @@ class _Sink:
 
     def add(self, split: int, piece: int, rows: np.ndarray) -> None:
         if self.n_slices == 1:
-            self._held.setdefault(split, []).append(rows.copy())
+            self._held.setdefault(split, []).append(rows)  # (a view of its part's rows: held whole anyway)
             return
         fh = self._files.get((split, piece))
         if fh is None:
