@@ -39,7 +39,7 @@ INSTALL = {"datatrove": ANCHOR_SETUP, "streaming": ANCHOR_SETUP, "litdata": ANCH
            "webdataset": "pip install -e '.[webdataset]'", "matplotlib": "pip install -e '.[report]'",
            "distributed": "pip install -e '.[dask]'", "ray": "pip install -e '.[ray]'",
            "datasketch": "pip install datasketch", "xxhash": "pip install xxhash", "moto": DEV, "boto3": DEV,
-           "s3fs": "pip install -e '.[s3]'",
+           "s3fs": "pip install -e '.[s3]'", "lance": "pip install -e '.[lance]'",
            # the release built for the dev extra's torch==2.13.0 (a later one would replace torch)
            "torchvision": "pip install torchvision==0.28.0"}
 # the venv's scripts first, as in an activated venv (bench/stream_loader.py starts moto_server from PATH)
@@ -83,6 +83,7 @@ SUITE = (
     Bench("memmap", ("--events", "20000", "--repeat", "1"), needs=("uproot", "awkward")),
     Bench("parquet_out", ("--mb", "10", "--repeat", "1")),
     Bench("mds_out", ("--rows", "20000", "--repeat", "1"), needs=("streaming",)),
+    Bench("lance_out", ("--mb", "10", "--images", "200", "--repeat", "1"), needs=("lance", "PIL", "simplejpeg")),
     Bench("pack", ("--mb", "5", "--repeat", "1")),
     Bench("chat", ("--conversations", "300", "--seq-lens", "2048"), work="--out", needs=("torch", "transformers")),
     Bench("mix", ("--samples", "200000", "--windows", "20000", "--repeat", "1"), work=None,

@@ -13,6 +13,7 @@ the same rules (``formats/parquet/joined.py``).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ import pyarrow.ipc  # noqa: F401 (pa.ipc)
 
 from shardsmith.core.memory import no_gc
 from shardsmith.errors import ShardsmithError
-from shardsmith.formats.arrow_rows.rows import decode_rows
+from shardsmith.formats.arrow_rows.rows import decoded_rows
 from shardsmith.formats.arrow_rows.schemas import joined
 from shardsmith.formats.arrow_rows.source_types import as_source
 from shardsmith.kit.sample import KEY
@@ -37,13 +38,13 @@ def group_table(samples: list[bytes], *, where: str, types: pa.Schema | None = N
 
 
 def _group_table(samples: list[bytes], *, where: str, types: pa.Schema | None) -> pa.Table:
-    keys, rows = decode_rows(samples)
-    names: dict[str, None] = {}
-    for row in rows:
-        names.update(dict.fromkeys(row))
+    keys, rows, arrays = decoded_rows(samples)
+    names = dict.fromkeys(itertools.chain.from_iterable(rows))  # every row's fields, in the order they first come
     columns = {KEY: pa.array(keys, type=pa.string())}
     for name in names:
-        values = [_plain(row.get(name)) for row in rows]
+        values = [row.get(name) for row in rows]
+        if name in arrays:  # (the other fields' values are as JSON reads them: none is an array)
+            values = [_plain(v) for v in values]
         try:
             columns[name] = pa.array(values)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError) as exc:

@@ -44,16 +44,26 @@ class RowEncoder(SampleEncoder):
 
 def decode_rows(samples: list[bytes]) -> tuple[list[str], list[dict[str, Any]]]:
     """The keys and the fields of encoded samples, in order (the JSON heads parsed in one call)."""
+    keys, rows, _ = decoded_rows(samples)
+    return keys, rows
+
+
+def decoded_rows(samples: list[bytes]) -> tuple[list[str], list[dict[str, Any]], set[str]]:
+    """``decode_rows``, and the names of the fields any of the samples holds an array in: only those
+    have values that JSON does not (the rest are as it reads them), which a writer checks no other."""
     sizes = [HEAD.unpack_from(s)[0] for s in samples]
     at = HEAD.size
     heads = orjson.loads(b"[" + b",".join([memoryview(s)[at:at + n] for s, n in zip(samples, sizes)]) + b"]")
     keys = [h[0] for h in heads]
     rows = [h[2] for h in heads]
+    arrays: set[str] = set()
     for k, head in enumerate(heads):
         if not head[3]:
             continue
         data, pos, row = samples[k], at + sizes[k], rows[k]
         for name, kind, meta in head[3]:
             row[name], pos = unbinary(kind, meta, data, pos)
+            if kind == "array":
+                arrays.add(name)
         rows[k] = {name: row[name] for name in head[1]}
-    return keys, rows
+    return keys, rows, arrays
