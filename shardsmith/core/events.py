@@ -9,7 +9,8 @@ event. A record is 8-byte aligned throughout::
     values, padded to 8 bytes]
 
 Ragged fields that share a counter (``NJet`` for ``Jet_pt`` and ``Jet_eta``) form one group and
-share one offsets array.
+share one offsets array. These records are the neutral ones, which a format gets unless its encoder
+makes its own (``kit/event_codec.py``: ``Format.encoder`` for events; memmap's cut rows).
 """
 
 from __future__ import annotations
