@@ -219,8 +219,9 @@ def test_wide_parquet_one_row_per_event(tmp_path):
     np.testing.assert_array_equal(np.fromfile(tmp_path / "mm" / label["path"], label["dtype"]), [1, 0, 1])
 
 
-@pytest.mark.parametrize("keep", ["first", "last", "top:t"])
-def test_the_formats_records_hold_each_event_cut_to_its_row(keep):
+@pytest.mark.parametrize("keep, length, most", [("first", 5, 9), ("last", 5, 9), ("top:t", 5, 9),
+                                                ("top:t", 64, 80)])  # short values (a gather), long (slices)
+def test_the_formats_records_hold_each_event_cut_to_its_row(keep, length, most):
     """The memmap encoder's records (``Format.encoder``, in the workers) read back by the writer's
     ``records.rows_of``: every dtype kind, empty and truncated events, records read at scattered
     ``starts``; each event's row as a per-event reference cuts it from its own columns alone (a
@@ -232,8 +233,8 @@ def test_the_formats_records_hold_each_event_cut_to_its_row(keep):
     from shardsmith.registry import format_named
 
     rng = np.random.default_rng(3)
-    counts = rng.integers(0, 9, 300)
-    counts[:3] = [0, 40, 6]
+    counts = rng.integers(0, most, 300)
+    counts[:3] = [0, 2 * length, 6]
     offsets = np.concatenate([[0], np.cumsum(counts)])
     total = int(offsets[-1])
     schema = EventSchema((Field(name="id", dtype="<i8"), Field(name="pos", dtype="<f4", shape=(3,)),
@@ -244,9 +245,9 @@ def test_the_formats_records_hold_each_event_cut_to_its_row(keep):
         "id": np.arange(len(counts), dtype="<i8"), "pos": rng.random((len(counts), 3)).astype("<f4"),
         "flag": rng.random(len(counts)) < 0.5, "t": rng.random(total), "q": rng.random(total).astype("<f2"),
         "aux": rng.random(total) < 0.3, "dom": rng.integers(-99, 99, total).astype("<i2")})
-    layout = layout_of(schema, max_len=5, dtype="float16", keep=keep)
+    layout = layout_of(schema, max_len=length, dtype="float16", keep=keep)
     job = WriteJob(opts=None, out=Path("unused"), schema=schema,
-                   options=OptionValues(values={"max_len": 5, "dtype": "float16", "keep": keep}))
+                   options=OptionValues(values={"max_len": length, "dtype": "float16", "keep": keep}))
     encoded = format_named("memmap").encoder(job, "events").records(chunk, schema)
     assert not encoded.refused
     order = rng.permutation(len(counts))
@@ -256,7 +257,7 @@ def test_the_formats_records_hold_each_event_cut_to_its_row(keep):
     pick = np.concatenate([[0, 1, 2], rng.permutation(np.arange(3, len(counts)))[:200]])
     got = rows_of(encoded.lengths[pick], payload, layout, starts=starts[pick])
     np.testing.assert_array_equal(got.counts, counts[pick])
-    np.testing.assert_array_equal(got.lengths, np.minimum(counts[pick], 5))
+    np.testing.assert_array_equal(got.lengths, np.minimum(counts[pick], length))
     at = np.concatenate([[0], np.cumsum(got.lengths)])
     for k, i in enumerate(pick.tolist()):
         alone = chunk.take(np.array([i]), schema)
@@ -265,7 +266,7 @@ def test_the_formats_records_hold_each_event_cut_to_its_row(keep):
         for f in schema.fixed:
             np.testing.assert_array_equal(got.scalars[f.name][k], chunk.columns[f.name][i], err_msg=f.name)
     assert b"".join(encoded.pieces(order)[0]) == payload.tobytes()  # what the scatter writes piece by piece
-    lying = payload.copy()  # event 1's count (after id, pos and flag: 32 bytes) says 3 values, its record holds 5
+    lying = payload.copy()  # event 1's count (after id, pos and flag: 32 bytes) says 3 values, its record holds L
     lying[starts[1] + 32:starts[1] + 40] = np.frombuffer(np.int64(3).tobytes(), np.uint8)
     with pytest.raises(ValueError, match="another size"):  # refused, never a short or foreign row
         rows_of(encoded.lengths[pick], lying, layout, starts=starts[pick])
