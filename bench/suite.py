@@ -117,6 +117,7 @@ BY_NAME = {b.name: b for b in SUITE}
 # the other scripts of bench/, and why the suite does not run them
 NOT_RUN = {"ab_versions": "two checkouts side by side (--base PATH)",
            "ab_loader": "two checkouts' loaders side by side (--base PATH)",
+           "ab_memmap": "two checkouts' convert --to memmap side by side (--base PATH)",
            "campaign_signals": "a count of outcomes under signals, not a measure of speed",
            "campaign_storage": "a count of outcomes under kills and races, not a measure of speed",
            "campaign_inputs": "a count of outcomes of crafted templates and endless inputs, not a measure of speed",

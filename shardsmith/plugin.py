@@ -2,7 +2,7 @@
 
 A third-party package writes a source (``Source``, whose records become a neutral ``Sample``), a
 transform (``Transform``), a format (``Format`` with its ``Writer``, which reads each ``Sample`` back
-with ``Sample.decode`` or gives its own ``SampleEncoder``, and a ``Dataset``: length, ``read``, ``kind``, which gives it
+with ``Sample.decode`` or gives its own ``SampleEncoder``, for events its own ``EventEncoder``, and a ``Dataset``: length, ``read``, ``kind``, which gives it
 ``ds.iter``, the torch adapters and mixtures) or a kind of record a source holds (``RecordKind``,
 with its report ``Section``s and ``Table``s, read within ``Sampling``) against these names and registers it through an
 entry point (docs/design.md, "Plugins"); ``shardsmith.testing`` holds the conformance tests it
@@ -18,6 +18,7 @@ from shardsmith.core.input_file import InputFile
 from shardsmith.core.own_files import Folder, OwnFiles
 from shardsmith.errors import DataError, DatasetError, UsageError
 from shardsmith.kit.dataset import Dataset
+from shardsmith.kit.event_codec import EventEncoder, EventRecords
 from shardsmith.kit.format import Format, Rate, WriteJob
 from shardsmith.kit.options import FormatOptions, Option, OptionValues
 from shardsmith.kit.reader import BadRecord, Reader, RecordError, StreamError, Task
@@ -31,7 +32,7 @@ from shardsmith.kit.writer import SHARD_NAMES, ShardRange, ShardRecord, Writer
 Source = Reader  # a source is a Reader subclass
 
 __all__ = ["OTHER_FIELDS", "SHARD_NAMES", "ArraysForm", "BadRecord", "BatchForm", "DataError", "Dataset", "DatasetError",
-           "EventChunk", "EventForm", "EventSchema", "Folder", "Format", "FormatOptions", "InputFile",
+           "EventChunk", "EventEncoder", "EventForm", "EventRecords", "EventSchema", "Folder", "Format", "FormatOptions", "InputFile",
            "ListForm", "MappingForm", "Option", "OptionValues", "OwnFiles", "Rate", "Reader", "RecordError",
            "RecordKind", "Sample", "SampleEncoder", "SampleKind", "Sampling", "Section", "ShardRange", "ShardRecord", "Source", "StreamError",
            "Table", "Task", "Transform", "UsageError", "WriteJob", "Writer"]

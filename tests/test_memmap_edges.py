@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 from conftest import root_data, run_cli
 
+from shardsmith.kit.format import WriteJob
+from shardsmith.kit.options import OptionValues
+
 HZZ = "uproot-HZZ.root"
 
 
@@ -65,7 +68,15 @@ def test_float16_overflow_is_refused_and_nan_is_stored(tmp_path):
     src = _long_table(tmp_path / "big.parquet", [1.0, 70000.0, 2.0], [2, 1])
     res = run_cli("convert", src, "--group-by", "event_id", "-o", tmp_path / "h", "--to", "memmap",
                   "--max-len", "2", "--dtype", "float16", "-q")
-    one_line(res, 1, "charge", "70000", "float16", "--dtype float32")
+    one_line(res, 1, "big.parquet: event 1:", "charge", "70000", "float16", "--dtype float32")
+    # the encoder refuses the event in the worker: a bad record, which --on-error skip leaves out and lists
+    res = run_cli("convert", src, "--group-by", "event_id", "-o", tmp_path / "s", "--to", "memmap",
+                  "--max-len", "2", "--dtype", "float16", "--on-error", "skip", "--no-shuffle", "-q")
+    assert res.exit_code == 0, res.stderr
+    skipped = json.loads((tmp_path / "s" / "manifest.json").read_text())["source"]["skipped"]["records"]
+    assert [(s["file"], s["record"]) for s in skipped] == [("big.parquet", 0)] and "70000" in skipped[0]["reason"]
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "s" / "train.lengths.bin", "<i8"), [1])  # event 1 alone
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "s" / "train.values.bin", "<f2"), [2.0, 2.0, 0, 0])
     src = _long_table(tmp_path / "nan.parquet", [np.nan, 5.0, 1.0, np.inf, 3.0], [3, 2])
     res = run_cli("convert", src, "--group-by", "event_id", "-o", tmp_path / "n", "--to", "memmap",
                   "--max-len", "2", "--keep", "top:charge", "--no-shuffle", "--dtype", "float16", "-q")
@@ -208,14 +219,22 @@ def test_wide_parquet_one_row_per_event(tmp_path):
     np.testing.assert_array_equal(np.fromfile(tmp_path / "mm" / label["path"], label["dtype"]), [1, 0, 1])
 
 
-def test_record_columns_equal_the_engine_decode():
-    """``memmap.records.columns`` (one gather per field) against ``core.events.decode`` on records of
-    every dtype kind, empty events, and records read at scattered ``starts``."""
-    from shardsmith.core.events import EventChunk, EventSchema, Field, decode, encode
-    from shardsmith.formats.memmap.records import columns
+@pytest.mark.parametrize("keep, length, most", [("first", 5, 9), ("last", 5, 9), ("top:t", 5, 9),
+                                                ("top:t", 64, 80)])  # short values (a gather), long (slices)
+def test_the_formats_records_hold_each_event_cut_to_its_row(keep, length, most):
+    """The memmap encoder's records (``Format.encoder``, in the workers) read back by the writer's
+    ``records.rows_of``: every dtype kind, empty and truncated events, records read at scattered
+    ``starts``; each event's row as a per-event reference cuts it from its own columns alone (a
+    record depends on its event only, never on the chunk it came in)."""
+    from shardsmith.core.events import EventChunk, EventSchema, Field
+    from shardsmith.formats.memmap.pad import kept_rows
+    from shardsmith.formats.memmap.records import rows_of
+    from shardsmith.formats.memmap.shape import layout_of
+    from shardsmith.registry import format_named
 
     rng = np.random.default_rng(3)
-    counts = rng.integers(0, 9, 300)
+    counts = rng.integers(0, most, 300)
+    counts[:3] = [0, 2 * length, 6]
     offsets = np.concatenate([[0], np.cumsum(counts)])
     total = int(offsets[-1])
     schema = EventSchema((Field(name="id", dtype="<i8"), Field(name="pos", dtype="<f4", shape=(3,)),
@@ -226,13 +245,28 @@ def test_record_columns_equal_the_engine_decode():
         "id": np.arange(len(counts), dtype="<i8"), "pos": rng.random((len(counts), 3)).astype("<f4"),
         "flag": rng.random(len(counts)) < 0.5, "t": rng.random(total), "q": rng.random(total).astype("<f2"),
         "aux": rng.random(total) < 0.3, "dom": rng.integers(-99, 99, total).astype("<i2")})
+    layout = layout_of(schema, max_len=length, dtype="float16", keep=keep)
+    job = WriteJob(opts=None, out=Path("unused"), schema=schema,
+                   options=OptionValues(values={"max_len": length, "dtype": "float16", "keep": keep}))
+    encoded = format_named("memmap").encoder(job, "events").records(chunk, schema)
+    assert not encoded.refused
     order = rng.permutation(len(counts))
-    lengths, payload = encode(chunk, schema, order=order)
-    starts = np.concatenate([[0], np.cumsum(lengths[order])])[:-1][np.argsort(order)]  # record k's place
-    pick = rng.permutation(len(counts))[:200]
-    want = decode(lengths[pick], payload, schema, starts=starts[pick])
-    got = columns(lengths[pick], payload, schema, starts=starts[pick])
-    np.testing.assert_array_equal(got.offsets["n"], want.offsets["n"])
-    for f in schema.fields:
-        assert got.columns[f.name].dtype == want.columns[f.name].dtype
-        np.testing.assert_array_equal(got.columns[f.name], want.columns[f.name], err_msg=f.name)
+    payload = encoded.payload(order)
+    assert len(payload) == encoded.lengths.sum() and not np.any(encoded.lengths % 8)
+    starts = np.concatenate([[0], np.cumsum(encoded.lengths[order])])[:-1][np.argsort(order)]  # record k's place
+    pick = np.concatenate([[0, 1, 2], rng.permutation(np.arange(3, len(counts)))[:200]])
+    got = rows_of(encoded.lengths[pick], payload, layout, starts=starts[pick])
+    np.testing.assert_array_equal(got.counts, counts[pick])
+    np.testing.assert_array_equal(got.lengths, np.minimum(counts[pick], length))
+    at = np.concatenate([[0], np.cumsum(got.lengths)])
+    for k, i in enumerate(pick.tolist()):
+        alone = chunk.take(np.array([i]), schema)
+        values, _, _ = kept_rows(alone, layout)
+        np.testing.assert_array_equal(got.values[at[k]:at[k + 1]], values, err_msg=f"event {i}")
+        for f in schema.fixed:
+            np.testing.assert_array_equal(got.scalars[f.name][k], chunk.columns[f.name][i], err_msg=f.name)
+    assert b"".join(encoded.pieces(order)[0]) == payload.tobytes()  # what the scatter writes piece by piece
+    lying = payload.copy()  # event 1's count (after id, pos and flag: 32 bytes) says 3 values, its record holds L
+    lying[starts[1] + 32:starts[1] + 40] = np.frombuffer(np.int64(3).tobytes(), np.uint8)
+    with pytest.raises(ValueError, match="another size"):  # refused, never a short or foreign row
+        rows_of(encoded.lengths[pick], lying, layout, starts=starts[pick])

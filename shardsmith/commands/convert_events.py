@@ -1,9 +1,10 @@
 """``shardsmith convert`` for physics events: ROOT or Parquet events into HDF5 or tar shards, or memmap
 arrays; the steps ``convert``'s job takes when its source holds events.
 
-Readers yield columns for many events at once; each chunk becomes one payload per event (see
-``shardsmith.core.events``), goes through the same keyed shuffle as every other sample, and the
-writer turns the shuffled records back into columns.
+Readers yield columns for many events at once; each chunk becomes one record per event, as the
+format's encoder makes them (``Format.encoder``; by default ``core.events``' records), goes through
+the same keyed shuffle as every other sample, and the writer turns the shuffled records back into
+columns.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from shardsmith import registry
 from shardsmith.core import provenance
 from shardsmith.core.events import EventSchema
 from shardsmith.core.input_file import InputFile
@@ -28,7 +30,8 @@ if TYPE_CHECKING:
 
 
 class EventSteps(JobSteps):
-    """Events: the schema read once, each event one payload, the writer's columns from the schema."""
+    """Events: the schema read once, each event one record (the format's encoder's), the writer's
+    columns from the schema."""
 
     def check(self, run: JobRun) -> None:
         opts, reader = run.opts, run.reader
@@ -55,9 +58,12 @@ class EventSteps(JobSteps):
         return run.reader.decoded_bytes() or 4 * super().estimated_bytes(run)
 
     def processor(self, run: JobRun) -> EventProcessor:
+        """Each chunk's events as records the format's encoder makes (``Format.encoder``)."""
         opts, chunk_bytes = run.opts, run.sizing.chunk_bytes  # type: ignore[union-attr]
+        assert run.write is not None
         self.events.balance = None if opts.balance is None else _balance(opts, run.reader, run.files or [],
                                                                          self.schema, chunk_bytes)
+        self.events.encoder = run.fmt.encoder(run.write, registry.record_kind(run.reader.holds).payload_kind)
         return self.events
 
     def describe(self, run: JobRun, done: Converted) -> Described:

@@ -9,7 +9,8 @@ event. A record is 8-byte aligned throughout::
     values, padded to 8 bytes]
 
 Ragged fields that share a counter (``NJet`` for ``Jet_pt`` and ``Jet_eta``) form one group and
-share one offsets array.
+share one offsets array. These records are the neutral ones, which a format gets unless its encoder
+makes its own (``kit/event_codec.py``: ``Format.encoder`` for events; memmap's cut rows).
 """
 
 from __future__ import annotations
@@ -208,8 +209,8 @@ def record_pieces(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> 
     buffers each record has (the same for every record): the scatter writes them to its part
     file as they are (``PartWriter.add`` takes a list of buffers), with no joined copy in fresh memory first."""
     order = np.asarray(order, dtype=np.int64)
-    head = _head_rows(chunk, schema)
-    columns: list[list[Any]] = [_rows(head, order)]
+    head = head_rows(chunk, schema)
+    columns: list[list[Any]] = [row_slices(head, order)]
     for f in schema.ragged:
         values = _bytes_of(chunk.columns[f.name], f)
         off = chunk.offsets[f.counter] * f.item_bytes
@@ -217,7 +218,7 @@ def record_pieces(chunk: EventChunk, schema: EventSchema, order: np.ndarray) -> 
         columns.append(slices(values, lo, hi))
         pad = (-(hi - lo)) % 8
         if pad.any():
-            columns.append([_ZEROS[p] for p in pad.tolist()])
+            columns.append([ZEROS[p] for p in pad.tolist()])
     with no_gc():
         return [piece for pieces in zip(*columns) for piece in pieces], len(columns)
 
@@ -305,10 +306,10 @@ def decode_from(sources: list[np.ndarray], src: np.ndarray, starts: np.ndarray, 
     return EventChunk(first=first, n=n, columns=columns, offsets=offsets), runs
 
 
-_ZEROS = [bytes(k) for k in range(8)]
+ZEROS = [bytes(k) for k in range(8)]  # a record's padding to 8 bytes, by its size
 
 
-def _head_rows(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
+def head_rows(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
     """Each record's head: its fixed fields (each padded to 8 bytes), then one int64 count per
     ragged group, as ``(n, bytes)`` uint8 rows."""
     head = [_fixed_block(chunk, schema)]
@@ -316,7 +317,7 @@ def _head_rows(chunk: EventChunk, schema: EventSchema) -> np.ndarray:
     return np.ascontiguousarray(np.concatenate(head, axis=1)).view(np.uint8)
 
 
-def _rows(block: np.ndarray, order: np.ndarray) -> list[Any]:
+def row_slices(block: np.ndarray, order: np.ndarray) -> list[Any]:
     """The rows ``order`` of a 2-d array, one buffer each."""
     if block.shape[1] == 0 or len(order) == 0:
         return [b""] * len(order)

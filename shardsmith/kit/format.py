@@ -1,10 +1,11 @@
 """The format protocol: one registered object per on-disk format (docs/design.md, "Plugins").
 
-A format is the unit of extension. It says which records it can hold, encodes each sample in the
-workers (``encoder``: webdataset's tar members; by default the neutral ``kit/sample.py`` encoding),
-makes the writers the gather feeds, adds its fields to the manifest, and reads its datasets back
-for the loader, ``verify --deep``, ``inspect`` (and its HTML ``--report``) and ``bench``. Commands
-never ask which format they hold: they call these methods on the object ``shardsmith.registry`` returns.
+A format is the unit of extension. It says which records it can hold, encodes each record in the
+workers (``encoder``: webdataset's tar members, memmap's cut rows; by default the neutral encoding of
+``kit/sample.py`` and ``kit/event_codec.py``), makes the writers the gather feeds, adds its fields to
+the manifest, and reads its datasets back for the loader, ``verify --deep``, ``inspect`` (and its
+HTML ``--report``) and ``bench``. Commands never ask which format they hold: they call these
+methods on the object ``shardsmith.registry`` returns.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from shardsmith.core.manifest import companion_names, shard_files
 from shardsmith.core.own_files import OwnFiles
 from shardsmith.errors import DatasetError
+from shardsmith.kit.event_codec import EventEncoder
 from shardsmith.kit.options import OptionValues
 from shardsmith.kit.sample import NeutralEncoder, SampleEncoder
 from shardsmith.kit.writer import SHARD_NAMES
@@ -128,11 +130,13 @@ class Format:
     def check(self, job: WriteJob) -> None:
         """Refuse options or a schema this format cannot write (a UsageError), before any work."""
 
-    def encoder(self, job: WriteJob, kind: str) -> SampleEncoder:
-        """The worker-side encoder of samples of the record kind ``kind`` (the kind the format
-        ``accepts`` that the records are written as) into the bytes its writers are handed, one
-        sample after another. By default the neutral encoding (``kit/sample.py``), which the
-        writer reads back with ``Sample.decode``: a format decides its layout itself."""
+    def encoder(self, job: WriteJob, kind: str) -> SampleEncoder | EventEncoder:
+        """The worker-side encoder of records of the kind ``kind`` (the kind the format ``accepts``
+        that the records are written as) into the bytes its writers are handed, one record after
+        another: a ``SampleEncoder`` for samples (rows, images), an ``EventEncoder`` for events
+        (``kit/event_codec.py``). By default the neutral encoding of either (``NeutralEncoder``),
+        which the writer reads back with ``Sample.decode`` or ``core.events.decode``: a format
+        decides its layout itself."""
         return NeutralEncoder()
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:

@@ -30,7 +30,8 @@ class ImagesKind(RecordKind):
 
 
 class EventsKind(RecordKind):
-    """``EventChunk`` columns of many events at once (a columnar source), described by its ``schema``."""
+    """``EventChunk`` columns of many events at once (a columnar source), described by its ``schema``:
+    one record per event, which the format encodes (``Format.encoder``: ``kit/event_codec.py``)."""
 
     name = "events"
     convert_steps = "shardsmith.commands.convert_events:EventSteps"

@@ -12,7 +12,7 @@ Image files become samples too (``kit/image_processor.py``: ``image``, ``ext``, 
 unchanged file's bytes come as ``FileBytes``, which an encoder may reference instead of carrying.
 A format that gives no encoder of its own gets ``NeutralEncoder``: the sample as typed, framed
 bytes that its writer reads back whole with ``Sample.decode`` (no format's layout in them), so a new
-format never parses another format's encoding.
+format never parses another format's encoding; a chunk of events as ``kit/event_codec.py``'s records.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
+
+from shardsmith.kit.event_codec import NeutralEventEncoder
 
 # in a description of a sample's fields (``Reader.sample_schema``): every field it does not name,
 # which a source knows only once it reads them (a JSON object's keys, a table's columns)
@@ -94,8 +96,10 @@ class SampleEncoder:
         return {**fields, **({TEXT: {"kind": "text", "from": text_from}} if text_from else {})}
 
 
-class NeutralEncoder(SampleEncoder):
-    """The sample as it is, typed (``Sample.decode`` reads it back): what a format gets by default."""
+class NeutralEncoder(SampleEncoder, NeutralEventEncoder):
+    """The sample as it is, typed (``Sample.decode`` reads it back): what a format gets by default.
+    Events too (``records``: ``kit/event_codec.py``'s neutral records), so that one default serves
+    every kind a format accepts."""
 
     def encode(self, sample: Sample) -> list[bytes]:
         described: list[list[Any]] = []

@@ -28,7 +28,8 @@ process, or, for the kill tests, in a child process that ``SHARDSMITH_CRASH_AT``
   files' and ``verify`` says OK; a bad record is one error line naming file and record (exit 1),
   and ``--on-error skip`` lists and counts it; random access equals iteration.
 - ``FormatContract``: the same bytes for any ``--workers``; ``verify`` and ``verify --deep`` pass
-  and a flipped byte fails ``verify`` naming the file; and ``DatasetContract``.
+  and a flipped byte fails ``verify`` naming the file; a format of events gives an encoder whose
+  records each depend on their event alone (``shardsmith.testing.events``); and ``DatasetContract``.
 - ``DatasetContract``: ``ds[i]`` equals iteration in order and ``get_batch``; a manifest naming a
   shard outside the folder is a DatasetError; the dataset pickles (for DataLoader workers).
 

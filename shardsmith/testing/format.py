@@ -8,6 +8,8 @@ import shutil
 from pathlib import Path
 from typing import ClassVar
 
+import pytest
+
 from shardsmith.testing.base import ContractBase
 from shardsmith.testing.dataset import DatasetContract
 from shardsmith.testing.runs import CARD, MANIFEST, digest, manifest, run, run_killed, run_ok
@@ -83,6 +85,19 @@ class FormatContract(ContractBase, DatasetContract):
         listed = {e["path"] for e in manifest_files(manifest(contract_output), fmt)}
         assert written - {MANIFEST, CARD} == listed, (f"written, not listed: {sorted(written - {MANIFEST, CARD} - listed)}; "
                                                       f"listed, not written: {sorted(listed - written)}")
+
+    def test_its_event_records_depend_on_each_event_alone(self, contract_output: Path) -> None:
+        """A format of events: the encoder it gives the workers (``Format.encoder``; the neutral one
+        by default), made from the dataset's own schema and options, makes one record per event
+        from that event alone, in any order, in pieces or joined, after a pickle
+        (``shardsmith.testing.events``)."""
+        from shardsmith import registry
+        from shardsmith.testing.events import check_event_records
+
+        fmt = registry.format_named(self.format)
+        if "events" not in fmt.accepts:
+            pytest.skip(f"{self.format} holds no events")
+        check_event_records(fmt, manifest(contract_output))
 
     def test_resumes_after_a_kill_in_the_gather(self, contract_inputs: Path, contract_output: Path,
                                                 tmp_path: Path) -> None:

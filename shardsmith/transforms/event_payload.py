@@ -1,5 +1,6 @@
-"""Event chunks into per-event records, in the worker: one payload per event (``core.events``'s
-codec), built straight in the order the shuffle wants, with no loop per event."""
+"""Event chunks into per-event records, in the worker: one record per event, as the format's
+encoder makes them (``Format.encoder`` for events: ``kit/event_codec.py``), built straight in the
+order the shuffle wants, with no loop per event."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from shardsmith.core.events import EventChunk, EventSchema, encode, record_lengths, record_pieces
+from shardsmith.core.events import EventChunk, EventSchema
 from shardsmith.core.provenance import Stamp, with_provenance
 from shardsmith.kit.downsample import BalancePlan, balance_hashes
+from shardsmith.kit.event_codec import EventEncoder
 from shardsmith.kit.processed import Processed
 from shardsmith.kit.reader import Task
 
@@ -18,16 +20,20 @@ class EventProcessor:
     """Encodes a chunk's events into per-event records in the worker.
 
     ``schema`` is what the reader gives; with ``provenance`` (the run's input names, in manifest
-    order) each event also gets its file index and entry, and the records follow ``out_schema``."""
+    order) each event also gets its file index and entry, and the records follow ``out_schema``.
+    ``encoder``: the format's (set once the format's job is made from ``out_schema``); the events
+    it refuses are bad records."""
 
     def __init__(self, *, schema: EventSchema, balance: BalancePlan | None = None,
-                 provenance: list[str] | None = None) -> None:
+                 provenance: list[str] | None = None, encoder: EventEncoder | None = None) -> None:
         self.schema = schema
         self.balance = balance  # --balance: which events of each label are kept
         self.stamp = None if provenance is None else Stamp(inputs=provenance)
         self.out_schema = schema if provenance is None else with_provenance(schema)
+        self.encoder = encoder
 
     def process_chunk(self, task: Task, chunk: EventChunk) -> Processed:
+        assert self.encoder is not None, "the format's encoder is set before the workers start"
         records = np.arange(chunk.first, chunk.first + chunk.n, dtype=np.int64)
         schema = self.schema
         dropped = 0
@@ -39,9 +45,17 @@ class EventProcessor:
                 chunk, records, dropped = chunk.take(kept, schema), records[kept], len(records) - len(kept)
         if self.stamp is not None:
             chunk, schema = self.stamp(chunk, task.file.rel, records), self.out_schema
-        return Processed(records=records, lengths=record_lengths(chunk, schema), payload=None, dropped=dropped,
-                         encode_in=lambda order: encode(chunk, schema, order=order)[1],
-                         pieces_in=lambda order: record_pieces(chunk, schema, order))
+        encoded = self.encoder.records(chunk, schema)
+        if not encoded.refused:
+            return Processed(records=records, lengths=encoded.lengths, payload=None, dropped=dropped,
+                             encode_in=encoded.payload, pieces_in=encoded.pieces)
+        good = np.ones(chunk.n, dtype=bool)
+        good[[i for i, _ in encoded.refused]] = False
+        rows = np.flatnonzero(good)  # the records handed on are the good events': their ``order`` indexes these
+        return Processed(records=records[rows], lengths=encoded.lengths[rows], payload=None, dropped=dropped,
+                         bad=[(int(records[i]), why) for i, why in encoded.refused],
+                         encode_in=lambda order: encoded.payload(rows[order]),
+                         pieces_in=lambda order: encoded.pieces(rows[order]))
 
     def head(self, chunk: EventChunk, n: int) -> EventChunk:
         """The first ``n`` events (for ``--limit``)."""

@@ -13,6 +13,7 @@ from typing import Any
 from shardsmith.core import manifest as m_
 from shardsmith.errors import UsageError
 from shardsmith.formats.lance.format import LanceFormat
+from shardsmith.kit.event_codec import EventEncoder, NeutralEventEncoder
 from shardsmith.kit.format import CardData, WriteJob
 from shardsmith.kit.sample import KEY
 from shardsmith.kit.writer import ShardRange, Writer
@@ -29,6 +30,11 @@ class LanceEventsFormat(LanceFormat):
         if any(f.name == KEY for f in job.schema.fields):
             raise UsageError(f"a field is named {KEY}, the column of each event's place in Lance: leave it out "
                              f"with --branches")
+
+    def encoder(self, job: WriteJob, kind: str) -> EventEncoder:
+        """The neutral event records (``core.events``), which its writer decodes into a group's columns;
+        not the typed samples of the rows' Lance format it extends."""
+        return NeutralEventEncoder()
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.lance.events import LanceEventWriter

@@ -16,6 +16,7 @@ from shardsmith.core.words import plural
 from shardsmith.errors import DatasetError
 from shardsmith.formats.memmap.options import OPTIONS
 from shardsmith.formats.memmap.shape import ARRAY_SUFFIX, META_SUFFIX, Layout, layout_of
+from shardsmith.kit.event_codec import EventEncoder
 from shardsmith.kit.format import Format, Rate, WriteJob, timed_batches
 from shardsmith.kit.writer import ShardRange, Writer
 
@@ -37,6 +38,12 @@ class MemmapFormat(Format):
 
     def check(self, job: WriteJob) -> None:
         job_layout(job)
+
+    def encoder(self, job: WriteJob, kind: str) -> EventEncoder:
+        """Each event cut to its row in the workers (``encoder.py``): the one writer of a split only copies."""
+        from shardsmith.formats.memmap.encoder import MemmapEncoder
+
+        return MemmapEncoder(layout=job_layout(job))
 
     def writer(self, job: WriteJob, split: str, part: ShardRange) -> Writer:
         from shardsmith.formats.memmap.writer import MemmapWriter

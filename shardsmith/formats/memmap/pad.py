@@ -1,5 +1,6 @@
-"""Ragged event values into fixed ``(n, L, F)`` rows: truncation by the layout's policy, padding
-with ``PAD_VALUE``, and the cast to the output dtype. numpy only, no loop per event.
+"""Ragged event values into fixed ``(n, L, F)`` rows: truncation by the layout's policy and the cast
+to the output dtype in the workers (``kept_rows``: the format's encoder, ``encoder.py``), padding with
+``PAD_VALUE`` in the writer (``place_rows``). numpy only, no loop per event.
 
 Each event's kept values are found as runs (first, last) or, for ``top``, by ranking only the
 values of the events longer than L (the others keep everything); then one gather per field
@@ -9,8 +10,8 @@ whole ``F``-value rows (a void view: one copy of 4-byte x F items, not F strided
 Truncation: ``first``, ``last``, or ``top:FIELD`` (the L highest FIELD, NaN and -inf below every
 number, ties to the earlier value; ranked only among the events longer than L, in groups of counts
 up to the same power of two, one row sort per group); kept values stay in input order. Padding is
-0.0: the lengths tell data from padding. Cast to ``--dtype``: a finite value beyond its range is a
-``DataError`` (never a silent inf); NaN and ±inf are stored.
+0.0: the lengths tell data from padding. Cast to ``--dtype``: an event with a finite value beyond its
+range is a bad record (never a silent inf); NaN and ±inf are stored.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import numpy as np
 
 from shardsmith.core.events import EventChunk
 from shardsmith.core.ragged import starts_of
-from shardsmith.errors import DataError
 from shardsmith.formats.memmap.shape import PAD_VALUE, Layout
 
 
@@ -66,30 +66,41 @@ def _runs(first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(first - starts_of(lengths)[:-1], lengths) + np.arange(total, dtype=np.int64)
 
 
-def fill_rows(out: np.ndarray, chunk: EventChunk, layout: Layout, *, where: str) -> np.ndarray:
-    """Write the chunk's events as padded rows into ``out`` (``(n, L, F)`` of the layout's dtype);
-    returns each event's kept length. A finite value beyond the dtype's range is a DataError (it
-    would become inf); NaN and inf are stored as they are."""
+def kept_rows(chunk: EventChunk, layout: Layout) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]:
+    """``(values, lengths, refused)``: each event's kept values (at most L, by the layout's policy) as
+    ``(k, F)`` rows of the layout's dtype, event after event; each event's kept count; and the events
+    holding a finite value beyond the dtype's range (it would become inf), each with why (its first
+    such value, in field order), which are bad records. NaN and inf are stored as they are."""
     offsets = chunk.offsets[layout.counter]
     key = chunk.columns[layout.keep.field] if layout.keep.field is not None else None
     index, lengths = kept_values(offsets, layout, key)
-    out[...] = PAD_VALUE
-    if not len(index):
-        return lengths
     width = len(layout.features)
     block = np.empty((len(index), width), layout.dtype)
     limit = float(np.finfo(layout.dtype).max)
+    refused: dict[int, str] = {}
     for j, f in enumerate(layout.features):
         values = chunk.columns[f.name][index]
         if values.dtype.kind in "iuf" and values.dtype != layout.dtype:
             big = np.abs(values.astype(np.float64)) > limit  # NaN compares False; inf is allowed through
             big &= np.isfinite(values) if values.dtype.kind == "f" else True
             if big.any():
-                bad = values[np.flatnonzero(big)[0]]
-                raise DataError(file=where, reason=f"field {f.name!r}: value {bad} is beyond {layout.dtype.name}'s "
-                                                   f"range (±{limit:g}); use --dtype float32")
-        block[:, j] = values
-    dest = _runs(np.arange(chunk.n, dtype=np.int64) * layout.max_len, lengths)
+                at = np.flatnonzero(big)
+                events, first = np.unique(np.repeat(np.arange(chunk.n), lengths)[at], return_index=True)
+                for e, p in zip(events.tolist(), at[first].tolist()):
+                    refused.setdefault(e, f"field {f.name!r}: value {values[p]} is beyond {layout.dtype.name}'s "
+                                          f"range (±{limit:g}); use --dtype float32")
+        with np.errstate(over="ignore"):  # only in the refused events' rows, which are never written
+            block[:, j] = values
+    return block, lengths, sorted(refused.items())
+
+
+def place_rows(out: np.ndarray, values: np.ndarray, lengths: np.ndarray, layout: Layout) -> None:
+    """Events' kept values (``kept_rows``' rows, event after event, ``lengths`` each) as padded rows
+    of ``out`` (``(n, L, F)`` of the layout's dtype): one assignment of whole ``F``-value rows."""
+    out[...] = PAD_VALUE
+    if not len(values):
+        return
+    width = len(layout.features)
+    dest = _runs(np.arange(len(lengths), dtype=np.int64) * layout.max_len, lengths)
     row = np.dtype((np.void, width * layout.dtype.itemsize))
-    out.reshape(-1, width).view(row).reshape(-1)[dest] = block.view(row).reshape(-1)
-    return lengths
+    out.reshape(-1, width).view(row).reshape(-1)[dest] = np.ascontiguousarray(values).view(row).reshape(-1)

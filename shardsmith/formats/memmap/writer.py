@@ -14,9 +14,9 @@ scalars stream to their own files; the JSON is written at ``close``, so a split 
 held in memory. An empty split gets empty files (numpy cannot map them: the JSON says ``events: 0``).
 The manifest's split has one shard (the values) whose ``arrays`` name the other files; ``files`` lists
 them all, so ``verify`` hashes every one; the format declares ``*.bin`` and ``*.memmap.json`` as its own
-(``MemmapFormat.own_files``), so ``--overwrite`` and uploads handle them. Records become columns by one
-numpy gather per field (``records.py``; the engine's ``decode`` cuts one slice per record and field,
-2.5x slower here).
+(``MemmapFormat.own_files``), so ``--overwrite`` and uploads handle them. The records are the format's
+own (``encoder.py``): each event already cut to L values of the dtype in the workers, so the writer
+only copies each event's values into its padded row (``records.py``, ``pad.place_rows``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardsmith.core.events import EventChunk
 from shardsmith.core.fsutil import HashingFile, _tmp
+from shardsmith.core.ragged import starts_of
 from shardsmith.formats.memmap.meta import meta_bytes
-from shardsmith.formats.memmap.pad import fill_rows
-from shardsmith.formats.memmap.records import columns
+from shardsmith.formats.memmap.pad import place_rows
+from shardsmith.formats.memmap.records import Rows, rows_of
 from shardsmith.formats.memmap.shape import Layout, file_names
 from shardsmith.kit.rollover import UNLIMITED, Rollover
 from shardsmith.kit.writer import ShardRange, ShardRecord, Writer
@@ -73,32 +73,29 @@ class MemmapWriter(Writer):
 
     def write_batch(self, lengths: np.ndarray, payload: memoryview) -> None:
         if len(lengths):
-            self._write(columns(lengths, payload, self.layout.schema))
+            self._write(rows_of(lengths, payload, self.layout))
 
     def write_sorted(self, batch: SortedBatch) -> None:
         if len(batch.lengths):
-            self._write(columns(batch.lengths, batch.source, self.layout.schema, starts=batch.starts))
+            self._write(rows_of(batch.lengths, batch.source, self.layout, starts=batch.starts))
 
-    def _write(self, chunk: EventChunk) -> None:
+    def _write(self, rows: Rows) -> None:
         files = self._open()
         layout = self.layout
-        row = max(1, layout.row_bytes)
-        step = max(1, BATCH_BYTES // row)
-        off = chunk.offsets[layout.counter]
-        for a in range(0, chunk.n, step):
-            b = min(a + step, chunk.n)
-            piece = _events(chunk, a, b, layout)
+        step = max(1, BATCH_BYTES // max(1, layout.row_bytes))
+        at = starts_of(rows.lengths)
+        for a in range(0, rows.n, step):
+            b = min(a + step, rows.n)
             view = files["values"].reserve((b - a) * layout.row_bytes)
-            rows = np.frombuffer(view, dtype=layout.dtype).reshape(b - a, layout.max_len, len(layout.features))
-            kept = fill_rows(rows, piece, layout, where=self.names["values"])
-            counts = np.diff(off[a:b + 1])
-            files["lengths"].write(kept.astype("<i8").tobytes())
-            files["counts"].write(counts.astype("<i8").tobytes())
-            self.truncated += int((counts > layout.max_len).sum())
+            out = np.frombuffer(view, dtype=layout.dtype).reshape(b - a, layout.max_len, len(layout.features))
+            place_rows(out, rows.values[at[a]:at[b]], rows.lengths[a:b], layout)
+            files["lengths"].write(rows.lengths[a:b].astype("<i8").tobytes())
+            files["counts"].write(rows.counts[a:b].astype("<i8").tobytes())
+        self.truncated += int((rows.counts > layout.max_len).sum())
         for f in layout.scalars:
-            column = np.ascontiguousarray(chunk.columns[f.name], dtype=f.np_dtype.newbyteorder("<"))
+            column = np.ascontiguousarray(rows.scalars[f.name], dtype=f.np_dtype.newbyteorder("<"))
             files[f"scalar:{f.name}"].write(column.tobytes())
-        self.events += chunk.n
+        self.events += rows.n
 
     def close(self) -> list[ShardRecord]:
         files = self._open()  # an empty split still gets its (empty) arrays and their description
@@ -130,11 +127,3 @@ class MemmapWriter(Writer):
 def _entry(fh: HashingFile) -> dict[str, Any]:
     sha = fh.commit()
     return {"path": fh.path.name, "bytes": fh.bytes, "sha256": sha}
-
-
-def _events(chunk: EventChunk, a: int, b: int, layout: Layout) -> EventChunk:
-    """Events ``[a, b)`` of a chunk, their features as views (no copy)."""
-    off = chunk.offsets[layout.counter]
-    lo, hi = int(off[a]), int(off[b])
-    columns = {f.name: chunk.columns[f.name][lo:hi] for f in layout.features}
-    return EventChunk(first=chunk.first + a, n=b - a, columns=columns, offsets={layout.counter: off[a:b + 1] - lo})
