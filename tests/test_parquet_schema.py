@@ -133,8 +133,9 @@ def test_a_split_keeps_its_own_columns_with_the_dataset_types():
 
 
 def test_shards_not_here_are_left_when_their_schemas_agree_and_refused_when_they_differ(tmp_path):
-    """A cluster run into object storage finishes from stand-ins (no bytes to read or rewrite): the
-    records' schema digests say whether the shards agree; differing ones stop it in one line."""
+    """Stand-ins whose bytes nothing brings (``kit/shard_bytes.py``: a cluster finalize into object
+    storage brings them): the records' schema digests say whether the shards agree; differing ones
+    stop it in one line."""
     from shardsmith.errors import ShardsmithError
     from shardsmith.formats.parquet.joined import join_shards
     from shardsmith.formats.parquet.writer import schema_digest

@@ -71,8 +71,8 @@ def _stages(monkeypatch, tmp_path: Path, args: list, url: str) -> list[tuple[int
 
 @pytest.mark.parametrize("run", ["pack-tokens", "convert", "parquet"])
 def test_stages_into_s3_equal_the_local_run(s3, corpus, tmp_path, monkeypatch, bpe_tokenizer, run):  # noqa: F811
-    """(``parquet``: finalize has no shard bytes to read their schemas; they agree, by their records'
-    digests, and are left as a local run leaves them.)"""
+    """(``parquet``: finalize reads the shards' footers from the bucket; they agree, and are left as a
+    local run leaves them.)"""
     _small_parts(monkeypatch, tmp_path)
     monkeypatch.setattr(outstages, "GAP", 0)  # parts of a few KiB here: read each segment's range alone
     command, options = {"pack-tokens": ("pack-tokens", ["--tokenizer", bpe_tokenizer, "--shard-tokens", "4K"]),
@@ -162,3 +162,55 @@ def test_dedup_stages_into_s3_share_the_facts_through_the_bucket(s3, tmp_path, m
     assert tree_digest(got) == tree_digest(tmp_path / "one")
     ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (got, tmp_path / "one"))
     assert ma["cleaning"] == mb["cleaning"] and ma["cleaning"]["dedup"]["documents"] > 20
+
+
+def _typed_rows(folder: Path) -> Path:
+    """Three inputs of 4 rows (one shard each, in order): ``n`` null in all of the first's, ``v`` ints
+    in the first and floats in the second, ``late`` only in the third's rows."""
+    for f in range(3):
+        rows = [{"id": i, "v": i + 0.5 if f == 1 else i, "n": None if f == 0 else f"t{i}", **({"late": {"a": i}}
+                 if f == 2 else {})} for i in range(4 * f, 4 * f + 4)]
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"rows-{f}.jsonl").write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return folder
+
+
+def test_parquet_shards_of_differing_schemas_are_rewritten_in_the_bucket(s3, tmp_path, monkeypatch):  # noqa: F811
+    """Finalize reads the shards' footers from the bucket, rewrites those whose schema is not the
+    dataset's and uploads them over their objects: the local run's bytes, also after a finalize
+    killed while it rewrote them (same node) and after one killed once they were all uploaded,
+    before the manifest (rerun on another node)."""
+    _small_parts(monkeypatch, tmp_path)
+    args = ["convert", _typed_rows(tmp_path / "rows"), "--to", "parquet", "--shard-samples", "4",
+            "--row-group-rows", "3", "--no-shuffle", "-q"]
+    res = run_cli(*args, "-o", tmp_path / "one")
+    assert res.exit_code == 0, res.stderr
+    bucket = _bucket(s3, "shardsmith-stage-schemas")
+    url = f"s3://{bucket}/pq"
+    for rank in range(WORLD):
+        _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
+    _rank(monkeypatch, tmp_path, args, url, "plan", 0)
+    for rank in range(WORLD):
+        _rank(monkeypatch, tmp_path, args, url, "gather", rank)
+    gathered = _keys(s3, bucket, "pq")
+    final = ["--stage", "finalize", "--rank", "0", "--world-size", str(WORLD)]
+    _node(monkeypatch, tmp_path, "finalize", 0)  # killed twice on one node, which keeps its staging folder
+    for crash in ("rejoin:train:1", "uploaded-all"):
+        killed = run_subprocess(*args, "-o", url, *final, env={**os.environ, "SHARDSMITH_CRASH_AT": crash})
+        assert killed.returncode == -9 and "manifest.json" not in _keys(s3, bucket, "pq"), (crash, killed.stderr)
+    uploaded = _keys(s3, bucket, "pq")
+    new = sorted(k for k in gathered if k.endswith(".parquet") and uploaded[k] != gathered[k])
+    assert new, "the shards of other schemas went over their objects before the manifest"
+    # as if killed while one was replaced (its object deleted, the new one not put): the rerun, on
+    # another node, takes its new bytes from their copy under the work prefix
+    s3.delete_object(Bucket=bucket, Key=f"pq/{new[0]}")
+    home = _node(monkeypatch, tmp_path, "finalize", 2)
+    res = run_cli(*args, "-o", url, *final)
+    assert res.exit_code == 0 and not [p for p in home.rglob("*") if p.is_file()], res.stderr
+    assert {k: e for k, e in _keys(s3, bucket, "pq").items() if k in new[1:]} == {k: uploaded[k] for k in new[1:]}
+    got = _download(s3, bucket, "pq", tmp_path / "got")
+    assert tree_digest(got) == tree_digest(tmp_path / "one")
+    ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (got, tmp_path / "one"))
+    for m in (ma, mb):
+        m.pop("created"), m.pop("command"), m.pop("run", None)
+    assert ma == mb

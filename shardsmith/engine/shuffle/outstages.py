@@ -33,7 +33,9 @@ nothing when the plan is in the bucket already), then heads and payloads of the 
 own shard ranges lie in (neighbouring ranges less than 256 KiB apart are one request); its sparse
 parts are never uploaded. Finalize makes a sparse stand-in of each shard object's size so that
 ``gather._cover`` checks every shard a piece names against the bucket, never uploads a stand-in
-(recognised by its unchanged stamp), deletes stale objects, puts the manifest, then aborts
+(recognised by its unchanged stamp; a writer that reads its shards back brings the ranges it reads
+into their stand-ins, ``kit/shard_bytes.py``, and a shard it rewrites is uploaded over its object after
+the record of its rewrite, ``pieces.reconcile``), deletes stale objects, puts the manifest, then aborts
 unfinished uploads and deletes the work prefix and the run record. A rank that ends well removes
 its staging folder (its lock file too: the folder is locked whole); a killed rank keeps it, and a
 finalize killed after the manifest finds it with its run's record and only cleans up. A whole run
@@ -71,10 +73,11 @@ from shardsmith.engine.output.outremote import (
     refuse_prefix,
     staging_folder,
 )
-from shardsmith.engine.shuffle import gather
+from shardsmith.engine.shuffle import gather, pieces
 from shardsmith.engine.shuffle.partfile import HEAD_BYTES, TRAILER, footer_start
 from shardsmith.engine.shuffle.segments import Segments
 from shardsmith.errors import DatasetError, UsageError
+from shardsmith.kit import shard_bytes
 from shardsmith.storage.objstore import ObjectInfo, Store
 from shardsmith.storage.upload import THREADS, Stamp, _stamp, publishable, published
 
@@ -172,7 +175,10 @@ class StagedRemoteRun(RemoteOutputRun):
             for _ in pool.map(lambda job: self._fetch(*job), jobs):
                 pass
         if self.stage == "finalize":
+            self._restore(listing)
             self._stand_ins(listing)
+            pieces.reconcile(self.work, self.out)  # shards a killed finalize rewrote: as their objects are now
+            shard_bytes.bringing(self._shard_range)
         if self.stage in ("plan", "gather"):
             gather.fetching(self._segments)
 
@@ -253,6 +259,31 @@ class StagedRemoteRun(RemoteOutputRun):
                 fh.truncate(info.size)
             self.placeholders[rel] = _stamp(path)
 
+    def _shard_range(self, rel: str, start: int, end: int) -> None:
+        """Finalize: bytes ``[start, end)`` of shard object ``rel`` into its stand-in, which stays one
+        (its stamp taken anew: it is not uploaded; a shard rewritten from it is a new file, which is)."""
+        if rel not in self.placeholders:
+            return  # whole here (a rewritten shard a killed finalize left, restored by ``_restore``)
+        data = self._range(rel, start, end)
+        if len(data) != end - start:
+            raise DatasetError(f"{self.store.show(rel)}: shorter than its record says")
+        path = self.out / rel
+        with open(path, "r+b") as fh:
+            fh.seek(start)
+            fh.write(data)
+        self.placeholders[rel] = _stamp(path)
+
+    def _restore(self, listing: dict[str, ObjectInfo]) -> None:
+        """A shard a killed finalize rewrote and was replacing in the bucket (its object deleted, the
+        new one not put yet): its new bytes, from their copy under the work prefix."""
+        for path in sorted(self.work.glob("rejoined-*.json")):
+            rel = orjson.loads(path.read_bytes())["new"]["path"]
+            if rel not in listing and (copy := f"{WORK}/rejoined/{rel}") in listing:
+                data = self.store.call(lambda copy=copy: self.store.fs.cat_file(f"{self.store.root}/{copy}"), rel=copy)
+                (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
+                (self.out / f"{rel}.tmp-restore").write_bytes(data)
+                (self.out / f"{rel}.tmp-restore").replace(self.out / rel)
+
     # -- what the stage shares ----------------------------------------------------------------------
 
     def done(self) -> None:
@@ -300,6 +331,12 @@ class StagedRemoteRun(RemoteOutputRun):
         own = owned()
         names = set(published(self.out, own))
         stand_ins = {n for n, stamp in self.placeholders.items() if _stamp(self.out / n) == stamp}
+        # the records of shards rewritten here (``pieces.rejoin``) before the shards go over their objects:
+        # a finalize killed in between and rerun names each as its object is (``pieces.reconcile``)
+        if rejoined := sorted(self.work.glob("rejoined-*.json")):  # the records, then a copy of each new shard
+            self._upload(listing, [(f"{WORK}/{p.name}", p) for p in rejoined])
+            rels = [orjson.loads(p.read_bytes())["new"]["path"] for p in rejoined]
+            self._upload(listing, [(f"{WORK}/rejoined/{r}", self.out / r) for r in rels if r not in stand_ins])
         self._upload(listing, [(n, self.out / n) for n in sorted(names - stand_ins)])
         present = dataset_objects(listing)
         stale = [rel for rel in present if own.owns(rel) and rel not in names and rel not in (RUN_FILE, MANIFEST)]
@@ -333,6 +370,7 @@ class StagedRemoteRun(RemoteOutputRun):
 
     def close(self) -> None:
         gather.fetching(None)
+        shard_bytes.bringing(None)
         with contextlib.suppress(Exception):
             self.store.close()
 

@@ -147,14 +147,44 @@ def rejoin(writer: Writer, chains: dict[str, list[dict[str, Any]]], work_dir: Pa
     def replaced(split: str, k: int, record: ShardRecord) -> None:
         piece, i = at[split, k]
         first = int(piece["first_shard"]) + i
-        for path in [p for p in _read_paths(work_dir, split) if _names(p[1], first)]:
-            _cut(work_dir, split, *path)
+        was = {"old": piece["shards"][i], "old_md5": piece["md5s"][i], "new": record.to_json()}
+        atomic_write_bytes(rejoined_path(work_dir, split, first), orjson.dumps(was))
         piece["shards"][i], piece["md5s"][i] = record.to_json(), None  # (the md5: the old file's bytes)
-        one = {"first_shard": first, "shards": [record.to_json()], "md5s": [None], "stop": first + 1, "whole": False}
-        atomic_write_bytes(piece_path(work_dir, split, first, first + 1), orjson.dumps(one))
+        _name(work_dir, split, first, piece["shards"][i], None)
         crash_point(f"rejoin:{split}:{k}")  # (the crash tests: the piece names the new file, the old is in place)
 
     writer.join_shards(records, replaced=replaced)
+
+
+def rejoined_path(work_dir: Path, split: str, k: int) -> Path:
+    """The record of shard ``k``'s rewrite by ``rejoin``: its old and its new record."""
+    return work_dir / f"rejoined-{split}-{k:06d}.json"
+
+
+def reconcile(work_dir: Path, out_dir: Path) -> None:
+    """Each shard ``rejoin`` rewrote named by its piece as its file is now: the new record where the
+    file has the new one's size, else the old (a cluster finalize killed while it uploaded the
+    rewritten shards over their objects, rerun: some objects are new, some old; the old are rewritten
+    again, to the same bytes). Where both sizes are equal the new record is named, and a file still
+    old is rewritten again all the same (its schema is not the dataset's)."""
+    for path in sorted(work_dir.glob("rejoined-*.json")):
+        was = orjson.loads(path.read_bytes())
+        split, k = path.stem[len("rejoined-"):].rsplit("-", 1)
+        new = was["new"]
+        try:
+            now = os.path.getsize(out_dir / new["path"]) == int(new["bytes"])
+        except OSError:
+            now = False
+        _name(work_dir, split, int(k), new if now else was["old"], None if now else was["old_md5"])
+
+
+def _name(work_dir: Path, split: str, first: int, shard: dict[str, Any], md5: str | None) -> None:
+    """Shard ``first`` of ``split`` named by a piece of its own with ``shard`` (its record); the
+    pieces of several shards that name it cut first."""
+    for path in [p for p in _read_paths(work_dir, split) if _names(p[1], first)]:
+        _cut(work_dir, split, *path)
+    one = {"first_shard": first, "shards": [shard], "md5s": [md5], "stop": first + 1, "whole": False}
+    atomic_write_bytes(piece_path(work_dir, split, first, first + 1), orjson.dumps(one))
 
 
 def _read_paths(work_dir: Path, split: str) -> list[tuple[Path, dict[str, Any]]]:

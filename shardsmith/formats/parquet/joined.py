@@ -17,11 +17,12 @@ on every field they share. A shard whose schema differs is rewritten in it, row 
 follow from the shards' contents alone, as do the shards: the same files for any ``--workers``,
 ``--memory`` or ranks. Most datasets' shards agree already, and none is rewritten.
 
-A cluster stage into object storage finishes from stand-ins of the shards (their sizes, not their
-bytes): their schemas cannot be read or rewritten there. Every shard's record names a digest of its
-schema (``writer.schema_digest``): shards that all agree are left as written, as a local run leaves
-them; shards that differ stop the run in one line (their files would differ from a local run's,
-silently, and a reader of the folder could not read them as one table)."""
+A cluster stage into object storage finishes from stand-ins of the shards (sparse files of their
+sizes): each shard's footer is brought into its stand-in first (``kit/shard_bytes.py``: ranged reads
+of its object, 64 KiB from its end, more if its footer is longer), and a shard that differs is brought
+whole and rewritten by the same code, then uploaded over its object, so the bucket holds a local run's
+bytes. Where no footer can be read and nothing brings one, each record's digest of its schema
+(``writer.schema_digest``) says whether the shards agree; shards that differ stop the run in one line."""
 
 from __future__ import annotations
 
@@ -31,9 +32,12 @@ from typing import Any
 from shardsmith.errors import ShardsmithError
 from shardsmith.formats.arrow_rows.columns import cast_to
 from shardsmith.formats.arrow_rows.schemas import joined
+from shardsmith.kit.shard_bytes import bring, remote
 from shardsmith.kit.writer import Replaced, ShardRecord
 
 INSTEAD = "make them one type (a --transform), or write --to webdataset"
+TAIL = 64 << 10  # the first ranged read of a shard not here: its footer, mostly
+END = 8  # a Parquet file ends in its footer's length (4 bytes, little-endian) and b"PAR1"
 
 
 def dataset_schema(schemas: dict[str, list[Any]], names: dict[str, list[str]]) -> Any:
@@ -59,6 +63,8 @@ def join_shards(out_dir: Path, splits: dict[str, list[ShardRecord]], *, replaced
     import pyarrow.parquet as pq
 
     try:
+        for record in (r for records in splits.values() for r in records):
+            _footer_here(out_dir, record)
         own = {split: [pq.read_schema(out_dir / r.path).remove_metadata() for r in records]
                for split, records in splits.items()}
     except (OSError, pa.ArrowException):  # shards not here (a cluster stage into object storage)
@@ -72,7 +78,9 @@ def join_shards(out_dir: Path, splits: dict[str, list[ShardRecord]], *, replaced
                 continue
             where = f"shard {record.path}"
 
-            def tables(path: Path = out_dir / record.path, schema: Any = schema, where: str = where) -> Any:
+            def tables(path: Path = out_dir / record.path, schema: Any = schema, where: str = where,
+                       record: ShardRecord = record) -> Any:
+                bring(record.path, 0, record.bytes)  # (a stand-in: the whole object, read only to be rewritten)
                 with pq.ParquetFile(path) as source:
                     for g in range(source.num_row_groups):
                         yield cast_to(source.read_row_group(g), schema, where=where)
@@ -81,6 +89,18 @@ def join_shards(out_dir: Path, splits: dict[str, list[ShardRecord]], *, replaced
                 replaced(split, k, new)
 
             rewrite(record, schema, tables(), tell)
+
+
+def _footer_here(out_dir: Path, record: ShardRecord) -> None:
+    """A stand-in's footer brought into it (nothing where the files are whole)."""
+    if not remote() or record.bytes < END:
+        return
+    size = record.bytes
+    bring(record.path, max(0, size - TAIL), size)
+    with open(out_dir / record.path, "rb") as fh:
+        fh.seek(size - END)
+        start = size - END - int.from_bytes(fh.read(4), "little")
+    bring(record.path, max(0, start), max(0, size - TAIL))
 
 
 def _agree_unread(splits: dict[str, list[ShardRecord]]) -> None:
