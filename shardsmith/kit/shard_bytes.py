@@ -13,13 +13,22 @@ from collections.abc import Callable
 
 Bring = Callable[[str, int, int], None]  # (the shard's path below the output folder, start, end)
 _bring: list[Bring] = []
+_records_as_written: list[bool] = [True]
 
 
-def bringing(fn: Bring | None) -> None:
-    """Set (None: clear) what brings a range of a shard's bytes into its local stand-in."""
+def bringing(fn: Bring | None, *, as_written: bool = True) -> None:
+    """Set (None: clear) what brings a range of a shard's bytes into its local stand-in;
+    ``as_written``: every shard's record is its writer's (no earlier finalize rewrote one, whose
+    object may be old or new), so what a record says of its shard's bytes holds."""
     _bring.clear()
     if fn is not None:
         _bring.append(fn)
+    _records_as_written[0] = as_written or fn is None
+
+
+def records_as_written() -> bool:
+    """Whether every shard's record is the one its writer made (``bringing``)."""
+    return _records_as_written[0]
 
 
 def remote() -> bool:

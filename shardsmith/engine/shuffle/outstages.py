@@ -178,7 +178,7 @@ class StagedRemoteRun(RemoteOutputRun):
             self._restore(listing)
             self._stand_ins(listing)
             pieces.reconcile(self.work, self.out)  # shards a killed finalize rewrote: as their objects are now
-            shard_bytes.bringing(self._shard_range)
+            shard_bytes.bringing(self._shard_range, as_written=not any(self.work.glob("rejoined-*.json")))
         if self.stage in ("plan", "gather"):
             gather.fetching(self._segments)
 
