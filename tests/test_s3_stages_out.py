@@ -99,16 +99,23 @@ def test_stages_into_s3_equal_the_local_run(s3, corpus, tmp_path, monkeypatch, b
     assert res.exit_code == 2 and "finished dataset" in res.stderr and "Traceback" not in res.stderr, res.stderr
 
 
-def test_a_killed_rank_redoes_only_its_own_work_and_others_are_refused(s3, corpus, tmp_path, monkeypatch):  # noqa: F811
-    _small_parts(monkeypatch, tmp_path)
-    args = ["convert", corpus, "--to", "webdataset", "--shard-samples", "60", "--memory", "1MB", "-q"]
+def _one_then_planned(s3, monkeypatch, tmp_path, args, bucket_name, prefix):  # noqa: F811
+    """The one-process run into ``tmp_path/one``, then every scatter rank and the plan into a new
+    bucket's ``prefix``: the bucket and the output's URL."""
     res = run_cli(*args, "-o", tmp_path / "one")
     assert res.exit_code == 0, res.stderr
-    bucket = _bucket(s3, "shardsmith-stage-kill")
-    url = f"s3://{bucket}/data"
+    bucket = _bucket(s3, bucket_name)
+    url = f"s3://{bucket}/{prefix}"
     for rank in range(WORLD):
         _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
     _rank(monkeypatch, tmp_path, args, url, "plan", 0)
+    return bucket, url
+
+
+def test_a_killed_rank_redoes_only_its_own_work_and_others_are_refused(s3, corpus, tmp_path, monkeypatch):  # noqa: F811
+    _small_parts(monkeypatch, tmp_path)
+    args = ["convert", corpus, "--to", "webdataset", "--shard-samples", "60", "--memory", "1MB", "-q"]
+    bucket, url = _one_then_planned(s3, monkeypatch, tmp_path, args, "shardsmith-stage-kill", "data")
     # another command's stages into the same prefix: refused, nothing of theirs touched
     other = ["convert", corpus, "--to", "webdataset", "--shard-samples", "70", "--memory", "1MB", "-q"]
     res = run_cli(*other, "-o", url, "--stage", "gather", "--rank", "0", "--world-size", str(WORLD))
@@ -183,13 +190,7 @@ def test_parquet_shards_of_differing_schemas_are_rewritten_in_the_bucket(s3, tmp
     _small_parts(monkeypatch, tmp_path)
     args = ["convert", _typed_rows(tmp_path / "rows"), "--to", "parquet", "--shard-samples", "4",
             "--row-group-rows", "3", "--no-shuffle", "-q"]
-    res = run_cli(*args, "-o", tmp_path / "one")
-    assert res.exit_code == 0, res.stderr
-    bucket = _bucket(s3, "shardsmith-stage-schemas")
-    url = f"s3://{bucket}/pq"
-    for rank in range(WORLD):
-        _rank(monkeypatch, tmp_path, args, url, "scatter", rank)
-    _rank(monkeypatch, tmp_path, args, url, "plan", 0)
+    bucket, url = _one_then_planned(s3, monkeypatch, tmp_path, args, "shardsmith-stage-schemas", "pq")
     for rank in range(WORLD):
         _rank(monkeypatch, tmp_path, args, url, "gather", rank)
     gathered = _keys(s3, bucket, "pq")

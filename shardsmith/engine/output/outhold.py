@@ -50,7 +50,7 @@ import orjson
 
 from shardsmith.core.manifest import RUN_FILE
 from shardsmith.core.urls import safe_argv
-from shardsmith.engine.output.outlock import LockedError, pid_space, process_start
+from shardsmith.engine.output.outlock import LockedError, pid_alive, pid_space, process_start
 from shardsmith.storage.objstore import Store
 
 HEARTBEAT_SECONDS = 10.0
@@ -85,12 +85,8 @@ def state(record: dict[str, Any] | None) -> str:
         pid = record.get("pid")
         if not isinstance(pid, int) or pid == os.getpid():  # (a process runs one session at a time)
             return "dead"
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             return "dead"
-        except PermissionError:
-            pass
         start = process_start(pid)
         return "live" if start is None or record.get("boot") in (None, start) else "dead"
     beat = record.get("beat")

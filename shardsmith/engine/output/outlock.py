@@ -260,6 +260,17 @@ def pid_space() -> str | None:
         return None
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this pid runs here (one of another user's counts: it may not be signalled)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def process_start(pid: int) -> str | None:
     """When a process started (Linux: clock ticks since boot), so a reused pid is not mistaken for it."""
     try:
@@ -284,12 +295,8 @@ def _live(path: Path) -> bool:
         pid = h.get("pid")
         if not isinstance(pid, int):
             return False
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not pid_alive(pid):
             return False
-        except PermissionError:
-            pass
         start = process_start(pid)
         return start is None or h.get("boot") in (None, start)
     return age < STALE_SECONDS

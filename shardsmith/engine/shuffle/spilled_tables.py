@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from shardsmith.engine.output.outlock import pid_alive
 from shardsmith.engine.shuffle.partfile import FOOTERS, Footers
 from shardsmith.engine.shuffle.segments import BucketRuns, Segments
 from shardsmith.engine.shuffle.split_gather import SplitGroups
@@ -47,19 +48,9 @@ def planning_folder(work: Path, fp: str) -> Path:
     host = os.uname().nodename
     for old in Path(work).glob(f"planning-{fp}-{host}-*"):
         pid = old.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _running(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(old, ignore_errors=True)
     return Path(work) / f"planning-{fp}-{host}-{os.getpid()}"
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def slice_budget(memory: int) -> int:
