@@ -82,6 +82,14 @@ def test_lance_is_identical_for_any_world_size(texts, tmp_path):
     staged(args, tmp_path / "staged", 3)
     assert tree_digest(tmp_path / "staged") == tree_digest(tmp_path / "one")
 
+    batches, meta = make_icecube_kaggle_like(tmp_path / "ic", batches=2, events_per_batch=150, mean_pulses=20,
+                                             seed=2, row_group_rows=1500)  # events into Lance: a row an event
+    args = ["convert", *batches, "--group-by", "event_id", "--events-table", meta, "--to", "lance",
+            "--memory", "128KB", "--shard-samples", "100", "-q"]
+    one_process(args, tmp_path / "ev-one")
+    staged(args, tmp_path / "ev-staged", 2)
+    assert tree_digest(tmp_path / "ev-staged") == tree_digest(tmp_path / "ev-one")
+
 
 def test_images_staged_match_the_one_process_run(tmp_path):
     root = jpeg_folder(tmp_path / "imgs", classes=2, per_class=9)
