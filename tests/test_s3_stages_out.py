@@ -186,7 +186,8 @@ def test_parquet_shards_of_differing_schemas_are_rewritten_in_the_bucket(s3, tmp
     """Finalize reads the shards' footers from the bucket, rewrites those whose schema is not the
     dataset's and uploads them over their objects: the local run's bytes, also after a finalize
     killed while it rewrote them (same node) and after one killed once they were all uploaded,
-    before the manifest (rerun on another node)."""
+    before the manifest (rerun on another node), with one object lost as by a kill between its delete
+    and put, and one still the gather's as by a kill before it was replaced."""
     _small_parts(monkeypatch, tmp_path)
     args = ["convert", _typed_rows(tmp_path / "rows"), "--to", "parquet", "--shard-samples", "4",
             "--row-group-rows", "3", "--no-shuffle", "-q"]
@@ -194,6 +195,7 @@ def test_parquet_shards_of_differing_schemas_are_rewritten_in_the_bucket(s3, tmp
     for rank in range(WORLD):
         _rank(monkeypatch, tmp_path, args, url, "gather", rank)
     gathered = _keys(s3, bucket, "pq")
+    written = {k: s3.get_object(Bucket=bucket, Key=f"pq/{k}")["Body"].read() for k in gathered if k.endswith(".parquet")}
     final = ["--stage", "finalize", "--rank", "0", "--world-size", str(WORLD)]
     _node(monkeypatch, tmp_path, "finalize", 0)  # killed twice on one node, which keeps its staging folder
     for crash in ("rejoin:train:1", "uploaded-all"):
@@ -201,14 +203,17 @@ def test_parquet_shards_of_differing_schemas_are_rewritten_in_the_bucket(s3, tmp
         assert killed.returncode == -9 and "manifest.json" not in _keys(s3, bucket, "pq"), (crash, killed.stderr)
     uploaded = _keys(s3, bucket, "pq")
     new = sorted(k for k in gathered if k.endswith(".parquet") and uploaded[k] != gathered[k])
-    assert new, "the shards of other schemas went over their objects before the manifest"
+    assert len(new) >= 3, "the shards of other schemas went over their objects before the manifest"
     # as if killed while one was replaced (its object deleted, the new one not put): the rerun, on
-    # another node, takes its new bytes from their copy under the work prefix
+    # another node, takes its new bytes from their copy under the work prefix; and as if killed
+    # before another went over its object (the gather's bytes still there): rewritten again
     s3.delete_object(Bucket=bucket, Key=f"pq/{new[0]}")
+    s3.put_object(Bucket=bucket, Key=f"pq/{new[-1]}", Body=written[new[-1]])
     home = _node(monkeypatch, tmp_path, "finalize", 2)
     res = run_cli(*args, "-o", url, *final)
     assert res.exit_code == 0 and not [p for p in home.rglob("*") if p.is_file()], res.stderr
-    assert {k: e for k, e in _keys(s3, bucket, "pq").items() if k in new[1:]} == {k: uploaded[k] for k in new[1:]}
+    after = _keys(s3, bucket, "pq")
+    assert {k: e for k, e in after.items() if k in new[1:-1]} == {k: uploaded[k] for k in new[1:-1]}  # not again
     got = _download(s3, bucket, "pq", tmp_path / "got")
     assert tree_digest(got) == tree_digest(tmp_path / "one")
     ma, mb = (orjson.loads((d / "manifest.json").read_bytes()) for d in (got, tmp_path / "one"))
