@@ -10,7 +10,7 @@ and a bucket group is a range of its rows (``SplitGather``), so a group is a vie
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +49,7 @@ class Segments:
     @property
     def nbytes(self) -> np.ndarray:
         """Each segment's bytes in its part file: its heads and payloads."""
-        return self.payload + HEAD_BYTES * self.count
+        return stored_bytes(self.count, self.payload)
 
     @property
     def samples(self) -> int:
@@ -95,6 +95,16 @@ class SplitSegments:
     bucket: np.ndarray  # int64, per row
 
 
+def part_indexes(paths: Sequence[str], n_splits: int, *, footers: Footers) -> Iterator[tuple[int, np.ndarray]]:
+    """Each part file's number and whole index (``partfile.Footers.rows``), in ``paths``' order;
+    a part naming a split the run lacks stops the run in one line."""
+    for p, path in enumerate(paths):
+        index = footers.rows(path)
+        if len(index) and int(index["split"][-1]) >= n_splits:
+            raise DatasetError(f"{path}: part file names split {int(index['split'][-1])} of a run with {n_splits}")
+        yield p, index
+
+
 def split_segments(paths: Sequence[str], n_splits: int, *, footers: Footers = FOOTERS) -> list[SplitSegments]:
     """Every split's segments from the index of each part file in ``paths`` (in that order: the
     tasks'), read once (``partfile.Footers``). Built a column at a time, each part's index dropped
@@ -102,10 +112,7 @@ def split_segments(paths: Sequence[str], n_splits: int, *, footers: Footers = FO
     names = list(map(str, paths))
     fields = ("part", "bucket", "offset", "count", "payload")
     cols: list[dict[str, list[np.ndarray]]] = [{f: [] for f in fields} for _ in range(n_splits)]
-    for p, path in enumerate(names):
-        index = footers.rows(path)
-        if len(index) and int(index["split"][-1]) >= n_splits:
-            raise DatasetError(f"{path}: part file names split {int(index['split'][-1])} of a run with {n_splits}")
+    for p, index in part_indexes(names, n_splits, footers=footers):
         cuts = np.searchsorted(index["split"], np.arange(n_splits + 1), side="left").tolist()
         for s, (a, b) in enumerate(zip(cuts[:-1], cuts[1:])):
             if b > a:
@@ -145,17 +152,26 @@ def group_cuts(bucket_bytes: np.ndarray, budget: int) -> np.ndarray:
     return np.asarray(cuts if len(bucket_bytes) else [0], dtype=np.int64)
 
 
+def stored_bytes(count: np.ndarray, payload: np.ndarray) -> np.ndarray:
+    """The bytes in part files of runs of ``count`` samples and ``payload`` payload bytes: heads and payloads."""
+    return payload + HEAD_BYTES * count
+
+
 @dataclass(frozen=True)
 class BucketRuns:
     """A split's non-empty buckets in key order, as its table's rows hold them: each bucket's id,
-    its first row (then the table's rows), its bytes in the part files (heads and payloads), its
-    samples and their payload bytes. O(buckets): what grouping a split needs, without its rows."""
+    its first row (then the table's rows), its samples and their payload bytes. O(buckets): what
+    grouping a split needs, without its rows."""
 
     ids: np.ndarray
     first: np.ndarray
-    nbytes: np.ndarray
     count: np.ndarray
     payload: np.ndarray
+
+    @property
+    def nbytes(self) -> np.ndarray:
+        """Each bucket's bytes in the part files."""
+        return stored_bytes(self.count, self.payload)
 
     @classmethod
     def of(cls, split: SplitSegments) -> BucketRuns:
@@ -169,15 +185,14 @@ class BucketRuns:
         if not len(bucket):
             return cls.of_nothing()
         first = np.flatnonzero(np.concatenate([[True], bucket[1:] != bucket[:-1]]))
-        count, payload = count.astype(np.int64), payload.astype(np.int64)
         return cls(ids=bucket[first].astype(np.int64), first=np.append(first, len(bucket)).astype(np.int64),
-                   nbytes=np.add.reduceat(payload + HEAD_BYTES * count, first), count=np.add.reduceat(count, first),
-                   payload=np.add.reduceat(payload, first))
+                   count=np.add.reduceat(count.astype(np.int64), first),
+                   payload=np.add.reduceat(payload.astype(np.int64), first))
 
     @classmethod
     def of_nothing(cls) -> BucketRuns:
         empty = np.zeros(0, np.int64)
-        return cls(ids=empty, first=np.zeros(1, np.int64), nbytes=empty, count=empty, payload=empty)
+        return cls(ids=empty, first=np.zeros(1, np.int64), count=empty, payload=empty)
 
     @staticmethod
     def joined(parts: Sequence[BucketRuns]) -> BucketRuns:
@@ -187,22 +202,4 @@ class BucketRuns:
         first = [p.first[:-1] + a for p, a in zip(parts, at[:-1].tolist())] + [at[-1:]]
         return BucketRuns(first=np.concatenate(first).astype(np.int64),
                           **{f: np.concatenate([np.zeros(0, np.int64)] + [getattr(p, f) for p in parts])
-                             .astype(np.int64) for f in ("ids", "nbytes", "count", "payload")})
-
-
-@dataclass(frozen=True)
-class Grouped:
-    """A split's bucket groups: each a range of its table's rows (``bounds``), and its buckets."""
-
-    bounds: np.ndarray  # the first row of each group, then the rows
-    buckets: list[np.ndarray]  # per group, its (non-empty) buckets in key order
-    cuts: np.ndarray  # the index of each group's first bucket (of ``BucketRuns``), then the buckets
-
-
-def grouped(runs: BucketRuns, budget: int) -> Grouped:
-    """The split's buckets in key order, merged into groups under ``budget`` (``group_cuts``)."""
-    if not len(runs.ids):
-        return Grouped(bounds=np.zeros(1, np.int64), buckets=[], cuts=np.zeros(1, np.int64))
-    cuts = group_cuts(runs.nbytes, budget)
-    return Grouped(bounds=runs.first[cuts].astype(np.int64), cuts=cuts,
-                   buckets=[runs.ids[a:b] for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())])
+                             .astype(np.int64) for f in ("ids", "count", "payload")})

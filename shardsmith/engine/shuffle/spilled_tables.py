@@ -32,9 +32,8 @@ import numpy as np
 
 from shardsmith.engine.output.outlock import pid_alive
 from shardsmith.engine.shuffle.partfile import FOOTERS, Footers
-from shardsmith.engine.shuffle.segments import BucketRuns, Segments
+from shardsmith.engine.shuffle.segments import BucketRuns, Segments, part_indexes
 from shardsmith.engine.shuffle.split_gather import SplitGroups
-from shardsmith.errors import DatasetError
 
 ROW = np.dtype([("part", "<i4"), ("bucket", "<i8"), ("offset", "<i8"), ("count", "<i8"), ("payload", "<i8")])
 _WORKING = 3  # a slice is held about three times while it is sorted (its rows, the order, a sorted column)
@@ -177,10 +176,7 @@ def spill_tables(paths: Sequence[str], splits: Sequence[str], *, folder: Path, b
     sink: _Sink | None = None
     shift = 0
     try:
-        for p, path in enumerate(names):
-            index = footers.rows(path)
-            if len(index) and int(index["split"][-1]) >= n_splits:
-                raise DatasetError(f"{path}: part file names split {int(index['split'][-1])} of a run with {n_splits}")
+        for p, index in part_indexes(names, n_splits, footers=footers):
             if sink is None:  # the parts are about equal: the first tells the table's size
                 slices = slices_for(len(index) * len(names), budget, span)
                 shift = max(0, (span - 1).bit_length() - (slices - 1).bit_length())

@@ -12,7 +12,7 @@ import numpy as np
 
 from shardsmith.core.ragged import starts_of
 from shardsmith.engine.shuffle.buckets import Origins
-from shardsmith.engine.shuffle.segments import BucketRuns, Segments, SplitSegments, grouped
+from shardsmith.engine.shuffle.segments import BucketRuns, Segments, SplitSegments, group_cuts
 from shardsmith.kit.writer import ShardRecord
 
 
@@ -95,16 +95,15 @@ class SplitGroups:
 
     @classmethod
     def of(cls, runs: BucketRuns, *, budget: int, removals: Removals | None = None) -> SplitGroups:
-        cut = grouped(runs, budget)
-        ids = [b.tolist() for b in cut.buckets]
+        cuts = group_cuts(runs.nbytes, budget)  # (the first bucket of each group, then the buckets)
+        ids = [runs.ids[a:b].tolist() for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
         drops = [None if removals is None else removals.orders(b) for b in ids]
         drop_bytes = [0 if removals is None else removals.nbytes(b) for b in ids]
-        heads = cut.cuts[:-1]
-        counts = np.add.reduceat(runs.count, heads) if ids else np.zeros(0, np.int64)
+        counts = np.add.reduceat(runs.count, cuts[:-1]) if ids else np.zeros(0, np.int64)
         counts = counts - np.array([0 if d is None else len(d) for d in drops], dtype=np.int64)
-        payload = np.add.reduceat(runs.payload, heads) if ids else np.zeros(0, np.int64)
-        return cls(bounds=cut.bounds, starts=starts_of(counts.astype(np.int64)), drops=drops, drop_bytes=drop_bytes,
-                   payload=payload.astype(np.int64))
+        payload = np.add.reduceat(runs.payload, cuts[:-1]) if ids else np.zeros(0, np.int64)
+        return cls(bounds=runs.first[cuts].astype(np.int64), starts=starts_of(counts.astype(np.int64)), drops=drops,
+                   drop_bytes=drop_bytes, payload=payload.astype(np.int64))
 
 
 class Removals(Protocol):
