@@ -226,19 +226,26 @@ class StagedRemoteRun(RemoteOutputRun):
         if whole and path.is_file() and path.stat().st_size == info.size:
             return  # (a part is made afresh: which of its ranges a killed rank had read is not known)
         key = f"{WORK}/{name}"
+        if whole:
+            self._get(key, path)
+            return
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-fetch")
-        if whole:
-            tmp.write_bytes(self.store.call(lambda: self.store.fs.cat_file(f"{self.store.root}/{key}"), rel=key))
-        else:
-            tail = self._range(key, max(0, info.size - TAIL), info.size)
-            start = footer_start(tail[-TRAILER.size:], info.size, name=self.store.show(key))
-            if start < info.size - len(tail):
-                tail = self._range(key, start, info.size)
-            with open(tmp, "wb") as fh:
-                fh.truncate(info.size)
-                fh.seek(info.size - len(tail))
-                fh.write(tail)
+        tail = self._range(key, max(0, info.size - TAIL), info.size)
+        start = footer_start(tail[-TRAILER.size:], info.size, name=self.store.show(key))
+        if start < info.size - len(tail):
+            tail = self._range(key, start, info.size)
+        with open(tmp, "wb") as fh:
+            fh.truncate(info.size)
+            fh.seek(info.size - len(tail))
+            fh.write(tail)
+        tmp.replace(path)
+
+    def _get(self, key: str, path: Path) -> None:
+        """Object ``key`` whole into ``path`` (under a temporary name, renamed into place)."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-fetch")
+        tmp.write_bytes(self.store.call(lambda: self.store.fs.cat_file(f"{self.store.root}/{key}"), rel=key))
         tmp.replace(path)
 
     def _range(self, key: str, start: int, end: int) -> bytes:
@@ -279,10 +286,7 @@ class StagedRemoteRun(RemoteOutputRun):
         for path in sorted(self.work.glob("rejoined-*.json")):
             rel = orjson.loads(path.read_bytes())["new"]["path"]
             if rel not in listing and (copy := f"{WORK}/rejoined/{rel}") in listing:
-                data = self.store.call(lambda copy=copy: self.store.fs.cat_file(f"{self.store.root}/{copy}"), rel=copy)
-                (self.out / rel).parent.mkdir(parents=True, exist_ok=True)
-                (self.out / f"{rel}.tmp-restore").write_bytes(data)
-                (self.out / f"{rel}.tmp-restore").replace(self.out / rel)
+                self._get(copy, self.out / rel)
 
     # -- what the stage shares ----------------------------------------------------------------------
 
